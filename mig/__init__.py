@@ -1,0 +1,1 @@
+"""MIG partition manager: catalogues, the partition state machine, layout policies, backends."""

@@ -1,0 +1,96 @@
+"""Apply a desired MIG layout to one GPU through any backend.
+
+Desired state (a list of placements), current state (the backend's instances) and the
+apply are separate: :func:`plan_apply` computes the steps, :func:`apply_layout` runs them
+in order and records each step's status (``pending``, ``done``, ``failed``, ``skipped``)
+instead of stopping silently. Busy instances are never destroyed: a layout that would need
+it is refused before anything changes.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+from mig.backend import GpuBackend, MigInstance
+from mig.errors import InUseError, MigDisabledError, MigError
+from mig.fsm import PartitionState, Placement, get_space
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ApplyStep:
+    action: str  # "destroy" | "create"
+    profile: str
+    start: int
+    gi_id: int | None = None
+    status: str = "pending"
+    error: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.profile}@{self.start}"
+
+
+@dataclass
+class ApplyResult:
+    gpu_index: int
+    status: str  # "unchanged" | "planned" | "success" | "failed"
+    steps: list[ApplyStep] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"gpu_index": self.gpu_index, "status": self.status,
+                "steps": [asdict(s) for s in self.steps]}
+
+
+def plan_apply(backend: GpuBackend, gpu_index: int,
+               desired: Sequence[Placement]) -> list[ApplyStep]:
+    """The destroy/create steps that turn the GPU's instances into ``desired``."""
+    if not backend.mig_mode(gpu_index):
+        raise MigDisabledError(
+            f"GPU {gpu_index}: MIG mode is off; enable it (`nvidia-smi -i {gpu_index} -mig 1` "
+            f"as root) before applying a layout")
+    catalog = backend.catalog(gpu_index)
+    PartitionState.from_placements(get_space(catalog), desired)  # refuses an invalid layout
+    want = set(desired)
+    current: list[MigInstance] = backend.list_instances(gpu_index)
+    have = {Placement(i.profile, i.start): i for i in current}
+    in_the_way = [i for p, i in have.items() if p not in want and i.busy]
+    if in_the_way:
+        names = ", ".join(f"{i.profile}@{i.start} (GI {i.gi_id}, {i.owner or 'in use'})"
+                          for i in in_the_way)
+        raise InUseError(
+            f"GPU {gpu_index}: the layout would destroy busy instances {names}; wait for their "
+            f"jobs to end or keep them in the layout")
+    steps = [ApplyStep("destroy", p.profile, p.start, i.gi_id)
+             for p, i in sorted(have.items()) if p not in want]
+    creates = [p for p in want if p not in have]
+    creates.sort(key=lambda p: (-catalog.profile(p.profile).memory_slices, p.start, p.profile))
+    steps += [ApplyStep("create", p.profile, p.start) for p in creates]
+    return steps
+
+
+def apply_layout(backend: GpuBackend, gpu_index: int, desired: Sequence[Placement],
+                 dry_run: bool = False) -> ApplyResult:
+    """Plan and (unless ``dry_run``) run the steps; a failure marks the rest skipped."""
+    steps = plan_apply(backend, gpu_index, desired)
+    if not steps:
+        return ApplyResult(gpu_index, "unchanged", [])
+    if dry_run:
+        return ApplyResult(gpu_index, "planned", steps)
+    result = ApplyResult(gpu_index, "success", steps)
+    for n, step in enumerate(steps):
+        try:
+            if step.action == "destroy":
+                backend.destroy_instance(gpu_index, step.gi_id)  # type: ignore[arg-type]
+            else:
+                step.gi_id = backend.create_instance(gpu_index, step.profile, step.start).gi_id
+            step.status = "done"
+        except MigError as exc:
+            step.status, step.error = "failed", str(exc)
+            for later in steps[n + 1:]:
+                later.status = "skipped"
+            result.status = "failed"
+            log.error("GPU %s: %s failed: %s", gpu_index, step, exc)
+            break
+    return result

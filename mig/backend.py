@@ -1,0 +1,80 @@
+"""The interface every GPU backend offers (NVML on real GPUs, the simulated GPU elsewhere).
+
+Both backends raise the same :mod:`mig.errors` classes, so the node agent handles a
+refusal the same way whether it came from the driver or from the simulator.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Protocol, runtime_checkable
+
+from mig.catalog import Catalog
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    uuid: str  # GPU-<uuid>
+    model: str  # catalogue model name
+    name: str  # the name the device reports
+    memory_mib: int
+    mig_enabled: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class MigInstance:
+    """A GPU instance with its full-size compute instance (one MIG device)."""
+
+    gpu_index: int
+    gi_id: int
+    profile: str
+    start: int  # memory slices
+    size: int  # memory slices
+    ci_id: int | None
+    uuid: str | None  # MIG-<uuid> of the MIG device (None without a compute instance)
+    memory_mib: int
+    busy: bool
+    owner: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ProcessMemory:
+    """Memory held on a whole GPU or a MIG device by one owner (a job id or a pid)."""
+
+    device_uuid: str
+    owner: str
+    used_bytes: int
+    peak_bytes: int | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@runtime_checkable
+class GpuBackend(Protocol):
+    """What the node agent and the CLI need from a GPU backend."""
+
+    def list_gpus(self) -> list[GpuInfo]: ...
+
+    def catalog(self, gpu_index: int) -> Catalog: ...
+
+    def mig_mode(self, gpu_index: int) -> bool: ...
+
+    def set_mig_mode(self, gpu_index: int, enabled: bool) -> None: ...
+
+    def list_instances(self, gpu_index: int) -> list[MigInstance]: ...
+
+    def create_instance(self, gpu_index: int, profile: str, start: int,
+                        owner: str | None = None) -> MigInstance: ...
+
+    def destroy_instance(self, gpu_index: int, gi_id: int) -> None: ...
+
+    def device_uuids(self, gpu_index: int) -> dict[int, str]: ...
+
+    def process_memory(self, gpu_index: int, gi_id: int | None = None) -> list[ProcessMemory]: ...

@@ -1,0 +1,65 @@
+"""Errors shared by the MIG state machine and every GPU backend (NVML and simulated).
+
+Each error names what failed (GPU, profile, placement, device) and what to do about it,
+so the node agent can log it and the CLI can print it as one ``Error:`` line.
+"""
+from __future__ import annotations
+
+
+class MigError(Exception):
+    """Base class of every MIG error."""
+
+
+class UnknownGpuModelError(MigError, KeyError):
+    """No catalogue for this GPU model."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else "unknown GPU model"
+
+
+class UnknownProfileError(MigError, KeyError):
+    """A profile name that the catalogue does not hold."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown profile"
+
+
+class InvalidPlacementError(MigError):
+    """The placement does not exist for the profile, overlaps an instance, or exceeds a limit."""
+
+
+class InsufficientResourcesError(MigError):
+    """Not enough free slices (NVML_ERROR_INSUFFICIENT_RESOURCES)."""
+
+
+class InUseError(MigError):
+    """The instance or GPU is in use (NVML_ERROR_IN_USE): a process or job holds it."""
+
+
+class NoPermissionError(MigError):
+    """Changing MIG configuration needs root (NVML_ERROR_NO_PERMISSION)."""
+
+
+class MigDisabledError(MigError):
+    """A MIG operation on a GPU whose MIG mode is off."""
+
+
+class MigEnabledError(MigError):
+    """A whole-GPU operation (e.g. memory allocation) on a GPU whose MIG mode is on."""
+
+
+class NotFoundError(MigError):
+    """No such GPU, GPU instance or device (NVML_ERROR_NOT_FOUND)."""
+
+
+class GpuOutOfMemoryError(MigError):
+    """An allocation past the capacity of the GPU or MIG device."""
+
+
+class BackendUnavailableError(MigError):
+    """The backend cannot be used here (no NVML library, no driver, no state file)."""
+
+
+class PlacementOccupiedError(InsufficientResourcesError, InvalidPlacementError):
+    """The placement overlaps an existing instance or a limit is reached (NVML answers
+    INSUFFICIENT_RESOURCES); catchable as either parent."""

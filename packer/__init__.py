@@ -1,0 +1,1 @@
+"""Pure packing decisions: estimates from history, exclusive versus packed, co-runner choice."""

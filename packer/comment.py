@@ -1,0 +1,104 @@
+"""The one-line decision record written into a job's AdminComment.
+
+Readable by a person and by a parser::
+
+    gpupack: packed shard:2 est=7.6GiB util=35% src=history(5) fp=1a2b3c4d5e6f7a8b
+    gpupack: exclusive reason=no-history fp=1a2b3c4d5e6f7a8b
+    gpupack: untouched reason=multi-gpu
+    gpupack: advise packed shard:2 est=7.6GiB src=history(5) fp=...   (advise mode: not applied)
+
+A comment the site already set is kept: ours is appended after `` | ``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+PREFIX = "gpupack:"
+SEPARATOR = " | "
+VERDICTS = ("packed", "exclusive", "untouched")
+
+_RECORD_RE = re.compile(r"gpupack:\s*(?P<body>[^|]*)")
+_SHARD_RE = re.compile(r"^shard:(\d+)$")
+
+
+@dataclass(frozen=True)
+class CommentRecord:
+    """What a `gpupack:` AdminComment record says."""
+
+    verdict: str  # packed | exclusive | untouched
+    advised: bool = False  # advise mode: the verdict was not applied
+    shards: int | None = None
+    fields: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def reason(self) -> str | None:
+        return self.fields.get("reason")
+
+    @property
+    def fingerprint(self) -> str | None:
+        return self.fields.get("fp")
+
+    @property
+    def applied_verdict(self) -> str:
+        """What actually happened to the job's request."""
+        return "untouched" if self.advised else self.verdict
+
+
+def render(
+    verdict: str,
+    *,
+    shards: int | None = None,
+    advised: bool = False,
+    **fields: str | None,
+) -> str:
+    """Build the record line; `fields` with None values are left out."""
+    if verdict not in VERDICTS:
+        raise ValueError(f"unknown verdict {verdict!r}; expected one of {VERDICTS}")
+    parts = [PREFIX]
+    if advised:
+        parts.append("advise")
+    parts.append(verdict)
+    if shards is not None:
+        parts.append(f"shard:{shards}")
+    for key, value in fields.items():
+        if value is None:
+            continue
+        text = str(value)
+        if not text or any(c in text for c in " \t\n|="):
+            raise ValueError(f"comment field {key}={text!r} must be one non-empty token")
+        parts.append(f"{key}={text}")
+    return " ".join(parts)
+
+
+def parse(admin_comment: str | None) -> CommentRecord | None:
+    """Find and parse our record inside an AdminComment; None when there is none."""
+    if not admin_comment:
+        return None
+    match = _RECORD_RE.search(admin_comment)
+    if not match:
+        return None
+    tokens = match.group("body").split()
+    advised = False
+    if tokens and tokens[0] == "advise":
+        advised = True
+        tokens = tokens[1:]
+    if not tokens or tokens[0] not in VERDICTS:
+        return None
+    verdict, shards, fields = tokens[0], None, {}
+    for token in tokens[1:]:
+        shard = _SHARD_RE.match(token)
+        if shard:
+            shards = int(shard.group(1))
+        elif "=" in token:
+            key, _, value = token.partition("=")
+            fields[key] = value
+    return CommentRecord(verdict=verdict, advised=advised, shards=shards, fields=fields)
+
+
+def merge(site_comment: str | None, record: str) -> str:
+    """Keep a comment the site set; replace an earlier record of ours (a requeued job)."""
+    site = (site_comment or "").strip()
+    if PREFIX in site:
+        site = site[: site.index(PREFIX)].rstrip(" |")
+    return f"{site}{SEPARATOR}{record}" if site else record

@@ -1,0 +1,99 @@
+"""Exclusive or packed: the submit-time decision, as a pure function.
+
+Rules (after the patent seed, FIG. 3): a one-GPU job with a history is packed as K shares of
+a GPU when no whole GPU is idle for it now, its estimated peak memory plus headroom fits in
+at most `max_gpu_fraction` of the GPU, and it is not busy enough to hog the GPU. Unknown jobs
+stay exclusive and are profiled on their first run (unless `pack_unknown`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from packer.comment import render
+from packer.config import GIB, PackerConfig
+from packer.request import Candidate, NotCandidate
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What history says about a workload."""
+
+    peak_mem_bytes: int
+    mean_util_pct: float | None
+    runs: int
+    source: str = "history"
+
+    @property
+    def source_label(self) -> str:
+        return f"{self.source}({self.runs})"
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """What the packer needs to know about the cluster right now."""
+
+    idle_gpus: int  # whole GPUs nobody holds, usable by this job
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: str  # packed | exclusive | untouched
+    reason: str
+    shards: int | None = None
+    estimate: Estimate | None = None
+    fingerprint: str | None = None
+
+    def comment(self, advised: bool = False) -> str:
+        est = self.estimate
+        extra: dict[str, str | None] = {}
+        if self.verdict != "packed":
+            extra["reason"] = self.reason
+        if est is not None:
+            extra["est"] = f"{est.peak_mem_bytes / GIB:.1f}GiB"
+            if est.mean_util_pct is not None:
+                extra["util"] = f"{est.mean_util_pct:.0f}%"
+            extra["src"] = est.source_label
+        extra["fp"] = self.fingerprint
+        return render(self.verdict, shards=self.shards, advised=advised, **extra)
+
+
+def shards_needed(peak_mem_bytes: int, config: PackerConfig) -> int:
+    """Shares of the GPU that hold the peak plus headroom."""
+    headroom = max(peak_mem_bytes * config.headroom_fraction, config.min_headroom_gib * GIB)
+    return max(1, math.ceil((peak_mem_bytes + headroom) / config.share_bytes))
+
+
+def max_shards(config: PackerConfig) -> int:
+    """The most shares a packed job may hold: never above max_gpu_fraction of the GPU."""
+    return math.floor(config.shares_per_gpu * config.max_gpu_fraction + 1e-9)
+
+
+def decide(
+    request: Candidate | NotCandidate,
+    estimate: Estimate | None,
+    cluster: ClusterView,
+    config: PackerConfig,
+    fingerprint: str | None = None,
+    remembered_shards: int | None = None,
+) -> Decision:
+    """The verdict for one submission. Pure; never raises for any input it is given.
+
+    `remembered_shards` is a size learnt the hard way (the job was restarted for memory):
+    the job never gets fewer shares than that again.
+    """
+    if isinstance(request, NotCandidate):
+        return Decision("untouched", request.reason)
+    if estimate is None:
+        if not config.pack_unknown:
+            return Decision("exclusive", "no-history", fingerprint=fingerprint)
+        estimate = Estimate(int(config.unknown_estimate_gib * GIB), None, 0, source="default")
+    if estimate.mean_util_pct is not None and estimate.mean_util_pct > config.max_util_pct:
+        return Decision("exclusive", "high-util", estimate=estimate, fingerprint=fingerprint)
+    k = max(shards_needed(estimate.peak_mem_bytes, config), remembered_shards or 0)
+    if k > max_shards(config):
+        return Decision("exclusive", "too-large", estimate=estimate, fingerprint=fingerprint)
+    if config.pack_only_when_no_idle_gpu and cluster.idle_gpus > 0:
+        return Decision("exclusive", "idle-gpu", estimate=estimate, fingerprint=fingerprint)
+    reason = "remembered-size" if remembered_shards and k == remembered_shards else "fits"
+    return Decision("packed", reason, shards=k, estimate=estimate, fingerprint=fingerprint)

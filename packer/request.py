@@ -1,0 +1,142 @@
+"""What a submitted job asks for, and whether it is a packing candidate.
+
+Pure parsing of Slurm's `tres_per_*` strings in both dialects:
+22.05 writes ``gres:gpu:1`` / ``gres:gpu:h100:1``; 23.11+ writes ``gres/gpu:1``.
+A bare ``gpu:1`` (what a user types) is accepted too.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NO_VAL = 0xFFFFFFFE  # Slurm's "not set" for 32-bit fields
+NO_VAL16 = 0xFFFE
+TRES_FIELDS = ("tres_per_node", "tres_per_job", "tres_per_task")
+SHARED_GRES = ("shard", "mps")
+# job_desc.shared: 0 = --exclusive, 2 = --exclusive=user, 3 = --exclusive=mcs, 1 = --oversubscribe
+_EXCLUSIVE_SHARED = {0, 2, 3}
+
+
+class GresParseError(ValueError):
+    """A gres/tres string that does not look like anything Slurm writes."""
+
+
+@dataclass(frozen=True)
+class GresItem:
+    name: str
+    type: str | None
+    count: int
+    dialect: str  # "22.05" (gres:), "23.11" (gres/), or "bare"
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """The fields of a job submission that packing looks at (from job_submit.lua)."""
+
+    user: str = ""
+    name: str = ""
+    script: bytes = b""
+    tres_per_node: str | None = None
+    tres_per_job: str | None = None
+    tres_per_task: str | None = None
+    min_nodes: int | None = None
+    max_nodes: int | None = None
+    num_tasks: int | None = None
+    shared: int | None = None
+    partition: str | None = None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A job asking for exactly one whole GPU on one node."""
+
+    field: str  # which tres_per_* field held the request
+    gpu_type: str | None
+    dialect: str
+
+
+@dataclass(frozen=True)
+class NotCandidate:
+    reason: str  # short token for the AdminComment, e.g. multi-gpu
+
+
+def _unset(value: int | None, no_val: int = NO_VAL) -> bool:
+    return value is None or value in (no_val, NO_VAL, NO_VAL16, 0)
+
+
+def parse_gres(text: str) -> list[GresItem]:
+    """Parse one tres_per_* string into items; raise GresParseError on nonsense."""
+    items: list[GresItem] = []
+    for raw in text.split(","):
+        part = raw.strip()
+        if not part:
+            raise GresParseError(f"empty item in {text!r}")
+        if part.startswith("gres:"):
+            dialect, body = "22.05", part[len("gres:"):]
+        elif part.startswith("gres/"):
+            dialect, body = "23.11", part[len("gres/"):]
+        else:
+            dialect, body = "bare", part
+        fields = body.split(":")
+        if not fields[0] or len(fields) > 3:
+            raise GresParseError(f"cannot read gres item {part!r}")
+        name = fields[0]
+        count_text = "1"
+        gres_type = None
+        if len(fields) == 2:
+            # gpu:2 or gpu:h100 (count 1)
+            if fields[1].isdigit():
+                count_text = fields[1]
+            else:
+                gres_type = fields[1]
+        elif len(fields) == 3:
+            gres_type, count_text = fields[1], fields[2]
+        if gres_type == "":
+            raise GresParseError(f"empty type in gres item {part!r}")
+        if not count_text.isdigit():
+            raise GresParseError(f"count {count_text!r} of gres item {part!r} is not a whole number")
+        items.append(GresItem(name=name, type=gres_type, count=int(count_text), dialect=dialect))
+    return items
+
+
+def classify(job: JobFacts) -> Candidate | NotCandidate:
+    """Decide whether the job is a packing candidate; never raises."""
+    found: list[tuple[str, GresItem]] = []
+    shared_seen = False
+    for field_name in TRES_FIELDS:
+        text = getattr(job, field_name)
+        if text is None or text == "":
+            continue
+        try:
+            items = parse_gres(text)
+        except GresParseError:
+            return NotCandidate("unparsable-gres")
+        for item in items:
+            if item.name == "gpu":
+                found.append((field_name, item))
+            elif item.name in SHARED_GRES:
+                shared_seen = True
+    if shared_seen:
+        return NotCandidate("already-shared")
+    if not found:
+        return NotCandidate("no-gpu")
+    if len(found) > 1:
+        return NotCandidate("multi-gpu")
+    field_name, item = found[0]
+    if item.count != 1:
+        return NotCandidate("multi-gpu")
+    if field_name == "tres_per_task" and not _unset(job.num_tasks) and job.num_tasks != 1:
+        return NotCandidate("multi-gpu")
+    if (not _unset(job.min_nodes) and job.min_nodes > 1) or (
+        not _unset(job.max_nodes) and job.max_nodes > 1
+    ):
+        return NotCandidate("multi-node")
+    if job.shared is not None and job.shared in _EXCLUSIVE_SHARED:
+        return NotCandidate("exclusive")
+    return Candidate(field=field_name, gpu_type=item.type, dialect=item.dialect)
+
+
+def shard_request(k: int, dialect: str) -> str:
+    """The tres_per_node string for K shards, in the dialect the job came in."""
+    if k < 1:
+        raise ValueError(f"a packed job needs at least one shard, got {k}")
+    return f"gres/shard:{k}" if dialect == "23.11" else f"gres:shard:{k}"

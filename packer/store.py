@@ -1,0 +1,178 @@
+"""The packer's SQLite store: run history, pairs to keep apart, remembered sizes, events.
+
+One file, WAL mode, schema versioned with ``PRAGMA user_version``. sqlite-utils does the
+table work; nothing here knows about Slurm. Every method is safe to call from several
+processes at once (SQLite's locking, a busy timeout).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import sqlite_utils
+
+from packer.decision import Estimate
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One finished run of a workload, as observed."""
+
+    job_id: int
+    fingerprint: str
+    peak_mem_bytes: int
+    mean_util_pct: float | None = None
+    throughput: float | None = None
+    user: str = ""
+    name: str = ""
+    ended_at: float = 0.0
+    source: str = "observed"
+
+
+@dataclass(frozen=True)
+class Event:
+    job_id: int | None
+    kind: str  # decision, requeue-contention, restart-memory, mig-reconfigure, ...
+    detail: str
+    at: float
+    data: dict
+
+
+def _migrate_to_1(db: sqlite_utils.Database) -> None:
+    db["runs"].create(
+        {
+            "id": int, "job_id": int, "fingerprint": str, "user": str, "name": str,
+            "peak_mem_bytes": int, "mean_util_pct": float, "throughput": float,
+            "ended_at": float, "source": str,
+        },
+        pk="id",
+        not_null={"fingerprint", "peak_mem_bytes"},
+    )
+    db["runs"].create_index(["fingerprint", "ended_at"])
+    db["runs"].create_index(["job_id", "fingerprint"], unique=True)
+    db["avoid_pairs"].create(
+        {"fp_a": str, "fp_b": str, "reason": str, "created_at": float}, pk=("fp_a", "fp_b")
+    )
+    db["sizes"].create({"fingerprint": str, "min_shards": int, "reason": str, "updated_at": float}, pk="fingerprint")
+    db["events"].create(
+        {"id": int, "job_id": int, "kind": str, "detail": str, "at": float, "data": str}, pk="id"
+    )
+    db["events"].create_index(["at"])
+
+
+MIGRATIONS = {1: _migrate_to_1}
+
+
+class StoreError(RuntimeError):
+    """The history database cannot be opened or written; the message says where and why."""
+
+
+class Store:
+    """History, pair avoidance, remembered sizes and the event log, in one SQLite file."""
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = str(path) if path is not None else ":memory:"
+        try:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=5.0, check_same_thread=False, isolation_level=None)
+            self.db = sqlite_utils.Database(conn)
+            if self.path != ":memory:":
+                self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA busy_timeout=5000")
+            self._migrate()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the gpupack database {self.path}: {exc}") from exc
+
+    def _migrate(self) -> None:
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        for target in sorted(v for v in MIGRATIONS if v > version):
+            with self.db.conn:
+                MIGRATIONS[target](self.db)
+                self.db.execute(f"PRAGMA user_version={int(target)}")
+            log.info("migrated %s to schema %d", self.path, target)
+
+    # -- history -------------------------------------------------------------------------
+    def record_run(self, run: RunRecord) -> None:
+        if run.peak_mem_bytes < 0:
+            raise ValueError(f"job {run.job_id}: peak memory cannot be negative")
+        if run.mean_util_pct is not None and not 0 <= run.mean_util_pct <= 100:
+            raise ValueError(f"job {run.job_id}: utilisation {run.mean_util_pct} is not a percentage")
+        row = asdict(run)
+        row["ended_at"] = run.ended_at or time.time()
+        # a second record for the same job replaces the first (unique job_id, fingerprint)
+        self.db["runs"].insert(row, replace=True)
+
+    def runs(self, fingerprint: str | None = None, limit: int = 100) -> list[RunRecord]:
+        where, args = ("fingerprint = ?", [fingerprint]) if fingerprint else (None, [])
+        rows = self.db["runs"].rows_where(where, args, order_by="ended_at desc", limit=limit)
+        return [RunRecord(**{k: v for k, v in r.items() if k != "id"}) for r in rows]
+
+    def estimate(self, fingerprint: str, window: int = 5) -> Estimate | None:
+        """Recent peak (max of the last `window` runs) and mean utilisation."""
+        recent = self.runs(fingerprint, limit=window)
+        if not recent:
+            return None
+        utils = [r.mean_util_pct for r in recent if r.mean_util_pct is not None]
+        peak = max(r.peak_mem_bytes for r in recent)
+        return Estimate(
+            peak_mem_bytes=peak,
+            mean_util_pct=sum(utils) / len(utils) if utils else None,
+            runs=len(recent),
+        )
+
+    # -- remembered sizes (a job restarted for memory keeps its larger size) -------------
+    def remember_size(self, fingerprint: str, min_shards: int, reason: str) -> None:
+        self.db["sizes"].insert(
+            {"fingerprint": fingerprint, "min_shards": min_shards, "reason": reason, "updated_at": time.time()},
+            replace=True,
+        )
+
+    def remembered_size(self, fingerprint: str) -> int | None:
+        row = next(self.db["sizes"].rows_where("fingerprint = ?", [fingerprint]), None)
+        return row["min_shards"] if row else None
+
+    # -- pairs that must not share a GPU ------------------------------------------------
+    def avoid_pair(self, fp_a: str, fp_b: str, reason: str) -> None:
+        a, b = sorted((fp_a, fp_b))
+        self.db["avoid_pairs"].insert(
+            {"fp_a": a, "fp_b": b, "reason": reason, "created_at": time.time()}, replace=True
+        )
+
+    def avoided_with(self, fingerprint: str) -> set[str]:
+        rows = self.db.execute(
+            "select fp_b from avoid_pairs where fp_a = ? union select fp_a from avoid_pairs where fp_b = ?",
+            [fingerprint, fingerprint],
+        ).fetchall()
+        return {r[0] for r in rows}
+
+    def must_avoid(self, fp_a: str, fp_b: str) -> bool:
+        a, b = sorted((fp_a, fp_b))
+        return self.db.execute(
+            "select 1 from avoid_pairs where fp_a = ? and fp_b = ?", [a, b]
+        ).fetchone() is not None
+
+    # -- event log ---------------------------------------------------------------------
+    def log_event(self, kind: str, detail: str, job_id: int | None = None, **data: object) -> None:
+        self.db["events"].insert(
+            {"job_id": job_id, "kind": kind, "detail": detail, "at": time.time(), "data": json.dumps(data)}
+        )
+
+    def events(self, limit: int = 200, job_id: int | None = None) -> list[Event]:
+        where, args = ("job_id = ?", [job_id]) if job_id is not None else (None, [])
+        rows = self.db["events"].rows_where(where, args, order_by="id desc", limit=limit)
+        return [
+            Event(job_id=r["job_id"], kind=r["kind"], detail=r["detail"], at=r["at"], data=json.loads(r["data"] or "{}"))
+            for r in rows
+        ]
+
+    def close(self) -> None:
+        self.db.conn.close()

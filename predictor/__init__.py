@@ -1,0 +1,1 @@
+"""Peak-memory forecasting and the early out-of-memory warning."""

@@ -1,0 +1,3 @@
+from slurm_plugin.cli import main
+
+main(prog_name="gpupack")

@@ -1,0 +1,90 @@
+"""`gpupack devcluster`: a real Slurm GPU cluster on this machine."""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import click
+
+from slurm_plugin.devcluster.spec import DEFAULT_PORT, DEFAULT_STATE_DIR, ClusterSpec
+
+CTX = {"help_option_names": ["-h", "--help"]}
+state_dir_option = click.option(
+    "--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE_DIR, show_default=True,
+    help="Folder for every config, log, socket and database of the cluster (env GPUPACK_DEVCLUSTER_DIR).",
+)
+
+
+def _cluster(state_dir: Path, **spec):
+    from slurm_plugin.devcluster.manager import DevCluster
+
+    saved = state_dir / "spec.json"
+    if not spec and saved.exists():
+        data = json.loads(saved.read_text())
+        data["state_dir"] = Path(data["state_dir"])
+        return DevCluster(ClusterSpec(**data))
+    return DevCluster(ClusterSpec(state_dir=state_dir, **spec))
+
+
+@click.group(context_settings=CTX)
+def devcluster() -> None:
+    """Run a real local Slurm cluster (slurmctld, N slurmd, fake GPUs, the gpupack shim)."""
+
+
+@devcluster.command(context_settings=CTX)
+@click.option("--nodes", default=3, show_default=True, help="Number of `slurmd -N nodeX` daemons.")
+@click.option("--gpus-per-node", default=2, show_default=True, help="Fake GPUs per node.")
+@click.option("--gpu-model", default="H100-80GB", show_default=True, help="GPU model (a MIG catalogue name).")
+@click.option("--mode", type=click.Choice(["observe", "advise", "enforce"]), default="enforce", show_default=True,
+              help="Packer mode; the dev cluster defaults to enforce so the demo shows packing.")
+@click.option("--port", default=DEFAULT_PORT, show_default=True,
+              help="slurmctld's port; node i listens on PORT+100+i (env GPUPACK_DEVCLUSTER_PORT).")
+@state_dir_option
+def up(nodes: int, gpus_per_node: int, gpu_model: str, mode: str, port: int, state_dir: Path) -> None:
+    """Bring the cluster up (installs missing Debian packages as root). Idempotent."""
+    from slurm_plugin.devcluster.manager import DevClusterError
+
+    try:
+        cluster = _cluster(state_dir, nodes=nodes, gpus_per_node=gpus_per_node, gpu_model=gpu_model, mode=mode, port=port)
+        statuses = cluster.up()
+    except (DevClusterError, ValueError, KeyError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    (state_dir / "spec.json").write_text(json.dumps(cluster.spec.to_json(), indent=1))
+    for st in statuses:
+        click.echo(f"{st.role:10} {st.name:10} pid={st.pid:<8} {'ok' if st.healthy else 'UNHEALTHY'}  {st.detail}")
+    click.echo(f"\nUse it from a shell with:  eval \"$(gpupack devcluster env --state-dir {state_dir})\"")
+
+
+@devcluster.command(context_settings=CTX)
+@state_dir_option
+def down(state_dir: Path) -> None:
+    """Stop the processes `up` started, and only those. Jobs and history stay on disk."""
+    stopped = _cluster(state_dir).down()
+    click.echo("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+
+
+@devcluster.command(context_settings=CTX)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@state_dir_option
+def status(as_json: bool, state_dir: Path) -> None:
+    """Every process the cluster started, with its role, pid and health."""
+    statuses = _cluster(state_dir).status()
+    if as_json:
+        click.echo(json.dumps([asdict(s) for s in statuses], indent=1))
+    else:
+        if not statuses:
+            click.echo("the dev cluster is not running (gpupack devcluster up)")
+        for st in statuses:
+            click.echo(f"{st.role:10} {st.name:10} pid={st.pid:<8} {'ok' if st.healthy else 'UNHEALTHY'}  {st.detail}")
+    if statuses and not all(s.healthy for s in statuses):
+        sys.exit(1)
+
+
+@devcluster.command(context_settings=CTX)
+@state_dir_option
+def env(state_dir: Path) -> None:
+    """Print the `export` lines that make plain sbatch/squeue/scontrol talk to the cluster."""
+    for key, value in _cluster(state_dir).env().items():
+        click.echo(f"export {key}={value}")

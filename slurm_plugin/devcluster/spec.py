@@ -1,0 +1,178 @@
+"""What the dev cluster looks like, and the config files that say so (pure builders)."""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+DEFAULT_STATE_DIR = Path(os.environ.get("GPUPACK_DEVCLUSTER_DIR", "/var/lib/gpupack/devcluster"))
+DEFAULT_PORT = int(os.environ.get("GPUPACK_DEVCLUSTER_PORT", "16817"))
+CRED_EXPIRE_S = 10  # how long a requeued job waits before it may start again
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    state_dir: Path = DEFAULT_STATE_DIR
+    nodes: int = 3
+    gpus_per_node: int = 2
+    gpu_model: str = "H100-80GB"
+    mode: str = "enforce"
+    cpus_per_node: int = 16
+    memory_mb_per_node: int = 16000
+    cluster_name: str = "gpupack"
+    port: int = DEFAULT_PORT  # slurmctld; node i listens on port + 100 + i
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.nodes <= 64:
+            raise ValueError(f"--nodes must be between 1 and 64, got {self.nodes}")
+        if not 1 <= self.gpus_per_node <= 16:
+            raise ValueError(f"--gpus-per-node must be between 1 and 16, got {self.gpus_per_node}")
+
+    @property
+    def node_names(self) -> list[str]:
+        return [f"node{i}" for i in range(1, self.nodes + 1)]
+
+    def node_port(self, index: int) -> int:
+        return self.port + 100 + index
+
+    @property
+    def gres_type(self) -> str:
+        return self.gpu_model.split("-")[0].lower()
+
+    # -- paths --------------------------------------------------------------------------
+    @property
+    def etc(self) -> Path:
+        return self.state_dir / "etc"
+
+    @property
+    def slurm_conf(self) -> Path:
+        return self.etc / "slurm.conf"
+
+    @property
+    def run(self) -> Path:
+        return self.state_dir / "run"
+
+    @property
+    def log(self) -> Path:
+        return self.state_dir / "log"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.run / "munge" / "munge.socket"
+
+    @property
+    def helper_socket(self) -> Path:
+        return self.run / "helper.sock"
+
+    @property
+    def gpupack_toml(self) -> Path:
+        return self.etc / "gpupack.toml"
+
+    @property
+    def database(self) -> Path:
+        return self.state_dir / "gpupack.db"
+
+    @property
+    def kill_switch(self) -> Path:
+        return self.etc / "gpupack.disable"
+
+    @property
+    def simgpu_dir(self) -> Path:
+        return self.state_dir / "simgpu"
+
+    def device_dir(self, node: str) -> Path:
+        return self.state_dir / "dev" / node
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["state_dir"] = str(self.state_dir)
+        return data
+
+
+def slurm_conf(spec: ClusterSpec, hostname: str, slurm_user: str, epilog: Path, shares_per_gpu: int) -> str:
+    s = spec
+    shards = shares_per_gpu * s.gpus_per_node
+    lines = [
+        "# Written by `gpupack devcluster up`; edit the spec, not this file.",
+        f"ClusterName={s.cluster_name}",
+        f"SlurmctldHost={hostname}(127.0.0.1)",
+        f"SlurmctldPort={s.port}",
+        f"SlurmUser={slurm_user}",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"AuthInfo=socket={s.munge_socket},cred_expire={CRED_EXPIRE_S}",
+        f"StateSaveLocation={s.state_dir}/ctld",
+        f"SlurmdSpoolDir={s.state_dir}/spool/%n",
+        f"SlurmctldPidFile={s.run}/slurmctld.pid",
+        f"SlurmdPidFile={s.run}/slurmd-%n.pid",
+        f"SlurmctldLogFile={s.log}/slurmctld.log",
+        f"SlurmdLogFile={s.log}/slurmd-%n.log",
+        "SlurmctldDebug=info",
+        "SlurmdDebug=info",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "MpiDefault=none",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        "SchedulerType=sched/backfill",
+        "SchedulerParameters=sched_interval=2,bf_interval=2",
+        "PriorityType=priority/basic",
+        "GresTypes=gpu,shard",
+        "JobSubmitPlugins=lua",
+        f"PlugStackConfig={s.etc}/plugstack.conf",
+        f"Epilog={epilog}",
+        "ReturnToService=2",
+        "SlurmdParameters=config_overrides",
+        "MinJobAge=600",
+        "KillWait=5",
+        "InactiveLimit=0",
+        "SlurmdTimeout=30",
+    ]
+    for i, node in enumerate(s.node_names, start=1):
+        lines.append(
+            f"NodeName={node} NodeHostname={hostname} NodeAddr=127.0.0.1 Port={s.node_port(i)} "
+            f"CPUs={s.cpus_per_node} RealMemory={s.memory_mb_per_node} "
+            f"Gres=gpu:{s.gres_type}:{s.gpus_per_node},shard:{s.gres_type}:{shards}"
+        )
+    lines.append("PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+    return "\n".join(lines) + "\n"
+
+
+def gres_conf(spec: ClusterSpec, shares_per_gpu: int) -> str:
+    lines = ["# Written by `gpupack devcluster up`: fake GPU device files, one shard per MIG memory slice."]
+    last = spec.gpus_per_node - 1
+    for node in spec.node_names:
+        dev = spec.device_dir(node)
+        files = f"{dev}/nvidia[0-{last}]" if last else f"{dev}/nvidia0"
+        lines.append(f"NodeName={node} AutoDetect=off Name=gpu Type={spec.gres_type} File={files}")
+        for g in range(spec.gpus_per_node):
+            lines.append(
+                f"NodeName={node} AutoDetect=off Name=shard Type={spec.gres_type} Count={shares_per_gpu} File={dev}/nvidia{g}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def shim_conf(spec: ClusterSpec, timeout_ms: int = 50) -> str:
+    return (
+        "# Read by job_submit.lua (key=value). Written by `gpupack devcluster up`.\n"
+        f"socket={spec.helper_socket}\n"
+        f"timeout_ms={timeout_ms}\n"
+        f"kill_switch={spec.kill_switch}\n"
+    )
+
+
+def gpupack_toml(spec: ClusterSpec, shares_per_gpu: int, gpu_memory_gib: float) -> str:
+    return (
+        "# The packer's settings for the dev cluster (see etc/gpupack.toml for every key).\n"
+        "[packer]\n"
+        f'mode = "{spec.mode}"\n'
+        f"shares_per_gpu = {shares_per_gpu}\n"
+        f"gpu_memory_gib = {gpu_memory_gib:.2f}\n"
+        "\n[paths]\n"
+        f'database = "{spec.database}"\n'
+        f'socket = "{spec.helper_socket}"\n'
+        f'kill_switch = "{spec.kill_switch}"\n'
+        f'slurm_conf = "{spec.slurm_conf}"\n'
+        f'simgpu_dir = "{spec.simgpu_dir}"\n'
+    )

@@ -1,0 +1,1 @@
+"""The controller helper: a daemon next to slurmctld that answers the submit shim."""

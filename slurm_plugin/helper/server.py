@@ -1,0 +1,128 @@
+"""The helper's Unix socket: one request, one answer, peers checked by their kernel credentials.
+
+Only root and the SlurmUser may talk to it (SO_PEERCRED), so a user cannot forge decisions
+or history. A request that is too big, too slow or malformed gets a pass-through answer.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import socketserver
+import struct
+import threading
+from pathlib import Path
+from typing import Callable
+
+from slurm_plugin.helper.protocol import (
+    MAX_REQUEST_BYTES,
+    ProtocolError,
+    decode_request,
+    encode_response,
+    request_complete,
+)
+
+log = logging.getLogger(__name__)
+
+READ_TIMEOUT_S = 2.0
+Handler = Callable[[dict[str, bytes]], dict[str, str]]
+
+
+def peer_uid(sock: socket.socket) -> int:
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return uid
+
+
+def pass_through(reason: str) -> dict[str, str]:
+    return {"status": "error", "verdict": "untouched", "reason": reason}
+
+
+class _RequestHandler(socketserver.BaseRequestHandler):
+    server: "HelperServer"
+
+    def handle(self) -> None:
+        sock: socket.socket = self.request
+        uid = peer_uid(sock)
+        if uid not in self.server.allowed_uids:
+            log.warning("refused a connection from uid %d (allowed: %s)", uid, sorted(self.server.allowed_uids))
+            self._reply(pass_through("forbidden"))
+            return
+        sock.settimeout(READ_TIMEOUT_S)
+        buffer = bytearray()
+        try:
+            while not request_complete(bytes(buffer)):
+                chunk = sock.recv(262144)
+                if not chunk:
+                    break
+                buffer += chunk
+                if len(buffer) > MAX_REQUEST_BYTES:
+                    self._reply(pass_through("request-too-large"))
+                    return
+            fields = decode_request(bytes(buffer))
+        except (socket.timeout, ProtocolError, OSError) as exc:
+            log.warning("bad request from uid %d: %s", uid, exc)
+            self._reply(pass_through("bad-request"))
+            return
+        command = fields.pop("op", b"submit").decode("ascii", "replace")
+        handler = self.server.handlers.get(command)
+        if handler is None:
+            self._reply(pass_through("unknown-op"))
+            return
+        try:
+            answer = handler(fields)
+        except Exception:  # never let a bug take the helper down; the shim fails open
+            log.exception("handler %s failed", command)
+            answer = pass_through("helper-error")
+        self._reply(answer)
+
+    def _reply(self, answer: dict[str, str]) -> None:
+        try:
+            self.request.sendall(encode_response(answer))
+        except OSError as exc:
+            log.info("could not answer (client gone?): %s", exc)
+
+
+class HelperServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, path: Path, handlers: dict[str, Handler], allowed_uids: set[int]):
+        self.socket_path = Path(path)
+        self.handlers = handlers
+        self.allowed_uids = set(allowed_uids) | {0}
+        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.socket_path.exists() or self.socket_path.is_socket():
+            self.socket_path.unlink()
+        super().__init__(str(self.socket_path), _RequestHandler)
+        # anyone may connect; the peer-credential check decides who is answered
+        os.chmod(self.socket_path, 0o666)
+
+    def serve_in_thread(self) -> threading.Thread:
+        thread = threading.Thread(target=self.serve_forever, name="helper-socket", daemon=True)
+        thread.start()
+        return thread
+
+    def server_close(self) -> None:
+        super().server_close()
+        try:
+            self.socket_path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def ask(path: Path | str, fields: dict[str, bytes | str], timeout: float = 2.0) -> dict[str, str]:
+    """A client for tests and tools: send one request, return the decoded answer."""
+    from slurm_plugin.helper.protocol import decode_response, encode_request
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(str(path))
+        sock.sendall(encode_request(fields))
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    return decode_response(data)

@@ -1,0 +1,66 @@
+"""The helper's settings file (gpupack.toml): the [packer] table and where things live."""
+from __future__ import annotations
+
+import logging
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from packer.config import ConfigError, PackerConfig, load_config
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONFIG = Path(os.environ.get("GPUPACK_CONFIG", "/etc/slurm/gpupack.toml"))
+
+
+@dataclass(frozen=True)
+class Paths:
+    database: Path = Path("/var/lib/gpupack/gpupack.db")
+    socket: Path = Path("/run/gpupack/helper.sock")
+    kill_switch: Path = Path("/etc/slurm/gpupack.disable")
+    slurm_conf: Path | None = None
+    simgpu_dir: Path | None = None
+    slurm_user: str = "slurm"
+
+
+def load_paths(path: Path) -> Paths:
+    if not path.exists():
+        return Paths()
+    try:
+        table = tomllib.loads(path.read_text()).get("paths", {})
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    known = set(Paths.__dataclass_fields__)
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ConfigError(f"{path}: unknown [paths] keys {unknown}; known keys: {sorted(known)}")
+    values = {k: (v if k == "slurm_user" else Path(v)) for k, v in table.items()}
+    return Paths(**values)
+
+
+class ReloadingConfig:
+    """The [packer] table, re-read when the file changes; a bad edit keeps the last good one."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._mtime: float | None = None
+        self._config = load_config(path)
+        self._mtime = self._stat()
+
+    def _stat(self) -> float | None:
+        try:
+            return self.path.stat().st_mtime
+        except OSError:
+            return None
+
+    def __call__(self) -> PackerConfig:
+        mtime = self._stat()
+        if mtime != self._mtime:
+            self._mtime = mtime
+            try:
+                self._config = load_config(self.path)
+                log.info("reloaded %s: mode=%s", self.path, self._config.mode)
+            except ConfigError as exc:
+                log.error("keeping the previous settings: %s", exc)
+        return self._config

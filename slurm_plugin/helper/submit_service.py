@@ -1,0 +1,139 @@
+"""Answer one submission: decode what the shim sent, ask the packer, say what to apply.
+
+This is the glue between the wire format and the pure packer; it never raises to the
+server loop: any surprise becomes a pass-through answer with its reason.
+"""
+from __future__ import annotations
+
+import logging
+import pwd
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+from packer.comment import merge
+from packer.config import PackerConfig
+from packer.decision import ClusterView, Decision, decide
+from packer.fingerprint import fingerprint
+from packer.request import Candidate, JobFacts, classify, shard_request
+from packer.store import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SubmitAnswer:
+    verdict: str
+    reason: str
+    mode: str
+    admin_comment: str = ""  # new AdminComment to set ("" = leave as is)
+    rewrite: str = ""  # new tres_per_node ("" = leave the request as is)
+    clear_field: str = ""  # tres field that held the GPU request and must be cleared
+    fingerprint: str = ""
+
+    def to_wire(self) -> dict[str, str]:
+        return {
+            "status": "ok",
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "mode": self.mode,
+            "admin_comment": self.admin_comment,
+            "rewrite": self.rewrite,
+            "clear": self.clear_field,
+            "fp": self.fingerprint,
+        }
+
+
+@lru_cache(maxsize=4096)
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _text(fields: dict[str, bytes], key: str) -> str | None:
+    raw = fields.get(key)
+    if raw is None or raw == b"":
+        return None
+    return raw.decode("utf-8", "replace")
+
+
+def _int(fields: dict[str, bytes], key: str) -> int | None:
+    text = _text(fields, key)
+    if text is None:
+        return None
+    try:
+        return int(float(text))
+    except ValueError:
+        return None
+
+
+def job_facts(fields: dict[str, bytes]) -> JobFacts:
+    uid = _int(fields, "uid")
+    user = _text(fields, "user_name") or (_user_name(uid) if uid is not None else "")
+    return JobFacts(
+        user=user,
+        name=_text(fields, "name") or "",
+        script=fields.get("script", b""),
+        tres_per_node=_text(fields, "tres_per_node"),
+        tres_per_job=_text(fields, "tres_per_job"),
+        tres_per_task=_text(fields, "tres_per_task"),
+        min_nodes=_int(fields, "min_nodes"),
+        max_nodes=_int(fields, "max_nodes"),
+        num_tasks=_int(fields, "num_tasks"),
+        shared=_int(fields, "shared"),
+        partition=_text(fields, "partition"),
+    )
+
+
+class SubmitService:
+    """Holds what a decision needs: the config, the store and the live cluster view."""
+
+    def __init__(
+        self,
+        config: Callable[[], PackerConfig],
+        store: Store,
+        cluster_view: Callable[[], ClusterView],
+        kill_switch: Path | None = None,
+        on_decision: Callable[[JobFacts, Decision], None] | None = None,
+    ):
+        self._config = config
+        self.store = store
+        self._cluster_view = cluster_view
+        self.kill_switch = kill_switch
+        self._on_decision = on_decision
+
+    def answer(self, fields: dict[str, bytes]) -> SubmitAnswer:
+        started = time.perf_counter()
+        config = self._config()
+        if self.kill_switch is not None and self.kill_switch.exists():
+            return SubmitAnswer("untouched", "kill-switch", config.mode)
+        facts = job_facts(fields)
+        request = classify(facts)
+        fp = fingerprint(facts.user, facts.name, facts.script) if isinstance(request, Candidate) else None
+        estimate = self.store.estimate(fp, config.history_window) if fp else None
+        remembered = self.store.remembered_size(fp) if fp else None
+        decision = decide(request, estimate, self._cluster_view(), config, fp, remembered)
+        answer = SubmitAnswer(decision.verdict, decision.reason, config.mode, fingerprint=fp or "")
+        site_comment = _text(fields, "admin_comment")
+        if config.mode != "observe" and decision.reason != "no-gpu":
+            advised = config.mode == "advise"
+            answer.admin_comment = merge(site_comment, decision.comment(advised=advised))
+        if config.mode == "enforce" and decision.verdict == "packed" and isinstance(request, Candidate):
+            answer.rewrite = shard_request(decision.shards or 1, request.dialect)
+            if request.field != "tres_per_node":
+                answer.clear_field = request.field
+        if self._on_decision is not None:
+            try:
+                self._on_decision(facts, decision)
+            except Exception:  # the event log must never break a submission
+                log.exception("recording the decision failed")
+        log.info(
+            "decision user=%s verdict=%s reason=%s shards=%s mode=%s in %.2f ms",
+            facts.user, decision.verdict, decision.reason, decision.shards, config.mode,
+            (time.perf_counter() - started) * 1000,
+        )
+        return answer

@@ -1,0 +1,197 @@
+"""The dataclasses that flow out of the Slurm adapter.
+
+They are the same whichever Slurm release produced them: the parsers in `parse` and
+`gres` normalise the 22.05 (openapi v0.0.38) and 23.11+ (data_parser v0.0.40 and later)
+JSON into these shapes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+#: Base job states (Slurm's `enum job_states`).
+BASE_JOB_STATES = frozenset(
+    {
+        "PENDING",
+        "RUNNING",
+        "SUSPENDED",
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+    }
+)
+#: Job states after which a job does not run again (unless requeued by someone).
+FINISHED_JOB_STATES = frozenset(BASE_JOB_STATES - {"PENDING", "RUNNING", "SUSPENDED"})
+
+
+@dataclass(frozen=True)
+class SlurmVersion:
+    """A Slurm release, e.g. 22.05.8."""
+
+    major: int
+    minor: int
+    micro: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor:02d}.{self.micro}"
+
+    @property
+    def tuple(self) -> tuple[int, int, int]:
+        return (self.major, self.minor, self.micro)
+
+    @property
+    def has_scontrol_json(self) -> bool:
+        """`scontrol --json show ...` exists from 23.02 on (22.05 rejects the option)."""
+        return (self.major, self.minor) >= (23, 2)
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """Which JSON dialect a document is in, as its `meta` says (or its shape shows)."""
+
+    parser: str  # "v0.0.38", "v0.0.40", ... or "unknown"
+    version: SlurmVersion | None = None
+
+    @property
+    def structured_numbers(self) -> bool:
+        """v0.0.40+: numbers as {"set","infinite","number"}, states as lists."""
+        return self.parser not in ("v0.0.37", "v0.0.38", "v0.0.39", "unknown")
+
+
+@dataclass(frozen=True)
+class GresItem:
+    """One generic resource, requested or configured or in use.
+
+    `per` says what the count is for: "node" (tres_per_node, --gres), "job" (--gpus),
+    "task" (--gpus-per-task) or "socket". `indexes` are device indexes where Slurm
+    prints them (`IDX:0-1`); `per_device` is (used, total) per device for shared GRES
+    (shards) where Slurm prints `(2/8,0/8)`.
+    """
+
+    name: str
+    type: str | None = None
+    count: int = 1
+    per: str = "node"
+    indexes: tuple[int, ...] | None = None
+    per_device: tuple[tuple[int, int], ...] | None = None
+
+    def __str__(self) -> str:
+        head = self.name if self.type is None else f"{self.name}:{self.type}"
+        return f"{head}:{self.count}"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One Slurm job, as squeue/scontrol/sacct describe it."""
+
+    job_id: int
+    name: str | None = None
+    user: str | None = None
+    state: str | None = None  # one string, like squeue prints it: "RUNNING", "REQUEUED"
+    state_flags: tuple[str, ...] = ()  # the other entries of a 23.11+ state list
+    state_reason: str | None = None
+    partition: str | None = None
+    nodes: str | None = None  # Slurm hostlist, e.g. "node[1-2]"
+    gres: tuple[GresItem, ...] = ()  # what the job asks for (tres_per_node/job/task/socket)
+    gres_detail: tuple[GresItem, ...] = ()  # what it was given, one entry per node
+    admin_comment: str | None = None
+    comment: str | None = None
+    priority: int | None = None
+    submit_time: datetime | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    exit_code: int | None = None  # the batch script's return code
+    exit_signal: int | None = None
+    excluded_nodes: tuple[str, ...] = ()
+    restart_cnt: int | None = None
+    batch_host: str | None = None
+    exclusive: bool | None = None  # --exclusive (22.05 `shared: "none"`, 23.11+ `exclusive`)
+    node_count: int | None = None
+    tasks: int | None = None
+    held: bool | None = None
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state in FINISHED_JOB_STATES
+
+
+@dataclass(frozen=True)
+class Node:
+    """One Slurm node with its GRES, configured and in use."""
+
+    name: str
+    state: tuple[str, ...] = ()  # e.g. ("MIXED",), ("IDLE", "DRAIN")
+    gres: tuple[GresItem, ...] = ()
+    gres_used: tuple[GresItem, ...] = ()
+    partitions: tuple[str, ...] = ()
+    reason: str | None = None
+    cpus: int | None = None
+    alloc_cpus: int | None = None
+    real_memory: int | None = None
+    alloc_memory: int | None = None
+
+    def _count(self, items: tuple[GresItem, ...], name: str) -> int:
+        return sum(item.count for item in items if item.name == name)
+
+    @property
+    def gpus_total(self) -> int:
+        return self._count(self.gres, "gpu")
+
+    @property
+    def gpus_used(self) -> int:
+        return self._count(self.gres_used, "gpu")
+
+    @property
+    def shards_total(self) -> int:
+        return self._count(self.gres, "shard")
+
+    @property
+    def shards_used(self) -> int | None:
+        """Shards in use, when Slurm prints them per device (`shard:h100:2(2/8,0/8)`).
+
+        None otherwise: Slurm 22.05 prints `shard:h100:1(IDX:0)`, where the count is the
+        number of GPUs with any shard in use, not the number of shards. Count from the
+        jobs instead (`gres.shard_usage`).
+        """
+        items = [i for i in self.gres_used if i.name == "shard"]
+        if not items:
+            return 0 if self.shards_total == 0 else None
+        if all(i.per_device is not None for i in items):
+            return sum(used for i in items for used, _ in i.per_device or ())
+        return None
+
+    @property
+    def gpu_indexes_used(self) -> tuple[int, ...]:
+        found: set[int] = set()
+        for item in self.gres_used:
+            if item.name == "gpu" and item.indexes:
+                found.update(item.indexes)
+        return tuple(sorted(found))
+
+
+@dataclass(frozen=True)
+class JobsDocument:
+    """A parsed squeue/scontrol/sacct JSON document."""
+
+    dialect: Dialect
+    jobs: tuple[Job, ...] = ()
+    errors: tuple[str, ...] = ()  # what Slurm put in the document's `errors`
+    warnings: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()  # records left out, each with the reason
+
+
+@dataclass(frozen=True)
+class NodesDocument:
+    """A parsed `scontrol --json show node` / `sinfo --json` document."""
+
+    dialect: Dialect
+    nodes: tuple[Node, ...] = ()
+    errors: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()

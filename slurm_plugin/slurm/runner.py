@@ -1,0 +1,249 @@
+"""The one place that runs Slurm commands.
+
+Everything else in the project asks `SlurmRunner` (or a fake with the same executor
+signature) and gets dataclasses back; the command lines come from `build`, the
+parsing from `parse`. Only `subprocess_executor` touches `subprocess`.
+
+Errors: `SlurmCommandError` (command, exit code, stderr and a hint), its subclass
+`SlurmTimeoutError`, `JobNotFoundError` for an unknown job id, `SlurmParseError` for
+output of a shape the adapter does not know.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from slurm_plugin.slurm import build, parse
+from slurm_plugin.slurm.errors import (
+    JobNotFoundError,
+    SlurmCommandError,
+    SlurmTimeoutError,
+)
+from slurm_plugin.slurm.model import Job, JobsDocument, Node, NodesDocument, SlurmVersion
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 30.0
+
+_UNREACHABLE = (
+    "Unable to contact slurm controller",
+    "Unable to process configuration file",
+    "Could not establish a configuration source",
+    "Failed while looking for jobs",
+    "Unexpected message received",
+    "Socket timed out",
+    "Zero Bytes were transmitted",
+)
+_INVALID_JOB = ("Invalid job id specified",)
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one finished command printed."""
+
+    args: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+#: Runs argv with env and a timeout (seconds); raises SlurmCommandError when it cannot.
+Executor = Callable[[Sequence[str], Mapping[str, str], float], CommandResult]
+
+
+def subprocess_executor(args: Sequence[str], env: Mapping[str, str], timeout: float) -> CommandResult:
+    """Run one command without a shell; the only use of subprocess for Slurm."""
+    try:
+        completed = subprocess.run(
+            list(args),
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr
+        raise SlurmTimeoutError(
+            args,
+            None,
+            stderr or "",
+            hint=f"it ran past {timeout:g}s; slurmctld may be busy or unreachable "
+            f"(SLURM_CONF={env.get('SLURM_CONF', '<unset>')})",
+        ) from exc
+    except FileNotFoundError as exc:
+        raise SlurmCommandError(
+            args, 127, str(exc), hint=f"`{args[0]}` is not on PATH; install slurm-client"
+        ) from exc
+    except OSError as exc:
+        raise SlurmCommandError(args, 126, str(exc), hint=f"`{args[0]}` could not be started") from exc
+    return CommandResult(tuple(args), completed.returncode, completed.stdout, completed.stderr)
+
+
+def _hint(stderr: str, env: Mapping[str, str]) -> str | None:
+    if any(text in stderr for text in _UNREACHABLE):
+        return (
+            f"check that slurmctld is running and SLURM_CONF points at its slurm.conf "
+            f"(SLURM_CONF={env.get('SLURM_CONF', '<unset>')})"
+        )
+    if "accounting storage is disabled" in stderr:
+        return "sacct needs slurmdbd (AccountingStorageType=accounting_storage/slurmdbd)"
+    if "Access/permission denied" in stderr or "Permission denied" in stderr:
+        return "run as root or as the SlurmUser"
+    return None
+
+
+class SlurmRunner:
+    """Runs squeue, sinfo, sacct and scontrol and returns parsed results.
+
+    `env` and `slurm_conf` are laid over the current environment (SLURM_CONF passes
+    through); `executor` replaces the real commands, e.g. with `FakeSlurm` in tests.
+    """
+
+    def __init__(
+        self,
+        *,
+        env: Mapping[str, str] | None = None,
+        slurm_conf: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        executor: Executor | None = None,
+        version: SlurmVersion | None = None,
+    ) -> None:
+        merged = dict(os.environ)
+        merged.update(env or {})
+        if slurm_conf is not None:
+            merged["SLURM_CONF"] = slurm_conf
+        self.env: dict[str, str] = merged
+        self.timeout = timeout
+        self.executor: Executor = executor or subprocess_executor
+        self._version = version
+
+    # ---------------------------------------------------------------- running
+
+    def run(self, args: Sequence[str], *, timeout: float | None = None) -> CommandResult:
+        """Run one command; SlurmCommandError when it fails or does not finish."""
+        limit = self.timeout if timeout is None else timeout
+        started = time.monotonic()
+        result = self.executor(args, self.env, limit)
+        log.debug(
+            "%s -> exit %s in %.3fs", " ".join(args), result.returncode, time.monotonic() - started
+        )
+        if result.returncode != 0:
+            raise SlurmCommandError(
+                args,
+                result.returncode,
+                result.stderr,
+                stdout=result.stdout,
+                hint=_hint(result.stderr, self.env),
+            )
+        return result
+
+    def _run_for_job(self, args: Sequence[str], job_id: int) -> CommandResult:
+        try:
+            return self.run(args)
+        except SlurmCommandError as exc:
+            if any(text in exc.stderr for text in _INVALID_JOB):
+                raise JobNotFoundError(job_id) from exc
+            raise
+
+    # ---------------------------------------------------------------- reading
+
+    def version(self) -> SlurmVersion:
+        """The Slurm release of the client commands (`scontrol --version`), cached."""
+        if self._version is None:
+            self._version = parse.parse_version_output(self.run(build.version_args()).stdout)
+        return self._version
+
+    def _jobs_from(self, args: Sequence[str]) -> JobsDocument:
+        result = self.run(args)
+        document = parse.parse_jobs_document(parse.loads(result.stdout, source=args[0]))
+        if document.errors:
+            text = "; ".join(document.errors)
+            if not document.jobs:
+                raise SlurmCommandError(args, 0, text, hint=_hint(text, self.env))
+            log.warning("%s reported: %s", args[0], text)
+        return document
+
+    def jobs_document(self) -> JobsDocument:
+        """Every job slurmctld knows (finished ones until MinJobAge), with the dialect."""
+        return self._jobs_from(build.squeue_args())
+
+    def jobs(self, job_ids: Iterable[int] | None = None) -> list[Job]:
+        """Every job slurmctld knows, or only those in `job_ids`."""
+        jobs = self.jobs_document().jobs
+        if job_ids is None:
+            return list(jobs)
+        wanted = set(job_ids)
+        return [job for job in jobs if job.job_id in wanted]
+
+    def job(self, job_id: int) -> Job:
+        """One job; JobNotFoundError when slurmctld does not know it."""
+        args = build.show_job_args(job_id, self.version())
+        try:
+            document = self._jobs_from(args)
+        except SlurmCommandError as exc:
+            if any(text in exc.stderr for text in _INVALID_JOB):
+                raise JobNotFoundError(job_id) from exc
+            raise
+        for job in document.jobs:
+            if job.job_id == job_id:
+                return job
+        raise JobNotFoundError(job_id)
+
+    def nodes_document(self) -> NodesDocument:
+        args = build.show_nodes_args(self.version())
+        result = self.run(args)
+        document = parse.parse_nodes_document(parse.loads(result.stdout, source=args[0]))
+        if document.errors:
+            text = "; ".join(document.errors)
+            if not document.nodes:
+                raise SlurmCommandError(args, 0, text, hint=_hint(text, self.env))
+            log.warning("%s reported: %s", args[0], text)
+        return document
+
+    def nodes(self) -> list[Node]:
+        """Every node with its GRES configured and in use."""
+        return list(self.nodes_document().nodes)
+
+    def accounting(
+        self, job_ids: Iterable[int] | None = None, *, since: datetime | str | None = None
+    ) -> list[Job]:
+        """Finished and running jobs from slurmdbd (`sacct --json`)."""
+        return list(self._jobs_from(build.sacct_args(job_ids, since=since)).jobs)
+
+    def batch_script(self, job_id: int) -> str:
+        """The job's batch script. 22.05 exits 0 even when it fails, so stderr is read."""
+        args = build.batch_script_args(job_id)
+        result = self._run_for_job(args, job_id)
+        if result.stderr.strip() and not result.stdout:
+            if any(text in result.stderr for text in _INVALID_JOB):
+                raise JobNotFoundError(job_id) from SlurmCommandError(args, 0, result.stderr)
+            raise SlurmCommandError(args, 0, result.stderr, hint=_hint(result.stderr, self.env))
+        return result.stdout
+
+    # ---------------------------------------------------------------- changing
+
+    def update_job(self, job_id: int, **fields: object) -> None:
+        """`scontrol update JobId=ID Key=Value...`, e.g. update_job(7, AdminComment="...")."""
+        self._run_for_job(build.update_job_args(job_id, fields), job_id)
+
+    def requeue(self, job_id: int, *, hold: bool = False) -> None:
+        """Put a running or finished job back in the queue (held with hold=True)."""
+        self._run_for_job(build.requeue_args(job_id, hold=hold), job_id)
+
+    def hold(self, job_id: int) -> None:
+        self._run_for_job(build.hold_args(job_id), job_id)
+
+    def release(self, job_id: int) -> None:
+        self._run_for_job(build.release_args(job_id), job_id)
+
+    def top(self, job_id: int) -> None:
+        """Move a pending job before its owner's other pending jobs."""
+        self._run_for_job(build.top_args(job_id), job_id)
