@@ -1,1 +1,24 @@
-"""MIG partition manager: catalogues, the partition state machine, layout policies, backends."""
+"""MIG partition manager: catalogues, the partition state machine, layout policies, backends.
+
+Public API (pure code unless noted)::
+
+    mig.catalog.load_catalog(model) -> Catalog          # static table, by model/alias/NVML name
+    mig.catalog.list_models() -> list[str]
+    Catalog.profile(name) / .restrict(names) / .smallest_fitting(memory_mib)
+    mig.fsm.get_space(catalog, profiles=None) -> PartitionSpace   # precomputed, cached
+    PartitionSpace.empty() / .full_configurations() / .n_states
+    mig.fsm.PartitionState.parse(space, "3g.40gb@4,1g.10gb@0")
+    PartitionState.alloc(profile, start) / .free(profile, start)  # -> new state
+    PartitionState.placements / .reachable_full_configs / .successors(profile)
+    mig.policies.choose(state, profile, policy="fsm"|"first-fit"|"random"|"demand",
+                        demand=None, rng=None) -> Choice
+    mig.policies.choose_placement(...) -> int | None    # the start only
+    mig.planner.plan_merge_split(state, profile, busy=()) -> MergeSplitPlan
+    mig.layout.by_size(jobs, catalog, profiles=None) / in_order(...) -> LayoutResult
+    mig.simulate.parse_events(text) / run_events(space, events, policy) -> SimulationResult
+    mig.apply.apply_layout(backend, gpu_index, placements, dry_run=False) -> ApplyResult
+    mig.backend.GpuBackend                               # the backend Protocol
+    mig.sim_backend.SimGpuBackend(state_dir=None, node="node0", gpus=None)
+    mig.nvml_backend.NvmlBackend()                       # NVML; the only module using pynvml
+    mig.errors.MigError and subclasses                   # shared by both backends
+"""

@@ -74,6 +74,8 @@ class PartitionSpace:
         self.reach: dict[int, int] = {}
         # per state, per profile: sum over reachable full configs of that profile's free count
         self.profile_reach: dict[int, list[int]] = {}
+        # per state, per profile: most free instances of that profile in one reachable config
+        self.profile_max: dict[int, list[int]] = {}
         self._precompute_reach()
         self.precompute_seconds = time.perf_counter() - t0
         log.debug(
@@ -118,6 +120,7 @@ class PartitionSpace:
     def _precompute_reach(self) -> None:
         reach = self.reach
         preach = self.profile_reach
+        pmax = self.profile_max
         nprof = len(self.profiles)
         for full in self.full_configs:
             bits = [b for b in range(len(self.slots)) if full >> b & 1]
@@ -135,10 +138,14 @@ class PartitionSpace:
                 row = preach.get(mask)
                 if row is None:
                     preach[mask] = free_counts
+                    pmax[mask] = list(free_counts)
                 else:
+                    top = pmax[mask]
                     for i, c in enumerate(free_counts):
                         if c:
                             row[i] += c
+                            if c > top[i]:
+                                top[i] = c
 
     # -- queries --------------------------------------------------------------------
     @property

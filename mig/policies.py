@@ -2,9 +2,10 @@
 
 - ``fsm``: the successor state that keeps the most full configurations reachable
   (thesis Algorithm 3); ties go to the lowest start.
-- ``demand``: successor states scored by the pending requests' size mix: each reachable
-  full configuration counts the free instances it would offer, weighted by how much of the
-  demand asks for that profile; ties fall back to ``fsm``.
+- ``demand``: successor states scored by the pending requests' size mix: how many free
+  instances of each pending profile the best reachable full configuration still offers,
+  weighted by its share of the demand; then the same summed over all reachable full
+  configurations; ties fall back to ``fsm``.
 - ``first-fit``: the lowest free start.
 - ``random``: a uniformly random feasible start (seeded ``random.Random`` for replays).
 """
@@ -25,7 +26,7 @@ class Candidate:
 
     start: int
     reachable_full_configs: int
-    demand_score: float = 0.0
+    demand_score: tuple[float, float] = (0.0, 0.0)
 
     def to_dict(self) -> dict:
         return {"start": self.start, "reachable_full_configs": self.reachable_full_configs}
@@ -50,19 +51,26 @@ class Choice:
         }
 
 
-def demand_score(nxt: PartitionState, demand: Mapping[str, float]) -> float:
-    """Σ over reachable full configs of the free instances of each profile × its demand."""
+def demand_score(nxt: PartitionState, demand: Mapping[str, float]) -> tuple[float, float]:
+    """How well ``nxt`` can still serve the pending mix ``demand`` (profile -> weight).
+
+    First: Σ_p w_p × the most free instances of p one reachable full configuration offers
+    (how many of each pending kind can still be placed). Then, to break ties: Σ_p w_p × the
+    free instances of p summed over every reachable full configuration.
+    """
     space = nxt.space
+    top = space.profile_max.get(nxt.mask)
     row = space.profile_reach.get(nxt.mask)
-    if row is None:
-        return 0.0
+    if top is None or row is None:
+        return (0.0, 0.0)
     total = float(sum(w for w in demand.values() if w > 0)) or 1.0
-    score = 0.0
+    best = summed = 0.0
     for name, w in demand.items():
         pos = space.profile_pos.get(name)
         if pos is not None and w > 0:
-            score += (w / total) * row[pos]
-    return score
+            best += (w / total) * top[pos]
+            summed += (w / total) * row[pos]
+    return (best, summed)
 
 
 def candidates(state: PartitionState, profile: str,
@@ -71,7 +79,7 @@ def candidates(state: PartitionState, profile: str,
     out = []
     for start, nxt in state.successors(profile):
         out.append(Candidate(start, nxt.reachable_full_configs,
-                             demand_score(nxt, demand) if demand else 0.0))
+                             demand_score(nxt, demand) if demand else (0.0, 0.0)))
     return out
 
 

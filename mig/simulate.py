@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Iterable, Mapping, Sequence
 
-from mig.fsm import PartitionSpace, PartitionState
+from mig.fsm import PartitionSpace
 from mig.policies import choose
 
 

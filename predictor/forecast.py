@@ -48,6 +48,7 @@ class ForecasterOptions:
     min_samples: int = 6  # no decision before this many samples
     min_half: int = 4  # the deceleration test needs halves of at least this many samples
     max_window: int = 4096  # samples in the longest fit (bounds the cost of one update)
+    max_extrapolation: float = 10.0  # certainty only within this many times the observed span
     decel_ratio: float = 0.5  # recent slope below this share of the older slope: drop the older half
     converge_tol: float = 0.05  # relative movement of the point forecast that still counts as stable
     converge_fraction: float = 0.25  # ... over this share of the samples seen so far
@@ -135,6 +136,7 @@ class _Estimate:
     window: int
     crossing: float | None
     note: str = ""
+    lower_reach: float = -math.inf  # lower bound at the reach (see _forecast)
 
 
 class Forecaster:
@@ -251,12 +253,14 @@ class Forecaster:
         return w, note
         return w, note
 
-    def _fit(self, x: np.ndarray, y: np.ndarray, at: float) -> _Estimate:
+    def _fit(self, x: np.ndarray, y: np.ndarray, at: float, reach: float) -> _Estimate:
         w, note = self._select_window(x, y)
         fit = fit_line(x[-w:], y[-w:])
-        lower, upper = fit.bounds(at, self.options.confidence, self.options.noise_floor_bytes)
+        floor = self.options.noise_floor_bytes
+        lower, upper = fit.bounds(at, self.options.confidence, floor)
+        lower_reach = fit.bounds(reach, self.options.confidence, floor)[0]
         crossing = (self.capacity_bytes - fit.intercept) / fit.slope if fit.slope > 0 else None
-        return _Estimate(fit.predict(at), lower, upper, fit.slope, w, crossing, note)
+        return _Estimate(fit.predict(at), lower, upper, fit.slope, w, crossing, note, lower_reach)
 
     def _forecast(self) -> Forecast:
         opts = self.options
@@ -269,13 +273,17 @@ class Forecaster:
 
         est: _Estimate | None = None
         if n >= 3:
-            peak = self._fit(x, self._peak.view(), at)  # the thesis' signal
-            raw = self._fit(x, self._raw.view(), at)  # what the job uses now
+            # certainty is only claimed this far ahead: a linear trend is not trusted beyond
+            # max_extrapolation times the span observed (ramps that flatten look linear)
+            reach = min(at, x[0] + opts.max_extrapolation * (step - x[0]))
+            peak = self._fit(x, self._peak.view(), at, reach)  # the thesis' signal
+            raw = self._fit(x, self._raw.view(), at, reach)  # what the job uses now
             if self._reuse_mode:
-                ifit = self._fit(x, self._inv.view(), at)
+                ifit = self._fit(x, self._inv.view(), at, reach)
                 ipoint, ilo, ihi = max(ifit.point, 1.0), max(ifit.lower, 1.0), max(ifit.upper, 1.0)
                 for e in (peak, raw):
                     e.point, e.lower, e.upper, e.crossing = e.point / ipoint, e.lower / ihi, e.upper / ilo, None
+                    e.lower_reach = e.lower_reach / ihi  # conservative: inverse ratio at the horizon
             # Point and upper bound: the larger of the two signals. Certainty: the raw series
             # alone, or the peak series when the raw trend agrees. A running maximum of noise
             # rises (like log n) and alone would raise false alarms on flat, noisy jobs; a
@@ -288,6 +296,9 @@ class Forecaster:
                 window=max(peak.window, raw.window),
                 crossing=min((c for c in (peak.crossing, raw.crossing) if c is not None), default=None),
                 note=peak.note or raw.note,
+                lower_reach=max(
+                    raw.lower_reach, peak.lower_reach if raw.point > self.capacity_bytes else -math.inf
+                ),
             )
             # convergence is judged on the raw trend: the running maximum of a noisy series
             # jumps, and its forecast with it, long after the trend has settled
@@ -306,7 +317,7 @@ class Forecaster:
 
         already = observed > self.capacity_bytes
         confident = already or (ready and self._converged())
-        will_exceed = already or (ready and lower > self.capacity_bytes)
+        will_exceed = already or (ready and est is not None and est.lower_reach > self.capacity_bytes)
         may_exceed = already or (ready and upper > self.capacity_bytes)
         warn = will_exceed and confident
         if already:

@@ -10,7 +10,6 @@ import json
 import os
 import socket
 import sys
-from pathlib import Path
 from typing import Any, Callable
 
 import click

@@ -44,8 +44,14 @@ def _job_id(job_id: int) -> str:
     return str(job_id)
 
 
-def _job_ids(job_ids: Iterable[int]) -> str:
-    ids = [_job_id(j) for j in job_ids]
+def _as_list(job_ids: int | Iterable[int]) -> list[int]:
+    if isinstance(job_ids, Iterable) and not isinstance(job_ids, (str, bytes)):
+        return list(job_ids)
+    return [job_ids]  # type: ignore[list-item]  # checked by _job_id
+
+
+def _job_ids(job_ids: int | Iterable[int]) -> str:
+    ids = [_job_id(j) for j in _as_list(job_ids)]
     if not ids:
         raise ValueError("at least one job id is needed")
     return ",".join(ids)
@@ -135,24 +141,20 @@ def update_job_args(job_id: int, fields: Mapping[str, object]) -> list[str]:
 
 def requeue_args(job_ids: int | Sequence[int], *, hold: bool = False) -> list[str]:
     """`scontrol requeue ID` (back to pending) or `requeuehold` (pending and held)."""
-    ids = [job_ids] if isinstance(job_ids, int) else list(job_ids)
-    return ["scontrol", "requeuehold" if hold else "requeue", _job_ids(ids)]
+    return ["scontrol", "requeuehold" if hold else "requeue", _job_ids(job_ids)]
 
 
 def hold_args(job_ids: int | Sequence[int]) -> list[str]:
-    ids = [job_ids] if isinstance(job_ids, int) else list(job_ids)
-    return ["scontrol", "hold", _job_ids(ids)]
+    return ["scontrol", "hold", _job_ids(job_ids)]
 
 
 def release_args(job_ids: int | Sequence[int]) -> list[str]:
-    ids = [job_ids] if isinstance(job_ids, int) else list(job_ids)
-    return ["scontrol", "release", _job_ids(ids)]
+    return ["scontrol", "release", _job_ids(job_ids)]
 
 
 def top_args(job_ids: int | Sequence[int]) -> list[str]:
     """`scontrol top ID`: before the user's other pending jobs (needs PriorityType/multifactor)."""
-    ids = [job_ids] if isinstance(job_ids, int) else list(job_ids)
-    return ["scontrol", "top", _job_ids(ids)]
+    return ["scontrol", "top", _job_ids(job_ids)]
 
 
 def batch_script_args(job_id: int) -> list[str]:

@@ -117,8 +117,15 @@ class Job:
     held: bool | None = None
 
     @property
+    def base_state(self) -> str | None:
+        """The base state even when `state` shows a flag (REQUEUED, COMPLETING...)."""
+        if self.state in BASE_JOB_STATES:
+            return self.state
+        return next((f for f in self.state_flags if f in BASE_JOB_STATES), None)
+
+    @property
     def is_finished(self) -> bool:
-        return self.state in FINISHED_JOB_STATES
+        return self.base_state in FINISHED_JOB_STATES and self.state != "COMPLETING"
 
 
 @dataclass(frozen=True)

@@ -251,8 +251,6 @@ class _Reader:
         value = value if use_value else self.get(key)
         if value is None:
             return None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)
         if not isinstance(value, str):
             self.bad(key, "expected a string", value)
             return None
@@ -372,6 +370,11 @@ def _gres_detail(reader: _Reader) -> tuple[GresItem, ...]:
     return tuple(items)
 
 
+def _user_id(reader: _Reader) -> str | None:
+    uid = reader.number("user_id")
+    return None if uid is None else str(uid)
+
+
 def _job_id(record: Any, path: str) -> int:
     if not isinstance(record, Mapping):
         raise SlurmParseError(path, "expected an object", record)
@@ -417,12 +420,12 @@ def parse_job(record: Any, *, path: str = "job", strict: bool = False) -> Job:
     priority = reader.number("priority")
     state_reason = reader.text("state_reason")
     held = reader.flag("hold")
-    if held is None and state == "PENDING" and priority is not None:
-        held = priority == 0
+    if held is None and state is not None:
+        held = state == "PENDING" and priority == 0 if priority is not None else None
     return Job(
         job_id=job_id,
         name=reader.text("name"),
-        user=reader.text("user_name") or reader.text("user") or reader.text("user_id"),
+        user=reader.text("user_name") or reader.text("user") or _user_id(reader),
         state=state,
         state_flags=flags,
         state_reason=None if state_reason == "None" else state_reason,

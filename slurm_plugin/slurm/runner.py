@@ -34,6 +34,7 @@ _UNREACHABLE = (
     "Unable to contact slurm controller",
     "Unable to process configuration file",
     "Could not establish a configuration source",
+    "s_p_parse_file: cannot stat file",
     "Failed while looking for jobs",
     "Unexpected message received",
     "Socket timed out",
@@ -75,7 +76,7 @@ def subprocess_executor(args: Sequence[str], env: Mapping[str, str], timeout: fl
             args,
             None,
             stderr or "",
-            hint=f"it ran past {timeout:g}s; slurmctld may be busy or unreachable "
+            hint=f"It ran past {timeout:g}s; slurmctld may be busy or unreachable "
             f"(SLURM_CONF={env.get('SLURM_CONF', '<unset>')})",
         ) from exc
     except FileNotFoundError as exc:
@@ -90,13 +91,13 @@ def subprocess_executor(args: Sequence[str], env: Mapping[str, str], timeout: fl
 def _hint(stderr: str, env: Mapping[str, str]) -> str | None:
     if any(text in stderr for text in _UNREACHABLE):
         return (
-            f"check that slurmctld is running and SLURM_CONF points at its slurm.conf "
+            f"Check that slurmctld is running and SLURM_CONF points at its slurm.conf "
             f"(SLURM_CONF={env.get('SLURM_CONF', '<unset>')})"
         )
     if "accounting storage is disabled" in stderr:
         return "sacct needs slurmdbd (AccountingStorageType=accounting_storage/slurmdbd)"
     if "Access/permission denied" in stderr or "Permission denied" in stderr:
-        return "run as root or as the SlurmUser"
+        return "Run as root or as the SlurmUser"
     return None
 
 

@@ -1,0 +1,117 @@
+"""Where a pending packed job must not go: pure rules the monitor applies as `ExcNodeList`.
+
+Slurm chooses the GPU inside a node itself, so the finest steering it offers the helper is
+the node: a pending packed job is kept off every node where a job it must not share a GPU
+with is running (pair avoidance, the patent seed's block 425), or where Slurm 22.05 has
+already put a whole-GPU job and shards on the same GPU (`quirk_nodes`).
+
+The user's own `--exclude` is never dropped: what the helper adds is tracked separately
+and `merge_exclusions` lays it over the user's list.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Running:
+    """A running job as placement sees it."""
+
+    job_id: int
+    fingerprint: str | None
+    nodes: tuple[str, ...]
+    packed: bool  # holds shards (shares a GPU) rather than whole GPUs
+
+
+def avoid_nodes(
+    fingerprint: str | None,
+    running: Iterable[Running],
+    must_avoid: Callable[[str, str], bool],
+) -> frozenset[str]:
+    """Nodes running a job whose fingerprint must not share a GPU with `fingerprint`."""
+    if not fingerprint:
+        return frozenset()
+    out: set[str] = set()
+    for job in running:
+        if job.fingerprint and job.packed and must_avoid(fingerprint, job.fingerprint):
+            out.update(job.nodes)
+    return frozenset(out)
+
+
+def merge_exclusions(current: Iterable[str], ours_before: Iterable[str], ours_now: Iterable[str]) -> tuple[str, ...]:
+    """The job's new exclusion list: the user's part of `current` plus what we add now.
+
+    The user's part is `current` minus what we added before (a node the user excluded
+    and we also excluded stays excluded, since it cannot be told apart: safe side)."""
+    current_set, before, now = set(current), set(ours_before), set(ours_now)
+    user = current_set - before
+    return tuple(sorted(user | now))
+
+
+@dataclass(frozen=True)
+class GpuHolders:
+    """Who holds one GPU of one node: whole-GPU jobs and shard jobs, with start times."""
+
+    node: str
+    index: int
+    whole: tuple[tuple[int, float], ...]  # (job_id, started_at)
+    shards: tuple[tuple[int, float], ...]
+
+
+def gpu_holders(allocations: Iterable[tuple[int, float, str, str, tuple[int, ...]]]) -> list[GpuHolders]:
+    """Group (job_id, started_at, node, kind 'gpu'|'shard', indexes) by (node, GPU index)."""
+    table: dict[tuple[str, int], dict[str, list[tuple[int, float]]]] = {}
+    for job_id, started_at, node, kind, indexes in allocations:
+        if kind not in ("gpu", "shard"):
+            continue
+        for index in indexes:
+            slot = table.setdefault((node, index), {"gpu": [], "shard": []})
+            if (job_id, started_at) not in slot[kind]:
+                slot[kind].append((job_id, started_at))
+    return [
+        GpuHolders(node, index, tuple(sorted(v["gpu"], key=lambda t: t[1])), tuple(sorted(v["shard"], key=lambda t: t[1])))
+        for (node, index), v in sorted(table.items())
+    ]
+
+
+@dataclass(frozen=True)
+class QuirkCollision:
+    """A GPU held whole by one job and in shares by another (Slurm 22.05 before 23.11.5)."""
+
+    node: str
+    index: int
+    requeue: int  # the job that arrived last: it is requeued
+    keep: tuple[int, ...]  # the jobs that were there first
+
+    @property
+    def reason(self) -> str:
+        return (
+            f"GPU {self.index} of {self.node} was given whole and as shards at once (Slurm 22.05 bug, "
+            f"fixed in 23.11.5); job {self.requeue} came last and is requeued, jobs {list(self.keep)} keep it"
+        )
+
+
+def quirk_collisions(holders: Iterable[GpuHolders]) -> list[QuirkCollision]:
+    """GPUs with both a whole-GPU job and shard jobs; the newest arrival loses.
+
+    When the whole-GPU job came first, every shard job is requeued (newest first, one per
+    round); when shard jobs came first, the whole-GPU job is requeued."""
+    out: list[QuirkCollision] = []
+    for h in holders:
+        if not h.whole or not h.shards:
+            continue
+        everyone = sorted([*h.whole, *h.shards], key=lambda t: (t[1], t[0]))
+        newest = everyone[-1][0]
+        out.append(QuirkCollision(h.node, h.index, newest, tuple(j for j, _ in everyone[:-1])))
+    return out
+
+
+def pending_exclusions(
+    pending: Mapping[int, str | None],
+    running: Iterable[Running],
+    must_avoid: Callable[[str, str], bool],
+) -> dict[int, frozenset[str]]:
+    """For each pending packed job (id -> fingerprint): the nodes it must avoid now."""
+    running = list(running)
+    return {job_id: avoid_nodes(fp, running, must_avoid) for job_id, fp in pending.items()}

@@ -1,0 +1,179 @@
+"""What to requeue, and with which priority: pure rules for the controller helper's monitor.
+
+Contention (the patent seed, FIG. 4): jobs sharing one GPU are ordered by when they started
+there. When a job that was already running (a *senior*) loses more than `threshold` of the
+throughput it had before the newest job (the *newcomer*) started beside it, the newcomer is
+preempted: requeued, put at the head of the queue, and the pair is recorded so the two are
+never packed together again. One newcomer per GPU per round: if a senior still suffers
+after that, the next round preempts the next-newest job (block 420 of FIG. 4).
+
+Memory growth (the thesis, Algorithm 1): when the forecaster is certain a job will outgrow
+its share, it is restarted early on the next larger size (`restart_size`).
+
+Head of the queue (`head_priority`): Slurm 22.05 resets a requeued job's submit time (and
+with it its age factor, and under priority/basic its place in the order), so the job is
+given an administrator priority above every pending job; `scontrol top` only reorders one
+user's own jobs and is not enough.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from packer.contention import Sharer, check_contention
+
+#: The highest priority `scontrol update priority=` takes (Slurm keeps 0xfffffffe/f for NO_VAL/INFINITE).
+MAX_PRIORITY = 0xFFFFFFFD
+#: Priority of a requeued job when nothing else is pending (above Slurm's priority/basic base).
+DEFAULT_HEAD_PRIORITY = 0xFFFF0000
+
+
+@dataclass(frozen=True)
+class Resident:
+    """One job on one GPU: when it started there, and its throughput samples (at, value)."""
+
+    job_id: int
+    started_at: float
+    throughput: tuple[tuple[float, float], ...] = ()
+    fingerprint: str | None = None
+
+
+@dataclass(frozen=True)
+class Hurt:
+    job_id: int
+    fingerprint: str | None
+    loss: float  # fraction of throughput lost, 0.25 = 25 %
+    before: float
+    after: float
+
+
+@dataclass(frozen=True)
+class ContentionVerdict:
+    """Requeue `newcomer`: it slowed the jobs in `hurt` by more than the threshold."""
+
+    newcomer: int
+    newcomer_fingerprint: str | None
+    hurt: tuple[Hurt, ...]
+    threshold: float
+
+    @property
+    def reason(self) -> str:
+        worst = max(self.hurt, key=lambda h: h.loss)
+        return (
+            f"job {worst.job_id} lost {worst.loss:.0%} of its throughput "
+            f"({worst.before:.3g}->{worst.after:.3g}/s) after job {self.newcomer} started beside it "
+            f"(threshold {self.threshold:.0%})"
+        )
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def throughput_loss(
+    samples: Iterable[tuple[float, float]],
+    since: float,
+    *,
+    settle_s: float = 2.0,
+    min_before: int = 2,
+    min_after: int = 2,
+    window: int = 10,
+) -> tuple[float, float, float] | None:
+    """(loss, before, after): mean throughput in the `window` samples before `since` against
+    the mean of the samples from `since + settle_s` on. None until both sides have enough
+    samples, or when the job had no throughput before."""
+    ordered = sorted((at, value) for at, value in samples if value is not None and math.isfinite(value) and value >= 0)
+    before = [v for at, v in ordered if at < since][-window:]
+    after = [v for at, v in ordered if at >= since + settle_s][-window:]
+    if len(before) < min_before or len(after) < min_after:
+        return None
+    mean_before, mean_after = _mean(before), _mean(after)
+    if not mean_before or mean_before <= 0:
+        return None
+    return max(0.0, 1.0 - mean_after / mean_before), mean_before, mean_after
+
+
+def find_contention(
+    residents: Sequence[Resident],
+    threshold: float = 0.10,
+    *,
+    settle_s: float = 2.0,
+    min_before: int = 2,
+    min_after: int = 2,
+) -> ContentionVerdict | None:
+    """The newcomer to preempt on one GPU, or None. `residents` are the jobs on that GPU.
+
+    Measures each senior's throughput before and after the newest job started (sample
+    windows, `throughput_loss`) and leaves the verdict to `packer.contention.check_contention`.
+    """
+    if not 0 < threshold < 1:
+        raise ValueError(f"threshold must be a fraction in (0, 1), got {threshold}")
+    if len(residents) < 2:
+        return None
+    newcomer = max(residents, key=lambda r: (r.started_at, r.job_id))
+    measured: dict[int, tuple[float, float, float]] = {}
+    sharers = []
+    for r in residents:
+        before = after = None
+        if r is not newcomer and r.started_at < newcomer.started_at:
+            m = throughput_loss(r.throughput, newcomer.started_at, settle_s=settle_s,
+                                min_before=min_before, min_after=min_after)
+            if m is not None:
+                measured[r.job_id] = m
+                _, before, after = m
+        sharers.append(Sharer(str(r.job_id), r.fingerprint or str(r.job_id), r.started_at, before, after))
+    verdict = check_contention(sharers, threshold)
+    if verdict.requeue is None or verdict.requeue != str(newcomer.job_id):
+        return None
+    by_id = {r.job_id: r for r in residents}
+    hurt = tuple(
+        Hurt(int(j), by_id[int(j)].fingerprint, *measured[int(j)]) for j in verdict.hurt if int(j) in measured
+    )
+    return ContentionVerdict(newcomer.job_id, newcomer.fingerprint, hurt, threshold)
+
+
+def head_priority(pending_priorities: Iterable[int | None], exclude_current: int | None = None) -> int:
+    """A priority above every pending job's, so the job is the next to start.
+
+    `exclude_current` is the job's own present priority (left out of the maximum so that a
+    job already at the head does not climb on every round).
+    """
+    others = [p for p in pending_priorities if p is not None and p != exclude_current and 0 < p <= MAX_PRIORITY]
+    top = max(others, default=DEFAULT_HEAD_PRIORITY - 1)
+    if exclude_current is not None and exclude_current > top:
+        return exclude_current
+    return min(MAX_PRIORITY, max(top + 1, DEFAULT_HEAD_PRIORITY))
+
+
+@dataclass(frozen=True)
+class RestartSize:
+    """What to restart a job with: `shards` shares of a GPU, or the whole GPU (`shards` None)."""
+
+    shards: int | None
+    reason: str
+
+    @property
+    def whole_gpu(self) -> bool:
+        return self.shards is None
+
+
+def restart_size(
+    current_shards: int,
+    need_bytes: float,
+    share_bytes: float,
+    max_packed_shards: int,
+    partition_shards: Sequence[int] = (),
+) -> RestartSize:
+    """The next larger size that holds `need_bytes`: at least one share more than now,
+    rounded up to a partition size when `partition_shards` (MIG profiles in shares) are
+    given, and the whole GPU when no packed size holds it."""
+    if share_bytes <= 0:
+        raise ValueError("share_bytes must be positive")
+    want = max(current_shards + 1, math.ceil(need_bytes / share_bytes))
+    if partition_shards:
+        fitting = sorted(s for s in partition_shards if s >= want)
+        want = fitting[0] if fitting else max_packed_shards + 1
+    if want > max_packed_shards:
+        return RestartSize(None, f"needs {need_bytes / 2**30:.1f}GiB: more than a packed job may hold, whole GPU")
+    return RestartSize(want, f"needs {need_bytes / 2**30:.1f}GiB: shard:{current_shards} -> shard:{want}")

@@ -1,0 +1,9 @@
+"""The node agent: isolates each job step on the GPU Slurm gave it, samples jobs, survives restarts.
+
+- :mod:`.isolation` pure decisions (what a step's env says it got, which MIG profile, MPS share)
+- :mod:`.state` the persistent assignments (JSON, atomic rename)
+- :mod:`.trust` who may ask what; the bounds on a job's own progress reports
+- :mod:`.daemon` the agent itself (GPU backend + Slurm, thin adapters)
+- :mod:`.server` the local Unix socket (JSON lines; SO_PEERCRED)
+- :mod:`.client` what the SPANK plugin, the workload, the epilog and the helper call
+"""

@@ -1,0 +1,477 @@
+"""The node agent: materialises each job's isolation, samples jobs, reconciles after a restart.
+
+It is an adapter: which profile and where it goes are decided by
+:mod:`slurm_plugin.agent.isolation` and :mod:`mig.policies`; the GPU is reached only
+through a :class:`mig.backend.GpuBackend` (the simulated GPU here, NVML on real GPUs), and
+Slurm only through ``list_running_jobs`` (squeue, via the Slurm adapter).
+"""
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from mig.errors import MigError
+from mig.policies import choose
+from packer.samples import JobSample
+from slurm_plugin.agent import isolation as iso
+from slurm_plugin.agent.state import BATCH_STEP, EXTERN_STEP, Assignment, StateFile, write_json_atomic
+from slurm_plugin.agent.trust import Peer, ReportGuard, ReportRejected, check_reporter
+
+log = logging.getLogger(__name__)
+
+SAMPLES_KEPT = 3600  # per job, in memory
+RECONCILE_GRACE_S = 10.0  # a job isolated this recently is not freed because squeue lags
+JobLister = Callable[[], "set[int] | None"]  # running job ids on this node; None = Slurm unreachable
+
+
+class AgentError(RuntimeError):
+    """An isolation request that cannot be met; the message goes to the SPANK plugin's log."""
+
+
+@dataclass(frozen=True)
+class AgentPaths:
+    state_dir: Path
+    node: str
+
+    @property
+    def socket(self) -> Path:
+        return socket_path(self.state_dir, self.node)
+
+    @property
+    def home(self) -> Path:
+        return self.state_dir / "agent" / self.node
+
+    @property
+    def finals(self) -> Path:
+        return self.home / "final"
+
+    @property
+    def mps(self) -> Path:
+        return self.state_dir / "mps" / self.node
+
+
+def socket_path(state_dir: Path, node: str) -> Path:
+    return Path(state_dir) / "run" / f"agent-{node}.sock"
+
+
+def final_path(state_dir: Path, node: str, job_id: int) -> Path:
+    return Path(state_dir) / "agent" / node / "final" / f"{int(job_id)}.json"
+
+
+class NodeAgent:
+    def __init__(self, node: str, state_dir: Path, backend, *, isolation_mode: str = "mig",
+                 shares_per_gpu: int | None = None, policy: str = "fsm",
+                 list_running_jobs: JobLister | None = None, sim_dir: Path | None = None,
+                 clock: Callable[[], float] = time.time):
+        if isolation_mode not in iso.ISOLATION_MODES:
+            raise ValueError(f"isolation mode must be one of {iso.ISOLATION_MODES}, got {isolation_mode!r}")
+        self.node = node
+        self.paths = AgentPaths(Path(state_dir), node)
+        self.backend = backend
+        self.mode = isolation_mode
+        self.shares_per_gpu = shares_per_gpu
+        self.policy = policy
+        self.list_running_jobs = list_running_jobs
+        self.sim_dir = sim_dir
+        self.clock = clock
+        self.guard = ReportGuard()
+        self.store = StateFile(self.paths.home)
+        self.lock = threading.RLock()
+        self.jobs: dict[int, Assignment] = self.store.load()
+        self.recent: dict[int, deque[JobSample]] = {}
+        self._dirty = False
+
+    # -- helpers --------------------------------------------------------------------------
+    def _save(self) -> None:
+        self.store.save(self.jobs)
+        self._dirty = False
+
+    def _shares(self, gpu_index: int) -> int:
+        return self.shares_per_gpu or self.backend.catalog(gpu_index).memory_slices
+
+    def _base_env(self, a: Assignment) -> dict[str, str]:
+        env = {
+            "GPUPACK_NODE": self.node,
+            "GPUPACK_GPU_INDEX": str(a.gpu_index),
+            "GPUPACK_ISOLATION": a.isolation,
+            "GPUPACK_AGENT_SOCKET": str(self.paths.socket),
+            "GPUPACK_REPORT_TOKEN": a.token,
+        }
+        if a.device_uuid:
+            env["GPUPACK_SIM_DEVICE"] = a.device_uuid
+        if self.sim_dir is not None:
+            env["GPUPACK_SIM_DIR"] = str(self.sim_dir)
+        if a.mem_limit_bytes:
+            env["GPUPACK_MEM_LIMIT_BYTES"] = str(a.mem_limit_bytes)
+        return env
+
+    # -- isolate ----------------------------------------------------------------------------
+    def isolate(self, job_id: int, step_id: int, uid: int | None, env: dict[str, str]) -> Assignment:
+        """The job's isolation for this step (made on its first step, reused by the others)."""
+        grant = iso.grant_from_env(env)
+        with self.lock:
+            a = self.jobs.get(job_id)
+            if a is not None and (not grant.gpu_indexes or a.gpu_index in grant.gpu_indexes):
+                if step_id not in a.steps:
+                    a.steps.append(step_id)
+                    self._save()
+                return a
+            if a is not None:
+                log.warning("job %d comes back on GPU %s (it had GPU %d): freeing the old isolation",
+                            job_id, grant.gpu_indexes, a.gpu_index)
+                self._finish(a, reason="moved")
+            a = self._make(job_id, uid, grant)
+            a.steps.append(step_id)
+            a.env = {**a.env, **self._base_env(a)}
+            self.jobs[job_id] = a
+            self._save()
+            log.info("job %d on GPU %d: %s (%s)", job_id, a.gpu_index, a.isolation, a.device_uuid or "-")
+            return a
+
+    def _make(self, job_id: int, uid: int | None, grant: iso.StepGrant) -> Assignment:
+        now = self.clock()
+        token = secrets.token_hex(16)
+        if not grant.gpu_indexes:
+            return Assignment(job_id, self.node, -1, "none", "none", uid=uid, token=token,
+                              created_at=now, started_at=now)
+        gpu = grant.gpu_indexes[0]
+        if len(grant.gpu_indexes) > 1 and grant.packed:
+            log.warning("job %d has shards on GPUs %s; isolating it on GPU %d", job_id, grant.gpu_indexes, gpu)
+        base = dict(job_id=job_id, node=self.node, gpu_index=gpu, shards=grant.shards, uid=uid,
+                    token=token, created_at=now, started_at=now)
+        if not grant.packed:
+            return self._whole(Assignment(kind="whole", isolation="whole", **base))
+        if self.mode == "mps":
+            return self._mps(Assignment(kind="mps", isolation="mps", **base))
+        return self._mig(Assignment(kind="mig", isolation="mig", **base))
+
+    def _whole(self, a: Assignment) -> Assignment:
+        """A whole GPU: nothing to change; on a MIG-mode GPU the job gets the full-size instance."""
+        gpus = {g.index: g for g in self.backend.list_gpus()}
+        g = gpus.get(a.gpu_index)
+        if g is None:
+            raise AgentError(f"Slurm gave GPU {a.gpu_index}, but {self.node} has GPUs {sorted(gpus)}")
+        if not g.mig_enabled:
+            a.device_uuid = g.uuid
+            return a
+        cat = self.backend.catalog(a.gpu_index)
+        full = iso.full_gpu_profile(cat)
+        try:
+            inst = self.backend.create_instance(a.gpu_index, full.name, 0, owner=a.owner)
+        except MigError as exc:
+            a.notes.append(f"whole GPU is in MIG mode and partly used: {exc}")
+            log.warning("job %d: whole GPU %d is in MIG mode and partly used (%s); the job may "
+                        "share it with packed jobs", a.job_id, a.gpu_index, exc)
+            return a
+        a.profile, a.start, a.gi_id, a.device_uuid = inst.profile, inst.start, inst.gi_id, inst.uuid
+        a.created_instance = True
+        return a
+
+    def _mig(self, a: Assignment) -> Assignment:
+        cat = self.backend.catalog(a.gpu_index)
+        profile = iso.profile_for_shards(cat, a.shards)
+        if profile is None:
+            raise AgentError(f"no MIG profile of {cat.model} holds {a.shards} shares")
+        if not self.backend.mig_mode(a.gpu_index):
+            try:
+                self.backend.set_mig_mode(a.gpu_index, True)
+            except MigError as exc:
+                raise AgentError(f"GPU {a.gpu_index} is not in MIG mode and cannot switch: {exc}") from exc
+        start = self._place(a.gpu_index, profile.name)
+        if start is None:
+            self._destroy_idle(a.gpu_index)
+            start = self._place(a.gpu_index, profile.name)
+        if start is None:
+            held = ", ".join(f"{i.profile}@{i.start}(job {i.owner})" for i in self.backend.list_instances(a.gpu_index))
+            raise AgentError(f"no room for {profile.name} on GPU {a.gpu_index} (instances: {held or 'none'})")
+        inst = self.backend.create_instance(a.gpu_index, profile.name, start, owner=a.owner)
+        a.profile, a.start, a.gi_id, a.device_uuid = inst.profile, inst.start, inst.gi_id, inst.uuid
+        a.created_instance = True
+        a.isolation = f"mig:{inst.profile}@{inst.start}"
+        a.env = {"CUDA_VISIBLE_DEVICES": inst.uuid}
+        return a
+
+    def _place(self, gpu_index: int, profile: str) -> int | None:
+        state = self.backend.partition_state(gpu_index)
+        return choose(state, profile, self.policy).start
+
+    def _destroy_idle(self, gpu_index: int) -> None:
+        """Remove instances no job holds (left by a crash or a layout change) to make room."""
+        for inst in self.backend.list_instances(gpu_index):
+            if inst.busy or inst.owner:
+                continue
+            try:
+                self.backend.destroy_instance(gpu_index, inst.gi_id)
+                log.info("GPU %d: destroyed idle %s@%s to make room", gpu_index, inst.profile, inst.start)
+            except MigError as exc:
+                log.warning("GPU %d: could not destroy idle %s@%s: %s", gpu_index, inst.profile, inst.start, exc)
+
+    def _mps(self, a: Assignment) -> Assignment:
+        gpus = {g.index: g for g in self.backend.list_gpus()}
+        g = gpus.get(a.gpu_index)
+        if g is None:
+            raise AgentError(f"Slurm gave GPU {a.gpu_index}, but {self.node} has GPUs {sorted(gpus)}")
+        shares = self._shares(a.gpu_index)
+        pct = iso.mps_percentage(a.shards, shares)
+        a.mem_limit_bytes = iso.mps_memory_limit_bytes(a.shards, shares, g.memory_mib)
+        a.isolation = f"mps:{pct}"
+        a.device_uuid = g.uuid
+        pipe = self.paths.mps / f"gpu{a.gpu_index}" / "pipe"
+        logs = self.paths.mps / f"gpu{a.gpu_index}" / "log"
+        for d in (pipe, logs):
+            d.mkdir(parents=True, exist_ok=True)
+        a.env = {
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct),
+            "CUDA_MPS_PIPE_DIRECTORY": str(pipe),
+            "CUDA_MPS_LOG_DIRECTORY": str(logs),
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={a.mem_limit_bytes // (1024 * 1024)}M",
+        }
+        return a
+
+    # -- end --------------------------------------------------------------------------------
+    def step_end(self, job_id: int, step_id: int) -> dict | None:
+        """A step ended; the batch step's end is the job's end (its summary is returned)."""
+        with self.lock:
+            a = self.jobs.get(job_id)
+            if a is None:
+                return None
+            if step_id in a.steps:
+                a.steps.remove(step_id)
+            if step_id == BATCH_STEP:
+                return self._finish(a, reason="batch step ended")
+            self._save()
+            return None
+
+    def finish(self, job_id: int, reason: str = "asked") -> dict | None:
+        with self.lock:
+            a = self.jobs.get(job_id)
+            return self._finish(a, reason) if a else None
+
+    def _finish(self, a: Assignment, reason: str) -> dict:
+        """Write the job's summary, free its memory records and MIG instance, forget it."""
+        self._sample_one(a, self.clock())
+        summary = self.summary(a, reason)
+        write_json_atomic(final_path(self.paths.state_dir, self.node, a.job_id), summary)
+        mem_of = getattr(self.backend, "memory_of", None)
+        if a.device_uuid and mem_of is not None:
+            # the job's processes are gone: the driver gets its memory back
+            for dev in mem_of(a.owner):
+                self.backend.free_memory(dev, a.owner)
+        if a.kind in ("mig", "whole") and a.gi_id is not None and a.created_instance:
+            try:
+                if hasattr(self.backend, "set_owner"):
+                    self.backend.set_owner(a.gpu_index, a.gi_id, None)
+                self.backend.destroy_instance(a.gpu_index, a.gi_id)
+            except MigError as exc:
+                log.error("job %d: could not destroy its %s on GPU %d: %s", a.job_id, a.profile, a.gpu_index, exc)
+        if hasattr(self.backend, "forget"):
+            self.backend.forget(a.owner)
+        self.jobs.pop(a.job_id, None)
+        self.recent.pop(a.job_id, None)
+        self._save()
+        log.info("job %d ended (%s): peak %.2f GiB, %s iterations", a.job_id, reason,
+                 summary["peak_mem_bytes"] / 2**30, summary["iterations"])
+        return summary
+
+    def summary(self, a: Assignment, reason: str) -> dict:
+        now = self.clock()
+        return {
+            "job_id": a.job_id, "node": self.node, "gpu_index": a.gpu_index,
+            "isolation": a.isolation, "shards": a.shards, "workload": a.workload,
+            "peak_mem_bytes": a.peak_mem_bytes,
+            "mean_util_pct": a.util_sum / a.util_n if a.util_n else None,
+            "mean_throughput": a.throughput_sum / a.throughput_n if a.throughput_n else None,
+            "iterations": a.iterations, "samples": a.samples,
+            "started_at": a.started_at, "ended_at": now, "end_reason": reason,
+            "rejected_reports": a.rejected_reports,
+        }
+
+    # -- reports and samples --------------------------------------------------------------
+    def report(self, job_id: int, peer: Peer, body: dict) -> dict:
+        """A job's report about itself; answers with its GPU neighbours' workloads."""
+        with self.lock:
+            a = self.jobs.get(job_id)
+            if a is None:
+                raise ReportRejected(f"job {job_id} is not isolated on {self.node}")
+            check_reporter(job_id, str(body.get("token", "")), a.token, peer)
+            now = self.clock()
+            try:
+                ok = self.guard.check(body, a.iterations, a.last_report_at, a.started_at, now)
+            except ReportRejected:
+                a.rejected_reports += 1
+                raise
+            a.iterations, a.last_report_at = ok.iterations, now
+            a.throughput = ok.throughput if ok.throughput is not None else a.throughput
+            a.util_pct = ok.util_pct if ok.util_pct is not None else a.util_pct
+            a.workload = ok.workload or a.workload
+            a.reports += 1
+            self._dirty = True
+            return {"status": "ok", "neighbours": self.neighbours(a)}
+
+    def neighbours(self, a: Assignment) -> list[str]:
+        return [b.workload or "unknown" for b in self.jobs.values()
+                if b.job_id != a.job_id and b.gpu_index == a.gpu_index and b.gpu_index >= 0]
+
+    def _memory(self, a: Assignment) -> tuple[int, int]:
+        mem_of = getattr(self.backend, "memory_of", None)
+        if mem_of is not None:
+            recs = mem_of(a.owner)
+            return (sum(r["current"] for r in recs.values()), max((r["peak"] for r in recs.values()), default=0))
+        if a.gpu_index < 0:
+            return 0, 0
+        used = sum(p.used_bytes for p in self.backend.process_memory(a.gpu_index, a.gi_id)
+                   if p.owner == a.owner)
+        return used, max(used, a.peak_mem_bytes)
+
+    def _sample_one(self, a: Assignment, now: float) -> JobSample:
+        cur, peak = self._memory(a)
+        a.last_mem_bytes = cur
+        a.peak_mem_bytes = max(a.peak_mem_bytes, peak, cur)
+        a.samples += 1
+        if a.util_pct is not None:
+            a.util_sum += a.util_pct
+            a.util_n += 1
+        if a.throughput is not None:
+            a.throughput_sum += a.throughput
+            a.throughput_n += 1
+        sample = JobSample(job_id=a.job_id, node=self.node, gpu_index=a.gpu_index, at=now,
+                           mem_bytes=cur, peak_mem_bytes=a.peak_mem_bytes, util_pct=a.util_pct,
+                           throughput=a.throughput, iterations=a.iterations,
+                           isolation=a.isolation, started_at=a.started_at)
+        self.recent.setdefault(a.job_id, deque(maxlen=SAMPLES_KEPT)).append(sample)
+        return sample
+
+    def tick(self) -> None:
+        """Sample every job once."""
+        with self.lock:
+            now = self.clock()
+            for a in list(self.jobs.values()):
+                try:
+                    self._sample_one(a, now)
+                except MigError as exc:
+                    log.warning("job %d: cannot read its memory: %s", a.job_id, exc)
+            if self.jobs:
+                self._save()
+
+    def samples(self, job_id: int | None = None, since: float | None = None,
+                latest: bool = False) -> list[dict]:
+        with self.lock:
+            ids = [job_id] if job_id is not None else sorted(self.recent)
+            out: list[dict] = []
+            for j in ids:
+                buf = self.recent.get(j)
+                if not buf:
+                    continue
+                if latest:
+                    out.append(buf[-1].to_dict())
+                else:
+                    out.extend(s.to_dict() for s in buf if since is None or s.at > since)
+            return out
+
+    # -- reconcile --------------------------------------------------------------------------
+    def reconcile(self, at_start: bool = False) -> list[str]:
+        """Make the assignments, the GPU and Slurm agree; returns what was done."""
+        done: list[str] = []
+        with self.lock:
+            if at_start:
+                done += self._reconcile_gpu()
+            running = self.list_running_jobs() if self.list_running_jobs else None
+            if running is None:
+                if done:
+                    self._save()
+                return done
+            now = self.clock()
+            for a in list(self.jobs.values()):
+                if a.job_id in running or now - a.created_at < RECONCILE_GRACE_S:
+                    continue
+                self._finish(a, reason="job no longer running in Slurm")
+                done.append(f"job {a.job_id}: gone from Slurm, isolation freed")
+            if at_start:
+                done += self._orphans(running)
+            if done:
+                self._save()
+        for line in done:
+            log.info("reconcile: %s", line)
+        return done
+
+    def _reconcile_gpu(self) -> list[str]:
+        done = []
+        for a in self.jobs.values():
+            if a.kind != "mig" and not (a.kind == "whole" and a.gi_id is not None):
+                continue
+            insts = {i.gi_id: i for i in self.backend.list_instances(a.gpu_index)}
+            inst = insts.get(a.gi_id)
+            if inst is None or inst.uuid != a.device_uuid:
+                a.notes.append("MIG instance missing after agent restart")
+                done.append(f"job {a.job_id}: its {a.profile}@{a.start} is gone from GPU {a.gpu_index}")
+            elif inst.owner != a.owner and hasattr(self.backend, "set_owner"):
+                self.backend.set_owner(a.gpu_index, a.gi_id, a.owner)
+                done.append(f"job {a.job_id}: re-marked its {a.profile}@{a.start} as held")
+        return done
+
+    def _orphans(self, running: set[int]) -> list[str]:
+        """Instances held by a job the state does not know (the agent died mid-isolate)."""
+        done = []
+        for g in self.backend.list_gpus():
+            if not g.mig_enabled:
+                continue
+            for inst in self.backend.list_instances(g.index):
+                if not inst.owner or not str(inst.owner).isdigit():
+                    continue
+                job_id = int(inst.owner)
+                if job_id in self.jobs:
+                    continue
+                if job_id in running:
+                    now = self.clock()
+                    kind = "whole" if inst.size == self.backend.catalog(g.index).memory_slices else "mig"
+                    a = Assignment(job_id, self.node, g.index, kind,
+                                   "whole" if kind == "whole" else f"mig:{inst.profile}@{inst.start}",
+                                   profile=inst.profile, start=inst.start, gi_id=inst.gi_id,
+                                   device_uuid=inst.uuid, created_instance=True,
+                                   token=secrets.token_hex(16), created_at=now, started_at=now,
+                                   notes=["adopted after an agent restart"])
+                    self.jobs[job_id] = a
+                    done.append(f"job {job_id}: adopted its {inst.profile}@{inst.start} on GPU {g.index}")
+                else:
+                    mem_of = getattr(self.backend, "memory_of", None)
+                    if mem_of is not None:
+                        for dev in mem_of(inst.owner):
+                            self.backend.free_memory(dev, inst.owner)
+                    self.backend.set_owner(g.index, inst.gi_id, None)
+                    self.backend.destroy_instance(g.index, inst.gi_id)
+                    done.append(f"job {job_id}: ended while the agent was down; destroyed its "
+                                f"{inst.profile}@{inst.start} on GPU {g.index}")
+        return done
+
+    def status(self) -> dict:
+        with self.lock:
+            return {
+                "node": self.node, "mode": self.mode,
+                "jobs": {str(k): {"gpu_index": a.gpu_index, "isolation": a.isolation,
+                                  "device": a.device_uuid, "steps": a.steps, "workload": a.workload,
+                                  "iterations": a.iterations, "peak_mem_bytes": a.peak_mem_bytes}
+                         for k, a in sorted(self.jobs.items())},
+            }
+
+    def run_loops(self, stop: threading.Event, sample_interval: float = 1.0,
+                  reconcile_interval: float = 5.0) -> None:
+        next_reconcile = 0.0
+        while not stop.is_set():
+            try:
+                self.tick()
+                if time.monotonic() >= next_reconcile:
+                    self.reconcile()
+                    next_reconcile = time.monotonic() + reconcile_interval
+            except Exception:  # a bad tick must not end the agent
+                log.exception("agent loop failed; trying again")
+            stop.wait(sample_interval)
+
+
+def is_job_step(step_id: int) -> bool:
+    return step_id != EXTERN_STEP

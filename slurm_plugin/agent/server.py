@@ -1,0 +1,145 @@
+"""The node agent's Unix socket: one JSON line in, one answer out; peers checked by SO_PEERCRED.
+
+The SPANK plugin asks with ``"format": "lines"`` and gets the plain-text answer of
+:func:`slurm_plugin.agent.isolation.answer_lines`; every other client gets one JSON line.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import socketserver
+import threading
+from pathlib import Path
+
+from slurm_plugin.agent import isolation as iso
+from slurm_plugin.agent.daemon import AgentError, NodeAgent
+from slurm_plugin.agent.trust import Peer, ReportRejected, may_call, peer_of
+
+log = logging.getLogger(__name__)
+
+MAX_REQUEST_BYTES = 64 * 1024
+READ_TIMEOUT_S = 2.0
+
+
+def _int(body: dict, key: str, default: int | None = None) -> int:
+    value = body.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{key} must be a non-negative integer")
+    return value
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    server: "AgentServer"
+
+    def handle(self) -> None:
+        sock: socket.socket = self.request
+        peer = peer_of(sock)
+        sock.settimeout(READ_TIMEOUT_S)
+        data = b""
+        try:
+            while b"\n" not in data:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+                if len(data) > MAX_REQUEST_BYTES:
+                    return self._send({"status": "error", "reason": "request too large"}, False)
+            body = json.loads(data.split(b"\n", 1)[0] or b"{}")
+            if not isinstance(body, dict):
+                raise ValueError("request is not a JSON object")
+        except (OSError, ValueError) as exc:
+            log.warning("bad request from pid %d uid %d: %s", peer.pid, peer.uid, exc)
+            return self._send({"status": "error", "reason": f"bad request: {exc}"}, False)
+        lines = body.get("format") == "lines"
+        op = str(body.get("op", ""))
+        if not may_call(op, peer, self.server.allowed_uids):
+            log.warning("refused op %r from pid %d uid %d", op, peer.pid, peer.uid)
+            return self._send({"status": "error", "reason": f"op {op!r} is not allowed for uid {peer.uid}"}, lines)
+        try:
+            answer = self.server.dispatch(op, body, peer)
+        except (AgentError, ValueError) as exc:  # ReportRejected is a ValueError
+            level = logging.INFO if isinstance(exc, ReportRejected) else logging.WARNING
+            log.log(level, "%s from pid %d uid %d: %s", op, peer.pid, peer.uid, exc)
+            answer = {"status": "error", "reason": str(exc)}
+        except Exception as exc:  # never let a bug take the agent down; the plugin fails open
+            log.exception("op %s failed", op)
+            answer = {"status": "error", "reason": f"agent error: {exc}"}
+        self._send(answer, lines)
+
+    def _send(self, answer: dict, lines: bool) -> None:
+        if lines:
+            if answer.get("status") == "ok":
+                text = iso.answer_lines(answer.get("isolation", "none"), answer.get("env", {}))
+            else:
+                text = iso.error_line(answer.get("reason", "error"))
+            payload = text.encode()
+        else:
+            payload = (json.dumps(answer) + "\n").encode()
+        try:
+            self.request.sendall(payload)
+        except OSError as exc:
+            log.info("could not answer (client gone?): %s", exc)
+
+
+class AgentServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+    def __init__(self, path: Path, agent: NodeAgent, allowed_uids: set[int]):
+        self.socket_path = Path(path)
+        self.agent = agent
+        self.allowed_uids = set(allowed_uids) | {0}
+        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.socket_path.exists() or self.socket_path.is_socket():
+            self.socket_path.unlink()
+        super().__init__(str(self.socket_path), _Handler)
+        # jobs (any uid) connect to report; the per-op peer check decides what is answered
+        os.chmod(self.socket_path, 0o666)
+
+    def dispatch(self, op: str, body: dict, peer: Peer) -> dict:
+        agent = self.agent
+        if op == "ping":
+            return {"status": "ok", "node": agent.node}
+        if op == "isolate":
+            env = body.get("env") or {}
+            if not isinstance(env, dict):
+                raise ValueError("env must be an object")
+            env = {str(k): str(v) for k, v in env.items()}
+            node = body.get("node")
+            if node and node != agent.node:
+                raise AgentError(f"this is the agent of {agent.node}, asked for node {node}")
+            uid = body.get("uid")
+            a = agent.isolate(_int(body, "job_id"), _int(body, "step_id"),
+                              uid if isinstance(uid, int) else None, env)
+            return {"status": "ok", "isolation": a.isolation, "env": a.env}
+        if op == "step_end":
+            summary = agent.step_end(_int(body, "job_id"), _int(body, "step_id"))
+            return {"status": "ok", "isolation": "ended" if summary else "running", "env": {},
+                    "summary": summary}
+        if op == "samples":
+            job = body.get("job_id")
+            since = body.get("since")
+            return {"status": "ok", "node": agent.node,
+                    "samples": agent.samples(_int(body, "job_id") if job is not None else None,
+                                             float(since) if isinstance(since, (int, float)) else None,
+                                             bool(body.get("latest")))}
+        if op == "finish":
+            return {"status": "ok", "summary": agent.finish(_int(body, "job_id"), "asked by uid %d" % peer.uid)}
+        if op == "status":
+            return {"status": "ok", **agent.status()}
+        if op == "report":
+            return agent.report(_int(body, "job_id"), peer, body)
+        raise ValueError(f"unknown op {op!r}")
+
+    def serve_in_thread(self) -> threading.Thread:
+        thread = threading.Thread(target=self.serve_forever, name="agent-socket", daemon=True)
+        thread.start()
+        return thread
+
+    def server_close(self) -> None:
+        super().server_close()
+        try:
+            self.socket_path.unlink()
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,116 @@
+"""Who may ask the node agent what, and how far a job's reports about itself are believed.
+
+- Isolation, step ends, samples and final summaries: only root and the SlurmUser (the
+  peer's kernel credentials, SO_PEERCRED).
+- ``report``: any uid, but only about its own job: the request carries the job's report
+  token (issued by the agent into that job's step environment), and the peer process must
+  belong to that job (its ``SLURM_JOB_ID`` in ``/proc/<pid>/environ``, read as root).
+- A report's numbers are bounded and checked (:class:`ReportGuard`); memory is never
+  taken from a report, only from the GPU's own accounting.
+"""
+from __future__ import annotations
+
+import hmac
+import re
+import socket
+import struct
+from dataclasses import dataclass
+
+PRIVILEGED_OPS = frozenset({"isolate", "step_end", "samples", "finish", "status"})
+OPEN_OPS = frozenset({"ping", "report"})
+MAX_ITER_RATE = 10_000.0  # iterations per second a report may claim
+MAX_THROUGHPUT = 10_000.0
+MIN_REPORT_INTERVAL_S = 0.1  # reports closer together than this are dropped
+WORKLOAD_RE = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class Peer:
+    pid: int
+    uid: int
+    gid: int
+
+
+class ReportRejected(ValueError):
+    """A job's report is not believed; the message says why."""
+
+
+def peer_of(sock: socket.socket) -> Peer:
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, gid = struct.unpack("3i", creds)
+    return Peer(pid, uid, gid)
+
+
+def may_call(op: str, peer: Peer, allowed_uids: set[int]) -> bool:
+    if op in OPEN_OPS:
+        return True
+    return op in PRIVILEGED_OPS and peer.uid in allowed_uids
+
+
+def job_of_pid(pid: int, proc: str = "/proc") -> int | None:
+    """The SLURM_JOB_ID in a process's environment (None when absent or unreadable)."""
+    try:
+        with open(f"{proc}/{pid}/environ", "rb") as fh:
+            data = fh.read(1 << 20)
+    except OSError:
+        return None
+    for item in data.split(b"\0"):
+        if item.startswith(b"SLURM_JOB_ID="):
+            value = item.split(b"=", 1)[1]
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def check_reporter(job_id: int, token: str, expected_token: str, peer: Peer,
+                   proc: str = "/proc") -> None:
+    """Raise ReportRejected unless the peer may report for ``job_id``."""
+    if not expected_token or not hmac.compare_digest(str(token), expected_token):
+        raise ReportRejected(f"wrong report token for job {job_id}")
+    owner_job = job_of_pid(peer.pid, proc)
+    if owner_job != job_id:
+        raise ReportRejected(
+            f"pid {peer.pid} (uid {peer.uid}) belongs to job {owner_job}, not to job {job_id}")
+
+
+@dataclass(frozen=True)
+class Accepted:
+    iterations: int
+    throughput: float | None
+    util_pct: float | None
+    workload: str | None
+
+
+class ReportGuard:
+    """Bounds on what a job may say about its own progress."""
+
+    def check(self, report: dict, last_iterations: int | None, last_at: float | None,
+              started_at: float | None, now: float) -> Accepted:
+        it = report.get("iterations")
+        if not isinstance(it, int) or isinstance(it, bool) or it < 0:
+            raise ReportRejected(f"iterations must be a non-negative integer, got {it!r}")
+        if last_at is not None and now - last_at < MIN_REPORT_INTERVAL_S:
+            raise ReportRejected("rate-limited: reports come faster than every "
+                                 f"{MIN_REPORT_INTERVAL_S}s")
+        if last_iterations is not None and it < last_iterations:
+            raise ReportRejected(f"iterations went backwards ({last_iterations} -> {it})")
+        since = last_at if last_at is not None else started_at
+        if since is not None:
+            allowed = (last_iterations or 0) + MAX_ITER_RATE * max(now - since, 0.0) + 10
+            if it > allowed:
+                raise ReportRejected(f"{it} iterations is more than {MAX_ITER_RATE:.0f}/s allows")
+        tput = _bounded(report.get("throughput"), 0.0, MAX_THROUGHPUT, "throughput")
+        util = _bounded(report.get("util_pct"), 0.0, 100.0, "util_pct")
+        workload = report.get("workload")
+        if workload is not None and (not isinstance(workload, str) or not WORKLOAD_RE.match(workload)):
+            raise ReportRejected("workload must be 1-64 characters of letters, digits, _.+-")
+        return Accepted(it, tput, util, workload)
+
+
+def _bounded(value, lo: float, hi: float, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise ReportRejected(f"{name} must be a number, got {value!r}")
+    if not lo <= float(value) <= hi:
+        raise ReportRejected(f"{name} {value} is outside [{lo}, {hi}]")
+    return float(value)

@@ -1,0 +1,132 @@
+"""`gpupack agent`: the node agent daemon, and tools to ask it."""
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import signal
+import threading
+from pathlib import Path
+
+import click
+
+DEFAULT_STATE_DIR = Path("/var/lib/gpupack")
+
+
+def _slurm_user_uid(explicit: str | None) -> int | None:
+    name = explicit
+    if name is None:
+        conf = os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf")
+        try:
+            for line in Path(conf).read_text().splitlines():
+                if line.strip().lower().startswith("slurmuser="):
+                    name = line.split("=", 1)[1].split()[0]
+        except OSError:
+            pass
+    if not name:
+        return None
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        raise click.ClickException(f"SlurmUser {name!r} is not a user on this host; pass --slurm-user")
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--node", required=True, help="The Slurm node name this agent serves (slurmd -N).")
+@click.option("--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE_DIR, show_default=True,
+              help="Holds run/agent-<node>.sock, agent/<node>/state.json and final/<job>.json.")
+@click.option("--backend", type=click.Choice(["sim", "nvml"]), default="sim", show_default=True,
+              help="The GPU backend: the simulated GPU, or NVML on real GPUs.")
+@click.option("--sim-dir", type=click.Path(path_type=Path), default=None,
+              help="Simulated GPU state directory [default: STATE_DIR/simgpu].")
+@click.option("--gpus", default=2, show_default=True, help="Simulated GPUs to create when the node has none yet.")
+@click.option("--gpu-model", default="H100-80GB", show_default=True, help="Catalogue model of the simulated GPUs.")
+@click.option("--isolation", "isolation_mode", type=click.Choice(["mig", "mps"]), default="mig", show_default=True,
+              help="How packed jobs are isolated on this node.")
+@click.option("--shares-per-gpu", type=int, default=None,
+              help="Slurm shards per GPU (MPS percentages) [default: the GPU's MIG memory slices].")
+@click.option("--policy", default="fsm", show_default=True, help="MIG placement policy (mig.policies).")
+@click.option("--slurm-user", default=None, help="Also answer this user [default: SlurmUser of slurm.conf].")
+@click.option("--sample-interval", default=1.0, show_default=True, help="Seconds between samples.")
+@click.pass_context
+def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, sim_dir: Path | None, gpus: int,
+          gpu_model: str, isolation_mode: str, shares_per_gpu: int | None, policy: str,
+          slurm_user: str | None, sample_interval: float) -> None:
+    """Run the node agent for one node (or ask a running one: `status`, `samples`)."""
+    ctx.obj = {"node": node, "state_dir": state_dir}
+    if ctx.invoked_subcommand is not None:
+        return
+    import logging
+
+    from mig.errors import MigError
+    from slurm_plugin.agent.daemon import NodeAgent, socket_path
+    from slurm_plugin.agent.server import AgentServer
+    from slurm_plugin.agent.slurm_jobs import running_jobs_lister
+
+    logging.getLogger().setLevel(min(logging.getLogger().level, logging.INFO))
+    sim_dir = sim_dir or state_dir / "simgpu"
+    try:
+        if backend == "sim":
+            from mig.sim_backend import SimGpuBackend
+
+            gpu_backend = SimGpuBackend(sim_dir, node, gpus=[gpu_model] * gpus,
+                                        mig_enabled=isolation_mode == "mig")
+        else:
+            from mig.nvml_backend import NvmlBackend  # type: ignore[attr-defined]
+
+            gpu_backend = NvmlBackend()
+            sim_dir = None
+    except (MigError, ImportError) as exc:
+        raise click.ClickException(f"cannot open the {backend} GPU backend: {exc}") from exc
+    allowed = {0}
+    uid = _slurm_user_uid(slurm_user)
+    if uid is not None:
+        allowed.add(uid)
+    daemon = NodeAgent(node, state_dir, gpu_backend, isolation_mode=isolation_mode,
+                       shares_per_gpu=shares_per_gpu, policy=policy,
+                       list_running_jobs=running_jobs_lister(node), sim_dir=sim_dir)
+    for line in daemon.reconcile(at_start=True):
+        click.echo(f"reconciled: {line}", err=True)
+    server = AgentServer(socket_path(state_dir, node), daemon, allowed)
+    server.serve_in_thread()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    logging.getLogger(__name__).info("agent of %s serving %s (mode %s, uids %s)", node,
+                                     server.socket_path, isolation_mode, sorted(allowed))
+    try:
+        daemon.run_loops(stop, sample_interval=sample_interval)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@agent.command()
+@click.pass_obj
+def status(obj: dict) -> None:
+    """What the running agent holds, per job (JSON)."""
+    from slurm_plugin.agent.client import AgentUnavailable, ask
+    from slurm_plugin.agent.daemon import socket_path
+
+    try:
+        answer = ask(socket_path(obj["state_dir"], obj["node"]), {"op": "status"})
+    except AgentUnavailable as exc:
+        raise click.ClickException(f"{exc}; is `gpupack agent --node {obj['node']}` running?") from exc
+    if answer.get("status") != "ok":
+        raise click.ClickException(f"the agent refused: {answer.get('reason')}")
+    click.echo(json.dumps(answer, indent=1))
+
+
+@agent.command()
+@click.option("--job", "job_id", type=int, default=None, help="Only this job.")
+@click.option("--latest", is_flag=True, help="Only the newest sample of each job.")
+@click.pass_obj
+def samples(obj: dict, job_id: int | None, latest: bool) -> None:
+    """The agent's samples (JSON lines, one JobSample each)."""
+    from slurm_plugin.agent import client
+
+    try:
+        for s in client.samples(obj["state_dir"], obj["node"], job_id, latest=latest):
+            click.echo(json.dumps(s.to_dict()))
+    except (client.AgentUnavailable, PermissionError) as exc:
+        raise click.ClickException(str(exc)) from exc

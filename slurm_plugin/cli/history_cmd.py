@@ -1,0 +1,81 @@
+"""`gpupack history`: what the packer knows about earlier runs."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import click
+
+from slurm_plugin.helper.settings import DEFAULT_CONFIG
+
+CTX = {"help_option_names": ["-h", "--help"]}
+GIB = 1024**3
+config_option = click.option(
+    "--config", type=click.Path(path_type=Path), default=DEFAULT_CONFIG, show_default=True,
+    envvar="GPUPACK_CONFIG", help="gpupack.toml naming the database (env GPUPACK_CONFIG).",
+)
+
+
+def _store(config: Path):
+    from packer.store import Store, StoreError
+    from slurm_plugin.helper.settings import load_paths
+
+    try:
+        return Store(load_paths(config).database)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@click.group(context_settings=CTX)
+def history() -> None:
+    """Show or record the observed usage of finished jobs (what estimates come from)."""
+
+
+@history.command(context_settings=CTX)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--limit", default=100, show_default=True, help="At most this many runs.")
+@config_option
+def show(as_json: bool, limit: int, config: Path) -> None:
+    """List recorded runs, newest first, with the estimate each fingerprint gives."""
+    store = _store(config)
+    runs = store.runs(limit=limit)
+    if as_json:
+        out = []
+        for run in runs:
+            item = asdict(run)
+            est = store.estimate(run.fingerprint)
+            item["estimate"] = asdict(est) if est else None
+            out.append(item)
+        click.echo(json.dumps(out, indent=1))
+        return
+    if not runs:
+        click.echo("no history yet: jobs are profiled on their first run")
+        return
+    click.echo(f"{'JOBID':>7}  {'FINGERPRINT':16}  {'USER':10} {'NAME':16} {'PEAK':>9} {'UTIL':>5}  SOURCE")
+    for r in runs:
+        util = f"{r.mean_util_pct:.0f}%" if r.mean_util_pct is not None else "-"
+        click.echo(f"{r.job_id:>7}  {r.fingerprint:16}  {r.user[:10]:10} {r.name[:16]:16} "
+                   f"{r.peak_mem_bytes / GIB:>7.2f}Gi {util:>5}  {r.source}")
+
+
+@history.command(context_settings=CTX)
+@click.option("--job-id", type=int, required=True, help="A job Slurm still knows (finished recently).")
+@click.option("--peak-mem-gib", type=click.FloatRange(min=0), required=True, help="Observed peak GPU memory, GiB.")
+@click.option("--util", type=click.FloatRange(0, 100), required=True, help="Mean GPU utilisation, percent.")
+@click.option("--throughput", type=click.FloatRange(min=0), default=None, help="Iterations per second.")
+@config_option
+def record(job_id: int, peak_mem_gib: float, util: float, throughput: float | None, config: Path) -> None:
+    """Record a finished job's peak memory and utilisation under its fingerprint."""
+    from slurm_plugin.helper.settings import load_paths
+    from slurm_plugin.history_recorder import record_job
+    from slurm_plugin.slurm.errors import SlurmError
+    from slurm_plugin.slurm.runner import SlurmRunner
+
+    paths = load_paths(config)
+    runner = SlurmRunner(slurm_conf=str(paths.slurm_conf) if paths.slurm_conf else None)
+    try:
+        run = record_job(_store(config), runner, job_id, int(peak_mem_gib * GIB), util, throughput, source="manual")
+    except SlurmError as exc:
+        raise click.ClickException(f"cannot find job {job_id} in Slurm: {exc}") from exc
+    click.echo(f"recorded job {job_id} under fingerprint {run.fingerprint}: peak {peak_mem_gib:.2f} GiB, util {util:.0f}%")

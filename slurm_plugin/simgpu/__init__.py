@@ -1,0 +1,1 @@
+"""A simulated GPU workload (`gpupack simgpu run`) for tests and the demo."""

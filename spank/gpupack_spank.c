@@ -1,0 +1,351 @@
+/*
+ * gpupack SPANK plugin: put the node agent's isolation answer into each job step.
+ *
+ * plugstack.conf (one line):
+ *   optional /usr/lib/slurm/gpupack_spank-22.05.so socket=/run/gpupack/agent-%n.sock timeout_ms=3000
+ *
+ * Arguments:
+ *   socket=PATH     the node agent's Unix socket; %n is replaced by the node name
+ *                   (SLURMD_NODENAME), so several slurmd on one host each reach their agent
+ *   timeout_ms=N    how long a step start waits for the agent (default 3000)
+ *
+ * In each task, before privileges are dropped (slurm_spank_task_init_privileged, remote
+ * context, root), it sends the job id, step id, uid and the GPUs/shards Slurm gave
+ * (CUDA_VISIBLE_DEVICES, SLURM_JOB_GPUS, SLURM_STEP_GPUS, SLURM_SHARDS_ON_NODE,
+ * GPU_DEVICE_ORDINAL) to the agent as one JSON line. The agent answers in lines:
+ *   OK <isolation>\nKEY=VALUE\n...        or        ERR <reason>\n
+ * Only CUDA_* and GPUPACK_* variables are set. No answer in time, or an error: the step
+ * runs with what Slurm gave it and the reason is logged. The plugin never fails a job.
+ * At the end of a step (slurm_spank_exit, slurmstepd, root) it tells the agent, which
+ * frees the job's isolation when its batch step ends.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <slurm/slurm.h>
+#include <slurm/spank.h>
+
+SPANK_PLUGIN(gpupack, 1);
+
+#define REQ_MAX 8192
+#define RESP_MAX 16384
+#define VAL_MAX 1024
+
+static char socket_tmpl[512] = "/run/gpupack/agent-%n.sock";
+static int timeout_ms = 3000;
+
+static const char *forwarded_env[] = {
+    "CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS",
+    "SLURM_SHARDS_ON_NODE", "GPU_DEVICE_ORDINAL", "SLURMD_NODENAME", NULL,
+};
+
+static void parse_args(int ac, char **av)
+{
+    for (int i = 0; i < ac; i++) {
+        if (strncmp(av[i], "socket=", 7) == 0) {
+            snprintf(socket_tmpl, sizeof(socket_tmpl), "%s", av[i] + 7);
+        } else if (strncmp(av[i], "timeout_ms=", 11) == 0) {
+            int v = atoi(av[i] + 11);
+            if (v > 0 && v <= 60000)
+                timeout_ms = v;
+            else
+                slurm_error("gpupack: ignoring %s (expected 1..60000)", av[i]);
+        } else {
+            slurm_error("gpupack: unknown plugstack argument '%s' (known: socket=, timeout_ms=)", av[i]);
+        }
+    }
+}
+
+/* Append s to buf as a JSON string (with quotes); returns 0, or -1 when it does not fit. */
+static int json_str(char *buf, size_t cap, size_t *len, const char *s)
+{
+    size_t n = *len;
+    if (n + 2 >= cap)
+        return -1;
+    buf[n++] = '"';
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        char esc[8];
+        const char *out = NULL;
+        if (*p == '"') out = "\\\"";
+        else if (*p == '\\') out = "\\\\";
+        else if (*p < 0x20) { snprintf(esc, sizeof(esc), "\\u%04x", *p); out = esc; }
+        if (out) {
+            size_t k = strlen(out);
+            if (n + k + 2 >= cap) return -1;
+            memcpy(buf + n, out, k);
+            n += k;
+        } else {
+            if (n + 3 >= cap) return -1;
+            buf[n++] = (char)*p;
+        }
+    }
+    buf[n++] = '"';
+    buf[n] = '\0';
+    *len = n;
+    return 0;
+}
+
+static int append(char *buf, size_t cap, size_t *len, const char *s)
+{
+    size_t k = strlen(s);
+    if (*len + k + 1 >= cap)
+        return -1;
+    memcpy(buf + *len, s, k + 1);
+    *len += k;
+    return 0;
+}
+
+static void node_name(spank_t sp, char *out, size_t cap)
+{
+    out[0] = '\0';
+    if (spank_getenv(sp, "SLURMD_NODENAME", out, (int)cap) == ESPANK_SUCCESS && out[0])
+        return;
+    const char *e = getenv("SLURMD_NODENAME");
+    if (e)
+        snprintf(out, cap, "%s", e);
+}
+
+static void socket_path(const char *node, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (const char *p = socket_tmpl; *p && n + 1 < cap; p++) {
+        if (p[0] == '%' && p[1] == 'n') {
+            for (const char *q = node; *q && n + 1 < cap; q++)
+                out[n++] = *q;
+            p++;
+        } else {
+            out[n++] = *p;
+        }
+    }
+    out[n] = '\0';
+}
+
+static long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+/* Send req, read the whole answer into resp. Returns 0, or -1 with why filled in. */
+static int ask_agent(const char *path, const char *req, char *resp, size_t cap, int budget_ms,
+                     char *why, size_t why_cap)
+{
+    long deadline = now_ms() + budget_ms;
+    struct sockaddr_un addr;
+    memset(&addr, 0, sizeof(addr));
+    addr.sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof(addr.sun_path)) {
+        snprintf(why, why_cap, "socket path too long: %s", path);
+        return -1;
+    }
+    strcpy(addr.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(why, why_cap, "socket(): %s", strerror(errno));
+        return -1;
+    }
+    if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+        snprintf(why, why_cap, "cannot connect to %s: %s (is `gpupack agent` running?)", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    size_t sent = 0, total = strlen(req), got = 0;
+    while (1) {
+        long left = deadline - now_ms();
+        if (left <= 0) {
+            snprintf(why, why_cap, "no answer from %s within %d ms", path, budget_ms);
+            close(fd);
+            return -1;
+        }
+        struct pollfd pfd = {.fd = fd, .events = sent < total ? POLLOUT : POLLIN};
+        int r = poll(&pfd, 1, (int)left);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            continue; /* the deadline check above ends the loop */
+        if (sent < total) {
+            ssize_t w = send(fd, req + sent, total - sent, MSG_NOSIGNAL);
+            if (w < 0 && errno != EAGAIN && errno != EINTR) {
+                snprintf(why, why_cap, "send to %s: %s", path, strerror(errno));
+                close(fd);
+                return -1;
+            }
+            if (w > 0)
+                sent += (size_t)w;
+            continue;
+        }
+        ssize_t n = recv(fd, resp + got, cap - 1 - got, 0);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            continue;
+        if (n < 0) {
+            snprintf(why, why_cap, "recv from %s: %s", path, strerror(errno));
+            close(fd);
+            return -1;
+        }
+        if (n == 0)
+            break;
+        got += (size_t)n;
+        if (got >= cap - 1) {
+            snprintf(why, why_cap, "answer from %s is longer than %zu bytes", path, cap - 1);
+            close(fd);
+            return -1;
+        }
+    }
+    resp[got] = '\0';
+    close(fd);
+    return 0;
+}
+
+static int allowed_var(const char *name)
+{
+    if (strncmp(name, "CUDA_", 5) != 0 && strncmp(name, "GPUPACK_", 8) != 0)
+        return 0;
+    for (const char *p = name; *p; p++)
+        if (!((*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_'))
+            return 0;
+    return 1;
+}
+
+/* Apply "OK <isolation>\nK=V\n..." to the step; returns the number of variables set or -1. */
+static int apply_answer(spank_t sp, char *resp, uint32_t job, uint32_t step, char *why, size_t why_cap)
+{
+    char *save = NULL;
+    char *line = strtok_r(resp, "\n", &save);
+    if (!line) {
+        snprintf(why, why_cap, "empty answer");
+        return -1;
+    }
+    if (strncmp(line, "OK", 2) != 0) {
+        snprintf(why, why_cap, "agent refused: %.400s", line);
+        return -1;
+    }
+    const char *isolation = line[2] == ' ' ? line + 3 : "?";
+    int set = 0;
+    while ((line = strtok_r(NULL, "\n", &save)) != NULL) {
+        char *eq = strchr(line, '=');
+        if (!eq)
+            continue;
+        *eq = '\0';
+        if (!allowed_var(line)) {
+            slurm_error("gpupack: job %u step %u: ignoring variable '%s' from the agent (only CUDA_* and GPUPACK_*)",
+                        job, step, line);
+            continue;
+        }
+        if (spank_setenv(sp, line, eq + 1, 1) != ESPANK_SUCCESS) {
+            slurm_error("gpupack: job %u step %u: cannot set %s", job, step, line);
+            continue;
+        }
+        set++;
+    }
+    slurm_info("gpupack: job %u step %u: isolation %s (%d variables set)", job, step, isolation, set);
+    return set;
+}
+
+int slurm_spank_init(spank_t sp, int ac, char **av)
+{
+    (void)sp;
+    parse_args(ac, av);
+    return ESPANK_SUCCESS;
+}
+
+static int ids(spank_t sp, uint32_t *job, uint32_t *step, uint32_t *uid)
+{
+    uid_t u = 0;
+    if (spank_get_item(sp, S_JOB_ID, job) != ESPANK_SUCCESS)
+        return -1;
+    if (spank_get_item(sp, S_JOB_STEPID, step) != ESPANK_SUCCESS)
+        return -1;
+    if (uid && spank_get_item(sp, S_JOB_UID, &u) == ESPANK_SUCCESS)
+        *uid = (uint32_t)u;
+    return 0;
+}
+
+int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    if (!spank_remote(sp))
+        return ESPANK_SUCCESS;
+    uint32_t job = 0, step = 0, uid = 0;
+    if (ids(sp, &job, &step, &uid) < 0) {
+        slurm_error("gpupack: cannot read the job/step id; the step runs with what Slurm gave it");
+        return ESPANK_SUCCESS;
+    }
+    if (step == SLURM_EXTERN_CONT)
+        return ESPANK_SUCCESS;
+    char node[256], path[700], num[64], val[VAL_MAX];
+    node_name(sp, node, sizeof(node));
+    socket_path(node, path, sizeof(path));
+
+    char req[REQ_MAX];
+    size_t len = 0;
+    int bad = 0;
+    snprintf(num, sizeof(num), "%u", job);
+    bad |= append(req, sizeof(req), &len, "{\"op\":\"isolate\",\"format\":\"lines\",\"job_id\":");
+    bad |= append(req, sizeof(req), &len, num);
+    snprintf(num, sizeof(num), ",\"step_id\":%u,\"uid\":%u,\"node\":", step, uid);
+    bad |= append(req, sizeof(req), &len, num);
+    bad |= json_str(req, sizeof(req), &len, node);
+    bad |= append(req, sizeof(req), &len, ",\"env\":{");
+    int first = 1;
+    for (int i = 0; forwarded_env[i]; i++) {
+        if (spank_getenv(sp, forwarded_env[i], val, sizeof(val)) != ESPANK_SUCCESS)
+            continue;
+        if (!first)
+            bad |= append(req, sizeof(req), &len, ",");
+        first = 0;
+        bad |= json_str(req, sizeof(req), &len, forwarded_env[i]);
+        bad |= append(req, sizeof(req), &len, ":");
+        bad |= json_str(req, sizeof(req), &len, val);
+    }
+    bad |= append(req, sizeof(req), &len, "}}\n");
+    if (bad) {
+        slurm_error("gpupack: job %u step %u: request too large; the step runs with what Slurm gave it", job, step);
+        return ESPANK_SUCCESS;
+    }
+
+    char resp[RESP_MAX], why[600];
+    if (ask_agent(path, req, resp, sizeof(resp), timeout_ms, why, sizeof(why)) < 0 ||
+        apply_answer(sp, resp, job, step, why, sizeof(why)) < 0) {
+        char cvd[VAL_MAX] = "unset";
+        spank_getenv(sp, "CUDA_VISIBLE_DEVICES", cvd, sizeof(cvd));
+        slurm_error("gpupack: job %u step %u on %s: %s; the step runs with what Slurm gave it "
+                    "(CUDA_VISIBLE_DEVICES=%s)", job, step, node[0] ? node : "?", why, cvd);
+    }
+    return ESPANK_SUCCESS;
+}
+
+int slurm_spank_exit(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    if (!spank_remote(sp))
+        return ESPANK_SUCCESS;
+    uint32_t job = 0, step = 0;
+    if (ids(sp, &job, &step, NULL) < 0 || step == SLURM_EXTERN_CONT)
+        return ESPANK_SUCCESS;
+    char node[256], path[700], req[1024], resp[1024], why[600];
+    node_name(sp, node, sizeof(node));
+    socket_path(node, path, sizeof(path));
+    size_t len = 0;
+    snprintf(req, sizeof(req), "{\"op\":\"step_end\",\"format\":\"lines\",\"job_id\":%u,\"step_id\":%u,\"node\":", job, step);
+    len = strlen(req);
+    if (json_str(req, sizeof(req), &len, node) < 0 || append(req, sizeof(req), &len, "}\n") < 0)
+        return ESPANK_SUCCESS;
+    if (ask_agent(path, req, resp, sizeof(resp), timeout_ms, why, sizeof(why)) < 0)
+        slurm_info("gpupack: job %u step %u: could not tell the agent the step ended (%s); "
+                   "it frees the isolation when it sees the job gone", job, step, why);
+    return ESPANK_SUCCESS;
+}

@@ -1,0 +1,122 @@
+"""The real local Slurm cluster, shared by every integration test (a session fixture).
+
+It is the same cluster as `gpupack devcluster up` (its own state folder and port, so a
+developer's demo cluster is left alone). It needs root on Debian 12; there it installs
+what is missing from Debian's packages, like the demo does.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from slurm_plugin.devcluster.manager import DevCluster
+from slurm_plugin.devcluster.spec import ClusterSpec
+from slurm_plugin.slurm.runner import SlurmRunner
+
+STATE_DIR = Path(os.environ.get("GPUPACK_TEST_CLUSTER_DIR", "/var/tmp/gpupack-test-cluster"))
+PORT = int(os.environ.get("GPUPACK_TEST_CLUSTER_PORT", "17817"))
+FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+
+
+@dataclass
+class Cluster:
+    dev: DevCluster
+    workdir: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def state_dir(self) -> Path:
+        return self.dev.spec.state_dir
+
+    @property
+    def spec(self) -> ClusterSpec:
+        return self.dev.spec
+
+    def run(self, *args: str, check: bool = True, input: bytes | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+        result = subprocess.run(list(args), env=self.env, capture_output=True, input=input, timeout=timeout, cwd=self.workdir)
+        if check and result.returncode != 0:
+            raise AssertionError(f"{' '.join(args)} failed ({result.returncode}): {result.stderr.decode(errors='replace')}")
+        return result
+
+    def submit(self, args: list[str], script: bytes | None = None) -> int:
+        """sbatch with `args` (and `script` on stdin when given); returns the job id."""
+        out = self.run("sbatch", "--parsable", "-o", "/dev/null", *args, input=script).stdout.decode()
+        return int(out.strip().split(";")[0])
+
+    def job(self, job_id: int) -> dict[str, str]:
+        """`scontrol show job` as a dict (fields that are one token, plus AdminComment)."""
+        text = self.run("scontrol", "show", "job", "-o", str(job_id)).stdout.decode(errors="replace")
+        fields = dict(re.findall(r"(\w+(?:/\w+)?)=(\S*)", text))
+        # free text: read it from the JSON through the adapter, not from the one-liner
+        fields["AdminComment"] = SlurmRunner(env=self.env).job(job_id).admin_comment or ""
+        return fields
+
+    def state(self, job_id: int) -> str:
+        return self.job(job_id).get("JobState", "")
+
+    def wait(self, job_id: int, states: set[str] | str, timeout: float = 60) -> str:
+        wanted = {states} if isinstance(states, str) else set(states)
+        deadline = time.time() + timeout
+        state = ""
+        while time.time() < deadline:
+            state = self.state(job_id)
+            if state in wanted:
+                return state
+            time.sleep(0.25)
+        raise AssertionError(f"job {job_id} is {state}, not {sorted(wanted)} after {timeout}s")
+
+    def set_mode(self, mode: str) -> None:
+        toml = self.spec.gpupack_toml
+        text = re.sub(r'mode = "\w+"', f'mode = "{mode}"', toml.read_text())
+        toml.write_text(text)
+        os.utime(toml, (time.time() + 1, time.time() + 1))  # the helper reloads on mtime change
+
+    def set_option(self, key: str, value: str) -> None:
+        """Set one `[packer]` key of the cluster's gpupack.toml (value as TOML text)."""
+        toml = self.spec.gpupack_toml
+        text = toml.read_text()
+        line = f"{key} = {value}"
+        if re.search(rf"^{key} = .*$", text, flags=re.M):
+            text = re.sub(rf"^{key} = .*$", line, text, flags=re.M)
+        else:
+            text = text.replace("[packer]\n", f"[packer]\n{line}\n", 1)
+        toml.write_text(text)
+        os.utime(toml, (time.time() + 1, time.time() + 1))
+
+    def reset_options(self) -> None:
+        text = self.spec.gpupack_toml.read_text()
+        for key in ("pack_only_when_no_idle_gpu", "pack_unknown"):
+            text = re.sub(rf"^{key} = .*\n", "", text, flags=re.M)
+        self.spec.gpupack_toml.write_text(text)
+        self.set_mode("enforce")
+
+    def cancel_all(self) -> None:
+        """Clean up the jobs the tests submitted (the suite itself never cancels a job)."""
+        self.run("scancel", "--full", "-u", "root", check=False)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            out = self.run("squeue", "-h", "-o", "%i", check=False).stdout.strip()
+            if not out:
+                return
+            time.sleep(0.25)
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory) -> Cluster:
+    if os.geteuid() != 0:
+        pytest.fail("the integration tests need root (they run a real Slurm cluster); run them as CI does: `make test` as root")
+    spec = ClusterSpec(state_dir=STATE_DIR, nodes=3, gpus_per_node=2, gpu_model="H100-80GB", mode="enforce", port=PORT)
+    dev = DevCluster(spec)
+    dev.up()
+    env = {**os.environ, **dev.env()}
+    c = Cluster(dev=dev, workdir=tmp_path_factory.mktemp("jobs"), env=env)
+    c.cancel_all()
+    yield c
+    c.cancel_all()
+    c.reset_options()

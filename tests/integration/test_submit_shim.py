@@ -1,0 +1,304 @@
+"""The submit path for real: sbatch -> slurmctld -> job_submit.lua -> helper -> packer."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from packer.comment import parse
+from packer.fingerprint import fingerprint
+from packer.store import RunRecord, Store
+
+pytestmark = pytest.mark.integration
+GIB = 1024**3
+RUN = str(time.time_ns()).encode()  # the cluster's history outlives a test run: keep runs apart
+
+
+def script(tag: str, body: bytes = b"sleep 30\n") -> bytes:
+    return b"#!/bin/sh\n# gpupack test " + tag.encode() + b" " + RUN + b"\n" + body
+
+
+def seed_history(cluster, name: str, body: bytes, peak_gib: float = 7.6, util: float = 30.0, user: str = "root") -> str:
+    fp = fingerprint(user, name, body)
+    store = Store(cluster.spec.database)
+    store.record_run(RunRecord(job_id=900000 + abs(hash(fp)) % 99999, fingerprint=fp, peak_mem_bytes=int(peak_gib * GIB), mean_util_pct=util))
+    store.close()
+    return fp
+
+
+@pytest.fixture
+def packing(cluster):
+    """Pack even when a GPU is idle, so each test need not fill the cluster first."""
+    cluster.set_option("pack_only_when_no_idle_gpu", "false")
+    time.sleep(0.1)
+    yield cluster
+    cluster.cancel_all()
+    cluster.reset_options()
+
+
+def record_of(cluster, job_id):
+    return parse(cluster.job(job_id)["AdminComment"])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--gres=gpu:1"],
+        ["--gres=gpu:h100:1"],
+        ["--gpus=1"],
+        ["--gpus-per-node=1"],
+        ["--gpus-per-task=1", "-n1"],
+    ],
+    ids=["gres", "gres-typed", "gpus", "gpus-per-node", "gpus-per-task"],
+)
+def test_known_one_gpu_job_is_packed_in_every_form(packing, args):
+    body = script("forms-" + args[0])
+    name = "known-" + args[0].strip("-").replace("=", "")
+    fp = seed_history(packing, name, body)
+    job_id = packing.submit(["-J", name, *args], body)
+    job = packing.job(job_id)
+    record = record_of(packing, job_id)
+    assert record is not None and record.verdict == "packed", job["AdminComment"]
+    assert record.shards == 1 and record.fingerprint == fp
+    assert job["TresPerNode"] == "gres:shard:1"
+    assert "TresPerJob" not in job and "TresPerTask" not in job
+    assert "est=7.6GiB" in job["AdminComment"] and "src=history(1)" in job["AdminComment"]
+
+
+def test_shards_grow_with_the_estimate(packing):
+    body = script("big")
+    seed_history(packing, "big", body, peak_gib=33.0)
+    job_id = packing.submit(["-J", "big", "--gres=gpu:1"], body)
+    # 33 GiB + 10 % headroom = 36.3 GiB in 79.6 GiB / 8 shares -> 4 shares
+    assert packing.job(job_id)["TresPerNode"] == "gres:shard:4"
+
+
+def test_job_too_large_for_95_percent_stays_exclusive(packing):
+    body = script("huge")
+    seed_history(packing, "huge", body, peak_gib=70.0)
+    job_id = packing.submit(["-J", "huge", "--gres=gpu:1"], body)
+    record = record_of(packing, job_id)
+    assert record.verdict == "exclusive" and record.reason == "too-large"
+    assert packing.job(job_id)["TresPerNode"] == "gres:gpu:1"
+
+
+def test_unknown_job_stays_exclusive_and_carries_its_fingerprint(cluster):
+    body = script("unknown-%d" % time.time_ns())
+    job_id = cluster.submit(["-J", "never-seen", "--gres=gpu:1"], body)
+    record = record_of(cluster, job_id)
+    assert record.verdict == "exclusive" and record.reason == "no-history"
+    assert record.fingerprint == fingerprint("root", "never-seen", body)
+    assert cluster.job(job_id)["TresPerNode"] == "gres:gpu:1"
+
+
+@pytest.mark.parametrize(
+    "args, reason",
+    [
+        (["--gres=gpu:2"], "multi-gpu"),
+        (["--gpus=2"], "multi-gpu"),
+        (["-N2", "--gres=gpu:1"], "multi-node"),
+        (["--exclusive", "--gres=gpu:1"], "exclusive"),
+        (["--gres=shard:2"], None),
+        (["--gpus-per-task=1", "-n2"], "multi-gpu"),
+    ],
+    ids=["gres2", "gpus2", "two-nodes", "exclusive", "shard", "two-tasks"],
+)
+def test_non_candidates_pass_through_untouched(packing, args, reason):
+    body = script("nc-" + "".join(args))
+    seed_history(packing, "nc", body)
+    job_id = packing.submit(["-J", "nc", *args], body)
+    job = packing.job(job_id)
+    record = record_of(packing, job_id)
+    if reason is None:  # no GPU asked for: the shim does not even ask the helper
+        assert record is None
+    else:
+        assert record.verdict == "untouched" and record.reason == reason
+    assert "shard:1" not in job.get("TresPerNode", "")
+
+
+def test_pack_only_when_no_gpu_is_idle(cluster):
+    """With an idle GPU the known job keeps a whole one; once all are busy it is packed."""
+    body = script("idle-rule")
+    seed_history(cluster, "idle-rule", body)
+    first = cluster.submit(["-J", "idle-rule", "--gres=gpu:1"], body)
+    assert record_of(cluster, first).reason == "idle-gpu"
+    fillers = [cluster.submit(["-J", f"filler{i}", "--gres=gpu:1"], script(f"filler{i}", b"sleep 60\n")) for i in range(6)]
+    for job_id in fillers[:5]:
+        cluster.wait(job_id, "RUNNING", timeout=30)
+    time.sleep(3)  # one poll of the helper
+    second = cluster.submit(["-J", "idle-rule", "--gres=gpu:1"], body)
+    assert record_of(cluster, second).verdict == "packed", cluster.job(second)["AdminComment"]
+    cluster.cancel_all()
+
+
+def test_site_admin_comment_is_kept(packing):
+    """sbatch has no --admin-comment; a site sets one from a cli_filter or job_submit before
+    ours runs. The real helper is asked with one, as the shim would send it."""
+    from slurm_plugin.helper.server import ask
+
+    body = script("site")
+    seed_history(packing, "site", body)
+    answer = ask(packing.spec.helper_socket, {
+        "op": "submit", "uid": "0", "name": "site", "script": body,
+        "tres_per_node": "gres:gpu:1", "admin_comment": "site note: project X",
+    })
+    assert answer["admin_comment"].startswith("site note: project X | gpupack: packed shard:1")
+    assert answer["rewrite"] == "gres:shard:1"
+
+
+def test_observe_mode_changes_nothing(packing):
+    packing.set_mode("observe")
+    body = script("observe")
+    seed_history(packing, "observe", body)
+    job_id = packing.submit(["-J", "observe", "--gres=gpu:1"], body)
+    job = packing.job(job_id)
+    assert job["AdminComment"] in ("", "(null)") and job["TresPerNode"] == "gres:gpu:1"
+
+
+def test_advise_mode_annotates_without_rewriting(packing):
+    packing.set_mode("advise")
+    body = script("advise")
+    seed_history(packing, "advise", body)
+    job_id = packing.submit(["-J", "advise", "--gres=gpu:1"], body)
+    record = record_of(packing, job_id)
+    assert record.advised and record.verdict == "packed" and record.applied_verdict == "untouched"
+    assert packing.job(job_id)["TresPerNode"] == "gres:gpu:1"
+
+
+def test_kill_switch_passes_everything_through_at_once(packing):
+    body = script("kill")
+    seed_history(packing, "kill", body)
+    packing.spec.kill_switch.touch()
+    try:
+        job_id = packing.submit(["-J", "kill", "--gres=gpu:1"], body)
+    finally:
+        packing.spec.kill_switch.unlink()
+    job = packing.job(job_id)
+    assert job["TresPerNode"] == "gres:gpu:1" and job["AdminComment"] in ("", "(null)")
+
+
+@pytest.mark.parametrize(
+    "name, body",
+    [
+        ('quo"te\'s %s %n %d', b"#!/bin/sh\necho '%s %n' " + RUN + b"\n"),
+        ("new\nline", b"#!/bin/sh\necho hi " + RUN + b"\n"),
+        ("bytes", b"#!/bin/sh\necho \xff\xfe\xc3\x28 not utf-8 " + RUN + b"\n"),
+        ("big-script", b"#!/bin/sh\n" + RUN + b"\n" + (b"# " + b"x" * 1000 + b"\n") * 1024),
+        ("", b"#!/bin/sh\ntrue " + RUN + b"\n"),
+    ],
+    ids=["quotes-percent", "newline", "non-utf8", "1MB-script", "empty-name"],
+)
+def test_bad_input_is_accepted_and_decided(packing, name, body):
+    seed_history(packing, name or "sbatch", body)  # sbatch names a job read from stdin "sbatch"
+    args = ["--gres=gpu:1"] + (["-J", name] if name else [])
+    job_id = packing.submit(args, body)
+    record = record_of(packing, job_id)
+    assert record is not None and record.verdict == "packed"
+
+
+@pytest.mark.parametrize("gres", ["gpu:", "gpu:abc", "gpu::1", ":1"])
+def test_malformed_gres_is_refused_by_slurm_or_passed_through(cluster, gres):
+    body = script("malformed")
+    result = cluster.run("sbatch", "--parsable", "-o", "/dev/null", f"--gres={gres}", input=body, check=False)
+    if result.returncode == 0:  # Slurm accepted it: the shim must not have changed it
+        job_id = int(result.stdout.decode().strip())
+        assert "shard" not in cluster.job(job_id).get("TresPerNode", "")
+    else:  # Slurm refused it itself: it says so to the user, and the shim did not crash
+        assert result.stderr.strip()
+    log = (cluster.spec.log / "slurmctld.log").read_text(errors="replace")
+    assert "shim error" not in log
+
+
+def _stop_helper(cluster):
+    procs = [p for p in cluster.dev._load() if p.role == "helper"]
+    for p in procs:
+        os.kill(p.pid, 15)
+    deadline = time.time() + 15
+    while time.time() < deadline and any(os.path.exists(f"/proc/{p.pid}") for p in procs):
+        time.sleep(0.1)
+
+
+def test_helper_down_fails_open(packing):
+    body = script("down")
+    seed_history(packing, "down", body)
+    _stop_helper(packing)
+    try:
+        started = time.monotonic()
+        job_id = packing.submit(["-J", "down", "--gres=gpu:1"], body)
+        elapsed = time.monotonic() - started
+        job = packing.job(job_id)
+        assert job["TresPerNode"] == "gres:gpu:1" and job["AdminComment"] in ("", "(null)")
+        assert elapsed < 5
+        log = (packing.spec.log / "slurmctld.log").read_text(errors="replace")
+        assert "passed through: helper unreachable" in log
+    finally:
+        packing.dev.up()
+
+
+def test_slow_helper_fails_open_within_the_budget(packing):
+    """A helper that accepts but never answers costs the job at most the shim's budget."""
+    body = script("slow")
+    seed_history(packing, "slow", body)
+    _stop_helper(packing)
+    path = str(packing.spec.helper_socket)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    os.chmod(path, 0o666)
+    server.listen(8)
+    held = []
+    stop = threading.Event()
+
+    def accept():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        job_id = packing.submit(["-J", "slow", "--gres=gpu:1"], body)
+        assert packing.job(job_id)["TresPerNode"] == "gres:gpu:1"
+        log = (packing.spec.log / "slurmctld.log").read_text(errors="replace")
+        line = [l for l in log.splitlines() if "passed through" in l][-1]
+        assert "timeout" in line or "too slow" in line, line
+        elapsed_ms = float(line.rsplit("elapsed_ms=", 1)[1])
+        assert elapsed_ms < 100  # budget 50 ms (gpupack_shim.conf timeout_ms)
+        assert held, "the shim never connected"
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+        os.unlink(path)
+        packing.dev.up()
+
+
+def test_helper_answers_only_root_and_the_slurm_user(cluster):
+    """A user process (uid nobody) is refused; the peer credentials come from the kernel."""
+    from slurm_plugin.helper.server import ask
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: become nobody and ask
+        try:
+            os.close(read_end)
+            os.setgid(65534)
+            os.setuid(65534)
+            answer = ask(cluster.spec.helper_socket, {"op": "submit", "tres_per_node": "gres:gpu:1"})
+            os.write(write_end, answer.get("reason", "").encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    os.waitpid(pid, 0)
+    reason = os.read(read_end, 100).decode()
+    os.close(read_end)
+    assert reason == "forbidden"
+    root_answer = ask(cluster.spec.helper_socket, {"op": "ping"})
+    assert root_answer["status"] == "ok"

@@ -1,0 +1,64 @@
+"""Pair avoidance and the 22.05 gpu/shard collision (packer/placement.py)."""
+from __future__ import annotations
+
+from packer.placement import (
+    Running,
+    avoid_nodes,
+    gpu_holders,
+    merge_exclusions,
+    pending_exclusions,
+    quirk_collisions,
+)
+
+
+def avoid(pairs):
+    keyed = {tuple(sorted(p)) for p in pairs}
+    return lambda a, b: tuple(sorted((a, b))) in keyed
+
+
+def test_a_pending_job_avoids_the_nodes_of_its_avoided_partners():
+    running = [
+        Running(1, "fpB", ("node1",), packed=True),
+        Running(2, "fpC", ("node2",), packed=True),
+        Running(3, "fpB", ("node3",), packed=False),  # whole GPU: never shares, no need to avoid
+    ]
+    assert avoid_nodes("fpA", running, avoid([("fpA", "fpB")])) == {"node1"}
+    assert avoid_nodes("fpC", running, avoid([("fpA", "fpB")])) == frozenset()
+    assert avoid_nodes(None, running, avoid([("fpA", "fpB")])) == frozenset()
+
+
+def test_pending_exclusions_for_many_jobs():
+    running = [Running(1, "fpB", ("node1", "node2"), packed=True)]
+    out = pending_exclusions({7: "fpA", 8: "fpZ"}, running, avoid([("fpB", "fpA")]))
+    assert out == {7: {"node1", "node2"}, 8: frozenset()}
+
+
+def test_merge_keeps_the_users_exclusions():
+    assert merge_exclusions(["node9"], [], ["node1"]) == ("node1", "node9")
+    # we added node1 before; the partner left node1 and now runs on node2
+    assert merge_exclusions(["node1", "node9"], ["node1"], ["node2"]) == ("node2", "node9")
+    assert merge_exclusions(["node1"], ["node1"], []) == ()
+
+
+def test_collision_requeues_the_shard_job_that_came_after_a_whole_gpu_job():
+    holders = gpu_holders([
+        (10, 100.0, "node1", "gpu", (0,)),
+        (11, 105.0, "node1", "shard", (0,)),
+        (12, 101.0, "node1", "shard", (1,)),
+    ])
+    collisions = quirk_collisions(holders)
+    assert len(collisions) == 1
+    c = collisions[0]
+    assert (c.node, c.index, c.requeue, c.keep) == ("node1", 0, 11, (10,))
+    assert "23.11.5" in c.reason
+
+
+def test_collision_requeues_the_whole_gpu_job_that_came_after_shards():
+    holders = gpu_holders([(20, 1.0, "n", "shard", (1,)), (21, 2.0, "n", "shard", (1,)), (22, 3.0, "n", "gpu", (1,))])
+    (c,) = quirk_collisions(holders)
+    assert c.requeue == 22 and c.keep == (20, 21)
+
+
+def test_no_collision_when_gpus_are_apart():
+    holders = gpu_holders([(1, 1.0, "n", "gpu", (0,)), (2, 2.0, "n", "shard", (1,)), (3, 3.0, "m", "shard", (0,))])
+    assert quirk_collisions(holders) == []

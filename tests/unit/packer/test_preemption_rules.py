@@ -1,0 +1,93 @@
+"""Contention, head-of-queue priority and restart size (packer/preemption.py)."""
+from __future__ import annotations
+
+import pytest
+
+from packer.preemption import (
+    DEFAULT_HEAD_PRIORITY,
+    MAX_PRIORITY,
+    Resident,
+    find_contention,
+    head_priority,
+    restart_size,
+    throughput_loss,
+)
+
+GIB = 1024**3
+
+
+def series(start: float, stop: float, value: float, step: float = 1.0) -> tuple[tuple[float, float], ...]:
+    out, t = [], start
+    while t < stop:
+        out.append((t, value))
+        t += step
+    return tuple(out)
+
+
+def test_loss_compares_before_and_after_the_newcomer():
+    samples = series(0, 10, 20.0) + series(10, 20, 15.0)
+    loss, before, after = throughput_loss(samples, since=10, settle_s=2)
+    assert before == 20.0 and after == 15.0
+    assert loss == pytest.approx(0.25)
+
+
+def test_loss_is_unknown_until_both_sides_have_samples():
+    assert throughput_loss(series(0, 10, 20.0), since=10) is None
+    assert throughput_loss(series(9, 14, 20.0), since=10, settle_s=2, min_before=2) is None
+
+
+def test_newcomer_that_slows_a_senior_beyond_threshold_is_preempted():
+    senior = Resident(1, 0.0, series(0, 10, 20.0) + series(10, 20, 16.0), "fpA")
+    newcomer = Resident(2, 10.0, series(10, 20, 30.0), "fpB")
+    verdict = find_contention([newcomer, senior], threshold=0.10)
+    assert verdict is not None and verdict.newcomer == 2 and verdict.newcomer_fingerprint == "fpB"
+    assert [h.job_id for h in verdict.hurt] == [1]
+    assert "lost 20%" in verdict.reason and "job 2" in verdict.reason
+
+
+def test_slowdown_within_threshold_is_tolerated():
+    senior = Resident(1, 0.0, series(0, 10, 20.0) + series(10, 20, 18.5))
+    newcomer = Resident(2, 10.0)
+    assert find_contention([senior, newcomer], threshold=0.10) is None
+
+
+def test_only_the_newest_job_is_preempted_per_round():
+    a = Resident(1, 0.0, series(0, 30, 20.0, 1) [:10] + series(10, 30, 10.0))
+    b = Resident(2, 10.0, series(10, 30, 10.0))
+    c = Resident(3, 20.0, series(20, 30, 10.0))
+    verdict = find_contention([a, b, c], threshold=0.10)
+    # a lost nothing relative to before c (10 -> 10) and b lost nothing: c is innocent
+    assert verdict is None
+    a2 = Resident(1, 0.0, series(0, 20, 20.0) + series(20, 30, 10.0))
+    verdict = find_contention([a2, b, c], threshold=0.10)
+    assert verdict is not None and verdict.newcomer == 3
+
+
+def test_single_job_is_never_contended_and_bad_threshold_is_refused():
+    assert find_contention([Resident(1, 0.0, series(0, 10, 1.0))]) is None
+    with pytest.raises(ValueError):
+        find_contention([], threshold=1.5)
+
+
+def test_head_priority_is_above_every_pending_job():
+    assert head_priority([4294901759, 4294901700, None]) == 4294901760
+    assert head_priority([]) == DEFAULT_HEAD_PRIORITY
+    assert head_priority([10, 20]) == DEFAULT_HEAD_PRIORITY  # never below Slurm's basic base
+    assert head_priority([MAX_PRIORITY]) == MAX_PRIORITY
+
+
+def test_head_priority_does_not_climb_when_already_at_the_head():
+    current = 4294901800
+    assert head_priority([4294901759, current], exclude_current=current) == current
+
+
+def test_restart_size_grows_to_what_the_forecast_needs():
+    share = 10 * GIB
+    assert restart_size(1, 14 * GIB, share, 7).shards == 2
+    assert restart_size(2, 5 * GIB, share, 7).shards == 3  # always at least one more
+    assert restart_size(2, 30 * GIB, share, 7, partition_shards=(1, 2, 4, 8)).shards == 4
+
+
+def test_restart_size_falls_back_to_the_whole_gpu():
+    size = restart_size(4, 75 * GIB, 10 * GIB, 7)
+    assert size.whole_gpu and "whole GPU" in size.reason
