@@ -1,1 +1,21 @@
-"""Peak-memory forecasting and the early out-of-memory warning."""
+"""Peak-memory forecasting and the early out-of-memory warning (pure code).
+
+Online, one sample at a time (the controller helper, the node agent, the simulator)::
+
+    from predictor.forecast import Forecaster
+    f = Forecaster(capacity_bytes, horizon, partition_sizes=sizes)   # sizes in bytes
+    fc = f.update(step, bytes_)            # or update(step, requested, reuse_ratio=r)
+    fc.warn, fc.warn_step, fc.predicted_peak_bytes, fc.upper_bytes, fc.next_partition
+
+``Forecast`` (frozen dataclass): ``predicted_peak_bytes``, ``lower_bytes``/``upper_bytes``
+(one-sided 99 % prediction bounds at the horizon), ``will_exceed`` (certain to exceed the
+capacity), ``may_exceed`` (the upper bound does), ``confident`` (converged), ``warn``
+(both), ``warn_step`` (first warning, sticky), ``crossing_step``, ``next_partition``
+(smallest size holding ``upper_bytes``), ``reason``. Options: ``ForecasterOptions``.
+
+On a whole series: ``predictor.decision.decide(series, capacity_bytes, horizon=None,
+partition_sizes=None, options=None) -> Decision``; ``predictor.series.read_series(path)``;
+``predictor.bench.run_bench(dir)``. Sources of series (NVML, PyTorch probe, cgroup,
+procfs): ``predictor.sources``. Memory of LLM inference from model configs:
+``predictor.kvmodel``. Closed-form OLS bounds: ``predictor.linfit``.
+"""

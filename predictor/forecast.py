@@ -1,29 +1,33 @@
 """The online forecaster: one sample in, one forecast of the job's peak memory out.
 
-The signal is *peak memory since start* (the thesis, section 3.3): its running maximum
-smooths out the bursts of temporary buffers. On it the forecaster fits a line by OLS and
-takes one-sided prediction bounds at the horizon (see :mod:`predictor.linfit`). Where the
-thesis stops, it adds:
+The thesis (section 3.3, Algorithm 1) fits ``m = a*t + b`` on *peak memory since start* and
+bounds the peak by ``a*T + b + z*sigma``. This forecaster fits that line on the running
+peak **and** on the raw series, and adds:
 
-- **a recent window with a deceleration test**: the window is halved while the slope of
-  its recent half is below ``decel_ratio`` times the slope of its older half. Model
-  loading at start, a warm-up that flattens, or a series that has stopped growing are
-  then fitted on their recent, flatter part instead of being extrapolated;
-- **a proper prediction interval** (Student's t, extrapolation term);
-- **a minimum number of samples** before any forecast is *ready*;
-- **a convergence rule**: the point forecast is *confident* once it has moved by at most
-  ``converge_tol`` (relative) over the last ``converge_fraction`` of the samples and at
-  least the last ``converge_updates`` updates;
-- **a warning only when certain**: ``will_exceed`` means the one-sided lower bound at the
-  horizon is above the capacity (or the job is already above it); ``warn`` is
-  ``will_exceed`` on a confident forecast, and ``warn_step`` remembers the first step it
-  happened. ``may_exceed`` (the upper bound above the capacity) is the thesis' criterion,
-  kept for sizing and for callers that prefer to err on the other side.
+- **a proper prediction interval**: one-sided 99 % OLS bounds with Student's t and the
+  extrapolation term (:mod:`predictor.linfit`, checked against statsmodels' ``obs_ci_*``);
+- **a recent window**: halved while the recent half's slope is below ``decel_ratio`` times
+  the older half's (warm-up that flattens, a plateau), or while the recent half rises
+  significantly faster (model loading or a prefill spike at the start, acceleration);
+- **two signals**: point forecast and upper bound are the larger of the running-peak fit
+  and the raw fit. Certainty comes from the raw fit, or from the running-peak fit when the
+  raw trend agrees: the running maximum of pure noise keeps rising (like log n) and alone
+  would raise alarms on flat jobs, and a raw series hides no growth behind an early spike;
+- **a minimum number of samples** (``min_samples``) before any forecast is *ready*;
+- **a convergence rule**: *confident* once the raw trend's forecast at the horizon moved by
+  at most ``converge_tol`` (relative) over the last ``converge_fraction`` of the samples and
+  at least ``converge_updates`` updates;
+- **bounded extrapolation**: certainty is only claimed up to ``max_extrapolation`` times
+  the span observed so far (a ramp that later flattens looks linear at first);
+- **a warning only when certain**: ``will_exceed`` = the lower bound (at the horizon, or
+  the reach above if nearer) is above the capacity, or the job already is; ``warn`` =
+  ``will_exceed`` on a confident forecast; ``warn_step`` = the first such step.
+  ``may_exceed`` (upper bound above capacity) is the thesis' criterion, kept for sizing.
 
 With a reuse-ratio series (``update(step, requested, reuse_ratio=r)``), ``bytes`` are the
-memory *requested* from the allocator; the inverse reuse ratio ``1/r`` is fitted by the same
-line on the same window, and physical memory is ``requested / inverse_ratio`` (bounds taken
-from the conservative ends of both intervals, the inverse ratio never below 1).
+memory *requested* from the allocator; the inverse reuse ratio ``1/r`` is fitted the same
+way, and physical memory is ``requested / inverse_ratio`` (bounds from the conservative
+ends of both intervals, the inverse ratio never below 1).
 """
 from __future__ import annotations
 

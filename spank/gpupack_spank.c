@@ -155,8 +155,15 @@ static int ask_agent(const char *path, const char *req, char *resp, size_t cap, 
         snprintf(why, why_cap, "socket(): %s", strerror(errno));
         return -1;
     }
-    if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
-        snprintf(why, why_cap, "cannot connect to %s: %s (is `gpupack agent` running?)", path, strerror(errno));
+    /* an agent that is restarting is back within a second or two: retry until the deadline */
+    while (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+        int err = errno;
+        if ((err == ENOENT || err == ECONNREFUSED || err == EAGAIN || err == EINTR) &&
+            now_ms() + 100 < deadline) {
+            usleep(100 * 1000);
+            continue;
+        }
+        snprintf(why, why_cap, "cannot connect to %s: %s (is `gpupack agent` running?)", path, strerror(err));
         close(fd);
         return -1;
     }

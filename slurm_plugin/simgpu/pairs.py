@@ -85,9 +85,8 @@ def workload_util(me: str | None, table: dict | None = None) -> float:
     return float(prof["util_pct"]) if prof else DEFAULT_UTIL_PCT
 
 
-def known_workloads(table: dict | None = None) -> list[str]:
-    doc = json.loads(TABLE.read_text())
-    return sorted(doc["workloads"])
+def known_workloads() -> list[str]:
+    return sorted(json.loads(TABLE.read_text())["workloads"])
 
 
 if __name__ == "__main__":  # regenerate the table

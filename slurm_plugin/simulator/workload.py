@@ -289,7 +289,7 @@ def build_jobs(
         mem0 = min(profiles[prof].mem_bytes, cap)
         mem1 = mem0
         if t.gpus == 1 and growing_fraction > 0 and rng.random() < growing_fraction:
-            mem1 = min(cap, int(mem0 * rng.uniform(1.5, 3.0)))
+            mem1 = min(cap, int(mem0 * round(rng.uniform(1.5, 3.0) * 4) / 4))  # quantised: replays share forecasts
         out.append(SimJobSpec(i, t.submit * time_scale, t.duration, t.gpus, prof, mem0, mem1))
     return out
 

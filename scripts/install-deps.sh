@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install what gpupack needs on Debian 12: Slurm 22.05 and munge from Debian's packages,
+# Lua 5.1 + luasocket for the submit shim, a C toolchain for the SPANK plugin, and the
+# Python package with its test extras. Safe to run again; skips what is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PKGS=(slurmctld slurmd slurm-client munge libslurm-dev lua-socket liblua5.1-0 lua5.1 gcc make libc6-dev)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "missing Debian packages: ${missing[*]} (run as root, or apt-get install them)" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Debian starts the packaged daemons on install; the dev cluster runs its own, on its own ports.
+for svc in slurmctld slurmd munge; do
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$svc" 2>/dev/null; then
+    systemctl stop "$svc" || true
+  fi
+done
+
+PY=${PYTHON:-python3}
+"$PY" -m pip install -q --disable-pip-version-check -e '.[test,plots]'

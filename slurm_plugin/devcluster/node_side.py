@@ -1,0 +1,55 @@
+"""The node side of the dev cluster: the SPANK plugin build, the node agents, plugstack.conf.
+
+Called by :mod:`slurm_plugin.devcluster.manager` (build, processes, plugstack_lines).
+"""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from slurm_plugin.devcluster.spec import ClusterSpec
+
+SPANK_SRC = Path(__file__).resolve().parents[2] / "spank"
+AGENT_TIMEOUT_MS = 3000
+ISOLATION = "mig"  # the dev cluster's nodes isolate packed jobs with MIG instances
+
+
+class SpankBuildError(RuntimeError):
+    pass
+
+
+def spank_dir(spec: ClusterSpec) -> Path:
+    return spec.state_dir / "spank"
+
+
+def series() -> str:
+    out = subprocess.run(["make", "-s", "-C", str(SPANK_SRC), "series"], capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def plugin_path(spec: ClusterSpec) -> Path:
+    return spank_dir(spec) / f"gpupack_spank-{series()}.so"
+
+
+def build(spec: ClusterSpec) -> Path:
+    """Build the SPANK plugin for the installed Slurm into STATE_DIR/spank."""
+    out = spank_dir(spec)
+    out.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(["make", "-s", "-C", str(SPANK_SRC), f"OUT_DIR={out}"], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SpankBuildError(f"building the SPANK plugin in {SPANK_SRC} failed:\n{result.stdout}{result.stderr}")
+    return plugin_path(spec)
+
+
+def processes(spec: ClusterSpec) -> list[tuple[str, str, list[str]]]:
+    return [
+        ("agent", node, ["agent", "--node", node, "--state-dir", str(spec.state_dir),
+                         "--sim-dir", str(spec.simgpu_dir), "--gpus", str(spec.gpus_per_node),
+                         "--gpu-model", spec.gpu_model, "--isolation", ISOLATION])
+        for node in spec.node_names
+    ]
+
+
+def plugstack_lines(spec: ClusterSpec) -> list[str]:
+    sock = spec.run / "agent-%n.sock"
+    return [f"optional {plugin_path(spec)} socket={sock} timeout_ms={AGENT_TIMEOUT_MS}"]

@@ -1,0 +1,244 @@
+"""The simulated GPU workload: allocates on the simulated GPU the job was given, grows, reports.
+
+Where it runs comes from the step environment the node agent answered through the SPANK
+plugin (``GPUPACK_SIM_DIR``, ``GPUPACK_NODE``, ``GPUPACK_SIM_DEVICE``,
+``GPUPACK_MEM_LIMIT_BYTES`` for an MPS share, ``GPUPACK_AGENT_SOCKET``,
+``GPUPACK_REPORT_TOKEN``); without ``GPUPACK_SIM_DEVICE`` it falls back to a ``MIG-…``
+in ``CUDA_VISIBLE_DEVICES`` or to the GPU index there. Its memory is accounted on the
+simulated GPU under the job id (``SLURM_JOB_ID``), exactly where the agent samples it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, TextIO
+
+from slurm_plugin.simgpu import pairs
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+MIN_REPORT_GAP_S = 0.15  # above slurm_plugin.agent.trust.MIN_REPORT_INTERVAL_S
+
+
+class WorkloadSetupError(RuntimeError):
+    """The workload cannot find the simulated GPU it was given; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class Target:
+    sim_dir: Path
+    node: str
+    device_uuid: str | None
+    gpu_index: int | None
+    owner: str
+    job_id: int | None
+    mem_limit_bytes: int | None
+    agent_socket: str | None
+    token: str | None
+
+
+def target_from_env(env: dict[str, str]) -> Target:
+    sim_dir = env.get("GPUPACK_SIM_DIR") or _sim_dir_from_config(env.get("GPUPACK_CONFIG"))
+    node = env.get("GPUPACK_NODE") or env.get("SLURMD_NODENAME")
+    if not sim_dir or not node:
+        raise WorkloadSetupError(
+            "no simulated GPU in this environment (GPUPACK_SIM_DIR/GPUPACK_NODE unset): run it in a "
+            "Slurm job on the dev cluster (the SPANK plugin sets them), or set them by hand")
+    device = env.get("GPUPACK_SIM_DEVICE")
+    cvd = (env.get("CUDA_VISIBLE_DEVICES") or "").split(",")[0].strip()
+    gpu_index: int | None = None
+    if not device and cvd.startswith("MIG-"):
+        device = cvd
+    idx = env.get("GPUPACK_GPU_INDEX", cvd)
+    if idx and idx.lstrip("-").isdigit():
+        gpu_index = int(idx)
+    job = env.get("SLURM_JOB_ID", "")
+    limit = env.get("GPUPACK_MEM_LIMIT_BYTES", "")
+    return Target(Path(sim_dir), node, device, gpu_index,
+                  job if job.isdigit() else f"pid{os.getpid()}", int(job) if job.isdigit() else None,
+                  int(limit) if limit.isdigit() else None,
+                  env.get("GPUPACK_AGENT_SOCKET"), env.get("GPUPACK_REPORT_TOKEN"))
+
+
+def _sim_dir_from_config(config: str | None) -> str | None:
+    """``[paths] simgpu_dir`` of gpupack.toml (when the agent did not answer the step)."""
+    if not config:
+        return None
+    import tomllib
+
+    try:
+        with open(config, "rb") as fh:
+            value = tomllib.load(fh).get("paths", {}).get("simgpu_dir")
+    except (OSError, ValueError):
+        return None
+    return str(value) if value else None
+
+
+def parse_size(text: str) -> int:
+    """``2GiB``, ``40MiB``, ``512M``, ``1.5G``, ``1048576`` -> bytes."""
+    t = text.strip().replace(" ", "")
+    units = {"gib": GIB, "gb": GIB, "g": GIB, "mib": MIB, "mb": MIB, "m": MIB, "kib": 1024, "kb": 1024,
+             "k": 1024, "b": 1, "": 1}
+    num = t.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    unit = t[len(num):].lower()
+    if unit not in units or not num:
+        raise ValueError(f"cannot read size {text!r}; write it like 2GiB, 40MiB or 1048576")
+    value = float(num) * units[unit]
+    if value < 0:
+        raise ValueError(f"size {text!r} is negative")
+    return int(value)
+
+
+def oom_message(asked: int, capacity: int, used: int, gpu: int | None) -> str:
+    free = max(capacity - used, 0)
+    return (f"torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate {asked / MIB:.2f} MiB "
+            f"(GPU {gpu if gpu is not None else 0}; {capacity / GIB:.2f} GiB total capacity; "
+            f"{used / GIB:.2f} GiB already allocated; {free / MIB:.2f} MiB free)")
+
+
+class _Reporter:
+    """Sends progress to the agent now and then; keeps the last neighbours when it is away."""
+
+    def __init__(self, target: Target, workload: str | None, every_s: float,
+                 ask: Callable[[str, dict, float], dict] | None = None):
+        self.target = target
+        self.workload = workload
+        self.every_s = every_s
+        self.neighbours: list[str] = []
+        self.last = 0.0
+        self.window: tuple[float, int] = (time.monotonic(), 0)
+        self.failures = 0
+        if ask is None:
+            from slurm_plugin.agent.client import ask as _ask
+
+            ask = _ask
+        self._ask = ask
+
+    def maybe(self, iterations: int, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < self.every_s:
+            return
+        if force and now - self.last < MIN_REPORT_GAP_S:  # the agent drops reports closer than this
+            time.sleep(MIN_REPORT_GAP_S - (now - self.last))
+            now = time.monotonic()
+        t0, i0 = self.window
+        tput = (iterations - i0) / (now - t0) if now > t0 else 0.0
+        self.window = (now, iterations)
+        self.last = now
+        if not self.target.agent_socket or not self.target.token or self.target.job_id is None:
+            return
+        body = {"op": "report", "job_id": self.target.job_id, "token": self.target.token,
+                "iterations": iterations, "throughput": round(min(tput, 10_000.0), 3),
+                "util_pct": pairs.workload_util(self.workload)}
+        if self.workload:
+            body["workload"] = self.workload
+        try:
+            answer = self._ask(self.target.agent_socket, body, 1.0)
+        except OSError as exc:
+            self.failures += 1
+            if self.failures == 1:
+                print(f"simgpu: cannot report to the node agent ({exc}); running on", file=sys.stderr)
+            return
+        if answer.get("status") == "ok":
+            self.neighbours = [str(n) for n in answer.get("neighbours", [])][:16]
+        else:
+            self.failures += 1
+            if self.failures <= 3:
+                print(f"simgpu: the agent did not take a report: {answer.get('reason')}", file=sys.stderr)
+
+
+def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload: str | None,
+        env: dict[str, str] | None = None, report_every_s: float = 0.5,
+        out: TextIO = sys.stdout, err: TextIO = sys.stderr, backend=None) -> int:
+    """Run the workload; returns the process exit status (0 done, 1 out of memory, 2 setup)."""
+    from mig.errors import GpuOutOfMemoryError, MigError
+    from mig.sim_backend import SimGpuBackend
+
+    env = dict(os.environ if env is None else env)
+    try:
+        target = target_from_env(env)
+        gpu = backend or SimGpuBackend(target.sim_dir, target.node)
+        device = target.device_uuid
+        if device is None:
+            gpus = {g.index: g for g in gpu.list_gpus()}
+            if target.gpu_index not in gpus:
+                raise WorkloadSetupError(f"no device: GPUPACK_SIM_DEVICE unset and GPU index "
+                                         f"{target.gpu_index} is not one of {sorted(gpus)} on {target.node}")
+            device = gpus[target.gpu_index].uuid
+            if gpus[target.gpu_index].mig_enabled:
+                # no answer from the agent: like CUDA, use the first MIG device of the GPU
+                insts = gpu.list_instances(target.gpu_index)
+                if not insts:
+                    raise WorkloadSetupError(f"CUDA error: no CUDA-capable device is detected (GPU "
+                                             f"{target.gpu_index} of {target.node} is in MIG mode and has no MIG device)")
+                device = insts[0].uuid
+                print(f"simgpu: no isolation from the node agent; using the first MIG device {device}", file=err)
+        gpu_index, gi_id = gpu.find_device(device)
+    except (WorkloadSetupError, MigError) as exc:
+        print(f"simgpu: {exc}", file=err)
+        return 2
+    capacity = _capacity(gpu, gpu_index, gi_id)
+    if target.mem_limit_bytes:
+        capacity = min(capacity, target.mem_limit_bytes)
+    default_speed = float(env.get("GPUPACK_SIM_DEFAULT_PAIR_SPEED", pairs.DEFAULT_PAIR_SPEED))
+    reporter = _Reporter(target, workload, report_every_s)
+    held = 0
+    stopping = {"sig": 0}
+
+    def _stop(signum, _frame):
+        stopping["sig"] = signum
+
+    old = signal.signal(signal.SIGTERM, _stop)
+    print(f"simgpu: job {target.job_id} on {target.node} GPU {gpu_index} device {device} "
+          f"({capacity / GIB:.2f} GiB), workload {workload or 'generic'}", file=out, flush=True)
+
+    def alloc(n: int) -> bool:
+        nonlocal held
+        try:
+            if held + n > capacity:
+                raise GpuOutOfMemoryError("over the MPS memory limit")
+            gpu.alloc_memory(device, target.owner, n)
+        except GpuOutOfMemoryError:
+            print(oom_message(n, capacity, held, gpu_index), file=err, flush=True)
+            return False
+        held += n
+        return True
+
+    try:
+        if not alloc(mem_start):
+            return 1
+        done = 0
+        started = time.monotonic()
+        for done in range(1, iters + 1):
+            if stopping["sig"]:
+                print(f"simgpu: stopped by signal {stopping['sig']} after {done - 1} iterations", file=err)
+                return 128 + stopping["sig"]
+            speed = pairs.packed_speed(workload, reporter.neighbours, default=default_speed)
+            time.sleep(iter_ms / 1000.0 / max(speed, 0.01))
+            if mem_growth and not alloc(mem_growth):
+                return 1
+            reporter.maybe(done)
+        reporter.maybe(done, force=True)
+        elapsed = time.monotonic() - started
+        print(f"simgpu: done {done} iterations in {elapsed:.2f}s ({done / elapsed if elapsed else 0:.1f} it/s), "
+              f"peak {held / GIB:.2f} GiB", file=out, flush=True)
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        try:
+            gpu.free_memory(device, target.owner)
+        except MigError:
+            pass
+
+
+def _capacity(gpu, gpu_index: int, gi_id: int | None) -> int:
+    if gi_id is None:
+        return next(g.memory_mib for g in gpu.list_gpus() if g.index == gpu_index) * MIB
+    return next(i.memory_mib for i in gpu.list_instances(gpu_index) if i.gi_id == gi_id) * MIB

@@ -1,0 +1,893 @@
+"""Discrete-event replay of a job trace on a cluster of N GPUs, under one policy.
+
+Queueing is Slurm's FIFO with EASY backfill: the first job of the queue starts if it can;
+when it cannot, it gets a reservation (the time enough whole GPUs will be free, from the
+running jobs' remaining times) and up to ``bf_depth`` later jobs may start if they do not
+delay it (they end before the reservation, or use GPUs it does not need). Run-time
+estimates are exact (Slurm uses time limits; a trace has none). A requeued job goes to the
+head of the queue.
+
+The decisions are the suite's own code, called as in production:
+``packer.decision.decide`` (exclusive or packed, and how many shares),
+``packer.corunner.choose_corunner`` (FIG. 3 co-runner), ``packer.contention.check_contention``
+(FIG. 4 requeue and pair avoidance), ``mig.fsm``/``mig.policies.choose``/``mig.planner.plan_merge_split``/
+``mig.layout.homogeneous_layout`` (MIG placement, merge/split, homogeneous layouts) and
+``predictor.forecast.Forecaster`` (early restart before an out-of-memory).
+
+A job's progress rate is its speed relative to running alone: 1 alone; the measured pair
+speed when shared (see :mod:`slurm_plugin.simulator.workload`); on a MIG instance with a
+fraction ``f`` of the compute, ``min(1, f / util)`` where ``util`` is its measured GPU
+utilisation alone. A restart (out-of-memory, early restart, contention requeue) loses the
+work of the attempt, as a Slurm requeue does.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from itertools import islice
+
+from mig.catalog import Catalog, load_catalog
+from mig.fsm import PartitionState, Placement, get_space
+from mig.layout import homogeneous_layout
+from mig.planner import plan_merge_split
+from mig.policies import choose
+from packer.config import GIB, PackerConfig
+from packer.contention import Sharer, check_contention
+from packer.corunner import GpuLoad, Newcomer, RunningJob, choose_corunner, pair_key
+from packer.decision import ClusterView, Estimate, decide, max_shards, shards_needed
+from packer.request import Candidate
+from slurm_plugin.simulator.workload import PairTable, SimJobSpec, WorkloadProfile
+
+log = logging.getLogger(__name__)
+
+POLICIES = ("exclusive", "shard-fixed", "mig-static", "lucid-like", "colocate",
+            "mig-by-size", "mig-in-order")
+BASELINES = ("exclusive", "shard-fixed", "mig-static", "lucid-like")
+MIG_DYNAMIC = ("mig-by-size", "mig-in-order")
+SHARED = ("shard-fixed", "lucid-like", "colocate")
+
+_FINISH, _OOM, _WARN, _CHECK = 0, 1, 2, 3
+_CANDIDATE = Candidate(field="tres_per_node", gpu_type=None, dialect="23.11")
+
+
+@dataclass
+class SimConfig:
+    policy: str
+    gpus: int
+    gpu_model: str = "A100-80GB"
+    predictor: bool = False
+    corunner_rule: str = "lowest-util"
+    bf_depth: int = 100  # Slurm's bf_max_job_test
+    monitor_s: float = 60.0  # contention is judged this long after a pack
+    contention_threshold: float = 0.10
+    shard_jobs_per_gpu: int = 2  # shard-fixed: shares per GPU / shares per job
+    mig_static_layout: str | None = None  # a profile (homogeneous) or "P@S,..."; default all smallest
+    mig_static_fraction: float = 0.5  # share of GPUs partitioned in mig-static
+    mig_compute_slack: float = 0.10  # a MIG job may get this much less compute than it uses
+    lucid_max_label_sum: int = 2
+    predictor_samples: int = 50  # memory samples per run of a growing job
+    timeline_step_s: float = 600.0
+    packer: PackerConfig | None = None  # default: shares = memory slices of the GPU model
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
+        if self.gpus < 1:
+            raise ValueError("--gpus must be at least 1")
+        if self.bf_depth < 0:
+            raise ValueError("--bf-depth must be 0 or more")
+        if not 0.0 <= self.mig_static_fraction <= 1.0:
+            raise ValueError("--mig-static-fraction must be in [0, 1]")
+
+
+class Job:
+    __slots__ = (
+        "spec", "id", "submit", "duration", "gpus", "profile", "mem0", "mem1", "util", "label",
+        "workload", "first_start", "start", "end", "done", "rate", "last_t", "token",
+        "gpu_ids", "cap", "shards", "inst", "remembered", "min_rate", "oom_restarts",
+        "pred_restarts", "preemptions", "lost_work", "warn_work", "warn_next", "shared_with",
+        "unmeasured", "max_pair_slow", "packed_at",
+    )
+
+    def __init__(self, spec: SimJobSpec, prof: WorkloadProfile):
+        self.spec = spec
+        self.id = spec.id
+        self.submit = spec.submit
+        self.duration = spec.duration
+        self.gpus = spec.gpus
+        self.profile = spec.profile
+        self.mem0 = spec.mem0
+        self.mem1 = spec.mem1
+        self.util = max(1.0, prof.util_pct)
+        self.label = prof.label
+        self.workload = prof.key
+        self.first_start: float | None = None
+        self.start = 0.0
+        self.end: float | None = None
+        self.done = 0.0
+        self.rate = 1.0
+        self.last_t = 0.0
+        self.token = 0
+        self.gpu_ids: list[int] = []
+        self.cap = 0  # memory the job may use, bytes
+        self.shards: int | None = None
+        self.inst: Placement | None = None
+        self.remembered = 0  # bytes learnt from a restart for memory
+        self.min_rate = 1.0
+        self.oom_restarts = 0
+        self.pred_restarts = 0
+        self.preemptions = 0
+        self.lost_work = 0.0
+        self.warn_work: float | None = None
+        self.warn_next: int | None = None
+        self.shared_with: set[int] = set()
+        self.unmeasured = False
+        self.max_pair_slow = 1.0  # worst 1/speed among the measured pairs it was in
+        self.packed_at: float | None = None
+
+
+class Gpu:
+    __slots__ = ("id", "jobs", "whole", "state", "inst", "busy", "util_c", "mem_c", "static")
+
+    def __init__(self, gid: int):
+        self.id = gid
+        self.jobs: list[Job] = []
+        self.whole = False  # held by a job that takes the whole GPU (no MIG instances)
+        self.state: PartitionState | None = None
+        self.inst: dict[Placement, Job | None] = {}
+        self.busy = 0  # busy MIG instances
+        self.util_c = 0.0
+        self.mem_c = 0.0
+        self.static = False
+
+
+@dataclass
+class _Backfill:
+    shadow: float
+    extra: int
+    pack_ok: bool
+
+
+@dataclass
+class SimResult:
+    policy: str
+    predictor: bool
+    config: SimConfig
+    jobs: list[Job]
+    skipped: int
+    makespan: float
+    busy_area: float
+    util_area: float
+    mem_area: float
+    mem_total: float
+    reconfig_creates: int
+    reconfig_destroys: int
+    avoided_pairs: int
+    events: int
+    wall_s: float
+    timeline: list[tuple[float, int, float, float]] = field(default_factory=list)
+
+
+class Simulator:
+    def __init__(self, cfg: SimConfig, specs: list[SimJobSpec], profiles: list[WorkloadProfile],
+                 pairs: PairTable):
+        self.cfg = cfg
+        self.catalog: Catalog = load_catalog(cfg.gpu_model)
+        self.gpu_mem = int(self.catalog.memory_mib) << 20
+        self.pk = cfg.packer or PackerConfig(
+            mode="enforce", gpu_memory_gib=self.gpu_mem / GIB,
+            shares_per_gpu=self.catalog.memory_slices)
+        self.share_bytes = self.pk.share_bytes
+        self.profiles = profiles
+        self.pairs = pairs
+        self.gpus = [Gpu(i) for i in range(cfg.gpus)]
+        self.idle: dict[int, None] = {i: None for i in range(cfg.gpus)}
+        self.heap: list = []
+        self.seq = 0
+        self.front: deque[Job] = deque()
+        self.queue: dict[int, Job] = {}
+        self.history: set[int] = set()  # profiles with a finished run (the packer's history)
+        self.avoid: set[tuple[str, str]] = set()
+        self.single: dict[tuple, dict[int, None]] = {}  # (profile, held) -> GPUs with one job
+        self.partial: dict[int, None] = {}  # shard-fixed: GPUs with free shares
+        self.creates = self.destroys = 0
+        self.busy_n = 0
+        self.util_sum = 0.0
+        self.mem_sum = 0.0
+        self.busy_area = self.util_area = self.mem_area = 0.0
+        self.last_t = 0.0
+        self.timeline: list[tuple[float, int, float, float]] = []
+        self._next_tl = 0.0
+        self.events = 0
+        self._warn_cache: dict[tuple, tuple[float | None, int | None]] = {}
+        self._forecaster_cls = None
+        self.skipped = 0
+        self._denied = False
+        self.mig = cfg.policy in MIG_DYNAMIC or cfg.policy == "mig-static"
+        self._space = get_space(self.catalog, tuple(p.name for p in self.catalog.profiles
+                                                    if not p.media_extensions))
+        self._mig_profiles = sorted(
+            (p for p in self._space.catalog.profiles),
+            key=lambda p: (p.memory_mib, p.compute_slices, p.memory_slices))
+        self.n_whole = cfg.gpus
+        self._static_profiles: list = []
+        if self.mig:
+            self._setup_mig()
+        self.jobs: list[Job] = []
+        for s in specs:
+            if s.gpus > self.n_whole and (s.gpus > 1 or not self._static_fits(s)):
+                self.skipped += 1
+                continue
+            self.jobs.append(Job(s, profiles[s.profile]))
+
+    # ----------------------------------------------------------------- MIG setup
+    def _setup_mig(self) -> None:
+        self.idle_inst: dict[str, dict[tuple[int, Placement], None]] = {
+            p.name: {} for p in self._space.catalog.profiles}
+        self.by_free: list[dict[int, None]] = [dict() for _ in range(self.catalog.memory_slices + 1)]
+        self.has_idle: dict[int, None] = {}
+        for g in self.gpus:
+            g.state = self._space.empty()
+        if self.cfg.policy == "mig-static":
+            layout = self._static_layout()
+            n_static = int(round(self.cfg.mig_static_fraction * self.cfg.gpus))
+            self.n_whole = self.cfg.gpus - n_static
+            for g in self.gpus[:n_static]:
+                g.static = True
+                g.state = layout
+                for p in layout.placements:
+                    g.inst[p] = None
+                    self.idle_inst[p.profile][(g.id, p)] = None
+                del self.idle[g.id]  # never lent whole
+            self._static_profiles = sorted(
+                {self._space.catalog.profile(p.profile) for p in layout.placements},
+                key=lambda p: (p.memory_mib, p.compute_slices))
+        else:
+            for g in self.gpus:
+                self.by_free[self.catalog.memory_slices][g.id] = None
+
+    def _static_layout(self) -> PartitionState:
+        text = self.cfg.mig_static_layout
+        if not text:
+            smallest = self._mig_profiles[0].name
+            return homogeneous_layout(self._space.empty(), smallest)
+        if "@" in text:
+            return PartitionState.parse(self._space, text)
+        return homogeneous_layout(self._space.empty(), text.strip())
+
+    def _static_fits(self, s: SimJobSpec) -> bool:
+        return s.gpus == 1 and any(p.memory_mib << 20 >= s.mem0 for p in self._static_profiles)
+
+    # ----------------------------------------------------------------- events
+    def _push(self, t: float, kind: int, job: Job, token: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, job, token))
+
+    def _advance(self, now: float) -> None:
+        dt = now - self.last_t
+        if dt > 0:
+            self.busy_area += self.busy_n * dt
+            self.util_area += self.util_sum * dt
+            self.mem_area += self.mem_sum * dt
+            self.last_t = now
+        if now >= self._next_tl:
+            self.timeline.append((now, self.busy_n, self.util_sum, self.mem_sum))
+            self._next_tl = now + self.cfg.timeline_step_s
+
+    def run(self) -> SimResult:
+        t0 = time.perf_counter()
+        arrivals = sorted(self.jobs, key=lambda j: (j.submit, j.id))
+        ai = 0
+        n = len(arrivals)
+        heap = self.heap
+        while ai < n or heap:
+            if heap and (ai >= n or heap[0][0] <= arrivals[ai].submit):
+                t, _, kind, job, token = heapq.heappop(heap)
+                self._advance(t)
+                if token == job.token:
+                    self.events += 1
+                    if kind == _FINISH:
+                        self._finish(job, t)
+                    elif kind == _OOM:
+                        self._restart_memory(job, t, predicted=False)
+                    elif kind == _WARN:
+                        self._restart_memory(job, t, predicted=True)
+                    elif kind == _CHECK:
+                        self._check(job, t)
+                now = t
+            else:
+                job = arrivals[ai]
+                ai += 1
+                now = job.submit
+                self._advance(now)
+                self.events += 1
+                self.queue[job.id] = job
+            nxt = heap[0][0] if heap else math.inf
+            if ai < n:
+                nxt = min(nxt, arrivals[ai].submit)
+            if nxt > now:
+                self._schedule(now)
+        self._advance(self.last_t)
+        makespan = max((j.end for j in self.jobs if j.end is not None), default=0.0)
+        unfinished = [j for j in self.jobs if j.end is None]
+        if unfinished:
+            log.warning("%d jobs never ran (first: job %d needing %d GPUs)", len(unfinished),
+                        unfinished[0].id, unfinished[0].gpus)
+        return SimResult(
+            policy=self.cfg.policy, predictor=self.cfg.predictor, config=self.cfg, jobs=self.jobs,
+            skipped=self.skipped, makespan=makespan, busy_area=self.busy_area,
+            util_area=self.util_area, mem_area=self.mem_area,
+            mem_total=float(self.gpu_mem) * self.cfg.gpus,
+            reconfig_creates=self.creates, reconfig_destroys=self.destroys,
+            avoided_pairs=len(self.avoid), events=self.events,
+            wall_s=time.perf_counter() - t0, timeline=self.timeline)
+
+    # ----------------------------------------------------------------- queue
+    def _queue_iter(self):
+        yield from self.front
+        yield from self.queue.values()
+
+    def _remove(self, job: Job) -> None:
+        if self.front and self.front[0] is job:
+            self.front.popleft()
+        elif job.id in self.queue:
+            del self.queue[job.id]
+        else:
+            self.front.remove(job)
+
+    def _schedule(self, now: float) -> None:
+        head = None
+        while self.front or self.queue:
+            head = self.front[0] if self.front else next(iter(self.queue.values()))
+            if not self._try_start(head, now, None):
+                break
+            self._remove(head)
+            head = None
+        if head is None or self.cfg.bf_depth == 0:
+            return
+        bf = self._reservation(head, now)
+        failed: set = set()
+        cand = list(islice(self._queue_iter(), 1, self.cfg.bf_depth + 1))
+        if self.cfg.policy == "mig-by-size":
+            cand.sort(key=lambda j: (self._mig_profile(j).memory_mib if j.gpus == 1 else math.inf,
+                                     j.submit, j.id))
+        for job in cand:
+            if not self._can_try(job):
+                continue
+            key = self._fail_key(job)
+            if key in failed:
+                continue
+            self._denied = False
+            if self._try_start(job, now, bf):
+                self._remove(job)
+            elif not self._denied:
+                failed.add(key)  # no room for this shape now; the same shape fails too
+
+    def _can_try(self, job: Job) -> bool:
+        """Cheap test: could anything start this job now?"""
+        if self.idle:
+            return True
+        if job.gpus > 1:
+            return False
+        p = self.cfg.policy
+        if p == "exclusive":
+            return False
+        if p in ("colocate", "lucid-like"):
+            return bool(self.single)
+        if p == "shard-fixed":
+            return bool(self.partial)
+        return True
+
+    def _fail_key(self, job: Job):
+        if job.gpus > 1:
+            return ("g", job.gpus)
+        return ("p", job.profile, job.remembered)  # the profile fixes memory and utilisation
+
+    def _reservation(self, head: Job, now: float) -> _Backfill:
+        """EASY: when will the head have its whole GPUs, and how many spare GPUs then."""
+        need = head.gpus
+        free = len(self.idle)
+        pack_ok = need == 1 and self.cfg.policy in SHARED
+        if self.mig and need == 1:
+            return _Backfill(math.inf, 0, True)  # MIG heads wait for an instance, no reservation
+        if need <= free:
+            return _Backfill(now, free - need, pack_ok)
+        releases = []
+        for g in self.gpus:
+            if g.jobs and not g.static:
+                releases.append(max(j.last_t + (j.duration - j.done) / j.rate for j in g.jobs))
+        k = need - free
+        if k > len(releases):
+            return _Backfill(math.inf, 0, pack_ok)
+        rel = heapq.nsmallest(k, releases)
+        shadow = rel[-1]
+        extra = free + sum(1 for r in releases if r <= shadow) - need
+        return _Backfill(shadow, max(0, extra), pack_ok)
+
+    def _may_take_idle(self, job: Job, now: float, bf: _Backfill | None, n: int) -> bool:
+        if bf is None:
+            return True
+        if now + job.duration <= bf.shadow:
+            return True
+        if n <= bf.extra:
+            bf.extra -= n
+            return True
+        self._denied = True
+        return False
+
+    def _may_pack(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+        if bf is None or bf.pack_ok or now + job.duration <= bf.shadow:
+            return True
+        self._denied = True
+        return False
+
+    # ----------------------------------------------------------------- start
+    def _try_start(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+        if job.gpus > 1:
+            if len(self.idle) < job.gpus or not self._may_take_idle(job, now, bf, job.gpus):
+                return False
+            self._start_whole(job, list(islice(self.idle, job.gpus)), now)
+            return True
+        p = self.cfg.policy
+        if p == "exclusive":
+            return self._start_idle(job, now, bf)
+        if p == "shard-fixed":
+            if self.partial and self._may_pack(job, now, bf):
+                gid = next(iter(self.partial))
+                self._start_shared(job, self.gpus[gid], now, self.gpu_mem, None)
+                return True
+            return self._start_idle(job, now, bf, shared=True)
+        if p == "lucid-like":
+            return self._start_lucid(job, now, bf)
+        if p == "colocate":
+            return self._start_colocate(job, now, bf)
+        if p == "mig-static":
+            return self._start_static(job, now, bf)
+        return self._start_mig(job, now, bf)
+
+    def _start_idle(self, job: Job, now: float, bf: _Backfill | None, shared: bool = False,
+                    shards: int | None = None) -> bool:
+        if not self.idle or not self._may_take_idle(job, now, bf, 1):
+            return False
+        gid = next(iter(self.idle))
+        if shared:
+            self._start_shared(job, self.gpus[gid], now, self.gpu_mem, shards)
+        else:
+            self._start_whole(job, [gid], now)
+        return True
+
+    def _begin(self, job: Job, now: float, cap: int) -> None:
+        if job.first_start is None:
+            job.first_start = now
+        job.start = now
+        job.last_t = now
+        job.done = 0.0
+        job.rate = 1.0
+        job.cap = cap
+        job.warn_work = None
+        job.warn_next = None
+        if self.cfg.predictor and job.mem1 > cap:
+            self._plan_warning(job)
+
+    def _start_whole(self, job: Job, gids: list[int], now: float) -> None:
+        for gid in gids:
+            g = self.gpus[gid]
+            del self.idle[gid]
+            if self.mig and g.inst:
+                self._clear_idle_instances(g)
+            if self.mig and not g.static:
+                self._set_free(g, None)
+            g.whole = True
+            g.jobs.append(job)
+            self._gpu_changed(g, was_busy=False)
+        job.gpu_ids = gids
+        job.shards = None
+        job.inst = None
+        self._begin(job, now, self.gpu_mem)
+        self._schedule_job(job, now)
+
+    # shared GPU (shard-fixed, lucid-like, colocate) ------------------------------------
+    def _held(self, job: Job) -> int:
+        return job.shards * int(self.share_bytes) if job.shards else job.mem0
+
+    def _single_del(self, g: Gpu) -> None:
+        if len(g.jobs) == 1 and g.jobs[0].gpus == 1:
+            j = g.jobs[0]
+            key = (j.profile, self._held(j))
+            d = self.single.get(key)
+            if d is not None:
+                d.pop(g.id, None)
+                if not d:
+                    del self.single[key]
+
+    def _single_add(self, g: Gpu) -> None:
+        if len(g.jobs) == 1 and g.jobs[0].gpus == 1:
+            j = g.jobs[0]
+            self.single.setdefault((j.profile, self._held(j)), {})[g.id] = None
+
+    def _start_shared(self, job: Job, g: Gpu, now: float, cap: int, shards: int | None) -> None:
+        was_busy = bool(g.jobs)
+        if not was_busy:
+            del self.idle[g.id]
+        self._single_del(g)
+        g.jobs.append(job)
+        job.gpu_ids = [g.id]
+        job.shards = shards
+        job.inst = None
+        self._begin(job, now, cap)
+        if was_busy:
+            job.packed_at = now
+        self._single_add(g)
+        if self.cfg.policy == "shard-fixed":
+            if len(g.jobs) < self.cfg.shard_jobs_per_gpu:
+                self.partial[g.id] = None
+            else:
+                self.partial.pop(g.id, None)
+        self._rerate_shared(g, now)
+        self._gpu_changed(g, was_busy)
+        if was_busy and self.cfg.policy == "colocate":
+            self._push(now + self.cfg.monitor_s, _CHECK, job, job.token)
+
+    def _rerate_shared(self, g: Gpu, now: float) -> None:
+        for j in g.jobs:
+            rate = 1.0
+            for o in g.jobs:
+                if o is not j:
+                    s = self.pairs.speed(j.profile, o.profile)
+                    rate *= s
+                    j.shared_with.add(o.id)
+                    if self.pairs.is_measured(j.profile, o.profile):
+                        j.max_pair_slow = max(j.max_pair_slow, 1.0 / s)
+                    else:
+                        j.unmeasured = True
+            self._set_rate(j, now, rate)
+
+    def _start_lucid(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+        if self.idle:
+            return self._start_idle(job, now, bf, shared=True)
+        if job.label >= 2 or not self._may_pack(job, now, bf):
+            return False
+        best = None
+        for (prof, held), gids in self.single.items():
+            p = self.profiles[prof]
+            if p.label >= 2 or p.label + job.label > self.cfg.lucid_max_label_sum:
+                continue
+            if held + job.mem0 > self.gpu_mem:
+                continue
+            key = (p.label + job.label, p.util_pct, prof)
+            if best is None or key < best[0]:
+                best = (key, next(iter(gids)))
+        if best is None:
+            return False
+        self._start_shared(job, self.gpus[best[1]], now, self.gpu_mem, None)
+        return True
+
+    def _estimate(self, job: Job) -> Estimate | None:
+        if job.profile not in self.history:
+            return None
+        return Estimate(job.mem0, self.profiles[job.profile].util_pct, 1, source="sim-history")
+
+    def _start_colocate(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+        remembered = math.ceil(job.remembered / self.share_bytes) if job.remembered else None
+        d = decide(_CANDIDATE, self._estimate(job), ClusterView(idle_gpus=len(self.idle)),
+                   self.pk, fingerprint=job.workload, remembered_shards=remembered)
+        if d.verdict != "packed":
+            return self._start_idle(job, now, bf, shared=True)
+        if not self._may_pack(job, now, bf):
+            return False
+        need = d.shards * int(self.share_bytes)
+        loads = []
+        for (prof, held), gids in self.single.items():
+            gid = next(iter(gids))
+            other = self.gpus[gid].jobs[0]
+            loads.append(GpuLoad(
+                gpu_id=f"{gid:06d}", capacity_bytes=self.gpu_mem,
+                jobs=(RunningJob(str(other.id), other.workload, held,
+                                 self.profiles[prof].util_pct),)))
+        ch = choose_corunner(Newcomer(str(job.id), job.workload, need,
+                                      self.profiles[job.profile].util_pct),
+                             loads, rule=self.cfg.corunner_rule,
+                             max_fraction=self.pk.max_gpu_fraction, max_jobs_per_gpu=2,
+                             avoid=self.avoid)
+        if not ch.placed:
+            return False
+        self._start_shared(job, self.gpus[int(ch.gpu_id)], now, need, d.shards)
+        return True
+
+    def _check(self, job: Job, now: float) -> None:
+        """FIG. 4: has the pre-existing job lost more than the threshold since the pack?"""
+        g = self.gpus[job.gpu_ids[0]]
+        if len(g.jobs) < 2:
+            return
+        sharers = [Sharer(str(j.id), j.workload, j.packed_at if j.packed_at is not None
+                          and j is job else j.start, 1.0, j.rate) for j in g.jobs]
+        v = check_contention(sharers, self.cfg.contention_threshold)
+        if v.requeue is None:
+            return
+        self.avoid.update(v.avoid_pairs)
+        victim = next(j for j in g.jobs if str(j.id) == v.requeue)
+        victim.preemptions += 1
+        self._stop(victim, now)
+        self.front.appendleft(victim)
+
+    # MIG -------------------------------------------------------------------------------
+    def _mig_profile(self, job: Job):
+        need = max(job.mem0, job.remembered)
+        c = self.catalog.compute_slices * job.util / 100.0 * (1.0 - self.cfg.mig_compute_slack)
+        for p in self._mig_profiles:
+            if (p.memory_mib << 20) >= need and p.compute_slices >= c - 1e-9:
+                return p
+        return self._mig_profiles[-1]
+
+    def _set_free(self, g: Gpu, n: int | None) -> None:
+        for d in self.by_free:
+            d.pop(g.id, None)
+        if n is not None:
+            self.by_free[n][g.id] = None
+
+    def _refresh_free(self, g: Gpu) -> None:
+        if not g.static and not g.whole:
+            self._set_free(g, g.state.free_memory_slices)
+
+    def _clear_idle_instances(self, g: Gpu) -> None:
+        for p, j in list(g.inst.items()):
+            if j is None:
+                g.state = g.state.free(p.profile, p.start)
+                del g.inst[p]
+                self.idle_inst[p.profile].pop((g.id, p), None)
+                self.destroys += 1
+        self.has_idle.pop(g.id, None)
+
+    def _create(self, g: Gpu, p: Placement) -> None:
+        g.state = g.state.alloc(p.profile, p.start)
+        g.inst[p] = None
+        self.idle_inst[p.profile][(g.id, p)] = None
+        self.has_idle[g.id] = None
+        self.creates += 1
+
+    def _start_instance(self, job: Job, g: Gpu, p: Placement, now: float) -> None:
+        was_busy = g.busy > 0
+        if not was_busy and not g.static:
+            self.idle.pop(g.id, None)
+        self.idle_inst[p.profile].pop((g.id, p), None)
+        g.inst[p] = job
+        g.busy += 1
+        if all(v is not None for v in g.inst.values()):
+            self.has_idle.pop(g.id, None)
+        g.jobs.append(job)
+        job.gpu_ids = [g.id]
+        job.inst = p
+        job.shards = None
+        prof = self.catalog.profile(p.profile)
+        self._begin(job, now, prof.memory_mib << 20)
+        frac = prof.compute_slices / self.catalog.compute_slices
+        self._refresh_free(g)
+        self._set_rate(job, now, min(1.0, frac / (job.util / 100.0)))
+        self._gpu_changed(g, was_busy)
+
+    def _start_static(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+        prof = next((p for p in self._static_profiles if (p.memory_mib << 20) >= max(
+            job.mem0, job.remembered)), None)
+        if prof is None:
+            if not self.idle or not self._may_take_idle(job, now, bf, 1):
+                return False
+            self._start_whole(job, [next(iter(self.idle))], now)
+            return True
+        slots = self.idle_inst.get(prof.name)
+        if not slots:
+            return False
+        gid, p = next(iter(slots))
+        self._start_instance(job, self.gpus[gid], p, now)
+        return True
+
+    def _start_mig(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+        prof = self._mig_profile(job)
+        name = prof.name
+        slots = self.idle_inst[name]
+        if slots:
+            gid, p = next(iter(slots))
+            g = self.gpus[gid]
+            if g.busy or self._may_take_idle(job, now, bf, 1):
+                self._start_instance(job, g, p, now)
+                return True
+        full = self.catalog.memory_slices
+        by_size = self.cfg.policy == "mig-by-size"
+        # by-size: an empty GPU first (a homogeneous layout of this size); in-order: tightest fit
+        order = ([full, *range(prof.memory_slices, full)] if by_size
+                 else range(prof.memory_slices, full + 1))
+        tried = 0
+        for n in order:
+            for gid in list(self.by_free[n]):
+                g = self.gpus[gid]
+                if g.busy == 0 and not self._may_take_idle(job, now, bf, 1):
+                    continue
+                if by_size and not g.inst:
+                    layout = homogeneous_layout(g.state, name)
+                    for p in layout.placements:
+                        if p not in g.inst:
+                            self._create(g, p)
+                    self._refresh_free(g)
+                    p = next(q for q in g.inst if q.profile == name and g.inst[q] is None)
+                    self._start_instance(job, g, p, now)
+                    return True
+                start = choose(g.state, name, "fsm").start
+                if start is not None:
+                    p = Placement(name, start)
+                    self._create(g, p)
+                    self._start_instance(job, g, p, now)
+                    return True
+                tried += 1
+                if tried > 64:
+                    break
+            if tried > 64:
+                break
+        for gid in list(islice(self.has_idle, 64)):
+            g = self.gpus[gid]
+            if g.whole or g.static:
+                continue
+            if g.busy == 0 and not self._may_take_idle(job, now, bf, 1):
+                continue
+            busy = [p for p, j in g.inst.items() if j is not None]
+            plan = plan_merge_split(g.state, name, busy=busy)
+            if not plan.feasible:
+                continue
+            for p in plan.destroy:
+                g.state = g.state.free(p.profile, p.start)
+                del g.inst[p]
+                self.idle_inst[p.profile].pop((g.id, p), None)
+                self.destroys += 1
+            target = Placement(name, plan.start)
+            self._create(g, target)
+            for p in plan.recreate:
+                if g.state.can_alloc(p.profile, p.start):
+                    self._create(g, p)
+            self._start_instance(job, g, target, now)
+            return True
+        return False
+
+    # ----------------------------------------------------------------- running
+    def _set_rate(self, job: Job, now: float, rate: float) -> None:
+        job.done += (now - job.last_t) * job.rate
+        job.last_t = now
+        job.rate = rate
+        if rate < job.min_rate:
+            job.min_rate = rate
+        self._schedule_job(job, now)
+
+    def _schedule_job(self, job: Job, now: float) -> None:
+        job.token += 1
+        remaining = job.duration - job.done
+        t_fin = now + remaining / job.rate
+        kind, t = _FINISH, t_fin
+        if job.mem1 > job.mem0:
+            if job.warn_work is not None and job.warn_work > job.done:
+                tw = now + (job.warn_work - job.done) / job.rate
+                if tw < t:
+                    kind, t = _WARN, tw
+            if job.mem1 > job.cap:
+                w_oom = (job.cap - job.mem0) / (job.mem1 - job.mem0) * job.duration
+                if w_oom >= job.done:
+                    to = now + (w_oom - job.done) / job.rate
+                    if to < t:
+                        kind, t = _OOM, to
+        self._push(t, kind, job, job.token)
+
+    def _sizes(self) -> tuple[int, ...]:
+        if self.mig:
+            return tuple(sorted({p.memory_mib << 20 for p in self._mig_profiles}))
+        k = max_shards(self.pk)
+        return tuple(int(i * self.share_bytes) for i in range(1, k + 1)) + (self.gpu_mem,)
+
+    def _plan_warning(self, job: Job) -> None:
+        """When would the forecaster warn (in alone-seconds of work), and with which size."""
+        if not self.cfg.predictor:
+            return
+        key = (job.mem0, job.mem1, job.cap)
+        hit = self._warn_cache.get(key)
+        if hit is None:
+            if self._forecaster_cls is None:
+                from predictor.forecast import Forecaster
+                self._forecaster_cls = Forecaster
+            n = self.cfg.predictor_samples
+            f = self._forecaster_cls(job.cap, n, partition_sizes=self._sizes())
+            hit = (None, None)
+            for i in range(1, n + 1):
+                mem = job.mem0 + (job.mem1 - job.mem0) * i / n
+                if mem > job.cap:
+                    break
+                fc = f.update(i, mem)
+                if fc.warn:
+                    hit = (i / n, fc.next_partition)
+                    break
+            self._warn_cache[key] = hit
+        frac, nxt = hit
+        if frac is not None:
+            job.warn_work = frac * job.duration
+            job.warn_next = nxt
+
+    def _restart_memory(self, job: Job, now: float, predicted: bool) -> None:
+        """Out of memory (or warned before it): restart on a larger size, at the head."""
+        if predicted:
+            job.pred_restarts += 1
+            job.remembered = max(job.remembered, job.warn_next or self.gpu_mem)
+        else:
+            job.oom_restarts += 1
+            job.remembered = max(job.remembered, self._next_size(job.cap))
+        self._stop(job, now)
+        self.front.appendleft(job)
+
+    def _next_size(self, cap: int) -> int:
+        for s in self._sizes():
+            if s > cap:
+                return s
+        return self.gpu_mem
+
+    def _stop(self, job: Job, now: float) -> None:
+        """Take a running job off its GPU(s) without finishing it (work lost)."""
+        job.done += (now - job.last_t) * job.rate
+        job.lost_work += job.done
+        job.token += 1
+        self._release(job, now)
+        job.done = 0.0
+
+    def _finish(self, job: Job, now: float) -> None:
+        job.done = job.duration
+        job.end = now
+        job.token += 1
+        self.history.add(job.profile)
+        self._release(job, now)
+
+    def _release(self, job: Job, now: float) -> None:
+        for gid in job.gpu_ids:
+            g = self.gpus[gid]
+            if g.inst and job.inst is not None:
+                g.inst[job.inst] = None
+                g.busy -= 1
+                self.idle_inst[job.inst.profile][(g.id, job.inst)] = None
+                self.has_idle[g.id] = None
+                g.jobs.remove(job)
+                if g.busy == 0 and not g.static:
+                    self.idle[g.id] = None
+                self._gpu_changed(g, True)
+                continue
+            self._single_del(g)
+            g.jobs.remove(job)
+            if g.whole:
+                g.whole = False
+                if self.mig and not g.static:
+                    self._refresh_free(g)
+            if not g.jobs:
+                self.idle[g.id] = None
+                self.partial.pop(g.id, None)
+            else:
+                self._single_add(g)
+                if self.cfg.policy == "shard-fixed":
+                    self.partial[g.id] = None
+                self._rerate_shared(g, now)
+            self._gpu_changed(g, True)
+        job.gpu_ids = []
+
+    def _gpu_changed(self, g: Gpu, was_busy: bool) -> None:
+        busy = bool(g.jobs)
+        if busy != was_busy:
+            self.busy_n += 1 if busy else -1
+        u = 0.0
+        m = 0.0
+        for j in g.jobs:
+            u += j.util * j.rate / 100.0
+            m += (j.mem0 + j.mem1) / 2
+        u = min(1.0, u)
+        self.util_sum += u - g.util_c
+        self.mem_sum += m - g.mem_c
+        g.util_c = u
+        g.mem_c = m
+
+
+def simulate(cfg: SimConfig, specs: list[SimJobSpec], profiles: list[WorkloadProfile],
+             pairs: PairTable) -> SimResult:
+    """Run one policy on one workload."""
+    return Simulator(cfg, specs, profiles, pairs).run()

