@@ -175,4 +175,5 @@ def gpupack_toml(spec: ClusterSpec, shares_per_gpu: int, gpu_memory_gib: float) 
         f'kill_switch = "{spec.kill_switch}"\n'
         f'slurm_conf = "{spec.slurm_conf}"\n'
         f'simgpu_dir = "{spec.simgpu_dir}"\n'
+        f'agent_dir = "{spec.state_dir}"\n'
     )

@@ -123,6 +123,7 @@ class Monitor:
         self._quirk_excluded: dict[int, tuple[str, frozenset[int]]] = {}  # job -> (node, keepers)
         self._heading: dict[int, int] = {}  # requeued job -> the priority it was given
         self._seen_decisions: set[int] = set()
+        self._reported: set[tuple[int, float]] = set()  # (job, run start) already judged
         self.decisions: dict[tuple[str, str], int] = {}
         self.mps_plan: dict[tuple[str, int], dict[int, int]] = {}
         self._stop = threading.Event()
@@ -330,8 +331,9 @@ class Monitor:
         pending = [j.priority for j in jobs.values() if j.state == "PENDING"]
         for job_id, given in list(self._heading.items()):
             job = jobs.get(job_id)
-            if job is None or job.state not in ("PENDING",):
-                if job is None or job.state in ACTIVE or job.is_finished:
+            if job is None or job.state != "PENDING":
+                # COMPLETING: the old run is still being cleaned up; wait for it
+                if job is None or job.state in ("RUNNING", "SUSPENDED", "CONFIGURING") or job.is_finished:
                     self._heading.pop(job_id, None)
                 continue
             try:
@@ -362,8 +364,12 @@ class Monitor:
             if verdict is None:
                 continue
             newcomer = jobs[verdict.newcomer]
+            seen = (newcomer.job_id, self.tracks[newcomer.job_id].started_at)
+            if seen in self._reported:
+                continue
+            self._reported.add(seen)
             for hurt in verdict.hurt:
-                if verdict.newcomer_fingerprint and hurt.fingerprint and verdict.newcomer_fingerprint != hurt.fingerprint:
+                if self.enforcing and verdict.newcomer_fingerprint and hurt.fingerprint and verdict.newcomer_fingerprint != hurt.fingerprint:
                     self.store.avoid_pair(verdict.newcomer_fingerprint, hurt.fingerprint, verdict.reason)
             hurt_nodes = frozenset(n for h in verdict.hurt for n in expand_hostlist(jobs[h.job_id].nodes))
             if self.requeue_at_head(
@@ -373,8 +379,6 @@ class Monitor:
                 avoided=[h.fingerprint for h in verdict.hurt],
             ):
                 acted.add(newcomer.job_id)
-            else:
-                self.tracks.pop(newcomer.job_id, None)  # observe mode: do not repeat every round
         return acted
 
     # ------------------------------------------------------------------ memory growth
@@ -426,11 +430,14 @@ class Monitor:
             record = (comment_mod.render("exclusive", reason="memory-restart", fp=t.fingerprint)
                       if size.whole_gpu else
                       comment_mod.render("packed", shards=size.shards, reason="memory-restart", fp=t.fingerprint))
-            if not self.requeue_at_head(job, "restart-memory", reason, gres=gres, comment=record,
-                                        fingerprint=t.fingerprint, from_shards=t.shards, to=gres,
-                                        observed_peak_bytes=forecast.observed_peak_bytes,
-                                        predicted_peak_bytes=forecast.predicted_peak_bytes):
-                self.tracks.pop(t.job_id, None)
+            seen = (t.job_id, t.started_at)
+            if seen in self._reported:
+                continue
+            self._reported.add(seen)
+            self.requeue_at_head(job, "restart-memory", reason, gres=gres, comment=record,
+                                 fingerprint=t.fingerprint, from_shards=t.shards, to=gres,
+                                 observed_peak_bytes=forecast.observed_peak_bytes,
+                                 predicted_peak_bytes=forecast.predicted_peak_bytes)
 
     # ------------------------------------------------------------------ the 22.05 guard
     def _guard_gpu_shard_collisions(self, jobs: dict[int, Job]) -> set[int]:

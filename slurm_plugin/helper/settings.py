@@ -21,6 +21,7 @@ class Paths:
     kill_switch: Path = Path("/etc/slurm/gpupack.disable")
     slurm_conf: Path | None = None
     simgpu_dir: Path | None = None
+    agent_dir: Path | None = None  # where node agents keep their sockets and job summaries
     slurm_user: str = "slurm"
 
 

@@ -121,6 +121,16 @@ class _Reporter:
             ask = _ask
         self._ask = ask
 
+    def final(self, iterations: int, patience_s: float = 3.0) -> None:
+        """The last report; retried for a while, so an agent that is restarting still gets it."""
+        deadline = time.monotonic() + patience_s
+        while True:
+            before = self.failures
+            self.maybe(iterations, force=True)
+            if self.failures == before or time.monotonic() >= deadline:
+                return
+            time.sleep(0.3)
+
     def maybe(self, iterations: int, force: bool = False) -> None:
         now = time.monotonic()
         if not force and now - self.last < self.every_s:
@@ -225,7 +235,7 @@ def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload
             if mem_growth and not alloc(mem_growth):
                 return 1
             reporter.maybe(done)
-        reporter.maybe(done, force=True)
+        reporter.final(done)
         elapsed = time.monotonic() - started
         print(f"simgpu: done {done} iterations in {elapsed:.2f}s ({done / elapsed if elapsed else 0:.1f} it/s), "
               f"peak {held / GIB:.2f} GiB", file=out, flush=True)

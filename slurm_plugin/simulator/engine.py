@@ -207,6 +207,8 @@ class Simulator:
         self._forecaster_cls = None
         self.skipped = 0
         self._denied = False
+        self._choose_cache: dict = {}
+        self._plan_cache: dict = {}
         self.mig = cfg.policy in MIG_DYNAMIC or cfg.policy == "mig-static"
         self._space = get_space(self.catalog, tuple(p.name for p in self.catalog.profiles
                                                     if not p.media_extensions))
@@ -623,6 +625,22 @@ class Simulator:
                 return p
         return self._mig_profiles[-1]
 
+    def _choose(self, state: PartitionState, profile: str) -> int | None:
+        """mig.policies.choose (fsm), memoised: a GPU has few distinct states."""
+        key = (state.mask, profile)
+        hit = self._choose_cache.get(key, -1)
+        if hit == -1:
+            hit = self._choose_cache[key] = choose(state, profile, "fsm").start
+        return hit
+
+    def _plan(self, state: PartitionState, profile: str, busy: tuple[Placement, ...]):
+        """mig.planner.plan_merge_split, memoised on (state, busy instances, profile)."""
+        key = (state.mask, profile, busy)
+        hit = self._plan_cache.get(key)
+        if hit is None:
+            hit = self._plan_cache[key] = plan_merge_split(state, profile, busy=busy)
+        return hit
+
     def _set_free(self, g: Gpu, n: int | None) -> None:
         for d in self.by_free:
             d.pop(g.id, None)
@@ -714,7 +732,7 @@ class Simulator:
                     p = next(q for q in g.inst if q.profile == name and g.inst[q] is None)
                     self._start_instance(job, g, p, now)
                     return True
-                start = choose(g.state, name, "fsm").start
+                start = self._choose(g.state, name)
                 if start is not None:
                     p = Placement(name, start)
                     self._create(g, p)
@@ -731,8 +749,8 @@ class Simulator:
                 continue
             if g.busy == 0 and not self._may_take_idle(job, now, bf, 1):
                 continue
-            busy = [p for p, j in g.inst.items() if j is not None]
-            plan = plan_merge_split(g.state, name, busy=busy)
+            busy = tuple(sorted(p for p, j in g.inst.items() if j is not None))
+            plan = self._plan(g.state, name, busy)
             if not plan.feasible:
                 continue
             for p in plan.destroy:

@@ -1,0 +1,42 @@
+"""`gpupack bench`: measured figures (never asserted by tests)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from slurm_plugin.devcluster.spec import DEFAULT_STATE_DIR
+
+CTX = {"help_option_names": ["-h", "--help"]}
+
+
+@click.group(context_settings=CTX)
+def bench() -> None:
+    """Benchmarks of the suite on the dev cluster."""
+
+
+@bench.command(context_settings=CTX)
+@click.option("--jobs", default=500, show_default=True, help="Held jobs to submit in each configuration.")
+@click.option("--rounds", default=2, show_default=True, help="Alternating with/without-shim rounds.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE_DIR, show_default=True,
+              help="The dev cluster to measure on (it must be up).")
+def submit(jobs: int, rounds: int, as_json: bool, state_dir: Path) -> None:
+    """Submission rate with the shim and with JobSubmitPlugins unset, and the shim's p50/p99.
+
+    Goal: ratio >= 0.9 and p99 < 5 ms. The controller is restarted between rounds; the
+    benchmark's held jobs are cancelled at the end (no other job is touched).
+    """
+    from slurm_plugin.bench.submit import as_dict, run_submit_bench
+    from slurm_plugin.cli.devcluster_cmd import _cluster
+
+    cluster = _cluster(state_dir)
+    if not cluster._load():
+        raise click.ClickException(f"the dev cluster in {state_dir} is not up: run `gpupack devcluster up` first")
+    result = run_submit_bench(cluster, jobs=jobs, rounds=rounds)
+    if as_json:
+        click.echo(json.dumps(as_dict(result), indent=1))
+    else:
+        for key, value in as_dict(result).items():
+            click.echo(f"{key:24} {value}")

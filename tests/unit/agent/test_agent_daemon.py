@@ -1,0 +1,132 @@
+"""The node agent against the stateful simulated GPU: isolate, end, restart and reconcile."""
+import json
+
+import pytest
+
+from mig.sim_backend import SimGpuBackend
+from slurm_plugin.agent.daemon import AgentError, NodeAgent, final_path
+from slurm_plugin.agent.state import BATCH_STEP
+
+SHARD2 = {"SLURM_JOB_GPUS": "0", "CUDA_VISIBLE_DEVICES": "0", "SLURM_SHARDS_ON_NODE": "2"}
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+@pytest.fixture
+def world(tmp_path):
+    running: set[int] = set()
+    backend = SimGpuBackend(tmp_path / "sim", "node1", gpus=["H100-80GB", "H100-80GB"])
+    clock = Clock()
+
+    def make(**kw):
+        return NodeAgent("node1", tmp_path, backend, list_running_jobs=lambda: set(running),
+                         sim_dir=tmp_path / "sim", clock=clock, **kw)
+
+    return make, backend, running, clock, tmp_path
+
+
+def test_packed_job_gets_a_mig_device_placed_by_the_state_machine(world):
+    make, backend, *_ = world
+    agent = make()
+    a = agent.isolate(7, BATCH_STEP, 1000, SHARD2)
+    assert a.isolation.startswith("mig:1g.20gb@")
+    assert a.env["CUDA_VISIBLE_DEVICES"].startswith("MIG-") and a.env["GPUPACK_SIM_DEVICE"] == a.env["CUDA_VISIBLE_DEVICES"]
+    (inst,) = backend.list_instances(0)
+    assert inst.owner == "7" and inst.uuid == a.device_uuid
+    # a second step of the same job gets the same device
+    assert agent.isolate(7, 0, 1000, SHARD2).device_uuid == a.device_uuid
+    assert len(backend.list_instances(0)) == 1
+
+
+def test_whole_gpu_keeps_slurms_devices(world):
+    make, backend, *_ = world
+    a = make().isolate(8, BATCH_STEP, 0, {"SLURM_JOB_GPUS": "1", "CUDA_VISIBLE_DEVICES": "1"})
+    assert a.isolation == "whole" and "CUDA_VISIBLE_DEVICES" not in a.env
+    assert backend.list_instances(1)[0].profile == "7g.80gb"
+
+
+def test_mps_share(tmp_path):
+    backend = SimGpuBackend(None, "node1", gpus=["H100-80GB"], mig_enabled=False)
+    a = NodeAgent("node1", tmp_path, backend, isolation_mode="mps").isolate(9, BATCH_STEP, 0, SHARD2)
+    assert a.isolation == "mps:25"
+    assert a.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert a.env["CUDA_MPS_PIPE_DIRECTORY"].endswith("gpu0/pipe") and a.env["CUDA_MPS_LOG_DIRECTORY"].endswith("gpu0/log")
+    assert int(a.env["GPUPACK_MEM_LIMIT_BYTES"]) == 81559 * 1024 * 1024 // 4
+
+
+def test_full_gpu_refuses_with_a_reason(world):
+    make, *_ = world
+    agent = make()
+    agent.isolate(1, BATCH_STEP, 0, {**SHARD2, "SLURM_SHARDS_ON_NODE": "8"})
+    with pytest.raises(AgentError, match="no room for 1g.10gb on GPU 0"):
+        agent.isolate(2, BATCH_STEP, 0, {**SHARD2, "SLURM_SHARDS_ON_NODE": "1"})
+
+
+def test_batch_step_end_writes_the_summary_and_frees_the_instance(world):
+    make, backend, _, clock, tmp = world
+    agent = make()
+    a = agent.isolate(7, BATCH_STEP, 0, SHARD2)
+    backend.alloc_memory(a.device_uuid, "7", 3 << 30)
+    agent.tick()
+    backend.free_memory(a.device_uuid, "7", 1 << 30)
+    agent.tick()
+    assert agent.step_end(7, 0) is None  # another step: nothing freed
+    summary = agent.step_end(7, BATCH_STEP)
+    assert summary["peak_mem_bytes"] == 3 << 30 and summary["isolation"] == a.isolation
+    assert json.loads(final_path(tmp, "node1", 7).read_text())["peak_mem_bytes"] == 3 << 30
+    assert backend.list_instances(0) == [] and backend.memory_of("7") == {}
+    assert agent.jobs == {}
+
+
+def test_restart_keeps_running_jobs_and_frees_those_that_ended(world):
+    make, backend, running, clock, tmp = world
+    agent = make()
+    a = agent.isolate(7, BATCH_STEP, 0, SHARD2)
+    b = agent.isolate(8, BATCH_STEP, 0, {**SHARD2, "SLURM_SHARDS_ON_NODE": "1"})
+    backend.alloc_memory(a.device_uuid, "7", 1 << 30)
+    backend.alloc_memory(b.device_uuid, "8", 1 << 30)
+    running.update({7})  # job 8 ended while the agent was down
+    clock.t += 60
+    restarted = make()
+    done = restarted.reconcile(at_start=True)
+    assert any("job 8" in d for d in done)
+    assert set(restarted.jobs) == {7} and restarted.jobs[7].token == a.token
+    (inst,) = backend.list_instances(0)
+    assert inst.uuid == a.device_uuid and inst.owner == "7"
+    assert final_path(tmp, "node1", 8).exists()
+
+
+def test_restart_with_slurm_unreachable_frees_nothing(world):
+    make, backend, running, clock, _ = world
+    agent = make()
+    agent.isolate(7, BATCH_STEP, 0, SHARD2)
+    clock.t += 60
+    restarted = make()
+    restarted.list_running_jobs = lambda: None
+    restarted.reconcile(at_start=True)
+    assert set(restarted.jobs) == {7} and len(backend.list_instances(0)) == 1
+
+
+def test_orphan_instance_is_adopted_when_its_job_runs_and_destroyed_when_not(world):
+    make, backend, running, clock, tmp = world
+    backend.create_instance(0, "1g.10gb", 0, owner="11")  # the agent died before saving
+    backend.create_instance(0, "1g.10gb", 1, owner="12")
+    running.add(11)
+    agent = make()
+    agent.reconcile(at_start=True)
+    assert set(agent.jobs) == {11}
+    assert [i.owner for i in backend.list_instances(0)] == ["11"]
+
+
+def test_corrupt_state_file_is_kept_aside(world):
+    make, _, _, _, tmp = world
+    (tmp / "agent" / "node1").mkdir(parents=True)
+    (tmp / "agent" / "node1" / "state.json").write_text("{not json")
+    assert make().jobs == {}
+    assert (tmp / "agent" / "node1" / "state.broken").exists()

@@ -1,0 +1,68 @@
+"""The simulated GPU workload: sizes, pair slowdowns, out of memory, reports."""
+import io
+
+import pytest
+
+from mig.sim_backend import SimGpuBackend
+from slurm_plugin.simgpu import pairs
+from slurm_plugin.simgpu.workload import parse_size, run, target_from_env
+
+
+def test_parse_size():
+    assert parse_size("2GiB") == 2 << 30 and parse_size("40MiB") == 40 << 20 and parse_size("512") == 512
+    assert parse_size("1.5G") == 3 << 29
+    with pytest.raises(ValueError):
+        parse_size("2 parsecs")
+
+
+def test_pair_speeds_come_from_the_traces():
+    assert pairs.pair_speed("LSTM", "lstm") == pytest.approx(0.6664, abs=1e-3)
+    assert pairs.pair_speed("VGG", "PointNet") == 1.0  # measured > 1 is noise: capped
+    assert pairs.pair_speed("Nope", "LSTM") == pairs.DEFAULT_PAIR_SPEED
+    assert pairs.packed_speed("LSTM", []) == 1.0
+    assert pairs.packed_speed("LSTM", ["LSTM", "Nope"]) == pytest.approx(0.6664 * 0.95, abs=1e-3)
+    assert "ResNet18" in pairs.known_workloads()
+
+
+def _env(backend, device, **extra):
+    return {"GPUPACK_SIM_DIR": "/unused", "GPUPACK_NODE": "node1", "GPUPACK_SIM_DEVICE": device,
+            "SLURM_JOB_ID": "7", **extra}
+
+
+def test_runs_and_frees_its_memory():
+    gpu = SimGpuBackend(None, "node1", gpus=["H100-80GB"])
+    inst = gpu.create_instance(0, "1g.10gb", 0, owner="7")
+    out, err = io.StringIO(), io.StringIO()
+    rc = run(mem_start=1 << 30, mem_growth=1 << 20, iters=5, iter_ms=1, workload=None,
+             env=_env(gpu, inst.uuid), out=out, err=err, backend=gpu)
+    assert rc == 0, err.getvalue()
+    assert "done 5 iterations" in out.getvalue()
+    rec = gpu.memory_of("7")[inst.uuid]
+    assert rec["current"] == 0 and rec["peak"] == (1 << 30) + 5 * (1 << 20)
+
+
+def test_outgrowing_the_partition_dies_like_cuda():
+    gpu = SimGpuBackend(None, "node1", gpus=["H100-80GB"])
+    inst = gpu.create_instance(0, "1g.10gb", 0, owner="7")
+    err = io.StringIO()
+    rc = run(mem_start=9 << 30, mem_growth=200 << 20, iters=50, iter_ms=0, workload=None,
+             env=_env(gpu, inst.uuid), out=io.StringIO(), err=err, backend=gpu)
+    assert rc == 1
+    assert "CUDA out of memory. Tried to allocate 200.00 MiB (GPU 0; 9.75 GiB total capacity" in err.getvalue()
+
+
+def test_mps_memory_limit_is_enforced():
+    gpu = SimGpuBackend(None, "node1", gpus=["H100-80GB"], mig_enabled=False)
+    err = io.StringIO()
+    rc = run(mem_start=3 << 30, mem_growth=0, iters=1, iter_ms=0, workload=None,
+             env=_env(gpu, gpu.list_gpus()[0].uuid, GPUPACK_MEM_LIMIT_BYTES=str(2 << 30)),
+             out=io.StringIO(), err=err, backend=gpu)
+    assert rc == 1 and "2.00 GiB total capacity" in err.getvalue()
+
+
+def test_without_the_agents_answer_it_says_what_is_missing():
+    err = io.StringIO()
+    assert run(mem_start=1, mem_growth=0, iters=1, iter_ms=0, workload=None, env={}, err=err) == 2
+    assert "GPUPACK_SIM_DIR" in err.getvalue()
+    t = target_from_env({"GPUPACK_SIM_DIR": "/x", "SLURMD_NODENAME": "n1", "CUDA_VISIBLE_DEVICES": "MIG-abc"})
+    assert t.device_uuid == "MIG-abc" and t.node == "n1"

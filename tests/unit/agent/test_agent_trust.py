@@ -1,0 +1,130 @@
+"""Who may ask the agent what, and how far a job's own reports are believed."""
+import os
+import pwd
+import tempfile
+
+import pytest
+
+from mig.sim_backend import SimGpuBackend
+from slurm_plugin.agent import client
+from slurm_plugin.agent.daemon import NodeAgent
+from slurm_plugin.agent.server import AgentServer
+from slurm_plugin.agent.state import BATCH_STEP
+from slurm_plugin.agent.trust import Peer, ReportGuard, ReportRejected, check_reporter, job_of_pid
+
+SHARD1 = {"CUDA_VISIBLE_DEVICES": "0", "SLURM_SHARDS_ON_NODE": "1"}
+
+
+def test_guard_bounds():
+    g = ReportGuard()
+    assert g.check({"iterations": 10, "throughput": 5.0, "util_pct": 50}, None, None, 100.0, 101.0).iterations == 10
+    bad = [
+        ({"iterations": -1}, None, None),
+        ({"iterations": "5"}, None, None),
+        ({"iterations": 4}, 5, 100.0),  # backwards
+        ({"iterations": 10**9}, 0, 100.0),  # faster than possible
+        ({"iterations": 6, "throughput": 1e9}, 5, 100.0),
+        ({"iterations": 6, "util_pct": 101}, 5, 100.0),
+        ({"iterations": 6, "util_pct": float("nan")}, 5, 100.0),
+        ({"iterations": 6, "workload": "../../etc"}, 5, 100.0),
+        ({"iterations": 6}, 5, 100.99),  # rate limit
+    ]
+    for body, last_it, last_at in bad:
+        with pytest.raises(ReportRejected):
+            g.check(body, last_it, last_at, 99.0, 101.0)
+
+
+def test_reporter_must_hold_the_token_and_belong_to_the_job(tmp_path):
+    (tmp_path / "42").mkdir()
+    (tmp_path / "42" / "environ").write_bytes(b"HOME=/\0SLURM_JOB_ID=7\0")
+    check_reporter(7, "t", "t", Peer(42, 1000, 1000), proc=str(tmp_path))
+    with pytest.raises(ReportRejected, match="token"):
+        check_reporter(7, "x", "t", Peer(42, 1000, 1000), proc=str(tmp_path))
+    with pytest.raises(ReportRejected, match="belongs to job 7, not to job 8"):
+        check_reporter(8, "t", "t", Peer(42, 1000, 1000), proc=str(tmp_path))
+    assert job_of_pid(999999, proc=str(tmp_path)) is None
+
+
+@pytest.fixture
+def served(tmp_path):
+    backend = SimGpuBackend(None, "node1", gpus=["H100-80GB"])
+    agent = NodeAgent("node1", tmp_path, backend)
+    sockdir = tempfile.mkdtemp(prefix="gp-agent-test-")  # reachable by user nobody
+    os.chmod(sockdir, 0o755)
+    server = AgentServer(os.path.join(sockdir, "agent-node1.sock"), agent, {0})
+    server.serve_in_thread()
+    yield agent, server
+    server.shutdown()
+    server.server_close()
+    os.rmdir(sockdir)
+
+
+def _as_nobody(fn):
+    """Run fn() in a child process as user nobody; returns what it returned (a str)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            nobody = pwd.getpwnam("nobody")
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            out = repr(fn())
+        except BaseException as exc:  # report it to the parent
+            out = f"error {exc!r}"
+        os.write(w, out.encode())
+        os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.waitpid(pid, 0)
+    return data.decode()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
+def test_a_job_cannot_ask_for_isolation_or_read_samples(served):
+    agent, server = served
+    a = agent.isolate(7, BATCH_STEP, 0, SHARD1)
+    agent.tick()
+    sock = str(server.socket_path)
+    for req in ({"op": "isolate", "job_id": 8, "step_id": 0, "env": SHARD1},
+                {"op": "samples"}, {"op": "finish", "job_id": 7}, {"op": "status"}):
+        answer = _as_nobody(lambda req=req: client.ask(sock, req))
+        assert "'status': 'error'" in answer and "not allowed" in answer, answer
+    # with the right token but from a process outside the job
+    answer = _as_nobody(lambda: client.ask(sock, {"op": "report", "job_id": 7, "token": a.token, "iterations": 1}))
+    assert "not to job 7" in answer
+    assert agent.jobs[7].iterations is None
+    # root is answered
+    assert client.ask(sock, {"op": "samples"})["samples"][0]["job_id"] == 7
+    assert client.ask(sock, {"op": "ping"})["status"] == "ok"
+
+
+def test_report_from_the_job_itself_is_believed(served, monkeypatch):
+    agent, server = served
+    a = agent.isolate(7, BATCH_STEP, 0, SHARD1)
+    monkeypatch.setattr("slurm_plugin.agent.trust.job_of_pid", lambda pid, proc="/proc": 7)
+    answer = client.ask(server.socket_path, {"op": "report", "job_id": 7, "token": a.token, "iterations": 3,
+                                             "throughput": 2.5, "workload": "LSTM"})
+    assert answer == {"status": "ok", "neighbours": []}
+    assert agent.jobs[7].iterations == 3 and agent.jobs[7].workload == "LSTM"
+    bad = client.ask(server.socket_path, {"op": "report", "job_id": 7, "token": "nope", "iterations": 4})
+    assert bad["status"] == "error" and "token" in bad["reason"]
+
+
+def test_lines_format_for_the_spank_plugin(served):
+    import socket
+
+    agent, server = served
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(server.socket_path))
+        s.sendall(b'{"op":"isolate","format":"lines","job_id":5,"step_id":0,"uid":0,"node":"node1",'
+                  b'"env":{"CUDA_VISIBLE_DEVICES":"0","SLURM_SHARDS_ON_NODE":"1"}}\n')
+        text = s.makefile().read()
+    lines = text.splitlines()
+    assert lines[0].startswith("OK mig:1g.10gb@") and any(line.startswith("CUDA_VISIBLE_DEVICES=MIG-") for line in lines)
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(server.socket_path))
+        s.sendall(b'{"op":"isolate","format":"lines","job_id":6,"step_id":0,"node":"node9","env":{}}\n')
+        assert s.makefile().read().startswith("ERR this is the agent of node1")
