@@ -208,6 +208,7 @@ class Simulator:
         self.skipped = 0
         self._denied = False
         self._choose_cache: dict = {}
+        self._prof_cache: dict = {}
         self._plan_cache: dict = {}
         self.mig = cfg.policy in MIG_DYNAMIC or cfg.policy == "mig-static"
         self._space = get_space(self.catalog, tuple(p.name for p in self.catalog.profiles
@@ -387,6 +388,8 @@ class Simulator:
     def _fail_key(self, job: Job):
         if job.gpus > 1:
             return ("g", job.gpus)
+        if self.cfg.policy in MIG_DYNAMIC:
+            return ("m", self._mig_profile(job).name)
         return ("p", job.profile, job.remembered)  # the profile fixes memory and utilisation
 
     def _reservation(self, head: Job, now: float) -> _Backfill:
@@ -618,6 +621,15 @@ class Simulator:
 
     # MIG -------------------------------------------------------------------------------
     def _mig_profile(self, job: Job):
+        key = (job.profile, job.remembered)
+        hit = self._prof_cache.get(key)
+        if hit is None:
+            hit = self._prof_cache[key] = self._mig_profile_of(job)
+        return hit
+
+    def _mig_profile_of(self, job: Job):
+        """Smallest instance holding the memory and (less the slack) the compute the job
+        uses alone: the max of the memory and the compute requirement (thesis 4.3)."""
         need = max(job.mem0, job.remembered)
         c = self.catalog.compute_slices * job.util / 100.0 * (1.0 - self.cfg.mig_compute_slack)
         for p in self._mig_profiles:
