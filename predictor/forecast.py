@@ -230,7 +230,7 @@ class Forecaster:
 
     # ----------------------------------------------------------------- private
     def _select_window(self, x: np.ndarray, y: np.ndarray) -> tuple[int, str]:
-        """Length of the recent window to fit, halving while the series decelerates."""
+        """Length of the recent window to fit: halved while the series changes regime."""
         opts = self.options
         n = x.shape[0]
         w = min(n, opts.max_window)
@@ -254,7 +254,6 @@ class Forecaster:
                 break
             w = half
             note = f"{note}: fit on the last {w} samples"
-        return w, note
         return w, note
 
     def _fit(self, x: np.ndarray, y: np.ndarray, at: float, reach: float) -> _Estimate:

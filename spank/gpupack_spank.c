@@ -139,7 +139,7 @@ static long now_ms(void)
 
 /* Send req, read the whole answer into resp. Returns 0, or -1 with why filled in. */
 static int ask_agent(const char *path, const char *req, char *resp, size_t cap, int budget_ms,
-                     char *why, size_t why_cap)
+                     int retry_connect, char *why, size_t why_cap)
 {
     long deadline = now_ms() + budget_ms;
     struct sockaddr_un addr;
@@ -158,7 +158,7 @@ static int ask_agent(const char *path, const char *req, char *resp, size_t cap, 
     /* an agent that is restarting is back within a second or two: retry until the deadline */
     while (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
         int err = errno;
-        if ((err == ENOENT || err == ECONNREFUSED || err == EAGAIN || err == EINTR) &&
+        if (retry_connect && (err == ENOENT || err == ECONNREFUSED || err == EAGAIN || err == EINTR) &&
             now_ms() + 100 < deadline) {
             usleep(100 * 1000);
             continue;
@@ -324,7 +324,7 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
     }
 
     char resp[RESP_MAX], why[600];
-    if (ask_agent(path, req, resp, sizeof(resp), timeout_ms, why, sizeof(why)) < 0 ||
+    if (ask_agent(path, req, resp, sizeof(resp), timeout_ms, 1, why, sizeof(why)) < 0 ||
         apply_answer(sp, resp, job, step, why, sizeof(why)) < 0) {
         char cvd[VAL_MAX] = "unset";
         spank_getenv(sp, "CUDA_VISIBLE_DEVICES", cvd, sizeof(cvd));
@@ -351,7 +351,8 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
     len = strlen(req);
     if (json_str(req, sizeof(req), &len, node) < 0 || append(req, sizeof(req), &len, "}\n") < 0)
         return ESPANK_SUCCESS;
-    if (ask_agent(path, req, resp, sizeof(resp), timeout_ms, why, sizeof(why)) < 0)
+    /* no retry at the end: the job must not wait; the agent reconciles against squeue */
+    if (ask_agent(path, req, resp, sizeof(resp), timeout_ms < 1000 ? timeout_ms : 1000, 0, why, sizeof(why)) < 0)
         slurm_info("gpupack: job %u step %u: could not tell the agent the step ended (%s); "
                    "it frees the isolation when it sees the job gone", job, step, why);
     return ESPANK_SUCCESS;

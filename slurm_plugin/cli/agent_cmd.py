@@ -32,7 +32,7 @@ def _slurm_user_uid(explicit: str | None) -> int | None:
 
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--node", required=True, help="The Slurm node name this agent serves (slurmd -N).")
+@click.option("--node", default=None, help="The Slurm node name this agent serves (slurmd -N). Required.")
 @click.option("--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE_DIR, show_default=True,
               help="Holds run/agent-<node>.sock, agent/<node>/state.json and final/<job>.json.")
 @click.option("--backend", type=click.Choice(["sim", "nvml"]), default="sim", show_default=True,
@@ -56,6 +56,7 @@ def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, sim_dir:
     ctx.obj = {"node": node, "state_dir": state_dir}
     if ctx.invoked_subcommand is not None:
         return
+    _need_node(node)
     import logging
 
     from mig.errors import MigError
@@ -101,10 +102,16 @@ def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, sim_dir:
         server.server_close()
 
 
+def _need_node(node: str | None) -> None:
+    if not node:
+        raise click.UsageError("--node is required (the Slurm node name, as in `slurmd -N NODE`)")
+
+
 @agent.command()
 @click.pass_obj
 def status(obj: dict) -> None:
     """What the running agent holds, per job (JSON)."""
+    _need_node(obj["node"])
     from slurm_plugin.agent.client import AgentUnavailable, ask
     from slurm_plugin.agent.daemon import socket_path
 
@@ -123,6 +130,7 @@ def status(obj: dict) -> None:
 @click.pass_obj
 def samples(obj: dict, job_id: int | None, latest: bool) -> None:
     """The agent's samples (JSON lines, one JobSample each)."""
+    _need_node(obj["node"])
     from slurm_plugin.agent import client
 
     try:

@@ -32,6 +32,7 @@ is ever cancelled. Slurm hiccups are logged and the round is skipped.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -113,8 +114,9 @@ class Monitor:
 
             runner = SlurmRunner(slurm_conf=str(paths.slurm_conf) if paths.slurm_conf else None, timeout=10)
         self.runner = runner
-        # the agents' sockets live in <state>/run/agent-<node>.sock; the helper's socket is <state>/run/helper.sock
-        self.agent_state_dir = Path(paths.socket).parent.parent
+        # the agents' sockets are <state>/run/agent-<node>.sock, with <state> the database's folder
+        # (/var/lib/gpupack, or the dev cluster's state dir); GPUPACK_AGENT_STATE_DIR overrides
+        self.agent_state_dir = Path(os.environ.get("GPUPACK_AGENT_STATE_DIR") or Path(paths.database).parent)
         self.samples_source: SampleSource = samples or AgentSamples(self.agent_state_dir)
         self.clock = clock
         self.tracks: dict[int, Track] = {}
@@ -179,8 +181,8 @@ class Monitor:
         if self.settings.quirk_guard:
             acted |= self._guard_gpu_shard_collisions(jobs)
         acted |= self._check_contention(jobs, acted)
-        self._check_memory(jobs, acted)
-        self._keep_at_head(jobs)
+        acted |= self._check_memory(jobs, acted)
+        self._keep_at_head(jobs, skip=acted)
         self._steer_pending(jobs)
         self._plan_mps()
         self.rounds += 1
@@ -326,10 +328,14 @@ class Monitor:
             return []
         return [j.priority for j in jobs if j.state == "PENDING" and j.job_id != exclude_job]
 
-    def _keep_at_head(self, jobs: dict[int, Job]) -> None:
-        """Requeued jobs: skip the requeue delay once safe, stay above every pending job."""
+    def _keep_at_head(self, jobs: dict[int, Job], skip: set[int] = frozenset()) -> None:
+        """Requeued jobs: skip the requeue delay once safe, stay above every pending job.
+
+        `skip`: jobs requeued in this round (`jobs` still shows them as they were before)."""
         pending = [j.priority for j in jobs.values() if j.state == "PENDING"]
         for job_id, given in list(self._heading.items()):
+            if job_id in skip:
+                continue
             job = jobs.get(job_id)
             if job is None or job.state != "PENDING":
                 # COMPLETING: the old run is still being cleaned up; wait for it
@@ -396,9 +402,10 @@ class Monitor:
             return track.shards * share_bytes
         return None
 
-    def _check_memory(self, jobs: dict[int, Job], skip: set[int]) -> None:
+    def _check_memory(self, jobs: dict[int, Job], skip: set[int]) -> set[int]:
         from predictor.forecast import Forecaster
 
+        acted: set[int] = set()
         config = self.config()
         for t in list(self.tracks.values()):
             job = jobs.get(t.job_id)
@@ -408,7 +415,11 @@ class Monitor:
             if not capacity:
                 continue
             if t.forecaster is None:
-                t.forecaster = Forecaster(capacity, self.settings.memory_horizon_s)
+                # forecast to the job's end (its time limit) when Slurm knows it
+                horizon = self.settings.memory_horizon_s
+                if job.end_time is not None and job.end_time.timestamp() > t.started_at:
+                    horizon = min(horizon, job.end_time.timestamp() - t.started_at)
+                t.forecaster = Forecaster(capacity, horizon)
             last = t.samples[-1]
             step = last.at - t.started_at
             fc = t.forecaster
@@ -424,7 +435,7 @@ class Monitor:
             remembered = size.shards if size.shards is not None else max_shards(config) + 1
             reason = (f"memory will outgrow shard:{t.shards} ({capacity / GIB:.1f}GiB): forecast "
                       f"{forecast.predicted_peak_bytes / GIB:.1f}GiB (upper {forecast.upper_bytes / GIB:.1f}GiB) "
-                      f"by {self.settings.memory_horizon_s:.0f}s; restart with {gres}")
+                      f"by {fc.horizon:.0f}s after its start; restart with {gres}")
             if t.fingerprint and self.enforcing:
                 self.store.remember_size(t.fingerprint, remembered, "memory-restart")
             record = (comment_mod.render("exclusive", reason="memory-restart", fp=t.fingerprint)
@@ -434,10 +445,12 @@ class Monitor:
             if seen in self._reported:
                 continue
             self._reported.add(seen)
-            self.requeue_at_head(job, "restart-memory", reason, gres=gres, comment=record,
-                                 fingerprint=t.fingerprint, from_shards=t.shards, to=gres,
-                                 observed_peak_bytes=forecast.observed_peak_bytes,
-                                 predicted_peak_bytes=forecast.predicted_peak_bytes)
+            if self.requeue_at_head(job, "restart-memory", reason, gres=gres, comment=record,
+                                    fingerprint=t.fingerprint, from_shards=t.shards, to=gres,
+                                    observed_peak_bytes=forecast.observed_peak_bytes,
+                                    predicted_peak_bytes=forecast.predicted_peak_bytes):
+                acted.add(t.job_id)
+        return acted
 
     # ------------------------------------------------------------------ the 22.05 guard
     def _guard_gpu_shard_collisions(self, jobs: dict[int, Job]) -> set[int]:

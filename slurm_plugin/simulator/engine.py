@@ -71,6 +71,7 @@ class SimConfig:
     lucid_max_label_sum: int = 2
     predictor_samples: int = 50  # memory samples per run of a growing job
     timeline_step_s: float = 600.0
+    known_history: bool = False  # every workload has a history from the start (else: learnt)
     packer: PackerConfig | None = None  # default: shares = memory slices of the GPU model
 
     def __post_init__(self) -> None:
@@ -572,7 +573,7 @@ class Simulator:
         return True
 
     def _estimate(self, job: Job) -> Estimate | None:
-        if job.profile not in self.history:
+        if not self.cfg.known_history and job.profile not in self.history:
             return None
         return Estimate(job.mem0, self.profiles[job.profile].util_pct, 1, source="sim-history")
 

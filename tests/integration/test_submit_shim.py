@@ -284,6 +284,7 @@ def test_helper_answers_only_root_and_the_slurm_user(cluster):
     """A user process (uid nobody) is refused; the peer credentials come from the kernel."""
     from slurm_plugin.helper.server import ask
 
+    cluster.dev.up()  # an earlier test may have restarted the helper: wait until it answers
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: become nobody and ask
@@ -293,6 +294,8 @@ def test_helper_answers_only_root_and_the_slurm_user(cluster):
             os.setuid(65534)
             answer = ask(cluster.spec.helper_socket, {"op": "submit", "tres_per_node": "gres:gpu:1"})
             os.write(write_end, answer.get("reason", "").encode())
+        except BaseException as exc:  # report, so the assertion below shows why
+            os.write(write_end, repr(exc).encode()[:200])
         finally:
             os._exit(0)
     os.close(write_end)

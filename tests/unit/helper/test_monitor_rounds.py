@@ -20,6 +20,7 @@ GIB = 1024**3
 @dataclass
 class FakePaths:
     socket: Path
+    database: Path
     slurm_conf: Path | None = None
 
 
@@ -27,7 +28,7 @@ class FakeHelper:
     def __init__(self, tmp_path: Path, mode: str = "enforce"):
         self.store = Store()
         self._config = PackerConfig(mode=mode)
-        self.paths = FakePaths(socket=tmp_path / "run" / "helper.sock")
+        self.paths = FakePaths(socket=tmp_path / "run" / "helper.sock", database=tmp_path / "gpupack.db")
 
     def config(self) -> PackerConfig:
         return self._config
@@ -189,7 +190,10 @@ def test_mps_shares_follow_measured_utilisation(tmp_path):
     monitor.tick()
     plan = monitor.mps_plan[("node1", 0)]
     assert sum(plan.values()) == 100 and plan[2] > plan[1] >= 33
-    assert (tmp_path / "run" / "mps-plan-node1.json").exists() or True  # written when the run dir exists
+    (tmp_path / "run").mkdir(exist_ok=True)
+    monitor.mps_plan = {}
+    monitor.tick()
+    assert (tmp_path / "run" / "mps-plan-node1.json").exists()
 
 
 def test_metrics_text_counts_events_and_decisions(tmp_path):
@@ -216,3 +220,23 @@ def test_a_slurm_hiccup_skips_the_round(tmp_path, caplog):
     monitor._run()  # returns at once; must not raise
     with pytest.raises(Exception):
         monitor.tick()
+
+
+def test_every_events_option_has_help_and_the_command_reads_the_log(tmp_path):
+    from click.testing import CliRunner
+
+    from packer.store import Store
+    from slurm_plugin.cli.events_cmd import events
+
+    db = tmp_path / "g.db"
+    store = Store(db)
+    store.log_event("requeue-contention", "job 1 lost 25%", 2, hurt=[1])
+    store.close()
+    runner = CliRunner()
+    assert runner.invoke(events, ["-h"]).exit_code == 0
+    out = runner.invoke(events, ["--database", str(db)])
+    assert out.exit_code == 0 and "requeue-contention" in out.output and "job 1 lost 25%" in out.output
+    out = runner.invoke(events, ["--database", str(db), "--json"])
+    assert out.exit_code == 0 and '"hurt": [\n' in out.output or '"hurt"' in out.output
+    missing = runner.invoke(events, ["--database", str(tmp_path / "none.db")])
+    assert missing.exit_code == 1 and "no gpupack database" in missing.output

@@ -1,0 +1,217 @@
+"""`gpupack simulate`: replay a job trace on a simulated cluster under a packing policy.
+
+Thin: loads the workload, calls :mod:`slurm_plugin.simulator`, prints. Library errors
+become one ``Error:`` line.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import sys
+
+import click
+
+log = logging.getLogger(__name__)
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+POLICY_NAMES = ("exclusive", "shard-fixed", "mig-static", "lucid-like", "colocate",
+                "mig-by-size", "mig-in-order")
+
+TABLE_KEYS = ("policy", "predictor", "jobs", "makespan_s", "avg_jct_s", "p95_jct_s",
+              "avg_queue_s", "p95_queue_s", "gpu_util", "gpu_mem_util", "jobs_preempted",
+              "oom_restarts", "predictive_restarts", "mig_reconfigurations", "p95_slowdown",
+              "run_slowdown_max", "pair_bound_ok")
+
+
+def _errors(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from mig.errors import UnknownGpuModelError
+        from slurm_plugin.simulator.workload import WorkloadError
+
+        try:
+            return fn(*args, **kwargs)
+        except (WorkloadError, UnknownGpuModelError, ValueError, OSError) as exc:
+            raise click.ClickException(str(exc)) from None
+
+    return wrapper
+
+
+def workload_options(fn):
+    opts = [
+        click.option("--trace", default="philly", show_default=True, metavar="SPEC",
+                     help="philly (shared/data), philly:FILE.csv, or sacct:FILE (a `sacct -P` "
+                          "export with Submit, Elapsed or Start/End, AllocTRES; see docs).")
+        ,
+        click.option("--gpus", type=click.IntRange(min=1), default=1000, show_default=True,
+                     help="GPUs in the simulated cluster."),
+        click.option("--gpu-model", default="A100-80GB", show_default=True, metavar="MODEL",
+                     help="GPU model (its MIG catalogue and memory; see `gpupack mig catalog`)."),
+        click.option("--jobs", "n_jobs", type=click.IntRange(min=1), default=None,
+                     help="Keep only the first N jobs of the trace (by submit time)."),
+        click.option("--time-scale", type=float, default=1.0, show_default=True,
+                     help="Multiply submit times by this (0.5 doubles the arrival rate)."),
+        click.option("--seed", type=int, default=0, show_default=True,
+                     help="Seed of the profile draw (same seed, same workload)."),
+        click.option("--growing-fraction", type=click.FloatRange(0, 1), default=0.1,
+                     show_default=True,
+                     help="Share of one-GPU jobs whose memory grows past their estimate."),
+        click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+                     help="Folder with philly_jobs.csv, workload_profiles.csv, "
+                          "colocation_pairs.csv (default: $GPUPACK_DATA_DIR or shared/data/traces)."),
+        click.option("--bf-depth", type=click.IntRange(min=0), default=100, show_default=True,
+                     help="Queued jobs the backfill pass looks at (Slurm's bf_max_job_test)."),
+        click.option("--corunner", "corunner_rule", type=click.Choice(["lowest-util", "best-fit"]),
+                     default="lowest-util", show_default=True,
+                     help="colocate: co-runner rule (FIG. 3)."),
+        click.option("--mig-static-layout", default=None, metavar="PROFILE|P@S,…",
+                     help="mig-static: layout of each partitioned GPU (default: all smallest "
+                          "instances, e.g. 7x1g.10gb)."),
+        click.option("--mig-static-fraction", type=click.FloatRange(0, 1), default=0.5,
+                     show_default=True,
+                     help="mig-static: share of GPUs partitioned (the rest stay whole)."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction, data_dir):
+    from mig.catalog import load_catalog
+    from slurm_plugin.simulator import load_workload
+
+    cat = load_catalog(gpu_model)
+    return load_workload(trace, data_dir=data_dir, seed=seed, jobs=n_jobs,
+                         time_scale=time_scale, growing_fraction=growing_fraction,
+                         gpu_memory_bytes=cat.memory_mib << 20)
+
+
+def _config(policy, predictor, gpus, gpu_model, bf_depth, corunner_rule, mig_static_layout,
+            mig_static_fraction):
+    from slurm_plugin.simulator import SimConfig
+
+    return SimConfig(policy=policy, gpus=gpus, gpu_model=gpu_model, predictor=predictor,
+                     bf_depth=bf_depth, corunner_rule=corunner_rule,
+                     mig_static_layout=mig_static_layout,
+                     mig_static_fraction=mig_static_fraction)
+
+
+def _human(s: dict) -> str:
+    h = 3600.0
+    lines = [
+        f"{s['policy']} (predictor {s['predictor']}) on {s['gpus']} x {s['gpu_model']}: "
+        f"{s['jobs']} jobs ({s['jobs_skipped']} skipped: more GPUs than the cluster; "
+        f"{s['jobs_unfinished']} never ran)",
+        f"  makespan {s['makespan_s'] / h:.1f} h; JCT avg {s['avg_jct_s'] / h:.2f} h, "
+        f"p95 {s['p95_jct_s'] / h:.2f} h; queueing avg {s['avg_queue_s'] / h:.2f} h, "
+        f"p95 {s['p95_queue_s'] / h:.2f} h",
+        f"  GPU util {s['gpu_util']:.1%}, allocated {s['gpu_alloc']:.1%}, memory "
+        f"{s['gpu_mem_util']:.1%}",
+        f"  preempted {s['jobs_preempted']} jobs ({s['preemptions']} times), OOM restarts "
+        f"{s['oom_restarts']}, early restarts (predictor) {s['predictive_restarts']}, MIG "
+        f"reconfigurations {s['mig_reconfigurations']}",
+        f"  slowdown vs alone: avg {s['avg_slowdown']:.3f}, p95 {s['p95_slowdown']:.3f}, max "
+        f"{s['run_slowdown_max']:.3f}; {s['jobs_shared']} jobs shared a GPU "
+        f"({s['jobs_in_unmeasured_pairs']} in unmeasured pairs); within measured pair speeds: "
+        f"{'yes' if s['pair_bound_ok'] else 'NO'}",
+        f"  simulated {s['sim_events']} events in {s['sim_wall_s']:.1f} s",
+    ]
+    return "\n".join(lines)
+
+
+@click.group(invoke_without_command=True, context_settings=CONTEXT_SETTINGS,
+             short_help="Replay a job trace on a simulated cluster under a packing policy.")
+@click.option("--policy", type=click.Choice(POLICY_NAMES), default=None,
+              help="Policy to simulate (required without a sub-command).")
+@click.option("--predictor", type=click.Choice(["on", "off"]), default="off", show_default=True,
+              help="Restart growing jobs on a larger size before they run out of memory.")
+@workload_options
+@click.option("--jobs-csv", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Also write each job's numbers (JCT, queueing, slowdown, restarts) here.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.pass_context
+@_errors
+def simulate(ctx, policy, predictor, trace, gpus, gpu_model, n_jobs, time_scale, seed,
+             growing_fraction, data_dir, bf_depth, corunner_rule, mig_static_layout,
+             mig_static_fraction, jobs_csv, as_json):
+    """Replay a job trace on N simulated GPUs and report what the policy gives.
+
+    Discrete-event replay with Slurm-like FIFO + EASY backfill, calling the suite's own
+    packer/, mig/ and predictor/ code. Workload: Philly arrivals, durations and GPU counts,
+    each job given a measured workload profile; packed pairs slowed by their measured speeds.
+
+    \b
+    gpupack simulate --policy colocate --trace philly --gpus 1000 --gpu-model A100-80GB --json
+    gpupack simulate --policy mig-in-order --predictor on --jobs 2000 --gpus 50
+    gpupack simulate --policy exclusive --trace sacct:jobs.txt --gpus 64
+    gpupack simulate compare --gpus 1000 --out sim-report/
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if policy is None:
+        raise click.UsageError("give --policy NAME (or a sub-command, e.g. `compare`)")
+    from slurm_plugin.simulator import run_policy, write_jobs_csv
+
+    specs, profiles, pairs = _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction,
+                                   data_dir)
+    cfg = _config(policy, predictor == "on", gpus, gpu_model, bf_depth, corunner_rule,
+                  mig_static_layout, mig_static_fraction)
+    summ, res = run_policy(cfg, specs, profiles, pairs)
+    summ["trace"] = trace
+    if jobs_csv:
+        write_jobs_csv(res, jobs_csv)
+    if as_json:
+        click.echo(json.dumps(summ, sort_keys=False))
+    else:
+        click.echo(_human(summ))
+
+
+@simulate.command(context_settings=CONTEXT_SETTINGS)
+@click.option("--policies", default=",".join(POLICY_NAMES), show_default=True, metavar="P1,P2,…",
+              help="Policies to run; add `+pred` to a name for predictor on (e.g. colocate+pred).")
+@workload_options
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="sim-report",
+              show_default=True, help="Folder for report.md, results.json and the PNG plots.")
+@click.option("--no-plots", is_flag=True, help="Skip the PNG plots (no matplotlib needed).")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
+@_errors
+def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_fraction,
+            data_dir, bf_depth, corunner_rule, mig_static_layout, mig_static_fraction, out_dir,
+            no_plots, as_json):
+    """Run several policies on one workload; write a Markdown report with PNG plots.
+
+    The report has the comparison table, the best policy of the suite against every
+    baseline (makespan, average JCT), the JCT distributions and GPU utilisation over time.
+    Plots need matplotlib (`pip install 'slurm-gpu-packer[plots]'`).
+
+    \b
+    gpupack simulate compare --gpus 1000 --out sim-report/
+    gpupack simulate compare --policies exclusive,colocate,colocate+pred --jobs 5000 --gpus 100
+    """
+    from slurm_plugin.simulator.report import compare as run_compare
+
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    for n in names:
+        if n.removesuffix("+pred") not in POLICY_NAMES:
+            raise click.UsageError(f"unknown policy {n!r}; choose from {', '.join(POLICY_NAMES)}"
+                                   f" (optionally with +pred)")
+    specs, profiles, pairs = _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction,
+                                   data_dir)
+    configs = [
+        _config(n.removesuffix("+pred"), n.endswith("+pred"), gpus, gpu_model, bf_depth,
+                corunner_rule, mig_static_layout, mig_static_fraction)
+        for n in names
+    ]
+    workload = {"trace": trace, "jobs": len(specs), "gpus": gpus, "gpu_model": gpu_model,
+                "time_scale": time_scale, "seed": seed, "growing_fraction": growing_fraction}
+    out = run_compare(configs, specs, profiles, pairs, out_dir, workload=workload,
+                      plots=not no_plots, progress=lambda m: click.echo(m, err=True))
+    if as_json:
+        click.echo(json.dumps(out["results"]))
+    else:
+        click.echo(out["table"])
+        click.echo(f"report: {out['report']}")
+        for w in out["warnings"]:
+            click.echo(f"warning: {w}", err=True)

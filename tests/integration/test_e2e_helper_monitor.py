@@ -1,0 +1,119 @@
+"""End to end on the real cluster: contention requeue at the head with pair avoidance, and an
+early restart on a larger partition for a job whose memory grows (issue 5, item 8).
+
+Uses the session fixture `cluster` of tests/integration/conftest.py (3 nodes x 2 simulated
+H100s, helper + node agents + SPANK plugin, enforce mode).
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from packer.store import Store
+
+pytestmark = pytest.mark.integration
+
+PY = sys.executable
+
+
+def script(args: str) -> bytes:
+    return f"#!/bin/sh\nexec {PY} -m slurm_plugin simgpu run {args}\n".encode()
+
+
+SLEEP = b"#!/bin/sh\nsleep 300\n"
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
+    deadline = time.time() + timeout
+    value = None
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"{what}: not true after {timeout}s (last: {value!r})")
+
+
+def events(cluster, kind: str, job_id: int):
+    store = Store(cluster.spec.database)
+    try:
+        return [e for e in store.events(limit=500, job_id=job_id) if e.kind == kind]
+    finally:
+        store.close()
+
+
+def test_newcomer_that_slows_its_neighbour_is_requeued_next_to_start_and_never_packed_with_it_again(cluster):
+    try:
+        # node1 GPU0: the senior (ResNet18, 2 shares); node1 GPU1 and node2/node3 filled
+        senior = cluster.submit(["-J", "e2e-senior", "-w", "node1", "--gres=shard:2"],
+                                script("--workload ResNet18 --mem-start 2GiB --iters 3000 --iter-ms 50"))
+        cluster.wait(senior, "RUNNING", 30)
+        cluster.submit(["-J", "e2e-fill", "-w", "node1", "--gres=shard:8"], SLEEP)
+        fillers = {n: cluster.submit(["-J", "e2e-fill", "-w", n, "--gres=gpu:2"], SLEEP) for n in ("node2", "node3")}
+        for job in fillers.values():
+            cluster.wait(job, "RUNNING", 30)
+        # a job that waits for a whole node, submitted before the newcomer (older, higher basic priority)
+        waiting = cluster.submit(["-J", "e2e-wait", "--gres=gpu:2"], SLEEP)
+        time.sleep(8)  # the senior's throughput alone, before anyone joins it
+        newcomer_script = script("--workload LSTM --mem-start 2GiB --iters 2000 --iter-ms 50")
+        newcomer = cluster.submit(["-J", "e2e-newcomer", "--gres=shard:2"], newcomer_script)
+        cluster.wait(newcomer, "RUNNING", 30)
+        assert cluster.job(newcomer)["NodeList"] == "node1"  # beside the senior: nowhere else has room
+
+        (event,) = wait_for(lambda: events(cluster, "requeue-contention", newcomer), 40, "contention requeue")
+        assert event.data["hurt"] == [senior] and "lost" in event.detail
+        assert cluster.state(senior) == "RUNNING"  # the senior is never touched
+        info = cluster.job(newcomer)
+        assert info["JobState"] in ("PENDING", "COMPLETING") and int(info["Restarts"]) >= 1
+        assert "node1" in info["ExcNodeList"]
+        assert int(info["Priority"]) > int(cluster.job(waiting)["Priority"])
+
+        # free node2: the requeued newcomer, not the older waiting job, is the next to start
+        cluster.run("scancel", str(fillers["node2"]))
+        cluster.wait(newcomer, "RUNNING", 40)
+        assert cluster.job(newcomer)["NodeList"] == "node2"
+        assert cluster.state(waiting) == "PENDING"
+
+        fp_new, fp_senior = event.data["fingerprint"], event.data["avoided"][0]
+        store = Store(cluster.spec.database)
+        try:
+            assert store.must_avoid(fp_new, fp_senior)
+        finally:
+            store.close()
+
+        # the same workload again, while the senior runs: it is kept off the senior's node
+        again = cluster.submit(["-J", "e2e-newcomer", "--gres=shard:2", "--hold"], newcomer_script)
+        wait_for(lambda: "node1" in cluster.job(again)["ExcNodeList"], 15, "pair avoidance on a pending copy")
+        cluster.run("scontrol", "release", str(again))
+        time.sleep(4)
+        assert cluster.job(again)["NodeList"] in ("", "(null)", "node2", "node3")
+    finally:
+        cluster.cancel_all()
+
+
+def test_job_whose_memory_grows_is_restarted_on_a_larger_partition_before_oom(cluster, tmp_path):
+    out = tmp_path / "grow.out"
+    try:
+        # one share = one MIG memory slice (~10 GiB); the job would reach 13.7 GiB at its end
+        job = cluster.submit(["-J", "e2e-grow", "-t", "1", "--gres=shard:1", "-o", str(out)],
+                             script("--mem-start 2GiB --mem-growth 30MiB --iters 400 --iter-ms 50"))
+        (event,) = wait_for(lambda: events(cluster, "restart-memory", job), 40, "early restart")
+        assert event.data["from_shards"] == 1
+        assert event.data["observed_peak_bytes"] < 10 * 1024**3  # before it hit its partition's size
+        new_shards = int(event.data["to"].split(":")[1])
+        assert new_shards > 1
+        assert cluster.wait(job, {"COMPLETED", "FAILED", "OUT_OF_MEMORY"}, 90) == "COMPLETED"
+        info = cluster.job(job)
+        assert int(info["Restarts"]) == 1 and info["TresPerNode"].endswith(f"shard:{new_shards}")
+        assert "memory-restart" in info["AdminComment"]
+        text = out.read_text()
+        assert "done 400 iterations" in text and "out of memory" not in text.lower()
+        store = Store(cluster.spec.database)
+        try:
+            assert store.remembered_size(event.data["fingerprint"]) == new_shards
+        finally:
+            store.close()
+    finally:
+        cluster.cancel_all()

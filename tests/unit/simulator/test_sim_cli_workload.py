@@ -1,0 +1,103 @@
+"""Workload loading (Philly, sacct), each policy on a few hundred Philly jobs, the CLI."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_plugin.cli.simulate_cmd import POLICY_NAMES, simulate
+from slurm_plugin.simulator import SimConfig, load_workload, run_policy
+from slurm_plugin.simulator.workload import default_data_dir, load_sacct
+
+needs_data = pytest.mark.skipif(default_data_dir() is None,
+                                reason="shared/data/traces not found (set GPUPACK_DATA_DIR)")
+
+SACCT = """JobID|User|JobName|Submit|Start|End|Elapsed|AllocTRES|State
+10|alice|train|2024-01-01T00:00:00|2024-01-01T00:00:05|2024-01-01T01:00:05|01:00:00|cpu=4,gres/gpu=1,mem=8G|COMPLETED
+10.batch|alice|batch|2024-01-01T00:00:00|2024-01-01T00:00:05|2024-01-01T01:00:05|01:00:00|cpu=4,gres/gpu=1|COMPLETED
+11|bob|big|2024-01-01T00:10:00|2024-01-01T00:10:00|2024-01-02T00:10:00|1-00:00:00|cpu=8,gres/gpu:a100=2,gres/gpu=2|COMPLETED
+12|carol|cpu|2024-01-01T00:20:00|2024-01-01T00:20:00|2024-01-01T00:30:00|00:10:00|cpu=8|COMPLETED
+13|dave|never|2024-01-01T00:30:00|Unknown|Unknown|00:00:00|gres/gpu=1|CANCELLED
+"""
+
+
+def test_sacct_export_is_read(tmp_path):
+    f = tmp_path / "jobs.txt"
+    f.write_text(SACCT)
+    jobs = load_sacct(f)
+    assert [(j.submit, j.duration, j.gpus) for j in jobs] == [(0.0, 3600.0, 1), (600.0, 86400.0, 2)]
+    assert jobs[0].workload == "alice/train"
+
+
+def test_sacct_without_needed_columns_names_them(tmp_path):
+    f = tmp_path / "bad.txt"
+    f.write_text("JobID|Submit\n1|2024-01-01T00:00:00\n")
+    r = CliRunner().invoke(simulate, ["--policy", "exclusive", "--trace", f"sacct:{f}", "--gpus", "2"])
+    assert r.exit_code == 1
+    assert "Error:" in r.output and "AllocTRES" in r.output and "sacct -P" in r.output
+
+
+def test_sacct_replay_through_the_cli(tmp_path):
+    f = tmp_path / "jobs.txt"
+    f.write_text(SACCT)
+    r = CliRunner().invoke(simulate, ["--policy", "colocate", "--trace", f"sacct:{f}",
+                                      "--gpus", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["jobs"] == 2 and out["makespan_s"] == pytest.approx(600 + 86400)
+
+
+@needs_data
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_each_policy_on_a_few_hundred_philly_jobs(policy):
+    specs, profiles, pairs = load_workload(jobs=300, growing_fraction=0.1)
+    summ, _ = run_policy(SimConfig(policy=policy, gpus=24, predictor=policy != "exclusive"),
+                         specs, profiles, pairs)
+    assert summ["jobs"] + summ["jobs_skipped"] == 300
+    assert summ["jobs_unfinished"] == 0
+    assert summ["makespan_s"] > 0 and summ["avg_jct_s"] >= summ["avg_queue_s"]
+    assert 0 < summ["gpu_util"] <= summ["gpu_alloc"] <= 1.0
+    assert summ["pair_bound_ok"] is True
+
+
+@needs_data
+def test_cli_json_has_the_promised_keys():
+    r = CliRunner().invoke(simulate, ["--policy", "colocate", "--trace", "philly", "--gpus", "16",
+                                      "--gpu-model", "A100-80GB", "--jobs", "200", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    for key in ("policy", "jobs", "makespan_s", "avg_jct_s", "p95_jct_s", "gpu_util",
+                "avg_queue_s", "p95_queue_s", "gpu_mem_util", "jobs_preempted", "oom_restarts",
+                "mig_reconfigurations", "p95_slowdown"):
+        assert key in out
+    assert out["policy"] == "colocate" and out["jobs"] == 200
+
+
+@needs_data
+def test_compare_writes_a_markdown_report(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "rep"
+    r = CliRunner().invoke(simulate, ["compare", "--policies", "exclusive,colocate,mig-in-order+pred",
+                                      "--jobs", "200", "--gpus", "16", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    text = (out / "report.md").read_text()
+    assert "| policy |" in text and "colocate" in text and "vs exclusive" in text
+    for png in ("jct_cdf.png", "util_over_time.png", "jct_bars.png"):
+        assert (out / png).stat().st_size > 1000
+        assert f"]({png})" in text
+    assert len(json.loads((out / "results.json").read_text())["results"]) == 3
+
+
+def test_compare_rejects_unknown_policy():
+    r = CliRunner().invoke(simulate, ["compare", "--policies", "exclusive,nope"])
+    assert r.exit_code == 2 and "nope" in r.output
+
+
+def test_every_command_has_help_and_policy_is_required():
+    runner = CliRunner()
+    for args in (["-h"], ["compare", "--help"]):
+        r = runner.invoke(simulate, args)
+        assert r.exit_code == 0 and "Usage" in r.output and len(r.output) > 200
+    r = runner.invoke(simulate, [])
+    assert r.exit_code == 2 and "--policy" in r.output
