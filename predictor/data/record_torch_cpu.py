@@ -61,26 +61,23 @@ class TinyLM(nn.Module):
         return self.head(x[:, -1]), new
 
 
-def generate(path: str, batch=8, prompt=128, new_tokens=1536) -> list[tuple[int, int]]:
+def generate(emit, batch=8, prompt=128, new_tokens=1536) -> None:
     torch.manual_seed(0)
     model = TinyLM().eval()
     ids = torch.randint(0, 32000, (batch, prompt))
-    rows = []
     with torch.no_grad():
         logits, caches = model(ids)
-        rows.append((0, rss_bytes()))
+        emit(0, rss_bytes())
         for step in range(1, new_tokens + 1):
             nxt = logits.argmax(-1, keepdim=True)
             logits, caches = model(nxt, caches)
-            rows.append((step, rss_bytes()))
-    return rows
+            emit(step, rss_bytes())
 
 
-def train(path: str, steps=400, batch=16, seq=256) -> list[tuple[int, int]]:
+def train(emit, steps=200, batch=8, seq=256) -> None:
     torch.manual_seed(0)
     model = TinyLM(d=256, layers=4, heads=4)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    rows = []
     for step in range(steps):
         ids = torch.randint(0, 32000, (batch, seq))
         x = model.emb(ids)
@@ -90,21 +87,24 @@ def train(path: str, steps=400, batch=16, seq=256) -> list[tuple[int, int]]:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        rows.append((step, rss_bytes()))
-    return rows
+        emit(step, rss_bytes())
 
 
 def main(argv: list[str]) -> int:
     kind, out = argv[1], argv[2]
     torch.set_num_threads(2)
-    t0 = time.time()
-    rows = generate(out) if kind == "generate" else train(out)
-    with open(out, "w", encoding="ascii") as fh:
+    with open(out, "w", encoding="ascii") as fh:  # written as it goes: a killed run keeps its samples
         fh.write(f"# real series: {kind} on CPU, torch {torch.__version__}, python {platform.python_version()}, "
-                 f"{platform.machine()}, sampled VmRSS each step, {time.time() - t0:.0f} s\n")
+                 f"{platform.machine()}, VmRSS sampled after each step\n")
         fh.write("step,bytes\n")
-        for s, b in rows:
-            fh.write(f"{s},{b}\n")
+
+        def emit(step: int, value: int) -> None:
+            fh.write(f"{step},{value}\n")
+            fh.flush()
+
+        t0 = time.time()
+        (generate if kind == "generate" else train)(emit)
+        fh.write(f"# done in {time.time() - t0:.0f} s\n")
     return 0
 
 

@@ -91,7 +91,7 @@ class Job:
         "workload", "first_start", "start", "end", "done", "rate", "last_t", "token",
         "gpu_ids", "cap", "shards", "inst", "remembered", "min_rate", "oom_restarts",
         "pred_restarts", "preemptions", "lost_work", "warn_work", "warn_next", "shared_with",
-        "unmeasured", "max_pair_slow", "packed_at",
+        "unmeasured", "max_pair_slow", "packed_at", "t_end",
     )
 
     def __init__(self, spec: SimJobSpec, prof: WorkloadProfile):
@@ -129,6 +129,7 @@ class Job:
         self.unmeasured = False
         self.max_pair_slow = 1.0  # worst 1/speed among the measured pairs it was in
         self.packed_at: float | None = None
+        self.t_end = 0.0  # expected end at the current rate
 
 
 class Gpu:
@@ -146,11 +147,35 @@ class Gpu:
         self.static = False
 
 
-@dataclass
 class _Backfill:
-    shadow: float
-    extra: int
-    pack_ok: bool
+    """The head's reservation, computed on first use (most passes never need it)."""
+
+    __slots__ = ("sim", "head", "now", "_shadow", "_extra", "pack_ok")
+
+    def __init__(self, sim: "Simulator", head: "Job", now: float):
+        self.sim, self.head, self.now = sim, head, now
+        self._shadow: float | None = None
+        self._extra = 0
+        self.pack_ok = head.gpus == 1 and sim.cfg.policy in SHARED
+
+    def _compute(self) -> None:
+        self._shadow, self._extra = self.sim._reservation(self.head, self.now)
+
+    @property
+    def shadow(self) -> float:
+        if self._shadow is None:
+            self._compute()
+        return self._shadow
+
+    @property
+    def extra(self) -> int:
+        if self._shadow is None:
+            self._compute()
+        return self._extra
+
+    @extra.setter
+    def extra(self, value: int) -> None:
+        self._extra = value
 
 
 @dataclass
@@ -353,7 +378,7 @@ class Simulator:
             head = None
         if head is None or self.cfg.bf_depth == 0:
             return
-        bf = self._reservation(head, now)
+        bf = _Backfill(self, head, now)
         failed: set = set()
         cand = list(islice(self._queue_iter(), 1, self.cfg.bf_depth + 1))
         if self.cfg.policy == "mig-by-size":
@@ -393,26 +418,24 @@ class Simulator:
             return ("m", self._mig_profile(job).name)
         return ("p", job.profile, job.remembered)  # the profile fixes memory and utilisation
 
-    def _reservation(self, head: Job, now: float) -> _Backfill:
+    def _reservation(self, head: Job, now: float) -> tuple[float, int]:
         """EASY: when will the head have its whole GPUs, and how many spare GPUs then."""
         need = head.gpus
         free = len(self.idle)
-        pack_ok = need == 1 and self.cfg.policy in SHARED
         if self.mig and need == 1:
-            return _Backfill(math.inf, 0, True)  # MIG heads wait for an instance, no reservation
+            return math.inf, 0  # a MIG head waits for an instance: no whole-GPU reservation
         if need <= free:
-            return _Backfill(now, free - need, pack_ok)
+            return now, free - need
         releases = []
         for g in self.gpus:
             if g.jobs and not g.static:
-                releases.append(max(j.last_t + (j.duration - j.done) / j.rate for j in g.jobs))
+                releases.append(max(j.t_end for j in g.jobs))
         k = need - free
         if k > len(releases):
-            return _Backfill(math.inf, 0, pack_ok)
-        rel = heapq.nsmallest(k, releases)
-        shadow = rel[-1]
+            return math.inf, 0
+        shadow = heapq.nsmallest(k, releases)[-1]
         extra = free + sum(1 for r in releases if r <= shadow) - need
-        return _Backfill(shadow, max(0, extra), pack_ok)
+        return shadow, max(0, extra)
 
     def _may_take_idle(self, job: Job, now: float, bf: _Backfill | None, n: int) -> bool:
         if bf is None:
@@ -793,6 +816,7 @@ class Simulator:
         job.token += 1
         remaining = job.duration - job.done
         t_fin = now + remaining / job.rate
+        job.t_end = t_fin
         kind, t = _FINISH, t_fin
         if job.mem1 > job.mem0:
             if job.warn_work is not None and job.warn_work > job.done:

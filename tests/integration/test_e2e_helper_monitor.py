@@ -70,7 +70,11 @@ def test_newcomer_that_slows_its_neighbour_is_requeued_next_to_start_and_never_p
         assert "node1" in info["ExcNodeList"]
         assert int(info["Priority"]) > int(cluster.job(waiting)["Priority"])
 
-        # free node2: the requeued newcomer, not the older waiting job, is the next to start
+        # once it is back in the queue and eligible (the helper skips Slurm's requeue delay as
+        # soon as the old run is gone), free node2: the requeued newcomer, not the older
+        # waiting job, is the next to start
+        wait_for(lambda: (lambda j: j["JobState"] == "PENDING" and j.get("Reason") != "BeginTime")(cluster.job(newcomer)),
+                 20, "requeued newcomer eligible again")
         cluster.run("scancel", str(fillers["node2"]))
         cluster.wait(newcomer, "RUNNING", 40)
         assert cluster.job(newcomer)["NodeList"] == "node2"

@@ -45,7 +45,8 @@ def test_sacct_replay_through_the_cli(tmp_path):
                                       "--gpus", "2", "--json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
-    assert out["jobs"] == 2 and out["makespan_s"] == pytest.approx(600 + 86400)
+    # the 2-GPU job waits for the 1-hour job on a 2-GPU cluster
+    assert out["jobs"] == 2 and out["makespan_s"] == pytest.approx(3600 + 86400)
 
 
 @needs_data
