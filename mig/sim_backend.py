@@ -24,7 +24,6 @@ import fcntl
 import json
 import logging
 import os
-import tempfile
 import threading
 import uuid as _uuid
 from contextlib import contextmanager
@@ -44,6 +43,7 @@ from mig.errors import (
     NotFoundError,
 )
 from mig.fsm import PartitionState, get_space
+from mig.jsonfile import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -136,17 +136,7 @@ class SimGpuBackend:
 
     def _write(self, doc: dict) -> None:
         assert self._path is not None
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.node}.", suffix=".tmp", dir=self._path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(doc, fh, indent=1, sort_keys=True)
-            os.replace(tmp, self._path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+        write_json_atomic(self._path, doc)
 
     @contextmanager
     def _txn(self, write: bool = False) -> Iterator[dict]:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+
+from mig.jsonfile import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -103,32 +104,7 @@ class StateFile:
     def save(self, jobs: dict[int, Assignment]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         doc = {"version": STATE_VERSION, "jobs": {str(k): v.to_dict() for k, v in sorted(jobs.items())}}
-        fd, tmp = tempfile.mkstemp(prefix=".state.", suffix=".tmp", dir=self.directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(doc, fh, indent=1, sort_keys=True)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+        write_json_atomic(self.path, doc, fsync=True)
 
 
-def write_json_atomic(path: Path, doc: dict, mode: int = 0o644) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh, indent=1, sort_keys=True)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+__all__ = ["Assignment", "StateFile", "write_json_atomic"]
