@@ -30,6 +30,7 @@ def test_sacct_export_is_read(tmp_path):
     assert jobs[0].workload == "alice/train"
 
 
+@needs_data  # the replay gives each job a measured profile from shared/data
 def test_sacct_without_needed_columns_names_them(tmp_path):
     f = tmp_path / "bad.txt"
     f.write_text("JobID|Submit\n1|2024-01-01T00:00:00\n")
@@ -38,6 +39,7 @@ def test_sacct_without_needed_columns_names_them(tmp_path):
     assert "Error:" in r.output and "AllocTRES" in r.output and "sacct -P" in r.output
 
 
+@needs_data
 def test_sacct_replay_through_the_cli(tmp_path):
     f = tmp_path / "jobs.txt"
     f.write_text(SACCT)
