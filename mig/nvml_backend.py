@@ -11,7 +11,14 @@ is created. Notes that matter on hardware:
   the compute instances first, then the GPU instance;
 - NVML errors become :mod:`mig.errors` classes (IN_USE, INSUFFICIENT_RESOURCES,
   NO_PERMISSION, MIG disabled/NOT_SUPPORTED, NOT_FOUND), each naming GPU, profile and
-  placement, and what to do.
+  placement, and what to do;
+- ``nvmlDeviceSetMigMode`` succeeds when the mode is set; whether it was activated comes
+  back in its activation status (IN_USE while the GPU is busy), which is checked;
+- reading needs no root, but the whole-GPU memory of a MIG-enabled GPU is only reported to
+  privileged callers; without it the static table's value is used.
+
+Tested end to end through the real pynvml against a fake libnvidia-ml
+(tests/unit/mig/fake_libnvml.py).
 """
 from __future__ import annotations
 
@@ -23,13 +30,13 @@ from mig.backend import GpuInfo, MigInstance, ProcessMemory
 from mig.catalog import Catalog, Profile, diff_catalogs, load_catalog
 from mig.errors import (
     BackendUnavailableError,
-    InsufficientResourcesError,
     InUseError,
     InvalidPlacementError,
     MigDisabledError,
     MigError,
     NoPermissionError,
     NotFoundError,
+    PlacementOccupiedError,
     UnknownGpuModelError,
 )
 
@@ -75,7 +82,9 @@ class NvmlBackend:
             return InUseError(f"{msg}; a process or a compute instance still uses it, wait for "
                               f"the job to end or stop it first")
         if code == nv.NVML_ERROR_INSUFFICIENT_RESOURCES:
-            return InsufficientResourcesError(
+            # the class the simulated backend raises for the same refusal (an
+            # InsufficientResourcesError that is also an InvalidPlacementError)
+            return PlacementOccupiedError(
                 f"{msg}; the placement overlaps an existing instance or the profile has no "
                 f"instance left, free one or choose another placement")
         if code == nv.NVML_ERROR_NO_PERMISSION:
@@ -113,13 +122,32 @@ class NvmlBackend:
             h = self._handle(i)
             name = _text(self._call(nv.nvmlDeviceGetName, h, what=f"GPU {i}: read its name"))
             uuid = _text(self._call(nv.nvmlDeviceGetUUID, h, what=f"GPU {i}: read its UUID"))
-            mem = self._call(nv.nvmlDeviceGetMemoryInfo, h, what=f"GPU {i}: read its memory")
             try:
-                model = load_catalog(name).model
+                static: Catalog | None = load_catalog(name)
             except UnknownGpuModelError:
-                model = name
-            out.append(GpuInfo(i, uuid, model, name, int(mem.total // MIB), self._mig_on(h, i)))
+                static = None
+            model = static.model if static else name
+            mem = self._memory_mib(h, i, static)
+            out.append(GpuInfo(i, uuid, model, name, mem or 0, self._mig_on(h, i)))
         return out
+
+    def _memory_mib(self, handle, gpu_index: int, static: Catalog | None) -> int | None:
+        """Total memory of the whole GPU in MiB.
+
+        nvml.h: in MIG mode, nvmlDeviceGetMemoryInfo on the parent device returns the
+        aggregate only to a privileged caller; a non-root reader falls back to the static
+        table (None without one).
+        """
+        nv = self.nv
+        try:
+            return int(nv.nvmlDeviceGetMemoryInfo(handle).total // MIB)
+        except nv.NVMLError as exc:
+            if getattr(exc, "value", None) not in (nv.NVML_ERROR_NO_PERMISSION,
+                                                   nv.NVML_ERROR_NOT_SUPPORTED):
+                raise self._translate(exc, f"GPU {gpu_index}: read its memory") from exc
+            log.debug("GPU %s: total memory not readable (%s); using the static table",
+                      gpu_index, exc)
+            return static.memory_mib if static else None
 
     def _mig_on(self, handle, gpu_index: int) -> bool:
         nv = self.nv
@@ -138,14 +166,21 @@ class NvmlBackend:
         nv = self.nv
         h = self._handle(gpu_index)
         mode = nv.NVML_DEVICE_MIG_ENABLE if enabled else nv.NVML_DEVICE_MIG_DISABLE
-        self._call(nv.nvmlDeviceSetMigMode, h, mode,
-                   what=f"GPU {gpu_index}: switch MIG mode {'on' if enabled else 'off'}")
+        what = f"GPU {gpu_index}: switch MIG mode {'on' if enabled else 'off'}"
+        self._catalogs.pop(gpu_index, None)
+        # the call succeeds when the mode is *set*; whether it was *activated* comes back in
+        # activationStatus (nvml.h: IN_USE when the GPU is not idle, RESET_REQUIRED where
+        # a reset is not possible from here)
+        status = self._call(nv.nvmlDeviceSetMigMode, h, mode, what=what)
+        if isinstance(status, int) and status not in (nv.NVML_SUCCESS,
+                                                      nv.NVML_ERROR_RESET_REQUIRED):
+            raise self._translate(nv.NVMLError(status),
+                                  f"{what}: the change is pending, not activated")
         current, pending = self._call(nv.nvmlDeviceGetMigMode, h,
                                       what=f"GPU {gpu_index}: read MIG mode")
         if current != pending:
             log.warning("GPU %s: MIG mode change is pending; it takes effect after a GPU reset "
                         "(`nvidia-smi -i %s -r` with no process on the GPU)", gpu_index, gpu_index)
-        self._catalogs.pop(gpu_index, None)
 
     def _require_mig(self, handle, gpu_index: int, what: str) -> None:
         if not self._mig_on(handle, gpu_index):
@@ -189,16 +224,23 @@ class NvmlBackend:
             ))
         if not profiles:
             raise MigDisabledError(f"GPU {gpu_index} ({name}) reports no MIG profiles")
+        if static is not None:  # the table's order (NVML's is by profile index)
+            order = {p.profile_id: k for k, p in enumerate(static.profiles)}
+            profiles.sort(key=lambda p: (order.get(p.profile_id, len(order)),
+                                         p.nvml_profile_index))
         mem_slices = max(max(p.placement_starts) + p.memory_slices for p in profiles)
+        # whole-GPU memory and SMs are not part of the MIG profile info: the largest
+        # profile has less (e.g. 7g.80gb 81152 MiB of 81559)
+        memory_mib = self._memory_mib(h, gpu_index, static)
         cat = Catalog(
             model=static.model if static else name,
             memory_slices=mem_slices,
             compute_slices=max(p.compute_slices for p in profiles),
-            memory_mib=max(p.memory_mib for p in profiles),
-            sm_count=max(p.sm_count for p in profiles),
+            memory_mib=memory_mib or max(p.memory_mib for p in profiles),
+            sm_count=static.sm_count if static else max(p.sm_count for p in profiles),
             profiles=tuple(profiles),
-            media_extension_instances=1,
-            aliases=(name,),
+            media_extension_instances=static.media_extension_instances if static else 1,
+            aliases=static.aliases if static else (name,),
             source=f"NVML on GPU {gpu_index} ({name})",
         )
         if static is not None:

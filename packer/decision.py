@@ -43,6 +43,7 @@ class Decision:
     shards: int | None = None
     estimate: Estimate | None = None
     fingerprint: str | None = None
+    avoid_nodes: tuple[str, ...] = ()  # nodes kept out of reach (pair avoidance)
 
     def comment(self, advised: bool = False) -> str:
         est = self.estimate
@@ -55,6 +56,8 @@ class Decision:
                 extra["util"] = f"{est.mean_util_pct:.0f}%"
             extra["src"] = est.source_label
         extra["fp"] = self.fingerprint
+        if self.avoid_nodes:
+            extra["avoid"] = ",".join(self.avoid_nodes)
         return render(self.verdict, shards=self.shards, advised=advised, **extra)
 
 

@@ -39,6 +39,23 @@ def avoid_nodes(
     return frozenset(out)
 
 
+def submit_exclusion(
+    fingerprint: str | None,
+    running: Iterable[Running],
+    must_avoid: Callable[[str, str], bool],
+    gpu_nodes: Iterable[str],
+) -> frozenset[str] | None:
+    """Nodes a job about to be packed must be kept off, decided at submit time.
+
+    None when avoiding them would leave the job no GPU node at all: it is then better kept
+    whole (a whole GPU is never shared) than excluded everywhere, which Slurm would refuse."""
+    avoid = avoid_nodes(fingerprint, running, must_avoid)
+    nodes = set(gpu_nodes)
+    if avoid and nodes and not (nodes - avoid):
+        return None
+    return avoid
+
+
 def merge_exclusions(current: Iterable[str], ours_before: Iterable[str], ours_now: Iterable[str]) -> tuple[str, ...]:
     """The job's new exclusion list: the user's part of `current` plus what we add now.
 

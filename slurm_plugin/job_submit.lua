@@ -18,6 +18,7 @@ local CLEARABLE = { tres_per_job = true, tres_per_task = true }
 local FIELDS = {
   "name", "script", "tres_per_node", "tres_per_job", "tres_per_task",
   "min_nodes", "max_nodes", "num_tasks", "shared", "partition", "admin_comment", "user_name",
+  "req_nodes",
 }
 
 local conf = { socket = "/run/gpupack/helper.sock", timeout_ms = 50, kill_switch = "/etc/slurm/gpupack.disable" }
@@ -125,12 +126,26 @@ local function apply(job_desc, answer)
     applied[#applied + 1] = "comment"
   end
   if answer.rewrite and answer.rewrite:match("^gres[:/]shard:%d+$") then
+    local exclude = answer.exclude or ""
+    if exclude ~= "" and not exclude:match("^[%w%-%._,%[%]]+$") then
+      return "refused the exclude list; request left as is"
+    end
     if answer.clear and answer.clear ~= "" then
       if not CLEARABLE[answer.clear] then return "refused to clear " .. answer.clear end
       job_desc[answer.clear] = ""
     end
     job_desc.tres_per_node = answer.rewrite
     applied[#applied + 1] = "rewrite=" .. answer.rewrite
+    -- pair avoidance: node names only (a hostlist), added to what the user excluded
+    if exclude ~= "" then
+      local mine = job_desc.exc_nodes
+      if type(mine) == "string" and mine ~= "" then
+        job_desc.exc_nodes = mine .. "," .. exclude
+      else
+        job_desc.exc_nodes = exclude
+      end
+      applied[#applied + 1] = "exclude=" .. exclude
+    end
   end
   return (#applied > 0) and table.concat(applied, ",") or "nothing"
 end
@@ -153,13 +168,15 @@ local function submit(job_desc, submit_uid)
     log_info("uid=%s passed through: %s elapsed_ms=%.3f", tostring(submit_uid), err, elapsed_ms)
     return
   end
-  local snapshot = { admin_comment = job_desc.admin_comment, tres_per_node = job_desc.tres_per_node }
+  local snapshot = { admin_comment = job_desc.admin_comment, tres_per_node = job_desc.tres_per_node,
+                     exc_nodes = job_desc.exc_nodes }
   local ok, result = pcall(apply, job_desc, answer)
   if not ok then
     -- put back what a half-applied answer may have changed
     pcall(function()
       job_desc.admin_comment = snapshot.admin_comment or ""
       job_desc.tres_per_node = snapshot.tres_per_node or ""
+      job_desc.exc_nodes = snapshot.exc_nodes or ""
     end)
     result = "apply failed: " .. tostring(result)
   end

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Callable
 
 from mig.errors import MigError
+from mig.node_layout import LAYOUT_POLICIES, layout_step
+from mig.planner import plan_merge_split
 from mig.policies import choose
 from packer.samples import JobSample
 from slurm_plugin.agent import isolation as iso
@@ -86,6 +88,10 @@ class NodeAgent:
         self.jobs: dict[int, Assignment] = self.store.load()
         self.recent: dict[int, deque[JobSample]] = {}
         self._dirty = False
+        # the helper's layout policy, as last pushed ("off" until it says otherwise): with a
+        # policy, a finished job's slice stays (idle) for the next job of that size
+        self.layout_policy = "off"
+        self.reconfigurations = 0
 
     # -- helpers --------------------------------------------------------------------------
     def _save(self) -> None:
@@ -162,6 +168,7 @@ class NodeAgent:
             return a
         cat = self.backend.catalog(a.gpu_index)
         full = iso.full_gpu_profile(cat)
+        self._destroy_idle(a.gpu_index)  # slices a layout prepared: the whole GPU is this job's
         try:
             inst = self.backend.create_instance(a.gpu_index, full.name, 0, owner=a.owner)
         except MigError as exc:
@@ -183,14 +190,20 @@ class NodeAgent:
                 self.backend.set_mig_mode(a.gpu_index, True)
             except MigError as exc:
                 raise AgentError(f"GPU {a.gpu_index} is not in MIG mode and cannot switch: {exc}") from exc
-        start = self._place(a.gpu_index, profile.name)
-        if start is None:
-            self._destroy_idle(a.gpu_index)
+        inst = self._idle_instance(a.gpu_index, profile.name)
+        if inst is not None:  # a slice the layout prepared for this size: no reconfiguration
+            if hasattr(self.backend, "set_owner"):
+                self.backend.set_owner(a.gpu_index, inst.gi_id, a.owner)
+            a.notes.append(f"took the idle {inst.profile}@{inst.start} the layout had ready")
+        else:
             start = self._place(a.gpu_index, profile.name)
-        if start is None:
-            held = ", ".join(f"{i.profile}@{i.start}(job {i.owner})" for i in self.backend.list_instances(a.gpu_index))
-            raise AgentError(f"no room for {profile.name} on GPU {a.gpu_index} (instances: {held or 'none'})")
-        inst = self.backend.create_instance(a.gpu_index, profile.name, start, owner=a.owner)
+            if start is None:
+                start = self._merge_split(a.gpu_index, profile.name)
+            if start is None:
+                held = ", ".join(f"{i.profile}@{i.start}(job {i.owner})" for i in self.backend.list_instances(a.gpu_index))
+                raise AgentError(f"no room for {profile.name} on GPU {a.gpu_index} (instances: {held or 'none'})")
+            inst = self.backend.create_instance(a.gpu_index, profile.name, start, owner=a.owner)
+            self.reconfigurations += 1
         a.profile, a.start, a.gi_id, a.device_uuid = inst.profile, inst.start, inst.gi_id, inst.uuid
         a.created_instance = True
         a.isolation = f"mig:{inst.profile}@{inst.start}"
@@ -201,16 +214,88 @@ class NodeAgent:
         state = self.backend.partition_state(gpu_index)
         return choose(state, profile, self.policy).start
 
+    def _held_gi_ids(self, gpu_index: int) -> set[int]:
+        return {a.gi_id for a in self.jobs.values() if a.gpu_index == gpu_index and a.gi_id is not None}
+
+    def _idle(self, gpu_index: int) -> list:
+        """Instances no job holds: not owned, no memory in use, in no assignment of ours."""
+        held = self._held_gi_ids(gpu_index)
+        return [i for i in self.backend.list_instances(gpu_index)
+                if not i.busy and not i.owner and i.gi_id not in held]
+
+    def _idle_instance(self, gpu_index: int, profile: str):
+        return next((i for i in self._idle(gpu_index) if i.profile == profile), None)
+
+    def _destroy(self, gpu_index: int, inst, why: str) -> bool:
+        try:
+            self.backend.destroy_instance(gpu_index, inst.gi_id)
+        except MigError as exc:
+            log.warning("GPU %d: could not destroy idle %s@%s: %s", gpu_index, inst.profile, inst.start, exc)
+            return False
+        self.reconfigurations += 1
+        log.info("GPU %d: destroyed idle %s@%s (%s)", gpu_index, inst.profile, inst.start, why)
+        return True
+
     def _destroy_idle(self, gpu_index: int) -> None:
-        """Remove instances no job holds (left by a crash or a layout change) to make room."""
-        for inst in self.backend.list_instances(gpu_index):
-            if inst.busy or inst.owner:
-                continue
+        """Remove every instance no job holds (left by a crash or a layout) to make room."""
+        for inst in self._idle(gpu_index):
+            self._destroy(gpu_index, inst, "to make room")
+
+    def _merge_split(self, gpu_index: int, profile: str) -> int | None:
+        """Destroy the fewest idle instances that let ``profile`` fit; its start, or None."""
+        idle = {(i.profile, i.start): i for i in self._idle(gpu_index)}
+        state = self.backend.partition_state(gpu_index)
+        busy = [p for p in state.placements if (p.profile, p.start) not in idle]
+        plan = plan_merge_split(state, profile, busy=busy)
+        if not plan.feasible:
+            return None
+        for p in plan.destroy:
+            if not self._destroy(gpu_index, idle[(p.profile, p.start)], f"merge/split for {profile}"):
+                return None
+        return plan.start
+
+    # -- layouts that follow the queue ----------------------------------------------------
+    def follow_queue(self, policy: str, pending_shards: list[int]) -> list[dict]:
+        """Prepare idle MIG slices for the pending jobs (the helper's layout policy).
+
+        Only idle instances are destroyed; returns the changes made, one dict each."""
+        if policy not in LAYOUT_POLICIES:
+            raise ValueError(f"unknown layout policy {policy!r}; choose one of {', '.join(LAYOUT_POLICIES)}")
+        changes: list[dict] = []
+        with self.lock:
+            self.layout_policy = policy
+            if policy == "off" or self.mode != "mig" or not pending_shards:
+                return changes
+            for g in self.backend.list_gpus():
+                if g.mig_enabled:
+                    changes += self._follow_on(g.index, policy, pending_shards)
+        return changes
+
+    def _follow_on(self, gpu_index: int, policy: str, pending_shards: list[int]) -> list[dict]:
+        cat = self.backend.catalog(gpu_index)
+        profiles = [p.name for p in (iso.profile_for_shards(cat, s) for s in pending_shards) if p is not None]
+        idle = {(i.profile, i.start): i for i in self._idle(gpu_index)}
+        state = self.backend.partition_state(gpu_index)
+        busy = [p for p in state.placements if (p.profile, p.start) not in idle]
+        step = layout_step(state, busy, profiles, policy)
+        changes: list[dict] = []
+        for p in step.destroy:
+            inst = idle.get((p.profile, p.start))
+            if inst is None or not self._destroy(gpu_index, inst, step.reason):
+                return changes
+            changes.append({"gpu": gpu_index, "op": "destroy", "profile": p.profile, "start": p.start})
+        for p in step.create:
             try:
-                self.backend.destroy_instance(gpu_index, inst.gi_id)
-                log.info("GPU %d: destroyed idle %s@%s to make room", gpu_index, inst.profile, inst.start)
+                self.backend.create_instance(gpu_index, p.profile, p.start, owner=None)
             except MigError as exc:
-                log.warning("GPU %d: could not destroy idle %s@%s: %s", gpu_index, inst.profile, inst.start, exc)
+                log.warning("GPU %d: could not create %s@%s for the queue: %s", gpu_index, p.profile, p.start, exc)
+                break
+            self.reconfigurations += 1
+            changes.append({"gpu": gpu_index, "op": "create", "profile": p.profile, "start": p.start})
+        if changes:
+            log.info("GPU %d layout (%s): %s", gpu_index, step.reason,
+                     ", ".join(f"{c['op']} {c['profile']}@{c['start']}" for c in changes))
+        return changes
 
     def _mps(self, a: Assignment) -> Assignment:
         gpus = {g.index: g for g in self.backend.list_gpus()}
@@ -264,12 +349,15 @@ class NodeAgent:
             for dev in mem_of(a.owner):
                 self.backend.free_memory(dev, a.owner)
         if a.kind in ("mig", "whole") and a.gi_id is not None and a.created_instance:
+            keep = a.kind == "mig" and self.layout_policy != "off"  # left idle for the next job of its size
             try:
                 if hasattr(self.backend, "set_owner"):
                     self.backend.set_owner(a.gpu_index, a.gi_id, None)
-                self.backend.destroy_instance(a.gpu_index, a.gi_id)
+                if not keep:
+                    self.backend.destroy_instance(a.gpu_index, a.gi_id)
+                    self.reconfigurations += 1
             except MigError as exc:
-                log.error("job %d: could not destroy its %s on GPU %d: %s", a.job_id, a.profile, a.gpu_index, exc)
+                log.error("job %d: could not free its %s on GPU %d: %s", a.job_id, a.profile, a.gpu_index, exc)
         if hasattr(self.backend, "forget"):
             self.backend.forget(a.owner)
         self.jobs.pop(a.job_id, None)
@@ -452,7 +540,8 @@ class NodeAgent:
     def status(self) -> dict:
         with self.lock:
             return {
-                "node": self.node, "mode": self.mode,
+                "node": self.node, "mode": self.mode, "layout_policy": self.layout_policy,
+                "reconfigurations": self.reconfigurations,
                 "jobs": {str(k): {"gpu_index": a.gpu_index, "isolation": a.isolation,
                                   "device": a.device_uuid, "steps": a.steps, "workload": a.workload,
                                   "iterations": a.iterations, "peak_mem_bytes": a.peak_mem_bytes}

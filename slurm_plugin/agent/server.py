@@ -130,6 +130,12 @@ class AgentServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             return {"status": "ok", **agent.status()}
         if op == "report":
             return agent.report(_int(body, "job_id"), peer, body)
+        if op == "layout":
+            shards = body.get("pending_shards") or []
+            if not isinstance(shards, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in shards):
+                raise ValueError("pending_shards must be a list of integers")
+            changes = agent.follow_queue(str(body.get("policy", "off")), shards)
+            return {"status": "ok", "node": agent.node, "changes": changes}
         raise ValueError(f"unknown op {op!r}")
 
     def serve_in_thread(self) -> threading.Thread:

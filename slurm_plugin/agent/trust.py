@@ -16,7 +16,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-PRIVILEGED_OPS = frozenset({"isolate", "step_end", "samples", "finish", "status"})
+PRIVILEGED_OPS = frozenset({"isolate", "step_end", "samples", "finish", "status", "layout"})
 OPEN_OPS = frozenset({"ping", "report"})
 MAX_ITER_RATE = 10_000.0  # iterations per second a report may claim
 MAX_THROUGHPUT = 10_000.0

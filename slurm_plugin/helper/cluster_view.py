@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from packer.decision import ClusterView
+from packer.placement import Running
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ class Snapshot:
     nodes: tuple[NodeGpus, ...]
     pending_whole_gpu_jobs: int  # pending jobs that will take a whole GPU
     taken_at: float
+    running: tuple[Running, ...] = ()  # running jobs, for submit-time pair avoidance
 
 
 def idle_gpus(snapshot: Snapshot, reservations: int = 0) -> int:
@@ -53,8 +55,10 @@ def idle_gpus(snapshot: Snapshot, reservations: int = 0) -> int:
 class ClusterViewPoller:
     """Polls `fetch` every `interval` seconds; `view()` answers at once from the last poll."""
 
-    def __init__(self, fetch: Callable[[], Snapshot], interval: float = 2.0):
+    def __init__(self, fetch: Callable[[], Snapshot], interval: float = 2.0,
+                 publish: Callable[[Snapshot], None] | None = None):
         self._fetch = fetch
+        self._publish = publish
         self.interval = interval
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
@@ -72,6 +76,11 @@ class ClusterViewPoller:
             self._snapshot = snapshot
             # reservations made before this poll started are now visible as pending jobs
             self._reservations = [t for t in self._reservations if t > snapshot.taken_at]
+        if self._publish is not None:
+            try:
+                self._publish(snapshot)
+            except OSError as exc:
+                log.warning("cannot publish the cluster view: %s", exc)
 
     def reserve_whole_gpu(self) -> None:
         with self._lock:

@@ -1,21 +1,35 @@
-"""`gpupack helper`: wire the store, the settings, the cluster view and the socket together."""
+"""`gpupack helper`: the submit side (socket and decisions) and its watcher process.
+
+Two processes by default (`role="all"`): this one answers the shim from memory and a file,
+and starts the watcher (`gpupack helper --role watch`), which polls Slurm, publishes the
+cluster view and runs the monitor. An admin may also run the two roles as separate
+services (`--role submit` and `--role watch`).
+"""
 from __future__ import annotations
 
 import logging
+import os
 import pwd
 import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 from packer.decision import Decision
+from packer.placement import submit_exclusion
 from packer.request import JobFacts
 from packer.store import Store
-from slurm_plugin.helper.cluster_view import ClusterViewPoller
 from slurm_plugin.helper.server import HelperServer
 from slurm_plugin.helper.settings import Paths, ReloadingConfig, load_paths
 from slurm_plugin.helper.submit_service import SubmitService
+from slurm_plugin.helper.view_file import PublishedView, view_path
 
 log = logging.getLogger(__name__)
+
+ROLES = ("all", "submit", "watch")
+RESTART_BACKOFF_S = (1.0, 5.0, 30.0)
 
 
 def slurm_user_uid(name: str) -> set[int]:
@@ -27,18 +41,20 @@ def slurm_user_uid(name: str) -> set[int]:
 
 
 class Helper:
-    """The controller helper: answers the shim and keeps the cluster view fresh."""
+    """The submit side: answers the shim from the published cluster view and the history."""
 
-    def __init__(self, config_path: Path, paths: Paths | None = None, poll_interval: float = 2.0):
+    def __init__(self, config_path: Path, paths: Paths | None = None, poll_interval: float = 2.0,
+                 spawn_watcher: bool = True):
+        self.config_path = Path(config_path)
         self.paths = paths or load_paths(config_path)
         self.config = ReloadingConfig(config_path)
         self.store = Store(self.paths.database)
-        # imported here: the adapter pulls in the Slurm command runner
-        from slurm_plugin.helper.slurm_poll import fetch_snapshot
-
-        self.poller = ClusterViewPoller(lambda: fetch_snapshot(self.paths.slurm_conf), poll_interval)
+        self.poll_interval = poll_interval
+        # a view older than a few polls is not trusted (the watcher is stuck or gone)
+        self.view = PublishedView(view_path(self.paths.socket), max_age_s=max(30.0, 10 * poll_interval))
         self.service = SubmitService(
-            self.config, self.store, self.poller.view, self.paths.kill_switch, self._on_decision
+            self.config, self.store, self.view.view, self.paths.kill_switch, self._on_decision,
+            avoid=self._avoid_nodes,
         )
         self.server = HelperServer(
             self.paths.socket,
@@ -46,37 +62,90 @@ class Helper:
             slurm_user_uid(self.paths.slurm_user),
         )
         self._done = threading.Event()
-        self.monitor = _load_monitor(self)
+        self.watcher = WatcherSupervisor(self.config_path, poll_interval) if spawn_watcher else None
 
     def _submit(self, fields: dict[str, bytes]) -> dict[str, str]:
         return self.service.answer(fields).to_wire()
 
+    def _avoid_nodes(self, fingerprint: str) -> frozenset[str] | None:
+        """Nodes running a job this fingerprint must never share a GPU with (pairs in SQLite);
+        None when that is every GPU node."""
+        snap = self.view.snapshot()
+        if snap is None:
+            return frozenset()
+        gpu_nodes = [n.name for n in snap.nodes if n.gpus > 0 and n.usable]
+        return submit_exclusion(fingerprint, snap.running, self.store.must_avoid, gpu_nodes)
+
     def _on_decision(self, facts: JobFacts, decision: Decision) -> None:
         if decision.verdict == "exclusive":
-            self.poller.reserve_whole_gpu()
+            self.view.reserve_whole_gpu()
 
     def run(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self._done.set())
         signal.signal(signal.SIGINT, lambda *_: self._done.set())
-        self.poller.start()
+        if self.watcher is not None:
+            self.watcher.start()
         self.server.serve_in_thread()
-        if self.monitor is not None:
-            self.monitor.start()
         log.info("helper listening on %s (mode=%s)", self.paths.socket, self.config().mode)
-        self._done.wait()
+        while not self._done.wait(1.0):
+            if self.watcher is not None:
+                self.watcher.check()
         log.info("helper stopping")
-        if self.monitor is not None:
-            self.monitor.stop()
         self.server.shutdown()
         self.server.server_close()
-        self.poller.stop()
+        if self.watcher is not None:
+            self.watcher.stop()
         self.store.close()
 
 
-def _load_monitor(helper: Helper):
-    """The run-time watcher (contention, memory growth, history), when it is installed."""
-    try:
-        from slurm_plugin.helper import monitor
-    except ImportError:
-        return None
-    return monitor.Monitor(helper)
+class WatcherSupervisor:
+    """Starts `gpupack helper --role watch`, restarts it if it dies, stops it at the end."""
+
+    def __init__(self, config_path: Path, poll_interval: float):
+        self.command = [sys.executable, "-m", "slurm_plugin", "helper", "--role", "watch",
+                        "--config", str(config_path), "--poll-interval", str(poll_interval)]
+        self.process: subprocess.Popen | None = None
+        self.restarts = 0
+        self._next_start = 0.0
+
+    def start(self) -> None:
+        env = {**os.environ, "GPUPACK_HELPER_PARENT": str(os.getpid())}
+        self.process = subprocess.Popen(self.command, env=env, stdin=subprocess.DEVNULL)
+        log.info("watcher started (pid %d)", self.process.pid)
+
+    def check(self) -> None:
+        if self.process is None or self.process.poll() is None:
+            return
+        now = time.monotonic()
+        if self._next_start == 0.0:
+            delay = RESTART_BACKOFF_S[min(self.restarts, len(RESTART_BACKOFF_S) - 1)]
+            log.error("the watcher exited with %s; restarting it in %.0f s (decisions keep jobs "
+                      "exclusive while the cluster view is stale)", self.process.returncode, delay)
+            self._next_start = now + delay
+        if now >= self._next_start:
+            self.restarts += 1
+            self._next_start = 0.0
+            self.start()
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            log.error("the watcher did not stop in 15 s; killing it")
+            self.process.kill()
+            self.process.wait()
+
+
+def run_role(role: str, config_path: Path, poll_interval: float) -> None:
+    if role == "watch":
+        from slurm_plugin.helper.watcher import Watcher, die_with_parent
+
+        parent = os.environ.get("GPUPACK_HELPER_PARENT")
+        if parent and parent.isdigit():
+            die_with_parent(int(parent))
+        Watcher(config_path, poll_interval=poll_interval).run()
+    else:
+        Helper(config_path, poll_interval=poll_interval, spawn_watcher=(role == "all")).run()

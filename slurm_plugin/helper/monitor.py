@@ -36,6 +36,7 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,6 +58,7 @@ log = logging.getLogger(__name__)
 
 GIB = 1024**3
 SAMPLES_KEPT = 600
+LAYOUT_REFRESH_S = 5.0  # the queue's needs are re-sent this often even when unchanged
 ACTIVE = ("RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING")
 
 
@@ -86,6 +88,13 @@ class Track:
         return tuple((s.at, s.throughput) for s in self.samples if s.throughput is not None)
 
 
+def submit_time_exclusion(admin_comment: str | None) -> frozenset[str]:
+    """Nodes the submit path added to the job's excluded nodes (`avoid=` of its record)."""
+    record = comment_mod.parse(admin_comment)
+    avoid = record.fields.get("avoid") if record is not None else None
+    return frozenset(n for n in avoid.split(",") if n) if avoid else frozenset()
+
+
 def job_shards(job: Job) -> int | None:
     """Shards a job asks for or holds (per node); None when it holds none."""
     for item in (*job.gres_detail, *job.gres):
@@ -102,7 +111,8 @@ class Monitor:
     """Started by `Helper.run` (`start()` returns at once; `stop()` joins the thread)."""
 
     def __init__(self, helper, *, runner=None, samples: SampleSource | None = None,
-                 settings: MonitorSettings | None = None, clock=time.time):
+                 settings: MonitorSettings | None = None, clock=time.time,
+                 on_jobs: Callable[[list[Job], float], None] | None = None):
         self.helper = helper
         self.store = helper.store
         self.config = helper.config
@@ -119,11 +129,13 @@ class Monitor:
         self.agent_state_dir = Path(os.environ.get("GPUPACK_AGENT_STATE_DIR") or Path(paths.database).parent)
         self.samples_source: SampleSource = samples or AgentSamples(self.agent_state_dir)
         self.clock = clock
+        self.on_jobs = on_jobs  # called with each round's job listing and when it was asked for
         self.tracks: dict[int, Track] = {}
         self._fp_cache: dict[int, str | None] = {}
         self._ours_excluded: dict[int, frozenset[str]] = {}  # what the helper added to ExcNodeList
         self._quirk_excluded: dict[int, tuple[str, frozenset[int]]] = {}  # job -> (node, keepers)
         self._heading: dict[int, int] = {}  # requeued job -> the priority it was given
+        self._layout_pushed: dict[str, tuple[tuple, float]] = {}  # node -> (what, when) last sent
         self._seen_decisions: set[int] = set()
         self._reported: set[tuple[int, float]] = set()  # (job, run start) already judged
         self.decisions: dict[tuple[str, str], int] = {}
@@ -166,12 +178,28 @@ class Monitor:
                 self.last_error = str(exc)
             except Exception:  # never let the watcher die: log and go on next round
                 log.exception("monitor round failed")
-            self._stop.wait(max(0.05, self.settings.interval_s - (time.monotonic() - started)))
+            self._stop.wait(self.pause_after(time.monotonic() - started))
+
+    def pause_after(self, round_s: float) -> float:
+        """Seconds to wait after a round that took `round_s`: the interval, stretched so
+        rounds take at most `max_duty` of the time."""
+        duty = self.settings.max_duty
+        stretched = round_s * (1 - duty) / duty
+        pause = max(0.05, self.settings.interval_s - round_s, stretched)
+        if stretched > self.settings.interval_s and round_s > 2 * self.settings.interval_s:
+            log.info("a monitor round took %.1f s (long queue?); next round in %.1f s", round_s, pause)
+        return pause
 
     # ------------------------------------------------------------------ one round
     def tick(self) -> None:
         now = self.clock()
-        jobs = {job.job_id: job for job in self.runner.jobs()}
+        listing = self.runner.jobs()
+        if self.on_jobs is not None:
+            try:
+                self.on_jobs(listing, now)
+            except Exception:  # publishing the view must not stop the watching
+                log.exception("publishing the cluster view failed")
+        jobs = {job.job_id: job for job in listing}
         self._count_decisions(jobs.values())
         running_nodes = {n for j in jobs.values() if j.state in ACTIVE for n in expand_hostlist(j.nodes)}
         samples = self.samples_source(running_nodes) if running_nodes else []
@@ -185,6 +213,7 @@ class Monitor:
         self._keep_at_head(jobs, skip=acted)
         self._steer_pending(jobs)
         self._plan_mps()
+        self._follow_queue(jobs)
         self.rounds += 1
         self._write_metrics()
 
@@ -508,7 +537,9 @@ class Monitor:
                     want.add(node)
                 else:
                     self._quirk_excluded.pop(job.job_id, None)
-            before = self._ours_excluded.get(job.job_id, frozenset())
+            before = self._ours_excluded.get(job.job_id)
+            if before is None:  # what the submit path excluded is written in the job's record
+                before = submit_time_exclusion(job.admin_comment)
             merged = merge_exclusions(job.excluded_nodes, before, want)
             if set(merged) == set(job.excluded_nodes) and frozenset(want) == before:
                 continue
@@ -523,6 +554,41 @@ class Monitor:
         for job_id in list(self._ours_excluded):
             if job_id not in jobs or jobs[job_id].is_finished:
                 self._ours_excluded.pop(job_id, None)
+
+    # ------------------------------------------------------------------ MIG layouts
+    def _follow_queue(self, jobs: dict[int, Job]) -> None:
+        """Tell every node agent what the queue's packed jobs need, head first, so its idle
+        MIG slices are laid out ahead of them (the thesis' layout policies); log the changes."""
+        policy = self.settings.mig_layout
+        if policy == "off" or not self.enforcing:
+            return
+        pending = sorted(
+            (j for j in jobs.values() if j.state == "PENDING" and not j.held and job_shards(j)),
+            key=lambda j: (-(j.priority or 0), j.submit_time.timestamp() if j.submit_time else 0.0, j.job_id),
+        )
+        shards = [job_shards(j) for j in pending][:32]
+        now = self.clock()
+        run = self.agent_state_dir / "run"
+        for sock in sorted(run.glob("agent-*.sock")):
+            node = sock.name[len("agent-"):-len(".sock")]
+            pushed = self._layout_pushed.get(node)
+            if pushed is not None and pushed[0] == (policy, tuple(shards)) and now - pushed[1] < LAYOUT_REFRESH_S:
+                continue
+            try:
+                from slurm_plugin.agent.client import AgentUnavailable, ask
+
+                answer = ask(sock, {"op": "layout", "policy": policy, "pending_shards": shards}, timeout=2.0)
+            except (ImportError, AgentUnavailable) as exc:
+                log.debug("layout not sent to %s: %s", node, exc)
+                continue
+            self._layout_pushed[node] = ((policy, tuple(shards)), now)
+            changes = answer.get("changes") or []
+            if answer.get("status") != "ok":
+                log.info("agent of %s refused the layout: %s", node, answer.get("reason"))
+            elif changes:
+                text = ", ".join(f"GPU {c['gpu']} {c['op']} {c['profile']}@{c['start']}" for c in changes)
+                self.store.log_event("mig-reconfigure", f"{node} ({policy}, {len(shards)} pending packed): {text}",
+                                     None, node=node, policy=policy, changes=changes)
 
     # ------------------------------------------------------------------ MPS
     def _plan_mps(self) -> None:

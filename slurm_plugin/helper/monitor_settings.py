@@ -11,6 +11,9 @@ from packer.config import ConfigError
 @dataclass(frozen=True)
 class MonitorSettings:
     interval_s: float = 1.0  # one round: Slurm, samples, rules, actions
+    # at most this share of the time spent in rounds: a long queue (seconds of squeue JSON)
+    # stretches the interval instead of keeping the controller machine busy
+    max_duty: float = 0.25
     # contention (patent seed, FIG. 4)
     contention_threshold: float = 0.10  # a senior losing more than this share of its throughput
     settle_s: float = 2.0  # samples this soon after the newcomer started are not compared
@@ -26,6 +29,8 @@ class MonitorSettings:
     # MPS percentages from measured utilisation
     mps_headroom: float = 0.10
     mps_floor_pct: int = 5
+    # MIG layouts that follow the queue (thesis 4.3): in-order (FIFO), by-size, or off
+    mig_layout: str = "in-order"
     # Prometheus endpoint on 127.0.0.1 (0: none; the file next to the database is always written)
     metrics_port: int = 0
 
@@ -34,6 +39,10 @@ class MonitorSettings:
             raise ConfigError("[monitor] contention_threshold must be a fraction in (0, 1), e.g. 0.10")
         if self.interval_s <= 0:
             raise ConfigError("[monitor] interval_s must be positive")
+        if not 0 < self.max_duty <= 1:
+            raise ConfigError("[monitor] max_duty must be a fraction in (0, 1], e.g. 0.25")
+        if self.mig_layout not in ("in-order", "by-size", "off"):
+            raise ConfigError("[monitor] mig_layout must be in-order, by-size or off")
         if not 0 <= self.metrics_port < 65536:
             raise ConfigError("[monitor] metrics_port must be a TCP port, or 0 for none")
 

@@ -118,7 +118,10 @@ def ask(path: Path | str, fields: dict[str, bytes | str], timeout: float = 2.0) 
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(str(path))
-        sock.sendall(encode_request(fields))
+        try:
+            sock.sendall(encode_request(fields))
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused before we finished (peer check): its one-line answer is still there to read
         data = b""
         while not data.endswith(b"\n"):
             chunk = sock.recv(65536)

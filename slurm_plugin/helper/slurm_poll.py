@@ -4,8 +4,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from packer import comment
+from packer.placement import Running
 from slurm_plugin.helper.cluster_view import NodeGpus, Snapshot
+from slurm_plugin.slurm.gres import expand_hostlist
 from slurm_plugin.slurm.model import Job, Node
+
+ACTIVE = ("RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING")
 from slurm_plugin.slurm.runner import SlurmRunner
 
 
@@ -30,8 +35,26 @@ def pending_whole_gpus(jobs: list[Job]) -> int:
     return total
 
 
+def running_jobs(jobs: list[Job]) -> tuple[Running, ...]:
+    """Running jobs with the fingerprint their AdminComment record carries."""
+    out = []
+    for job in jobs:
+        if job.state not in ACTIVE:
+            continue
+        record = comment.parse(job.admin_comment)
+        packed = any(item.name == "shard" for item in (*job.gres_detail, *job.gres))
+        out.append(Running(job.job_id, record.fingerprint if record else None, expand_hostlist(job.nodes), packed))
+    return tuple(out)
+
+
 def fetch_snapshot(slurm_conf: Path | None, runner: SlurmRunner | None = None) -> Snapshot:
     runner = runner or SlurmRunner(slurm_conf=str(slurm_conf) if slurm_conf else None, timeout=10)
     started = time.time()
-    nodes = tuple(node_gpus(n) for n in runner.nodes())
-    return Snapshot(nodes=nodes, pending_whole_gpu_jobs=pending_whole_gpus(runner.jobs()), taken_at=started)
+    nodes = runner.nodes()
+    return snapshot_from(nodes, runner.jobs(), started)
+
+
+def snapshot_from(nodes: list[Node], jobs: list[Job], taken_at: float) -> Snapshot:
+    """The view from what Slurm said; `taken_at`: when the job listing was asked for."""
+    return Snapshot(nodes=tuple(node_gpus(n) for n in nodes), pending_whole_gpu_jobs=pending_whole_gpus(jobs),
+                    taken_at=taken_at, running=running_jobs(jobs))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import pwd
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
@@ -19,6 +19,7 @@ from packer.decision import ClusterView, Decision, decide
 from packer.fingerprint import fingerprint
 from packer.request import Candidate, JobFacts, classify, shard_request
 from packer.store import Store
+from slurm_plugin.slurm.gres import expand_hostlist
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ class SubmitAnswer:
     rewrite: str = ""  # new tres_per_node ("" = leave the request as is)
     clear_field: str = ""  # tres field that held the GPU request and must be cleared
     fingerprint: str = ""
+    exclude: str = ""  # nodes to add to the job's excluded nodes (pair avoidance)
 
     def to_wire(self) -> dict[str, str]:
         return {
@@ -43,6 +45,7 @@ class SubmitAnswer:
             "rewrite": self.rewrite,
             "clear": self.clear_field,
             "fp": self.fingerprint,
+            "exclude": self.exclude,
         }
 
 
@@ -99,12 +102,14 @@ class SubmitService:
         cluster_view: Callable[[], ClusterView],
         kill_switch: Path | None = None,
         on_decision: Callable[[JobFacts, Decision], None] | None = None,
+        avoid: Callable[[str], frozenset[str] | None] | None = None,
     ):
         self._config = config
         self.store = store
         self._cluster_view = cluster_view
         self.kill_switch = kill_switch
         self._on_decision = on_decision
+        self._avoid = avoid
 
     def answer(self, fields: dict[str, bytes]) -> SubmitAnswer:
         started = time.perf_counter()
@@ -117,6 +122,7 @@ class SubmitService:
         estimate = self.store.estimate(fp, config.history_window) if fp else None
         remembered = self.store.remembered_size(fp) if fp else None
         decision = decide(request, estimate, self._cluster_view(), config, fp, remembered)
+        decision = self._avoid_partners(decision, _text(fields, "req_nodes"))
         answer = SubmitAnswer(decision.verdict, decision.reason, config.mode, fingerprint=fp or "")
         site_comment = _text(fields, "admin_comment")
         if config.mode != "observe" and decision.reason != "no-gpu":
@@ -124,6 +130,7 @@ class SubmitService:
             answer.admin_comment = merge(site_comment, decision.comment(advised=advised))
         if config.mode == "enforce" and decision.verdict == "packed" and isinstance(request, Candidate):
             answer.rewrite = shard_request(decision.shards or 1, request.dialect)
+            answer.exclude = ",".join(decision.avoid_nodes)
             if request.field != "tres_per_node":
                 answer.clear_field = request.field
         if self._on_decision is not None:
@@ -137,3 +144,21 @@ class SubmitService:
             (time.perf_counter() - started) * 1000,
         )
         return answer
+
+    def _avoid_partners(self, decision: Decision, required: str | None = None) -> Decision:
+        """Keep a job about to be packed off the nodes of jobs it must not share a GPU with.
+
+        When that leaves it nowhere to go (every GPU node, or a node the user required with
+        `-w`, which Slurm would refuse to exclude), it keeps a whole GPU instead."""
+        if self._avoid is None or decision.verdict != "packed" or not decision.fingerprint:
+            return decision
+        try:
+            nodes = self._avoid(decision.fingerprint)
+            if nodes and required and set(nodes) & set(expand_hostlist(required)):
+                nodes = None
+        except Exception:  # pair avoidance is a refinement: never fail the submission for it
+            log.exception("pair avoidance lookup failed; the job is decided without it")
+            return decision
+        if nodes is None:
+            return replace(decision, verdict="exclusive", reason="avoid-pair", shards=None)
+        return replace(decision, avoid_nodes=tuple(sorted(nodes))) if nodes else decision

@@ -90,18 +90,18 @@ def parse_version_output(text: str) -> SlurmVersion:
 def detect_dialect(doc: Mapping[str, Any]) -> Dialect:
     """Read the dialect from `meta`: `plugin.data_parser`, `plugin.type`, `slurm.version`."""
     meta = doc.get("meta")
-    if not isinstance(meta, Mapping):
+    if not isinstance(meta, dict):
         return Dialect("unknown")
     plugin = meta.get("plugin") if isinstance(meta.get("plugin"), Mapping) else {}
     slurm = meta.get("slurm") or meta.get("Slurm")
     version: SlurmVersion | None = None
-    if isinstance(slurm, Mapping) and isinstance(slurm.get("version"), Mapping):
+    if isinstance(slurm, dict) and isinstance(slurm.get("version"), Mapping):
         v = slurm["version"]
         try:
             version = SlurmVersion(int(v.get("major")), int(v.get("minor")), int(v.get("micro") or 0))
         except (TypeError, ValueError):
             log.warning("unreadable meta.slurm.version %r", v)
-    if version is None and isinstance(slurm, Mapping) and isinstance(slurm.get("release"), str):
+    if version is None and isinstance(slurm, dict) and isinstance(slurm.get("release"), str):
         try:
             version = parse_version_output(slurm["release"])
         except SlurmParseError:
@@ -127,7 +127,7 @@ def _messages(doc: Mapping[str, Any], key: str) -> tuple[str, ...]:
         return ()
     out = []
     for entry in entries:
-        if isinstance(entry, Mapping):
+        if isinstance(entry, dict):
             parts = [str(entry.get("source") or "").strip()]
             text = str(entry.get("description") or entry.get("error") or "").strip()
             if entry.get("error") and entry.get("description"):
@@ -141,7 +141,7 @@ def _messages(doc: Mapping[str, Any], key: str) -> tuple[str, ...]:
 
 def parse_jobs_document(doc: Mapping[str, Any], *, strict: bool = False) -> JobsDocument:
     """squeue --json, scontrol --json show job, or sacct --json, any dialect."""
-    if not isinstance(doc, Mapping):
+    if not isinstance(doc, dict):
         raise SlurmParseError("<document>", "expected a JSON object", doc)
     dialect = detect_dialect(doc)
     records = doc.get("jobs")
@@ -173,7 +173,7 @@ def parse_jobs(doc: Mapping[str, Any], *, strict: bool = False) -> list[Job]:
 
 def parse_nodes_document(doc: Mapping[str, Any], *, strict: bool = False) -> NodesDocument:
     """scontrol --json show node (23.02+) or sinfo --json (22.05)."""
-    if not isinstance(doc, Mapping):
+    if not isinstance(doc, dict):
         raise SlurmParseError("<document>", "expected a JSON object", doc)
     dialect = detect_dialect(doc)
     records = doc.get("nodes")
@@ -224,7 +224,7 @@ class _Reader:
 
     def get(self, key: str, source: Mapping[str, Any] | None = None) -> Any:
         source = self.record if source is None else source
-        return source.get(key) if isinstance(source, Mapping) else None
+        return source.get(key) if isinstance(source, dict) else None
 
     def number(self, key: str, value: Any = None, *, use_value: bool = False) -> int | None:
         """An int, a float, a digit string, or {"set","infinite","number"}."""
@@ -233,7 +233,7 @@ class _Reader:
             if isinstance(value, bool):
                 self.bad(key, "expected a number", value)
             return None
-        if isinstance(value, Mapping):
+        if isinstance(value, dict):
             if value.get("infinite") is True or value.get("set") is False:
                 return None
             return self.number(key, value.get("number"), use_value=True)
@@ -319,12 +319,12 @@ def decode_exit_code(value: Any) -> tuple[int | None, int | None]:
         code, _, signal = value.partition(":")
         if code.isdigit() and signal.isdigit():
             return int(code), int(signal) or None
-    if isinstance(value, Mapping):
+    if isinstance(value, dict):
         reader = _Reader(value, "exit_code", False)
         code = reader.number("return_code")
         signal_obj = value.get("signal")
         signal = None
-        if isinstance(signal_obj, Mapping):
+        if isinstance(signal_obj, dict):
             signal = reader.number("signal.id", signal_obj.get("id"), use_value=True)
             signal = signal or None
         status = value.get("status")
@@ -376,10 +376,10 @@ def _user_id(reader: _Reader) -> str | None:
 
 
 def _job_id(record: Any, path: str) -> int:
-    if not isinstance(record, Mapping):
+    if not isinstance(record, dict):
         raise SlurmParseError(path, "expected an object", record)
     value = record.get("job_id")
-    if isinstance(value, Mapping):
+    if isinstance(value, dict):
         value = value.get("number")
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise SlurmParseError(f"{path}.job_id", "missing or not a number", value)
@@ -457,7 +457,7 @@ def _tres_gres(reader: _Reader, entries: Any, per: str) -> tuple[GresItem, ...]:
         return ()
     items = []
     for entry in entries:
-        if not isinstance(entry, Mapping) or entry.get("type") != "gres":
+        if not isinstance(entry, dict) or entry.get("type") != "gres":
             continue
         name = entry.get("name")
         count = reader.number("tres.count", entry.get("count"), use_value=True)
@@ -513,7 +513,7 @@ def _parse_accounting_job(job_id: int, reader: _Reader) -> Job:
 
 def parse_node(record: Any, *, path: str = "node", strict: bool = False) -> Node:
     """One node of `scontrol --json show node` (23.02+) or `sinfo --json` (22.05)."""
-    if not isinstance(record, Mapping):
+    if not isinstance(record, dict):
         raise SlurmParseError(path, "expected an object", record)
     name = record.get("name")
     if not isinstance(name, str) or not name:

@@ -18,8 +18,11 @@ pytestmark = pytest.mark.integration
 PY = sys.executable
 
 
+RUN = time.time_ns()  # the cluster's history and pairs outlive a test run: keep runs apart
+
+
 def script(args: str) -> bytes:
-    return f"#!/bin/sh\nexec {PY} -m slurm_plugin simgpu run {args}\n".encode()
+    return f"#!/bin/sh\n# gpupack test run {RUN}\nexec {PY} -m slurm_plugin simgpu run {args}\n".encode()
 
 
 SLEEP = b"#!/bin/sh\nsleep 300\n"
@@ -119,5 +122,36 @@ def test_job_whose_memory_grows_is_restarted_on_a_larger_partition_before_oom(cl
             assert store.remembered_size(event.data["fingerprint"]) == new_shards
         finally:
             store.close()
+    finally:
+        cluster.cancel_all()
+
+
+def test_idle_mig_slices_follow_the_pending_queue(cluster):
+    """Pending packed jobs (not yet eligible) make the agents lay out idle slices of their
+    size ahead of them; nothing a job holds is touched, and each change is an event."""
+    from mig.sim_backend import SimGpuBackend
+
+    started = time.time()
+    try:
+        holder = cluster.submit(["-J", "e2e-layout-holder", "-w", "node1", "--gres=shard:4"], SLEEP)
+        cluster.wait(holder, "RUNNING", 30)
+        for _ in range(3):
+            cluster.submit(["-J", "e2e-layout", "--begin=now+300", "--gres=shard:1"], SLEEP)
+
+        def changes():
+            store = Store(cluster.spec.database)
+            try:
+                return [e for e in store.events(limit=500) if e.kind == "mig-reconfigure" and e.at >= started
+                        and e.data.get("node") == "node1"]
+            finally:
+                store.close()
+
+        wait_for(changes, 20, "a layout change on node1")
+        backend = SimGpuBackend(cluster.spec.simgpu_dir, "node1")
+        instances = [i for g in (0, 1) for i in backend.list_instances(g)]
+        held = [i for i in instances if i.owner == str(holder)]
+        assert len(held) == 1 and held[0].profile == "3g.40gb"  # the running job's slice is untouched
+        ready = [i for i in instances if i.owner is None and i.profile == "1g.10gb"]
+        assert len(ready) >= 3, instances
     finally:
         cluster.cancel_all()

@@ -1,6 +1,7 @@
 """The submit path for real: sbatch -> slurmctld -> job_submit.lua -> helper -> packer."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 from packer.comment import parse
 from packer.fingerprint import fingerprint
 from packer.store import RunRecord, Store
+from slurm_plugin.slurm.gres import expand_hostlist
 
 pytestmark = pytest.mark.integration
 GIB = 1024**3
@@ -134,6 +136,64 @@ def test_pack_only_when_no_gpu_is_idle(cluster):
     second = cluster.submit(["-J", "idle-rule", "--gres=gpu:1"], body)
     assert record_of(cluster, second).verdict == "packed", cluster.job(second)["AdminComment"]
     cluster.cancel_all()
+
+
+def _published_running(cluster, job_ids: set[int], timeout: float = 15) -> None:
+    """Wait until the watcher's cluster view shows these jobs running."""
+    path = cluster.spec.helper_socket.parent / "cluster-view.json"
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            doc = json.loads(path.read_text())
+            if job_ids <= {r["job_id"] for r in doc["running"]}:
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"jobs {sorted(job_ids)} never showed in {path}")
+
+
+def test_pairs_to_avoid_are_kept_apart_at_submit_time(packing):
+    """A job packed while a partner it must avoid runs gets that node excluded by the shim;
+    with partners on every node it keeps a whole GPU instead (a whole GPU is never shared)."""
+    body_a, body_b = script("pair-a", b"sleep 300\n"), script("pair-b", b"sleep 300\n")
+    fp_a = seed_history(packing, "pair-a", body_a)
+    fp_b = seed_history(packing, "pair-b", body_b)
+    store = Store(packing.spec.database)
+    store.avoid_pair(fp_a, fp_b, "test: measured contention")
+    store.close()
+    senior = packing.submit(["-J", "pair-a", "-w", "node1", "--gres=gpu:1"], body_a)
+    assert record_of(packing, senior).verdict == "packed"
+    packing.wait(senior, "RUNNING", timeout=30)
+    _published_running(packing, {senior})
+
+    # the user's own exclusion is kept beside the helper's
+    newcomer = packing.submit(["-J", "pair-b", "-x", "node3", "--gres=gpu:1"], body_b)
+    job = packing.job(newcomer)
+    record = record_of(packing, newcomer)
+    assert record.verdict == "packed" and record.fields.get("avoid") == "node1", job["AdminComment"]
+    assert set(expand_hostlist(job["ExcNodeList"])) == {"node1", "node3"}
+    assert job["TresPerNode"] == "gres:shard:1"
+    packing.wait(newcomer, "RUNNING", timeout=30)
+    assert packing.job(newcomer)["NodeList"] == "node2"
+    packing.run("scancel", str(newcomer))
+
+    # a node the user requires cannot be excluded (Slurm would refuse the job): kept whole
+    pinned = packing.submit(["-J", "pair-b", "-w", "node1", "--gres=gpu:1", "--hold"], body_b)
+    record = record_of(packing, pinned)
+    assert (record.verdict, record.reason) == ("exclusive", "avoid-pair")
+    assert packing.job(pinned)["TresPerNode"] == "gres:gpu:1"
+    packing.run("scancel", str(pinned))
+
+    others = [packing.submit(["-J", "pair-a", "-w", n, "--gres=gpu:1"], body_a) for n in ("node2", "node3")]
+    for job_id in others:
+        packing.wait(job_id, "RUNNING", timeout=30)
+    _published_running(packing, {senior, *others})
+    last = packing.submit(["-J", "pair-b", "--gres=gpu:1"], body_b)
+    record = record_of(packing, last)
+    assert (record.verdict, record.reason) == ("exclusive", "avoid-pair")
+    assert packing.job(last)["TresPerNode"] == "gres:gpu:1"
+    assert packing.job(last).get("ExcNodeList") in (None, "", "(null)")
 
 
 def test_site_admin_comment_is_kept(packing):

@@ -1,0 +1,97 @@
+"""The helper's watcher process: polls Slurm, publishes the cluster view, runs the monitor.
+
+It is a separate process from the submit side on purpose: parsing `squeue --json` of a
+long queue holds Python's interpreter lock for tens of milliseconds, and the submit path
+(which slurmctld waits on under its locks) must never queue behind that. It also runs at a
+lower CPU priority, so on a small controller the submit path is served first.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+
+from packer.store import Store
+from slurm_plugin.helper.cluster_view import ClusterViewPoller
+from slurm_plugin.helper.settings import Paths, ReloadingConfig, load_paths
+from slurm_plugin.helper.view_file import publish, view_path
+
+log = logging.getLogger(__name__)
+
+WATCHER_NICE = 10
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Ask the kernel to stop this process when its parent (the submit side) goes away."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError) as exc:
+        log.info("prctl(PR_SET_PDEATHSIG) unavailable: %s", exc)
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+class Watcher:
+    """Poller plus monitor; the monitor reads `store`, `config` and `paths` from it."""
+
+    def __init__(self, config_path: Path, paths: Paths | None = None, poll_interval: float = 2.0):
+        self.paths = paths or load_paths(config_path)
+        self.config = ReloadingConfig(config_path)
+        self.store = Store(self.paths.database)
+        self.view_file = view_path(self.paths.socket)
+        # imported here: the adapter pulls in the Slurm command runner
+        from slurm_plugin.helper.slurm_poll import fetch_snapshot
+        from slurm_plugin.slurm.runner import SlurmRunner
+
+        self.runner = SlurmRunner(slurm_conf=str(self.paths.slurm_conf) if self.paths.slurm_conf else None,
+                                  timeout=10)
+        self._done = threading.Event()
+        self.monitor = _load_monitor(self)
+        # with the monitor, its one job listing per round also feeds the view (one squeue a
+        # round, not two); without it, a poller of its own
+        self.poller: ClusterViewPoller | None = None
+        if self.monitor is None:
+            self.poller = ClusterViewPoller(
+                lambda: fetch_snapshot(self.paths.slurm_conf, self.runner), poll_interval,
+                publish=lambda snapshot: publish(self.view_file, snapshot),
+            )
+
+    def publish_from_jobs(self, jobs: list, taken_at: float) -> None:
+        """Publish the view from a job listing the monitor already has, plus the nodes."""
+        from slurm_plugin.helper.slurm_poll import snapshot_from
+
+        publish(self.view_file, snapshot_from(self.runner.nodes(), jobs, taken_at))
+
+    def run(self) -> None:
+        signal.signal(signal.SIGTERM, lambda *_: self._done.set())
+        signal.signal(signal.SIGINT, lambda *_: self._done.set())
+        try:
+            os.nice(WATCHER_NICE)
+        except OSError:
+            pass
+        if self.poller is not None:
+            self.poller.start()
+        if self.monitor is not None:
+            self.monitor.start()
+        log.info("watcher publishing the cluster view to %s", self.view_file)
+        self._done.wait()
+        log.info("watcher stopping")
+        if self.monitor is not None:
+            self.monitor.stop()
+        if self.poller is not None:
+            self.poller.stop()
+        self.store.close()
+
+
+def _load_monitor(owner: Watcher):
+    """The run-time watcher (contention, memory growth, history), when it is installed."""
+    try:
+        from slurm_plugin.helper import monitor
+    except ImportError:
+        return None
+    return monitor.Monitor(owner, runner=owner.runner, on_jobs=owner.publish_from_jobs)

@@ -1,0 +1,128 @@
+"""The watcher -> submit side cluster view file, and pair avoidance decided at submit time."""
+from __future__ import annotations
+
+import json
+import os
+
+from packer.comment import parse
+from packer.config import GIB, PackerConfig
+from packer.fingerprint import fingerprint
+from packer.placement import Running, submit_exclusion
+from packer.store import RunRecord, Store
+from slurm_plugin.helper.cluster_view import NodeGpus, Snapshot
+from slurm_plugin.helper.monitor import submit_time_exclusion
+from slurm_plugin.helper.monitor_settings import MonitorSettings
+from slurm_plugin.helper.submit_service import SubmitService
+from slurm_plugin.helper.view_file import PublishedView, publish, snapshot_from_doc, snapshot_to_doc
+
+
+def snap(taken_at: float, busy: int = 0, running=()) -> Snapshot:
+    return Snapshot(
+        nodes=(NodeGpus("n1", frozenset({"MIXED"}), 2, frozenset(range(busy))), NodeGpus("n2", frozenset({"IDLE"}), 2)),
+        pending_whole_gpu_jobs=0,
+        taken_at=taken_at,
+        running=tuple(running),
+    )
+
+
+def test_snapshot_round_trips_through_the_file_format():
+    original = snap(12.5, busy=1, running=[Running(7, "abc", ("n1",), True), Running(8, None, ("n2", "n3"), False)])
+    assert snapshot_from_doc(json.loads(json.dumps(snapshot_to_doc(original)))) == original
+
+
+class Clock:
+    def __init__(self, now: float):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_published_view_counts_reservations_until_a_newer_snapshot(tmp_path):
+    path = tmp_path / "cluster-view.json"
+    clock = Clock(100.0)
+    view = PublishedView(path, max_age_s=30, clock=clock)
+    assert view.view().idle_gpus == 1  # no file yet: the conservative answer
+    publish(path, snap(100.0))
+    assert view.view().idle_gpus == 4
+    clock.now = 101.0
+    view.reserve_whole_gpu()
+    view.reserve_whole_gpu()
+    assert view.view().idle_gpus == 2
+    publish(path, snap(102.0, busy=2))  # taken after both reservations: they show as busy now
+    assert view.view().idle_gpus == 2
+
+
+def test_stale_or_broken_view_is_not_trusted(tmp_path):
+    path = tmp_path / "cluster-view.json"
+    clock = Clock(100.0)
+    view = PublishedView(path, max_age_s=30, clock=clock)
+    publish(path, snap(100.0))
+    assert view.view().idle_gpus == 4
+    clock.now = 131.0  # the watcher stopped publishing
+    assert view.view().idle_gpus == 1 and view.snapshot() is None
+    path.write_text("{not json")
+    os.utime(path, ns=(1, 1))
+    clock.now = 100.0
+    assert view.view().idle_gpus == 4  # a broken file keeps the last good snapshot while it is fresh
+    path.write_text(json.dumps({"format": 99}))
+    assert view.view().idle_gpus == 4
+
+
+def test_submit_exclusion_keeps_one_gpu_node_or_gives_up():
+    running = [Running(1, "a", ("n1",), True), Running(2, "a", ("n2",), False), Running(3, "b", ("n3",), True)]
+    avoid = lambda x, y: {x, y} == {"a", "new"}  # noqa: E731
+    assert submit_exclusion("new", running, avoid, ["n1", "n2", "n3"]) == {"n1"}  # n2: whole GPU, no sharing
+    assert submit_exclusion("new", running, avoid, ["n1"]) is None
+    assert submit_exclusion("other", running, avoid, ["n1"]) == frozenset()
+    assert submit_exclusion(None, running, avoid, ["n1"]) == frozenset()
+
+
+def packed_service(avoid):
+    store = Store()
+    body = b"#!/bin/sh\ntrain\n"
+    fp = fingerprint("alice", "t", body)
+    store.record_run(RunRecord(1, fp, int(7.6 * GIB), 35.0))
+    cfg = PackerConfig(mode="enforce", pack_only_when_no_idle_gpu=False)
+    from packer.decision import ClusterView
+
+    service = SubmitService(lambda: cfg, store, lambda: ClusterView(0), avoid=avoid)
+    fields = {"user_name": b"alice", "name": b"t", "script": body, "tres_per_node": b"gres:gpu:1"}
+    return service, fields, fp
+
+
+def test_service_sends_the_nodes_to_avoid_and_records_them():
+    seen = []
+    service, fields, fp = packed_service(lambda f: seen.append(f) or frozenset({"n3", "n1"}))
+    answer = service.answer(fields)
+    assert seen == [fp]
+    assert (answer.verdict, answer.rewrite, answer.exclude) == ("packed", "gres:shard:1", "n1,n3")
+    assert answer.to_wire()["exclude"] == "n1,n3"
+    assert parse(answer.admin_comment).fields["avoid"] == "n1,n3"
+    assert submit_time_exclusion(answer.admin_comment) == {"n1", "n3"}
+
+
+def test_service_keeps_the_job_whole_when_every_node_is_to_be_avoided():
+    service, fields, _ = packed_service(lambda f: None)
+    answer = service.answer(fields)
+    assert (answer.verdict, answer.reason, answer.rewrite, answer.exclude) == ("exclusive", "avoid-pair", "", "")
+    assert "reason=avoid-pair" in answer.admin_comment
+
+
+def test_service_decides_without_avoidance_when_the_lookup_breaks():
+    def broken(_fp):
+        raise RuntimeError("database locked")
+
+    service, fields, _ = packed_service(broken)
+    answer = service.answer(fields)
+    assert (answer.verdict, answer.exclude) == ("packed", "")
+
+
+def test_monitor_rounds_stretch_with_a_long_queue():
+    from slurm_plugin.helper.monitor import Monitor
+
+    monitor = Monitor.__new__(Monitor)
+    monitor.settings = MonitorSettings(interval_s=1.0, max_duty=0.25)
+    assert monitor.pause_after(0.2) == 0.8
+    assert monitor.pause_after(3.0) == 9.0  # 3 s of squeue: rounds take a quarter of the time
+    assert monitor.pause_after(1.5) == 4.5
