@@ -7,6 +7,7 @@ Slurm only through ``list_running_jobs`` (squeue, via the Slurm adapter).
 """
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import threading
@@ -124,6 +125,8 @@ class NodeAgent:
         with self.lock:
             a = self.jobs.get(job_id)
             if a is not None and (not grant.gpu_indexes or a.gpu_index in grant.gpu_indexes):
+                if a.kind == "mps":
+                    self._apply_mps_plan(a)  # a later step starts with the measured share
                 if step_id not in a.steps:
                     a.steps.append(step_id)
                     self._save()
@@ -303,7 +306,7 @@ class NodeAgent:
         if g is None:
             raise AgentError(f"Slurm gave GPU {a.gpu_index}, but {self.node} has GPUs {sorted(gpus)}")
         shares = self._shares(a.gpu_index)
-        pct = iso.mps_percentage(a.shards, shares)
+        pct = self._planned_pct(a.gpu_index, a.job_id) or iso.mps_percentage(a.shards, shares)
         a.mem_limit_bytes = iso.mps_memory_limit_bytes(a.shards, shares, g.memory_mib)
         a.isolation = f"mps:{pct}"
         a.device_uuid = g.uuid
@@ -318,6 +321,28 @@ class NodeAgent:
             "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={a.mem_limit_bytes // (1024 * 1024)}M",
         }
         return a
+
+    def _planned_pct(self, gpu_index: int, job_id: int) -> int | None:
+        """The helper's MPS percentage for this job, from the GPU's measured utilisations
+        (`run/mps-plan-<node>.json`: {gpu: {job: percent}}); None when it has none."""
+        path = self.paths.state_dir / "run" / f"mps-plan-{self.node}.json"
+        try:
+            doc = json.loads(path.read_text())
+            pct = doc.get(str(gpu_index), {}).get(str(job_id))
+        except (OSError, ValueError, AttributeError):
+            return None
+        if isinstance(pct, int) and not isinstance(pct, bool) and 1 <= pct <= 100:
+            return pct
+        return None
+
+    def _apply_mps_plan(self, a: Assignment) -> None:
+        pct = self._planned_pct(a.gpu_index, a.job_id)
+        if pct is None or a.env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == str(pct):
+            return
+        log.info("job %d: MPS share %s%% -> %d%% (measured utilisation plan)", a.job_id,
+                 a.env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), pct)
+        a.env = {**a.env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct), "GPUPACK_ISOLATION": f"mps:{pct}"}
+        a.isolation = f"mps:{pct}"
 
     # -- end --------------------------------------------------------------------------------
     def step_end(self, job_id: int, step_id: int) -> dict | None:

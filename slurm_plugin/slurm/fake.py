@@ -68,6 +68,7 @@ _UPDATE_KEYS = {
     "TresPerTask": "tres_per_task",
     "Name": "name",
     "Partition": "partition",
+    "StartTime": "begin_time",
 }
 
 
@@ -175,6 +176,14 @@ class FakeSlurm:
             if not sep or key not in _UPDATE_KEYS:
                 return 1, "", f"Update of this parameter is not supported: {pair}\nRequest aborted\n"
             attr = _UPDATE_KEYS[key]
+            if attr == "begin_time":  # eligible at once: a pending job waiting on BeginTime may start
+                if value != "now":
+                    return 1, "", f"FakeSlurm only understands StartTime=now, got {value}\nRequest aborted\n"
+                if job.state != "PENDING":
+                    return 1, "", f"Job is no longer pending execution for job {job.job_id}\n"
+                if job.state_reason == "BeginTime":
+                    changes["state_reason"] = "None"
+                continue
             if attr == "priority":
                 if not value.isdigit():
                     return 1, "", f"Invalid Priority value: {value}\nRequest aborted\n"

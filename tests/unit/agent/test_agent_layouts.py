@@ -130,3 +130,19 @@ def test_unknown_policy_is_refused(agent):
     agent, _ = agent
     with pytest.raises(ValueError, match="layout policy"):
         agent.follow_queue("random", [1])
+
+
+def test_mps_share_follows_the_helpers_measured_plan(tmp_path):
+    import json
+
+    backend = SimGpuBackend(None, "node1", gpus=["H100-80GB"], mig_enabled=False)
+    agent = NodeAgent("node1", tmp_path, backend, isolation_mode="mps")
+    a = agent.isolate(21, BATCH_STEP, 0, shard_env(0, 2))
+    assert a.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"  # from its shares, no plan yet
+    plan = tmp_path / "run" / "mps-plan-node1.json"
+    plan.parent.mkdir(parents=True, exist_ok=True)
+    plan.write_text(json.dumps({"0": {"21": 70, "22": 30}}))
+    assert agent.isolate(21, 0, 0, shard_env(0, 2)).env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "70"
+    assert agent.isolate(22, BATCH_STEP, 0, shard_env(0, 2)).isolation == "mps:30"
+    plan.write_text(json.dumps({"0": {"23": 400}}))  # out of range: ignored
+    assert agent.isolate(23, BATCH_STEP, 0, shard_env(0, 2)).isolation == "mps:25"

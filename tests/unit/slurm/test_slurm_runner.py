@@ -108,7 +108,11 @@ def test_requeue_and_requeuehold(fake: FakeSlurm, runner: SlurmRunner) -> None:
     with pytest.raises(SlurmCommandError, match="Job is pending execution") as info:
         runner.requeue(job_id)
     assert info.value.returncode == 1
+    runner.update_job(job_id, StartTime="now")  # what the helper does to skip the requeue delay
+    assert runner.job(job_id).state_reason in (None, "None")
     fake.jobs[job_id].state = "FAILED"
+    with pytest.raises(SlurmCommandError, match="no longer pending"):
+        runner.update_job(job_id, StartTime="now")
     runner.requeue(job_id, hold=True)
     assert runner.job(job_id).held is True and runner.job(job_id).restart_cnt == 2
 
