@@ -301,11 +301,24 @@ class DevCluster:
             elif alive and p.role == "helper":
                 healthy = self._helper_ok()
                 detail = "answers on " + str(self.spec.helper_socket) if healthy else "socket does not answer"
+                out.append(self._watcher_status(p.pid))
             elif alive and p.role == "munged":
                 healthy = self.spec.munge_socket.exists()
                 detail = f"socket {self.spec.munge_socket}"
             out.append(ProcessStatus(p.role, p.name, p.pid, alive, healthy, detail))
         return out
+
+    def _watcher_status(self, helper_pid: int) -> ProcessStatus:
+        """The helper's watcher process (the helper starts it): alive, and its view fresh?"""
+        pid = _child_with(helper_pid, "--role")
+        view = self.spec.helper_socket.parent / "cluster-view.json"
+        try:
+            age = time.time() - view.stat().st_mtime
+        except OSError:
+            age = None
+        fresh = age is not None and age < 30
+        detail = f"cluster view {age:.1f} s old" if age is not None else "no cluster view yet"
+        return ProcessStatus("watcher", "helper", pid or 0, pid is not None, pid is not None and fresh, detail)
 
     def down(self, keep: tuple[str, ...] = ()) -> list[str]:
         """Stop the processes `up` started (except roles in `keep`); returns what was stopped."""
@@ -321,6 +334,21 @@ class DevCluster:
                 stopped.append(f"{p.role}:{p.name}")
         self._save(kept)
         return stopped
+
+
+def _child_with(parent: int, marker: str) -> int | None:
+    """The pid of a child of ``parent`` whose command line holds ``marker``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            if ppid == parent and marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                return int(entry.name)
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
 
 
 def build_node_side(spec: ClusterSpec) -> None:

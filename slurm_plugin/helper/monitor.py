@@ -124,9 +124,10 @@ class Monitor:
 
             runner = SlurmRunner(slurm_conf=str(paths.slurm_conf) if paths.slurm_conf else None, timeout=10)
         self.runner = runner
-        # the agents' sockets are <state>/run/agent-<node>.sock, with <state> the database's folder
-        # (/var/lib/gpupack, or the dev cluster's state dir); GPUPACK_AGENT_STATE_DIR overrides
-        self.agent_state_dir = Path(os.environ.get("GPUPACK_AGENT_STATE_DIR") or Path(paths.database).parent)
+        # the agents' sockets are <state>/run/agent-<node>.sock, with <state> [paths] agent_dir
+        # (else the database's folder); GPUPACK_AGENT_STATE_DIR overrides both
+        self.agent_state_dir = Path(os.environ.get("GPUPACK_AGENT_STATE_DIR") or getattr(paths, "agent_dir", None)
+                                    or Path(paths.database).parent)
         self.samples_source: SampleSource = samples or AgentSamples(self.agent_state_dir)
         self.clock = clock
         self.on_jobs = on_jobs  # called with each round's job listing and when it was asked for
