@@ -118,13 +118,16 @@ class Store:
 
     def estimate(self, fingerprint: str, window: int = 5) -> Estimate | None:
         """Recent peak (max of the last `window` runs) and mean utilisation."""
-        recent = self.runs(fingerprint, limit=window)
+        # one indexed query: this runs on the submit path
+        recent = self.db.execute(
+            "select peak_mem_bytes, mean_util_pct from runs where fingerprint = ? order by ended_at desc limit ?",
+            [fingerprint, int(window)],
+        ).fetchall()
         if not recent:
             return None
-        utils = [r.mean_util_pct for r in recent if r.mean_util_pct is not None]
-        peak = max(r.peak_mem_bytes for r in recent)
+        utils = [util for _, util in recent if util is not None]
         return Estimate(
-            peak_mem_bytes=peak,
+            peak_mem_bytes=max(peak for peak, _ in recent),
             mean_util_pct=sum(utils) / len(utils) if utils else None,
             runs=len(recent),
         )
@@ -137,8 +140,8 @@ class Store:
         )
 
     def remembered_size(self, fingerprint: str) -> int | None:
-        row = next(self.db["sizes"].rows_where("fingerprint = ?", [fingerprint]), None)
-        return row["min_shards"] if row else None
+        row = self.db.execute("select min_shards from sizes where fingerprint = ?", [fingerprint]).fetchone()
+        return row[0] if row else None
 
     # -- pairs that must not share a GPU ------------------------------------------------
     def avoid_pair(self, fp_a: str, fp_b: str, reason: str) -> None:

@@ -24,7 +24,12 @@ from slurm_plugin.helper.protocol import (
 
 log = logging.getLogger(__name__)
 
-READ_TIMEOUT_S = 2.0
+# Requests are answered one at a time, in the accepting thread: a decision takes about
+# 0.06 ms, and slurmctld sends one submission at a time anyway (it holds its job write lock),
+# so a thread per request would only add its start-up to every answer. Only root and the
+# SlurmUser get as far as a read; one of them stalling holds the others at most this long
+# (the shim gives up after its own budget and passes its job through).
+READ_TIMEOUT_S = 0.5
 Handler = Callable[[dict[str, bytes]], dict[str, str]]
 
 
@@ -83,9 +88,9 @@ class _RequestHandler(socketserver.BaseRequestHandler):
             log.info("could not answer (client gone?): %s", exc)
 
 
-class HelperServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
+class HelperServer(socketserver.UnixStreamServer):
     allow_reuse_address = True
+    request_queue_size = 128
 
     def __init__(self, path: Path, handlers: dict[str, Handler], allowed_uids: set[int]):
         self.socket_path = Path(path)
