@@ -252,9 +252,10 @@ class DevCluster:
         while time.time() < deadline:
             states = self.node_states()
             if states and all(_node_usable(st) for st in states.values()) and len(states) == self.spec.nodes:
-                if self._helper_ok():
+                view = self.spec.helper_socket.parent / "cluster-view.json"
+                if self._helper_ok() and view.exists() and time.time() - view.stat().st_mtime < 30:
                     return
-                last = "the helper does not answer yet"
+                last = "the helper does not answer yet, or its watcher has published no cluster view"
                 helper = next((p for p in self._load() if p.role == "helper"), None)
                 if helper and not _alive_with(helper.pid, helper.marker):
                     tail = (self.spec.log / "helper.log").read_text(errors="replace")[-1500:]
