@@ -102,3 +102,16 @@ def merge(site_comment: str | None, record: str) -> str:
     if PREFIX in site:
         site = site[: site.index(PREFIX)].rstrip(" |")
     return f"{site}{SEPARATOR}{record}" if site else record
+
+
+def with_field(admin_comment: str | None, key: str, value: str | None) -> str | None:
+    """The AdminComment with one field of our record set (or removed with None); the
+    site's part and every other field are kept. None when there is no record of ours."""
+    record = parse(admin_comment)
+    if record is None:
+        return None
+    fields = {k: v for k, v in record.fields.items() if k != key}
+    if value:
+        fields[key] = value
+    line = render(record.verdict, shards=record.shards, advised=record.advised, **fields)
+    return merge(admin_comment, line)

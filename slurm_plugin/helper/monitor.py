@@ -544,8 +544,14 @@ class Monitor:
             merged = merge_exclusions(job.excluded_nodes, before, want)
             if set(merged) == set(job.excluded_nodes) and frozenset(want) == before:
                 continue
+            # what we exclude is also written into the job's record (`avoid=`), so a restarted
+            # helper still knows which exclusions are ours and lifts them when they are done
+            update: dict = {"ExcNodeList": merged}
+            comment = comment_mod.with_field(job.admin_comment, "avoid", ",".join(sorted(want)) or None)
+            if comment is not None and comment != job.admin_comment:
+                update["AdminComment"] = comment
             try:
-                self.runner.update_job(job.job_id, ExcNodeList=merged)
+                self.runner.update_job(job.job_id, **update)
                 self._ours_excluded[job.job_id] = frozenset(want)
                 if want != before:
                     self.store.log_event("steer", f"excluded nodes now {sorted(want) or 'none'} "

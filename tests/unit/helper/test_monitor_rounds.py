@@ -100,10 +100,15 @@ def test_pending_packed_job_is_kept_off_the_node_of_an_avoided_partner(tmp_path)
     monitor.tick()
     assert set(fake.jobs[3].excluded_nodes.split(",")) == {"node2", "node9"}
     assert fake.jobs[4].excluded_nodes == ""
-    # the partner ends: the exclusion we added goes, the user's stays
+    assert fake.jobs[3].admin_comment.endswith("fp=bbbb avoid=node2")  # ours, written down
+    # the helper restarts (its memory is gone); the partner ends: the exclusion we added goes,
+    # the user's stays
     fake.jobs[1].state = "COMPLETED"
-    monitor.tick()
+    _, _, _, restarted = make(tmp_path)
+    restarted.runner, restarted.store = monitor.runner, helper.store
+    restarted.tick()
     assert fake.jobs[3].excluded_nodes == "node9"
+    assert "avoid=" not in fake.jobs[3].admin_comment
 
 
 def test_observe_mode_only_logs(tmp_path):
