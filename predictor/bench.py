@@ -43,6 +43,7 @@ class SeriesResult:
     warn_step: float | None
     lead_steps: float | None
     warned_by_10pct: bool | None  # None for series that never cross
+    warn_fraction: float | None  # (warn_step - first) / (crossing_step - first): 0.1 is the goal
     false_alarm: bool
     predicted_peak_at_10pct: int
     peak_error_at_10pct: float
@@ -128,8 +129,11 @@ def bench_series(
     warn = fc.warn_step
     lead = None if crossing is None or warn is None else crossing - warn
     by_10 = None
+    fraction = None
     if crossing is not None:
         by_10 = warn is not None and (warn - first) <= 0.1 * (crossing - first)
+        if warn is not None and crossing > first:
+            fraction = (warn - first) / (crossing - first)
     predicted = at_10.predicted_peak_bytes if at_10 is not None else int(values[0])
     return SeriesResult(
         name=series.name,
@@ -141,6 +145,7 @@ def bench_series(
         warn_step=_int_if_integral(warn),
         lead_steps=_int_if_integral(lead),
         warned_by_10pct=by_10,
+        warn_fraction=fraction,
         false_alarm=crossing is None and warn is not None,
         predicted_peak_at_10pct=int(predicted),
         peak_error_at_10pct=abs(predicted - peak) / peak if peak else 0.0,

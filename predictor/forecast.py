@@ -1,28 +1,65 @@
 """The online forecaster: one sample in, one forecast of the job's peak memory out.
 
 The thesis (section 3.3, Algorithm 1) fits ``m = a*t + b`` on *peak memory since start* and
-bounds the peak by ``a*T + b + z*sigma``. This forecaster fits that line on the running
-peak **and** on the raw series, and adds:
+bounds the peak by ``a*T + b + z*sigma``. This forecaster fits that line on the samples of
+the job's *current regime*, found afresh at every update:
 
-- **a proper prediction interval**: one-sided 99 % OLS bounds with Student's t and the
-  extrapolation term (:mod:`predictor.linfit`, checked against statsmodels' ``obs_ci_*``);
-- **a recent window**: halved while the recent half's slope is below ``decel_ratio`` times
-  the older half's (warm-up that flattens, a plateau), or while the recent half rises
-  significantly faster (model loading or a prefill spike at the start, acceleration);
-- **two signals**: point forecast and upper bound are the larger of the running-peak fit
-  and the raw fit. Certainty comes from the raw fit, or from the running-peak fit when the
-  raw trend agrees: the running maximum of pure noise keeps rising (like log n) and alone
-  would raise alarms on flat jobs, and a raw series hides no growth behind an early spike;
+1. **Regime change** (prefill spike, warm-up, a level shift, a ramp that became a plateau,
+   memory handed back to the OS). A least-squares line on the whole window is compared
+   with a line before and another after a break ``b``, for every ``b`` in the first
+   ``max_break_fraction`` of the window, by the Bayesian information criterion (the
+   break's location counted as two parameters, a run of one or two samples before it as one
+   parameter per sample; residual sums floored at the measurement resolution). The
+   likelihood ratio is deflated by ``(1 - r1) / (1 + r1)``, ``r1`` the lag-1
+   autocorrelation of the two lines' residuals: memory that wanders (a server's KV cache as
+   requests come and go) and allocator staircases (flat runs between jumps) would otherwise
+   show a "significant" break everywhere. The fit starts at the break; a second break is
+   searched for after it (still within the first part of the window, so that the regime
+   keeps the rest).
+2. **Plateau.** The regime is then halved while its recent half's slope is significantly
+   (one-sided ``confidence``) below ``decel_ratio`` times the older half's: a flattening
+   series is forecast from its flat recent part, whose lower bound claims no growth.
+
+Allocator staircases (a caching allocator rounding tensors up to blocks) need nothing more:
+the line through a staircase has the slope of the growth, the steps' quantisation enters the
+residual spread (wider, so more conservative, bounds), and the point forecast adds the
+largest excursion above the line (half a step). Fitting only the steps' envelope (one point
+per step) was considered and left out: early in a job it has two or three points, too few
+degrees of freedom for a useful interval.
+
+On that window, with ``x`` the step and ``y`` the memory:
+
+- **point forecast** of the peak at the horizon: the line at the horizon plus the largest
+  excursion of a sample above the line in the window (a staircase's half step, noise). When
+  the slope is not supported by the samples (``t**2 * (1 - r1) / (1 + r1) < log n``: BIC of
+  a line against a constant, ``r1`` as in 1), the regime is read as flat and the point
+  forecast is its own peak: a slope of noise is not extrapolated;
+- **bounds**: one-sided ``confidence`` (99 %) OLS prediction bounds with Student's t and
+  the extrapolation term, in closed form on the hot path (:mod:`predictor.linfit`). The
+  upper bound is also at least that of the line fitted on the running peak since the start
+  of the regime (the thesis' signal; used for sizing). The lower bound, and so certainty,
+  comes from the memory series itself: a running maximum's residuals are neither
+  independent nor centred (the maximum of noise rises like log n), so its interval is no
+  basis for a warning;
 - **a minimum number of samples** (``min_samples``) before any forecast is *ready*;
-- **a convergence rule**: *confident* once the raw trend's forecast at the horizon moved by
-  at most ``converge_tol`` (relative) over the last ``converge_fraction`` of the samples and
-  at least ``converge_updates`` updates;
+- **a convergence rule**: *confident* once the forecast of the line at the horizon moved by
+  at most ``converge_tol`` (relative) over the last ``converge_fraction`` of the samples
+  and at least ``converge_updates`` updates;
 - **bounded extrapolation**: certainty is only claimed up to ``max_extrapolation`` times
-  the span observed so far (a ramp that later flattens looks linear at first);
-- **a warning only when certain**: ``will_exceed`` = the lower bound (at the horizon, or
-  the reach above if nearer) is above the capacity, or the job already is; ``warn`` =
-  ``will_exceed`` on a confident forecast; ``warn_step`` = the first such step.
-  ``may_exceed`` (upper bound above capacity) is the thesis' criterion, kept for sizing.
+  the span of the fitted window (its first sample to the latest). This is an assumption,
+  not a statistical result: nothing in the samples seen so far tells a linear ramp that
+  goes on from one that levels off later (a continuous-batching server fills its KV cache
+  linearly for a while before it holds steady; an exponential approach looks linear over a
+  fifth of its time constant). Some limit on how far a trend is trusted is unavoidable; with
+  the default 10, a warning comes no earlier than a tenth of the way from the first sample
+  of the fitted window to the crossing (the lower bound lies below the trend);
+- **a warning only when certain**: ``will_exceed`` = the lower bound (at the horizon, or at
+  the reach above if nearer) is above the capacity, or the job already is; before the first
+  warning, that bound is recomputed with statsmodels (``OLS.get_prediction(...)
+  .summary_frame(alpha)["obs_ci_lower"]``, :func:`predictor.linfit.statsmodels_bounds`) on
+  the same samples and the more conservative of the two decides. ``warn`` = ``will_exceed``
+  on a confident forecast; ``warn_step`` = the first such step. ``may_exceed`` (upper bound
+  above capacity) is the thesis' criterion, kept for sizing.
 
 With a reuse-ratio series (``update(step, requested, reuse_ratio=r)``), ``bytes`` are the
 memory *requested* from the allocator; the inverse reuse ratio ``1/r`` is fitted the same
@@ -31,13 +68,14 @@ ends of both intervals, the inverse ratio never below 1).
 """
 from __future__ import annotations
 
+import importlib
 import logging
 import math
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from predictor.linfit import fit_line, t_quantile
+from predictor.linfit import fit_line, statsmodels_bounds, t_quantile
 
 log = logging.getLogger(__name__)
 
@@ -48,16 +86,19 @@ __all__ = ["Forecast", "Forecaster", "ForecasterOptions", "next_partition_for"]
 class ForecasterOptions:
     """Tuning knobs, with the defaults the benchmark was measured with."""
 
-    confidence: float = 0.99  # one-sided, for both bounds
+    confidence: float = 0.99  # one-sided, for both bounds and for the regime tests
     min_samples: int = 6  # no decision before this many samples
-    min_half: int = 4  # the deceleration test needs halves of at least this many samples
+    min_half: int = 4  # the plateau test needs halves of at least this many samples
     max_window: int = 4096  # samples in the longest fit (bounds the cost of one update)
-    max_extrapolation: float = 10.0  # certainty only within this many times the observed span
-    decel_ratio: float = 0.5  # recent slope below this share of the older slope: drop the older half
+    max_extrapolation: float = 10.0  # certainty only within this many times the fitted window's span
+    decel_ratio: float = 0.5  # recent slope below this share of the older slope (significantly): plateau
     converge_tol: float = 0.05  # relative movement of the point forecast that still counts as stable
     converge_fraction: float = 0.25  # ... over this share of the samples seen so far
     converge_updates: int = 3  # ... and at least this many updates
     noise_floor_bytes: float = 0.0  # lower limit on the residual spread (measurement resolution)
+    regime_breaks: bool = True  # fit from the last significant break (BIC); see the module docstring
+    max_break_fraction: float = 0.5  # ... found in this first share of the window (the rest is kept)
+    confirm_with_statsmodels: bool = True  # a warning needs statsmodels' obs_ci_lower above capacity too
 
     def __post_init__(self) -> None:
         if not 0.5 < self.confidence < 1.0:
@@ -68,10 +109,14 @@ class ForecasterOptions:
             raise ValueError(f"min_half must be at least 3, got {self.min_half}")
         if self.max_window < self.min_samples:
             raise ValueError("max_window must be at least min_samples")
+        if not self.max_extrapolation >= 1.0:
+            raise ValueError(f"max_extrapolation must be at least 1, got {self.max_extrapolation}")
         if not 0.0 < self.decel_ratio <= 1.0:
             raise ValueError(f"decel_ratio must be in (0, 1], got {self.decel_ratio}")
         if self.converge_tol < 0 or not 0.0 <= self.converge_fraction < 1.0 or self.converge_updates < 1:
             raise ValueError("converge_tol >= 0, 0 <= converge_fraction < 1, converge_updates >= 1")
+        if not 0.0 <= self.max_break_fraction < 1.0:
+            raise ValueError(f"max_break_fraction must be in [0, 1), got {self.max_break_fraction}")
 
 
 @dataclass(frozen=True)
@@ -131,6 +176,120 @@ def next_partition_for(need_bytes: float, partition_sizes: tuple[int, ...] | Non
     return None
 
 
+class _Sums:
+    """Prefix sums of one window: the least-squares line of any run of it in O(1).
+
+    Values are centred on the window's means first, so that the sums of squares of byte
+    counts (1e10) keep their precision.
+    """
+
+    def __init__(self, x: np.ndarray, y: np.ndarray):
+        n = x.shape[0]
+        self.x, self.y = x, y
+        self.xm, self.ym = float(x.sum()) / n, float(y.sum()) / n
+        xc = x - self.xm
+        yc = y - self.ym
+        sums = np.zeros((5, n + 1))
+        np.cumsum(xc, out=sums[0, 1:])
+        np.cumsum(yc, out=sums[1, 1:])
+        np.cumsum(xc * xc, out=sums[2, 1:])
+        np.cumsum(xc * yc, out=sums[3, 1:])
+        np.cumsum(yc * yc, out=sums[4, 1:])
+        self.cx, self.cy, self.cxx, self.cxy, self.cyy = sums
+
+    def rss(self, i: np.ndarray | int, j: np.ndarray | int) -> np.ndarray:
+        """Residual sums of squares of the lines through samples ``[i, j)`` (elementwise;
+        runs of one or two samples fit exactly: 0)."""
+        m = np.asarray(j - i, dtype=np.float64)
+        sx, sy = self.cx[j] - self.cx[i], self.cy[j] - self.cy[i]
+        sxx = self.cxx[j] - self.cxx[i] - sx * sx / m
+        sxy = self.cxy[j] - self.cxy[i] - sx * sy / m
+        rss = self.cyy[j] - self.cyy[i] - sy * sy / m
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rss -= np.where(sxx > 0, sxy * sxy / sxx, 0.0)
+        rss[m <= 2] = 0.0
+        return np.maximum(rss, 0.0, out=rss)
+
+    def rss_one(self, i: int, j: int) -> float:
+        """:meth:`rss` of one run ``[i, j)``."""
+        m = j - i
+        if m <= 2:
+            return 0.0
+        sx, sy = float(self.cx[j] - self.cx[i]), float(self.cy[j] - self.cy[i])
+        sxx = float(self.cxx[j] - self.cxx[i]) - sx * sx / m
+        sxy = float(self.cxy[j] - self.cxy[i]) - sx * sy / m
+        rss = float(self.cyy[j] - self.cyy[i]) - sy * sy / m - (sxy * sxy / sxx if sxx > 0 else 0.0)
+        return max(rss, 0.0)
+
+    def residuals(self, i: int, j: int) -> np.ndarray:
+        """Residuals of the least-squares line through ``[i, j)`` (at least two samples)."""
+        m = j - i
+        sx, sy = self.cx[j] - self.cx[i], self.cy[j] - self.cy[i]
+        sxx = float(self.cxx[j] - self.cxx[i] - sx * sx / m)
+        slope = float(self.cxy[j] - self.cxy[i] - sx * sy / m) / sxx if sxx > 0 else 0.0
+        xbar, ybar = float(sx) / m + self.xm, float(sy) / m + self.ym
+        return self.y[i:j] - ybar - slope * (self.x[i:j] - xbar)
+
+    def slope(self, i: int, j: int, floor: float) -> tuple[float, float, int]:
+        """(slope, its standard error with the residual spread floored, samples) of ``[i, j)``."""
+        m = j - i
+        sx, sy = self.cx[j] - self.cx[i], self.cy[j] - self.cy[i]
+        sxx = float(self.cxx[j] - self.cxx[i] - sx * sx / m)
+        sxy = float(self.cxy[j] - self.cxy[i] - sx * sy / m)
+        syy = float(self.cyy[j] - self.cyy[i] - sy * sy / m)
+        slope = sxy / sxx
+        s = math.sqrt(max(syy - slope * sxy, 0.0) / (m - 2))
+        return slope, max(s, floor) / math.sqrt(sxx), m
+
+
+def _last_break(sums: _Sums, lo: int, hi: int, n: int, min_run: int, floor: float) -> int | None:
+    """Start of the current regime when ``[lo, n)`` is better told as two lines than as one.
+
+    Bayesian information criterion of one line (2 parameters) against a line on ``[lo, b)``
+    (2 parameters; a run of one or two samples costs one per sample) and another on
+    ``[b, n)``, the break's unknown location counted as two more (a search over locations
+    inflates the best gain; the usual modified BIC), for every ``b`` in ``(lo, hi]`` that
+    leaves ``min_run`` samples after it. Residual sums are floored at ``floor**2`` per
+    sample: a flat run between two allocator steps, or noise-free data, is no evidence of a
+    new regime.
+    """
+    hi = min(hi, n - min_run)
+    if hi <= lo:
+        return None
+    w = n - lo
+    b = np.arange(lo + 1, hi + 1)
+    f2 = floor * floor
+    left = np.maximum(sums.rss(lo, b), (b - lo) * f2)
+    right = np.maximum(sums.rss(b, n), (n - b) * f2)
+    one = max(sums.rss_one(lo, n), w * f2)
+    params = 2 + np.minimum(b - lo, 2)
+    lr = w * np.log(one / np.maximum(left + right, 1e-300))
+    k = int(np.argmax(lr - params * math.log(w)))
+    if lr[k] <= params[k] * math.log(w):
+        return None
+    # autocorrelated residuals (memory that wanders, a staircase) inflate the likelihood
+    # ratio by about (1 + r1) / (1 - r1), r1 their lag-1 autocorrelation under the two lines
+    bk = int(b[k])
+    r1 = max(_lag1(sums.residuals(lo, bk)) if bk - lo > 2 else 0.0, _lag1(sums.residuals(bk, n)))
+    return bk if lr[k] * (1.0 - r1) / (1.0 + r1) > params[k] * math.log(w) else None
+
+
+def _lag1(r: np.ndarray) -> float:
+    """Lag-1 autocorrelation of residuals, clipped to [0, 0.95]."""
+    rr = float(r @ r)
+    if r.shape[0] < 3 or rr <= 0.0:
+        return 0.0
+    return min(max(float(r[1:] @ r[:-1]) / rr, 0.0), 0.95)
+
+
+@dataclass
+class _Window:
+    start: int  # first sample of the fit
+    kept_from: int  # first sample of the current regime (before any halving; <= start)
+    floor: float  # floor on the residual spread
+    note: str
+
+
 @dataclass
 class _Estimate:
     point: float
@@ -140,7 +299,12 @@ class _Estimate:
     window: int
     crossing: float | None
     note: str = ""
-    lower_reach: float = -math.inf  # lower bound at the reach (see _forecast)
+    lower_reach: float = -math.inf  # lower bound at the reach (see _fit)
+    reach: float = math.nan  # the step certainty is claimed up to
+    xs: np.ndarray | None = None  # the fitted samples (for the statsmodels confirmation)
+    ys: np.ndarray | None = None
+    kept_from: int = 0
+    excursion: float = 0.0  # largest sample above the fitted line in the window
 
 
 class Forecaster:
@@ -170,15 +334,16 @@ class Forecaster:
         self.horizon = float(horizon)
         self.partition_sizes = tuple(sorted(int(s) for s in partition_sizes)) if partition_sizes else None
         self._steps = _Buffer()
-        self._peak = _Buffer()  # peak since start of the memory series
         self._raw = _Buffer()  # the memory series as sampled
         self._inv = _Buffer()  # inverse reuse ratio (reuse mode only)
-        self._observed_peak = 0.0  # physical peak (== _peak in plain mode)
+        self._observed_peak = 0.0  # physical peak since start
         self._reuse_mode: bool | None = None
-        self._points: list[float] = []  # point forecast after each update (index = samples - 1)
+        self._points = _Buffer()  # point forecast after each update (index = samples - 1)
         self._warn_step: float | None = None
         self.last: Forecast | None = None
         t_quantile(self.options.confidence, 10)  # import scipy now, not inside the first update
+        if self.options.confirm_with_statsmodels:  # same: the first warning stays fast
+            importlib.import_module("statsmodels.regression.linear_model")
 
     # ------------------------------------------------------------------ public
     @property
@@ -210,9 +375,7 @@ class Forecaster:
             self._inv.append(1.0 / reuse_ratio)
             physical = value * reuse_ratio
 
-        previous = self._peak.view()[-1] if self._peak.n else 0.0
         self._steps.append(step)
-        self._peak.append(max(previous, value))
         self._raw.append(value)
         self._observed_peak = max(self._observed_peak, physical)
 
@@ -229,41 +392,80 @@ class Forecaster:
         return forecast
 
     # ----------------------------------------------------------------- private
-    def _select_window(self, x: np.ndarray, y: np.ndarray) -> tuple[int, str]:
-        """Length of the recent window to fit: halved while the series changes regime."""
+    def _select_window(self, x: np.ndarray, y: np.ndarray, floor: float, breaks: bool = True) -> _Window:
+        """The current regime: from the last significant break (start-up transient, level
+        shift, ramp that turned into a plateau), then halved while it flattens. See the
+        module docstring."""
         opts = self.options
         n = x.shape[0]
-        w = min(n, opts.max_window)
-        note = ""
+        lo = n - min(n, opts.max_window)
+        total = n - lo
+        # measurement resolution: keeps noise-free series away from 0/0 and from reading
+        # rounding errors as structure
+        spread = max(floor, 1e-6 * float(np.max(np.abs(y[lo:]))), 0.5)
+        sums = _Sums(x[lo:], y[lo:])
+        min_run = max(4, opts.min_half)
+        notes: list[str] = []
+        start = 0
+        if breaks and opts.regime_breaks:
+            hi = int(opts.max_break_fraction * total)  # the regime keeps the rest of the window
+            for _ in range(2):  # a second break, inside the regime found first
+                b = _last_break(sums, start, hi, total, min_run, spread)
+                if b is None:
+                    break
+                start = b
+            if start > 0:
+                notes.append(f"regime change: fit from step {float(x[lo + start]):g}")
+        kept = start
+        w = total - start
         while w >= 2 * opts.min_half:
             half = w // 2
-            xs, ys = x[n - w :], y[n - w :]
-            old = fit_line(xs[: w - half], ys[: w - half])
-            recent = fit_line(xs[w - half :], ys[w - half :])
-            if old.slope > 0 and recent.slope < opts.decel_ratio * old.slope:
-                note = "decelerating"
-            elif recent.slope > (tq := t_quantile(opts.confidence, half - 2)) * recent.slope_se and (
-                old.slope <= 0
-                or (
-                    old.slope < opts.decel_ratio * recent.slope
-                    and recent.slope - old.slope > tq * math.hypot(recent.slope_se, old.slope_se)
-                )
-            ):
-                note = "growing faster than before"
-            else:
+            mid = total - half
+            old, se_old, m_old = sums.slope(total - w, mid, spread)
+            recent, se_recent, m_recent = sums.slope(mid, total, spread)
+            tq = t_quantile(opts.confidence, min(m_old, m_recent) - 2)
+            gap = tq * math.hypot(se_old, se_recent)
+            if not (old > 0 and recent < opts.decel_ratio * old and old - recent > gap):
                 break
             w = half
-            note = f"{note}: fit on the last {w} samples"
-        return w, note
+            notes.append(f"flattening: fit on the last {w} samples")
+        return _Window(start=lo + total - w, kept_from=lo + kept, floor=floor, note="; ".join(notes))
 
-    def _fit(self, x: np.ndarray, y: np.ndarray, at: float, reach: float) -> _Estimate:
-        w, note = self._select_window(x, y)
-        fit = fit_line(x[-w:], y[-w:])
-        floor = self.options.noise_floor_bytes
-        lower, upper = fit.bounds(at, self.options.confidence, floor)
-        lower_reach = fit.bounds(reach, self.options.confidence, floor)[0]
+    def _fit(
+        self, x: np.ndarray, y: np.ndarray, at: float, floor: float, breaks: bool = True, point: bool = True
+    ) -> _Estimate:
+        """Line and bounds on the current regime of ``(x, y)``; with ``point``, also the
+        point forecast of the peak (see the module docstring), else the line at ``at``."""
+        opts = self.options
+        win = self._select_window(x, y, floor, breaks)
+        xs, ys = x[win.start :], y[win.start :]
+        fit = fit_line(xs, ys)
+        # certainty is only claimed this far ahead: a linear trend is not trusted beyond
+        # max_extrapolation times the span over which it was observed
+        reach = min(at, float(xs[0]) + opts.max_extrapolation * (float(xs[-1]) - float(xs[0])))
+        lower, upper = fit.bounds(at, opts.confidence, floor)
+        lower_reach = fit.bounds(reach, opts.confidence, floor)[0]
         crossing = (self.capacity_bytes - fit.intercept) / fit.slope if fit.slope > 0 else None
-        return _Estimate(fit.predict(at), lower, upper, fit.slope, w, crossing, note, lower_reach)
+        estimate = _Estimate(
+            fit.predict(at), lower, upper, fit.slope, fit.n, crossing, win.note, lower_reach, reach, xs, ys,
+            win.kept_from,
+        )
+        if not point:
+            return estimate
+        resid = ys - (fit.slope * xs + fit.intercept)
+        estimate.excursion = max(0.0, float(np.max(resid)))
+        # information criterion: a slope the samples do not support (t**2 < log n, BIC of a
+        # line against a constant) is not extrapolated; the point forecast of a flat regime
+        # is its level plus the largest excursion above it, i.e. its own peak. Memory that
+        # wanders (a server's KV cache as requests come and go) has autocorrelated
+        # residuals: t**2 is scaled by (1 - r1) / (1 + r1), r1 their lag-1 autocorrelation
+        # (the AR(1) effective sample size), so that a slow wander is not read as a trend.
+        se = max(fit.s, floor) / math.sqrt(fit.sxx)
+        if se > 0:
+            r1 = _lag1(resid)
+            if (fit.slope / se) ** 2 * (1.0 - r1) / (1.0 + r1) < math.log(fit.n):
+                estimate.point, estimate.excursion = float(np.max(ys)), 0.0
+        return estimate
 
     def _forecast(self) -> Forecast:
         opts = self.options
@@ -273,38 +475,43 @@ class Forecaster:
         at = max(self.horizon, step)
         observed = self._observed_peak
         ready = n >= opts.min_samples
+        capacity = self.capacity_bytes
 
         est: _Estimate | None = None
+        raw = peak = ifit = None
         if n >= 3:
-            # certainty is only claimed this far ahead: a linear trend is not trusted beyond
-            # max_extrapolation times the span observed (ramps that flatten look linear)
-            reach = min(at, x[0] + opts.max_extrapolation * (step - x[0]))
-            peak = self._fit(x, self._peak.view(), at, reach)  # the thesis' signal
-            raw = self._fit(x, self._raw.view(), at, reach)  # what the job uses now
+            y = self._raw.view()
+            floor = opts.noise_floor_bytes
+            raw = self._fit(x, y, at, floor)  # what the job uses now
+            # the thesis' signal, peak since start, taken from the start of the current regime
+            k = raw.kept_from
+            peak = raw
+            if n - k >= 3:
+                peak = self._fit(x[k:], np.maximum.accumulate(y[k:]), at, floor, breaks=False, point=False)
             if self._reuse_mode:
-                ifit = self._fit(x, self._inv.view(), at, reach)
+                ifit = self._fit(x, self._inv.view(), at, 0.0)
                 ipoint, ilo, ihi = max(ifit.point, 1.0), max(ifit.lower, 1.0), max(ifit.upper, 1.0)
-                for e in (peak, raw):
+                for e in {id(raw): raw, id(peak): peak}.values():
                     e.point, e.lower, e.upper, e.crossing = e.point / ipoint, e.lower / ihi, e.upper / ilo, None
                     e.lower_reach = e.lower_reach / ihi  # conservative: inverse ratio at the horizon
-            # Point and upper bound: the larger of the two signals. Certainty: the raw series
-            # alone, or the peak series when the raw trend agrees. A running maximum of noise
-            # rises (like log n) and alone would raise false alarms on flat, noisy jobs; a
-            # raw series hides nothing behind an early spike (prefill, warm-up).
+                    e.excursion = e.excursion / ipoint
+            # Point forecast of the peak: the memory's line at the horizon plus the largest
+            # excursion above it seen in the window (a staircase's half step, noise), or the
+            # regime's own peak when it is flat. Upper bound: also the running-peak fit (the
+            # thesis' signal). Certainty: the memory series alone; the running maximum of
+            # noise rises (like log n) in clean steps and would raise false alarms.
             est = _Estimate(
-                point=max(peak.point, raw.point),
-                lower=max(raw.lower, peak.lower if raw.point > self.capacity_bytes else -math.inf),
-                upper=max(peak.upper, raw.upper),
-                slope=max(peak.slope, raw.slope),
-                window=max(peak.window, raw.window),
-                crossing=min((c for c in (peak.crossing, raw.crossing) if c is not None), default=None),
-                note=peak.note or raw.note,
-                lower_reach=max(
-                    raw.lower_reach, peak.lower_reach if raw.point > self.capacity_bytes else -math.inf
-                ),
+                point=raw.point + raw.excursion,
+                lower=raw.lower,
+                upper=max(peak.upper, raw.upper + raw.excursion),
+                slope=raw.slope,
+                window=raw.window,
+                crossing=raw.crossing,
+                note=raw.note,
+                lower_reach=raw.lower_reach,
             )
-            # convergence is judged on the raw trend: the running maximum of a noisy series
-            # jumps, and its forecast with it, long after the trend has settled
+            # convergence is judged on the memory's own forecast: the running maximum of a
+            # noisy series jumps, and its forecast with it, long after the trend has settled
             self._points.append(max(raw.point, observed))
         else:
             self._points.append(observed)
@@ -314,23 +521,32 @@ class Forecaster:
             slope, window, crossing, note = 0.0, n, None, ""
         else:
             predicted = max(est.point, observed)
-            lower = max(est.lower, observed)
+            lower = max(min(est.lower, predicted), observed)
             upper = max(est.upper, predicted)
             slope, window, crossing, note = est.slope, est.window, est.crossing, est.note
 
-        already = observed > self.capacity_bytes
+        already = observed > capacity
         confident = already or (ready and self._converged())
-        will_exceed = already or (ready and est is not None and est.lower_reach > self.capacity_bytes)
-        may_exceed = already or (ready and upper > self.capacity_bytes)
+        will_exceed = already or (ready and est is not None and est.lower_reach > capacity)
+        if (
+            will_exceed
+            and not already
+            and confident
+            and self._warn_step is None
+            and opts.confirm_with_statsmodels
+            and raw is not None
+        ):
+            will_exceed = self._confirm(raw, ifit, capacity)
+        may_exceed = already or (ready and upper > capacity)
         warn = will_exceed and confident
         if already:
-            reason = f"observed peak {observed:.0f} already above capacity {self.capacity_bytes:.0f}"
+            reason = f"observed peak {observed:.0f} already above capacity {capacity:.0f}"
         elif not ready:
             reason = f"{n} of {opts.min_samples} samples needed before a forecast"
         else:
             reason = (
                 f"peak at step {at:g}: {predicted:.0f} bytes, {opts.confidence:.0%} bounds "
-                f"[{lower:.0f}, {upper:.0f}] vs capacity {self.capacity_bytes:.0f}; "
+                f"[{lower:.0f}, {upper:.0f}] vs capacity {capacity:.0f}; "
                 + ("converged" if confident else "not converged yet")
             )
             if note:
@@ -338,7 +554,7 @@ class Forecaster:
         return Forecast(
             step=step,
             samples=n,
-            capacity_bytes=int(self.capacity_bytes),
+            capacity_bytes=int(capacity),
             horizon=at,
             observed_peak_bytes=int(round(observed)),
             predicted_peak_bytes=int(round(predicted)),
@@ -357,15 +573,28 @@ class Forecaster:
             reason=reason,
         )
 
+    def _confirm(self, raw: _Estimate, ifit: _Estimate | None, capacity: float) -> bool:
+        """Recompute the deciding lower bound with statsmodels (``obs_ci_lower`` of
+        ``OLS.get_prediction(...).summary_frame``) on the same samples; the more conservative
+        of the two bounds decides. Runs only until the first warning, so it stays off the
+        hot path."""
+        if raw.xs is None or raw.ys is None:
+            return raw.lower_reach > capacity
+        _, sm_lower, _ = statsmodels_bounds(raw.xs, raw.ys, raw.reach, self.options.confidence)
+        if ifit is not None:  # reuse mode: physical = requested / inverse ratio (its upper bound)
+            sm_lower /= max(ifit.upper, 1.0)
+        if min(raw.lower_reach, sm_lower) <= capacity:
+            log.debug("statsmodels' obs_ci_lower %.0f does not confirm the closed-form bound; no warning", sm_lower)
+            return False
+        return True
+
     def _converged(self) -> bool:
         opts = self.options
-        n = len(self._points)
+        n = self._points.n
         span = max(opts.converge_updates, int(math.ceil(opts.converge_fraction * n)))
         if span > n:
             return False
-        recent = self._points[n - span :]
-        current = recent[-1]
+        recent = self._points.view()[n - span :]
+        current = float(recent[-1])
         scale = max(abs(current), 1.0)
-        return max(abs(p - current) for p in recent) <= opts.converge_tol * scale
-
-
+        return float(np.max(np.abs(recent - current))) <= opts.converge_tol * scale

@@ -101,14 +101,17 @@ def bench(directory, capacity_gib, partition_gib, as_json):
     if as_json:
         click.echo(json.dumps(report.to_dict(), sort_keys=True))
         return
-    click.echo(f"{'series':44s} {'N':>7s} {'warn':>7s} {'lead':>7s} {'by10%':>6s} {'err10%':>7s} {'ms/upd':>7s}")
+    click.echo(
+        f"{'series':44s} {'N':>7s} {'warn':>7s} {'lead':>7s} {'warn/N':>7s} {'by10%':>6s} {'err10%':>7s} {'ms/upd':>7s}"
+    )
     for r in report.series:
         cross = "-" if r.crossing_step is None else f"{r.crossing_step:g}"
         warn = "-" if r.warn_step is None else f"{r.warn_step:g}"
         lead = "-" if r.lead_steps is None else f"{r.lead_steps:g}"
+        frac = "-" if r.warn_fraction is None else f"{r.warn_fraction:.3f}"
         by10 = "FALSE" if r.false_alarm else ("-" if r.warned_by_10pct is None else ("yes" if r.warned_by_10pct else "no"))
         click.echo(
-            f"{r.name[:44]:44s} {cross:>7s} {warn:>7s} {lead:>7s} {by10:>6s} "
+            f"{r.name[:44]:44s} {cross:>7s} {warn:>7s} {lead:>7s} {frac:>7s} {by10:>6s} "
             f"{100 * r.peak_error_at_10pct:6.1f}% {r.update_ms_mean:7.3f}"
         )
     for note in report.skipped:

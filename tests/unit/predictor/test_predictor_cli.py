@@ -59,6 +59,9 @@ def test_bench_json_on_a_directory(tmp_path):
     d = json.loads(r.output)
     by_name = {s["name"]: s for s in d["series"]}
     assert by_name["grow.csv"]["crossing_step"] == 201 and by_name["grow.csv"]["lead_steps"] > 0
+    grow = by_name["grow.csv"]
+    assert grow["warn_fraction"] == pytest.approx(grow["warn_step"] / 201)
+    assert by_name["flat.csv"]["warn_fraction"] is None
     assert by_name["flat.csv"]["false_alarm"] is False
     assert d["summary"]["false_alarms"] == 0 and d["summary"]["crossing"] == 1
     assert any("nocap.csv" in s for s in d["skipped"])
