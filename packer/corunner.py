@@ -6,7 +6,19 @@ Rules:
 - ``lowest-util``: the GPU whose current memory use is the lowest, so the pack is most
   likely to stay under the cap;
 - ``best-fit``: the GPU whose current memory use is the highest that still leaves room for
-  the newcomer under the cap (densest packing).
+  the newcomer under the cap (densest packing);
+- ``best-pair``: the GPU where the newcomer and the jobs already there are predicted to keep
+  the most throughput together (the sum of each job's speed relative to running alone, from
+  measured pair speeds: complementary jobs first), then the lowest memory use.
+
+Prediction before packing (optional, ``pair_speed``): given the measured speed of a workload
+beside another (``None`` when the pair was never measured), a GPU qualifies only when every
+job already on it is predicted to keep at least ``min_corunner_speed`` of its speed (FIG. 4
+would requeue the newcomer otherwise) and the newcomer at least ``min_newcomer_speed``. An
+unmeasured pair falls back to the aggregate utilisation (patent seed, claim 1): below the
+GPU's capacity (100 %) both run at full speed, above it each gets capacity / aggregate
+(processor sharing); with a utilisation unknown there is no prediction and the GPU
+qualifies only when no minimum speed is asked.
 
 A GPU qualifies when its current memory use plus the newcomer's stays at or below
 ``max_fraction`` (95 %) of its memory, it holds fewer than ``max_jobs_per_gpu`` jobs, and no
@@ -22,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-RULES = ("lowest-util", "best-fit")
+RULES = ("lowest-util", "best-fit", "best-pair")
 
 
 def pair_key(a: str, b: str) -> tuple[str, str]:
@@ -84,6 +96,32 @@ class CorunnerChoice:
 
 
 AvoidSet = Collection[tuple[str, str]] | Callable[[str, str], bool]
+# speed (relative to alone) of the first workload running beside the second; None: unmeasured
+PairSpeed = Callable[[str, str], float | None]
+
+
+def predicted_speeds(newcomer: Newcomer, gpu: GpuLoad,
+                     pair_speed: PairSpeed) -> tuple[float, tuple[float, ...]] | None:
+    """(newcomer's speed, each running job's speed) if the newcomer joins ``gpu``.
+
+    With several jobs on the GPU a job's speed is the product of its pair speeds. An
+    unmeasured pair is predicted from the aggregate utilisation: ``min(1, 100 / (u1 + u2))``
+    for both (full speed below the GPU's capacity, processor sharing above it). None when a
+    utilisation needed for that is unknown: no prediction.
+    """
+    new_speed = 1.0
+    others = []
+    for j in gpu.jobs:
+        a = pair_speed(newcomer.workload, j.workload)
+        b = pair_speed(j.workload, newcomer.workload)
+        if a is None or b is None:
+            if newcomer.util_pct is None or j.util_pct is None:
+                return None
+            total = newcomer.util_pct + j.util_pct
+            a = b = 1.0 if total <= 100.0 else 100.0 / total
+        new_speed *= a
+        others.append(b)
+    return new_speed, tuple(others)
 
 
 def _avoided(avoid: AvoidSet, a: str, b: str) -> bool:
@@ -99,21 +137,30 @@ def choose_corunner(
     max_fraction: float = 0.95,
     max_jobs_per_gpu: int = 2,
     avoid: AvoidSet = frozenset(),
+    pair_speed: PairSpeed | None = None,
+    min_corunner_speed: float = 0.0,
+    min_newcomer_speed: float = 0.0,
+    allow: Callable[[GpuLoad, float, tuple[float, ...]], bool] | None = None,
 ) -> CorunnerChoice:
     """Pick the GPU (and so the co-runners) for ``newcomer`` among busy ``gpus``.
 
     Only GPUs that already run a job are considered: an idle GPU is the exclusive path, not
-    a pack. Never raises for a valid ``rule``.
+    a pack. ``allow(gpu, newcomer_speed, running_speeds)`` may veto a GPU that qualifies
+    otherwise (e.g. a scheduler's reservation); speeds are 1.0 without ``pair_speed``.
+    Never raises for a valid ``rule``.
     """
     if rule not in RULES:
         raise ValueError(f"unknown co-runner rule {rule!r}; choose one of {', '.join(RULES)}")
     if not 0 < max_fraction <= 1:
         raise ValueError("max_fraction must be in (0, 1], e.g. 0.95")
+    if rule == "best-pair" and pair_speed is None:
+        raise ValueError("the best-pair rule needs pair_speed (measured pair speeds)")
     busy = [g for g in gpus if g.jobs]
     if not busy:
         return CorunnerChoice(None, (), "no-running-job", rule)
     fits: list[tuple[GpuLoad, int]] = []
-    avoided = full = too_big = 0
+    gain: dict[str, float] = {}
+    avoided = full = too_big = slow = vetoed = 0
     for g in busy:
         if len(g.jobs) >= max_jobs_per_gpu:
             full += 1
@@ -125,9 +172,29 @@ def choose_corunner(
         if used + newcomer.mem_bytes > max_fraction * g.capacity_bytes:
             too_big += 1
             continue
+        mine, theirs = 1.0, tuple(1.0 for _ in g.jobs)
+        if pair_speed is not None:
+            pred = predicted_speeds(newcomer, g, pair_speed)
+            if pred is None:
+                if min_corunner_speed > 0 or min_newcomer_speed > 0:
+                    slow += 1
+                    continue
+            else:
+                mine, theirs = pred
+                if mine < min_newcomer_speed or min(theirs) < min_corunner_speed:
+                    slow += 1
+                    continue
+            gain[g.gpu_id] = mine + sum(theirs)
+        if allow is not None and not allow(g, mine, theirs):
+            vetoed += 1
+            continue
         fits.append((g, used))
     if not fits:
-        if avoided and not too_big and not full:
+        if slow and not (avoided or too_big or full or vetoed):
+            reason = "predicted-slowdown"
+        elif vetoed and not (avoided or too_big or full or slow):
+            reason = "vetoed"
+        elif avoided and not too_big and not full:
             reason = "avoided-pair"
         elif full and not too_big and not avoided:
             reason = "gpus-full"
@@ -136,9 +203,15 @@ def choose_corunner(
         return CorunnerChoice(None, (), reason, rule)
     if rule == "lowest-util":
         g, used = min(fits, key=lambda f: (f[1], f[0].util_pct, f[0].gpu_id))
+    elif rule == "best-pair":
+        g, used = min(fits, key=lambda f: (-gain.get(f[0].gpu_id, 0.0), f[1], f[0].util_pct,
+                                           f[0].gpu_id))
     else:
         g, used = min(fits, key=lambda f: (-f[1], f[0].util_pct, f[0].gpu_id))
     after = (used + newcomer.mem_bytes) / g.capacity_bytes
     reason = (f"{rule}: {g.gpu_id} at {used / g.capacity_bytes:.0%} memory, "
               f"{after:.0%} with the newcomer (cap {max_fraction:.0%})")
+    if g.gpu_id in gain:
+        reason += f", predicted throughput {gain[g.gpu_id]:.2f} of alone"
+
     return CorunnerChoice(g.gpu_id, tuple(j.job_id for j in g.jobs), reason, rule)

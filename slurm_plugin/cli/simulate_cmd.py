@@ -22,7 +22,7 @@ POLICY_NAMES = ("exclusive", "shard-fixed", "mig-static", "lucid-like", "colocat
 TABLE_KEYS = ("policy", "predictor", "jobs", "makespan_s", "avg_jct_s", "p95_jct_s",
               "avg_queue_s", "p95_queue_s", "gpu_util", "gpu_mem_util", "jobs_preempted",
               "oom_restarts", "predictive_restarts", "mig_reconfigurations", "p95_slowdown",
-              "run_slowdown_max", "pair_bound_ok")
+              "run_slowdown_max", "pair_bound_ok", "pair_bound_worst")
 
 
 def _errors(fn):
@@ -63,9 +63,16 @@ def workload_options(fn):
                           "colocation_pairs.csv (default: $GPUPACK_DATA_DIR or shared/data/traces)."),
         click.option("--bf-depth", type=click.IntRange(min=0), default=100, show_default=True,
                      help="Queued jobs the backfill pass looks at (Slurm's bf_max_job_test)."),
-        click.option("--corunner", "corunner_rule", type=click.Choice(["lowest-util", "best-fit"]),
-                     default="lowest-util", show_default=True,
-                     help="colocate: co-runner rule (FIG. 3)."),
+        click.option("--corunner", "corunner_rule",
+                     type=click.Choice(["best-pair", "lowest-util", "best-fit"]),
+                     default="best-pair", show_default=True,
+                     help="colocate: co-runner rule (FIG. 3); best-pair: most predicted "
+                          "throughput from the measured pair speeds."),
+        click.option("--pair-predict/--no-pair-predict", default=True, show_default=True,
+                     help="colocate: predict each pack's slowdown from the measured pairs "
+                          "before packing (pack only where the job already there keeps "
+                          ">= 90 %); off: the patent's FIG. 3/4 alone (pack, then requeue on "
+                          "> 10 % slowdown). Off needs --corunner lowest-util or best-fit."),
         click.option("--mig-static-layout", default=None, metavar="PROFILE|P@S,…",
                      help="mig-static: layout of each partitioned GPU (default: all smallest "
                           "instances, e.g. 7x1g.10gb)."),
@@ -89,13 +96,32 @@ def _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction, data_dir
 
 
 def _config(policy, predictor, gpus, gpu_model, bf_depth, corunner_rule, mig_static_layout,
-            mig_static_fraction):
+            mig_static_fraction, pair_predict=True):
     from slurm_plugin.simulator import SimConfig
 
     return SimConfig(policy=policy, gpus=gpus, gpu_model=gpu_model, predictor=predictor,
                      bf_depth=bf_depth, corunner_rule=corunner_rule,
                      mig_static_layout=mig_static_layout,
-                     mig_static_fraction=mig_static_fraction)
+                     mig_static_fraction=mig_static_fraction, pair_predict=pair_predict)
+
+
+def _policy_names(policies: str) -> list[str]:
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    for n in names:
+        if n.removesuffix("+pred") not in POLICY_NAMES:
+            raise click.UsageError(f"unknown policy {n!r}; choose from {', '.join(POLICY_NAMES)}"
+                                   f" (optionally with +pred)")
+    return names
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: give whole numbers separated by commas") from None
+    if not out or min(out) < 1:
+        raise click.BadParameter(f"{text!r}: give positive whole numbers separated by commas")
+    return out
 
 
 def _human(s: dict) -> str:
@@ -115,7 +141,8 @@ def _human(s: dict) -> str:
         f"  slowdown vs alone: avg {s['avg_slowdown']:.3f}, p95 {s['p95_slowdown']:.3f}, max "
         f"{s['run_slowdown_max']:.3f}; {s['jobs_shared']} jobs shared a GPU "
         f"({s['jobs_in_unmeasured_pairs']} in unmeasured pairs); within measured pair speeds: "
-        f"{'yes' if s['pair_bound_ok'] else 'NO'}",
+        f"{'yes' if s['pair_bound_ok'] else 'NO'} (worst slowdown / bound "
+        f"{s['pair_bound_worst']:.3f} over {s['pair_bound_jobs']} jobs)",
         f"  simulated {s['sim_events']} events in {s['sim_wall_s']:.1f} s",
     ]
     return "\n".join(lines)
@@ -134,8 +161,8 @@ def _human(s: dict) -> str:
 @click.pass_context
 @_errors
 def simulate(ctx, policy, predictor, trace, gpus, gpu_model, n_jobs, time_scale, seed,
-             growing_fraction, data_dir, bf_depth, corunner_rule, mig_static_layout,
-             mig_static_fraction, jobs_csv, as_json):
+             growing_fraction, data_dir, bf_depth, corunner_rule, pair_predict,
+             mig_static_layout, mig_static_fraction, jobs_csv, as_json):
     """Replay a job trace on N simulated GPUs and report what the policy gives.
 
     Discrete-event replay with Slurm-like FIFO + EASY backfill, calling the suite's own
@@ -157,7 +184,7 @@ def simulate(ctx, policy, predictor, trace, gpus, gpu_model, n_jobs, time_scale,
     specs, profiles, pairs = _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction,
                                    data_dir)
     cfg = _config(policy, predictor == "on", gpus, gpu_model, bf_depth, corunner_rule,
-                  mig_static_layout, mig_static_fraction)
+                  mig_static_layout, mig_static_fraction, pair_predict)
     summ, res = run_policy(cfg, specs, profiles, pairs)
     summ["trace"] = trace
     if jobs_csv:
@@ -178,8 +205,8 @@ def simulate(ctx, policy, predictor, trace, gpus, gpu_model, n_jobs, time_scale,
 @click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
 @_errors
 def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_fraction,
-            data_dir, bf_depth, corunner_rule, mig_static_layout, mig_static_fraction, out_dir,
-            no_plots, as_json):
+            data_dir, bf_depth, corunner_rule, pair_predict, mig_static_layout,
+            mig_static_fraction, out_dir, no_plots, as_json):
     """Run several policies on one workload; write a Markdown report with PNG plots.
 
     The report has the comparison table, the best policy of the suite against every
@@ -192,16 +219,12 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
     """
     from slurm_plugin.simulator.report import compare as run_compare
 
-    names = [p.strip() for p in policies.split(",") if p.strip()]
-    for n in names:
-        if n.removesuffix("+pred") not in POLICY_NAMES:
-            raise click.UsageError(f"unknown policy {n!r}; choose from {', '.join(POLICY_NAMES)}"
-                                   f" (optionally with +pred)")
+    names = _policy_names(policies)
     specs, profiles, pairs = _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction,
                                    data_dir)
     configs = [
         _config(n.removesuffix("+pred"), n.endswith("+pred"), gpus, gpu_model, bf_depth,
-                corunner_rule, mig_static_layout, mig_static_fraction)
+                corunner_rule, mig_static_layout, mig_static_fraction, pair_predict)
         for n in names
     ]
     workload = {"trace": trace, "jobs": len(specs), "gpus": gpus, "gpu_model": gpu_model,
@@ -215,3 +238,45 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
         click.echo(f"report: {out['report']}")
         for w in out["warnings"]:
             click.echo(f"warning: {w}", err=True)
+
+
+@simulate.command(context_settings=CONTEXT_SETTINGS)
+@click.option("--policies", default="exclusive,colocate+pred", show_default=True,
+              metavar="P1,P2,…", help="Policies to time (`+pred`: predictor on).")
+@click.option("--jobs-list", default="10000,20000,40000,82247", show_default=True,
+              metavar="N1,N2,…", help="Job counts (first N of the workload) timed at --gpus.")
+@click.option("--gpus-list", default="250,400,1000", show_default=True, metavar="G1,G2,…",
+              help="GPU counts timed on the whole workload.")
+@workload_options
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="sim-report",
+              show_default=True,
+              help="Folder for scaling.md and scaling.json (appended to its report.md if any).")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as one JSON object.")
+@_errors
+def scaling(policies, jobs_list, gpus_list, trace, gpus, gpu_model, n_jobs, time_scale, seed,
+            growing_fraction, data_dir, bf_depth, corunner_rule, pair_predict, mig_static_layout,
+            mig_static_fraction, out_dir, as_json):
+    """Time the simulator against the number of jobs and of GPUs.
+
+    \b
+    gpupack simulate scaling --policies exclusive,colocate+pred --gpus 1000 --out sim-report/
+    gpupack simulate scaling --jobs-list 5000,10000 --gpus-list 100,200 --gpus 200
+    """
+    from slurm_plugin.simulator.report import scaling as run_scaling
+
+    names = _policy_names(policies)
+    job_counts, gpu_counts = _int_list(jobs_list), _int_list(gpus_list)
+    specs, profiles, pairs = _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction,
+                                   data_dir)
+    job_counts = sorted({min(n, len(specs)) for n in job_counts})
+    configs = [
+        _config(n.removesuffix("+pred"), n.endswith("+pred"), gpus, gpu_model, bf_depth,
+                corunner_rule, mig_static_layout, mig_static_fraction, pair_predict)
+        for n in names
+    ]
+    out = run_scaling(configs, specs, profiles, pairs, job_counts, gpu_counts, out_dir,
+                      progress=lambda m: click.echo(m, err=True))
+    if as_json:
+        click.echo(json.dumps(out["rows"]))
+    else:
+        click.echo(out["markdown"])

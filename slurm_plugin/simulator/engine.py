@@ -14,6 +14,24 @@ The decisions are the suite's own code, called as in production:
 ``mig.layout.homogeneous_layout`` (MIG placement, merge/split, homogeneous layouts) and
 ``predictor.forecast.Forecaster`` (early restart before an out-of-memory).
 
+colocate (FIG. 3/4 of the patent seed): a one-GPU job runs alone while a GPU it may use is
+idle (idle GPUs kept for the head's reservation do not count); otherwise it is packed as K
+shares (``decide``) beside a job running alone, chosen by ``choose_corunner``. With
+``pair_predict`` (default) the pack's slowdown is predicted from the measured pair speeds
+(an unmeasured pair from the aggregate utilisation) before packing: only where the job
+already there keeps at least 90 % of its speed (so FIG. 4 never has to requeue; it still
+watches, for surprises), and ``best-pair`` takes the GPU with the most predicted throughput
+together. The prediction uses the same pair table the replay slows jobs by, so in the
+simulator it is exact; on a real cluster FIG. 4's requeue catches the misses. A pack under a
+reservation is allowed when the newcomer ends before it and the job beside it still ends in
+time, or when the GPU is not one the reservation counts on (its job ends after it anyway).
+
+Speed: the busy GPUs' release times are kept sorted (the reservation is a look-up, not a
+scan); a pass is skipped when nothing it reads changed since a pass that started nothing;
+within a pass a job is not tried when one of the same shape no longer than it failed since
+the last start that opened room. ``SimConfig(fast=False)`` runs the reference path (every
+pass, every job) and gives identical results (tested).
+
 A job's progress rate is its speed relative to running alone: 1 alone; the measured pair
 speed when shared (see :mod:`slurm_plugin.simulator.workload`); on a MIG instance with a
 fraction ``f`` of the compute, ``min(1, f / util)`` where ``util`` is its measured GPU
@@ -23,6 +41,7 @@ work of the attempt, as a Slurm requeue does.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, bisect_right, insort
 import logging
 import math
 import time
@@ -37,8 +56,8 @@ from mig.planner import plan_merge_split
 from mig.policies import choose
 from packer.config import GIB, PackerConfig
 from packer.contention import Sharer, check_contention
-from packer.corunner import GpuLoad, Newcomer, RunningJob, choose_corunner, pair_key
-from packer.decision import ClusterView, Estimate, decide, max_shards, shards_needed
+from packer.corunner import GpuLoad, Newcomer, RunningJob, choose_corunner
+from packer.decision import ClusterView, Estimate, decide, max_shards
 from packer.request import Candidate
 from slurm_plugin.simulator.workload import PairTable, SimJobSpec, WorkloadProfile
 
@@ -60,7 +79,13 @@ class SimConfig:
     gpus: int
     gpu_model: str = "A100-80GB"
     predictor: bool = False
-    corunner_rule: str = "lowest-util"
+    corunner_rule: str = "best-pair"  # colocate: lowest-util | best-fit | best-pair (FIG. 3)
+    # colocate: predict each pack's slowdown from the measured pairs before packing; pack only
+    # where the job already there keeps >= 1 - contention_threshold of its speed (else FIG. 4
+    # would requeue the newcomer) and the newcomer >= min_newcomer_speed. Busy jobs (above
+    # the packer's max_util_pct) may then be packed too: the pair decides, not utilisation.
+    pair_predict: bool = True
+    min_newcomer_speed: float = 0.0
     bf_depth: int = 100  # Slurm's bf_max_job_test
     monitor_s: float = 60.0  # contention is judged this long after a pack
     contention_threshold: float = 0.10
@@ -72,6 +97,9 @@ class SimConfig:
     predictor_samples: int = 50  # memory samples per run of a growing job
     timeline_step_s: float = 600.0
     known_history: bool = False  # every workload has a history from the start (else: learnt)
+    # Skip a scheduling pass when nothing it looks at changed since a pass that started
+    # nothing, and remember failed job shapes within a pass: identical results, faster.
+    fast: bool = True
     packer: PackerConfig | None = None  # default: shares = memory slices of the GPU model
 
     def __post_init__(self) -> None:
@@ -83,6 +111,8 @@ class SimConfig:
             raise ValueError("--bf-depth must be 0 or more")
         if not 0.0 <= self.mig_static_fraction <= 1.0:
             raise ValueError("--mig-static-fraction must be in [0, 1]")
+        if self.corunner_rule == "best-pair" and not self.pair_predict:
+            raise ValueError("--corunner best-pair needs the pair prediction (measured pairs)")
 
 
 class Job:
@@ -195,6 +225,8 @@ class SimResult:
     avoided_pairs: int
     events: int
     wall_s: float
+    passes: int = 0  # scheduling passes run
+    passes_skipped: int = 0  # passes skipped: nothing changed since one that started nothing
     timeline: list[tuple[float, int, float, float]] = field(default_factory=list)
 
 
@@ -207,6 +239,9 @@ class Simulator:
         self.pk = cfg.packer or PackerConfig(
             mode="enforce", gpu_memory_gib=self.gpu_mem / GIB,
             shares_per_gpu=self.catalog.memory_slices)
+        if cfg.policy == "colocate" and cfg.pair_predict and cfg.packer is None:
+            # the measured pair speeds judge a busy job's pack, not a utilisation cut-off
+            self.pk = self.pk.with_overrides(max_util_pct=100.0)
         self.share_bytes = self.pk.share_bytes
         self.profiles = profiles
         self.pairs = pairs
@@ -232,7 +267,18 @@ class Simulator:
         self._warn_cache: dict[tuple, tuple[float | None, int | None]] = {}
         self._forecaster_cls = None
         self.skipped = 0
-        self._denied = False
+        self._denied = False  # the last try failed a backfill time test (else: no room)
+        self._dirty = True  # something a scheduling pass looks at changed since the last one
+        self.passes = self.passes_skipped = 0
+        self._rel: list[tuple[float, int]] = []  # (release time, GPU) of busy GPUs, sorted
+        self._rel_of: dict[int, float] = {}
+        self._opened = 0  # bumped when room appears for a job (a GPU with one job, free shares)
+        self._single_ver = 0  # bumped when a (workload, size) group of one-job GPUs appears/goes
+        self._decide_cache: dict = {}
+        self._corunner_cache: dict = {}
+        self._loads: dict[tuple, GpuLoad] = {}
+        self._load_key: dict[str, tuple] = {}
+        self._wl_index = {p.key: p.index for p in profiles}
         self._choose_cache: dict = {}
         self._prof_cache: dict = {}
         self._plan_cache: dict = {}
@@ -334,6 +380,8 @@ class Simulator:
                 now = job.submit
                 self._advance(now)
                 self.events += 1
+                if len(self.front) + len(self.queue) <= self.cfg.bf_depth:
+                    self._dirty = True  # it lands where a pass looks
                 self.queue[job.id] = job
             nxt = heap[0][0] if heap else math.inf
             if ai < n:
@@ -353,7 +401,8 @@ class Simulator:
             mem_total=float(self.gpu_mem) * self.cfg.gpus,
             reconfig_creates=self.creates, reconfig_destroys=self.destroys,
             avoided_pairs=len(self.avoid), events=self.events,
-            wall_s=time.perf_counter() - t0, timeline=self.timeline)
+            wall_s=time.perf_counter() - t0, passes=self.passes,
+            passes_skipped=self.passes_skipped, timeline=self.timeline)
 
     # ----------------------------------------------------------------- queue
     def _queue_iter(self):
@@ -369,6 +418,23 @@ class Simulator:
             self.front.remove(job)
 
     def _schedule(self, now: float) -> None:
+        """One Slurm scheduling pass: start the head while it fits, then backfill.
+
+        Each candidate is judged against the state as it is when its turn comes. With
+        ``fast``: a pass is skipped when nothing it looks at (GPUs, running jobs' expected
+        ends, the first ``bf_depth + 1`` queued jobs, history, pairs to avoid) changed since
+        a pass that started nothing, as that pass would start nothing again (every test is
+        either on that state or ``now + duration <= reservation``, which only gets harder
+        as time passes); and a job is not tried when one of the same shape (same workload
+        and remembered size, or same GPU count) no longer than it failed since the last
+        start in this pass (a longer job fails the same tests).
+        """
+        fast = self.cfg.fast
+        if fast and not self._dirty:
+            self.passes_skipped += 1
+            return
+        self.passes += 1
+        self._dirty = False
         head = None
         while self.front or self.queue:
             head = self.front[0] if self.front else next(iter(self.queue.values()))
@@ -379,29 +445,35 @@ class Simulator:
         if head is None or self.cfg.bf_depth == 0:
             return
         bf = _Backfill(self, head, now)
-        failed: set = set()
+        failed: dict = {}  # shape -> shortest duration that failed since the last start
         cand = list(islice(self._queue_iter(), 1, self.cfg.bf_depth + 1))
         if self.cfg.policy == "mig-by-size":
             cand.sort(key=lambda j: (self._mig_profile(j).memory_mib if j.gpus == 1 else math.inf,
                                      j.submit, j.id))
+        inf = math.inf
+        can1 = self._can_try_one()
         for job in cand:
-            if not self._can_try(job):
+            if not (can1 if job.gpus == 1 else len(self.idle) >= job.gpus):
                 continue
-            key = self._fail_key(job)
-            if key in failed:
-                continue
+            if fast:
+                key = self._fail_key(job)
+                if job.duration >= failed.get(key, inf):
+                    continue
             self._denied = False
+            opened = self._opened
             if self._try_start(job, now, bf):
                 self._remove(job)
-            elif not self._denied:
-                failed.add(key)  # no room for this shape now; the same shape fails too
+                can1 = self._can_try_one()
+                if failed and (self._opened != opened or self.mig):
+                    failed.clear()  # the start opened room a shape that failed may use
+            elif fast:
+                # refused by a backfill time test: a shorter job of this shape may pass
+                failed[key] = min(job.duration, failed.get(key, inf)) if self._denied else -inf
 
-    def _can_try(self, job: Job) -> bool:
-        """Cheap test: could anything start this job now?"""
+    def _can_try_one(self) -> bool:
+        """Cheap test: could anything start a one-GPU job now?"""
         if self.idle:
             return True
-        if job.gpus > 1:
-            return False
         p = self.cfg.policy
         if p == "exclusive":
             return False
@@ -426,16 +498,24 @@ class Simulator:
             return math.inf, 0  # a MIG head waits for an instance: no whole-GPU reservation
         if need <= free:
             return now, free - need
-        releases = []
-        for g in self.gpus:
-            if g.jobs and not g.static:
-                releases.append(max(j.t_end for j in g.jobs))
+        releases = self._rel  # kept sorted as jobs start, end and change speed
         k = need - free
         if k > len(releases):
             return math.inf, 0
-        shadow = heapq.nsmallest(k, releases)[-1]
-        extra = free + sum(1 for r in releases if r <= shadow) - need
+        shadow = releases[k - 1][0]
+        extra = free + bisect_right(releases, (shadow, math.inf)) - need
         return shadow, max(0, extra)
+
+    def _touch(self, g: Gpu) -> None:
+        """Re-file ``g`` in the sorted release times (when its last job should end)."""
+        old = self._rel_of.pop(g.id, None)
+        rel = self._rel
+        if old is not None:
+            del rel[bisect_left(rel, (old, g.id))]
+        if g.jobs and not g.static:
+            r = max(j.t_end for j in g.jobs)
+            self._rel_of[g.id] = r
+            insort(rel, (r, g.id))
 
     def _may_take_idle(self, job: Job, now: float, bf: _Backfill | None, n: int) -> bool:
         if bf is None:
@@ -448,11 +528,28 @@ class Simulator:
         self._denied = True
         return False
 
-    def _may_pack(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+    def _may_pack(self, job: Job, now: float, bf: _Backfill | None, g: Gpu | None = None) -> bool:
+        """May ``job`` join a busy GPU (``g``) without delaying the head's reservation?
+
+        Yes when it ends before the reservation, or when ``g``'s jobs end after it anyway
+        (``g`` is not one of the GPUs the reservation counts on, so slowing them down cannot
+        delay the head)."""
         if bf is None or bf.pack_ok or now + job.duration <= bf.shadow:
+            return True
+        if g is not None and self._rel_of.get(g.id, 0.0) > bf.shadow:
             return True
         self._denied = True
         return False
+
+    def _usable_idle(self, job: Job, now: float, bf: _Backfill | None) -> int:
+        """Idle GPUs this one-GPU job may take now (backfill keeps some for the head)."""
+        n = len(self.idle)
+        if not n or bf is None or now + job.duration <= bf.shadow:
+            return n
+        if bf.extra >= 1:
+            return min(n, bf.extra)
+        self._denied = True
+        return 0
 
     # ----------------------------------------------------------------- start
     def _try_start(self, job: Job, now: float, bf: _Backfill | None) -> bool:
@@ -465,10 +562,11 @@ class Simulator:
         if p == "exclusive":
             return self._start_idle(job, now, bf)
         if p == "shard-fixed":
-            if self.partial and self._may_pack(job, now, bf):
-                gid = next(iter(self.partial))
-                self._start_shared(job, self.gpus[gid], now, self.gpu_mem, None)
-                return True
+            if self.partial:
+                g = self.gpus[next(iter(self.partial))]
+                if self._may_pack(job, now, bf, g):
+                    self._start_shared(job, g, now, self.gpu_mem, None)
+                    return True
             return self._start_idle(job, now, bf, shared=True)
         if p == "lucid-like":
             return self._start_lucid(job, now, bf)
@@ -532,11 +630,18 @@ class Simulator:
                 d.pop(g.id, None)
                 if not d:
                     del self.single[key]
+                    self._single_ver += 1
 
     def _single_add(self, g: Gpu) -> None:
         if len(g.jobs) == 1 and g.jobs[0].gpus == 1:
             j = g.jobs[0]
-            self.single.setdefault((j.profile, self._held(j)), {})[g.id] = None
+            key = (j.profile, self._held(j))
+            d = self.single.get(key)
+            if d is None:
+                d = self.single[key] = {}
+                self._single_ver += 1
+            d[g.id] = None
+            self._opened += 1
 
     def _start_shared(self, job: Job, g: Gpu, now: float, cap: int, shards: int | None) -> None:
         was_busy = bool(g.jobs)
@@ -554,6 +659,7 @@ class Simulator:
         if self.cfg.policy == "shard-fixed":
             if len(g.jobs) < self.cfg.shard_jobs_per_gpu:
                 self.partial[g.id] = None
+                self._opened += 1
             else:
                 self.partial.pop(g.id, None)
         self._rerate_shared(g, now)
@@ -578,54 +684,135 @@ class Simulator:
     def _start_lucid(self, job: Job, now: float, bf: _Backfill | None) -> bool:
         if self.idle:
             return self._start_idle(job, now, bf, shared=True)
-        if job.label >= 2 or not self._may_pack(job, now, bf):
+        if job.label >= 2:
             return False
-        best = None
+        ranked = []
         for (prof, held), gids in self.single.items():
             p = self.profiles[prof]
             if p.label >= 2 or p.label + job.label > self.cfg.lucid_max_label_sum:
                 continue
             if held + job.mem0 > self.gpu_mem:
                 continue
-            key = (p.label + job.label, p.util_pct, prof)
-            if best is None or key < best[0]:
-                best = (key, next(iter(gids)))
-        if best is None:
-            return False
-        self._start_shared(job, self.gpus[best[1]], now, self.gpu_mem, None)
-        return True
+            ranked.append(((p.label + job.label, p.util_pct, prof, held), gids))
+        ranked.sort(key=lambda r: r[0])
+        for _, gids in ranked:
+            for gid in gids:  # the first GPU of the best kind the reservation allows
+                g = self.gpus[gid]
+                if self._may_pack(job, now, bf, g):
+                    self._denied = False
+                    self._start_shared(job, g, now, self.gpu_mem, None)
+                    return True
+                if bf is None or bf.pack_ok or now + job.duration <= bf.shadow:
+                    break  # allowed everywhere: only the first one matters
+        return False
 
     def _estimate(self, job: Job) -> Estimate | None:
         if not self.cfg.known_history and job.profile not in self.history:
             return None
         return Estimate(job.mem0, self.profiles[job.profile].util_pct, 1, source="sim-history")
 
+    def _decide(self, job: Job, idle_usable: int):
+        """packer.decision.decide, memoised on what it reads (it is pure)."""
+        known = self.cfg.known_history or job.profile in self.history
+        key = (job.profile, known, job.remembered, idle_usable > 0)
+        d = self._decide_cache.get(key)
+        if d is None:
+            remembered = math.ceil(job.remembered / self.share_bytes) if job.remembered else None
+            d = self._decide_cache[key] = decide(
+                _CANDIDATE, self._estimate(job), ClusterView(idle_gpus=idle_usable), self.pk,
+                fingerprint=job.workload, remembered_shards=remembered)
+        return d
+
+    def _pair_speed(self, a: str, b: str) -> float | None:
+        """Measured speed of workload ``a`` beside ``b``; None when never measured."""
+        return self.pairs.measured.get((self._wl_index[a], self._wl_index[b]))
+
+    def _load(self, key: tuple[int, int]) -> GpuLoad:
+        """A (workload, size) group of GPUs running one job each, as the co-runner rule sees it."""
+        gl = self._loads.get(key)
+        if gl is None:
+            prof, held = key
+            p = self.profiles[prof]
+            gl = self._loads[key] = GpuLoad(
+                gpu_id=f"{prof:03d}/{held}", capacity_bytes=self.gpu_mem,
+                jobs=(RunningJob(f"p{prof}", p.key, held, p.util_pct),))
+            self._load_key[gl.gpu_id] = key
+        return gl
+
     def _start_colocate(self, job: Job, now: float, bf: _Backfill | None) -> bool:
-        remembered = math.ceil(job.remembered / self.share_bytes) if job.remembered else None
-        d = decide(_CANDIDATE, self._estimate(job), ClusterView(idle_gpus=len(self.idle)),
-                   self.pk, fingerprint=job.workload, remembered_shards=remembered)
+        """FIG. 3: alone on an idle GPU if one is usable, else packed beside the co-runner
+        ``packer.corunner.choose_corunner`` picks (with the measured pairs' prediction)."""
+        usable = self._usable_idle(job, now, bf)
+        d = self._decide(job, usable)
         if d.verdict != "packed":
-            return self._start_idle(job, now, bf, shared=True)
-        if not self._may_pack(job, now, bf):
+            return bool(usable) and self._start_idle(job, now, bf, shared=True)
+        if not self.single:
             return False
         need = d.shards * int(self.share_bytes)
-        loads = []
-        for (prof, held), gids in self.single.items():
-            gid = next(iter(gids))
-            other = self.gpus[gid].jobs[0]
-            loads.append(GpuLoad(
-                gpu_id=f"{gid:06d}", capacity_bytes=self.gpu_mem,
-                jobs=(RunningJob(str(other.id), other.workload, held,
-                                 self.profiles[prof].util_pct),)))
-        ch = choose_corunner(Newcomer(str(job.id), job.workload, need,
-                                      self.profiles[job.profile].util_pct),
-                             loads, rule=self.cfg.corunner_rule,
-                             max_fraction=self.pk.max_gpu_fraction, max_jobs_per_gpu=2,
-                             avoid=self.avoid)
+        free_pack = bf is None or bf.pack_ok
+        new, acc = self._newcomer(job, need)
+        cands = []
+        for key in self.single:
+            ok = acc.get(key)
+            if ok is None:  # this kind of GPU, alone: the same rule, memoised per kind
+                ok = acc[key] = self._corunner(new, [self._load(key)], None).placed
+            if ok:
+                cands.append(key)
+        if not cands:
+            return False
+        picked: dict[str, int] = {}
+
+        def allow(gl: GpuLoad, mine: float, theirs: tuple[float, ...]) -> bool:
+            gids = self.single[self._load_key[gl.gpu_id]]
+            if free_pack:
+                picked[gl.gpu_id] = next(iter(gids))
+                return True
+            shadow = bf.shadow
+            run = job.duration / max(mine, 1e-9)  # the newcomer's run beside it
+            new_ok = now + run <= shadow
+            # the job there loses (1 - speed) of its progress while the newcomer runs: its
+            # end moves by run * (1 - speed) at most (fixed in time, so a pass that was
+            # refused stays refused while nothing changes)
+            delay = run * (1.0 - theirs[0])
+            for gid in gids:  # a GPU the reservation does not count on, or one freed in time
+                inc = self.gpus[gid].jobs[0]
+                if inc.t_end > shadow or (new_ok and inc.t_end + delay <= shadow):
+                    picked[gl.gpu_id] = gid
+                    return True
+            self._denied = True
+            return False
+
+        ch = self._corunner(new, [self._load(k) for k in cands], allow)
         if not ch.placed:
             return False
-        self._start_shared(job, self.gpus[int(ch.gpu_id)], now, need, d.shards)
+        self._denied = False
+        self._start_shared(job, self.gpus[picked[ch.gpu_id]], now, need, d.shards)
         return True
+
+    def _newcomer(self, job: Job, need: int) -> tuple[Newcomer, dict]:
+        """The co-runner rule's view of a queued job, and its memo of which kinds of GPU
+        (workload, size) qualify for it (valid while no pair is added to avoid)."""
+        key = (job.profile, need, len(self.avoid))
+        hit = self._corunner_cache.get(key)
+        if hit is None:
+            p = self.profiles[job.profile]
+            hit = self._corunner_cache[key] = (Newcomer(f"p{job.profile}", p.key, need,
+                                                        p.util_pct), {})
+        return hit
+
+    def _corunner(self, new: Newcomer, loads: list[GpuLoad], allow):
+        """packer.corunner.choose_corunner with this run's rule and pair prediction.
+
+        A GPU qualifies on its own (memory, pairs to avoid, predicted speeds), so the
+        caller may drop the kinds of GPU that did not qualify alone without changing the
+        choice among the rest."""
+        pred = self.cfg.pair_predict
+        return choose_corunner(
+            new, loads, rule=self.cfg.corunner_rule, max_fraction=self.pk.max_gpu_fraction,
+            max_jobs_per_gpu=2, avoid=self.avoid,
+            pair_speed=self._pair_speed if pred else None,
+            min_corunner_speed=1.0 - self.cfg.contention_threshold if pred else 0.0,
+            min_newcomer_speed=self.cfg.min_newcomer_speed if pred else 0.0, allow=allow)
 
     def _check(self, job: Job, now: float) -> None:
         """FIG. 4: has the pre-existing job lost more than the threshold since the pack?"""
@@ -817,6 +1004,9 @@ class Simulator:
         remaining = job.duration - job.done
         t_fin = now + remaining / job.rate
         job.t_end = t_fin
+        self._dirty = True
+        for gid in job.gpu_ids:
+            self._touch(self.gpus[gid])
         kind, t = _FINISH, t_fin
         if job.mem1 > job.mem0:
             if job.warn_work is not None and job.warn_work > job.done:
@@ -897,6 +1087,7 @@ class Simulator:
         self._release(job, now)
 
     def _release(self, job: Job, now: float) -> None:
+        self._dirty = True
         for gid in job.gpu_ids:
             g = self.gpus[gid]
             if g.inst and job.inst is not None:
@@ -905,12 +1096,14 @@ class Simulator:
                 self.idle_inst[job.inst.profile][(g.id, job.inst)] = None
                 self.has_idle[g.id] = None
                 g.jobs.remove(job)
+                self._touch(g)
                 if g.busy == 0 and not g.static:
                     self.idle[g.id] = None
                 self._gpu_changed(g, True)
                 continue
             self._single_del(g)
             g.jobs.remove(job)
+            self._touch(g)
             if g.whole:
                 g.whole = False
                 if self.mig and not g.static:
@@ -922,6 +1115,7 @@ class Simulator:
                 self._single_add(g)
                 if self.cfg.policy == "shard-fixed":
                     self.partial[g.id] = None
+                    self._opened += 1
                 self._rerate_shared(g, now)
             self._gpu_changed(g, True)
         job.gpu_ids = []

@@ -9,6 +9,8 @@
   ``gpu_mem_util``: the time-averaged share of GPU memory in use.
 - ``pair_bound_ok``: every job that shared a GPU ran no slower than its worst measured pair
   allows (its shared-run slowdown <= 1 / lowest measured pair speed, within 1e-6);
+  ``pair_bound_worst`` is the largest ratio of that slowdown to that bound (<= 1 when it
+  holds; jobs restarted or in unmeasured pairs are not judged);
   ``jobs_in_unmeasured_pairs`` counts jobs that shared with a pair the data does not cover
   (their speed is the documented fallback).
 """
@@ -30,8 +32,9 @@ def summary(res: SimResult) -> dict:
     # A shared job with no restart: its run time over its duration is bounded by the
     # worst pair it was in; restarts add lost work, which the bound does not cover.
     clean = [j for j in shared if not (j.oom_restarts or j.pred_restarts or j.preemptions)]
-    over = [j for j in clean if not j.unmeasured
-            and (j.end - j.first_start) / j.duration > j.max_pair_slow + 1e-6]
+    judged = [((j.end - j.first_start) / j.duration) / j.max_pair_slow
+              for j in clean if not j.unmeasured]
+    over = [r for r in judged if r > 1.0 + 1e-6]
     span = res.makespan or 1.0
     n_gpus = res.config.gpus
     return {
@@ -65,8 +68,12 @@ def summary(res: SimResult) -> dict:
         "p95_slowdown": round(percentile(slow, 95), 4),
         "run_slowdown_max": round(max(slow), 4) if slow else 0.0,
         "pair_bound_ok": not over,
+        "pair_bound_worst": round(max(judged), 4) if judged else 0.0,
+        "pair_bound_jobs": len(judged),
         "sim_events": res.events,
         "sim_wall_s": round(res.wall_s, 2),
+        "sim_passes": res.passes,
+        "sim_passes_skipped": res.passes_skipped,
     }
 
 

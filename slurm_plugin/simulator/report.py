@@ -18,6 +18,7 @@ COLUMNS = (
     ("gpu_mem_util", "GPU mem"), ("jobs_preempted", "preempted"), ("oom_restarts", "OOM"),
     ("predictive_restarts", "early restarts"), ("mig_reconfigurations", "MIG reconf"),
     ("p95_slowdown", "p95 slowdown"), ("pair_bound_ok", "within pairs"),
+    ("pair_bound_worst", "worst / pair bound"),
     ("sim_wall_s", "sim s"),
 )
 
@@ -157,7 +158,10 @@ def compare(configs: list[SimConfig], specs, profiles, pairs, out_dir: str | Pat
     if workload:
         lines += ["Workload: " + ", ".join(f"{k}={v}" for k, v in workload.items()), ""]
     lines += [table, "", "Times in hours. `within pairs`: no shared job ran slower than its "
-              "worst measured pair allows.", "", "## Best suite policy against the baselines", ""]
+              "worst measured pair allows; `worst / pair bound`: the largest ratio of a shared "
+              "job's slowdown (first start to end, over its duration alone) to that bound "
+              "(<= 1.000 when it holds; restarted jobs and unmeasured pairs not judged).", "",
+              "## Best suite policy against the baselines", ""]
     lines += verdict(results)
     lines += [""]
     for f in files:
@@ -168,3 +172,82 @@ def compare(configs: list[SimConfig], specs, profiles, pairs, out_dir: str | Pat
                                                  indent=1))
     return {"results": results, "table": table, "report": str(report), "warnings": warnings,
             "plots": files}
+
+
+def _slope(xs: list[float], ys: list[float]) -> float | None:
+    """Least-squares slope of log(y) on log(x): run time ~ x ** slope."""
+    import math
+
+    pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys) if x > 0 and y > 0]
+    if len(pts) < 2:
+        return None
+    mx = sum(p[0] for p in pts) / len(pts)
+    my = sum(p[1] for p in pts) / len(pts)
+    den = sum((p[0] - mx) ** 2 for p in pts)
+    return sum((p[0] - mx) * (p[1] - my) for p in pts) / den if den else None
+
+
+def scaling(configs: list[SimConfig], specs, profiles, pairs, job_counts: list[int],
+            gpu_counts: list[int], out_dir: str | Path,
+            progress: Callable[[str], None] | None = None) -> dict:
+    """Simulator run time against the number of jobs (first N of the workload, at each
+    config's GPUs) and against the number of GPUs (whole workload); ``scaling.md`` and
+    ``scaling.json`` in ``out_dir``, and a "Run time" section appended to its ``report.md``
+    when there is one."""
+    from dataclasses import replace
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    for cfg in configs:
+        label = cfg.policy + ("+pred" if cfg.predictor else "")
+        points = [(n, cfg.gpus) for n in job_counts] + [(len(specs), g) for g in gpu_counts]
+        for n, g in dict.fromkeys(points):
+            res = simulate(replace(cfg, gpus=g), specs[:n], profiles, pairs)
+            s = summary(res)
+            rows.append({"policy": label, "jobs": n, "gpus": g, "sim_wall_s": round(res.wall_s, 2),
+                         "events": res.events, "passes": res.passes,
+                         "passes_skipped": res.passes_skipped, "avg_queue_s": s["avg_queue_s"],
+                         "gpu_alloc": s["gpu_alloc"]})
+            if progress:
+                progress(f"{label}: {n} jobs on {g} GPUs: {res.wall_s:.1f} s "
+                         f"(avg queue {s['avg_queue_s'] / 3600:.1f} h)")
+    lines = ["## Run time against jobs and GPUs", "",
+             "Simulator wall time of one policy run (loading the trace excluded, one core). "
+             "`passes`: scheduling passes run; `skipped`: passes skipped because nothing "
+             "changed since one that started nothing.", "",
+             "| policy | jobs | GPUs | sim s | events | passes | skipped | avg queue h | GPUs allocated |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['policy']} | {r['jobs']} | {r['gpus']} | {r['sim_wall_s']:.1f} | "
+                     f"{r['events']} | {r['passes']} | {r['passes_skipped']} | "
+                     f"{r['avg_queue_s'] / 3600:.1f} | {r['gpu_alloc']:.1%} |")
+    lines.append("")
+    for cfg in configs:
+        label = cfg.policy + ("+pred" if cfg.predictor else "")
+        mine = [r for r in rows if r["policy"] == label]
+        by_jobs = [r for r in mine if r["gpus"] == cfg.gpus]
+        by_gpus = [r for r in mine if r["jobs"] == len(specs)]
+        sj = _slope([r["jobs"] for r in by_jobs], [r["sim_wall_s"] for r in by_jobs])
+        sg = _slope([r["gpus"] for r in by_gpus], [r["sim_wall_s"] for r in by_gpus])
+        worst = max(mine, key=lambda r: r["sim_wall_s"])
+        parts = [f"- {label}:"]
+        if sj is not None:
+            parts.append(f"run time ~ jobs^{sj:.2f} at {cfg.gpus} GPUs;")
+        if sg is not None:
+            parts.append(f"~ GPUs^{sg:.2f} on the whole workload (fewer GPUs: longer queues, "
+                         f"more work per pass);")
+        parts.append(f"slowest point {worst['sim_wall_s']:.1f} s ({worst['jobs']} jobs, "
+                     f"{worst['gpus']} GPUs).")
+        lines.append(" ".join(parts))
+    text = "\n".join(lines) + "\n"
+    (out / "scaling.md").write_text(text)
+    (out / "scaling.json").write_text(json.dumps(rows, indent=1))
+    report = out / "report.md"
+    if report.exists():
+        body = report.read_text()
+        cut = body.find("## Run time against jobs and GPUs")
+        if cut >= 0:
+            body = body[:cut].rstrip() + "\n"
+        report.write_text(body.rstrip() + "\n\n" + text)
+    return {"rows": rows, "markdown": text}

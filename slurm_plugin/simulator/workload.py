@@ -16,7 +16,9 @@ larger peak; they are the jobs the predictor is for.
 Pair speeds above 1 (measurement noise) are clamped to 1: no job runs faster shared than
 alone. An unmeasured pair falls back to processor sharing by measured utilisation: each job
 runs at ``min(1, 100 / (util_a + util_b))``. More than two jobs on one GPU: the product of
-the pair speeds (an extrapolation; the suite's packers never do it).
+the pair speeds (an extrapolation; the suite's packers never do it). The colocate policy's
+pair prediction (``packer.corunner.predicted_speeds``) uses the same numbers, so in the
+simulator its predictions are exact.
 """
 from __future__ import annotations
 

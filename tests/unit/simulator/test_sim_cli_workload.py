@@ -92,6 +92,19 @@ def test_compare_writes_a_markdown_report(tmp_path):
     assert len(json.loads((out / "results.json").read_text())["results"]) == 3
 
 
+@needs_data
+def test_scaling_command_writes_a_table(tmp_path):
+    out = tmp_path / "rep"
+    r = CliRunner().invoke(simulate, ["scaling", "--policies", "exclusive,colocate+pred",
+                                      "--jobs-list", "100,200", "--gpus-list", "8,16",
+                                      "--gpus", "16", "--jobs", "200", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = json.loads((out / "scaling.json").read_text())
+    assert {(r["policy"], r["jobs"], r["gpus"]) for r in rows} == {
+        (p, n, g) for p in ("exclusive", "colocate+pred") for n, g in ((100, 16), (200, 16), (200, 8))}
+    assert "| policy | jobs | GPUs |" in r.output
+
+
 def test_compare_rejects_unknown_policy():
     r = CliRunner().invoke(simulate, ["compare", "--policies", "exclusive,nope"])
     assert r.exit_code == 2 and "nope" in r.output
