@@ -5,11 +5,9 @@ import logging
 from typing import Callable
 
 from slurm_plugin.slurm.errors import SlurmError
-from slurm_plugin.slurm.gres import expand_hostlist
 
 log = logging.getLogger(__name__)
 
-HOLDING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING"})
 
 
 def running_jobs_lister(node: str, runner=None) -> Callable[[], "set[int] | None"]:
@@ -22,10 +20,9 @@ def running_jobs_lister(node: str, runner=None) -> Callable[[], "set[int] | None
 
             runner = SlurmRunner(timeout=10.0)
         try:
-            jobs = runner.jobs()
-        except (SlurmError, OSError) as exc:
+            return runner.job_ids_on_node(node)
+        except (SlurmError, OSError, ValueError) as exc:
             log.warning("cannot list jobs from Slurm (%s); freeing nothing until it answers", exc)
             return None
-        return {j.job_id for j in jobs if (j.state or "") in HOLDING_STATES and node in expand_hostlist(j.nodes)}
 
     return lister

@@ -18,7 +18,8 @@ def bench() -> None:
 
 @bench.command(context_settings=CTX)
 @click.option("--jobs", default=500, show_default=True, help="Held jobs to submit in each configuration.")
-@click.option("--rounds", default=2, show_default=True, help="Alternating with/without-shim rounds.")
+@click.option("--rounds", default=4, show_default=True,
+              help="Pairs of with/without-shim rounds, in ABBA order (jobs are split evenly).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE_DIR, show_default=True,
               help="The dev cluster to measure on (it must be up).")

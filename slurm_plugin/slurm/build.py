@@ -73,6 +73,20 @@ def squeue_args(*, all_partitions: bool = True) -> list[str]:
     return args
 
 
+HOLDING_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING")
+
+
+def node_jobs_args(node: str) -> list[str]:
+    """Ids of the jobs that hold ``node`` now, as plain text (one unique id per line).
+
+    Text, not JSON: 22.05 and 23.02 ignore filters with --json, and a node agent asks this
+    every few seconds; here slurmctld sends only that node's jobs."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", node):
+        raise ValueError(f"not a node name: {node!r}")
+    return ["squeue", "--noheader", "--all", "--nodelist", node,
+            "--states", ",".join(s.lower() for s in HOLDING_STATES), "--format", "%A"]
+
+
 def show_job_args(job_id: int | None, version: SlurmVersion | None) -> list[str]:
     """One job (or all) as JSON: `scontrol --json show job` from 23.02, else squeue."""
     if version is not None and version.has_scontrol_json:

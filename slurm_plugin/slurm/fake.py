@@ -118,6 +118,13 @@ class FakeSlurm:
 
     def _dispatch(self, argv: list[str]) -> tuple[int, str, str]:
         command, rest = argv[0], argv[1:]
+        if command == "squeue" and "--nodelist" in rest and "--format" in rest:
+            node = rest[rest.index("--nodelist") + 1]
+            states = {x.upper() for x in rest[rest.index("--states") + 1].split(",")}
+            from slurm_plugin.slurm.gres import expand_hostlist
+
+            ids = [j.job_id for j in self.jobs.values() if j.state in states and node in expand_hostlist(j.nodes)]
+            return 0, "".join(f"{i}\n" for i in ids), ""
         if command == "squeue" and "--json" in rest:
             return 0, self._dump({"jobs": [self._job_json(j) for j in self.jobs.values()]}), ""
         if command == "sinfo" and rest == ["--json"]:

@@ -172,6 +172,18 @@ class SlurmRunner:
             log.warning("%s reported: %s", args[0], text)
         return document
 
+    def job_ids_on_node(self, node: str) -> set[int]:
+        """Ids of the jobs holding ``node`` now (running, completing, ...): a cheap text query."""
+        result = self.run(build.node_jobs_args(node))
+        ids: set[int] = set()
+        for line in result.stdout.splitlines():
+            line = line.strip()
+            if line.isdigit():
+                ids.add(int(line))
+            elif line:
+                raise SlurmCommandError(build.node_jobs_args(node), 0, f"unexpected squeue line {line!r}")
+        return ids
+
     def jobs_document(self) -> JobsDocument:
         """Every job slurmctld knows (finished ones until MinJobAge), with the dialect."""
         return self._jobs_from(build.squeue_args())

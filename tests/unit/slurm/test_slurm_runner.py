@@ -262,3 +262,26 @@ def test_direct_executor_call_uses_no_shell_for_odd_values(mocker) -> None:
                        return_value=subprocess.CompletedProcess(["x"], 0, "", ""))
     subprocess_executor(["scontrol", "update", "JobId=1", "Comment=$(rm -rf /); `x`"], {}, 1.0)
     assert run.call_args.args[0][-1] == "Comment=$(rm -rf /); `x`"
+
+
+def test_job_ids_on_a_node_come_from_a_filtered_text_query(fake: FakeSlurm, runner: SlurmRunner) -> None:
+    fake.submit(job_id=5, state="RUNNING", nodes="node[1-2]")
+    fake.submit(job_id=6, state="COMPLETING", nodes="node2")
+    fake.submit(job_id=7, state="COMPLETED", nodes="node2")
+    fake.submit(job_id=8, state="PENDING")
+    assert runner.job_ids_on_node("node2") == {5, 6}
+    assert runner.job_ids_on_node("node3") == set()
+    with pytest.raises(ValueError, match="not a node name"):
+        runner.job_ids_on_node("node1 --all")
+
+
+def test_job_ids_on_a_node_refuse_output_they_do_not_understand() -> None:
+    def executor(args: Sequence[str], env: Mapping[str, str], timeout: float) -> CommandResult:
+        return CommandResult(list(args), 0, "123\nslurm_load_jobs error: Socket timed out\n", "")
+
+    with pytest.raises(SlurmCommandError, match="unexpected squeue line"):
+        SlurmRunner(executor=executor).job_ids_on_node("node1")
+
+    from slurm_plugin.agent.slurm_jobs import running_jobs_lister
+
+    assert running_jobs_lister("node1", SlurmRunner(executor=executor))() is None  # frees nothing
