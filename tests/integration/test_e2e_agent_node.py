@@ -116,12 +116,14 @@ def test_agent_killed_mid_job_and_restarted_loses_no_job(cluster):
         assert cluster.wait(j, DONE, timeout=60) == "COMPLETED", output(wd, j)
     final_long = client.final_stats(cluster.state_dir, node, long_job)
     assert final_long["iterations"] == 300 and final_long["peak_mem_bytes"] >= (1 << 30) + 300 * (1 << 20)
-    # the job that ended while the agent was away was found by the reconciliation and freed
+    # the job that ended while the agent was away was found and freed: by the agent's own
+    # reconciliation with Slurm, or (whichever comes first) by the helper asking for its summary
     deadline = time.time() + 15
     final_short = None
     while time.time() < deadline and final_short is None:
         final_short = client.final_stats(cluster.state_dir, node, short_job, wait_s=0.5)
-    assert final_short is not None and final_short["end_reason"] == "job no longer running in Slurm"
+    assert final_short is not None, "the short job's summary was never written"
+    assert final_short["end_reason"] in ("job no longer running in Slurm", "asked by uid 0"), final_short
     status = client.ask(cluster.state_dir / "run" / f"agent-{node}.sock", {"op": "status"})
     assert not {long_job, short_job, newcomer} & {int(j) for j in status["jobs"]}
     sim = SimGpuBackend(cluster.spec.simgpu_dir, node)
