@@ -305,6 +305,14 @@ class NodeAgent:
         g = gpus.get(a.gpu_index)
         if g is None:
             raise AgentError(f"Slurm gave GPU {a.gpu_index}, but {self.node} has GPUs {sorted(gpus)}")
+        if g.mig_enabled:  # MPS shares a whole GPU: MIG must be off (as _mig turns it on)
+            self._destroy_idle(a.gpu_index)  # slices a layout had prepared
+            if self.backend.list_instances(a.gpu_index):
+                raise AgentError(f"GPU {a.gpu_index} is in MIG mode with instances; an MPS share needs MIG off")
+            try:
+                self.backend.set_mig_mode(a.gpu_index, False)
+            except MigError as exc:
+                raise AgentError(f"GPU {a.gpu_index} is in MIG mode and cannot leave it: {exc}") from exc
         shares = self._shares(a.gpu_index)
         pct = self._planned_pct(a.gpu_index, a.job_id) or iso.mps_percentage(a.shards, shares)
         a.mem_limit_bytes = iso.mps_memory_limit_bytes(a.shards, shares, g.memory_mib)

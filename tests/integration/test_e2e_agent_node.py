@@ -131,3 +131,64 @@ def test_agent_killed_mid_job_and_restarted_loses_no_job(cluster):
     assert not {str(long_job), str(short_job), str(newcomer)} & held
     states = {j.job_id: j.state for j in SlurmRunner(env=cluster.env).jobs([long_job, short_job, newcomer])}
     assert set(states.values()) == {"COMPLETED"}, states
+
+
+def _wait_gone(pid: int, timeout: float = 15) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline and os.path.exists(f"/proc/{pid}"):
+        time.sleep(0.1)
+
+
+def test_mps_shares_come_from_measured_utilisation(cluster):
+    """node3's agent in MPS mode: two packed jobs share GPU 0 through MPS; a step started
+    after the helper has measured them gets the percentage its utilisation calls for."""
+    import subprocess
+
+    from slurm_plugin.devcluster import node_side
+
+    node = "node3"
+    wd = cluster.workdir
+    os.kill(agent_pid(cluster, node), signal.SIGTERM)
+    _wait_gone(agent_pid(cluster, node))
+    (_, _, args), = [p for p in node_side.processes(cluster.spec) if p[1] == node]
+    args = [*args[: args.index("--isolation")], "--isolation", "mps"]
+    log = open(wd / "mps-agent.log", "wb")
+    mps_agent = subprocess.Popen([sys.executable, "-m", "slurm_plugin", *args], env=cluster.env,
+                                 stdout=log, stderr=subprocess.STDOUT)
+    try:
+        sock = cluster.state_dir / "run" / f"agent-{node}.sock"
+        deadline = time.time() + 20
+        while time.time() < deadline and not (sock.exists() and client.ask(sock, {"op": "ping"}).get("status") == "ok"):
+            time.sleep(0.2)
+        jobs = {}
+        for workload in ("ResNet18", "LSTM"):
+            body = (
+                "#!/bin/sh\n"
+                f"env | grep -E '^CUDA_MPS' > {wd}/mps-first-$SLURM_JOB_ID.txt\n"
+                f"{sys.executable} -m slurm_plugin simgpu run --workload {workload} --mem-start 1GiB "
+                f"--iters 300 --iter-ms 50 > {wd}/mps-out-$SLURM_JOB_ID.txt 2>&1 &\n"
+                "sleep 10\n"
+                f"srun --overlap -n1 env | grep -E '^CUDA_MPS' > {wd}/mps-second-$SLURM_JOB_ID.txt\n"
+                "wait\n"
+            ).encode()
+            jobs[workload] = cluster.submit(["-J", "e2e-mps", "-w", node, "--gres=shard:4"], body)
+        for job_id in jobs.values():
+            assert cluster.wait(job_id, DONE, timeout=60) == "COMPLETED", output(wd, job_id)
+        def env_of(kind: str, job_id: int) -> dict[str, str]:
+            text = (wd / f"mps-{kind}-{job_id}.txt").read_text()
+            return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+        first = {w: env_of("first", j) for w, j in jobs.items()}
+        second = {w: env_of("second", j) for w, j in jobs.items()}
+        # the first step: half each (4 of 8 shares); the later step: from measured utilisation,
+        # LSTM (busier in the measured data) more than ResNet18, the two summing to 100
+        assert {e["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] for e in first.values()} == {"50"}
+        pct = {w: int(e["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]) for w, e in second.items()}
+        assert pct["LSTM"] > pct["ResNet18"] and pct["LSTM"] + pct["ResNet18"] == 100, pct
+        assert all(e["CUDA_MPS_PIPE_DIRECTORY"].endswith("gpu0/pipe") for e in second.values())
+    finally:
+        mps_agent.terminate()
+        mps_agent.wait(timeout=15)
+        log.close()
+        cluster.cancel_all()
+        cluster.dev.up()  # node3's own (MIG) agent again

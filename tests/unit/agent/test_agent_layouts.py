@@ -146,3 +146,18 @@ def test_mps_share_follows_the_helpers_measured_plan(tmp_path):
     assert agent.isolate(22, BATCH_STEP, 0, shard_env(0, 2)).isolation == "mps:30"
     plan.write_text(json.dumps({"0": {"23": 400}}))  # out of range: ignored
     assert agent.isolate(23, BATCH_STEP, 0, shard_env(0, 2)).isolation == "mps:25"
+
+
+def test_an_mps_share_turns_mig_off_when_no_job_holds_a_slice(tmp_path):
+    from slurm_plugin.agent.daemon import AgentError
+
+    backend = SimGpuBackend(None, "node1", gpus=["H100-80GB", "H100-80GB"])  # MIG on
+    mig_agent = NodeAgent("node1", tmp_path / "a", backend)
+    mig_agent.follow_queue("by-size", [1, 1])  # idle slices on both GPUs
+    mig_agent.isolate(30, BATCH_STEP, 0, shard_env(1, 1))  # GPU 1: a job holds a slice
+    mps_agent = NodeAgent("node1", tmp_path / "b", backend, isolation_mode="mps")
+    assert mps_agent.isolate(31, BATCH_STEP, 0, shard_env(0, 2)).isolation == "mps:25"
+    assert not backend.mig_mode(0) and backend.list_instances(0) == []
+    with pytest.raises(AgentError, match="MIG mode with instances"):
+        mps_agent.isolate(32, BATCH_STEP, 0, shard_env(1, 2))
+    assert any(i.owner == "30" for i in backend.list_instances(1))
