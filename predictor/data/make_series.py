@@ -12,7 +12,7 @@ import random
 import sys
 from pathlib import Path
 
-from predictor.kvmodel import GIB, LLAMA3_8B, MIB, QWEN2_7B, DecodeScenario, ModelConfig, decode_series
+from predictor.kvmodel import LLAMA3_8B, MIB, QWEN2_7B, DecodeScenario, ModelConfig, decode_series
 from predictor.series import write_series
 
 

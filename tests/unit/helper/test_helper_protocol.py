@@ -1,6 +1,5 @@
 import os
 import socket
-import threading
 
 import pytest
 from hypothesis import given, strategies as st
