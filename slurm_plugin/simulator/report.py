@@ -201,6 +201,13 @@ def scaling(configs: list[SimConfig], specs, profiles, pairs, job_counts: list[i
     rows: list[dict] = []
     for cfg in configs:
         label = cfg.policy + ("+pred" if cfg.predictor else "")
+        # untimed warm-up: module imports (statsmodels, which the predictor loads at its first
+        # warning, takes about 2 s) and caches belong to no point of the curve
+        if cfg.predictor:
+            import importlib
+
+            importlib.import_module("statsmodels.regression.linear_model")
+        simulate(cfg, specs[: min(len(specs), 2000)], profiles, pairs)
         points = [(n, cfg.gpus) for n in job_counts] + [(len(specs), g) for g in gpu_counts]
         for n, g in dict.fromkeys(points):
             res = simulate(replace(cfg, gpus=g), specs[:n], profiles, pairs)
