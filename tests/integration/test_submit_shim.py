@@ -136,19 +136,40 @@ def test_pack_only_when_no_gpu_is_idle(cluster):
     cluster.cancel_all()
 
 
-def _published_running(cluster, job_ids: set[int], timeout: float = 15) -> None:
-    """Wait until the watcher's cluster view shows these jobs running."""
+def _published_running(cluster, job_ids: set[int], timeout: float = 15, gone: set[int] = frozenset()) -> None:
+    """Wait until the watcher's cluster view shows these jobs running, and, for `gone`, until
+    Slurm no longer lists them as running or completing and a view taken since says so."""
     path = cluster.spec.helper_socket.parent / "cluster-view.json"
     deadline = time.time() + timeout
+    since = 0.0
+    if gone:
+        ids = ",".join(str(j) for j in gone)
+        while time.time() < deadline and cluster.run("squeue", "-h", "-j", ids, "-t", "R,CG,CF,S", "-o", "%i",
+                                                     check=False).stdout.strip():
+            time.sleep(0.2)
+        since = time.time()
     while time.time() < deadline:
         try:
             doc = json.loads(path.read_text())
-            if job_ids <= {r["job_id"] for r in doc["running"]}:
+            running = {r["job_id"] for r in doc["running"]}
+            if job_ids <= running and not gone & running and doc["taken_at"] > since:
                 return
         except (OSError, ValueError, KeyError):
             pass
         time.sleep(0.2)
-    raise AssertionError(f"jobs {sorted(job_ids)} never showed in {path}")
+    raise AssertionError(f"jobs {sorted(job_ids)} (without {sorted(gone)}) never showed in {path}")
+
+
+def _submit_decided(cluster, args, body) -> int:
+    """Submit; if the shim failed open (a stalled helper on a loaded 2-core box: the log says
+    so), cancel that copy and submit once more. This test is about the decision, not latency."""
+    job_id = cluster.submit(args, body)
+    if record_of(cluster, job_id) is None:
+        log = (cluster.spec.log / "slurmctld.log").read_text(errors="replace")
+        assert "passed through" in log.splitlines()[-1] or "passed through" in log[-2000:], log[-2000:]
+        cluster.run("scancel", str(job_id))
+        job_id = cluster.submit(args, body)
+    return job_id
 
 
 def test_pairs_to_avoid_are_kept_apart_at_submit_time(packing):
@@ -160,13 +181,13 @@ def test_pairs_to_avoid_are_kept_apart_at_submit_time(packing):
     store = Store(packing.spec.database)
     store.avoid_pair(fp_a, fp_b, "test: measured contention")
     store.close()
-    senior = packing.submit(["-J", "pair-a", "-w", "node1", "--gres=gpu:1"], body_a)
+    senior = _submit_decided(packing, ["-J", "pair-a", "-w", "node1", "--gres=gpu:1"], body_a)
     assert record_of(packing, senior).verdict == "packed"
     packing.wait(senior, "RUNNING", timeout=30)
     _published_running(packing, {senior})
 
     # the user's own exclusion is kept beside the helper's
-    newcomer = packing.submit(["-J", "pair-b", "-x", "node3", "--gres=gpu:1"], body_b)
+    newcomer = _submit_decided(packing, ["-J", "pair-b", "-x", "node3", "--gres=gpu:1"], body_b)
     job = packing.job(newcomer)
     record = record_of(packing, newcomer)
     assert record.verdict == "packed" and record.fields.get("avoid") == "node1", job["AdminComment"]
@@ -175,9 +196,10 @@ def test_pairs_to_avoid_are_kept_apart_at_submit_time(packing):
     packing.wait(newcomer, "RUNNING", timeout=30)
     assert packing.job(newcomer)["NodeList"] == "node2"
     packing.run("scancel", str(newcomer))
+    _published_running(packing, {senior}, gone={newcomer})  # the view has seen it go
 
     # a node the user requires cannot be excluded (Slurm would refuse the job): kept whole
-    pinned = packing.submit(["-J", "pair-b", "-w", "node1", "--gres=gpu:1", "--hold"], body_b)
+    pinned = _submit_decided(packing, ["-J", "pair-b", "-w", "node1", "--gres=gpu:1", "--hold"], body_b)
     record = record_of(packing, pinned)
     assert (record.verdict, record.reason) == ("exclusive", "avoid-pair")
     assert packing.job(pinned)["TresPerNode"] == "gres:gpu:1"
@@ -187,7 +209,7 @@ def test_pairs_to_avoid_are_kept_apart_at_submit_time(packing):
     for job_id in others:
         packing.wait(job_id, "RUNNING", timeout=30)
     _published_running(packing, {senior, *others})
-    last = packing.submit(["-J", "pair-b", "--gres=gpu:1"], body_b)
+    last = _submit_decided(packing, ["-J", "pair-b", "--gres=gpu:1"], body_b)
     record = record_of(packing, last)
     assert (record.verdict, record.reason) == ("exclusive", "avoid-pair")
     assert packing.job(last)["TresPerNode"] == "gres:gpu:1"
