@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 import socketserver
-import threading
 from pathlib import Path
 
 from slurm_plugin.agent import isolation as iso
 from slurm_plugin.agent.daemon import AgentError, NodeAgent
 from slurm_plugin.agent.trust import Peer, ReportRejected, may_call, peer_of
+from slurm_plugin.unix_socket import PeerCheckedUnixServer
 
 log = logging.getLogger(__name__)
 
@@ -83,19 +82,15 @@ class _Handler(socketserver.BaseRequestHandler):
             log.info("could not answer (client gone?): %s", exc)
 
 
-class AgentServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+class AgentServer(socketserver.ThreadingMixIn, PeerCheckedUnixServer):
+    """A thread per request: a slow job's report must not hold up a step's isolation."""
+
     daemon_threads = True
+    thread_name = "agent-socket"
 
     def __init__(self, path: Path, agent: NodeAgent, allowed_uids: set[int]):
-        self.socket_path = Path(path)
         self.agent = agent
-        self.allowed_uids = set(allowed_uids) | {0}
-        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
-        if self.socket_path.exists() or self.socket_path.is_socket():
-            self.socket_path.unlink()
-        super().__init__(str(self.socket_path), _Handler)
-        # jobs (any uid) connect to report; the per-op peer check decides what is answered
-        os.chmod(self.socket_path, 0o666)
+        super().__init__(path, _Handler, allowed_uids)
 
     def dispatch(self, op: str, body: dict, peer: Peer) -> dict:
         agent = self.agent
@@ -137,15 +132,3 @@ class AgentServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             changes = agent.follow_queue(str(body.get("policy", "off")), shards)
             return {"status": "ok", "node": agent.node, "changes": changes}
         raise ValueError(f"unknown op {op!r}")
-
-    def serve_in_thread(self) -> threading.Thread:
-        thread = threading.Thread(target=self.serve_forever, name="agent-socket", daemon=True)
-        thread.start()
-        return thread
-
-    def server_close(self) -> None:
-        super().server_close()
-        try:
-            self.socket_path.unlink()
-        except FileNotFoundError:
-            pass

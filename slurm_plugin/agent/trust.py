@@ -13,8 +13,8 @@ from __future__ import annotations
 import hmac
 import re
 import socket
-import struct
 from dataclasses import dataclass
+from slurm_plugin.unix_socket import peer_credentials
 
 PRIVILEGED_OPS = frozenset({"isolate", "step_end", "samples", "finish", "status", "layout"})
 OPEN_OPS = frozenset({"ping", "report"})
@@ -36,9 +36,7 @@ class ReportRejected(ValueError):
 
 
 def peer_of(sock: socket.socket) -> Peer:
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, gid = struct.unpack("3i", creds)
-    return Peer(pid, uid, gid)
+    return Peer(*peer_credentials(sock))
 
 
 def may_call(op: str, peer: Peer, allowed_uids: set[int]) -> bool:

@@ -74,7 +74,8 @@ class Helper:
         if snap is None:
             return frozenset()
         gpu_nodes = [n.name for n in snap.nodes if n.gpus > 0 and n.usable]
-        return submit_exclusion(fingerprint, snap.running, self.store.must_avoid, gpu_nodes)
+        partners = self.store.avoided_with(fingerprint)  # one query, not one per running job
+        return submit_exclusion(fingerprint, snap.running, lambda _me, other: other in partners, gpu_nodes)
 
     def _on_decision(self, facts: JobFacts, decision: Decision) -> None:
         if decision.verdict == "exclusive":

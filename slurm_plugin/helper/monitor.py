@@ -529,8 +529,10 @@ class Monitor:
             if job_shards(job) is None and job.job_id not in self._quirk_excluded:
                 continue
             want: set[str] = set()
-            if job_shards(job) is not None:
-                want |= avoid_nodes(self.fingerprint_of(job), running, self.store.must_avoid)
+            fp = self.fingerprint_of(job)
+            if job_shards(job) is not None and fp:
+                partners = self.store.avoided_with(fp)  # one query per pending job
+                want |= avoid_nodes(fp, running, lambda _me, other: other in partners)
             quirk = self._quirk_excluded.get(job.job_id)
             if quirk is not None:
                 node, keepers = quirk
@@ -574,6 +576,10 @@ class Monitor:
             key=lambda j: (-(j.priority or 0), j.submit_time.timestamp() if j.submit_time else 0.0, j.job_id),
         )
         shards = [job_shards(j) for j in pending][:32]
+        try:
+            from slurm_plugin.agent.client import AgentUnavailable, ask as agent_ask
+        except ImportError:  # no node agent installed on this host
+            return
         now = self.clock()
         run = self.agent_state_dir / "run"
         for sock in sorted(run.glob("agent-*.sock")):
@@ -582,10 +588,8 @@ class Monitor:
             if pushed is not None and pushed[0] == (policy, tuple(shards)) and now - pushed[1] < LAYOUT_REFRESH_S:
                 continue
             try:
-                from slurm_plugin.agent.client import AgentUnavailable, ask
-
-                answer = ask(sock, {"op": "layout", "policy": policy, "pending_shards": shards}, timeout=2.0)
-            except (ImportError, AgentUnavailable) as exc:
+                answer = agent_ask(sock, {"op": "layout", "policy": policy, "pending_shards": shards}, timeout=2.0)
+            except AgentUnavailable as exc:
                 log.debug("layout not sent to %s: %s", node, exc)
                 continue
             self._layout_pushed[node] = ((policy, tuple(shards)), now)

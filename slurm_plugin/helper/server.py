@@ -6,11 +6,8 @@ or history. A request that is too big, too slow or malformed gets a pass-through
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import socketserver
-import struct
-import threading
 from pathlib import Path
 from typing import Callable
 
@@ -21,6 +18,7 @@ from slurm_plugin.helper.protocol import (
     encode_response,
     request_complete,
 )
+from slurm_plugin.unix_socket import PeerCheckedUnixServer, peer_credentials
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +32,7 @@ Handler = Callable[[dict[str, bytes]], dict[str, str]]
 
 
 def peer_uid(sock: socket.socket) -> int:
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return uid
+    return peer_credentials(sock)[1]
 
 
 def pass_through(reason: str) -> dict[str, str]:
@@ -88,32 +84,15 @@ class _RequestHandler(socketserver.BaseRequestHandler):
             log.info("could not answer (client gone?): %s", exc)
 
 
-class HelperServer(socketserver.UnixStreamServer):
-    allow_reuse_address = True
+class HelperServer(PeerCheckedUnixServer):
+    """Answered one at a time in the accepting thread (see READ_TIMEOUT_S)."""
+
     request_queue_size = 128
+    thread_name = "helper-socket"
 
     def __init__(self, path: Path, handlers: dict[str, Handler], allowed_uids: set[int]):
-        self.socket_path = Path(path)
         self.handlers = handlers
-        self.allowed_uids = set(allowed_uids) | {0}
-        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
-        if self.socket_path.exists() or self.socket_path.is_socket():
-            self.socket_path.unlink()
-        super().__init__(str(self.socket_path), _RequestHandler)
-        # anyone may connect; the peer-credential check decides who is answered
-        os.chmod(self.socket_path, 0o666)
-
-    def serve_in_thread(self) -> threading.Thread:
-        thread = threading.Thread(target=self.serve_forever, name="helper-socket", daemon=True)
-        thread.start()
-        return thread
-
-    def server_close(self) -> None:
-        super().server_close()
-        try:
-            self.socket_path.unlink()
-        except FileNotFoundError:
-            pass
+        super().__init__(path, _RequestHandler, allowed_uids)
 
 
 def ask(path: Path | str, fields: dict[str, bytes | str], timeout: float = 2.0) -> dict[str, str]:

@@ -1,0 +1,48 @@
+"""The local Unix socket servers of the helper and the node agent: one shape, one place.
+
+Anyone may connect (jobs report to their agent); each server checks the peer's kernel
+credentials (SO_PEERCRED) per request and answers only whom it trusts.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import socketserver
+import struct
+import threading
+from pathlib import Path
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end, as the kernel reports them."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, gid = struct.unpack("3i", creds)
+    return pid, uid, gid
+
+
+class PeerCheckedUnixServer(socketserver.UnixStreamServer):
+    """Binds `path` (replacing a stale socket), world-connectable; root is always trusted."""
+
+    allow_reuse_address = True
+    thread_name = "unix-socket"
+
+    def __init__(self, path: Path, handler_class: type[socketserver.BaseRequestHandler], allowed_uids: set[int]):
+        self.socket_path = Path(path)
+        self.allowed_uids = set(allowed_uids) | {0}
+        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.socket_path.exists() or self.socket_path.is_socket():
+            self.socket_path.unlink()
+        super().__init__(str(self.socket_path), handler_class)
+        os.chmod(self.socket_path, 0o666)
+
+    def serve_in_thread(self) -> threading.Thread:
+        thread = threading.Thread(target=self.serve_forever, name=self.thread_name, daemon=True)
+        thread.start()
+        return thread
+
+    def server_close(self) -> None:
+        super().server_close()
+        try:
+            self.socket_path.unlink()
+        except FileNotFoundError:
+            pass
