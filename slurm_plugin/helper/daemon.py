@@ -29,6 +29,7 @@ from slurm_plugin.helper.view_file import PublishedView, view_path
 log = logging.getLogger(__name__)
 
 ROLES = ("all", "submit", "watch")
+SUBMIT_NICE = -5
 RESTART_BACKOFF_S = (1.0, 5.0, 30.0)
 
 
@@ -84,6 +85,12 @@ class Helper:
     def run(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self._done.set())
         signal.signal(signal.SIGINT, lambda *_: self._done.set())
+        # slurmctld waits on this process under its locks: on a busy controller it must not
+        # queue for the CPU behind ordinary processes (the watcher sets its own, lower, priority)
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, SUBMIT_NICE)
+        except OSError as exc:
+            log.info("cannot raise the submit side's CPU priority (not root?): %s", exc)
         if self.watcher is not None:
             self.watcher.start()
         self.server.serve_in_thread()

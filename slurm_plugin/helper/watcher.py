@@ -70,8 +70,8 @@ class Watcher:
     def run(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self._done.set())
         signal.signal(signal.SIGINT, lambda *_: self._done.set())
-        try:
-            os.nice(WATCHER_NICE)
+        try:  # absolute: the submit side that starts it runs at a higher priority
+            os.setpriority(os.PRIO_PROCESS, 0, WATCHER_NICE)
         except OSError:
             pass
         if self.poller is not None:
