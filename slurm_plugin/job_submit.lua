@@ -24,6 +24,10 @@ local FIELDS = {
 local conf = { socket = "/run/gpupack/helper.sock", timeout_ms = 50, kill_switch = "/etc/slurm/gpupack.disable" }
 local conf_loaded_at = -1
 local luasocket, unix_ctor, load_error
+-- slurmctld keeps this Lua state between submissions (and calls it under a lock, one job at
+-- a time), so the connection to the helper is kept too: no connect and accept per job.
+-- After any failure it is closed (a late answer must never be read as the next job's).
+local conn, conn_path
 
 local function log_info(fmt, ...) slurm.log_info("gpupack: " .. fmt, ...) end
 
@@ -44,6 +48,7 @@ local function load_conf()
     elseif k == "socket" or k == "kill_switch" then conf[k] = v end
   end
   f:close()
+  if conn and conf.socket ~= conn_path then conn:close() conn = nil end
 end
 
 local function load_socket()
@@ -87,35 +92,55 @@ local function encode(job_desc, submit_uid)
   return table.concat(parts)
 end
 
-local function ask_helper(request)
-  local deadline = luasocket.gettime() + conf.timeout_ms / 1000
-  local c = unix_ctor()
-  if not c then return nil, "cannot create a unix socket" end
-  c:settimeout(conf.timeout_ms / 1000)
-  local ok, err = c:connect(conf.socket)
-  if not ok then c:close() return nil, "helper unreachable (" .. tostring(err) .. ")" end
+-- One exchange on connection `c`: the whole request out, one answer line back, by `deadline`.
+local function exchange(c, request, deadline)
   local i = 1
   while i <= #request do
     local left = deadline - luasocket.gettime()
-    if left <= 0 then c:close() return nil, "helper too slow (send)" end
+    if left <= 0 then return nil, "helper too slow (send)" end
     c:settimeout(left)
     local last, serr, partial = c:send(request, i)
     if last then i = last + 1
     elseif partial and partial >= i then i = partial + 1
-    else c:close() return nil, "send failed (" .. tostring(serr) .. ")" end
+    else return nil, "send failed (" .. tostring(serr) .. ")" end
   end
   local left = deadline - luasocket.gettime()
-  if left <= 0 then c:close() return nil, "helper too slow (answer)" end
+  if left <= 0 then return nil, "helper too slow (answer)" end
   c:settimeout(left)
   local line, rerr = c:receive("*l")
-  c:close()
   if not line then return nil, "no answer (" .. tostring(rerr) .. ")" end
-  local answer = {}
-  for pair in (line .. "\t"):gmatch("([^\t]*)\t") do
-    local k, v = pair:match("^([%w_]+)=(.*)$")
-    if k then answer[k] = v end
+  return line
+end
+
+local function ask_helper(request)
+  local deadline = luasocket.gettime() + conf.timeout_ms / 1000
+  for attempt = 1, 2 do
+    local reused = conn ~= nil
+    if not reused then
+      local c = unix_ctor()
+      if not c then return nil, "cannot create a unix socket" end
+      c:settimeout(math.max(deadline - luasocket.gettime(), 0))
+      local ok, err = c:connect(conf.socket)
+      if not ok then c:close() return nil, "helper unreachable (" .. tostring(err) .. ")" end
+      conn, conn_path = c, conf.socket
+    end
+    local line, err = exchange(conn, request, deadline)
+    if line then
+      local answer = {}
+      for pair in (line .. "\t"):gmatch("([^\t]*)\t") do
+        local k, v = pair:match("^([%w_]+)=(.*)$")
+        if k then answer[k] = v end
+      end
+      return answer
+    end
+    conn:close()
+    conn = nil
+    -- a kept connection the helper closed (it restarted) gets one fresh try, in the same budget
+    if not reused or err:find("too slow", 1, true) or err:find("timeout", 1, true) then
+      return nil, err
+    end
   end
-  return answer
+  return nil, "helper closed the connection twice"
 end
 
 local function apply(job_desc, answer)

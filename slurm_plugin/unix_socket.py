@@ -1,7 +1,7 @@
-"""The local Unix socket servers of the helper and the node agent: one shape, one place.
+"""The local Unix sockets of the helper and the node agent: one shape, one place.
 
 Anyone may connect (jobs report to their agent); each server checks the peer's kernel
-credentials (SO_PEERCRED) per request and answers only whom it trusts.
+credentials (SO_PEERCRED) and answers only whom it trusts.
 """
 from __future__ import annotations
 
@@ -20,6 +20,20 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
     return pid, uid, gid
 
 
+def clear_socket_path(path: Path) -> None:
+    """Make room for a socket at `path`: its folder exists, a stale socket is gone."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() or path.is_socket():
+        path.unlink()
+
+
+def remove_socket(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
 class PeerCheckedUnixServer(socketserver.UnixStreamServer):
     """Binds `path` (replacing a stale socket), world-connectable; root is always trusted."""
 
@@ -29,9 +43,7 @@ class PeerCheckedUnixServer(socketserver.UnixStreamServer):
     def __init__(self, path: Path, handler_class: type[socketserver.BaseRequestHandler], allowed_uids: set[int]):
         self.socket_path = Path(path)
         self.allowed_uids = set(allowed_uids) | {0}
-        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
-        if self.socket_path.exists() or self.socket_path.is_socket():
-            self.socket_path.unlink()
+        clear_socket_path(self.socket_path)
         super().__init__(str(self.socket_path), handler_class)
         os.chmod(self.socket_path, 0o666)
 
@@ -42,7 +54,4 @@ class PeerCheckedUnixServer(socketserver.UnixStreamServer):
 
     def server_close(self) -> None:
         super().server_close()
-        try:
-            self.socket_path.unlink()
-        except FileNotFoundError:
-            pass
+        remove_socket(self.socket_path)

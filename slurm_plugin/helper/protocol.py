@@ -55,23 +55,30 @@ def decode_request(data: bytes) -> dict[str, bytes]:
         pos = stop + 1
 
 
-def request_complete(buffer: bytes) -> bool:
-    """True once `buffer` holds a whole request (cheap check used while reading)."""
+def request_end(buffer: bytes | bytearray) -> int | None:
+    """Where the first request in `buffer` ends (the offset just after its ``END``), or None
+    while more bytes are needed. Garbage ends at once (the whole buffer), so that the reader
+    stops and :func:`decode_request` says what is wrong with it."""
     if not buffer.startswith(MAGIC):
-        return len(buffer) >= len(MAGIC)  # garbage: stop reading, let decode complain
+        return len(buffer) if len(buffer) >= len(MAGIC) or not MAGIC.startswith(buffer) else None
     pos = len(MAGIC)
     while True:
         if buffer.startswith(END, pos):
-            return True
+            return pos + len(END)
         newline = buffer.find(b"\n", pos, pos + 128)
         if newline < 0:
-            return len(buffer) - pos >= 128  # a header that long is malformed
+            return len(buffer) if len(buffer) - pos >= 128 else None  # a header that long is malformed
         header = buffer[pos:newline].split(b" ")
         if len(header) != 2 or not header[1].isdigit():
-            return True
+            return len(buffer)
         pos = newline + 1 + int(header[1]) + 1
         if pos > len(buffer):
-            return False
+            return None
+
+
+def request_complete(buffer: bytes) -> bool:
+    """True once `buffer` holds a whole request (cheap check used while reading)."""
+    return request_end(buffer) is not None
 
 
 def encode_response(fields: dict[str, str]) -> bytes:

@@ -1,34 +1,56 @@
-"""The helper's Unix socket: one request, one answer, peers checked by their kernel credentials.
+"""The helper's Unix socket: requests answered in order, peers checked by their kernel credentials.
 
 Only root and the SlurmUser may talk to it (SO_PEERCRED), so a user cannot forge decisions
-or history. A request that is too big, too slow or malformed gets a pass-through answer.
+or history. A request that is too big, too slow or malformed gets a pass-through answer,
+and its connection is closed.
+
+A connection may carry many requests, one after the other: the shim inside slurmctld keeps
+one open between submissions (no connect, accept and close per job), tools open one per
+request. One thread serves them all: a decision takes a fraction of a millisecond and
+slurmctld sends one submission at a time anyway (it holds its job write lock), so a thread
+per connection would only add wake-ups. A client that stalls half-way through a request
+holds the others at most READ_TIMEOUT_S (the shim gives up after its own budget and passes
+its job through).
+
+A handler may return a :class:`Reply` whose ``after`` runs once the answer is sent: logging
+and bookkeeping stay off the clock slurmctld is waiting on.
 """
 from __future__ import annotations
 
 import logging
+import os
+import selectors
 import socket
-import socketserver
+import threading
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Union
 
 from slurm_plugin.helper.protocol import (
     MAX_REQUEST_BYTES,
     ProtocolError,
     decode_request,
     encode_response,
-    request_complete,
+    request_end,
 )
-from slurm_plugin.unix_socket import PeerCheckedUnixServer, peer_credentials
+from slurm_plugin.unix_socket import clear_socket_path, peer_credentials, remove_socket
 
 log = logging.getLogger(__name__)
 
-# Requests are answered one at a time, in the accepting thread: a decision takes about
-# 0.06 ms, and slurmctld sends one submission at a time anyway (it holds its job write lock),
-# so a thread per request would only add its start-up to every answer. Only root and the
-# SlurmUser get as far as a read; one of them stalling holds the others at most this long
-# (the shim gives up after its own budget and passes its job through).
-READ_TIMEOUT_S = 0.5
-Handler = Callable[[dict[str, bytes]], dict[str, str]]
+READ_TIMEOUT_S = 0.5  # the longest a started request may take to arrive in full
+MAX_CONNECTIONS = 64  # open at once; more are answered "busy" and closed
+
+
+@dataclass
+class Reply:
+    """An answer, and work to do once it has been sent."""
+
+    fields: dict[str, str]
+    after: Callable[[], None] | None = None
+
+
+Handler = Callable[[dict[str, bytes]], Union[dict[str, str], Reply]]
 
 
 def peer_uid(sock: socket.socket) -> int:
@@ -39,60 +61,205 @@ def pass_through(reason: str) -> dict[str, str]:
     return {"status": "error", "verdict": "untouched", "reason": reason}
 
 
-class _RequestHandler(socketserver.BaseRequestHandler):
-    server: "HelperServer"
-
-    def handle(self) -> None:
-        sock: socket.socket = self.request
-        uid = peer_uid(sock)
-        if uid not in self.server.allowed_uids:
-            log.warning("refused a connection from uid %d (allowed: %s)", uid, sorted(self.server.allowed_uids))
-            self._reply(pass_through("forbidden"))
-            return
-        sock.settimeout(READ_TIMEOUT_S)
-        buffer = bytearray()
-        try:
-            while not request_complete(bytes(buffer)):
-                chunk = sock.recv(262144)
-                if not chunk:
-                    break
-                buffer += chunk
-                if len(buffer) > MAX_REQUEST_BYTES:
-                    self._reply(pass_through("request-too-large"))
-                    return
-            fields = decode_request(bytes(buffer))
-        except (socket.timeout, ProtocolError, OSError) as exc:
-            log.warning("bad request from uid %d: %s", uid, exc)
-            self._reply(pass_through("bad-request"))
-            return
-        command = fields.pop("op", b"submit").decode("ascii", "replace")
-        handler = self.server.handlers.get(command)
-        if handler is None:
-            self._reply(pass_through("unknown-op"))
-            return
-        try:
-            answer = handler(fields)
-        except Exception:  # never let a bug take the helper down; the shim fails open
-            log.exception("handler %s failed", command)
-            answer = pass_through("helper-error")
-        self._reply(answer)
-
-    def _reply(self, answer: dict[str, str]) -> None:
-        try:
-            self.request.sendall(encode_response(answer))
-        except OSError as exc:
-            log.info("could not answer (client gone?): %s", exc)
+@dataclass
+class _Connection:
+    sock: socket.socket
+    uid: int
+    buffer: bytearray = field(default_factory=bytearray)
 
 
-class HelperServer(PeerCheckedUnixServer):
-    """Answered one at a time in the accepting thread (see READ_TIMEOUT_S)."""
+class HelperServer:
+    """Binds `path` (replacing a stale socket), world-connectable; root is always trusted."""
 
     request_queue_size = 128
     thread_name = "helper-socket"
 
     def __init__(self, path: Path, handlers: dict[str, Handler], allowed_uids: set[int]):
+        self.socket_path = Path(path)
         self.handlers = handlers
-        super().__init__(path, _RequestHandler, allowed_uids)
+        self.allowed_uids = set(allowed_uids) | {0}
+        clear_socket_path(self.socket_path)
+        self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.socket.bind(str(self.socket_path))
+            os.chmod(self.socket_path, 0o666)
+            self.socket.listen(self.request_queue_size)
+        except OSError:
+            self.socket.close()
+            raise
+        self._selector = selectors.DefaultSelector()
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_read, False)
+        self._connections: dict[int, _Connection] = {}
+        self._stop = threading.Event()
+        self._stopped = threading.Event()
+        self._stopped.set()
+
+    # -- running -----------------------------------------------------------------------
+
+    def serve_in_thread(self) -> threading.Thread:
+        self._stopped.clear()  # before the thread runs: a shutdown() right away must wait for it
+        thread = threading.Thread(target=self.serve_forever, name=self.thread_name, daemon=True)
+        thread.start()
+        return thread
+
+    def serve_forever(self) -> None:
+        self._stopped.clear()
+        selector = self._selector
+        selector.register(self.socket, selectors.EVENT_READ, None)
+        selector.register(self._wake_read, selectors.EVENT_READ, "wake")
+        try:
+            while not self._stop.is_set():
+                for key, _events in selector.select():
+                    if key.data is None:
+                        self._accept()
+                    elif isinstance(key.data, _Connection):
+                        self._serve(key.data)
+        finally:
+            for conn in list(self._connections.values()):
+                self._close(conn)
+            selector.unregister(self.socket)
+            selector.unregister(self._wake_read)
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        """Stop serving and wait until the loop has let go of every connection."""
+        self._stop.set()
+        try:
+            os.write(self._wake_write, b"x")
+        except OSError:
+            pass
+        self._stopped.wait()
+
+    def server_close(self) -> None:
+        self.socket.close()
+        self._selector.close()
+        for fd in (self._wake_read, self._wake_write):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        remove_socket(self.socket_path)
+
+    # -- one connection ----------------------------------------------------------------
+
+    def _accept(self) -> None:
+        try:
+            sock, _ = self.socket.accept()
+        except OSError as exc:  # out of descriptors: let the backlog wait a moment
+            log.warning("cannot accept a connection: %s", exc)
+            time.sleep(0.01)
+            return
+        uid = peer_uid(sock)
+        if uid not in self.allowed_uids:
+            log.warning("refused a connection from uid %d (allowed: %s)", uid, sorted(self.allowed_uids))
+            self._send(sock, pass_through("forbidden"))
+            sock.close()
+            return
+        if len(self._connections) >= MAX_CONNECTIONS:
+            log.warning("%d connections open already; refused one from uid %d", MAX_CONNECTIONS, uid)
+            self._send(sock, pass_through("busy"))
+            sock.close()
+            return
+        sock.settimeout(READ_TIMEOUT_S)
+        conn = _Connection(sock, uid)
+        self._connections[sock.fileno()] = conn
+        self._selector.register(sock, selectors.EVENT_READ, conn)
+
+    def _close(self, conn: _Connection) -> None:
+        self._connections.pop(conn.sock.fileno(), None)
+        try:
+            self._selector.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        conn.sock.close()
+
+    def _serve(self, conn: _Connection) -> None:
+        """Read what arrived; answer every whole request in it; close on EOF or trouble."""
+        try:
+            chunk = conn.sock.recv(262144)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._close(conn)
+            return
+        conn.buffer += chunk
+        while conn.buffer:
+            request = self._complete_request(conn)
+            if request is None:
+                self._close(conn)
+                return
+            try:
+                fields = decode_request(request)
+            except ProtocolError as exc:
+                log.warning("bad request from uid %d: %s", conn.uid, exc)
+                self._send(conn.sock, pass_through("bad-request"))
+                self._close(conn)
+                return
+            if not self._answer(conn, fields):
+                self._close(conn)
+                return
+
+    def _complete_request(self, conn: _Connection) -> bytes | None:
+        """The first whole request in the buffer (reading the rest of it if needed), or None
+        after answering why there is none."""
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        while (end := request_end(conn.buffer)) is None:
+            if len(conn.buffer) > MAX_REQUEST_BYTES:
+                self._send(conn.sock, pass_through("request-too-large"))
+                return None
+            left = deadline - time.monotonic()
+            try:
+                if left <= 0:
+                    raise socket.timeout("request not complete in time")
+                conn.sock.settimeout(left)
+                chunk = conn.sock.recv(262144)
+            except OSError as exc:
+                log.warning("bad request from uid %d: %s", conn.uid, exc)
+                self._send(conn.sock, pass_through("bad-request"))
+                return None
+            if not chunk:
+                return None
+            conn.buffer += chunk
+        conn.sock.settimeout(READ_TIMEOUT_S)
+        request = bytes(conn.buffer[:end])
+        del conn.buffer[:end]
+        return request
+
+    def _answer(self, conn: _Connection, fields: dict[str, bytes]) -> bool:
+        command = fields.pop("op", b"submit").decode("ascii", "replace")
+        handler = self.handlers.get(command)
+        after = None
+        if handler is None:
+            answer = pass_through("unknown-op")
+        else:
+            try:
+                result = handler(fields)
+                answer, after = (result.fields, result.after) if isinstance(result, Reply) else (result, None)
+            except Exception:  # never let a bug take the helper down; the shim fails open
+                log.exception("handler %s failed", command)
+                answer = pass_through("helper-error")
+        sent = self._send(conn.sock, answer)
+        if after is not None:
+            try:
+                after()
+            except Exception:
+                log.exception("after answering %s", command)
+        return sent
+
+    @staticmethod
+    def _send(sock: socket.socket, answer: dict[str, str]) -> bool:
+        try:
+            payload = encode_response(answer)
+        except ValueError:
+            log.exception("unencodable answer %r", answer)
+            payload = encode_response(pass_through("helper-error"))
+        try:
+            sock.sendall(payload)
+            return True
+        except OSError as exc:
+            log.info("could not answer (client gone?): %s", exc)
+            return False
 
 
 def ask(path: Path | str, fields: dict[str, bytes | str], timeout: float = 2.0) -> dict[str, str]:

@@ -57,6 +57,10 @@ def _user_name(uid: int) -> str:
         return str(uid)
 
 
+def _nothing() -> None:
+    pass
+
+
 def _text(fields: dict[str, bytes], key: str) -> str | None:
     raw = fields.get(key)
     if raw is None or raw == b"":
@@ -112,10 +116,18 @@ class SubmitService:
         self._avoid = avoid
 
     def answer(self, fields: dict[str, bytes]) -> SubmitAnswer:
+        """Decide, and log the decision at once (see :meth:`respond`)."""
+        answer, log_it = self.respond(fields)
+        log_it()
+        return answer
+
+    def respond(self, fields: dict[str, bytes]) -> tuple[SubmitAnswer, Callable[[], None]]:
+        """Decide; the second item logs the decision and is meant to run after the answer
+        is on its way (slurmctld waits for the answer, not for the log line)."""
         started = time.perf_counter()
         config = self._config()
         if self.kill_switch is not None and self.kill_switch.exists():
-            return SubmitAnswer("untouched", "kill-switch", config.mode)
+            return SubmitAnswer("untouched", "kill-switch", config.mode), _nothing
         facts = job_facts(fields)
         request = classify(facts)
         fp = fingerprint(facts.user, facts.name, facts.script) if isinstance(request, Candidate) else None
@@ -136,14 +148,17 @@ class SubmitService:
         if self._on_decision is not None:
             try:
                 self._on_decision(facts, decision)
-            except Exception:  # the event log must never break a submission
+            except Exception:  # the bookkeeping must never break a submission
                 log.exception("recording the decision failed")
-        log.info(
-            "decision user=%s verdict=%s reason=%s shards=%s mode=%s in %.2f ms",
-            facts.user, decision.verdict, decision.reason, decision.shards, config.mode,
-            (time.perf_counter() - started) * 1000,
-        )
-        return answer
+        decided_ms = (time.perf_counter() - started) * 1000
+
+        def log_it() -> None:
+            log.info(
+                "decision user=%s verdict=%s reason=%s shards=%s mode=%s in %.2f ms",
+                facts.user, decision.verdict, decision.reason, decision.shards, config.mode, decided_ms,
+            )
+
+        return answer, log_it
 
     def _avoid_partners(self, decision: Decision, required: str | None = None) -> Decision:
         """Keep a job about to be packed off the nodes of jobs it must not share a GPU with.

@@ -320,6 +320,29 @@ def test_helper_down_fails_open(packing):
         packing.dev.up()
 
 
+def _connections_to(path) -> int:
+    """Connected sockets whose address is `path` (the helper's accepted ends), per the kernel."""
+    with open("/proc/net/unix") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    return sum(1 for row in rows if len(row) >= 8 and row[7] == str(path) and row[5] == "03")
+
+
+def test_the_shim_keeps_one_connection_and_reconnects_after_a_helper_restart(packing):
+    body = script("kept")
+    seed_history(packing, "kept", body)
+    for _ in range(3):
+        job_id = packing.submit(["-J", "kept", "--gres=gpu:1"], body)
+        assert record_of(packing, job_id).verdict == "packed"
+    assert _connections_to(packing.spec.helper_socket) == 1  # slurmctld's, kept between jobs
+    _stop_helper(packing)
+    packing.dev.up()
+    packing.set_option("pack_only_when_no_idle_gpu", "false")  # up() wrote the settings afresh
+    job_id = packing.submit(["-J", "kept", "--gres=gpu:1"], body)
+    # the kept connection died with the old helper; the shim reconnected within the job's budget
+    assert record_of(packing, job_id).verdict == "packed"
+    assert _connections_to(packing.spec.helper_socket) == 1
+
+
 def test_slow_helper_fails_open_within_the_budget(packing):
     """A helper that accepts but never answers costs the job at most the shim's budget."""
     body = script("slow")

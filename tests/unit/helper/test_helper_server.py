@@ -1,0 +1,139 @@
+"""The helper's socket server: kept connections, split and pipelined requests, work after
+the answer, and the ways a connection ends."""
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+from slurm_plugin.helper import server as server_mod
+from slurm_plugin.helper.protocol import decode_response, encode_request
+from slurm_plugin.helper.server import HelperServer, Reply
+
+
+def _read_lines(sock: socket.socket, count: int = 1) -> list[dict[str, str]]:
+    data = b""
+    while data.count(b"\n") < count:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return [decode_response(line) for line in data.splitlines(keepends=True)]
+
+
+def _read_line(sock: socket.socket) -> dict[str, str]:
+    lines = _read_lines(sock)
+    assert len(lines) <= 1, lines
+    return lines[0] if lines else {}
+
+
+@pytest.fixture
+def serving(tmp_path):
+    events: list[str] = []
+
+    def echo(fields):
+        events.append("answer " + fields.get("n", b"").decode())
+        return {"status": "ok", "n": fields.get("n", b"").decode()}
+
+    def later(fields):
+        events.append("decide")
+        return Reply({"status": "ok"}, after=lambda: events.append("after"))
+
+    path = tmp_path / "helper.sock"
+    srv = HelperServer(path, {"echo": echo, "later": later}, {os.getuid()})
+    srv.serve_in_thread()
+    yield srv, path, events
+    srv.shutdown()
+    srv.server_close()
+
+
+def _connect(path) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(5)
+    sock.connect(str(path))
+    return sock
+
+
+def test_one_connection_carries_many_requests_in_order(serving):
+    srv, path, _ = serving
+    with _connect(path) as sock:
+        for n in range(5):
+            sock.sendall(encode_request({"op": "echo", "n": str(n)}))
+            assert _read_line(sock) == {"status": "ok", "n": str(n)}
+        # two requests in one write are both answered, in order
+        sock.sendall(encode_request({"op": "echo", "n": "a"}) + encode_request({"op": "echo", "n": "b"}))
+        assert [answer["n"] for answer in _read_lines(sock, 2)] == ["a", "b"]
+    assert len(srv._connections) <= 1  # the closed one is let go at its EOF
+
+
+def test_a_request_split_across_writes_is_put_together(serving):
+    _, path, _ = serving
+    data = encode_request({"op": "echo", "n": "7", "script": b"x" * 300_000})
+    with _connect(path) as sock:
+        for i in range(0, len(data), 70_000):
+            sock.sendall(data[i : i + 70_000])
+            time.sleep(0.01)
+        assert _read_line(sock)["n"] == "7"
+
+
+def test_after_runs_once_the_answer_is_sent(serving):
+    _, path, events = serving
+    with _connect(path) as sock:
+        sock.sendall(encode_request({"op": "later"}))
+        assert _read_line(sock) == {"status": "ok"}
+    deadline = time.time() + 5
+    while "after" not in events and time.time() < deadline:
+        time.sleep(0.01)
+    assert events == ["decide", "after"]
+
+
+def test_garbage_is_answered_and_the_connection_closed_but_others_go_on(serving):
+    _, path, _ = serving
+    with _connect(path) as good, _connect(path) as bad:
+        bad.sendall(b"NOT A REQUEST\n")
+        assert _read_line(bad)["reason"] == "bad-request"
+        assert bad.recv(10) == b""  # closed by the helper
+        good.sendall(encode_request({"op": "echo", "n": "1"}))
+        assert _read_line(good)["n"] == "1"
+
+
+def test_a_stalled_half_request_costs_the_others_at_most_the_read_timeout(serving, monkeypatch):
+    monkeypatch.setattr(server_mod, "READ_TIMEOUT_S", 0.2)
+    _, path, _ = serving
+    with _connect(path) as staller, _connect(path) as other:
+        staller.sendall(encode_request({"op": "echo", "n": "1"})[:15])
+        time.sleep(0.05)
+        started = time.monotonic()
+        other.sendall(encode_request({"op": "echo", "n": "2"}))
+        assert _read_line(other)["n"] == "2"
+        assert time.monotonic() - started < 2.0
+        assert _read_line(staller)["reason"] == "bad-request"
+
+
+def test_too_many_connections_are_refused_with_an_answer(serving, monkeypatch):
+    monkeypatch.setattr(server_mod, "MAX_CONNECTIONS", 2)
+    _, path, _ = serving
+    with _connect(path) as a, _connect(path) as b:
+        for sock in (a, b):  # make sure both are registered before the third arrives
+            sock.sendall(encode_request({"op": "echo", "n": "x"}))
+            assert _read_line(sock)["n"] == "x"
+        with _connect(path) as c:
+            assert _read_line(c)["reason"] == "busy"
+
+
+def test_shutdown_closes_kept_connections(tmp_path):
+    path = tmp_path / "h.sock"
+    srv = HelperServer(path, {"echo": lambda f: {"status": "ok"}}, {os.getuid()})
+    srv.serve_in_thread()
+    sock = _connect(path)
+    sock.sendall(encode_request({"op": "echo"}))
+    assert _read_line(sock) == {"status": "ok"}
+    stopper = threading.Thread(target=srv.shutdown)
+    stopper.start()
+    stopper.join(5)
+    assert not stopper.is_alive()
+    assert sock.recv(10) == b""
+    srv.server_close()
+    assert not path.exists()
+    sock.close()
