@@ -23,6 +23,8 @@ from slurm_plugin.slurm.gres import expand_hostlist
 
 log = logging.getLogger(__name__)
 
+SLOW_DECISION_MS = 5.0  # a decision slower than this is logged as a warning (it eats the shim's budget)
+
 
 @dataclass
 class SubmitAnswer:
@@ -153,10 +155,14 @@ class SubmitService:
         decided_ms = (time.perf_counter() - started) * 1000
 
         def log_it() -> None:
-            log.info(
-                "decision user=%s verdict=%s reason=%s shards=%s mode=%s in %.2f ms",
-                facts.user, decision.verdict, decision.reason, decision.shards, config.mode, decided_ms,
-            )
+            # slurmctld's log has every decision already (the shim's line) and the job its
+            # AdminComment; here only a slow one is worth a line by default
+            level = logging.WARNING if decided_ms >= SLOW_DECISION_MS else logging.DEBUG
+            if log.isEnabledFor(level):
+                log.log(
+                    level, "decision user=%s verdict=%s reason=%s shards=%s mode=%s in %.2f ms",
+                    facts.user, decision.verdict, decision.reason, decision.shards, config.mode, decided_ms,
+                )
 
         return answer, log_it
 

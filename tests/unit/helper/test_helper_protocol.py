@@ -108,3 +108,21 @@ def test_cluster_view_counts_idle_gpus_and_reservations():
     poller._fetch = lambda: (_ for _ in ()).throw(RuntimeError("slurmctld down"))
     poller.poll_once()  # keeps the last view
     assert poller.view().idle_gpus == 1
+
+
+def test_only_a_slow_decision_is_logged_above_debug(caplog):
+    import logging
+    import time as _time
+
+    fields = {"user_name": b"alice", "name": b"t", "tres_per_node": b"gres:gpu:1"}
+    fast = service(Store())
+    with caplog.at_level(logging.INFO, logger="slurm_plugin.helper.submit_service"):
+        answer, log_it = fast.respond(fields)
+        log_it()
+    assert answer.verdict == "exclusive" and not caplog.records
+    cfg = PackerConfig()
+    slow = SubmitService(lambda: cfg, Store(), lambda: (_time.sleep(0.006), ClusterView(0))[1])
+    with caplog.at_level(logging.INFO, logger="slurm_plugin.helper.submit_service"):
+        slow.respond(fields)[1]()
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    assert "decision user=alice verdict=exclusive" in caplog.records[0].getMessage()
