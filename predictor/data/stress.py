@@ -1,6 +1,6 @@
 """Robustness sweep of the forecaster over generated series (none of them is stored).
 
-    python predictor/data/stress.py [--max-extrapolation K] [--json]
+    python predictor/data/stress.py [--max-extrapolation K] [--no-deceleration-test] [--json]
 
 The benchmark folder holds nine series; this sweep runs the same measurements
 (:func:`predictor.bench.bench_series`) over 184 more, made with the models of
@@ -141,11 +141,17 @@ def run(options: ForecasterOptions | None = None) -> dict:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-extrapolation", type=float, default=None)
+    parser.add_argument(
+        "--no-deceleration-test", action="store_true", help="extrapolate concave windows too (the rule before it)"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv[1:])
-    options = ForecasterOptions() if args.max_extrapolation is None else ForecasterOptions(
-        max_extrapolation=args.max_extrapolation
-    )
+    overrides: dict = {}
+    if args.max_extrapolation is not None:
+        overrides["max_extrapolation"] = args.max_extrapolation
+    if args.no_deceleration_test:
+        overrides["deceleration_test"] = False
+    options = ForecasterOptions(**overrides)
     summary = run(options)
     if args.json:
         print(json.dumps(summary, sort_keys=True))

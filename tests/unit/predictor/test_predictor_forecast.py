@@ -310,3 +310,62 @@ def test_prefix_sums_give_the_least_squares_residuals_of_any_run():
     assert np.allclose(sums.rss(0, ends), expected, rtol=1e-6)
     assert sums.rss_one(30, 200) == pytest.approx(fit_line(x[30:], y[30:]).s ** 2 * 168, rel=1e-9)
     assert np.allclose(sums.residuals(30, 200), y[30:] - [fit_line(x[30:], y[30:]).predict(v) for v in x[30:]])
+
+
+# --------------------------------------------------------------------------- deceleration test
+def test_curvature_t_statistic_matches_statsmodels():
+    import numpy as np
+    from statsmodels.regression.linear_model import OLS
+
+    from predictor.forecast import _curvature
+
+    rng = np.random.default_rng(5)
+    for n, bend in ((6, -2e3), (12, 0.0), (80, -1e3), (400, 5e2)):
+        x = np.sort(rng.uniform(0, 1000, n)) + 1e4
+        y = 2e10 + 3e6 * x + bend * (x - 1e4) ** 2 + rng.normal(0, 5e7, n)
+        xc = x - x.mean()
+        expected = OLS(y, np.column_stack([np.ones(n), xc, xc * xc])).fit().tvalues[2]
+        t, r1 = _curvature(x, y, 0.0)
+        assert t == pytest.approx(expected, rel=1e-6)
+        assert 0.0 <= r1 <= 0.95
+    # the residual spread is floored (measurement resolution): an exact parabola's bend is
+    # measured against the floor, not against rounding errors
+    x = np.arange(10.0)
+    q = (x - 4.5) ** 2
+    q -= q.mean()
+    t, _ = _curvature(x, 100.0 - (x - 4.5) ** 2, floor=10.0)
+    assert t == pytest.approx(-math.sqrt(float(q @ q)) / 10.0, rel=1e-9)
+
+
+def test_significant_deceleration_gives_no_extrapolated_certainty():
+    # continuous batching (make_series.py's model, 32 slots, seed 102) against 40 GiB: at step
+    # 1000 the KV cache's fill is significantly concave; the line through it, trusted to 10x
+    # its span, would call the job certain to exceed 40 GiB (it levels off near 21 GiB)
+    ms = _make_series_module()
+    rows = ms._serving(ms.LLAMA3_8B, steps=40000, sample_every=100, slots=32, seed=102)
+    assert max(b for _, b in rows) < 40 * GIB
+    plain = decide(rows, 40 * GIB, horizon=40000, options=ForecasterOptions(deceleration_test=False))
+    assert plain.warn_step == 1000  # the false alarm the test removes
+    assert decide(rows, 40 * GIB, horizon=40000).warn_step is None
+    f = Forecaster(40 * GIB, 40000)
+    for step, value in rows:
+        fc = f.update(step, value)
+        if step == 1000:
+            break
+    assert not fc.will_exceed and "decelerating" in fc.reason
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_deceleration_test_leaves_linear_growth_alone(seed):
+    # straight lines (noisy, or an allocator staircase behind a prefill spike) are not read as
+    # decelerating: their warnings come at the same step with the test as without it
+    off = ForecasterOptions(deceleration_test=False)
+    rows = linear(1000, seed=seed)
+    d = decide(rows, 10 * GIB, horizon=999)
+    assert d.warn_step is not None and d.warn_step <= 0.11 * 600
+    assert d.warn_step == decide(rows, 10 * GIB, horizon=999, options=off).warn_step
+    rows = decode_like(seed=seed)
+    horizon = rows[-1][0]
+    d = decide(rows, 20 * GIB, horizon=horizon)
+    assert d.warn_step is not None
+    assert d.warn_step == decide(rows, 20 * GIB, horizon=horizon, options=off).warn_step
