@@ -105,10 +105,37 @@ def round_order(rounds: int) -> list[bool]:
     return order
 
 
+class BenchError(RuntimeError):
+    """The benchmark cannot run as asked; the message says what to change."""
+
+
+def _config_value(cluster: DevCluster, key: str) -> str | None:
+    out = cluster._slurm("scontrol", "show", "config").stdout
+    match = re.search(rf"^{key}\s*=\s*(\S+)", out, flags=re.M)
+    return match.group(1) if match else None
+
+
+def check_job_table_room(cluster: DevCluster, needed: int) -> None:
+    """Refuse to start a run that would hit MaxJobCount half-way (finished and cancelled
+    jobs stay in the controller's table for MinJobAge seconds)."""
+    limit = _config_value(cluster, "MaxJobCount")
+    if limit is None or not limit.isdigit():
+        return
+    held = len(cluster._slurm("squeue", "-h", "-t", "all", "-o", "%i").stdout.split())
+    if held + needed > int(limit):
+        age = _config_value(cluster, "MinJobAge") or "?"
+        raise BenchError(
+            f"the controller holds {held} job records and this run submits {needed} more, over "
+            f"MaxJobCount={limit}; finished and cancelled jobs leave its table after MinJobAge "
+            f"({age} s): wait that long, or use fewer --jobs"
+        )
+
+
 def run_submit_bench(cluster: DevCluster, jobs: int = 500, rounds: int = 4) -> SubmitBench:
     log_path = cluster.spec.log / "slurmctld.log"
-    controller = _Controller(cluster)
     per_round = max(1, jobs // rounds)
+    check_job_table_room(cluster, 2 * rounds * (per_round + WARMUP_JOBS))
+    controller = _Controller(cluster)
     time_in = {True: 0.0, False: 0.0}
     per_job: dict[bool, list[float]] = {True: [], False: []}
     latencies: list[float] = []

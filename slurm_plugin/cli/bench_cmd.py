@@ -29,13 +29,16 @@ def submit(jobs: int, rounds: int, as_json: bool, state_dir: Path) -> None:
     Goal: ratio >= 0.9 and p99 < 5 ms. The controller is restarted between rounds; the
     benchmark's held jobs are cancelled at the end (no other job is touched).
     """
-    from slurm_plugin.bench.submit import as_dict, run_submit_bench
+    from slurm_plugin.bench.submit import BenchError, as_dict, run_submit_bench
     from slurm_plugin.cli.devcluster_cmd import _cluster
 
     cluster = _cluster(state_dir)
     if not cluster._load():
         raise click.ClickException(f"the dev cluster in {state_dir} is not up: run `gpupack devcluster up` first")
-    result = run_submit_bench(cluster, jobs=jobs, rounds=rounds)
+    try:
+        result = run_submit_bench(cluster, jobs=jobs, rounds=rounds)
+    except BenchError as exc:
+        raise click.ClickException(str(exc)) from exc
     if as_json:
         click.echo(json.dumps(as_dict(result), indent=1))
     else:

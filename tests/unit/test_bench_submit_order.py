@@ -9,3 +9,30 @@ def test_rounds_are_balanced_abba():
     pos = {flag: sum(i for i, f in enumerate(order) if f == flag) for flag in (True, False)}
     assert pos[True] == pos[False]
     assert round_order(1) == [True, False]
+
+
+class _FakeCluster:
+    """Answers the two queries the room check makes (an error path: no controller needed)."""
+
+    def __init__(self, records: int, limit: str = "10000"):
+        self.records, self.limit = records, limit
+
+    def _slurm(self, *args):
+        import subprocess
+
+        if args[:2] == ("scontrol", "show"):
+            out = f"MaxJobCount             = {self.limit}\nMinJobAge               = 600 sec\n"
+        else:
+            out = "\n".join(str(i) for i in range(self.records))
+        return subprocess.CompletedProcess(args, 0, out, "")
+
+
+def test_a_run_that_would_overflow_the_job_table_is_refused_up_front():
+    import pytest
+
+    from slurm_plugin.bench.submit import BenchError, check_job_table_room
+
+    check_job_table_room(_FakeCluster(records=100), needed=9900)  # exactly fits
+    with pytest.raises(BenchError, match=r"holds 101 job records .* MaxJobCount=10000; .* MinJobAge \(600 s\)"):
+        check_job_table_room(_FakeCluster(records=101), needed=9900)
+    check_job_table_room(_FakeCluster(records=10**6, limit="unknown"), needed=1)  # unreadable limit: no check
