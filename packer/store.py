@@ -119,7 +119,7 @@ class Store:
     def estimate(self, fingerprint: str, window: int = 5) -> Estimate | None:
         """Recent peak (max of the last `window` runs) and mean utilisation."""
         # one indexed query: this runs on the submit path
-        recent = self.db.execute(
+        recent = self.db.conn.execute(
             "select peak_mem_bytes, mean_util_pct from runs where fingerprint = ? order by ended_at desc limit ?",
             [fingerprint, int(window)],
         ).fetchall()
@@ -140,7 +140,7 @@ class Store:
         )
 
     def remembered_size(self, fingerprint: str) -> int | None:
-        row = self.db.execute("select min_shards from sizes where fingerprint = ?", [fingerprint]).fetchone()
+        row = self.db.conn.execute("select min_shards from sizes where fingerprint = ?", [fingerprint]).fetchone()
         return row[0] if row else None
 
     # -- pairs that must not share a GPU ------------------------------------------------

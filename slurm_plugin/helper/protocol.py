@@ -30,55 +30,53 @@ def encode_request(fields: dict[str, bytes | str]) -> bytes:
     return b"".join(out)
 
 
-def decode_request(data: bytes) -> dict[str, bytes]:
-    """Parse a complete request; raise ProtocolError on anything malformed."""
-    if not data.startswith(MAGIC):
+def split_request(buffer: bytes | bytearray) -> tuple[dict[str, bytes], int] | None:
+    """The first request in `buffer` and the offset just after its ``END``; None while more
+    bytes are needed. Raises ProtocolError as soon as the bytes cannot be a request."""
+    if not buffer.startswith(MAGIC):
+        if MAGIC.startswith(bytes(buffer[: len(MAGIC)])):
+            return None
         raise ProtocolError("request does not start with GPUPACK/1")
+    size = len(buffer)
     pos = len(MAGIC)
     fields: dict[str, bytes] = {}
     while True:
-        if data.startswith(END, pos):
-            return fields
-        newline = data.find(b"\n", pos, pos + 128)
+        if buffer.startswith(END, pos):
+            return fields, pos + len(END)
+        newline = buffer.find(b"\n", pos, pos + 128)
         if newline < 0:
-            raise ProtocolError(f"no field header at byte {pos}")
-        header = data[pos:newline].decode("ascii", "replace").split(" ")
-        if len(header) != 2 or not header[1].isdigit() or not header[0].replace("_", "").isalnum():
-            raise ProtocolError(f"bad field header {data[pos:newline][:40]!r}")
-        key, length = header[0], int(header[1])
+            if size - pos >= 128:
+                raise ProtocolError(f"no field header at byte {pos}")
+            return None
+        header = buffer[pos:newline].split(b" ")
+        if len(header) != 2 or not header[1].isdigit() or not header[0].replace(b"_", b"").isalnum():
+            raise ProtocolError(f"bad field header {bytes(buffer[pos:newline][:40])!r}")
+        key, length = header[0].decode("ascii"), int(header[1])
         start, stop = newline + 1, newline + 1 + length
-        if stop + 1 > len(data) or data[stop : stop + 1] != b"\n":
-            raise ProtocolError(f"field {key} is shorter than its stated {length} bytes")
-        fields[key] = data[start:stop]
+        if stop + 1 > size:
+            return None
+        if buffer[stop] != 0x0A:
+            raise ProtocolError(f"field {key} is longer than its stated {length} bytes")
+        fields[key] = bytes(buffer[start:stop])
         if len(fields) > MAX_FIELDS:
             raise ProtocolError("too many fields")
         pos = stop + 1
 
 
-def request_end(buffer: bytes | bytearray) -> int | None:
-    """Where the first request in `buffer` ends (the offset just after its ``END``), or None
-    while more bytes are needed. Garbage ends at once (the whole buffer), so that the reader
-    stops and :func:`decode_request` says what is wrong with it."""
-    if not buffer.startswith(MAGIC):
-        return len(buffer) if len(buffer) >= len(MAGIC) or not MAGIC.startswith(buffer) else None
-    pos = len(MAGIC)
-    while True:
-        if buffer.startswith(END, pos):
-            return pos + len(END)
-        newline = buffer.find(b"\n", pos, pos + 128)
-        if newline < 0:
-            return len(buffer) if len(buffer) - pos >= 128 else None  # a header that long is malformed
-        header = buffer[pos:newline].split(b" ")
-        if len(header) != 2 or not header[1].isdigit():
-            return len(buffer)
-        pos = newline + 1 + int(header[1]) + 1
-        if pos > len(buffer):
-            return None
+def decode_request(data: bytes) -> dict[str, bytes]:
+    """Parse a complete request; raise ProtocolError on anything malformed or cut short."""
+    parsed = split_request(data)
+    if parsed is None:
+        raise ProtocolError(f"request cut short after {len(data)} bytes")
+    return parsed[0]
 
 
 def request_complete(buffer: bytes) -> bool:
-    """True once `buffer` holds a whole request (cheap check used while reading)."""
-    return request_end(buffer) is not None
+    """True once `buffer` holds a whole request, or bytes that can never become one."""
+    try:
+        return split_request(buffer) is not None
+    except ProtocolError:
+        return True
 
 
 def encode_response(fields: dict[str, str]) -> bytes:

@@ -27,13 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Union
 
-from slurm_plugin.helper.protocol import (
-    MAX_REQUEST_BYTES,
-    ProtocolError,
-    decode_request,
-    encode_response,
-    request_end,
-)
+from slurm_plugin.helper.protocol import MAX_REQUEST_BYTES, ProtocolError, encode_response, split_request
 from slurm_plugin.unix_socket import clear_socket_path, peer_credentials, remove_socket
 
 log = logging.getLogger(__name__)
@@ -185,46 +179,42 @@ class HelperServer:
             return
         conn.buffer += chunk
         while conn.buffer:
-            request = self._complete_request(conn)
-            if request is None:
-                self._close(conn)
-                return
             try:
-                fields = decode_request(request)
+                fields = self._next_request(conn)
             except ProtocolError as exc:
                 log.warning("bad request from uid %d: %s", conn.uid, exc)
                 self._send(conn.sock, pass_through("bad-request"))
-                self._close(conn)
-                return
-            if not self._answer(conn, fields):
+                fields = None
+            if fields is None or not self._answer(conn, fields):
                 self._close(conn)
                 return
 
-    def _complete_request(self, conn: _Connection) -> bytes | None:
-        """The first whole request in the buffer (reading the rest of it if needed), or None
-        after answering why there is none."""
-        deadline = time.monotonic() + READ_TIMEOUT_S
-        while (end := request_end(conn.buffer)) is None:
-            if len(conn.buffer) > MAX_REQUEST_BYTES:
-                self._send(conn.sock, pass_through("request-too-large"))
-                return None
-            left = deadline - time.monotonic()
-            try:
-                if left <= 0:
-                    raise socket.timeout("request not complete in time")
-                conn.sock.settimeout(left)
-                chunk = conn.sock.recv(262144)
-            except OSError as exc:
-                log.warning("bad request from uid %d: %s", conn.uid, exc)
-                self._send(conn.sock, pass_through("bad-request"))
-                return None
-            if not chunk:
-                return None
-            conn.buffer += chunk
-        conn.sock.settimeout(READ_TIMEOUT_S)
-        request = bytes(conn.buffer[:end])
+    def _next_request(self, conn: _Connection) -> dict[str, bytes] | None:
+        """The first whole request in the buffer, reading the rest of it if it is not all
+        there yet (within READ_TIMEOUT_S); None after answering why there is none."""
+        parsed = split_request(conn.buffer)
+        if parsed is None:  # rare: a request bigger than one read, or split by the sender
+            deadline = time.monotonic() + READ_TIMEOUT_S
+            while parsed is None:
+                if len(conn.buffer) > MAX_REQUEST_BYTES:
+                    self._send(conn.sock, pass_through("request-too-large"))
+                    return None
+                left = deadline - time.monotonic()
+                try:
+                    if left <= 0:
+                        raise socket.timeout("request not complete in time")
+                    conn.sock.settimeout(left)
+                    chunk = conn.sock.recv(262144)
+                except OSError as exc:
+                    raise ProtocolError(str(exc)) from exc
+                if not chunk:
+                    return None
+                conn.buffer += chunk
+                parsed = split_request(conn.buffer)
+            conn.sock.settimeout(READ_TIMEOUT_S)
+        fields, end = parsed
         del conn.buffer[:end]
-        return request
+        return fields
 
     def _answer(self, conn: _Connection, fields: dict[str, bytes]) -> bool:
         command = fields.pop("op", b"submit").decode("ascii", "replace")

@@ -45,13 +45,14 @@ class ReloadingConfig:
 
     def __init__(self, path: Path):
         self.path = path
-        self._mtime: float | None = None
+        self._path_text = os.fspath(path)
+        self._mtime: int | None = None
         self._config = load_config(path)
         self._mtime = self._stat()
 
-    def _stat(self) -> float | None:
+    def _stat(self) -> int | None:
         try:
-            return self.path.stat().st_mtime
+            return os.stat(self._path_text).st_mtime_ns  # on every submission: no pathlib
         except OSError:
             return None
 

@@ -6,6 +6,7 @@ server loop: any surprise becomes a pass-through answer with its reason.
 from __future__ import annotations
 
 import logging
+import os
 import pwd
 import time
 from dataclasses import dataclass, replace
@@ -114,6 +115,7 @@ class SubmitService:
         self.store = store
         self._cluster_view = cluster_view
         self.kill_switch = kill_switch
+        self._kill_switch_text = os.fspath(kill_switch) if kill_switch is not None else None
         self._on_decision = on_decision
         self._avoid = avoid
 
@@ -128,7 +130,7 @@ class SubmitService:
         is on its way (slurmctld waits for the answer, not for the log line)."""
         started = time.perf_counter()
         config = self._config()
-        if self.kill_switch is not None and self.kill_switch.exists():
+        if self._kill_switch_text is not None and os.path.exists(self._kill_switch_text):
             return SubmitAnswer("untouched", "kill-switch", config.mode), _nothing
         facts = job_facts(fields)
         request = classify(facts)
