@@ -17,7 +17,7 @@ import signal
 import statistics
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from slurm_plugin.devcluster.manager import DevCluster, _alive_with, _started_pid
 
@@ -41,6 +41,7 @@ class SubmitBench:
     with_shim_sbatch_median_ms: float = float("nan")
     without_shim_sbatch_median_ms: float = float("nan")
     ratio_of_medians: float = float("nan")
+    pair_ratios: list[float] = field(default_factory=list)  # each ABBA pair's own ratio: the noise
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -97,6 +98,17 @@ def _submit_round(cluster: DevCluster, count: int, per_job: list[float]) -> floa
     return time.perf_counter() - started
 
 
+def pair_ratios(round_seconds: list[tuple[bool, float]]) -> list[float]:
+    """With-shim rate over without-shim rate for each consecutive pair of rounds (equal job
+    counts, so the ratio of rates is the inverse ratio of times)."""
+    out = []
+    for (a_shim, a_s), (b_shim, b_s) in zip(round_seconds[::2], round_seconds[1::2]):
+        if a_shim != b_shim and a_s > 0 and b_s > 0:
+            with_s, without_s = (a_s, b_s) if a_shim else (b_s, a_s)
+            out.append(round(without_s / with_s, 3))
+    return out
+
+
 def round_order(rounds: int) -> list[bool]:
     """ABBA: with the shim (True) and without, balanced so a linear drift cancels out."""
     order: list[bool] = []
@@ -139,6 +151,7 @@ def run_submit_bench(cluster: DevCluster, jobs: int = 500, rounds: int = 4) -> S
     time_in = {True: 0.0, False: 0.0}
     per_job: dict[bool, list[float]] = {True: [], False: []}
     latencies: list[float] = []
+    round_seconds: list[tuple[bool, float]] = []
     try:
         for with_shim in round_order(rounds):
             controller.restart(with_shim=with_shim)
@@ -146,7 +159,9 @@ def run_submit_bench(cluster: DevCluster, jobs: int = 500, rounds: int = 4) -> S
             # nodes registering again): warm it up, untimed, before the round
             _submit_round(cluster, WARMUP_JOBS, [])
             offset = log_path.stat().st_size
-            time_in[with_shim] += _submit_round(cluster, per_round, per_job[with_shim])
+            seconds = _submit_round(cluster, per_round, per_job[with_shim])
+            time_in[with_shim] += seconds
+            round_seconds.append((with_shim, seconds))
             if with_shim:
                 with open(log_path, "rb") as fh:
                     fh.seek(offset)
@@ -173,6 +188,7 @@ def run_submit_bench(cluster: DevCluster, jobs: int = 500, rounds: int = 4) -> S
         with_shim_sbatch_median_ms=round(med_with * 1000, 3),
         without_shim_sbatch_median_ms=round(med_without * 1000, 3),
         ratio_of_medians=round(med_without / med_with, 3),
+        pair_ratios=pair_ratios(round_seconds),
     )
 
 

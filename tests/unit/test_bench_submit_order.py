@@ -36,3 +36,11 @@ def test_a_run_that_would_overflow_the_job_table_is_refused_up_front():
     with pytest.raises(BenchError, match=r"holds 101 job records .* MaxJobCount=10000; .* MinJobAge \(600 s\)"):
         check_job_table_room(_FakeCluster(records=101), needed=9900)
     check_job_table_room(_FakeCluster(records=10**6, limit="unknown"), needed=1)  # unreadable limit: no check
+
+
+def test_each_abba_pair_gets_its_own_ratio():
+    from slurm_plugin.bench.submit import pair_ratios
+
+    # with 2.0 s / without 1.8 s, then without 1.0 s / with 1.25 s
+    assert pair_ratios([(True, 2.0), (False, 1.8), (False, 1.0), (True, 1.25)]) == [0.9, 0.8]
+    assert pair_ratios([(True, 2.0)]) == []  # an unpaired round is not a ratio
