@@ -27,13 +27,6 @@ def clear_socket_path(path: Path) -> None:
         path.unlink()
 
 
-def remove_socket(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
-
-
 class PeerCheckedUnixServer(socketserver.UnixStreamServer):
     """Binds `path` (replacing a stale socket), world-connectable; root is always trusted."""
 
@@ -54,4 +47,4 @@ class PeerCheckedUnixServer(socketserver.UnixStreamServer):
 
     def server_close(self) -> None:
         super().server_close()
-        remove_socket(self.socket_path)
+        self.socket_path.unlink(missing_ok=True)

@@ -121,25 +121,29 @@ class BenchError(RuntimeError):
     """The benchmark cannot run as asked; the message says what to change."""
 
 
-def _config_value(cluster: DevCluster, key: str) -> str | None:
+def _config_values(cluster: DevCluster, *keys: str) -> dict[str, str]:
     out = cluster._slurm("scontrol", "show", "config").stdout
-    match = re.search(rf"^{key}\s*=\s*(\S+)", out, flags=re.M)
-    return match.group(1) if match else None
+    found = {}
+    for key in keys:
+        match = re.search(rf"^{key}\s*=\s*(\S+)", out, flags=re.M)
+        if match:
+            found[key] = match.group(1)
+    return found
 
 
 def check_job_table_room(cluster: DevCluster, needed: int) -> None:
     """Refuse to start a run that would hit MaxJobCount half-way (finished and cancelled
     jobs stay in the controller's table for MinJobAge seconds)."""
-    limit = _config_value(cluster, "MaxJobCount")
-    if limit is None or not limit.isdigit():
+    config = _config_values(cluster, "MaxJobCount", "MinJobAge")
+    limit = config.get("MaxJobCount", "")
+    if not limit.isdigit():
         return
     held = len(cluster._slurm("squeue", "-h", "-t", "all", "-o", "%i").stdout.split())
     if held + needed > int(limit):
-        age = _config_value(cluster, "MinJobAge") or "?"
         raise BenchError(
             f"the controller holds {held} job records and this run submits {needed} more, over "
             f"MaxJobCount={limit}; finished and cancelled jobs leave its table after MinJobAge "
-            f"({age} s): wait that long, or use fewer --jobs"
+            f"({config.get('MinJobAge', '?')} s): wait that long, or use fewer --jobs"
         )
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Union
 
 from slurm_plugin.helper.protocol import MAX_REQUEST_BYTES, ProtocolError, encode_response, split_request
-from slurm_plugin.unix_socket import clear_socket_path, peer_credentials, remove_socket
+from slurm_plugin.unix_socket import clear_socket_path, peer_credentials
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ class HelperServer:
                 os.close(fd)
             except OSError:
                 pass
-        remove_socket(self.socket_path)
+        self.socket_path.unlink(missing_ok=True)
 
     # -- one connection ----------------------------------------------------------------
 

@@ -114,7 +114,6 @@ class SubmitService:
         self._config = config
         self.store = store
         self._cluster_view = cluster_view
-        self.kill_switch = kill_switch
         self._kill_switch_text = os.fspath(kill_switch) if kill_switch is not None else None
         self._on_decision = on_decision
         self._avoid = avoid
