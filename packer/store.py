@@ -71,6 +71,18 @@ def _migrate_to_1(db: sqlite_utils.Database) -> None:
 MIGRATIONS = {1: _migrate_to_1}
 
 
+def _estimate_from(recent: list[tuple[int, float | None]]) -> Estimate | None:
+    """Recent peak (the max) and mean utilisation of the runs given, newest first."""
+    if not recent:
+        return None
+    utils = [util for _, util in recent if util is not None]
+    return Estimate(
+        peak_mem_bytes=max(peak for peak, _ in recent),
+        mean_util_pct=sum(utils) / len(utils) if utils else None,
+        runs=len(recent),
+    )
+
+
 class StoreError(RuntimeError):
     """The history database cannot be opened or written; the message says where and why."""
 
@@ -123,14 +135,20 @@ class Store:
             "select peak_mem_bytes, mean_util_pct from runs where fingerprint = ? order by ended_at desc limit ?",
             [fingerprint, int(window)],
         ).fetchall()
-        if not recent:
-            return None
-        utils = [util for _, util in recent if util is not None]
-        return Estimate(
-            peak_mem_bytes=max(peak for peak, _ in recent),
-            mean_util_pct=sum(utils) / len(utils) if utils else None,
-            runs=len(recent),
-        )
+        return _estimate_from(recent)
+
+    def history(self, fingerprint: str, window: int = 5) -> tuple[Estimate | None, int | None]:
+        """`estimate` and `remembered_size` together, in one statement (one read
+        transaction): the submit path asks for both on every candidate job."""
+        rows = self.db.conn.execute(
+            "select 0, min_shards, null from sizes where fingerprint = ?1 "
+            "union all select * from (select 1, peak_mem_bytes, mean_util_pct from runs "
+            "where fingerprint = ?1 order by ended_at desc limit ?2)",
+            [fingerprint, int(window)],
+        ).fetchall()
+        remembered = next((row[1] for row in rows if row[0] == 0), None)
+        recent = [(peak, util) for kind, peak, util in rows if kind == 1]
+        return _estimate_from(recent), remembered
 
     # -- remembered sizes (a job restarted for memory keeps its larger size) -------------
     def remember_size(self, fingerprint: str, min_shards: int, reason: str) -> None:

@@ -1,34 +1,39 @@
 """How much the submit shim costs: held-job submission rate with and without it, one run.
 
-The controller is restarted between rounds with `JobSubmitPlugins=lua` and without it. The
-rounds come in ABBA order (with, without, without, with, ...) so that drift over the run (a
-queue that grows, a neighbour process) falls on both configurations alike. The shim's own
-latency comes from the `elapsed_ms=` it logs for every job it handles.
+The run alternates short blocks of submissions with `JobSubmitPlugins=lua` and with it
+unset, switching with `scontrol reconfigure` (22.05 loads and unloads job_submit plugins
+on reconfigure; about 25 ms, where a controller restart took seconds). Blocks come in ABBA
+order, so a drift falls on both configurations alike, and short blocks mean a slow minute
+of the machine does too. Each switch is checked: a block without the shim must leave no
+shim line in slurmctld's log, a block with it must leave one per job.
 
-Two rates are reported per configuration: jobs over total time, and one over the median
-`sbatch` time (robust to a stall of the machine in one round); the goal is judged on the
-first, the second shows how much of a difference is noise.
+Reported: the rate ratio over all jobs (the goal is judged on it), the ratio of median
+`sbatch` times, and the ratio of each ABBA pair of blocks with a 95 % interval over the
+pairs, which says how much of the figure is noise. The shim's own latency comes from the
+`elapsed_ms=` it logs for every job it handles.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
-import signal
 import statistics
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 
-from slurm_plugin.devcluster.manager import DevCluster, _alive_with, _started_pid
+from slurm_plugin.devcluster.manager import DevCluster
 
 BENCH_NAME = "gpupack-bench"
-WARMUP_JOBS = 10  # untimed submissions after each controller restart
+BLOCK_JOBS = 25  # timed submissions per block
+WARMUP_JOBS = 3  # untimed submissions after each switch (the shim connects afresh)
 _ELAPSED_RE = re.compile(r"lua: gpupack: .* elapsed_ms=([0-9.]+)")
+_PLUGIN_LINE = "JobSubmitPlugins=lua\n"
 
 
 @dataclass
 class SubmitBench:
-    jobs: int
+    jobs: int  # timed submissions in each configuration
     with_shim_rate_per_s: float
     without_shim_rate_per_s: float
     ratio: float
@@ -36,12 +41,18 @@ class SubmitBench:
     shim_p99_ms: float
     shim_max_ms: float
     shim_samples: int
-    rounds: int
+    blocks: int  # blocks in each configuration
     slurm_version: str
     with_shim_sbatch_median_ms: float = float("nan")
     without_shim_sbatch_median_ms: float = float("nan")
     ratio_of_medians: float = float("nan")
-    pair_ratios: list[float] = field(default_factory=list)  # each ABBA pair's own ratio: the noise
+    pair_ratio_mean: float = float("nan")
+    pair_ratio_ci95: list[float] = field(default_factory=list)  # 95 % t-interval of the mean over pairs
+    pair_ratios: list[float] = field(default_factory=list)  # each ABBA pair of blocks' own ratio
+
+
+class BenchError(RuntimeError):
+    """The benchmark cannot run as asked; the message says what to change."""
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -50,40 +61,58 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-class _Controller:
-    """Restart slurmctld with or without the shim, keeping the dev cluster's registry true."""
+def block_order(blocks: int) -> list[bool]:
+    """ABBA: with the shim (True) and without, balanced so a linear drift cancels out."""
+    order: list[bool] = []
+    for r in range(blocks):
+        order += [True, False] if r % 2 == 0 else [False, True]
+    return order
+
+
+def pair_ratios(block_seconds: list[tuple[bool, float]]) -> list[float]:
+    """With-shim rate over without-shim rate for each consecutive pair of blocks (equal job
+    counts, so the ratio of rates is the inverse ratio of times)."""
+    out = []
+    for (a_shim, a_s), (b_shim, b_s) in zip(block_seconds[::2], block_seconds[1::2]):
+        if a_shim != b_shim and a_s > 0 and b_s > 0:
+            with_s, without_s = (a_s, b_s) if a_shim else (b_s, a_s)
+            out.append(round(without_s / with_s, 3))
+    return out
+
+
+def mean_interval(values: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """Mean of `values` and its two-sided t-interval (nan bounds with fewer than 2 values)."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, math.nan, math.nan
+    from scipy.stats import t  # statsmodels' own dependency
+
+    half = t.ppf(0.5 + level / 2, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+class _Switch:
+    """Turns the shim on and off: JobSubmitPlugins in slurm.conf, then `scontrol reconfigure`."""
 
     def __init__(self, cluster: DevCluster):
         self.cluster = cluster
         self.conf = cluster.spec.slurm_conf
         self.original = self.conf.read_text()
+        if _PLUGIN_LINE not in self.original:
+            raise BenchError(f"{self.conf} has no `JobSubmitPlugins=lua` line: is this a gpupack dev cluster?")
 
-    def restart(self, with_shim: bool) -> None:
-        text = self.original if with_shim else self.original.replace("JobSubmitPlugins=lua\n", "")
-        self.conf.write_text(text)
-        procs = self.cluster._load()
-        ctld = next(p for p in procs if p.role == "slurmctld")
-        os.kill(ctld.pid, signal.SIGTERM)
-        while _alive_with(ctld.pid, ctld.marker):
-            time.sleep(0.05)
-        pidfile = self.cluster.spec.run / "slurmctld.pid"
-        pidfile.unlink(missing_ok=True)
-        subprocess.run(["/usr/sbin/slurmctld", "-f", str(self.conf)], check=True, capture_output=True)
-        ctld.pid = _started_pid(pidfile, ctld.marker, "slurmctld", self.cluster.spec.log)
-        self.cluster._save(procs)
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            if self.cluster._slurm("scontrol", "ping").returncode == 0:
-                return
-            time.sleep(0.2)
+    def set(self, with_shim: bool) -> None:
+        self.conf.write_text(self.original if with_shim else self.original.replace(_PLUGIN_LINE, ""))
+        done = self.cluster._slurm("scontrol", "reconfigure")
+        if done.returncode != 0:
+            raise BenchError(f"scontrol reconfigure failed: {done.stderr.strip()}")
 
     def restore(self) -> None:
         if self.conf.read_text() != self.original:
-            self.restart(with_shim=True)
+            self.set(with_shim=True)
 
 
-def _submit_round(cluster: DevCluster, count: int, per_job: list[float]) -> float:
-    env = {**os.environ, **cluster.env()}
+def _submit_block(env: dict[str, str], count: int, per_job: list[float]) -> float:
     script = b"#!/bin/sh\n# gpupack submit benchmark\ntrue\n"
     started = time.perf_counter()
     for _ in range(count):
@@ -94,31 +123,8 @@ def _submit_round(cluster: DevCluster, count: int, per_job: list[float]) -> floa
         )
         per_job.append(time.perf_counter() - t0)
         if result.returncode != 0:
-            raise RuntimeError(f"sbatch failed: {result.stderr.decode(errors='replace')}")
+            raise BenchError(f"sbatch failed: {result.stderr.decode(errors='replace')}")
     return time.perf_counter() - started
-
-
-def pair_ratios(round_seconds: list[tuple[bool, float]]) -> list[float]:
-    """With-shim rate over without-shim rate for each consecutive pair of rounds (equal job
-    counts, so the ratio of rates is the inverse ratio of times)."""
-    out = []
-    for (a_shim, a_s), (b_shim, b_s) in zip(round_seconds[::2], round_seconds[1::2]):
-        if a_shim != b_shim and a_s > 0 and b_s > 0:
-            with_s, without_s = (a_s, b_s) if a_shim else (b_s, a_s)
-            out.append(round(without_s / with_s, 3))
-    return out
-
-
-def round_order(rounds: int) -> list[bool]:
-    """ABBA: with the shim (True) and without, balanced so a linear drift cancels out."""
-    order: list[bool] = []
-    for r in range(rounds):
-        order += [True, False] if r % 2 == 0 else [False, True]
-    return order
-
-
-class BenchError(RuntimeError):
-    """The benchmark cannot run as asked; the message says what to change."""
 
 
 def _config_values(cluster: DevCluster, *keys: str) -> dict[str, str]:
@@ -147,52 +153,72 @@ def check_job_table_room(cluster: DevCluster, needed: int) -> None:
         )
 
 
-def run_submit_bench(cluster: DevCluster, jobs: int = 500, rounds: int = 4) -> SubmitBench:
-    log_path = cluster.spec.log / "slurmctld.log"
-    per_round = max(1, jobs // rounds)
-    check_job_table_room(cluster, 2 * rounds * (per_round + WARMUP_JOBS))
-    controller = _Controller(cluster)
-    time_in = {True: 0.0, False: 0.0}
+class _LogTail:
+    """The shim's latencies logged since the last look."""
+
+    def __init__(self, path):
+        self.path = path
+        self.offset = path.stat().st_size
+
+    def skip(self) -> None:
+        self.offset = self.path.stat().st_size
+
+    def latencies(self) -> list[float]:
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            text = fh.read().decode(errors="replace")
+            self.offset = fh.tell()
+        return [float(m) for m in _ELAPSED_RE.findall(text)]
+
+
+def run_submit_bench(cluster: DevCluster, jobs: int = 500, block: int = BLOCK_JOBS) -> SubmitBench:
+    blocks = max(1, jobs // block)
+    check_job_table_room(cluster, 2 * blocks * (block + WARMUP_JOBS))
+    env = {**os.environ, **cluster.env()}
+    switch = _Switch(cluster)
+    log = _LogTail(cluster.spec.log / "slurmctld.log")
     per_job: dict[bool, list[float]] = {True: [], False: []}
     latencies: list[float] = []
-    round_seconds: list[tuple[bool, float]] = []
+    block_seconds: list[tuple[bool, float]] = []
     try:
-        for with_shim in round_order(rounds):
-            controller.restart(with_shim=with_shim)
-            # a restarted controller answers its first submissions late (state recovery,
-            # nodes registering again): warm it up, untimed, before the round
-            _submit_round(cluster, WARMUP_JOBS, [])
-            offset = log_path.stat().st_size
-            seconds = _submit_round(cluster, per_round, per_job[with_shim])
-            time_in[with_shim] += seconds
-            round_seconds.append((with_shim, seconds))
-            if with_shim:
-                with open(log_path, "rb") as fh:
-                    fh.seek(offset)
-                    latencies += [float(m) for m in _ELAPSED_RE.findall(fh.read().decode(errors="replace"))]
+        for with_shim in block_order(blocks):
+            switch.set(with_shim)
+            _submit_block(env, WARMUP_JOBS, [])
+            log.skip()
+            block_seconds.append((with_shim, _submit_block(env, block, per_job[with_shim])))
+            seen = log.latencies()
+            if with_shim and len(seen) < block:
+                raise BenchError(f"the shim logged {len(seen)} of {block} jobs: did reconfigure load it?")
+            if not with_shim and seen:
+                raise BenchError("the shim still ran with JobSubmitPlugins unset: reconfigure did not unload it")
+            latencies += seen
     finally:
-        controller.restore()
+        switch.restore()
         # the benchmark's own held jobs; nothing else is touched
         cluster._slurm("scancel", "--name", BENCH_NAME, "--state", "PENDING")
-    total = per_round * rounds
-    version = cluster._slurm("scontrol", "--version").stdout.strip()
+    time_in = {flag: sum(s for f, s in block_seconds if f == flag) for flag in (True, False)}
+    total = blocks * block
     with_rate, without_rate = total / time_in[True], total / time_in[False]
     med_with, med_without = statistics.median(per_job[True]), statistics.median(per_job[False])
+    pairs = pair_ratios(block_seconds)
+    mean, low, high = mean_interval(pairs)
     return SubmitBench(
         jobs=total,
         with_shim_rate_per_s=round(with_rate, 2),
         without_shim_rate_per_s=round(without_rate, 2),
         ratio=round(with_rate / without_rate, 3),
-        shim_p50_ms=round(statistics.median(latencies), 3) if latencies else float("nan"),
-        shim_p99_ms=round(_percentile(latencies, 0.99), 3) if latencies else float("nan"),
-        shim_max_ms=round(max(latencies), 3) if latencies else float("nan"),
+        shim_p50_ms=round(statistics.median(latencies), 3),
+        shim_p99_ms=round(_percentile(latencies, 0.99), 3),
+        shim_max_ms=round(max(latencies), 3),
         shim_samples=len(latencies),
-        rounds=rounds,
-        slurm_version=version,
+        blocks=blocks,
+        slurm_version=cluster._slurm("scontrol", "--version").stdout.strip(),
         with_shim_sbatch_median_ms=round(med_with * 1000, 3),
         without_shim_sbatch_median_ms=round(med_without * 1000, 3),
         ratio_of_medians=round(med_without / med_with, 3),
-        pair_ratios=pair_ratios(round_seconds),
+        pair_ratio_mean=round(mean, 3),
+        pair_ratio_ci95=[round(low, 3), round(high, 3)],
+        pair_ratios=pairs,
     )
 
 

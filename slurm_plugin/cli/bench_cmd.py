@@ -17,17 +17,19 @@ def bench() -> None:
 
 
 @bench.command(context_settings=CTX)
-@click.option("--jobs", default=500, show_default=True, help="Held jobs to submit in each configuration.")
-@click.option("--rounds", default=4, show_default=True,
-              help="Pairs of with/without-shim rounds, in ABBA order (jobs are split evenly).")
+@click.option("--jobs", default=500, show_default=True, type=click.IntRange(1),
+              help="Held jobs to submit in each configuration (rounded down to whole blocks).")
+@click.option("--block", default=25, show_default=True, type=click.IntRange(1),
+              help="Jobs per block; blocks alternate with and without the shim in ABBA order.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE_DIR, show_default=True,
               help="The dev cluster to measure on (it must be up).")
-def submit(jobs: int, rounds: int, as_json: bool, state_dir: Path) -> None:
+def submit(jobs: int, block: int, as_json: bool, state_dir: Path) -> None:
     """Submission rate with the shim and with JobSubmitPlugins unset, and the shim's p50/p99.
 
-    Goal: ratio >= 0.9 and p99 < 5 ms. The controller is restarted between rounds; the
-    benchmark's held jobs are cancelled at the end (no other job is touched).
+    Goal: ratio >= 0.9 and p99 < 5 ms. The shim is switched on and off between blocks with
+    `scontrol reconfigure`; the benchmark's held jobs are cancelled at the end (no other
+    job is touched).
     """
     from slurm_plugin.bench.submit import BenchError, as_dict, run_submit_bench
     from slurm_plugin.cli.devcluster_cmd import _cluster
@@ -36,7 +38,7 @@ def submit(jobs: int, rounds: int, as_json: bool, state_dir: Path) -> None:
     if not cluster._load():
         raise click.ClickException(f"the dev cluster in {state_dir} is not up: run `gpupack devcluster up` first")
     try:
-        result = run_submit_bench(cluster, jobs=jobs, rounds=rounds)
+        result = run_submit_bench(cluster, jobs=jobs, block=block)
     except BenchError as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:

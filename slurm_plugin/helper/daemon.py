@@ -67,8 +67,8 @@ class Helper:
         self.watcher = WatcherSupervisor(self.config_path, poll_interval) if spawn_watcher else None
 
     def _submit(self, fields: dict[str, bytes]) -> Reply:
-        answer, log_it = self.service.respond(fields)
-        return Reply(answer.to_wire(), after=log_it)
+        answer, after = self.service.respond(fields)
+        return Reply(answer.to_wire(), after=after)
 
     def _avoid_nodes(self, fingerprint: str) -> frozenset[str] | None:
         """Nodes running a job this fingerprint must never share a GPU with (pairs in SQLite);

@@ -11,6 +11,8 @@ written by the helper and never contain tabs or newlines.
 """
 from __future__ import annotations
 
+import re
+
 MAGIC = b"GPUPACK/1\n"
 END = b"END\n"
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
@@ -30,34 +32,39 @@ def encode_request(fields: dict[str, bytes | str]) -> bytes:
     return b"".join(out)
 
 
-def split_request(buffer: bytes | bytearray) -> tuple[dict[str, bytes], int] | None:
+_HEADER = re.compile(rb"([A-Za-z0-9_]{1,64}) ([0-9]{1,10})\n")
+_PARTIAL_HEADER = re.compile(rb"[A-Za-z0-9_]{0,64}( [0-9]{0,10})?")  # what a header cut short may be
+_HEADER_MAX = 64 + 1 + 10 + 1
+
+
+def split_request(buffer: bytes) -> tuple[dict[str, bytes], int] | None:
     """The first request in `buffer` and the offset just after its ``END``; None while more
     bytes are needed. Raises ProtocolError as soon as the bytes cannot be a request."""
     if not buffer.startswith(MAGIC):
-        if MAGIC.startswith(bytes(buffer[: len(MAGIC)])):
+        if MAGIC.startswith(buffer[: len(MAGIC)]):
             return None
         raise ProtocolError("request does not start with GPUPACK/1")
     size = len(buffer)
     pos = len(MAGIC)
     fields: dict[str, bytes] = {}
+    header = _HEADER.match  # one C call reads and checks a field header
     while True:
         if buffer.startswith(END, pos):
             return fields, pos + len(END)
-        newline = buffer.find(b"\n", pos, pos + 128)
-        if newline < 0:
-            if size - pos >= 128:
-                raise ProtocolError(f"no field header at byte {pos}")
-            return None
-        header = buffer[pos:newline].split(b" ")
-        if len(header) != 2 or not header[1].isdigit() or not header[0].replace(b"_", b"").isalnum():
-            raise ProtocolError(f"bad field header {bytes(buffer[pos:newline][:40])!r}")
-        key, length = header[0].decode("ascii"), int(header[1])
-        start, stop = newline + 1, newline + 1 + length
-        if stop + 1 > size:
+        found = header(buffer, pos)
+        if found is None:
+            tail = buffer[pos:pos + _HEADER_MAX]
+            if b"\n" in tail or _PARTIAL_HEADER.fullmatch(tail) is None:
+                raise ProtocolError(f"bad field header {bytes(tail[:40])!r}")
+            return None  # a header cut short: wait for the rest
+        start = found.end()
+        stop = start + int(found.group(2))
+        if stop >= size:
             return None
         if buffer[stop] != 0x0A:
-            raise ProtocolError(f"field {key} is longer than its stated {length} bytes")
-        fields[key] = bytes(buffer[start:stop])
+            raise ProtocolError(f"field {found.group(1).decode()} is longer than its stated "
+                                f"{found.group(2).decode()} bytes")
+        fields[found.group(1).decode("ascii")] = buffer[start:stop]
         if len(fields) > MAX_FIELDS:
             raise ProtocolError("too many fields")
         pos = stop + 1

@@ -23,7 +23,7 @@ import selectors
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Union
 
@@ -59,7 +59,7 @@ def pass_through(reason: str) -> dict[str, str]:
 class _Connection:
     sock: socket.socket
     uid: int
-    buffer: bytearray = field(default_factory=bytearray)
+    buffer: bytes = b""  # bytes, not bytearray: field values are slices of it
 
 
 class HelperServer:
@@ -213,7 +213,7 @@ class HelperServer:
                 parsed = split_request(conn.buffer)
             conn.sock.settimeout(READ_TIMEOUT_S)
         fields, end = parsed
-        del conn.buffer[:end]
+        conn.buffer = conn.buffer[end:]
         return fields
 
     def _answer(self, conn: _Connection, fields: dict[str, bytes]) -> bool:

@@ -64,15 +64,12 @@ def _nothing() -> None:
     pass
 
 
-def _text(fields: dict[str, bytes], key: str) -> str | None:
-    raw = fields.get(key)
-    if raw is None or raw == b"":
-        return None
-    return raw.decode("utf-8", "replace")
+def _decoded(fields: dict[str, bytes]) -> dict[str, str]:
+    """Every non-empty field but the script, as text (one pass: this runs per submission)."""
+    return {k: v.decode("utf-8", "replace") for k, v in fields.items() if v and k != "script"}
 
 
-def _int(fields: dict[str, bytes], key: str) -> int | None:
-    text = _text(fields, key)
+def _number(text: str | None) -> int | None:
     if text is None:
         return None
     try:
@@ -81,21 +78,22 @@ def _int(fields: dict[str, bytes], key: str) -> int | None:
         return None
 
 
-def job_facts(fields: dict[str, bytes]) -> JobFacts:
-    uid = _int(fields, "uid")
-    user = _text(fields, "user_name") or (_user_name(uid) if uid is not None else "")
+def job_facts(fields: dict[str, bytes], text: dict[str, str] | None = None) -> JobFacts:
+    """What the shim sent, as JobFacts (`text`: the fields already decoded, if at hand)."""
+    text = _decoded(fields) if text is None else text
+    uid = _number(text.get("uid"))
     return JobFacts(
-        user=user,
-        name=_text(fields, "name") or "",
+        user=text.get("user_name") or (_user_name(uid) if uid is not None else ""),
+        name=text.get("name", ""),
         script=fields.get("script", b""),
-        tres_per_node=_text(fields, "tres_per_node"),
-        tres_per_job=_text(fields, "tres_per_job"),
-        tres_per_task=_text(fields, "tres_per_task"),
-        min_nodes=_int(fields, "min_nodes"),
-        max_nodes=_int(fields, "max_nodes"),
-        num_tasks=_int(fields, "num_tasks"),
-        shared=_int(fields, "shared"),
-        partition=_text(fields, "partition"),
+        tres_per_node=text.get("tres_per_node"),
+        tres_per_job=text.get("tres_per_job"),
+        tres_per_task=text.get("tres_per_task"),
+        min_nodes=_number(text.get("min_nodes")),
+        max_nodes=_number(text.get("max_nodes")),
+        num_tasks=_number(text.get("num_tasks")),
+        shared=_number(text.get("shared")),
+        partition=text.get("partition"),
     )
 
 
@@ -120,26 +118,30 @@ class SubmitService:
 
     def answer(self, fields: dict[str, bytes]) -> SubmitAnswer:
         """Decide, and log the decision at once (see :meth:`respond`)."""
-        answer, log_it = self.respond(fields)
-        log_it()
+        answer, after = self.respond(fields)
+        after()
         return answer
 
     def respond(self, fields: dict[str, bytes]) -> tuple[SubmitAnswer, Callable[[], None]]:
-        """Decide; the second item logs the decision and is meant to run after the answer
-        is on its way (slurmctld waits for the answer, not for the log line)."""
+        """Decide; the second item records and logs the decision and is meant to run after
+        the answer is on its way, before the next request (slurmctld waits for the answer,
+        not for the bookkeeping)."""
         started = time.perf_counter()
         config = self._config()
         if self._kill_switch_text is not None and os.path.exists(self._kill_switch_text):
             return SubmitAnswer("untouched", "kill-switch", config.mode), _nothing
-        facts = job_facts(fields)
+        text = _decoded(fields)
+        facts = job_facts(fields, text)
         request = classify(facts)
-        fp = fingerprint(facts.user, facts.name, facts.script) if isinstance(request, Candidate) else None
-        estimate = self.store.estimate(fp, config.history_window) if fp else None
-        remembered = self.store.remembered_size(fp) if fp else None
+        if isinstance(request, Candidate):
+            fp = fingerprint(facts.user, facts.name, facts.script)
+            estimate, remembered = self.store.history(fp, config.history_window)
+        else:
+            fp, estimate, remembered = None, None, None
         decision = decide(request, estimate, self._cluster_view(), config, fp, remembered)
-        decision = self._avoid_partners(decision, _text(fields, "req_nodes"))
+        decision = self._avoid_partners(decision, text.get("req_nodes"))
         answer = SubmitAnswer(decision.verdict, decision.reason, config.mode, fingerprint=fp or "")
-        site_comment = _text(fields, "admin_comment")
+        site_comment = text.get("admin_comment")
         if config.mode != "observe" and decision.reason != "no-gpu":
             advised = config.mode == "advise"
             answer.admin_comment = merge(site_comment, decision.comment(advised=advised))
@@ -148,14 +150,16 @@ class SubmitService:
             answer.exclude = ",".join(decision.avoid_nodes)
             if request.field != "tres_per_node":
                 answer.clear_field = request.field
-        if self._on_decision is not None:
-            try:
-                self._on_decision(facts, decision)
-            except Exception:  # the bookkeeping must never break a submission
-                log.exception("recording the decision failed")
         decided_ms = (time.perf_counter() - started) * 1000
 
-        def log_it() -> None:
+        def after() -> None:
+            # the bookkeeping runs before the next request is read (one loop serves them
+            # all), so the next decision sees this one's reservation
+            if self._on_decision is not None:
+                try:
+                    self._on_decision(facts, decision)
+                except Exception:  # the bookkeeping must never break a submission
+                    log.exception("recording the decision failed")
             # slurmctld's log has every decision already (the shim's line) and the job its
             # AdminComment; here only a slow one is worth a line by default
             level = logging.WARNING if decided_ms >= SLOW_DECISION_MS else logging.DEBUG
@@ -165,7 +169,7 @@ class SubmitService:
                     facts.user, decision.verdict, decision.reason, decision.shards, config.mode, decided_ms,
                 )
 
-        return answer, log_it
+        return answer, after
 
     def _avoid_partners(self, decision: Decision, required: str | None = None) -> Decision:
         """Keep a job about to be packed off the nodes of jobs it must not share a GPU with.

@@ -78,6 +78,7 @@ class PublishedView:
         self._lock = threading.Lock()
         self._stamp: tuple[int, int, int] | None = None
         self._snapshot: Snapshot | None = None
+        self._free = 0  # idle whole GPUs in the snapshot, counted once when it is read
         self._reservations: list[float] = []
         self._complained: str | None = None
 
@@ -102,32 +103,37 @@ class PublishedView:
             return
         self._stamp = stamp
         self._snapshot = snapshot
+        self._free = idle_gpus(snapshot)
         self._reservations = [t for t in self._reservations if t > snapshot.taken_at]
 
     def snapshot(self) -> Snapshot | None:
         """The last snapshot read, if it is fresh enough to be trusted."""
         with self._lock:
-            self._refresh()
-            snap = self._snapshot
-            if snap is None:
-                return None
-            age = self._clock() - snap.taken_at
-            if age > self.max_age_s:
-                self._complain(f"the cluster view is {age:.0f} s old (limit {self.max_age_s:.0f} s)")
-                return None
-            self._complained = None
-            return snap
+            return self._fresh()
+
+    def _fresh(self) -> Snapshot | None:
+        self._refresh()
+        snap = self._snapshot
+        if snap is None:
+            return None
+        age = self._clock() - snap.taken_at
+        if age > self.max_age_s:
+            self._complain(f"the cluster view is {age:.0f} s old (limit {self.max_age_s:.0f} s)")
+            return None
+        self._complained = None
+        return snap
 
     def reserve_whole_gpu(self) -> None:
         with self._lock:
             self._reservations.append(self._clock())
 
     def view(self) -> ClusterView:
-        snap = self.snapshot()
-        if snap is None:
-            return ClusterView(idle_gpus=1)
+        """Idle whole GPUs now: the snapshot's, less the reservations made since (on every
+        submission, so the snapshot's count is kept, not summed over its nodes again)."""
         with self._lock:
-            return ClusterView(idle_gpus=idle_gpus(snap, len(self._reservations)))
+            if self._fresh() is None:
+                return ClusterView(idle_gpus=1)
+            return ClusterView(idle_gpus=max(0, self._free - len(self._reservations)))
 
     def running(self) -> tuple[Running, ...]:
         snap = self.snapshot()

@@ -1,14 +1,19 @@
-"""The submit benchmark's round order: ABBA, so a drift over the run falls on both sides."""
-from slurm_plugin.bench.submit import round_order
+"""The submit benchmark's block order (ABBA, so a drift over the run falls on both sides),
+its room check, and the figures it derives from block times."""
+import math
+
+import pytest
+
+from slurm_plugin.bench.submit import block_order, mean_interval
 
 
-def test_rounds_are_balanced_abba():
-    order = round_order(4)
+def test_blocks_are_balanced_abba():
+    order = block_order(4)
     assert order == [True, False, False, True, True, False, False, True]
     # the mean position of each configuration is the same: a linear drift cancels
     pos = {flag: sum(i for i, f in enumerate(order) if f == flag) for flag in (True, False)}
     assert pos[True] == pos[False]
-    assert round_order(1) == [True, False]
+    assert block_order(1) == [True, False]
 
 
 class _FakeCluster:
@@ -28,8 +33,6 @@ class _FakeCluster:
 
 
 def test_a_run_that_would_overflow_the_job_table_is_refused_up_front():
-    import pytest
-
     from slurm_plugin.bench.submit import BenchError, check_job_table_room
 
     check_job_table_room(_FakeCluster(records=100), needed=9900)  # exactly fits
@@ -44,3 +47,12 @@ def test_each_abba_pair_gets_its_own_ratio():
     # with 2.0 s / without 1.8 s, then without 1.0 s / with 1.25 s
     assert pair_ratios([(True, 2.0), (False, 1.8), (False, 1.0), (True, 1.25)]) == [0.9, 0.8]
     assert pair_ratios([(True, 2.0)]) == []  # an unpaired round is not a ratio
+
+
+def test_the_interval_over_pairs_is_a_t_interval():
+    mean, low, high = mean_interval([0.9, 1.0, 1.1])
+    assert mean == pytest.approx(1.0)
+    # t(0.975, 2) = 4.303; sd = 0.1; sqrt(3): half-width 0.2484
+    assert (low, high) == (pytest.approx(1.0 - 0.2484, abs=1e-4), pytest.approx(1.0 + 0.2484, abs=1e-4))
+    mean, low, high = mean_interval([0.95])
+    assert mean == 0.95 and math.isnan(low) and math.isnan(high)

@@ -15,6 +15,19 @@ def test_estimate_uses_recent_runs(tmp_path):
     assert store.estimate("fp").peak_mem_bytes == 6 * GIB
 
 
+def test_history_is_the_estimate_and_the_remembered_size_in_one_lookup(tmp_path):
+    store = Store(tmp_path / "db.sqlite")
+    assert store.history("fp") == (None, None)
+    store.remember_size("fp", 3, "oom-restart")
+    assert store.history("fp") == (None, 3)  # a remembered size without runs is still found
+    for i, (peak, util) in enumerate([(4, 10.0), (6, None), (5, 50.0), (9, 70.0)]):
+        store.record_run(RunRecord(job_id=i, fingerprint="fp", peak_mem_bytes=peak * GIB, mean_util_pct=util, ended_at=100 + i))
+    store.record_run(RunRecord(job_id=9, fingerprint="other", peak_mem_bytes=99 * GIB, ended_at=200))
+    for window in (1, 2, 3, 5):
+        assert store.history("fp", window) == (store.estimate("fp", window), 3)
+    assert store.history("fp", 3)[0].peak_mem_bytes == 9 * GIB and store.history("other")[1] is None
+
+
 def test_a_second_record_of_a_job_replaces_the_first(tmp_path):
     store = Store(tmp_path / "db.sqlite")
     store.record_run(RunRecord(job_id=7, fingerprint="fp", peak_mem_bytes=GIB))
