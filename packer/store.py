@@ -71,18 +71,6 @@ def _migrate_to_1(db: sqlite_utils.Database) -> None:
 MIGRATIONS = {1: _migrate_to_1}
 
 
-def _estimate_from(recent: list[tuple[int, float | None]]) -> Estimate | None:
-    """Recent peak (the max) and mean utilisation of the runs given, newest first."""
-    if not recent:
-        return None
-    utils = [util for _, util in recent if util is not None]
-    return Estimate(
-        peak_mem_bytes=max(peak for peak, _ in recent),
-        mean_util_pct=sum(utils) / len(utils) if utils else None,
-        runs=len(recent),
-    )
-
-
 class StoreError(RuntimeError):
     """The history database cannot be opened or written; the message says where and why."""
 
@@ -130,16 +118,11 @@ class Store:
 
     def estimate(self, fingerprint: str, window: int = 5) -> Estimate | None:
         """Recent peak (max of the last `window` runs) and mean utilisation."""
-        # one indexed query: this runs on the submit path
-        recent = self.db.conn.execute(
-            "select peak_mem_bytes, mean_util_pct from runs where fingerprint = ? order by ended_at desc limit ?",
-            [fingerprint, int(window)],
-        ).fetchall()
-        return _estimate_from(recent)
+        return self.history(fingerprint, window)[0]
 
     def history(self, fingerprint: str, window: int = 5) -> tuple[Estimate | None, int | None]:
         """`estimate` and `remembered_size` together, in one statement (one read
-        transaction): the submit path asks for both on every candidate job."""
+        transaction, indexed): the submit path asks for both on every candidate job."""
         rows = self.db.conn.execute(
             "select 0, min_shards, null from sizes where fingerprint = ?1 "
             "union all select * from (select 1, peak_mem_bytes, mean_util_pct from runs "
@@ -148,7 +131,15 @@ class Store:
         ).fetchall()
         remembered = next((row[1] for row in rows if row[0] == 0), None)
         recent = [(peak, util) for kind, peak, util in rows if kind == 1]
-        return _estimate_from(recent), remembered
+        if not recent:
+            return None, remembered
+        utils = [util for _, util in recent if util is not None]
+        estimate = Estimate(
+            peak_mem_bytes=max(peak for peak, _ in recent),
+            mean_util_pct=sum(utils) / len(utils) if utils else None,
+            runs=len(recent),
+        )
+        return estimate, remembered
 
     # -- remembered sizes (a job restarted for memory keeps its larger size) -------------
     def remember_size(self, fingerprint: str, min_shards: int, reason: str) -> None:

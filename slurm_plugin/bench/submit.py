@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from slurm_plugin.devcluster.manager import DevCluster
 
@@ -85,9 +86,9 @@ def mean_interval(values: list[float], level: float = 0.95) -> tuple[float, floa
     mean = statistics.fmean(values)
     if len(values) < 2:
         return mean, math.nan, math.nan
-    from scipy.stats import t  # statsmodels' own dependency
+    from predictor.linfit import t_quantile
 
-    half = t.ppf(0.5 + level / 2, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    half = t_quantile(0.5 + level / 2, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
     return mean, mean - half, mean + half
 
 
@@ -156,7 +157,7 @@ def check_job_table_room(cluster: DevCluster, needed: int) -> None:
 class _LogTail:
     """The shim's latencies logged since the last look."""
 
-    def __init__(self, path):
+    def __init__(self, path: Path):
         self.path = path
         self.offset = path.stat().st_size
 
