@@ -12,6 +12,8 @@ import os
 
 import click
 
+from slurm_plugin.cli.slurm_choice import slurm_option
+
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 # name -> "module:attribute" of a click command or group
@@ -29,6 +31,7 @@ SUBCOMMANDS: dict[str, str] = {
     "events": "slurm_plugin.cli.events_cmd:events",
     "simulate": "slurm_plugin.cli.simulate_cmd:simulate",
     "epilog": "slurm_plugin.cli.epilog_cmd:epilog",
+    "root": "slurm_plugin.cli.root_cmd:root",
 }
 
 
@@ -70,6 +73,7 @@ def configure_logging(verbose: int) -> None:
 @click.group(cls=LazyGroup, lazy=SUBCOMMANDS, context_settings=CONTEXT_SETTINGS)
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
 @click.version_option(package_name="slurm-gpu-packer")
+@slurm_option
 def main(verbose: int) -> None:
     """Pack several Slurm GPU jobs onto one GPU, safely, with no change for users.
 

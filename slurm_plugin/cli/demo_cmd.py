@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from slurm_plugin.cli.slurm_choice import slurm_option
 from slurm_plugin.devcluster.spec import DEFAULT_STATE_DIR
 
 CTX = {"help_option_names": ["-h", "--help"]}
@@ -67,10 +68,14 @@ class _Demo:
 
 
 @click.command(context_settings=CTX)
+@slurm_option
 @click.option("--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE_DIR, show_default=True,
               help="The dev cluster to run on (`gpupack devcluster up` first).")
 def demo(state_dir: Path) -> None:
     """Profile a job on its first run, pack it on its second, and show it with `gpupack jobs`."""
+    from slurm_plugin.devcluster.roots import describe
+
+    click.echo(f"Running on {describe()}.")
     d = _Demo(state_dir)
     script = d.workdir / "train.sh"
     script.write_text(_train_script(sys.executable))

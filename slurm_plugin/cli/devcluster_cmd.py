@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from slurm_plugin.cli.slurm_choice import slurm_option
 from slurm_plugin.devcluster.spec import DEFAULT_PORT, DEFAULT_STATE_DIR, ClusterSpec
 
 CTX = {"help_option_names": ["-h", "--help"]}
@@ -34,6 +35,7 @@ def devcluster() -> None:
 
 
 @devcluster.command(context_settings=CTX)
+@slurm_option
 @click.option("--nodes", default=3, show_default=True, help="Number of `slurmd -N nodeX` daemons.")
 @click.option("--gpus-per-node", default=2, show_default=True, help="Fake GPUs per node.")
 @click.option("--gpu-model", default="H100-80GB", show_default=True, help="GPU model (a MIG catalogue name).")
@@ -58,6 +60,7 @@ def up(nodes: int, gpus_per_node: int, gpu_model: str, mode: str, port: int, sta
 
 
 @devcluster.command(context_settings=CTX)
+@slurm_option
 @state_dir_option
 def down(state_dir: Path) -> None:
     """Stop the processes `up` started, and only those. Jobs and history stay on disk."""
@@ -66,6 +69,7 @@ def down(state_dir: Path) -> None:
 
 
 @devcluster.command(context_settings=CTX)
+@slurm_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @state_dir_option
 def status(as_json: bool, state_dir: Path) -> None:
@@ -83,6 +87,7 @@ def status(as_json: bool, state_dir: Path) -> None:
 
 
 @devcluster.command(context_settings=CTX)
+@slurm_option
 @state_dir_option
 def env(state_dir: Path) -> None:
     """Print the `export` lines that make plain sbatch/squeue/scontrol talk to the cluster."""

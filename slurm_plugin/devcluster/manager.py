@@ -50,6 +50,24 @@ class Process:
     name: str
     pid: int
     marker: str  # a string our command line contains (the state dir)
+    pidfile: str = ""  # where a Slurm daemon writes its pid (it changes when 23.11+ re-executes)
+
+    def live_pid(self) -> int | None:
+        """The pid running now: the recorded one, or the one the daemon wrote after re-executing.
+
+        Since Slurm 23.11 `scontrol reconfigure` makes slurmctld and slurmd start a new
+        process of themselves and the old one exits; the new one writes the same pid file.
+        Either way the command line must still hold our state folder."""
+        if _alive_with(self.pid, self.marker):
+            return self.pid
+        if self.pidfile:
+            try:
+                pid = int(Path(self.pidfile).read_text().strip() or "0")
+            except (OSError, ValueError):
+                return None
+            if pid and _alive_with(pid, self.marker):
+                return pid
+        return None
 
 
 @dataclass
@@ -149,7 +167,8 @@ class DevCluster:
         """Write every config; True when slurm.conf or gres.conf changed (daemons must restart)."""
         s = self.spec
         slurm_user = "slurm" if _user_exists("slurm") else "root"
-        for d in (s.etc, s.run, s.log, s.state_dir / "ctld", s.state_dir / "spool", s.run / "munge", s.simgpu_dir):
+        spools = [s.state_dir / "spool" / node for node in s.node_names]  # slurmd 23.11+ does not make it
+        for d in (s.etc, s.run, s.log, s.state_dir / "ctld", s.run / "munge", s.simgpu_dir, *spools):
             d.mkdir(parents=True, exist_ok=True)
         os.chmod(s.state_dir, 0o755)
         for d in (s.state_dir / "ctld", s.log):
@@ -164,6 +183,7 @@ class DevCluster:
             s.slurm_conf, specmod.slurm_conf(s, socket.gethostname(), slurm_user, epilog, shares)
         )
         changed |= _write(s.etc / "gres.conf", specmod.gres_conf(s, shares))
+        changed |= _write(s.etc / "cgroup.conf", specmod.cgroup_conf(slurm_release()))
         changed |= _write(s.etc / "plugstack.conf", plugstack_conf(s))
         lua = resources.files("slurm_plugin").joinpath("job_submit.lua").read_text()
         _write(s.etc / "job_submit.lua", lua)
@@ -186,7 +206,13 @@ class DevCluster:
 
     # -- processes -----------------------------------------------------------------------
     def _running(self) -> dict[tuple[str, str], Process]:
-        return {(p.role, p.name): p for p in self._load() if _alive_with(p.pid, p.marker)}
+        running = {}
+        for p in self._load():
+            pid = p.live_pid()
+            if pid is not None:
+                p.pid = pid
+                running[(p.role, p.name)] = p
+        return running
 
     def up(self) -> list[ProcessStatus]:
         if os.geteuid() != 0:
@@ -217,7 +243,7 @@ class DevCluster:
             pidfile = s.run / "slurmctld.pid"
             pidfile.unlink(missing_ok=True)
             _check(subprocess.run(["/usr/sbin/slurmctld", "-f", str(s.slurm_conf)], capture_output=True, text=True), "slurmctld")
-            procs.append(Process("slurmctld", "slurmctld", _started_pid(pidfile, marker, "slurmctld", s.log), marker))
+            procs.append(Process("slurmctld", "slurmctld", _started_pid(pidfile, marker, "slurmctld", s.log), marker, str(pidfile)))
             self._save(procs)
         for node in s.node_names:
             if ("slurmd", node) in running:
@@ -225,7 +251,7 @@ class DevCluster:
             pidfile = s.run / f"slurmd-{node}.pid"
             pidfile.unlink(missing_ok=True)
             _check(subprocess.run(["/usr/sbin/slurmd", "-f", str(s.slurm_conf), "-N", node], capture_output=True, text=True), f"slurmd {node}")
-            procs.append(Process("slurmd", node, _started_pid(pidfile, marker, f"slurmd {node}", s.log), marker))
+            procs.append(Process("slurmd", node, _started_pid(pidfile, marker, f"slurmd {node}", s.log), marker, str(pidfile)))
             self._save(procs)
         if ("helper", "helper") not in running:
             procs.append(self._spawn("helper", "helper", ["helper", "--config", str(s.gpupack_toml)]))
@@ -257,7 +283,7 @@ class DevCluster:
                     return
                 last = "the helper does not answer yet, or its watcher has published no cluster view"
                 helper = next((p for p in self._load() if p.role == "helper"), None)
-                if helper and not _alive_with(helper.pid, helper.marker):
+                if helper and helper.live_pid() is None:
                     tail = (self.spec.log / "helper.log").read_text(errors="replace")[-1500:]
                     raise DevClusterError(f"the helper exited at start; its log ends with:\n{tail}")
             else:
@@ -290,7 +316,9 @@ class DevCluster:
         states = self.node_states()
         ctld_ok = None
         for p in self._load():
-            alive = _alive_with(p.pid, p.marker)
+            pid = p.live_pid()
+            alive = pid is not None
+            p.pid = pid or p.pid
             healthy, detail = alive, "running" if alive else "not running"
             if alive and p.role == "slurmctld":
                 ping = self._slurm("scontrol", "ping")
@@ -330,11 +358,23 @@ class DevCluster:
             if p.role in keep:
                 kept.append(p)
                 continue
-            if _alive_with(p.pid, p.marker):
-                _terminate(p.pid, p.marker)
+            pid = p.live_pid()
+            if pid is not None:
+                _terminate(pid, p.marker)
                 stopped.append(f"{p.role}:{p.name}")
         self._save(kept)
         return stopped
+
+
+def slurm_release() -> tuple[int, int, int]:
+    """The installed Slurm release as numbers, e.g. (24, 11, 5), read from libslurm-dev's header."""
+    from slurm_plugin.devcluster.roots import installed_release
+
+    text = installed_release(Path("/"))
+    if text is None:
+        raise DevClusterError("no Slurm installed (slurm/slurm_version.h missing): install libslurm-dev")
+    parts = [int(p) for p in text.split("-")[0].split(".")[:3]]
+    return (parts + [0, 0, 0])[:3]  # type: ignore[return-value]
 
 
 def _child_with(parent: int, marker: str) -> int | None:

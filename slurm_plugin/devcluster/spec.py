@@ -139,6 +139,19 @@ def slurm_conf(spec: ClusterSpec, hostname: str, slurm_user: str, epilog: Path, 
     return "\n".join(lines) + "\n"
 
 
+def cgroup_conf(release: tuple[int, int, int]) -> str:
+    """cgroup.conf: no cgroup plugin at all (the dev cluster tracks processes by their parent).
+
+    slurmd after 22.05 (24.11 and 26.05 seen) loads a cgroup plugin at start even with proctrack/linuxproc and
+    task/none, and refuse to start where /sys/fs/cgroup is not theirs to use (a Debian root,
+    a container, a systemd host without a delegated scope); `CgroupPlugin=disabled` is the
+    setting for that. 22.05 knows no such value and needs no file."""
+    head = "# Written by `gpupack devcluster up`.\n"
+    if tuple(release[:2]) < (23, 2):
+        return head + "# Slurm 22.05 loads no cgroup plugin with proctrack/linuxproc and task/none.\n"
+    return head + "CgroupPlugin=disabled\n"
+
+
 def gres_conf(spec: ClusterSpec, shares_per_gpu: int) -> str:
     lines = ["# Written by `gpupack devcluster up`: fake GPU device files, one shard per MIG memory slice."]
     last = spec.gpus_per_node - 1
