@@ -1,7 +1,8 @@
 """What a submitted job asks for, and whether it is a packing candidate.
 
 Pure parsing of Slurm's `tres_per_*` strings in both dialects:
-22.05 writes ``gres:gpu:1`` / ``gres:gpu:h100:1``; 23.11+ writes ``gres/gpu:1``.
+22.05 writes ``gres:gpu:1`` / ``gres:gpu:h100:1``; 23.11+ writes ``gres/gpu:1``, and 24.11 writes
+--gpus-per-task in the TRES form ``gres/gpu=1``.
 A bare ``gpu:1`` (what a user types) is accepted too.
 """
 from __future__ import annotations
@@ -76,13 +77,19 @@ def parse_gres(text: str) -> list[GresItem]:
             dialect, body = "23.11", part[len("gres/"):]
         else:
             dialect, body = "bare", part
+        tres_count = None
+        if "=" in body:  # the TRES form, e.g. 24.11's tres_per_task "gres/gpu=1" (--gpus-per-task)
+            body, tres_count = body.rsplit("=", 1)
         fields = body.split(":")
-        if not fields[0] or len(fields) > 3:
+        if not fields[0] or len(fields) > 3 or (tres_count is not None and len(fields) > 2):
             raise GresParseError(f"cannot read gres item {part!r}")
         name = fields[0]
         count_text = "1"
         gres_type = None
-        if len(fields) == 2:
+        if tres_count is not None:
+            count_text = tres_count
+            gres_type = fields[1] if len(fields) == 2 else None
+        elif len(fields) == 2:
             # gpu:2 or gpu:h100 (count 1)
             if fields[1].isdigit():
                 count_text = fields[1]

@@ -420,11 +420,14 @@ def plugstack_conf(spec: ClusterSpec) -> str:
 
 
 def _epilog_script(spec: ClusterSpec) -> str:
+    # slurmd runs the Epilog with a bare environment: name where this code lives, so the same
+    # checkout answers in a Debian root (where it is not pip-installed) as on the host
+    code = Path(__file__).resolve().parents[2]
     return (
         "#!/bin/sh\n"
         "# gpupack dev cluster epilog: record what the job used. It never fails the node.\n"
-        f'"{sys.executable}" -m slurm_plugin epilog --config "{spec.gpupack_toml}" '
-        f'>>"{spec.log}/epilog.log" 2>&1 || true\n'
+        f'PYTHONPATH="{code}${{PYTHONPATH:+:$PYTHONPATH}}" "{sys.executable}" -m slurm_plugin epilog '
+        f'--config "{spec.gpupack_toml}" >>"{spec.log}/epilog.log" 2>&1 || true\n'
         "exit 0\n"
     )
 

@@ -296,9 +296,9 @@ def root_env(root: SlurmRoot, extra: dict[str, str] | None = None) -> dict[str, 
         "GPUPACK_DEVCLUSTER_PORT": str(dev_port), "GPUPACK_TEST_CLUSTER_PORT": str(test_port),
         "GPUPACK_ROOT": f"{root.suite} root {root.path}",
     }
-    for key, value in os.environ.items():
+    for key, value in os.environ.items():  # the caller's own settings win (its ports too)
         if key.startswith(("GPUPACK_", "PYTEST_")) or key in ("CI", "SLURM_CONF", "PYTHONUNBUFFERED"):
-            env.setdefault(key, value)
+            env[key] = value
     env.update(extra or {})
     return env
 

@@ -194,7 +194,7 @@ class Monitor:
     # ------------------------------------------------------------------ one round
     def tick(self) -> None:
         now = self.clock()
-        listing = self.runner.jobs()
+        listing = self.runner.jobs_in_play(also=self.tracks.keys())
         if self.on_jobs is not None:
             try:
                 self.on_jobs(listing, now)
@@ -207,7 +207,7 @@ class Monitor:
         self._observe(jobs, samples)
         self._record_finished(jobs, now)
         acted: set[int] = set()
-        if self.settings.quirk_guard:
+        if self.quirk_guard:
             acted |= self._guard_gpu_shard_collisions(jobs)
         acted |= self._check_contention(jobs, acted)
         acted |= self._check_memory(jobs, acted)
@@ -217,6 +217,17 @@ class Monitor:
         self._follow_queue(jobs)
         self.rounds += 1
         self._write_metrics()
+
+    @property
+    def quirk_guard(self) -> bool:
+        """Whether the 22.05 gpu+shard guard runs: as configured, or (auto) where Slurm needs it."""
+        setting = self.settings.quirk_guard
+        if setting == "auto":
+            try:
+                return self.runner.version().double_books_shared_gpus
+            except SlurmError:
+                return True
+        return bool(setting)
 
     @property
     def enforcing(self) -> bool:
@@ -353,7 +364,7 @@ class Monitor:
 
     def _pending_priorities(self, exclude_job: int) -> list[int | None]:
         try:
-            jobs = self.runner.jobs()
+            jobs = self.runner.jobs_in_play()
         except SlurmError:
             return []
         return [j.priority for j in jobs if j.state == "PENDING" and j.job_id != exclude_job]

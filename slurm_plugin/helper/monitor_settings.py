@@ -24,8 +24,9 @@ class MonitorSettings:
     # skip Slurm's requeue delay (BeginTime = requeue + cred_expire) once the old run is
     # fully gone (not COMPLETING): the old launch credential can no longer start anything
     skip_requeue_delay: bool = True
-    # the Slurm 22.05 gpu+shard collision guard (fixed upstream in 23.11.5)
-    quirk_guard: bool = True
+    # the Slurm 22.05 gpu+shard collision guard (fixed upstream in 23.11.5): "auto" runs it
+    # only on releases that double-book a GPU, or true / false
+    quirk_guard: bool | str = "auto"
     # MPS percentages from measured utilisation
     mps_headroom: float = 0.10
     mps_floor_pct: int = 5
@@ -41,6 +42,8 @@ class MonitorSettings:
             raise ConfigError("[monitor] interval_s must be positive")
         if not 0 < self.max_duty <= 1:
             raise ConfigError("[monitor] max_duty must be a fraction in (0, 1], e.g. 0.25")
+        if self.quirk_guard not in ("auto", True, False):
+            raise ConfigError('[monitor] quirk_guard must be "auto", true or false')
         if self.mig_layout not in ("in-order", "by-size", "off"):
             raise ConfigError("[monitor] mig_layout must be in-order, by-size or off")
         if not 0 <= self.metrics_port < 65536:

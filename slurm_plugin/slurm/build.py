@@ -73,6 +73,16 @@ def squeue_args(*, all_partitions: bool = True) -> list[str]:
     return args
 
 
+def active_jobs_args() -> list[str]:
+    """The jobs not finished yet (squeue's default states) as JSON: only where honoured."""
+    return ["squeue", "--json", "--all"]
+
+
+def jobs_by_id_args(job_ids: Iterable[int]) -> list[str]:
+    """These jobs in whatever state, finished ones included (until MinJobAge), as JSON."""
+    return ["squeue", "--json", "--all", "--states=all", f"--jobs={_job_ids(job_ids)}"]
+
+
 HOLDING_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING")
 
 

@@ -46,6 +46,18 @@ class SlurmVersion:
         return (self.major, self.minor, self.micro)
 
     @property
+    def filters_json(self) -> bool:
+        """`squeue --json` honours its filters (states, job ids) from 23.11 on (24.11 and 26.05
+        checked); 22.05 and 23.02 list every job whatever is asked."""
+        return (self.major, self.minor) >= (23, 11)
+
+    @property
+    def double_books_shared_gpus(self) -> bool:
+        """22.05 gives a whole GPU to one job while another holds shards of it (fixed in
+        23.11.5, per its NEWS; 24.11 keeps such a job pending with Reason=Resources, seen)."""
+        return self.tuple < (23, 11, 5)
+
+    @property
     def has_scontrol_json(self) -> bool:
         """`scontrol --json show ...` exists from 23.02 on (22.05 rejects the option)."""
         return (self.major, self.minor) >= (23, 2)

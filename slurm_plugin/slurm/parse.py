@@ -346,10 +346,8 @@ def _exclusive(reader: _Reader) -> bool | None:
         return exclusive
     if isinstance(shared, str):  # 22.05: "none" for --exclusive, "oversubscribe", "user"...
         return shared.lower() in ("none", "user", "mcs", "topo")
-    if isinstance(shared, list):
-        return any(str(v).lower() == "none" for v in shared) or (
-            False if isinstance(exclusive, list) else None
-        )
+    if isinstance(shared, list):  # v0.0.40+; 24.11 (v0.0.42) drops `exclusive` and says it only here
+        return any(str(v).lower() in ("none", "user", "mcs", "topo") for v in shared)
     if "shared" in reader.record and shared is None:  # 22.05: null when not asked
         return False
     return False if isinstance(exclusive, list) else None

@@ -196,6 +196,26 @@ class SlurmRunner:
         wanted = set(job_ids)
         return [job for job in jobs if job.job_id in wanted]
 
+    def jobs_in_play(self, also: Iterable[int] = ()) -> list[Job]:
+        """Every job not finished yet, plus the jobs in ``also`` whatever their state.
+
+        This is what a watcher needs each round: the queue and the running jobs, and how the
+        jobs it follows ended. Where `squeue --json` honours filters (23.11+) finished jobs
+        are not listed at all (they stay `MinJobAge` in the controller, thousands on a busy
+        site); on 22.05, which ignores them, it is the whole listing, a superset."""
+        if not self.version().filters_json:
+            return self.jobs()
+        listing = list(self._jobs_from(build.active_jobs_args()).jobs)
+        seen = {job.job_id for job in listing}
+        missing = sorted(set(also) - seen)
+        if missing:
+            try:
+                listing += [j for j in self._jobs_from(build.jobs_by_id_args(missing)).jobs if j.job_id not in seen]
+            except SlurmCommandError as exc:  # every one of them gone from the controller
+                if not any(text in exc.stderr for text in _INVALID_JOB):
+                    raise
+        return listing
+
     def job(self, job_id: int) -> Job:
         """One job; JobNotFoundError when slurmctld does not know it."""
         args = build.show_job_args(job_id, self.version())

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_plugin.devcluster.manager import DevCluster
+from slurm_plugin.devcluster.manager import DevCluster, slurm_release
 from slurm_plugin.devcluster.spec import ClusterSpec
 from slurm_plugin.slurm.runner import SlurmRunner
 
@@ -37,6 +37,15 @@ class Cluster:
     @property
     def spec(self) -> ClusterSpec:
         return self.dev.spec
+
+    @property
+    def release(self) -> tuple[int, int, int]:
+        """The Slurm release the cluster runs, e.g. (24, 11, 5)."""
+        return slurm_release()
+
+    def tres(self, spec: str) -> str:
+        """A request as this release writes it in TresPerNode: 22.05 `gres:shard:1`, 23.11+ `gres/shard:1`."""
+        return ("gres:" if self.release[:2] < (23, 11) else "gres/") + spec
 
     def run(self, *args: str, check: bool = True, input: bytes | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
         result = subprocess.run(list(args), env=self.env, capture_output=True, input=input, timeout=timeout, cwd=self.workdir)
@@ -63,13 +72,15 @@ class Cluster:
     def wait(self, job_id: int, states: set[str] | str, timeout: float = 60) -> str:
         wanted = {states} if isinstance(states, str) else set(states)
         deadline = time.time() + timeout
-        state = ""
+        info: dict[str, str] = {}
         while time.time() < deadline:
-            state = self.state(job_id)
-            if state in wanted:
-                return state
+            info = self.job(job_id)
+            if info.get("JobState", "") in wanted:
+                return info["JobState"]
             time.sleep(0.25)
-        raise AssertionError(f"job {job_id} is {state}, not {sorted(wanted)} after {timeout}s")
+        raise AssertionError(
+            f"job {job_id} is {info.get('JobState')} (Reason={info.get('Reason')}), not {sorted(wanted)} after {timeout}s"
+        )
 
     def set_mode(self, mode: str) -> None:
         toml = self.spec.gpupack_toml

@@ -65,7 +65,7 @@ def test_known_one_gpu_job_is_packed_in_every_form(packing, args):
     record = record_of(packing, job_id)
     assert record is not None and record.verdict == "packed", job["AdminComment"]
     assert record.shards == 1 and record.fingerprint == fp
-    assert job["TresPerNode"] == "gres:shard:1"
+    assert job["TresPerNode"] == packing.tres("shard:1")
     assert "TresPerJob" not in job and "TresPerTask" not in job
     assert "est=7.6GiB" in job["AdminComment"] and "src=history(1)" in job["AdminComment"]
 
@@ -75,7 +75,7 @@ def test_shards_grow_with_the_estimate(packing):
     seed_history(packing, "big", body, peak_gib=33.0)
     job_id = packing.submit(["-J", "big", "--gres=gpu:1"], body)
     # 33 GiB + 10 % headroom = 36.3 GiB in 79.6 GiB / 8 shares -> 4 shares
-    assert packing.job(job_id)["TresPerNode"] == "gres:shard:4"
+    assert packing.job(job_id)["TresPerNode"] == packing.tres("shard:4")
 
 
 def test_job_too_large_for_95_percent_stays_exclusive(packing):
@@ -84,7 +84,7 @@ def test_job_too_large_for_95_percent_stays_exclusive(packing):
     job_id = packing.submit(["-J", "huge", "--gres=gpu:1"], body)
     record = record_of(packing, job_id)
     assert record.verdict == "exclusive" and record.reason == "too-large"
-    assert packing.job(job_id)["TresPerNode"] == "gres:gpu:1"
+    assert packing.job(job_id)["TresPerNode"] == packing.tres("gpu:1")
 
 
 def test_unknown_job_stays_exclusive_and_carries_its_fingerprint(cluster):
@@ -93,7 +93,7 @@ def test_unknown_job_stays_exclusive_and_carries_its_fingerprint(cluster):
     record = record_of(cluster, job_id)
     assert record.verdict == "exclusive" and record.reason == "no-history"
     assert record.fingerprint == fingerprint("root", "never-seen", body)
-    assert cluster.job(job_id)["TresPerNode"] == "gres:gpu:1"
+    assert cluster.job(job_id)["TresPerNode"] == cluster.tres("gpu:1")
 
 
 @pytest.mark.parametrize(
@@ -192,7 +192,7 @@ def test_pairs_to_avoid_are_kept_apart_at_submit_time(packing):
     record = record_of(packing, newcomer)
     assert record.verdict == "packed" and record.fields.get("avoid") == "node1", job["AdminComment"]
     assert set(expand_hostlist(job["ExcNodeList"])) == {"node1", "node3"}
-    assert job["TresPerNode"] == "gres:shard:1"
+    assert job["TresPerNode"] == packing.tres("shard:1")
     packing.wait(newcomer, "RUNNING", timeout=30)
     assert packing.job(newcomer)["NodeList"] == "node2"
     packing.run("scancel", str(newcomer))
@@ -202,7 +202,7 @@ def test_pairs_to_avoid_are_kept_apart_at_submit_time(packing):
     pinned = _submit_decided(packing, ["-J", "pair-b", "-w", "node1", "--gres=gpu:1", "--hold"], body_b)
     record = record_of(packing, pinned)
     assert (record.verdict, record.reason) == ("exclusive", "avoid-pair")
-    assert packing.job(pinned)["TresPerNode"] == "gres:gpu:1"
+    assert packing.job(pinned)["TresPerNode"] == packing.tres("gpu:1")
     packing.run("scancel", str(pinned))
 
     others = [packing.submit(["-J", "pair-a", "-w", n, "--gres=gpu:1"], body_a) for n in ("node2", "node3")]
@@ -212,7 +212,7 @@ def test_pairs_to_avoid_are_kept_apart_at_submit_time(packing):
     last = _submit_decided(packing, ["-J", "pair-b", "--gres=gpu:1"], body_b)
     record = record_of(packing, last)
     assert (record.verdict, record.reason) == ("exclusive", "avoid-pair")
-    assert packing.job(last)["TresPerNode"] == "gres:gpu:1"
+    assert packing.job(last)["TresPerNode"] == packing.tres("gpu:1")
     assert packing.job(last).get("ExcNodeList") in (None, "", "(null)")
 
 
@@ -237,7 +237,7 @@ def test_observe_mode_changes_nothing(packing):
     seed_history(packing, "observe", body)
     job_id = packing.submit(["-J", "observe", "--gres=gpu:1"], body)
     job = packing.job(job_id)
-    assert job["AdminComment"] in ("", "(null)") and job["TresPerNode"] == "gres:gpu:1"
+    assert job["AdminComment"] in ("", "(null)") and job["TresPerNode"] == packing.tres("gpu:1")
 
 
 def test_advise_mode_annotates_without_rewriting(packing):
@@ -247,7 +247,7 @@ def test_advise_mode_annotates_without_rewriting(packing):
     job_id = packing.submit(["-J", "advise", "--gres=gpu:1"], body)
     record = record_of(packing, job_id)
     assert record.advised and record.verdict == "packed" and record.applied_verdict == "untouched"
-    assert packing.job(job_id)["TresPerNode"] == "gres:gpu:1"
+    assert packing.job(job_id)["TresPerNode"] == packing.tres("gpu:1")
 
 
 def test_kill_switch_passes_everything_through_at_once(packing):
@@ -259,7 +259,7 @@ def test_kill_switch_passes_everything_through_at_once(packing):
     finally:
         packing.spec.kill_switch.unlink()
     job = packing.job(job_id)
-    assert job["TresPerNode"] == "gres:gpu:1" and job["AdminComment"] in ("", "(null)")
+    assert job["TresPerNode"] == packing.tres("gpu:1") and job["AdminComment"] in ("", "(null)")
 
 
 @pytest.mark.parametrize(
@@ -312,7 +312,7 @@ def test_helper_down_fails_open(packing):
         job_id = packing.submit(["-J", "down", "--gres=gpu:1"], body)
         elapsed = time.monotonic() - started
         job = packing.job(job_id)
-        assert job["TresPerNode"] == "gres:gpu:1" and job["AdminComment"] in ("", "(null)")
+        assert job["TresPerNode"] == packing.tres("gpu:1") and job["AdminComment"] in ("", "(null)")
         assert elapsed < 5
         log = (packing.spec.log / "slurmctld.log").read_text(errors="replace")
         assert "passed through: helper unreachable" in log
@@ -368,7 +368,7 @@ def test_slow_helper_fails_open_within_the_budget(packing):
     thread.start()
     try:
         job_id = packing.submit(["-J", "slow", "--gres=gpu:1"], body)
-        assert packing.job(job_id)["TresPerNode"] == "gres:gpu:1"
+        assert packing.job(job_id)["TresPerNode"] == packing.tres("gpu:1")
         log = (packing.spec.log / "slurmctld.log").read_text(errors="replace")
         line = [l for l in log.splitlines() if "passed through" in l][-1]
         assert "timeout" in line or "too slow" in line, line
