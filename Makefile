@@ -1,8 +1,14 @@
 # The two commands of the README:
 #   make demo   bring the local Slurm cluster up and run the demo on it
 #   make test   run every test (unit and real-cluster integration)
+# Both take SLURM=V (22.05, 24.11, 26.05) to run on that release instead of the host's own:
+# from a Debian root the project builds and keeps (`gpupack root build --slurm V`).
 PYTHON ?= python3
 GPUPACK = $(PYTHON) -m slurm_plugin
+SLURM ?=
+ON_SLURM = $(if $(SLURM),--slurm $(SLURM))
+# pytest in the root of that release (the host's own: as is)
+IN_SLURM = $(if $(SLURM),$(GPUPACK) root run --slurm $(SLURM) -- python3,$(PYTHON))
 
 .PHONY: deps demo test unit down bench
 
@@ -10,18 +16,18 @@ deps:
 	PYTHON=$(PYTHON) ./scripts/install-deps.sh
 
 demo: deps
-	$(GPUPACK) devcluster up
-	$(GPUPACK) demo
+	$(GPUPACK) devcluster up $(ON_SLURM)
+	$(GPUPACK) demo $(ON_SLURM)
 
 test: deps
-	$(PYTHON) -m pytest
+	$(IN_SLURM) -m pytest
 
 unit: deps
-	$(PYTHON) -m pytest -m "not integration"
+	$(IN_SLURM) -m pytest -m "not integration"
 
 down:
-	$(GPUPACK) devcluster down
+	$(GPUPACK) devcluster down $(ON_SLURM)
 
 bench: deps
-	$(GPUPACK) devcluster up
-	$(GPUPACK) bench submit --jobs 500 --json
+	$(GPUPACK) devcluster up $(ON_SLURM)
+	$(GPUPACK) bench submit --jobs 500 --json $(ON_SLURM)

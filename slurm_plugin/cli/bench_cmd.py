@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from slurm_plugin.cli.slurm_choice import slurm_option
 from slurm_plugin.devcluster.spec import DEFAULT_STATE_DIR
 
 CTX = {"help_option_names": ["-h", "--help"]}
@@ -17,6 +18,7 @@ def bench() -> None:
 
 
 @bench.command(context_settings=CTX)
+@slurm_option
 @click.option("--jobs", default=500, show_default=True, type=click.IntRange(1),
               help="Held jobs to submit in each configuration (rounded down to whole blocks).")
 @click.option("--block", default=25, show_default=True, type=click.IntRange(1),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -27,6 +28,17 @@ def _cluster(state_dir: Path, **spec):
         data["state_dir"] = Path(data["state_dir"])
         return DevCluster(ClusterSpec(**data))
     return DevCluster(ClusterSpec(state_dir=state_dir, **spec))
+
+
+def _where(state_dir: Path) -> str:
+    """The options that name this cluster again: its release (in a root) and its folder."""
+    from slurm_plugin.devcluster.roots import installed_release
+
+    text = f" --state-dir {state_dir}" if state_dir != DEFAULT_STATE_DIR else ""
+    if os.environ.get("GPUPACK_ROOT"):
+        release = installed_release(Path("/")) or ""
+        text = f" --slurm {'.'.join(release.split('.')[:2])}" + text
+    return text
 
 
 @click.group(context_settings=CTX)
@@ -56,7 +68,7 @@ def up(nodes: int, gpus_per_node: int, gpu_model: str, mode: str, port: int, sta
     (state_dir / "spec.json").write_text(json.dumps(cluster.spec.to_json(), indent=1))
     for st in statuses:
         click.echo(f"{st.role:10} {st.name:10} pid={st.pid:<8} {'ok' if st.healthy else 'UNHEALTHY'}  {st.detail}")
-    click.echo(f"\nUse it from a shell with:  eval \"$(gpupack devcluster env --state-dir {state_dir})\"")
+    click.echo(f"\nUse it from a shell with:  eval \"$(gpupack devcluster env{_where(state_dir)})\"")
 
 
 @devcluster.command(context_settings=CTX)
@@ -93,3 +105,6 @@ def env(state_dir: Path) -> None:
     """Print the `export` lines that make plain sbatch/squeue/scontrol talk to the cluster."""
     for key, value in _cluster(state_dir).env().items():
         click.echo(f"export {key}={value}")
+    root_bin = os.environ.get("GPUPACK_ROOT_BIN")
+    if root_bin:  # run from a Debian root: its Slurm's commands, through wrappers on the host
+        click.echo(f'export PATH="{root_bin}:$PATH"')

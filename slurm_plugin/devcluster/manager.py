@@ -374,7 +374,8 @@ def slurm_release() -> tuple[int, int, int]:
     if text is None:
         raise DevClusterError("no Slurm installed (slurm/slurm_version.h missing): install libslurm-dev")
     parts = [int(p) for p in text.split("-")[0].split(".")[:3]]
-    return (parts + [0, 0, 0])[:3]  # type: ignore[return-value]
+    major, minor, micro = (parts + [0, 0, 0])[:3]
+    return major, minor, micro
 
 
 def _child_with(parent: int, marker: str) -> int | None:

@@ -70,6 +70,11 @@ class SlurmRoot:
         return self.path / STAMP
 
     @property
+    def bin_dir(self) -> Path:
+        """Host-side `sbatch`, `squeue`, … that run this release's commands in the root."""
+        return self.path.parent / f"bin-{self.series}"
+
+    @property
     def ports(self) -> tuple[int, int]:
         return PORTS[self.series]
 
@@ -175,7 +180,29 @@ def ensure(root: SlurmRoot, *, rebuild: bool = False) -> dict:
                 f"Debian {root.suite} now ships Slurm {release}, not {root.series}: the mirror moved on"
             )
         root.stamp.write_text(json.dumps(info, indent=1) + "\n")
+    write_wrappers(root)
     return info
+
+
+CLIENT_COMMANDS = ("sbatch", "squeue", "scontrol", "sinfo", "scancel", "sacct", "srun", "salloc", "sprio", "sdiag", "sstat")
+
+
+def write_wrappers(root: SlurmRoot) -> None:
+    """One small script per Slurm client command, running the root's own in the caller's folder.
+
+    `gpupack devcluster env --slurm V` puts them first in PATH, so plain `sbatch job.sh`
+    reaches that release's cluster (a job script must lie where the root sees it too: the
+    repository, /tmp of the root, or stdin)."""
+    root.bin_dir.mkdir(parents=True, exist_ok=True)
+    for name in CLIENT_COMMANDS:
+        script = (
+            "#!/bin/sh\n"
+            f"# Slurm {root.series}'s {name}, from the Debian {root.suite} root (gpupack devcluster env --slurm {root.series})\n"
+            f"exec chroot {root.path} /bin/sh -c 'cd \"$0\" 2>/dev/null || cd /; exec \"$@\"' \"$PWD\" /usr/bin/{name} \"$@\"\n"
+        )
+        path = root.bin_dir / name
+        path.write_text(script)
+        path.chmod(0o755)
 
 
 def _debootstrap(root: SlurmRoot) -> None:
@@ -294,7 +321,7 @@ def root_env(root: SlurmRoot, extra: dict[str, str] | None = None) -> dict[str, 
         "HOME": "/root", "LANG": "C.UTF-8", "TERM": os.environ.get("TERM", "dumb"),
         "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1",
         "GPUPACK_DEVCLUSTER_PORT": str(dev_port), "GPUPACK_TEST_CLUSTER_PORT": str(test_port),
-        "GPUPACK_ROOT": f"{root.suite} root {root.path}",
+        "GPUPACK_ROOT": f"{root.suite} root {root.path}", "GPUPACK_ROOT_BIN": str(root.bin_dir),
     }
     for key, value in os.environ.items():  # the caller's own settings win (its ports too)
         if key.startswith(("GPUPACK_", "PYTEST_")) or key in ("CI", "SLURM_CONF", "PYTHONUNBUFFERED"):
