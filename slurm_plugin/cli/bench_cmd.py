@@ -48,3 +48,29 @@ def submit(jobs: int, block: int, as_json: bool, state_dir: Path) -> None:
     else:
         for key, value in as_dict(result).items():
             click.echo(f"{key:24} {value}")
+
+
+@bench.command(context_settings=CTX)
+@slurm_option
+@click.option("--finished", default=3000, show_default=True, type=click.IntRange(0),
+              help="Short jobs to submit first; they stay in the controller MinJobAge once finished.")
+@click.option("--rounds", default=30, show_default=True, type=click.IntRange(1), help="Timed listings of each kind.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE_DIR, show_default=True,
+              help="The dev cluster to measure on (it must be up).")
+def listing(finished: int, rounds: int, as_json: bool, state_dir: Path) -> None:
+    """The watcher's job listing per round (jobs in play) against every job, with many finished."""
+    from dataclasses import asdict
+
+    from slurm_plugin.bench.listing import run_listing_bench
+    from slurm_plugin.cli.devcluster_cmd import _cluster
+
+    cluster = _cluster(state_dir)
+    if not cluster._load():
+        raise click.ClickException(f"the dev cluster in {state_dir} is not up: run `gpupack devcluster up` first")
+    result = asdict(run_listing_bench(cluster, finished=finished, rounds=rounds))
+    if as_json:
+        click.echo(json.dumps(result, indent=1))
+    else:
+        for key, value in result.items():
+            click.echo(f"{key:24} {value}")

@@ -347,7 +347,13 @@ def _exclusive(reader: _Reader) -> bool | None:
     if isinstance(shared, str):  # 22.05: "none" for --exclusive, "oversubscribe", "user"...
         return shared.lower() in ("none", "user", "mcs", "topo")
     if isinstance(shared, list):  # v0.0.40+; 24.11 (v0.0.42) drops `exclusive` and says it only here
-        return any(str(v).lower() in ("none", "user", "mcs", "topo") for v in shared)
+        if any(str(v).lower() in ("none", "user", "mcs", "topo") for v in shared):
+            return True
+        if isinstance(exclusive, list) or shared:  # v0.0.40/41 state it in `exclusive`
+            return False
+        # an empty list alone states nothing: 24.11 prints it for a plain job, and 26.05
+        # (v0.0.45) for an --exclusive one too (only `scontrol show job` says Exclusive=NODE)
+        return None
     if "shared" in reader.record and shared is None:  # 22.05: null when not asked
         return False
     return False if isinstance(exclusive, list) else None
