@@ -30,6 +30,13 @@ BASE_JOB_STATES = frozenset(
 FINISHED_JOB_STATES = frozenset(BASE_JOB_STATES - {"PENDING", "RUNNING", "SUSPENDED"})
 
 
+#: (first release series, the data_parser version its commands print by default)
+_DATA_PARSERS = (
+    ((22, 5), "v0.0.38"), ((23, 2), "v0.0.39"), ((23, 11), "v0.0.40"), ((24, 5), "v0.0.41"),
+    ((24, 11), "v0.0.42"), ((25, 5), "v0.0.43"), ((25, 11), "v0.0.44"), ((26, 5), "v0.0.45"),
+)
+
+
 @dataclass(frozen=True)
 class SlurmVersion:
     """A Slurm release, e.g. 22.05.8."""
@@ -44,6 +51,18 @@ class SlurmVersion:
     @property
     def tuple(self) -> tuple[int, int, int]:
         return (self.major, self.minor, self.micro)
+
+    @property
+    def data_parser(self) -> str:
+        """The JSON dialect this release's commands print by default (`meta.plugin.data_parser`).
+
+        Seen: 22.05 openapi v0.0.38, 24.11 v0.0.42, 26.05 v0.0.45; the releases between
+        from Slurm's release notes (each new release series adds one)."""
+        series = (self.major, self.minor)
+        for first, parser in reversed(_DATA_PARSERS):
+            if series >= first:
+                return parser
+        return "v0.0.38"
 
     @property
     def filters_json(self) -> bool:

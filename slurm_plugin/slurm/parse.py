@@ -115,9 +115,7 @@ def detect_dialect(doc: Mapping[str, Any]) -> Dialect:
                 parser = match.group(0)
                 break
     if parser is None and version is not None:
-        parser = "v0.0.38" if version.tuple < (23, 2, 0) else (
-            "v0.0.39" if version.tuple < (23, 11, 0) else "v0.0.40"
-        )
+        parser = version.data_parser
     return Dialect(parser or "unknown", version)
 
 

@@ -16,6 +16,8 @@ from packer.request import (
         ("gpu:1", "gpu", None, 1, "bare"),
         ("gres:gpu", "gpu", None, 1, "22.05"),
         ("gres:gpu:h100", "gpu", "h100", 1, "22.05"),
+        ("gres/gpu=1", "gpu", None, 1, "23.11"),  # 24.11's tres_per_task for --gpus-per-task=1
+        ("gres/gpu:h100=2", "gpu", "h100", 2, "23.11"),
     ],
 )
 def test_parse_gres_both_dialects(text, name, gtype, count, dialect):
@@ -23,7 +25,7 @@ def test_parse_gres_both_dialects(text, name, gtype, count, dialect):
     assert (item.name, item.type, item.count, item.dialect) == (name, gtype, count, dialect)
 
 
-@pytest.mark.parametrize("text", ["", ",", "gres:", "gres:gpu:h100:x", "gres:gpu::1", "a:b:c:d:e", "gres:gpu:h100:x", "gres:gpu:h100:1:2"])
+@pytest.mark.parametrize("text", ["", ",", "gres:", "gres:gpu:h100:x", "gres:gpu::1", "a:b:c:d:e", "gres:gpu:h100:x", "gres:gpu:h100:1:2", "gres/gpu=x", "gres/gpu:h100:1=1"])
 def test_parse_gres_refuses_nonsense(text):
     with pytest.raises(GresParseError):
         parse_gres(text)
@@ -47,6 +49,8 @@ def test_classify_never_raises(text):
         (JobFacts(tres_per_node="gres:gpu:2"), NotCandidate("multi-gpu")),
         (JobFacts(tres_per_node="gres:gpu:1", tres_per_job="gres:gpu:1"), NotCandidate("multi-gpu")),
         (JobFacts(tres_per_task="gres:gpu:1", num_tasks=4), NotCandidate("multi-gpu")),
+        (JobFacts(tres_per_task="gres/gpu=1", num_tasks=1), Candidate("tres_per_task", None, "23.11")),
+        (JobFacts(tres_per_task="gres/gpu=1", num_tasks=2), NotCandidate("multi-gpu")),
         (JobFacts(tres_per_node="gres:gpu:1", min_nodes=2), NotCandidate("multi-node")),
         (JobFacts(tres_per_node="gres:gpu:1", shared=0), NotCandidate("exclusive")),
         (JobFacts(tres_per_node="gres:gpu:1", shared=2), NotCandidate("exclusive")),
