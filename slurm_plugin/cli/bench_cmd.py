@@ -53,7 +53,7 @@ def submit(jobs: int, block: int, as_json: bool, state_dir: Path) -> None:
 @bench.command(context_settings=CTX)
 @slurm_option
 @click.option("--finished", default=3000, show_default=True, type=click.IntRange(0),
-              help="Short jobs to submit first; they stay in the controller MinJobAge once finished.")
+              help="Held jobs of its own to submit and cancel first: finished records stay MinJobAge.")
 @click.option("--rounds", default=30, show_default=True, type=click.IntRange(1), help="Timed listings of each kind.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE_DIR, show_default=True,

@@ -210,6 +210,10 @@ def _debootstrap(root: SlurmRoot) -> None:
         _apt_host(["debootstrap"])
     unmount(root)
     if root.path.exists():
+        left = _mounts_under(root.path)
+        if left:  # never delete through a bind mount: the checkout is mounted in there
+            raise RootError(f"cannot rebuild {root.path}: still mounted there: {', '.join(left)}; "
+                            f"stop its clusters (gpupack devcluster down --slurm {root.series}) and unmount them")
         log.warning("removing the old root %s", root.path)
         shutil.rmtree(root.path)
     root.path.parent.mkdir(parents=True, exist_ok=True)
@@ -299,15 +303,19 @@ def mount(root: SlurmRoot, *, mount_repo: bool = True) -> None:
             subprocess.run(["mount", "-o", "remount,bind,ro", str(target)], capture_output=True)
 
 
-def unmount(root: SlurmRoot) -> list[str]:
-    """Take away every mount under the root (deepest first); returns what was unmounted."""
-    prefix = str(root.path) + "/"
+def _mounts_under(path: Path) -> list[str]:
+    prefix = str(path) + "/"
     try:
         targets = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-    except OSError:
-        return []
+    except (OSError, IndexError):
+        return [f"{path} (mount table unreadable)"]
+    return [t for t in targets if t.startswith(prefix)]
+
+
+def unmount(root: SlurmRoot) -> list[str]:
+    """Take away every mount under the root (deepest first); returns what was unmounted."""
     done = []
-    for target in sorted((t for t in targets if t.startswith(prefix)), key=len, reverse=True):
+    for target in sorted(_mounts_under(root.path), key=len, reverse=True):
         if subprocess.run(["umount", "-l", target], capture_output=True).returncode == 0:
             done.append(target)
     return done
