@@ -57,6 +57,7 @@ def test_ports_differ_between_releases_and_from_the_hosts():
 
 
 def test_root_environment_is_clean_but_keeps_gpupack_settings(monkeypatch):
+    monkeypatch.delenv("GPUPACK_DEVCLUSTER_PORT", raising=False)  # set when this runs in a root
     monkeypatch.setenv("GPUPACK_TEST_CLUSTER_PORT", "12345")
     monkeypatch.setenv("LD_PRELOAD", "/host/only.so")
     root = roots.SlurmRoot("24.11", "trixie", roots.ROOTS_DIR / "trixie")
