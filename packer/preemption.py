@@ -13,7 +13,9 @@ its share, it is restarted early on the next larger size (`restart_size`).
 Head of the queue (`head_priority`): Slurm 22.05 resets a requeued job's submit time (and
 with it its age factor, and under priority/basic its place in the order), so the job is
 given an administrator priority above every pending job; `scontrol top` only reorders one
-user's own jobs and is not enough.
+user's own jobs and is not enough. This is kept on every release, not only 22.05: even
+where a requeued job kept its submit time, pending jobs older than it would still come
+first, and the seed puts it at the head.
 """
 from __future__ import annotations
 
