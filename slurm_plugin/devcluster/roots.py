@@ -246,7 +246,27 @@ def _install_packages(root: SlurmRoot) -> None:
     ca.parent.mkdir(parents=True, exist_ok=True)
     if Path(HOST_CA).exists():
         shutil.copyfile(HOST_CA, ca)
-    venv = run_in(root, ["python3", "-m", "venv", "--system-site-packages", VENV], capture=True, mount_repo=False)
+    # Debian's own Python libraries where they satisfy the project; where one does not (an
+    # older suite's numpy, say), pip's newer copy in the venv would break the Debian libraries
+    # built against the old one, so the venv then takes everything from PyPI instead
+    for system_site in (True, False):
+        _make_venv(root, system_site)
+        problem = _import_problem(root)
+        if problem is None:
+            return
+        log.warning("the %s root's Python libraries do not load together (%s)%s", root.suite, problem,
+                    ": making its venv from PyPI alone" if system_site else "")
+    raise RootError(f"the {root.suite} root's Python libraries do not load: {problem}")
+
+
+#: Modules that must import together in a root (the project's requirements and test tools).
+IMPORT_CHECK = "import click, numpy, scipy, statsmodels.api, sqlite_utils, pynvml, pytest, hypothesis, matplotlib"
+
+
+def _make_venv(root: SlurmRoot, system_site: bool) -> None:
+    run_in(root, ["rm", "-rf", VENV], capture=True, mount_repo=False)
+    argv = ["python3", "-m", "venv", *(["--system-site-packages"] if system_site else []), VENV]
+    venv = run_in(root, argv, capture=True, mount_repo=False)
     if venv.returncode != 0:
         raise RootError(f"python3 -m venv in the {root.suite} root failed:\n{venv.stderr[-1500:]}")
     pip = [f"{VENV}/bin/python3", "-m", "pip", "install", "-q", "--root-user-action=ignore",
@@ -258,6 +278,14 @@ def _install_packages(root: SlurmRoot) -> None:
     result = run_in(root, pip, env=pip_env, capture=True, mount_repo=False)
     if result.returncode != 0:
         raise RootError(f"pip in the {root.suite} root failed:\n{result.stdout[-1500:]}{result.stderr[-1500:]}")
+
+
+def _import_problem(root: SlurmRoot) -> str | None:
+    result = run_in(root, [f"{VENV}/bin/python3", "-c", IMPORT_CHECK], capture=True, mount_repo=False)
+    if result.returncode == 0:
+        return None
+    lines = (result.stderr or result.stdout).strip().splitlines()
+    return lines[-1] if lines else f"exit {result.returncode}"
 
 
 def _apt_host(packages: list[str]) -> None:
