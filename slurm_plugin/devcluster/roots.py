@@ -324,11 +324,12 @@ def mount(root: SlurmRoot, *, mount_repo: bool = True) -> None:
         if _mounted(target):
             continue
         target.mkdir(parents=True, exist_ok=True)
-        result = subprocess.run(["mount", "--bind", source, str(target)], capture_output=True, text=True)
+        # /sys with what is mounted below it: slurmd 22.05 finds the host's /sys/fs/cgroup
+        # there, as on the host (it knows no CgroupPlugin=disabled)
+        how = "--rbind" if source == "/sys" else "--bind"
+        result = subprocess.run(["mount", how, source, str(target)], capture_output=True, text=True)
         if result.returncode != 0:
-            raise RootError(f"mount --bind {source} {target} failed: {result.stderr.strip()}")
-        if source == "/sys":
-            subprocess.run(["mount", "-o", "remount,bind,ro", str(target)], capture_output=True)
+            raise RootError(f"mount {how} {source} {target} failed: {result.stderr.strip()}")
 
 
 def _mounts_under(path: Path) -> list[str]:

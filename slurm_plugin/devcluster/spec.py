@@ -142,13 +142,15 @@ def slurm_conf(spec: ClusterSpec, hostname: str, slurm_user: str, epilog: Path, 
 def cgroup_conf(release: tuple[int, int, int]) -> str:
     """cgroup.conf: no cgroup plugin at all (the dev cluster tracks processes by their parent).
 
-    slurmd after 22.05 (24.11 and 26.05 seen) loads a cgroup plugin at start even with proctrack/linuxproc and
-    task/none, and refuse to start where /sys/fs/cgroup is not theirs to use (a Debian root,
-    a container, a systemd host without a delegated scope); `CgroupPlugin=disabled` is the
-    setting for that. 22.05 knows no such value and needs no file."""
+    slurmd after 22.05 (24.11 and 26.05 seen) loads a cgroup plugin at start even with
+    proctrack/linuxproc and task/none, and refuses to start where /sys/fs/cgroup is not its
+    to use (a container, a systemd host without a delegated scope); `CgroupPlugin=disabled`
+    is the setting for that. 22.05 knows no such value ("cannot find cgroup plugin for
+    disabled"): it autodetects the host's cgroup file system, which a Debian root sees
+    through its recursive bind of /sys, and needs no file."""
     head = "# Written by `gpupack devcluster up`.\n"
     if tuple(release[:2]) < (23, 2):
-        return head + "# Slurm 22.05 loads no cgroup plugin with proctrack/linuxproc and task/none.\n"
+        return head + "# Slurm 22.05 autodetects the cgroup file system (it knows no CgroupPlugin=disabled).\n"
     return head + "CgroupPlugin=disabled\n"
 
 
