@@ -72,6 +72,13 @@ def workload_options(fn):
                           "before packing (pack only where the job already there keeps "
                           ">= 90 %); off: the patent's FIG. 3/4 alone (pack, then requeue on "
                           "> 10 % slowdown). Off needs --corunner lowest-util or best-fit."),
+        click.option("--pair-knowledge", type=click.Choice(["observed", "model", "oracle"]),
+                     default="observed", show_default=True,
+                     help="colocate: what the pair prediction knows. observed: a pair's speeds "
+                          "once the replay has run it, other pairs from a model of per-job "
+                          "features (utilisation, memory, label) learnt from the pairs seen; "
+                          "model: that model alone; oracle: the replay's own pair table (an "
+                          "upper bound no site has)."),
         click.option("--mig-static-layout", default=None, metavar="PROFILE|P@S,…",
                      help="mig-static: layout of each partitioned GPU (default: all smallest "
                           "instances, e.g. 7x1g.10gb)."),
@@ -95,13 +102,14 @@ def _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction, data_dir
 
 
 def _config(policy, predictor, gpus, gpu_model, bf_depth, corunner_rule, mig_static_layout,
-            mig_static_fraction, pair_predict=True):
+            mig_static_fraction, pair_predict=True, pair_knowledge="observed"):
     from slurm_plugin.simulator import SimConfig
 
     return SimConfig(policy=policy, gpus=gpus, gpu_model=gpu_model, predictor=predictor,
                      bf_depth=bf_depth, corunner_rule=corunner_rule,
                      mig_static_layout=mig_static_layout,
-                     mig_static_fraction=mig_static_fraction, pair_predict=pair_predict)
+                     mig_static_fraction=mig_static_fraction, pair_predict=pair_predict,
+                     pair_knowledge=pair_knowledge)
 
 
 def _policy_names(policies: str) -> list[str]:
@@ -161,7 +169,7 @@ def _human(s: dict) -> str:
 @_errors
 def simulate(ctx, policy, predictor, trace, gpus, gpu_model, n_jobs, time_scale, seed,
              growing_fraction, data_dir, bf_depth, corunner_rule, pair_predict,
-             mig_static_layout, mig_static_fraction, jobs_csv, as_json):
+             pair_knowledge, mig_static_layout, mig_static_fraction, jobs_csv, as_json):
     """Replay a job trace on N simulated GPUs and report what the policy gives.
 
     Discrete-event replay with Slurm-like FIFO + EASY backfill, calling the suite's own
@@ -183,7 +191,8 @@ def simulate(ctx, policy, predictor, trace, gpus, gpu_model, n_jobs, time_scale,
     specs, profiles, pairs = _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction,
                                    data_dir)
     cfg = _config(policy, predictor == "on", gpus, gpu_model, bf_depth, corunner_rule,
-                  mig_static_layout, mig_static_fraction, pair_predict)
+                  mig_static_layout, mig_static_fraction, pair_predict,
+                  pair_knowledge)
     summ, res = run_policy(cfg, specs, profiles, pairs)
     summ["trace"] = trace
     if jobs_csv:
@@ -204,7 +213,7 @@ def simulate(ctx, policy, predictor, trace, gpus, gpu_model, n_jobs, time_scale,
 @click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
 @_errors
 def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_fraction,
-            data_dir, bf_depth, corunner_rule, pair_predict, mig_static_layout,
+            data_dir, bf_depth, corunner_rule, pair_predict, pair_knowledge, mig_static_layout,
             mig_static_fraction, out_dir, no_plots, as_json):
     """Run several policies on one workload; write a Markdown report with PNG plots.
 
@@ -223,7 +232,8 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
                                    data_dir)
     configs = [
         _config(n.removesuffix("+pred"), n.endswith("+pred"), gpus, gpu_model, bf_depth,
-                corunner_rule, mig_static_layout, mig_static_fraction, pair_predict)
+                corunner_rule, mig_static_layout, mig_static_fraction, pair_predict,
+                  pair_knowledge)
         for n in names
     ]
     workload = {"trace": trace, "jobs": len(specs), "gpus": gpus, "gpu_model": gpu_model,
@@ -253,8 +263,8 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as one JSON object.")
 @_errors
 def scaling(policies, jobs_list, gpus_list, trace, gpus, gpu_model, n_jobs, time_scale, seed,
-            growing_fraction, data_dir, bf_depth, corunner_rule, pair_predict, mig_static_layout,
-            mig_static_fraction, out_dir, as_json):
+            growing_fraction, data_dir, bf_depth, corunner_rule, pair_predict, pair_knowledge,
+            mig_static_layout, mig_static_fraction, out_dir, as_json):
     """Time the simulator against the number of jobs and of GPUs.
 
     \b
@@ -270,7 +280,8 @@ def scaling(policies, jobs_list, gpus_list, trace, gpus, gpu_model, n_jobs, time
     job_counts = sorted({min(n, len(specs)) for n in job_counts})
     configs = [
         _config(n.removesuffix("+pred"), n.endswith("+pred"), gpus, gpu_model, bf_depth,
-                corunner_rule, mig_static_layout, mig_static_fraction, pair_predict)
+                corunner_rule, mig_static_layout, mig_static_fraction, pair_predict,
+                  pair_knowledge)
         for n in names
     ]
     out = run_scaling(configs, specs, profiles, pairs, job_counts, gpu_counts, out_dir,

@@ -59,6 +59,7 @@ from packer.contention import Sharer, check_contention
 from packer.corunner import GpuLoad, Newcomer, RunningJob, choose_corunner
 from packer.decision import ClusterView, Estimate, decide, max_shards
 from packer.request import Candidate
+from slurm_plugin.simulator.knowledge import MODES as KNOWLEDGE_MODES, PairKnowledge
 from slurm_plugin.simulator.workload import PairTable, SimJobSpec, WorkloadProfile
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,13 @@ class SimConfig:
     # would requeue the newcomer) and the newcomer >= min_newcomer_speed. Busy jobs (above
     # the packer's max_util_pct) may then be packed too: the pair decides, not utilisation.
     pair_predict: bool = True
+    # what the pair prediction knows (see slurm_plugin.simulator.knowledge): observed |
+    # model | oracle (the replay's own table: an upper bound)
+    pair_knowledge: str = "observed"
     min_newcomer_speed: float = 0.0
+    # a job that cannot get its starting memory on a GPU shared without isolation fails
+    # this long after it starts (CUDA context and model loading)
+    oom_startup_s: float = 60.0
     bf_depth: int = 100  # Slurm's bf_max_job_test
     monitor_s: float = 60.0  # contention is judged this long after a pack
     contention_threshold: float = 0.10
@@ -111,6 +118,9 @@ class SimConfig:
             raise ValueError("--bf-depth must be 0 or more")
         if not 0.0 <= self.mig_static_fraction <= 1.0:
             raise ValueError("--mig-static-fraction must be in [0, 1]")
+        if self.pair_knowledge not in KNOWLEDGE_MODES:
+            raise ValueError(f"unknown --pair-knowledge {self.pair_knowledge!r}; choose one of "
+                             f"{', '.join(KNOWLEDGE_MODES)}")
         if self.corunner_rule == "best-pair" and not self.pair_predict:
             raise ValueError("--corunner best-pair needs the pair prediction (measured pairs)")
 
@@ -121,7 +131,7 @@ class Job:
         "workload", "first_start", "start", "end", "done", "rate", "last_t", "token",
         "gpu_ids", "cap", "shards", "inst", "remembered", "min_rate", "oom_restarts",
         "pred_restarts", "preemptions", "lost_work", "warn_work", "warn_next", "shared_with",
-        "unmeasured", "max_pair_slow", "packed_at", "t_end",
+        "unmeasured", "max_pair_slow", "packed_at", "t_end", "room", "pack_pred",
     )
 
     def __init__(self, spec: SimJobSpec, prof: WorkloadProfile):
@@ -160,6 +170,8 @@ class Job:
         self.max_pair_slow = 1.0  # worst 1/speed among the measured pairs it was in
         self.packed_at: float | None = None
         self.t_end = 0.0  # expected end at the current rate
+        self.room = 0  # memory it can really get: cap, less its neighbours' without isolation
+        self.pack_pred: tuple[int, float, float] | None = None  # (partner profile, mine, theirs)
 
 
 class Gpu:
@@ -228,6 +240,7 @@ class SimResult:
     passes: int = 0  # scheduling passes run
     passes_skipped: int = 0  # passes skipped: nothing changed since one that started nothing
     timeline: list[tuple[float, int, float, float]] = field(default_factory=list)
+    knowledge: dict = field(default_factory=dict)  # prediction error, pairs observed
 
 
 class Simulator:
@@ -245,6 +258,7 @@ class Simulator:
         self.share_bytes = self.pk.share_bytes
         self.profiles = profiles
         self.pairs = pairs
+        self.know = PairKnowledge(cfg.pair_knowledge, profiles, pairs)
         self.gpus = [Gpu(i) for i in range(cfg.gpus)]
         self.idle: dict[int, None] = {i: None for i in range(cfg.gpus)}
         self.heap: list = []
@@ -402,7 +416,14 @@ class Simulator:
             reconfig_creates=self.creates, reconfig_destroys=self.destroys,
             avoided_pairs=len(self.avoid), events=self.events,
             wall_s=time.perf_counter() - t0, passes=self.passes,
-            passes_skipped=self.passes_skipped, timeline=self.timeline)
+            passes_skipped=self.passes_skipped, timeline=self.timeline,
+            knowledge=self._knowledge_summary())
+
+    def _knowledge_summary(self) -> dict:
+        if self.cfg.policy != "colocate" or not self.cfg.pair_predict:
+            return {}
+        return {"pair_knowledge": self.cfg.pair_knowledge, **self.know.error.as_dict(),
+                **self.know.model_error()}
 
     # ----------------------------------------------------------------- queue
     def _queue_iter(self):
@@ -562,6 +583,8 @@ class Simulator:
         if p == "exclusive":
             return self._start_idle(job, now, bf)
         if p == "shard-fixed":
+            if job.remembered >= self.gpu_mem:  # failed for memory beside a job: alone now
+                return self._start_idle(job, now, bf)
             if self.partial:
                 g = self.gpus[next(iter(self.partial))]
                 if self._may_pack(job, now, bf, g):
@@ -595,6 +618,8 @@ class Simulator:
         job.done = 0.0
         job.rate = 1.0
         job.cap = cap
+        job.room = cap
+        job.pack_pred = None
         job.warn_work = None
         job.warn_next = None
         if self.cfg.predictor and job.mem1 > cap:
@@ -668,6 +693,14 @@ class Simulator:
             self._push(now + self.cfg.monitor_s, _CHECK, job, job.token)
 
     def _rerate_shared(self, g: Gpu, now: float) -> None:
+        blind = len(g.jobs) > 1 and any(j.shards is None for j in g.jobs)
+        if blind:  # no memory isolation: each job gets what its neighbours leave
+            mem = {j.id: self._mem_now(j, now) for j in g.jobs}
+            total = sum(mem.values())
+            for j in g.jobs:
+                j.room = min(j.cap, self.gpu_mem - (total - mem[j.id]))
+        elif len(g.jobs) == 1:
+            g.jobs[0].room = g.jobs[0].cap
         for j in g.jobs:
             rate = 1.0
             for o in g.jobs:
@@ -681,7 +714,17 @@ class Simulator:
                         j.unmeasured = True
             self._set_rate(j, now, rate)
 
+    @staticmethod
+    def _mem_now(j: Job, now: float) -> int:
+        """Memory a job holds now (it grows linearly with its progress)."""
+        if j.mem1 == j.mem0:
+            return j.mem0
+        done = j.done + (now - j.last_t) * j.rate
+        return int(j.mem0 + (j.mem1 - j.mem0) * min(1.0, done / j.duration))
+
     def _start_lucid(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+        if job.remembered >= self.gpu_mem:  # failed for memory beside a job: alone now
+            return self._start_idle(job, now, bf)
         if self.idle:
             return self._start_idle(job, now, bf, shared=True)
         if job.label >= 2:
@@ -724,8 +767,8 @@ class Simulator:
         return d
 
     def _pair_speed(self, a: str, b: str) -> float | None:
-        """Measured speed of workload ``a`` beside ``b``; None when never measured."""
-        return self.pairs.measured.get((self._wl_index[a], self._wl_index[b]))
+        """Speed of workload ``a`` beside ``b`` as this run's pair knowledge predicts it."""
+        return self.know.speed(self._wl_index[a], self._wl_index[b])
 
     def _load(self, key: tuple[int, int]) -> GpuLoad:
         """A (workload, size) group of GPUs running one job each, as the co-runner rule sees it."""
@@ -786,13 +829,21 @@ class Simulator:
         if not ch.placed:
             return False
         self._denied = False
-        self._start_shared(job, self.gpus[picked[ch.gpu_id]], now, need, d.shards)
+        g = self.gpus[picked[ch.gpu_id]]
+        if self.cfg.pair_predict:
+            inc = g.jobs[0].profile
+            job.pack_pred = None
+            self._start_shared(job, g, now, need, d.shards)
+            job.pack_pred = (inc, self.know.speed(job.profile, inc),
+                             self.know.speed(inc, job.profile))
+            return True
+        self._start_shared(job, g, now, need, d.shards)
         return True
 
     def _newcomer(self, job: Job, need: int) -> tuple[Newcomer, dict]:
         """The co-runner rule's view of a queued job, and its memo of which kinds of GPU
         (workload, size) qualify for it (valid while no pair is added to avoid)."""
-        key = (job.profile, need, len(self.avoid))
+        key = (job.profile, need, len(self.avoid), self.know.version)
         hit = self._corunner_cache.get(key)
         if hit is None:
             p = self.profiles[job.profile]
@@ -815,10 +866,21 @@ class Simulator:
             min_newcomer_speed=self.cfg.min_newcomer_speed if pred else 0.0, allow=allow)
 
     def _check(self, job: Job, now: float) -> None:
-        """FIG. 4: has the pre-existing job lost more than the threshold since the pack?"""
+        """FIG. 4: has the pre-existing job lost more than the threshold since the pack?
+
+        The agent has now measured both jobs' speeds: the pair is known from here on."""
         g = self.gpus[job.gpu_ids[0]]
         if len(g.jobs) < 2:
             return
+        if job.pack_pred is not None:
+            inc, mine, theirs = job.pack_pred
+            if any(j.profile == inc for j in g.jobs if j is not job):
+                v0 = self.know.version
+                self.know.observe(job.profile, inc, mine)
+                self.know.observe(inc, job.profile, theirs)
+                if self.know.version != v0:
+                    self._dirty = True
+            job.pack_pred = None
         sharers = [Sharer(str(j.id), j.workload, j.packed_at if j.packed_at is not None
                           and j is job else j.start, 1.0, j.rate) for j in g.jobs]
         v = check_contention(sharers, self.cfg.contention_threshold)
@@ -1013,12 +1075,16 @@ class Simulator:
                 tw = now + (job.warn_work - job.done) / job.rate
                 if tw < t:
                     kind, t = _WARN, tw
-            if job.mem1 > job.cap:
-                w_oom = (job.cap - job.mem0) / (job.mem1 - job.mem0) * job.duration
+            if job.mem1 > job.room >= job.mem0:
+                w_oom = (job.room - job.mem0) / (job.mem1 - job.mem0) * job.duration
                 if w_oom >= job.done:
                     to = now + (w_oom - job.done) / job.rate
                     if to < t:
                         kind, t = _OOM, to
+        if job.mem0 > job.room and job.done == 0.0:  # cannot even get its starting memory
+            to = now + min(self.cfg.oom_startup_s, remaining / job.rate)
+            if to < t:
+                kind, t = _OOM, to
         self._push(t, kind, job, job.token)
 
     def _sizes(self) -> tuple[int, ...]:
