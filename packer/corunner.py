@@ -104,21 +104,33 @@ def predicted_speeds(newcomer: Newcomer, gpu: GpuLoad,
                      pair_speed: PairSpeed) -> tuple[float, tuple[float, ...]] | None:
     """(newcomer's speed, each running job's speed) if the newcomer joins ``gpu``.
 
-    With several jobs on the GPU a job's speed is the product of its pair speeds. An
-    unmeasured pair is predicted from the aggregate utilisation: ``min(1, 100 / (u1 + u2))``
+    With several jobs on the GPU a job's speed is the product of its pair speeds (a running
+    job's includes what it already loses to the others there). An unmeasured pair is predicted from the aggregate utilisation: ``min(1, 100 / (u1 + u2))``
     for both (full speed below the GPU's capacity, processor sharing above it). None when a
     utilisation needed for that is unknown: no prediction.
     """
+    def pair(x_work: str, x_util: float | None, y_work: str, y_util: float | None):
+        s = pair_speed(x_work, y_work)
+        if s is not None:
+            return s
+        if x_util is None or y_util is None:
+            return None
+        total = x_util + y_util
+        return 1.0 if total <= 100.0 else 100.0 / total
+
     new_speed = 1.0
     others = []
     for j in gpu.jobs:
-        a = pair_speed(newcomer.workload, j.workload)
-        b = pair_speed(j.workload, newcomer.workload)
+        a = pair(newcomer.workload, newcomer.util_pct, j.workload, j.util_pct)
+        b = pair(j.workload, j.util_pct, newcomer.workload, newcomer.util_pct)
         if a is None or b is None:
-            if newcomer.util_pct is None or j.util_pct is None:
-                return None
-            total = newcomer.util_pct + j.util_pct
-            a = b = 1.0 if total <= 100.0 else 100.0 / total
+            return None
+        for k in gpu.jobs:  # what j already loses to the others there
+            if k is not j:
+                c = pair(j.workload, j.util_pct, k.workload, k.util_pct)
+                if c is None:
+                    return None
+                b *= c
         new_speed *= a
         others.append(b)
     return new_speed, tuple(others)

@@ -79,6 +79,10 @@ def workload_options(fn):
                           "features (utilisation, memory, label) learnt from the pairs seen; "
                           "model: that model alone; oracle: the replay's own pair table (an "
                           "upper bound no site has)."),
+        click.option("--max-jobs-per-gpu", type=click.IntRange(min=1), default=None,
+                     help="colocate: most jobs packed on one GPU (default 2), each still "
+                          "predicted at >= 90 % of its speed alone; shard-fixed: jobs per GPU "
+                          "(its fixed share count; default 2)."),
         click.option("--mig-static-layout", default=None, metavar="PROFILE|P@S,…",
                      help="mig-static: layout of each partitioned GPU (default: all smallest "
                           "instances, e.g. 7x1g.10gb)."),
@@ -102,10 +106,15 @@ def _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction, data_dir
 
 
 def _config(policy, predictor, gpus, gpu_model, bf_depth, corunner_rule, mig_static_layout,
-            mig_static_fraction, pair_predict=True, pair_knowledge="observed"):
+            mig_static_fraction, pair_predict=True, pair_knowledge="observed",
+            max_jobs_per_gpu=None):
     from slurm_plugin.simulator import SimConfig
 
-    return SimConfig(policy=policy, gpus=gpus, gpu_model=gpu_model, predictor=predictor,
+    per_gpu = {}
+    if max_jobs_per_gpu is not None:
+        per_gpu = ({"max_jobs_per_gpu": max_jobs_per_gpu} if policy == "colocate" else
+                   {"shard_jobs_per_gpu": max_jobs_per_gpu} if policy == "shard-fixed" else {})
+    return SimConfig(**per_gpu, policy=policy, gpus=gpus, gpu_model=gpu_model, predictor=predictor,
                      bf_depth=bf_depth, corunner_rule=corunner_rule,
                      mig_static_layout=mig_static_layout,
                      mig_static_fraction=mig_static_fraction, pair_predict=pair_predict,
@@ -169,7 +178,7 @@ def _human(s: dict) -> str:
 @_errors
 def simulate(ctx, policy, predictor, trace, gpus, gpu_model, n_jobs, time_scale, seed,
              growing_fraction, data_dir, bf_depth, corunner_rule, pair_predict,
-             pair_knowledge, mig_static_layout, mig_static_fraction, jobs_csv, as_json):
+             pair_knowledge, max_jobs_per_gpu, mig_static_layout, mig_static_fraction, jobs_csv, as_json):
     """Replay a job trace on N simulated GPUs and report what the policy gives.
 
     Discrete-event replay with Slurm-like FIFO + EASY backfill, calling the suite's own
@@ -192,7 +201,7 @@ def simulate(ctx, policy, predictor, trace, gpus, gpu_model, n_jobs, time_scale,
                                    data_dir)
     cfg = _config(policy, predictor == "on", gpus, gpu_model, bf_depth, corunner_rule,
                   mig_static_layout, mig_static_fraction, pair_predict,
-                  pair_knowledge)
+                  pair_knowledge, max_jobs_per_gpu)
     summ, res = run_policy(cfg, specs, profiles, pairs)
     summ["trace"] = trace
     if jobs_csv:
@@ -213,7 +222,7 @@ def simulate(ctx, policy, predictor, trace, gpus, gpu_model, n_jobs, time_scale,
 @click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
 @_errors
 def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_fraction,
-            data_dir, bf_depth, corunner_rule, pair_predict, pair_knowledge, mig_static_layout,
+            data_dir, bf_depth, corunner_rule, pair_predict, pair_knowledge, max_jobs_per_gpu, mig_static_layout,
             mig_static_fraction, out_dir, no_plots, as_json):
     """Run several policies on one workload; write a Markdown report with PNG plots.
 
@@ -233,7 +242,7 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
     configs = [
         _config(n.removesuffix("+pred"), n.endswith("+pred"), gpus, gpu_model, bf_depth,
                 corunner_rule, mig_static_layout, mig_static_fraction, pair_predict,
-                  pair_knowledge)
+                  pair_knowledge, max_jobs_per_gpu)
         for n in names
     ]
     workload = {"trace": trace, "jobs": len(specs), "gpus": gpus, "gpu_model": gpu_model,
@@ -264,7 +273,7 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
 @_errors
 def scaling(policies, jobs_list, gpus_list, trace, gpus, gpu_model, n_jobs, time_scale, seed,
             growing_fraction, data_dir, bf_depth, corunner_rule, pair_predict, pair_knowledge,
-            mig_static_layout, mig_static_fraction, out_dir, as_json):
+            max_jobs_per_gpu, mig_static_layout, mig_static_fraction, out_dir, as_json):
     """Time the simulator against the number of jobs and of GPUs.
 
     \b
@@ -281,7 +290,7 @@ def scaling(policies, jobs_list, gpus_list, trace, gpus, gpu_model, n_jobs, time
     configs = [
         _config(n.removesuffix("+pred"), n.endswith("+pred"), gpus, gpu_model, bf_depth,
                 corunner_rule, mig_static_layout, mig_static_fraction, pair_predict,
-                  pair_knowledge)
+                  pair_knowledge, max_jobs_per_gpu)
         for n in names
     ]
     out = run_scaling(configs, specs, profiles, pairs, job_counts, gpu_counts, out_dir,

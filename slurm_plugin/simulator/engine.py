@@ -90,6 +90,10 @@ class SimConfig:
     # model | oracle (the replay's own table: an upper bound)
     pair_knowledge: str = "observed"
     min_newcomer_speed: float = 0.0
+    # colocate: most jobs on one GPU (every job there still predicted at >= 1 - threshold
+    # of its speed alone, memory under the packer's cap); more than two relies on the
+    # product of pair speeds, bounded by the GPU's compute (see _rerate_shared)
+    max_jobs_per_gpu: int = 2
     # a job that cannot get its starting memory on a GPU shared without isolation fails
     # this long after it starts (CUDA context and model loading)
     oom_startup_s: float = 60.0
@@ -118,6 +122,8 @@ class SimConfig:
             raise ValueError("--bf-depth must be 0 or more")
         if not 0.0 <= self.mig_static_fraction <= 1.0:
             raise ValueError("--mig-static-fraction must be in [0, 1]")
+        if self.max_jobs_per_gpu < 1:
+            raise ValueError("--max-jobs-per-gpu must be at least 1")
         if self.pair_knowledge not in KNOWLEDGE_MODES:
             raise ValueError(f"unknown --pair-knowledge {self.pair_knowledge!r}; choose one of "
                              f"{', '.join(KNOWLEDGE_MODES)}")
@@ -171,7 +177,7 @@ class Job:
         self.packed_at: float | None = None
         self.t_end = 0.0  # expected end at the current rate
         self.room = 0  # memory it can really get: cap, less its neighbours' without isolation
-        self.pack_pred: tuple[int, float, float] | None = None  # (partner profile, mine, theirs)
+        self.pack_pred: tuple[dict[int, float], bool] | None = None  # speeds predicted at pack
 
 
 class Gpu:
@@ -268,6 +274,9 @@ class Simulator:
         self.history: set[int] = set()  # profiles with a finished run (the packer's history)
         self.avoid: set[tuple[str, str]] = set()
         self.single: dict[tuple, dict[int, None]] = {}  # (profile, held) -> GPUs with one job
+        # colocate, more than two per GPU: sorted ((profile, held), ...) -> GPUs with 2..max-1
+        self.multi: dict[tuple, dict[int, None]] = {}
+        self._multi_on = cfg.policy == "colocate" and cfg.max_jobs_per_gpu > 2
         self.partial: dict[int, None] = {}  # shard-fixed: GPUs with free shares
         self.creates = self.destroys = 0
         self.busy_n = 0
@@ -499,7 +508,7 @@ class Simulator:
         if p == "exclusive":
             return False
         if p in ("colocate", "lucid-like"):
-            return bool(self.single)
+            return bool(self.single) or bool(self.multi)
         if p == "shard-fixed":
             return bool(self.partial)
         return True
@@ -646,7 +655,19 @@ class Simulator:
     def _held(self, job: Job) -> int:
         return job.shards * int(self.share_bytes) if job.shards else job.mem0
 
+    def _multi_key(self, g: Gpu) -> tuple | None:
+        if 2 <= len(g.jobs) < self.cfg.max_jobs_per_gpu and all(j.gpus == 1 for j in g.jobs):
+            return tuple(sorted((j.profile, self._held(j)) for j in g.jobs))
+        return None
+
     def _single_del(self, g: Gpu) -> None:
+        if self._multi_on:
+            key = self._multi_key(g)
+            d = self.multi.get(key) if key else None
+            if d is not None:
+                d.pop(g.id, None)
+                if not d:
+                    del self.multi[key]
         if len(g.jobs) == 1 and g.jobs[0].gpus == 1:
             j = g.jobs[0]
             key = (j.profile, self._held(j))
@@ -658,6 +679,11 @@ class Simulator:
                     self._single_ver += 1
 
     def _single_add(self, g: Gpu) -> None:
+        if self._multi_on:
+            key = self._multi_key(g)
+            if key:
+                self.multi.setdefault(key, {})[g.id] = None
+                self._opened += 1
         if len(g.jobs) == 1 and g.jobs[0].gpus == 1:
             j = g.jobs[0]
             key = (j.profile, self._held(j))
@@ -701,17 +727,25 @@ class Simulator:
                 j.room = min(j.cap, self.gpu_mem - (total - mem[j.id]))
         elif len(g.jobs) == 1:
             g.jobs[0].room = g.jobs[0].cap
+        rates = []
         for j in g.jobs:
             rate = 1.0
+            measured = True
             for o in g.jobs:
                 if o is not j:
-                    s = self.pairs.speed(j.profile, o.profile)
-                    rate *= s
+                    rate *= self.pairs.speed(j.profile, o.profile)
                     j.shared_with.add(o.id)
-                    if self.pairs.is_measured(j.profile, o.profile):
-                        j.max_pair_slow = max(j.max_pair_slow, 1.0 / s)
-                    else:
+                    if not self.pairs.is_measured(j.profile, o.profile):
                         j.unmeasured = True
+                        measured = False
+            rates.append((j, rate, measured))
+        if len(rates) > 2:  # no GPU gives more than its compute: sum of util x speed <= 100 %
+            used = sum(j.util * r for j, r, _ in rates) / 100.0
+            if used > 1.0:
+                rates = [(j, r / used, m) for j, r, m in rates]
+        for j, rate, measured in rates:
+            if measured and len(rates) > 1:
+                j.max_pair_slow = max(j.max_pair_slow, 1.0 / rate)
             self._set_rate(j, now, rate)
 
     @staticmethod
@@ -770,17 +804,24 @@ class Simulator:
         """Speed of workload ``a`` beside ``b`` as this run's pair knowledge predicts it."""
         return self.know.speed(self._wl_index[a], self._wl_index[b])
 
-    def _load(self, key: tuple[int, int]) -> GpuLoad:
-        """A (workload, size) group of GPUs running one job each, as the co-runner rule sees it."""
+    def _load(self, key: tuple) -> GpuLoad:
+        """A group of GPUs running the same jobs, as the co-runner rule sees it: one
+        (workload, size) job each, or (more than two per GPU) several."""
         gl = self._loads.get(key)
         if gl is None:
-            prof, held = key
-            p = self.profiles[prof]
-            gl = self._loads[key] = GpuLoad(
-                gpu_id=f"{prof:03d}/{held}", capacity_bytes=self.gpu_mem,
-                jobs=(RunningJob(f"p{prof}", p.key, held, p.util_pct),))
+            members = key if isinstance(key[0], tuple) else (key,)
+            jobs = []
+            for prof, held in members:
+                p = self.profiles[prof]
+                jobs.append(RunningJob(f"p{prof}", p.key, held, p.util_pct))
+            gid = "+".join(f"{prof:03d}/{held}" for prof, held in members)
+            gl = self._loads[key] = GpuLoad(gpu_id=gid, capacity_bytes=self.gpu_mem,
+                                            jobs=tuple(jobs))
             self._load_key[gl.gpu_id] = key
         return gl
+
+    def _group(self, key: tuple) -> dict[int, None]:
+        return self.multi[key] if isinstance(key[0], tuple) else self.single[key]
 
     def _start_colocate(self, job: Job, now: float, bf: _Backfill | None) -> bool:
         """FIG. 3: alone on an idle GPU if one is usable, else packed beside the co-runner
@@ -789,13 +830,13 @@ class Simulator:
         d = self._decide(job, usable)
         if d.verdict != "packed":
             return bool(usable) and self._start_idle(job, now, bf, shared=True)
-        if not self.single:
+        if not self.single and not self.multi:
             return False
         need = d.shards * int(self.share_bytes)
         free_pack = bf is None or bf.pack_ok
         new, acc = self._newcomer(job, need)
         cands = []
-        for key in self.single:
+        for key in (*self.single, *self.multi) if self.multi else self.single:
             ok = acc.get(key)
             if ok is None:  # this kind of GPU, alone: the same rule, memoised per kind
                 ok = acc[key] = self._corunner(new, [self._load(key)], None).placed
@@ -806,7 +847,7 @@ class Simulator:
         picked: dict[str, int] = {}
 
         def allow(gl: GpuLoad, mine: float, theirs: tuple[float, ...]) -> bool:
-            gids = self.single[self._load_key[gl.gpu_id]]
+            gids = self._group(self._load_key[gl.gpu_id])
             if free_pack:
                 picked[gl.gpu_id] = next(iter(gids))
                 return True
@@ -816,10 +857,10 @@ class Simulator:
             # the job there loses (1 - speed) of its progress while the newcomer runs: its
             # end moves by run * (1 - speed) at most (fixed in time, so a pass that was
             # refused stays refused while nothing changes)
-            delay = run * (1.0 - theirs[0])
+            delay = run * (1.0 - min(theirs))
             for gid in gids:  # a GPU the reservation does not count on, or one freed in time
-                inc = self.gpus[gid].jobs[0]
-                if inc.t_end > shadow or (new_ok and inc.t_end + delay <= shadow):
+                end = max(x.t_end for x in self.gpus[gid].jobs)
+                if end > shadow or (new_ok and end + delay <= shadow):
                     picked[gl.gpu_id] = gid
                     return True
             self._denied = True
@@ -830,15 +871,25 @@ class Simulator:
             return False
         self._denied = False
         g = self.gpus[picked[ch.gpu_id]]
-        if self.cfg.pair_predict:
-            inc = g.jobs[0].profile
-            job.pack_pred = None
-            self._start_shared(job, g, now, need, d.shards)
-            job.pack_pred = (inc, self.know.speed(job.profile, inc),
-                             self.know.speed(inc, job.profile))
-            return True
         self._start_shared(job, g, now, need, d.shards)
+        if self.cfg.pair_predict:
+            job.pack_pred = self._pack_prediction(g)
         return True
+
+    def _pack_prediction(self, g: Gpu) -> tuple[dict[int, float], bool]:
+        """Each job's speed on ``g`` as the policy predicts it now, and whether every pair
+        there was known (not predicted from features)."""
+        sp, known = self.know.speed, self.know.known
+        preds = {}
+        seen = True
+        for j in g.jobs:
+            r = 1.0
+            for o in g.jobs:
+                if o is not j:
+                    r *= sp(j.profile, o.profile)
+                    seen = seen and known(j.profile, o.profile)
+            preds[j.id] = r
+        return preds, seen
 
     def _newcomer(self, job: Job, need: int) -> tuple[Newcomer, dict]:
         """The co-runner rule's view of a queued job, and its memo of which kinds of GPU
@@ -860,7 +911,7 @@ class Simulator:
         pred = self.cfg.pair_predict
         return choose_corunner(
             new, loads, rule=self.cfg.corunner_rule, max_fraction=self.pk.max_gpu_fraction,
-            max_jobs_per_gpu=2, avoid=self.avoid,
+            max_jobs_per_gpu=self.cfg.max_jobs_per_gpu, avoid=self.avoid,
             pair_speed=self._pair_speed if pred else None,
             min_corunner_speed=1.0 - self.cfg.contention_threshold if pred else 0.0,
             min_newcomer_speed=self.cfg.min_newcomer_speed if pred else 0.0, allow=allow)
@@ -873,14 +924,18 @@ class Simulator:
         if len(g.jobs) < 2:
             return
         if job.pack_pred is not None:
-            inc, mine, theirs = job.pack_pred
-            if any(j.profile == inc for j in g.jobs if j is not job):
+            preds, seen = job.pack_pred
+            job.pack_pred = None
+            for j in g.jobs:
+                if j.id in preds:
+                    self.know.error.add(preds[j.id], j.rate, seen)
+            if len(g.jobs) == 2:  # a pair: each job's speed is that pair's
+                a, b = g.jobs[0].profile, g.jobs[1].profile
                 v0 = self.know.version
-                self.know.observe(job.profile, inc, mine)
-                self.know.observe(inc, job.profile, theirs)
+                self.know.observe(a, b)
+                self.know.observe(b, a)
                 if self.know.version != v0:
                     self._dirty = True
-            job.pack_pred = None
         sharers = [Sharer(str(j.id), j.workload, j.packed_at if j.packed_at is not None
                           and j is job else j.start, 1.0, j.rate) for j in g.jobs]
         v = check_contention(sharers, self.cfg.contention_threshold)

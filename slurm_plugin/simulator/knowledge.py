@@ -19,8 +19,8 @@ two jobs alone (both utilisations, their product and square, the processor-shari
 observed so far whenever their number has grown by a quarter (a site's model learns from
 its own pairs). Before ``MIN_FIT`` pairs are observed it is processor sharing alone.
 
-Every prediction used for a pack is scored against the truth when the pack is watched;
-``errors`` gives the mean absolute error and the bias (predicted minus true).
+Every prediction used for a pack (each job's speed on that GPU) is scored against the
+speed the replay gives it when the pack is watched; ``error`` gives the mean absolute error and the bias (predicted minus true).
 """
 from __future__ import annotations
 
@@ -109,12 +109,10 @@ class PairKnowledge:
         return self.mode == "oracle" or (self.mode == "observed" and (a, b) in self.seen)
 
     # ---------------------------------------------------------------- learning
-    def observe(self, a: int, b: int, predicted: float | None = None) -> None:
-        """The replay ran ``a`` beside ``b`` and measured its speed: score the prediction
-        the pack was made with, then learn the pair (and maybe refit the model)."""
+    def observe(self, a: int, b: int) -> None:
+        """The replay ran ``a`` beside ``b`` alone on a GPU and measured its speed: learn the
+        pair (and maybe refit the model)."""
         truth = self.truth.speed(a, b)
-        if predicted is not None:
-            self.error.add(predicted, truth, seen=self.known(a, b))
         if (a, b) in self.seen:
             return
         self.seen[(a, b)] = truth

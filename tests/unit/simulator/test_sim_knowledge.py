@@ -55,10 +55,10 @@ def test_observed_remembers_a_pair_it_ran_and_model_does_not():
     assert j[1].preemptions == 1  # learnt here (and the pair is avoided from now on)
     assert j[3].preemptions == 0 and j[3].first_start >= 5000
     k = PairKnowledge("observed", PROFILES, PAIRS)
-    k.observe(0, 1, 1.0)
+    k.observe(0, 1)
     assert k.speed(0, 1) == 0.5 and k.known(0, 1) and not k.known(1, 0)
     m = PairKnowledge("model", PROFILES, PAIRS)
-    m.observe(0, 1, 1.0)
+    m.observe(0, 1)
     assert m.speed(0, 1) == pytest.approx(1.0) and not m.known(0, 1)
 
 
@@ -97,3 +97,22 @@ def test_blind_sharing_runs_out_of_memory_when_two_jobs_exceed_the_gpu():
     # alone, the same growing job fits the GPU
     res = simulate(SimConfig(policy="shard-fixed", gpus=1), [grow], PROFILES, PAIRS)
     assert res.jobs[0].oom_restarts == 0
+
+
+def test_colocate_packs_a_third_job_only_when_every_job_keeps_its_floor():
+    profiles = [WorkloadProfile(0, "tiny/a", 2 * G, 10.0, 1.0, 0),
+                WorkloadProfile(1, "busy/b", 2 * G, 90.0, 1.0, 2)]
+    measured = {(0, 0): 0.97, (0, 1): 0.6, (1, 0): 0.9, (1, 1): 0.5}
+    pairs = PairTable(profiles, measured)
+
+    def go(specs, k):
+        cfg = SimConfig(policy="colocate", gpus=1, known_history=True, max_jobs_per_gpu=k,
+                        pair_knowledge="oracle")
+        return {j.id: j for j in simulate(cfg, specs, profiles, pairs).jobs}
+
+    tiny = [SimJobSpec(i, float(i), 1000.0, 1, 0, 2 * G, 2 * G) for i in range(4)]
+    j = go(tiny, 3)
+    assert [j[i].first_start for i in range(3)] == [0, 1, 2]  # 0.97 x 0.97 = 0.94 >= 0.90
+    assert j[0].min_rate == pytest.approx(0.97 * 0.97) and j[3].first_start > 2
+    j = go(tiny, 2)
+    assert j[2].first_start > 2  # two per GPU at most by default
