@@ -145,7 +145,8 @@ def _human(s: dict) -> str:
     lines = [
         f"{s['policy']} (predictor {s['predictor']}) on {s['gpus']} x {s['gpu_model']}: "
         f"{s['jobs']} jobs ({s['jobs_skipped']} skipped: more GPUs than the cluster; "
-        f"{s['jobs_unfinished']} never ran)",
+        f"{s['jobs_unfinished']} never ran; {s['jobs_with_own_figures']} with their own GPU "
+        f"figures from sacct)",
         f"  makespan {s['makespan_s'] / h:.1f} h; JCT avg {s['avg_jct_s'] / h:.2f} h, "
         f"p95 {s['p95_jct_s'] / h:.2f} h; queueing avg {s['avg_queue_s'] / h:.2f} h, "
         f"p95 {s['p95_queue_s'] / h:.2f} h",
@@ -219,11 +220,20 @@ def simulate(ctx, policy, predictor, trace, gpus, gpu_model, n_jobs, time_scale,
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="sim-report",
               show_default=True, help="Folder for report.md, results.json and the PNG plots.")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots (no matplotlib needed).")
+@click.option("--gpus-list", default=None, metavar="G1,G2,…",
+              help="Loads: also run every policy at each of these GPU counts (sweep.md).")
+@click.option("--target-alloc", default=None, metavar="P1,P2,…",
+              help="Loads: the GPU counts at which exclusive keeps these percentages of its GPUs "
+                   "allocated (found by bisection), e.g. 70,85,95.")
+@click.option("--seeds", "seed_list", default=None, metavar="S1,S2,…",
+              help="Loads: seeds of the profile draw to average over (95 % intervals); "
+                   "default: --seed alone.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
 @_errors
 def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_fraction,
-            data_dir, bf_depth, corunner_rule, pair_predict, pair_knowledge, max_jobs_per_gpu, mig_static_layout,
-            mig_static_fraction, out_dir, no_plots, as_json):
+            data_dir, bf_depth, corunner_rule, pair_predict, pair_knowledge, max_jobs_per_gpu,
+            mig_static_layout, mig_static_fraction, out_dir, no_plots, gpus_list, target_alloc,
+            seed_list, as_json):
     """Run several policies on one workload; write a Markdown report with PNG plots.
 
     The report has the comparison table, the best policy of the suite against every
@@ -233,10 +243,23 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
     \b
     gpupack simulate compare --gpus 1000 --out sim-report/
     gpupack simulate compare --policies exclusive,colocate,colocate+pred --jobs 5000 --gpus 100
+    gpupack simulate compare --gpu-model H100-80GB --target-alloc 70,85,95 --seeds 0,1,2 \
+        --policies exclusive+pred,shard-fixed+pred,colocate+pred --out sim-loads/
+
+    With --gpus-list, --target-alloc or --seeds, every policy runs at every load on every
+    seed instead, and sweep.md gives means with 95 % intervals of average JCT, queueing
+    delay, work lost to restarts and prediction error, and the best baseline over the best
+    suite policy per load.
     """
     from slurm_plugin.simulator.report import compare as run_compare
 
     names = _policy_names(policies)
+    if gpus_list or target_alloc or seed_list:
+        _sweep(names, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_fraction,
+               data_dir, bf_depth, corunner_rule, pair_predict, pair_knowledge,
+               max_jobs_per_gpu, mig_static_layout, mig_static_fraction, out_dir, gpus_list,
+               target_alloc, seed_list, as_json)
+        return
     specs, profiles, pairs = _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction,
                                    data_dir)
     configs = [
@@ -256,6 +279,38 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
         click.echo(f"report: {out['report']}")
         for w in out["warnings"]:
             click.echo(f"warning: {w}", err=True)
+
+
+def _sweep(names, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_fraction, data_dir,
+           bf_depth, corunner_rule, pair_predict, pair_knowledge, max_jobs_per_gpu,
+           mig_static_layout, mig_static_fraction, out_dir, gpus_list, target_alloc, seed_list,
+           as_json):
+    from slurm_plugin.simulator.sweep import gpus_for_alloc, sweep
+
+    say = functools.partial(click.echo, err=True)
+    seeds = [int(x) for x in seed_list.split(",") if x.strip()] if seed_list else [seed]
+    workloads = {sd: _load(trace, gpu_model, n_jobs, time_scale, sd, growing_fraction, data_dir)
+                 for sd in seeds}
+    counts = _int_list(gpus_list) if gpus_list else []
+    loads: dict[int, str] = {}
+    for pct in (_int_list(target_alloc) if target_alloc else []):
+        g, got = gpus_for_alloc(pct / 100.0, *workloads[seeds[0]], gpu_model, progress=say)
+        loads[g] = f"exclusive {got:.1%} allocated, target {pct} %"
+        counts.append(g)
+    if not counts:
+        counts = [gpus]
+    counts = sorted(dict.fromkeys(counts))
+    configs = [
+        _config(n.removesuffix("+pred"), n.endswith("+pred"), counts[0], gpu_model, bf_depth,
+                corunner_rule, mig_static_layout, mig_static_fraction, pair_predict,
+                pair_knowledge, max_jobs_per_gpu)
+        for n in names
+    ]
+    out = sweep(configs, workloads, counts, out_dir, loads=loads, progress=say)
+    if as_json:
+        click.echo(json.dumps(out["table"]))
+    else:
+        click.echo(out["markdown"])
 
 
 @simulate.command(context_settings=CONTEXT_SETTINGS)

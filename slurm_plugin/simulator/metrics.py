@@ -51,6 +51,7 @@ def summary(res: SimResult) -> dict:
         "jobs": len(done),
         "jobs_unfinished": len(res.jobs) - len(done),
         "jobs_skipped": res.skipped,
+        "jobs_with_own_figures": sum(1 for j in res.jobs if j.spec.own),
         "makespan_s": round(res.makespan, 1),
         "avg_jct_s": round(sum(jct) / len(jct), 1) if jct else 0.0,
         "p95_jct_s": round(percentile(jct, 95), 1),
