@@ -668,6 +668,7 @@ class Simulator:
                 d.pop(g.id, None)
                 if not d:
                     del self.multi[key]
+                    self._single_ver += 1
         if len(g.jobs) == 1 and g.jobs[0].gpus == 1:
             j = g.jobs[0]
             key = (j.profile, self._held(j))
@@ -682,7 +683,11 @@ class Simulator:
         if self._multi_on:
             key = self._multi_key(g)
             if key:
-                self.multi.setdefault(key, {})[g.id] = None
+                d = self.multi.get(key)
+                if d is None:
+                    d = self.multi[key] = {}
+                    self._single_ver += 1
+                d[g.id] = None
                 self._opened += 1
         if len(g.jobs) == 1 and g.jobs[0].gpus == 1:
             j = g.jobs[0]
@@ -834,16 +839,29 @@ class Simulator:
             return False
         need = d.shards * int(self.share_bytes)
         free_pack = bf is None or bf.pack_ok
-        new, acc = self._newcomer(job, need)
-        cands = []
-        for key in (*self.single, *self.multi) if self.multi else self.single:
-            ok = acc.get(key)
-            if ok is None:  # this kind of GPU, alone: the same rule, memoised per kind
-                ok = acc[key] = self._corunner(new, [self._load(key)], None).placed
-            if ok:
-                cands.append(key)
+        memo = self._newcomer(job, need)
+        new, acc = memo[1], memo[2]
+        if memo[3] == self._single_ver:  # the same kinds of GPU as last time: same answer
+            cands = memo[4]
+        else:
+            cands = []
+            for key in (*self.single, *self.multi) if self.multi else self.single:
+                ok = acc.get(key)
+                if ok is None:  # this kind of GPU, alone: the same rule, memoised per kind
+                    ok = acc[key] = self._corunner(new, [self._load(key)], None).placed
+                if ok:
+                    cands.append(key)
+            memo[3], memo[4] = self._single_ver, cands
         if not cands:
             return False
+        if free_pack and memo[5] == self._single_ver:
+            # nothing to veto and the same kinds of GPU: the rule picks the same kind again
+            self._denied = False
+            g = self.gpus[next(iter(self._group(memo[6])))]
+            self._start_shared(job, g, now, need, d.shards)
+            if self.cfg.pair_predict:
+                job.pack_pred = self._pack_prediction(g)
+            return True
         picked: dict[str, int] = {}
 
         def allow(gl: GpuLoad, mine: float, theirs: tuple[float, ...]) -> bool:
@@ -869,6 +887,8 @@ class Simulator:
         ch = self._corunner(new, [self._load(k) for k in cands], allow)
         if not ch.placed:
             return False
+        if free_pack:
+            memo[5], memo[6] = self._single_ver, self._load_key[ch.gpu_id]
         self._denied = False
         g = self.gpus[picked[ch.gpu_id]]
         self._start_shared(job, g, now, need, d.shards)
@@ -891,15 +911,23 @@ class Simulator:
             preds[j.id] = r
         return preds, seen
 
-    def _newcomer(self, job: Job, need: int) -> tuple[Newcomer, dict]:
-        """The co-runner rule's view of a queued job, and its memo of which kinds of GPU
-        (workload, size) qualify for it (valid while no pair is added to avoid)."""
-        key = (job.profile, need, len(self.avoid), self.know.version)
+    def _newcomer(self, job: Job, need: int) -> list:
+        """The co-runner rule's view of a queued job and its memo: [stamp, newcomer, which
+        kinds of GPU (workload, size) qualify for it, the version of the set of kinds, the
+        qualifying kinds then, the version of the set of kinds, the kind the rule chose
+        then with no reservation to honour]. Valid while no pair is added to avoid and the predictions of
+        its pairs stand."""
+        # a kind of GPU qualifies by the pairs of this job's workload with those there: they
+        # change when the model is refitted or a pair of this workload is observed (with more
+        # than two per GPU the pairs among those there count too: any change)
+        stamp = (len(self.avoid),
+                 self.know.version if self._multi_on else self.know.stamp(job.profile))
+        key = (job.profile, need)
         hit = self._corunner_cache.get(key)
-        if hit is None:
+        if hit is None or hit[0] != stamp:
             p = self.profiles[job.profile]
-            hit = self._corunner_cache[key] = (Newcomer(f"p{job.profile}", p.key, need,
-                                                        p.util_pct), {})
+            hit = self._corunner_cache[key] = [
+                stamp, Newcomer(f"p{job.profile}", p.key, need, p.util_pct), {}, -1, [], -1, None]
         return hit
 
     def _corunner(self, new: Newcomer, loads: list[GpuLoad], allow):

@@ -88,7 +88,9 @@ class PairKnowledge:
         self._fitted_on = 0
         self._weights: np.ndarray | None = None
         self._model = self._prior()
-        self.version = 0
+        self.version = 0  # any prediction changed
+        self.model_version = 0  # the feature model was refitted
+        self.profile_version = [0] * n  # a pair of this profile became known
         self.error = PredictionError()
 
     # ---------------------------------------------------------------- prediction
@@ -105,6 +107,10 @@ class PairKnowledge:
                 return hit
         return float(self._model[a, b])
 
+    def stamp(self, a: int) -> tuple[int, int]:
+        """Changes whenever a prediction of a pair of ``a`` may have changed."""
+        return self.model_version, self.profile_version[a]
+
     def known(self, a: int, b: int) -> bool:
         return self.mode == "oracle" or (self.mode == "observed" and (a, b) in self.seen)
 
@@ -120,6 +126,8 @@ class PairKnowledge:
             return
         if self.mode == "observed":
             self.version += 1
+            self.profile_version[a] += 1
+            self.profile_version[b] += 1
         n = len(self.seen)
         if n >= MIN_FIT and n >= self._fitted_on * 1.25:
             self._fit()
@@ -134,6 +142,7 @@ class PairKnowledge:
         self._model = np.clip(self._x @ self._weights, FLOOR, 1.0)
         self._fitted_on = len(keys)
         self.version += 1
+        self.model_version += 1
 
     def model_error(self) -> dict:
         """The feature model's error over every pair of the truth table that was measured
