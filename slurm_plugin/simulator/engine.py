@@ -56,7 +56,7 @@ from mig.planner import plan_merge_split
 from mig.policies import choose
 from packer.config import GIB, PackerConfig
 from packer.contention import Sharer, check_contention
-from packer.corunner import GpuLoad, Newcomer, RunningJob, choose_corunner
+from packer.corunner import GpuLoad, Newcomer, RunningJob, choose_corunner, rank_corunners
 from packer.decision import ClusterView, Estimate, decide, max_shards
 from packer.request import Candidate
 from slurm_plugin.simulator.knowledge import MODES as KNOWLEDGE_MODES, PairKnowledge
@@ -884,13 +884,22 @@ class Simulator:
             self._denied = True
             return False
 
-        ch = self._corunner(new, [self._load(k) for k in cands], allow)
-        if not ch.placed:
+        if memo[7] != self._single_ver:  # the rule's order of the qualifying kinds
+            memo[7] = self._single_ver
+            memo[8] = self._rank(new, [self._load(k) for k in cands])
+        # choose_corunner's choice: the best kind the veto lets through (it asks every one)
+        chosen = None
+        for r in memo[8]:
+            if allow(r.gpu, r.mine, r.theirs) and chosen is None:
+                chosen = r.gpu.gpu_id
+                if free_pack:
+                    break
+        if chosen is None:
             return False
         if free_pack:
-            memo[5], memo[6] = self._single_ver, self._load_key[ch.gpu_id]
+            memo[5], memo[6] = self._single_ver, self._load_key[chosen]
         self._denied = False
-        g = self.gpus[picked[ch.gpu_id]]
+        g = self.gpus[picked[chosen]]
         self._start_shared(job, g, now, need, d.shards)
         if self.cfg.pair_predict:
             job.pack_pred = self._pack_prediction(g)
@@ -915,7 +924,8 @@ class Simulator:
         """The co-runner rule's view of a queued job and its memo: [stamp, newcomer, which
         kinds of GPU (workload, size) qualify for it, the version of the set of kinds, the
         qualifying kinds then, the version of the set of kinds, the kind the rule chose
-        then with no reservation to honour]. Valid while no pair is added to avoid and the predictions of
+        then with no reservation to honour, the version and the rule's order of the
+        qualifying kinds]. Valid while no pair is added to avoid and the predictions of
         its pairs stand."""
         # a kind of GPU qualifies by the pairs of this job's workload with those there: they
         # change when the model is refitted or a pair of this workload is observed (with more
@@ -927,8 +937,19 @@ class Simulator:
         if hit is None or hit[0] != stamp:
             p = self.profiles[job.profile]
             hit = self._corunner_cache[key] = [
-                stamp, Newcomer(f"p{job.profile}", p.key, need, p.util_pct), {}, -1, [], -1, None]
+                stamp, Newcomer(f"p{job.profile}", p.key, need, p.util_pct), {}, -1, [], -1, None,
+                -1, []]
         return hit
+
+    def _rank(self, new: Newcomer, loads: list[GpuLoad]):
+        """packer.corunner.rank_corunners with this run's rule and pair prediction."""
+        pred = self.cfg.pair_predict
+        return rank_corunners(
+            new, loads, rule=self.cfg.corunner_rule, max_fraction=self.pk.max_gpu_fraction,
+            max_jobs_per_gpu=self.cfg.max_jobs_per_gpu, avoid=self.avoid,
+            pair_speed=self._pair_speed if pred else None,
+            min_corunner_speed=1.0 - self.cfg.contention_threshold if pred else 0.0,
+            min_newcomer_speed=self.cfg.min_newcomer_speed if pred else 0.0)
 
     def _corunner(self, new: Newcomer, loads: list[GpuLoad], allow):
         """packer.corunner.choose_corunner with this run's rule and pair prediction.
