@@ -105,7 +105,8 @@ def predicted_speeds(newcomer: Newcomer, gpu: GpuLoad,
     """(newcomer's speed, each running job's speed) if the newcomer joins ``gpu``.
 
     With several jobs on the GPU a job's speed is the product of its pair speeds (a running
-    job's includes what it already loses to the others there). An unmeasured pair is predicted from the aggregate utilisation: ``min(1, 100 / (u1 + u2))``
+    job's includes what it already loses to the others there), scaled down when three or
+    more would use more than the GPU's compute (sum of utilisation x speed over 100 %). An unmeasured pair is predicted from the aggregate utilisation: ``min(1, 100 / (u1 + u2))``
     for both (full speed below the GPU's capacity, processor sharing above it). None when a
     utilisation needed for that is unknown: no prediction.
     """
@@ -133,6 +134,14 @@ def predicted_speeds(newcomer: Newcomer, gpu: GpuLoad,
                 b *= c
         new_speed *= a
         others.append(b)
+    if len(gpu.jobs) > 1 and newcomer.util_pct is not None and all(
+            j.util_pct is not None for j in gpu.jobs):
+        # three or more: no GPU gives more than its compute (sum of util x speed <= 100 %)
+        used = (newcomer.util_pct * new_speed
+                + sum(j.util_pct * s for j, s in zip(gpu.jobs, others))) / 100.0
+        if used > 1.0:
+            new_speed /= used
+            others = [s / used for s in others]
     return new_speed, tuple(others)
 
 

@@ -137,7 +137,7 @@ class Job:
         "workload", "first_start", "start", "end", "done", "rate", "last_t", "token",
         "gpu_ids", "cap", "shards", "inst", "remembered", "min_rate", "oom_restarts",
         "pred_restarts", "preemptions", "lost_work", "warn_work", "warn_next", "shared_with",
-        "unmeasured", "max_pair_slow", "packed_at", "t_end", "room", "pack_pred",
+        "unmeasured", "max_pair_slow", "packed_at", "t_end", "room", "pack_pred", "pack_base",
     )
 
     def __init__(self, spec: SimJobSpec, prof: WorkloadProfile):
@@ -178,6 +178,7 @@ class Job:
         self.t_end = 0.0  # expected end at the current rate
         self.room = 0  # memory it can really get: cap, less its neighbours' without isolation
         self.pack_pred: tuple[dict[int, float], bool] | None = None  # speeds predicted at pack
+        self.pack_base: dict[int, float] = {}  # its neighbours' speeds just before it joined
 
 
 class Gpu:
@@ -858,7 +859,9 @@ class Simulator:
             # nothing to veto and the same kinds of GPU: the rule picks the same kind again
             self._denied = False
             g = self.gpus[next(iter(self._group(memo[6])))]
+            base = {x.id: x.rate for x in g.jobs}
             self._start_shared(job, g, now, need, d.shards)
+            job.pack_base = base
             if self.cfg.pair_predict:
                 job.pack_pred = self._pack_prediction(g)
             return True
@@ -900,7 +903,9 @@ class Simulator:
             memo[5], memo[6] = self._single_ver, self._load_key[chosen]
         self._denied = False
         g = self.gpus[picked[chosen]]
+        base = {x.id: x.rate for x in g.jobs}
         self._start_shared(job, g, now, need, d.shards)
+        job.pack_base = base
         if self.cfg.pair_predict:
             job.pack_pred = self._pack_prediction(g)
         return True
@@ -985,8 +990,12 @@ class Simulator:
                 self.know.observe(b, a)
                 if self.know.version != v0:
                     self._dirty = True
+        # each job's throughput against what it had just before the newcomer joined (alone:
+        # 1.0; with more than two per GPU, what the others there already took)
+        base = job.pack_base
         sharers = [Sharer(str(j.id), j.workload, j.packed_at if j.packed_at is not None
-                          and j is job else j.start, 1.0, j.rate) for j in g.jobs]
+                          and j is job else j.start, base.get(j.id, 1.0), j.rate)
+                   for j in g.jobs]
         v = check_contention(sharers, self.cfg.contention_threshold)
         if v.requeue is None:
             return

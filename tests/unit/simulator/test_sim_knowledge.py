@@ -116,3 +116,30 @@ def test_colocate_packs_a_third_job_only_when_every_job_keeps_its_floor():
     assert j[0].min_rate == pytest.approx(0.97 * 0.97) and j[3].first_start > 2
     j = go(tiny, 2)
     assert j[2].first_start > 2  # two per GPU at most by default
+
+
+@pytest.mark.parametrize("mode", ["observed", "oracle"])
+def test_fast_path_matches_the_reference_with_three_per_gpu(mode):
+    import random
+
+    rng = random.Random(11)
+    specs, t = [], 0.0
+    for i in range(400):
+        t += rng.expovariate(1 / 40.0)
+        prof = rng.randrange(4)
+        mem0 = PROFILES[prof].mem_bytes
+        grow = rng.choice([1.0] * 6 + [2.0])
+        specs.append(SimJobSpec(i, t, rng.lognormvariate(5.5, 1.2), rng.choice([1] * 8 + [2]),
+                                prof, mem0, int(mem0 * grow)))
+    runs = {}
+    for fast in (True, False):
+        cfg = SimConfig(policy="colocate", gpus=4, predictor=True, fast=fast, bf_depth=20,
+                        max_jobs_per_gpu=3, pair_knowledge=mode, contention_threshold=0.2)
+        runs[fast] = simulate(cfg, specs, PROFILES, PAIRS)
+
+    def outcome(res):
+        return [(j.id, j.first_start, j.end, j.preemptions, j.oom_restarts, j.pred_restarts,
+                 tuple(j.gpu_ids)) for j in res.jobs]
+
+    assert outcome(runs[True]) == outcome(runs[False])
+    assert any(len(set(j.shared_with)) >= 2 for j in runs[True].jobs)  # some ran three to a GPU
