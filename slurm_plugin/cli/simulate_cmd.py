@@ -83,6 +83,10 @@ def workload_options(fn):
                      help="colocate: most jobs packed on one GPU (default 2), each still "
                           "predicted at >= 90 % of its speed alone; shard-fixed: jobs per GPU "
                           "(its fixed share count; default 2)."),
+        click.option("--contention-threshold", type=click.FloatRange(0, 1, min_open=True),
+                     default=0.10, show_default=True,
+                     help="colocate: most throughput a running job may lose to a newcomer "
+                          "(predicted before packing; measured after, FIG. 4 requeue)."),
         click.option("--mig-static-layout", default=None, metavar="PROFILE|P@S,…",
                      help="mig-static: layout of each partitioned GPU (default: all smallest "
                           "instances, e.g. 7x1g.10gb)."),
@@ -107,7 +111,7 @@ def _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction, data_dir
 
 def _config(policy, predictor, gpus, gpu_model, bf_depth, corunner_rule, mig_static_layout,
             mig_static_fraction, pair_predict=True, pair_knowledge="observed",
-            max_jobs_per_gpu=None):
+            max_jobs_per_gpu=None, contention_threshold=0.10):
     from slurm_plugin.simulator import SimConfig
 
     per_gpu = {}
@@ -118,7 +122,7 @@ def _config(policy, predictor, gpus, gpu_model, bf_depth, corunner_rule, mig_sta
                      bf_depth=bf_depth, corunner_rule=corunner_rule,
                      mig_static_layout=mig_static_layout,
                      mig_static_fraction=mig_static_fraction, pair_predict=pair_predict,
-                     pair_knowledge=pair_knowledge)
+                     pair_knowledge=pair_knowledge, contention_threshold=contention_threshold)
 
 
 def _policy_names(policies: str) -> list[str]:
@@ -179,7 +183,8 @@ def _human(s: dict) -> str:
 @_errors
 def simulate(ctx, policy, predictor, trace, gpus, gpu_model, n_jobs, time_scale, seed,
              growing_fraction, data_dir, bf_depth, corunner_rule, pair_predict,
-             pair_knowledge, max_jobs_per_gpu, mig_static_layout, mig_static_fraction, jobs_csv, as_json):
+             pair_knowledge, max_jobs_per_gpu, contention_threshold, mig_static_layout,
+             mig_static_fraction, jobs_csv, as_json):
     """Replay a job trace on N simulated GPUs and report what the policy gives.
 
     Discrete-event replay with Slurm-like FIFO + EASY backfill, calling the suite's own
@@ -202,7 +207,7 @@ def simulate(ctx, policy, predictor, trace, gpus, gpu_model, n_jobs, time_scale,
                                    data_dir)
     cfg = _config(policy, predictor == "on", gpus, gpu_model, bf_depth, corunner_rule,
                   mig_static_layout, mig_static_fraction, pair_predict,
-                  pair_knowledge, max_jobs_per_gpu)
+                  pair_knowledge, max_jobs_per_gpu, contention_threshold)
     summ, res = run_policy(cfg, specs, profiles, pairs)
     summ["trace"] = trace
     if jobs_csv:
@@ -232,7 +237,8 @@ def simulate(ctx, policy, predictor, trace, gpus, gpu_model, n_jobs, time_scale,
 @_errors
 def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_fraction,
             data_dir, bf_depth, corunner_rule, pair_predict, pair_knowledge, max_jobs_per_gpu,
-            mig_static_layout, mig_static_fraction, out_dir, no_plots, gpus_list, target_alloc,
+            contention_threshold, mig_static_layout, mig_static_fraction, out_dir, no_plots,
+            gpus_list, target_alloc,
             seed_list, as_json):
     """Run several policies on one workload; write a Markdown report with PNG plots.
 
@@ -257,15 +263,15 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
     if gpus_list or target_alloc or seed_list:
         _sweep(names, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_fraction,
                data_dir, bf_depth, corunner_rule, pair_predict, pair_knowledge,
-               max_jobs_per_gpu, mig_static_layout, mig_static_fraction, out_dir, gpus_list,
-               target_alloc, seed_list, as_json)
+               max_jobs_per_gpu, contention_threshold, mig_static_layout, mig_static_fraction,
+               out_dir, gpus_list, target_alloc, seed_list, as_json)
         return
     specs, profiles, pairs = _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction,
                                    data_dir)
     configs = [
         _config(n.removesuffix("+pred"), n.endswith("+pred"), gpus, gpu_model, bf_depth,
                 corunner_rule, mig_static_layout, mig_static_fraction, pair_predict,
-                  pair_knowledge, max_jobs_per_gpu)
+                  pair_knowledge, max_jobs_per_gpu, contention_threshold)
         for n in names
     ]
     workload = {"trace": trace, "jobs": len(specs), "gpus": gpus, "gpu_model": gpu_model,
@@ -283,7 +289,8 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
 
 def _sweep(names, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_fraction, data_dir,
            bf_depth, corunner_rule, pair_predict, pair_knowledge, max_jobs_per_gpu,
-           mig_static_layout, mig_static_fraction, out_dir, gpus_list, target_alloc, seed_list,
+           contention_threshold, mig_static_layout, mig_static_fraction, out_dir, gpus_list,
+           target_alloc, seed_list,
            as_json):
     from slurm_plugin.simulator.sweep import gpus_for_alloc, sweep
 
@@ -303,7 +310,7 @@ def _sweep(names, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_frac
     configs = [
         _config(n.removesuffix("+pred"), n.endswith("+pred"), counts[0], gpu_model, bf_depth,
                 corunner_rule, mig_static_layout, mig_static_fraction, pair_predict,
-                pair_knowledge, max_jobs_per_gpu)
+                pair_knowledge, max_jobs_per_gpu, contention_threshold)
         for n in names
     ]
     out = sweep(configs, workloads, counts, out_dir, loads=loads, progress=say)
@@ -328,7 +335,7 @@ def _sweep(names, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_frac
 @_errors
 def scaling(policies, jobs_list, gpus_list, trace, gpus, gpu_model, n_jobs, time_scale, seed,
             growing_fraction, data_dir, bf_depth, corunner_rule, pair_predict, pair_knowledge,
-            max_jobs_per_gpu, mig_static_layout, mig_static_fraction, out_dir, as_json):
+            max_jobs_per_gpu, contention_threshold, mig_static_layout, mig_static_fraction, out_dir, as_json):
     """Time the simulator against the number of jobs and of GPUs.
 
     \b
@@ -345,7 +352,7 @@ def scaling(policies, jobs_list, gpus_list, trace, gpus, gpu_model, n_jobs, time
     configs = [
         _config(n.removesuffix("+pred"), n.endswith("+pred"), gpus, gpu_model, bf_depth,
                 corunner_rule, mig_static_layout, mig_static_fraction, pair_predict,
-                  pair_knowledge, max_jobs_per_gpu)
+                  pair_knowledge, max_jobs_per_gpu, contention_threshold)
         for n in names
     ]
     out = run_scaling(configs, specs, profiles, pairs, job_counts, gpu_counts, out_dir,
