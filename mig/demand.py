@@ -16,8 +16,10 @@ ones) is preferred to one that only keeps many configurations of sizes nobody as
 Departures are not modelled (the state only fills up); ties go to the thesis' count.
 
 ``N`` is computed for every state at once, layer by layer from the full configurations
-down (states are a DAG under alloc), with numpy; a node's mix changes slowly, so the table
-is cached per mix rounded to ``1 / GRID`` (the decision itself is a few look-ups).
+down (states are a DAG under alloc), with numpy (about a millisecond). A node's mix changes
+slowly, so a table is kept while the mix stays within ``DRIFT`` (L1 distance of the shares)
+of the mix it was built for, and tables are cached per mix rounded to ``1 / GRID``: the
+decision itself is a few look-ups.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from mig.fsm import PartitionSpace, PartitionState
 
 GRID = 50  # mix weights are rounded to 1/GRID for the cache
 CACHE = 256  # mixes kept per space
+DRIFT = 0.1  # a table serves mixes this close to its own (L1 distance of the shares)
 
 
 class DemandValue:
@@ -53,9 +56,10 @@ class DemandValue:
         counts = np.array([bin(m).count("1") for m in masks])
         self._layers = [np.flatnonzero(counts == c) for c in sorted(set(counts), reverse=True)]
         self._cache: OrderedDict[tuple[int, ...], np.ndarray] = OrderedDict()
+        self._last: tuple[list[float], np.ndarray] | None = None  # (shares, table) in use
 
-    def key(self, demand: Mapping[str, float]) -> tuple[int, ...]:
-        """The mix as integer weights on the grid (profiles of the space, in order)."""
+    def shares(self, demand: Mapping[str, float]) -> list[float]:
+        """The mix as shares of the space's profiles, in order (all 0: no demand)."""
         pos = self.space.profile_pos
         w = [0.0] * len(self.space.profiles)
         for name, x in demand.items():
@@ -63,9 +67,22 @@ class DemandValue:
             if i is not None and x > 0:
                 w[i] += float(x)
         total = sum(w)
-        if total <= 0:
-            return tuple(0 for _ in w)
-        return tuple(int(round(GRID * x / total)) for x in w)
+        return [x / total for x in w] if total > 0 else w
+
+    def key(self, demand: Mapping[str, float]) -> tuple[int, ...]:
+        """The mix as integer weights on the grid (profiles of the space, in order)."""
+        return tuple(int(round(GRID * x)) for x in self.shares(demand))
+
+    def table_for(self, demand: Mapping[str, float]) -> np.ndarray:
+        """The table of the mix in use while ``demand`` stays within ``DRIFT`` of it, else
+        the (cached or built) table of ``demand``."""
+        w = self.shares(demand)
+        last = self._last
+        if last is not None and sum(abs(a - b) for a, b in zip(w, last[0])) <= DRIFT:
+            return last[1]
+        table = self.table(tuple(int(round(GRID * x)) for x in w))
+        self._last = (w, table)
+        return table
 
     def table(self, key: tuple[int, ...]) -> np.ndarray:
         hit = self._cache.get(key)

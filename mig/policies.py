@@ -81,7 +81,7 @@ def candidates(state: PartitionState, profile: str,
     if not demand:
         return [Candidate(start, nxt.reachable_full_configs) for start, nxt in succ]
     dv = demand_value(state.space)
-    table = dv.table(dv.key(demand))
+    table = dv.table_for(demand)
     index = dv.index
     return [Candidate(start, nxt.reachable_full_configs, (float(table[index[nxt.mask]]), 0.0))
             for start, nxt in succ]
