@@ -20,7 +20,7 @@ from slurm_plugin.simulator.engine import BASELINES, SimConfig, simulate
 from slurm_plugin.simulator.metrics import summary
 
 METRICS = ("avg_jct_s", "avg_queue_s", "p95_jct_s", "lost_gpu_h", "gpu_util", "pred_mae",
-           "sim_wall_s")
+           "pred_unseen_mae", "sim_wall_s")
 
 
 def interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
@@ -146,12 +146,13 @@ def markdown(rows: list[dict], loads: dict[int, str], seeds: list[int]) -> str:
              f"Mean over seeds {', '.join(map(str, seeds))} with the half-width of a 95 % "
              "Student interval. Times in hours; lost: work lost to restarts (out-of-memory, "
              "early restarts, contention requeues), GPU-hours; pred MAE: mean absolute error "
-             "of the pair speeds colocate predicted for its packs.", ""]
+             "of the speeds colocate predicted for its packs (unseen: packs of pairs it had "
+             "not yet run).", ""]
     for g in sorted({r["gpus"] for r in rows}):
         why = f" ({loads[g]})" if g in loads else ""
         lines += [f"### {g} GPUs{why}", "",
                   "| policy | avg JCT h | avg queue h | p95 JCT h | lost GPU-h | GPU util | "
-                  "pred MAE | sim s |", "|---|---|---|---|---|---|---|---|"]
+                  "pred MAE | unseen MAE | sim s |", "|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             if r["gpus"] != g or "ratio" in r:
                 continue
@@ -165,6 +166,7 @@ def markdown(rows: list[dict], loads: dict[int, str], seeds: list[int]) -> str:
                          f"{cell('avg_jct_s', 3600)} | {cell('avg_queue_s', 3600)} | "
                          f"{cell('p95_jct_s', 3600)} | {cell('lost_gpu_h', 1, '{:.0f}')} | "
                          f"{cell('gpu_util', 0.01, '{:.1f}')} % | {cell('pred_mae', 1, '{:.3f}')} | "
+                         f"{cell('pred_unseen_mae', 1, '{:.3f}')} | "
                          f"{cell('sim_wall_s', 1, '{:.1f}')} |")
         for r in rows:
             if r["gpus"] == g and "ratio" in r:
