@@ -8,9 +8,11 @@ estimates are exact (Slurm uses time limits; a trace has none). A requeued job g
 head of the queue.
 
 Structure: this class is the event loop and the cluster state (GPUs, queue, reservation,
-indexes of GPUs by what runs on them); colocate's rule is a policy object
-(:class:`~slurm_plugin.simulator.colocate.ColocatePolicy`, ``start``/``check``) the loop
-calls. The baselines and the MIG policies are still methods here (``_start_*``).
+indexes of GPUs by what runs on them); each policy's one-GPU start rule is a small policy object with
+``start(job, now, reservation) -> bool`` (:mod:`~slurm_plugin.simulator.baselines`,
+:mod:`~slurm_plugin.simulator.colocate` (also ``check``, FIG. 4),
+:mod:`~slurm_plugin.simulator.mig_policies`) the loop calls; the cluster operations they
+share (start on an idle GPU, share a GPU, create an instance) stay here.
 
 The decisions are the suite's own code, called as in production:
 ``packer.decision.decide`` (exclusive or packed, and how many shares),
@@ -57,11 +59,11 @@ from itertools import islice
 from mig.catalog import Catalog, load_catalog
 from mig.fsm import PartitionState, Placement, get_space
 from mig.layout import homogeneous_layout
-from mig.planner import plan_merge_split
-from mig.policies import choose
 from packer.config import GIB, PackerConfig
 from packer.decision import max_shards
+from slurm_plugin.simulator.baselines import ExclusivePolicy, LucidPolicy, ShardFixedPolicy
 from slurm_plugin.simulator.colocate import ColocatePolicy
+from slurm_plugin.simulator.mig_policies import MigDynamicPolicy, MigStaticPolicy
 from slurm_plugin.simulator.knowledge import MODES as KNOWLEDGE_MODES, PairKnowledge
 from slurm_plugin.simulator.workload import PairTable, SimJobSpec, WorkloadProfile
 
@@ -269,6 +271,7 @@ class Simulator:
         self.pairs = pairs
         self.know = PairKnowledge(cfg.pair_knowledge, profiles, pairs)
         self.colocate = ColocatePolicy(self)
+        self.policy = self._make_policy()  # the one-GPU start rule the loop calls
         self.gpus = [Gpu(i) for i in range(cfg.gpus)]
         self.idle: dict[int, None] = {i: None for i in range(cfg.gpus)}
         self.heap: list = []
@@ -301,9 +304,7 @@ class Simulator:
         self._rel_of: dict[int, float] = {}
         self._opened = 0  # bumped when room appears for a job (a GPU with one job, free shares)
         self._single_ver = 0  # bumped when a (workload, size) group of one-job GPUs appears/goes
-        self._choose_cache: dict = {}
         self._prof_cache: dict = {}
-        self._plan_cache: dict = {}
         self.mig = cfg.policy in MIG_DYNAMIC or cfg.policy == "mig-static"
         self._space = get_space(self.catalog, tuple(p.name for p in self.catalog.profiles
                                                     if not p.media_extensions))
@@ -320,6 +321,14 @@ class Simulator:
                 self.skipped += 1
                 continue
             self.jobs.append(Job(s, profiles[s.profile]))
+
+    def _make_policy(self):
+        p = self.cfg.policy
+        if p == "colocate":
+            return self.colocate
+        return {"exclusive": ExclusivePolicy, "shard-fixed": ShardFixedPolicy,
+                "lucid-like": LucidPolicy, "mig-static": MigStaticPolicy}.get(
+                    p, MigDynamicPolicy)(self)
 
     # ----------------------------------------------------------------- MIG setup
     def _setup_mig(self) -> None:
@@ -587,25 +596,7 @@ class Simulator:
                 return False
             self._start_whole(job, list(islice(self.idle, job.gpus)), now)
             return True
-        p = self.cfg.policy
-        if p == "exclusive":
-            return self._start_idle(job, now, bf)
-        if p == "shard-fixed":
-            if job.remembered >= self.gpu_mem:  # failed for memory beside a job: alone now
-                return self._start_idle(job, now, bf)
-            if self.partial:
-                g = self.gpus[next(iter(self.partial))]
-                if self._may_pack(job, now, bf, g):
-                    self._start_shared(job, g, now, self.gpu_mem, None)
-                    return True
-            return self._start_idle(job, now, bf, shared=True)
-        if p == "lucid-like":
-            return self._start_lucid(job, now, bf)
-        if p == "colocate":
-            return self.colocate.start(job, now, bf)
-        if p == "mig-static":
-            return self._start_static(job, now, bf)
-        return self._start_mig(job, now, bf)
+        return self.policy.start(job, now, bf)
 
     def _start_idle(self, job: Job, now: float, bf: _Backfill | None, shared: bool = False,
                     shards: int | None = None) -> bool:
@@ -760,34 +751,6 @@ class Simulator:
         done = j.done + (now - j.last_t) * j.rate
         return int(j.mem0 + (j.mem1 - j.mem0) * min(1.0, done / j.duration))
 
-    def _start_lucid(self, job: Job, now: float, bf: _Backfill | None) -> bool:
-        if job.remembered >= self.gpu_mem:  # failed for memory beside a job: alone now
-            return self._start_idle(job, now, bf)
-        if self.idle:
-            return self._start_idle(job, now, bf, shared=True)
-        if job.label >= 2:
-            return False
-        ranked = []
-        for (prof, held), gids in self.single.items():
-            p = self.profiles[prof]
-            if p.label >= 2 or p.label + job.label > self.cfg.lucid_max_label_sum:
-                continue
-            if held + job.mem0 > self.gpu_mem:
-                continue
-            ranked.append(((p.label + job.label, p.util_pct, prof, held), gids))
-        ranked.sort(key=lambda r: r[0])
-        for _, gids in ranked:
-            for gid in gids:  # the first GPU of the best kind the reservation allows
-                g = self.gpus[gid]
-                if self._may_pack(job, now, bf, g):
-                    self._denied = False
-                    self._start_shared(job, g, now, self.gpu_mem, None)
-                    return True
-                if bf is None or bf.pack_ok or now + job.duration <= bf.shadow:
-                    break  # allowed everywhere: only the first one matters
-        return False
-
-    # MIG -------------------------------------------------------------------------------
     def _mig_profile(self, job: Job):
         key = (job.profile, job.remembered)
         hit = self._prof_cache.get(key)
@@ -804,22 +767,6 @@ class Simulator:
             if (p.memory_mib << 20) >= need and p.compute_slices >= c - 1e-9:
                 return p
         return self._mig_profiles[-1]
-
-    def _choose(self, state: PartitionState, profile: str) -> int | None:
-        """mig.policies.choose (fsm), memoised: a GPU has few distinct states."""
-        key = (state.mask, profile)
-        hit = self._choose_cache.get(key, -1)
-        if hit == -1:
-            hit = self._choose_cache[key] = choose(state, profile, "fsm").start
-        return hit
-
-    def _plan(self, state: PartitionState, profile: str, busy: tuple[Placement, ...]):
-        """mig.planner.plan_merge_split, memoised on (state, busy instances, profile)."""
-        key = (state.mask, profile, busy)
-        hit = self._plan_cache.get(key)
-        if hit is None:
-            hit = self._plan_cache[key] = plan_merge_split(state, profile, busy=busy)
-        return hit
 
     def _set_free(self, g: Gpu, n: int | None) -> None:
         for d in self.by_free:
@@ -867,85 +814,6 @@ class Simulator:
         self._set_rate(job, now, min(1.0, frac / (job.util / 100.0)))
         self._gpu_changed(g, was_busy)
 
-    def _start_static(self, job: Job, now: float, bf: _Backfill | None) -> bool:
-        prof = next((p for p in self._static_profiles if (p.memory_mib << 20) >= max(
-            job.mem0, job.remembered)), None)
-        if prof is None:
-            if not self.idle or not self._may_take_idle(job, now, bf, 1):
-                return False
-            self._start_whole(job, [next(iter(self.idle))], now)
-            return True
-        slots = self.idle_inst.get(prof.name)
-        if not slots:
-            return False
-        gid, p = next(iter(slots))
-        self._start_instance(job, self.gpus[gid], p, now)
-        return True
-
-    def _start_mig(self, job: Job, now: float, bf: _Backfill | None) -> bool:
-        prof = self._mig_profile(job)
-        name = prof.name
-        slots = self.idle_inst[name]
-        if slots:
-            gid, p = next(iter(slots))
-            g = self.gpus[gid]
-            if g.busy or self._may_take_idle(job, now, bf, 1):
-                self._start_instance(job, g, p, now)
-                return True
-        full = self.catalog.memory_slices
-        by_size = self.cfg.policy == "mig-by-size"
-        # by-size: an empty GPU first (a homogeneous layout of this size); in-order: tightest fit
-        order = ([full, *range(prof.memory_slices, full)] if by_size
-                 else range(prof.memory_slices, full + 1))
-        tried = 0
-        for n in order:
-            for gid in list(self.by_free[n]):
-                g = self.gpus[gid]
-                if g.busy == 0 and not self._may_take_idle(job, now, bf, 1):
-                    continue
-                if by_size and not g.inst:
-                    layout = homogeneous_layout(g.state, name)
-                    for p in layout.placements:
-                        if p not in g.inst:
-                            self._create(g, p)
-                    self._refresh_free(g)
-                    p = next(q for q in g.inst if q.profile == name and g.inst[q] is None)
-                    self._start_instance(job, g, p, now)
-                    return True
-                start = self._choose(g.state, name)
-                if start is not None:
-                    p = Placement(name, start)
-                    self._create(g, p)
-                    self._start_instance(job, g, p, now)
-                    return True
-                tried += 1
-                if tried > 64:
-                    break
-            if tried > 64:
-                break
-        for gid in list(islice(self.has_idle, 64)):
-            g = self.gpus[gid]
-            if g.whole or g.static:
-                continue
-            if g.busy == 0 and not self._may_take_idle(job, now, bf, 1):
-                continue
-            busy = tuple(sorted(p for p, j in g.inst.items() if j is not None))
-            plan = self._plan(g.state, name, busy)
-            if not plan.feasible:
-                continue
-            for p in plan.destroy:
-                g.state = g.state.free(p.profile, p.start)
-                del g.inst[p]
-                self.idle_inst[p.profile].pop((g.id, p), None)
-                self.destroys += 1
-            target = Placement(name, plan.start)
-            self._create(g, target)
-            for p in plan.recreate:
-                if g.state.can_alloc(p.profile, p.start):
-                    self._create(g, p)
-            self._start_instance(job, g, target, now)
-            return True
-        return False
 
     # ----------------------------------------------------------------- running
     def _set_rate(self, job: Job, now: float, rate: float) -> None:
