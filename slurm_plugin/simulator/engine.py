@@ -54,7 +54,7 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import chain, islice
 
 from mig.catalog import Catalog, load_catalog
 from mig.fsm import PartitionState, Placement, get_space
@@ -444,8 +444,7 @@ class Simulator:
 
     # ----------------------------------------------------------------- queue
     def _queue_iter(self):
-        yield from self.front
-        yield from self.queue.values()
+        return chain(self.front, self.queue.values())
 
     def _remove(self, job: Job) -> None:
         if self.front and self.front[0] is job:
