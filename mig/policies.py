@@ -2,10 +2,9 @@
 
 - ``fsm``: the successor state that keeps the most full configurations reachable
   (thesis Algorithm 3); ties go to the lowest start.
-- ``demand``: successor states scored by the pending requests' size mix: how many free
-  instances of each pending profile the best reachable full configuration still offers,
-  weighted by its share of the demand; then the same summed over all reachable full
-  configurations; ties fall back to ``fsm``.
+- ``demand``: successor states scored by the node's size mix (its queue and its history):
+  the expected number of further requests of that mix the state accepts, each placed at
+  its best, before one does not fit (:mod:`mig.demand`); ties fall back to ``fsm``.
 - ``first-fit``: the lowest free start.
 - ``random``: a uniformly random feasible start (seeded ``random.Random`` for replays).
 """
@@ -15,6 +14,7 @@ import random as _random
 from dataclasses import dataclass
 from typing import Mapping
 
+from mig.demand import demand_value
 from mig.fsm import PartitionState
 
 POLICIES = ("fsm", "first-fit", "random", "demand")
@@ -75,12 +75,16 @@ def demand_score(nxt: PartitionState, demand: Mapping[str, float]) -> tuple[floa
 
 def candidates(state: PartitionState, profile: str,
                demand: Mapping[str, float] | None = None) -> list[Candidate]:
-    """Every feasible start for ``profile`` in ``state``, in start order."""
-    out = []
-    for start, nxt in state.successors(profile):
-        out.append(Candidate(start, nxt.reachable_full_configs,
-                             demand_score(nxt, demand) if demand else (0.0, 0.0)))
-    return out
+    """Every feasible start for ``profile`` in ``state``, in start order; with ``demand``,
+    each scored by the expected requests of that mix its state still accepts."""
+    succ = state.successors(profile)
+    if not demand:
+        return [Candidate(start, nxt.reachable_full_configs) for start, nxt in succ]
+    dv = demand_value(state.space)
+    table = dv.table_for(demand)
+    index = dv.index
+    return [Candidate(start, nxt.reachable_full_configs, (float(table[index[nxt.mask]]), 0.0))
+            for start, nxt in succ]
 
 
 def choose(state: PartitionState, profile: str, policy: str = "fsm",

@@ -5,8 +5,10 @@ comments are skipped). A ``free`` of an ID that is not allocated (its alloc was 
 is ignored. A rejection counts as *fragmentation* when the free memory slices, counted in
 total, were at least the profile's placement size.
 
-The ``demand`` policy sees the size mix of the next ``demand_window`` allocs of the stream
-as its pending queue.
+The ``demand`` policy sees the size mix the node has seen: its allocs so far, each weighing
+half as much every ``half_life`` allocs later (history), plus, with ``demand_window``, the
+next allocs of the stream as a pending queue (a real node knows its queue; the replay has
+none, so the default is history alone).
 """
 from __future__ import annotations
 
@@ -57,7 +59,8 @@ def parse_events(text: str) -> list[Event]:
 
 
 def run_events(space: PartitionSpace, events: Sequence[Event], policy: str = "fsm",
-               seed: int = 0, demand_window: int = 32, timed: bool = False) -> SimulationResult:
+               seed: int = 0, demand_window: int = 0, timed: bool = False,
+               half_life: float = 50.0) -> SimulationResult:
     """Replay ``events`` from the empty GPU and count rejections."""
     import time
 
@@ -72,6 +75,8 @@ def run_events(space: PartitionSpace, events: Sequence[Event], policy: str = "fs
     decisions = 0
     spent = 0.0
     k = 0  # position in alloc_idx
+    decay = 0.5 ** (1.0 / half_life)
+    seen: dict[str, float] = {}
     for e in events:
         if e.op == "free":
             held = live.pop(e.id, None)
@@ -81,8 +86,11 @@ def run_events(space: PartitionSpace, events: Sequence[Event], policy: str = "fs
         requests += 1
         demand: Mapping[str, float] | None = None
         if policy == "demand":
-            window = alloc_idx[k:k + demand_window]
-            demand = Counter(events[i].profile for i in window)
+            for name in seen:
+                seen[name] *= decay
+            seen[e.profile] = seen.get(e.profile, 0.0) + 1.0
+            demand = Counter(events[i].profile for i in alloc_idx[k + 1:k + 1 + demand_window])
+            demand.update(seen)
         k += 1
         if e.id in live:
             raise ValueError(f"alloc of {e.id} while it is still allocated")

@@ -104,23 +104,44 @@ def predicted_speeds(newcomer: Newcomer, gpu: GpuLoad,
                      pair_speed: PairSpeed) -> tuple[float, tuple[float, ...]] | None:
     """(newcomer's speed, each running job's speed) if the newcomer joins ``gpu``.
 
-    With several jobs on the GPU a job's speed is the product of its pair speeds. An
-    unmeasured pair is predicted from the aggregate utilisation: ``min(1, 100 / (u1 + u2))``
+    With several jobs on the GPU a job's speed is the product of its pair speeds (a running
+    job's includes what it already loses to the others there), scaled down when three or
+    more would use more than the GPU's compute (sum of utilisation x speed over 100 %). An unmeasured pair is predicted from the aggregate utilisation: ``min(1, 100 / (u1 + u2))``
     for both (full speed below the GPU's capacity, processor sharing above it). None when a
     utilisation needed for that is unknown: no prediction.
     """
+    def pair(x_work: str, x_util: float | None, y_work: str, y_util: float | None):
+        s = pair_speed(x_work, y_work)
+        if s is not None:
+            return s
+        if x_util is None or y_util is None:
+            return None
+        total = x_util + y_util
+        return 1.0 if total <= 100.0 else 100.0 / total
+
     new_speed = 1.0
     others = []
     for j in gpu.jobs:
-        a = pair_speed(newcomer.workload, j.workload)
-        b = pair_speed(j.workload, newcomer.workload)
+        a = pair(newcomer.workload, newcomer.util_pct, j.workload, j.util_pct)
+        b = pair(j.workload, j.util_pct, newcomer.workload, newcomer.util_pct)
         if a is None or b is None:
-            if newcomer.util_pct is None or j.util_pct is None:
-                return None
-            total = newcomer.util_pct + j.util_pct
-            a = b = 1.0 if total <= 100.0 else 100.0 / total
+            return None
+        for k in gpu.jobs:  # what j already loses to the others there
+            if k is not j:
+                c = pair(j.workload, j.util_pct, k.workload, k.util_pct)
+                if c is None:
+                    return None
+                b *= c
         new_speed *= a
         others.append(b)
+    if len(gpu.jobs) > 1 and newcomer.util_pct is not None and all(
+            j.util_pct is not None for j in gpu.jobs):
+        # three or more: no GPU gives more than its compute (sum of util x speed <= 100 %)
+        used = (newcomer.util_pct * new_speed
+                + sum(j.util_pct * s for j, s in zip(gpu.jobs, others))) / 100.0
+        if used > 1.0:
+            new_speed /= used
+            others = [s / used for s in others]
     return new_speed, tuple(others)
 
 
@@ -128,6 +149,92 @@ def _avoided(avoid: AvoidSet, a: str, b: str) -> bool:
     if callable(avoid):
         return bool(avoid(a, b))
     return pair_key(a, b) in avoid
+
+
+def _check_args(rule: str, max_fraction: float, pair_speed: PairSpeed | None) -> None:
+    if rule not in RULES:
+        raise ValueError(f"unknown co-runner rule {rule!r}; choose one of {', '.join(RULES)}")
+    if not 0 < max_fraction <= 1:
+        raise ValueError("max_fraction must be in (0, 1], e.g. 0.95")
+    if rule == "best-pair" and pair_speed is None:
+        raise ValueError("the best-pair rule needs pair_speed (measured pair speeds)")
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """A GPU that qualifies for the newcomer, with the speeds predicted there."""
+
+    gpu: GpuLoad
+    used_bytes: int
+    mine: float
+    theirs: tuple[float, ...]
+    gain: float | None  # predicted throughput together (None without pair_speed)
+
+    def key(self, rule: str) -> tuple:
+        """Sort key of ``rule``: the best GPU first; ties to lower utilisation, then id."""
+        g = self.gpu
+        if rule == "lowest-util":
+            return (self.used_bytes, g.util_pct, g.gpu_id)
+        if rule == "best-pair":
+            return (-(self.gain or 0.0), self.used_bytes, g.util_pct, g.gpu_id)
+        return (-self.used_bytes, g.util_pct, g.gpu_id)
+
+
+def _assess(newcomer: Newcomer, gpus: Sequence[GpuLoad], max_fraction: float,
+            max_jobs_per_gpu: int, avoid: AvoidSet, pair_speed: PairSpeed | None,
+            min_corunner_speed: float, min_newcomer_speed: float,
+            counts: dict[str, int]) -> list[Ranked]:
+    """The busy GPUs that qualify, in input order; ``counts`` gets why the others do not."""
+    out = []
+    for g in gpus:
+        if not g.jobs:
+            continue
+        if len(g.jobs) >= max_jobs_per_gpu:
+            counts["full"] += 1
+            continue
+        if any(_avoided(avoid, newcomer.workload, j.workload) for j in g.jobs):
+            counts["avoided"] += 1
+            continue
+        used = g.used_bytes
+        if used + newcomer.mem_bytes > max_fraction * g.capacity_bytes:
+            counts["too_big"] += 1
+            continue
+        mine, theirs = 1.0, tuple(1.0 for _ in g.jobs)
+        gain = None
+        if pair_speed is not None:
+            pred = predicted_speeds(newcomer, g, pair_speed)
+            if pred is None:
+                if min_corunner_speed > 0 or min_newcomer_speed > 0:
+                    counts["slow"] += 1
+                    continue
+            else:
+                mine, theirs = pred
+                if mine < min_newcomer_speed or min(theirs) < min_corunner_speed:
+                    counts["slow"] += 1
+                    continue
+            gain = mine + sum(theirs)
+        out.append(Ranked(g, used, mine, theirs, gain))
+    return out
+
+
+def rank_corunners(
+    newcomer: Newcomer,
+    gpus: Sequence[GpuLoad],
+    rule: str = "lowest-util",
+    max_fraction: float = 0.95,
+    max_jobs_per_gpu: int = 2,
+    avoid: AvoidSet = frozenset(),
+    pair_speed: PairSpeed | None = None,
+    min_corunner_speed: float = 0.0,
+    min_newcomer_speed: float = 0.0,
+) -> list[Ranked]:
+    """The GPUs that qualify for ``newcomer``, best first by ``rule``: what
+    :func:`choose_corunner` picks from (its choice is the first one ``allow`` accepts)."""
+    _check_args(rule, max_fraction, pair_speed)
+    counts = {"full": 0, "avoided": 0, "too_big": 0, "slow": 0}
+    fits = _assess(newcomer, gpus, max_fraction, max_jobs_per_gpu, avoid, pair_speed,
+                   min_corunner_speed, min_newcomer_speed, counts)
+    return sorted(fits, key=lambda r: r.key(rule))
 
 
 def choose_corunner(
@@ -149,46 +256,15 @@ def choose_corunner(
     otherwise (e.g. a scheduler's reservation); speeds are 1.0 without ``pair_speed``.
     Never raises for a valid ``rule``.
     """
-    if rule not in RULES:
-        raise ValueError(f"unknown co-runner rule {rule!r}; choose one of {', '.join(RULES)}")
-    if not 0 < max_fraction <= 1:
-        raise ValueError("max_fraction must be in (0, 1], e.g. 0.95")
-    if rule == "best-pair" and pair_speed is None:
-        raise ValueError("the best-pair rule needs pair_speed (measured pair speeds)")
-    busy = [g for g in gpus if g.jobs]
-    if not busy:
+    _check_args(rule, max_fraction, pair_speed)
+    if not any(g.jobs for g in gpus):
         return CorunnerChoice(None, (), "no-running-job", rule)
-    fits: list[tuple[GpuLoad, int]] = []
-    gain: dict[str, float] = {}
-    avoided = full = too_big = slow = vetoed = 0
-    for g in busy:
-        if len(g.jobs) >= max_jobs_per_gpu:
-            full += 1
-            continue
-        if any(_avoided(avoid, newcomer.workload, j.workload) for j in g.jobs):
-            avoided += 1
-            continue
-        used = g.used_bytes
-        if used + newcomer.mem_bytes > max_fraction * g.capacity_bytes:
-            too_big += 1
-            continue
-        mine, theirs = 1.0, tuple(1.0 for _ in g.jobs)
-        if pair_speed is not None:
-            pred = predicted_speeds(newcomer, g, pair_speed)
-            if pred is None:
-                if min_corunner_speed > 0 or min_newcomer_speed > 0:
-                    slow += 1
-                    continue
-            else:
-                mine, theirs = pred
-                if mine < min_newcomer_speed or min(theirs) < min_corunner_speed:
-                    slow += 1
-                    continue
-            gain[g.gpu_id] = mine + sum(theirs)
-        if allow is not None and not allow(g, mine, theirs):
-            vetoed += 1
-            continue
-        fits.append((g, used))
+    counts = {"full": 0, "avoided": 0, "too_big": 0, "slow": 0}
+    qualified = _assess(newcomer, gpus, max_fraction, max_jobs_per_gpu, avoid, pair_speed,
+                        min_corunner_speed, min_newcomer_speed, counts)
+    fits = [r for r in qualified if allow is None or allow(r.gpu, r.mine, r.theirs)]
+    vetoed = len(qualified) - len(fits)
+    avoided, full, too_big, slow = (counts[k] for k in ("avoided", "full", "too_big", "slow"))
     if not fits:
         if slow and not (avoided or too_big or full or vetoed):
             reason = "predicted-slowdown"
@@ -201,17 +277,12 @@ def choose_corunner(
         else:
             reason = f"no-fit-under-{max_fraction:.0%}-cap"
         return CorunnerChoice(None, (), reason, rule)
-    if rule == "lowest-util":
-        g, used = min(fits, key=lambda f: (f[1], f[0].util_pct, f[0].gpu_id))
-    elif rule == "best-pair":
-        g, used = min(fits, key=lambda f: (-gain.get(f[0].gpu_id, 0.0), f[1], f[0].util_pct,
-                                           f[0].gpu_id))
-    else:
-        g, used = min(fits, key=lambda f: (-f[1], f[0].util_pct, f[0].gpu_id))
+    best = min(fits, key=lambda r: r.key(rule))
+    g, used = best.gpu, best.used_bytes
     after = (used + newcomer.mem_bytes) / g.capacity_bytes
     reason = (f"{rule}: {g.gpu_id} at {used / g.capacity_bytes:.0%} memory, "
               f"{after:.0%} with the newcomer (cap {max_fraction:.0%})")
-    if g.gpu_id in gain:
-        reason += f", predicted throughput {gain[g.gpu_id]:.2f} of alone"
+    if best.gain is not None:
+        reason += f", predicted throughput {best.gain:.2f} of alone"
 
     return CorunnerChoice(g.gpu_id, tuple(j.job_id for j in g.jobs), reason, rule)

@@ -187,8 +187,9 @@ def plan(gpu: str, profiles: str | None, state_text: str, request: str, policy: 
 @click.option("--policy", type=click.Choice(["fsm", "first-fit", "random", "demand"]),
               default="fsm", show_default=True, help="Placement policy.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of --policy random.")
-@click.option("--demand-window", type=int, default=32, show_default=True,
-              help="How many upcoming allocs --policy demand sees as pending.")
+@click.option("--demand-window", type=click.IntRange(min=0), default=0, show_default=True,
+              help="--policy demand: also count this many upcoming allocs as the pending "
+                   "queue (default: only the sizes seen so far, recent ones weighing most).")
 @json_option
 @_errors
 def simulate(gpu: str, profiles: str | None, events_file: str, policy: str, seed: int,
@@ -308,6 +309,9 @@ def bench(gpu: str, allocs: int, streams: int, as_json: bool) -> None:
     lat = res["decision_latency"]
     click.echo(f"fsm decision on {lat['model']}: mean {lat['mean_us']:.1f} us, p50 "
                f"{lat['p50_us']:.1f} us, p99 {lat['p99_us']:.1f} us ({lat['decisions']} decisions)")
+    dl = res["demand_decision_latency"]
+    click.echo(f"demand decision on {dl['model']}: mean {dl['mean_us']:.1f} us over "
+               f"{dl['decisions']} decisions (value-table rebuilds included)")
     frag = res["fragmentation"]
     click.echo(f"fragmentation rejections on {frag['model']} ({frag['streams_per_mix']} x "
                f"{frag['allocs_per_stream']} allocs per mix), ratio to first-fit:")
@@ -316,3 +320,7 @@ def bench(gpu: str, allocs: int, streams: int, as_json: bool) -> None:
         cells = "".join(f"{per[p]['rejected_fragmentation']:>11} ({per[p]['ratio_to_first_fit']:.2f})"
                         for p in ("fsm", "demand", "first-fit", "random"))
         click.echo(f"  {mix:12}{cells}")
+    click.echo(f"  {'mean ratio':12}" + "".join(
+        f"{frag['mean_ratio_to_first_fit'][p]:>18.3f}" for p in ("fsm", "demand", "first-fit", "random")))
+    click.echo(f"  {'worst ratio':12}" + "".join(
+        f"{frag['worst_ratio_to_first_fit'][p]:>18.3f}" for p in ("fsm", "demand", "first-fit", "random")))

@@ -72,6 +72,21 @@ def workload_options(fn):
                           "before packing (pack only where the job already there keeps "
                           ">= 90 %); off: the patent's FIG. 3/4 alone (pack, then requeue on "
                           "> 10 % slowdown). Off needs --corunner lowest-util or best-fit."),
+        click.option("--pair-knowledge", type=click.Choice(["observed", "model", "oracle"]),
+                     default="observed", show_default=True,
+                     help="colocate: what the pair prediction knows. observed: a pair's speeds "
+                          "once the replay has run it, other pairs from a model of per-job "
+                          "features (utilisation, memory, label) learnt from the pairs seen; "
+                          "model: that model alone; oracle: the replay's own pair table (an "
+                          "upper bound no site has)."),
+        click.option("--max-jobs-per-gpu", type=click.IntRange(min=1), default=None,
+                     help="colocate: most jobs packed on one GPU (default 2), each still "
+                          "predicted at >= 90 % of its speed alone; shard-fixed: jobs per GPU "
+                          "(its fixed share count; default 2)."),
+        click.option("--contention-threshold", type=click.FloatRange(0, 1, min_open=True),
+                     default=0.10, show_default=True,
+                     help="colocate: most throughput a running job may lose to a newcomer "
+                          "(predicted before packing; measured after, FIG. 4 requeue)."),
         click.option("--mig-static-layout", default=None, metavar="PROFILE|P@S,…",
                      help="mig-static: layout of each partitioned GPU (default: all smallest "
                           "instances, e.g. 7x1g.10gb)."),
@@ -95,13 +110,19 @@ def _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction, data_dir
 
 
 def _config(policy, predictor, gpus, gpu_model, bf_depth, corunner_rule, mig_static_layout,
-            mig_static_fraction, pair_predict=True):
+            mig_static_fraction, pair_predict=True, pair_knowledge="observed",
+            max_jobs_per_gpu=None, contention_threshold=0.10):
     from slurm_plugin.simulator import SimConfig
 
-    return SimConfig(policy=policy, gpus=gpus, gpu_model=gpu_model, predictor=predictor,
+    per_gpu = {}
+    if max_jobs_per_gpu is not None:
+        per_gpu = ({"max_jobs_per_gpu": max_jobs_per_gpu} if policy == "colocate" else
+                   {"shard_jobs_per_gpu": max_jobs_per_gpu} if policy == "shard-fixed" else {})
+    return SimConfig(**per_gpu, policy=policy, gpus=gpus, gpu_model=gpu_model, predictor=predictor,
                      bf_depth=bf_depth, corunner_rule=corunner_rule,
                      mig_static_layout=mig_static_layout,
-                     mig_static_fraction=mig_static_fraction, pair_predict=pair_predict)
+                     mig_static_fraction=mig_static_fraction, pair_predict=pair_predict,
+                     pair_knowledge=pair_knowledge, contention_threshold=contention_threshold)
 
 
 def _policy_names(policies: str) -> list[str]:
@@ -128,7 +149,8 @@ def _human(s: dict) -> str:
     lines = [
         f"{s['policy']} (predictor {s['predictor']}) on {s['gpus']} x {s['gpu_model']}: "
         f"{s['jobs']} jobs ({s['jobs_skipped']} skipped: more GPUs than the cluster; "
-        f"{s['jobs_unfinished']} never ran)",
+        f"{s['jobs_unfinished']} never ran; {s['jobs_with_own_figures']} with their own GPU "
+        f"figures from sacct)",
         f"  makespan {s['makespan_s'] / h:.1f} h; JCT avg {s['avg_jct_s'] / h:.2f} h, "
         f"p95 {s['p95_jct_s'] / h:.2f} h; queueing avg {s['avg_queue_s'] / h:.2f} h, "
         f"p95 {s['p95_queue_s'] / h:.2f} h",
@@ -161,7 +183,8 @@ def _human(s: dict) -> str:
 @_errors
 def simulate(ctx, policy, predictor, trace, gpus, gpu_model, n_jobs, time_scale, seed,
              growing_fraction, data_dir, bf_depth, corunner_rule, pair_predict,
-             mig_static_layout, mig_static_fraction, jobs_csv, as_json):
+             pair_knowledge, max_jobs_per_gpu, contention_threshold, mig_static_layout,
+             mig_static_fraction, jobs_csv, as_json):
     """Replay a job trace on N simulated GPUs and report what the policy gives.
 
     Discrete-event replay with Slurm-like FIFO + EASY backfill, calling the suite's own
@@ -183,7 +206,8 @@ def simulate(ctx, policy, predictor, trace, gpus, gpu_model, n_jobs, time_scale,
     specs, profiles, pairs = _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction,
                                    data_dir)
     cfg = _config(policy, predictor == "on", gpus, gpu_model, bf_depth, corunner_rule,
-                  mig_static_layout, mig_static_fraction, pair_predict)
+                  mig_static_layout, mig_static_fraction, pair_predict,
+                  pair_knowledge, max_jobs_per_gpu, contention_threshold)
     summ, res = run_policy(cfg, specs, profiles, pairs)
     summ["trace"] = trace
     if jobs_csv:
@@ -201,11 +225,21 @@ def simulate(ctx, policy, predictor, trace, gpus, gpu_model, n_jobs, time_scale,
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="sim-report",
               show_default=True, help="Folder for report.md, results.json and the PNG plots.")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots (no matplotlib needed).")
+@click.option("--gpus-list", default=None, metavar="G1,G2,…",
+              help="Loads: also run every policy at each of these GPU counts (sweep.md).")
+@click.option("--target-alloc", default=None, metavar="P1,P2,…",
+              help="Loads: the GPU counts at which exclusive keeps these percentages of its GPUs "
+                   "allocated (found by bisection), e.g. 70,85,95.")
+@click.option("--seeds", "seed_list", default=None, metavar="S1,S2,…",
+              help="Loads: seeds of the profile draw to average over (95 % intervals); "
+                   "default: --seed alone.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
 @_errors
 def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_fraction,
-            data_dir, bf_depth, corunner_rule, pair_predict, mig_static_layout,
-            mig_static_fraction, out_dir, no_plots, as_json):
+            data_dir, bf_depth, corunner_rule, pair_predict, pair_knowledge, max_jobs_per_gpu,
+            contention_threshold, mig_static_layout, mig_static_fraction, out_dir, no_plots,
+            gpus_list, target_alloc,
+            seed_list, as_json):
     """Run several policies on one workload; write a Markdown report with PNG plots.
 
     The report has the comparison table, the best policy of the suite against every
@@ -215,15 +249,29 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
     \b
     gpupack simulate compare --gpus 1000 --out sim-report/
     gpupack simulate compare --policies exclusive,colocate,colocate+pred --jobs 5000 --gpus 100
+    gpupack simulate compare --gpu-model H100-80GB --target-alloc 70,85,95 --seeds 0,1,2 \
+        --policies exclusive+pred,shard-fixed+pred,colocate+pred --out sim-loads/
+
+    With --gpus-list, --target-alloc or --seeds, every policy runs at every load on every
+    seed instead, and sweep.md gives means with 95 % intervals of average JCT, queueing
+    delay, work lost to restarts and prediction error, and the best baseline over the best
+    suite policy per load.
     """
     from slurm_plugin.simulator.report import compare as run_compare
 
     names = _policy_names(policies)
+    if gpus_list or target_alloc or seed_list:
+        _sweep(names, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_fraction,
+               data_dir, bf_depth, corunner_rule, pair_predict, pair_knowledge,
+               max_jobs_per_gpu, contention_threshold, mig_static_layout, mig_static_fraction,
+               out_dir, gpus_list, target_alloc, seed_list, as_json)
+        return
     specs, profiles, pairs = _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction,
                                    data_dir)
     configs = [
         _config(n.removesuffix("+pred"), n.endswith("+pred"), gpus, gpu_model, bf_depth,
-                corunner_rule, mig_static_layout, mig_static_fraction, pair_predict)
+                corunner_rule, mig_static_layout, mig_static_fraction, pair_predict,
+                  pair_knowledge, max_jobs_per_gpu, contention_threshold)
         for n in names
     ]
     workload = {"trace": trace, "jobs": len(specs), "gpus": gpus, "gpu_model": gpu_model,
@@ -237,6 +285,39 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
         click.echo(f"report: {out['report']}")
         for w in out["warnings"]:
             click.echo(f"warning: {w}", err=True)
+
+
+def _sweep(names, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_fraction, data_dir,
+           bf_depth, corunner_rule, pair_predict, pair_knowledge, max_jobs_per_gpu,
+           contention_threshold, mig_static_layout, mig_static_fraction, out_dir, gpus_list,
+           target_alloc, seed_list,
+           as_json):
+    from slurm_plugin.simulator.sweep import gpus_for_alloc, sweep
+
+    say = functools.partial(click.echo, err=True)
+    seeds = [int(x) for x in seed_list.split(",") if x.strip()] if seed_list else [seed]
+    workloads = {sd: _load(trace, gpu_model, n_jobs, time_scale, sd, growing_fraction, data_dir)
+                 for sd in seeds}
+    counts = _int_list(gpus_list) if gpus_list else []
+    loads: dict[int, str] = {}
+    for pct in (_int_list(target_alloc) if target_alloc else []):
+        g, got = gpus_for_alloc(pct / 100.0, *workloads[seeds[0]], gpu_model, progress=say)
+        loads[g] = f"exclusive {got:.1%} allocated, target {pct} %"
+        counts.append(g)
+    if not counts:
+        counts = [gpus]
+    counts = sorted(dict.fromkeys(counts))
+    configs = [
+        _config(n.removesuffix("+pred"), n.endswith("+pred"), counts[0], gpu_model, bf_depth,
+                corunner_rule, mig_static_layout, mig_static_fraction, pair_predict,
+                pair_knowledge, max_jobs_per_gpu, contention_threshold)
+        for n in names
+    ]
+    out = sweep(configs, workloads, counts, out_dir, loads=loads, progress=say)
+    if as_json:
+        click.echo(json.dumps(out["table"]))
+    else:
+        click.echo(out["markdown"])
 
 
 @simulate.command(context_settings=CONTEXT_SETTINGS)
@@ -253,8 +334,8 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as one JSON object.")
 @_errors
 def scaling(policies, jobs_list, gpus_list, trace, gpus, gpu_model, n_jobs, time_scale, seed,
-            growing_fraction, data_dir, bf_depth, corunner_rule, pair_predict, mig_static_layout,
-            mig_static_fraction, out_dir, as_json):
+            growing_fraction, data_dir, bf_depth, corunner_rule, pair_predict, pair_knowledge,
+            max_jobs_per_gpu, contention_threshold, mig_static_layout, mig_static_fraction, out_dir, as_json):
     """Time the simulator against the number of jobs and of GPUs.
 
     \b
@@ -270,7 +351,8 @@ def scaling(policies, jobs_list, gpus_list, trace, gpus, gpu_model, n_jobs, time
     job_counts = sorted({min(n, len(specs)) for n in job_counts})
     configs = [
         _config(n.removesuffix("+pred"), n.endswith("+pred"), gpus, gpu_model, bf_depth,
-                corunner_rule, mig_static_layout, mig_static_fraction, pair_predict)
+                corunner_rule, mig_static_layout, mig_static_fraction, pair_predict,
+                  pair_knowledge, max_jobs_per_gpu, contention_threshold)
         for n in names
     ]
     out = run_scaling(configs, specs, profiles, pairs, job_counts, gpu_counts, out_dir,

@@ -13,7 +13,7 @@ from slurm_plugin.simulator.engine import (BASELINES, POLICIES, SimConfig, SimRe
 from slurm_plugin.simulator.metrics import summary, write_jobs_csv
 from slurm_plugin.simulator.workload import (PairTable, SimJobSpec, TraceJob, WorkloadError,
                                              WorkloadProfile, build_jobs, load_profiles,
-                                             trace_from_spec)
+                                             own_profiles, trace_from_spec)
 
 __all__ = [
     "BASELINES", "POLICIES", "PairTable", "SimConfig", "SimJobSpec", "SimResult", "Simulator",
@@ -28,9 +28,11 @@ def load_workload(trace: str = "philly", data_dir: str | Path | None = None, see
     """(job specs, profiles, pair table) for a trace spec (``philly`` or ``sacct:FILE``)."""
     d = Path(data_dir) if data_dir else None
     profiles, pairs = load_profiles(d)
-    specs = build_jobs(trace_from_spec(trace, d), profiles, seed=seed, jobs=jobs,
-                       time_scale=time_scale, growing_fraction=growing_fraction,
-                       gpu_memory_bytes=gpu_memory_bytes)
+    tr = trace_from_spec(trace, d)
+    profiles, pairs, own = own_profiles(tr[:jobs] if jobs else tr, profiles, pairs)
+    specs = build_jobs(tr, profiles, seed=seed, jobs=jobs, time_scale=time_scale,
+                       growing_fraction=growing_fraction, gpu_memory_bytes=gpu_memory_bytes,
+                       own=own)
     return specs, profiles, pairs
 
 

@@ -7,6 +7,13 @@ delay it (they end before the reservation, or use GPUs it does not need). Run-ti
 estimates are exact (Slurm uses time limits; a trace has none). A requeued job goes to the
 head of the queue.
 
+Structure: this class is the event loop and the cluster state (GPUs, queue, reservation,
+indexes of GPUs by what runs on them); each policy's one-GPU start rule is a small policy object with
+``start(job, now, reservation) -> bool`` (:mod:`~slurm_plugin.simulator.baselines`,
+:mod:`~slurm_plugin.simulator.colocate` (also ``check``, FIG. 4),
+:mod:`~slurm_plugin.simulator.mig_policies`) the loop calls; the cluster operations they
+share (start on an idle GPU, share a GPU, create an instance) stay here.
+
 The decisions are the suite's own code, called as in production:
 ``packer.decision.decide`` (exclusive or packed, and how many shares),
 ``packer.corunner.choose_corunner`` (FIG. 3 co-runner), ``packer.contention.check_contention``
@@ -47,18 +54,17 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import chain, islice
 
 from mig.catalog import Catalog, load_catalog
 from mig.fsm import PartitionState, Placement, get_space
 from mig.layout import homogeneous_layout
-from mig.planner import plan_merge_split
-from mig.policies import choose
 from packer.config import GIB, PackerConfig
-from packer.contention import Sharer, check_contention
-from packer.corunner import GpuLoad, Newcomer, RunningJob, choose_corunner
-from packer.decision import ClusterView, Estimate, decide, max_shards
-from packer.request import Candidate
+from packer.decision import max_shards
+from slurm_plugin.simulator.baselines import ExclusivePolicy, LucidPolicy, ShardFixedPolicy
+from slurm_plugin.simulator.colocate import ColocatePolicy
+from slurm_plugin.simulator.mig_policies import MigDynamicPolicy, MigStaticPolicy
+from slurm_plugin.simulator.knowledge import MODES as KNOWLEDGE_MODES, PairKnowledge
 from slurm_plugin.simulator.workload import PairTable, SimJobSpec, WorkloadProfile
 
 log = logging.getLogger(__name__)
@@ -70,7 +76,6 @@ MIG_DYNAMIC = ("mig-by-size", "mig-in-order")
 SHARED = ("shard-fixed", "lucid-like", "colocate")
 
 _FINISH, _OOM, _WARN, _CHECK = 0, 1, 2, 3
-_CANDIDATE = Candidate(field="tres_per_node", gpu_type=None, dialect="23.11")
 
 
 @dataclass
@@ -85,7 +90,17 @@ class SimConfig:
     # would requeue the newcomer) and the newcomer >= min_newcomer_speed. Busy jobs (above
     # the packer's max_util_pct) may then be packed too: the pair decides, not utilisation.
     pair_predict: bool = True
+    # what the pair prediction knows (see slurm_plugin.simulator.knowledge): observed |
+    # model | oracle (the replay's own table: an upper bound)
+    pair_knowledge: str = "observed"
     min_newcomer_speed: float = 0.0
+    # colocate: most jobs on one GPU (every job there still predicted at >= 1 - threshold
+    # of its speed alone, memory under the packer's cap); more than two relies on the
+    # product of pair speeds, bounded by the GPU's compute (see _rerate_shared)
+    max_jobs_per_gpu: int = 2
+    # a job that cannot get its starting memory on a GPU shared without isolation fails
+    # this long after it starts (CUDA context and model loading)
+    oom_startup_s: float = 60.0
     bf_depth: int = 100  # Slurm's bf_max_job_test
     monitor_s: float = 60.0  # contention is judged this long after a pack
     contention_threshold: float = 0.10
@@ -111,6 +126,11 @@ class SimConfig:
             raise ValueError("--bf-depth must be 0 or more")
         if not 0.0 <= self.mig_static_fraction <= 1.0:
             raise ValueError("--mig-static-fraction must be in [0, 1]")
+        if self.max_jobs_per_gpu < 1:
+            raise ValueError("--max-jobs-per-gpu must be at least 1")
+        if self.pair_knowledge not in KNOWLEDGE_MODES:
+            raise ValueError(f"unknown --pair-knowledge {self.pair_knowledge!r}; choose one of "
+                             f"{', '.join(KNOWLEDGE_MODES)}")
         if self.corunner_rule == "best-pair" and not self.pair_predict:
             raise ValueError("--corunner best-pair needs the pair prediction (measured pairs)")
 
@@ -121,7 +141,7 @@ class Job:
         "workload", "first_start", "start", "end", "done", "rate", "last_t", "token",
         "gpu_ids", "cap", "shards", "inst", "remembered", "min_rate", "oom_restarts",
         "pred_restarts", "preemptions", "lost_work", "warn_work", "warn_next", "shared_with",
-        "unmeasured", "max_pair_slow", "packed_at", "t_end",
+        "unmeasured", "max_pair_slow", "packed_at", "t_end", "room", "pack_pred", "pack_base",
     )
 
     def __init__(self, spec: SimJobSpec, prof: WorkloadProfile):
@@ -160,6 +180,9 @@ class Job:
         self.max_pair_slow = 1.0  # worst 1/speed among the measured pairs it was in
         self.packed_at: float | None = None
         self.t_end = 0.0  # expected end at the current rate
+        self.room = 0  # memory it can really get: cap, less its neighbours' without isolation
+        self.pack_pred: tuple[dict[int, float], bool] | None = None  # speeds predicted at pack
+        self.pack_base: dict[int, float] = {}  # its neighbours' speeds just before it joined
 
 
 class Gpu:
@@ -228,6 +251,7 @@ class SimResult:
     passes: int = 0  # scheduling passes run
     passes_skipped: int = 0  # passes skipped: nothing changed since one that started nothing
     timeline: list[tuple[float, int, float, float]] = field(default_factory=list)
+    knowledge: dict = field(default_factory=dict)  # prediction error, pairs observed
 
 
 class Simulator:
@@ -245,6 +269,9 @@ class Simulator:
         self.share_bytes = self.pk.share_bytes
         self.profiles = profiles
         self.pairs = pairs
+        self.know = PairKnowledge(cfg.pair_knowledge, profiles, pairs)
+        self.colocate = ColocatePolicy(self)
+        self.policy = self._make_policy()  # the one-GPU start rule the loop calls
         self.gpus = [Gpu(i) for i in range(cfg.gpus)]
         self.idle: dict[int, None] = {i: None for i in range(cfg.gpus)}
         self.heap: list = []
@@ -254,6 +281,9 @@ class Simulator:
         self.history: set[int] = set()  # profiles with a finished run (the packer's history)
         self.avoid: set[tuple[str, str]] = set()
         self.single: dict[tuple, dict[int, None]] = {}  # (profile, held) -> GPUs with one job
+        # colocate, more than two per GPU: sorted ((profile, held), ...) -> GPUs with 2..max-1
+        self.multi: dict[tuple, dict[int, None]] = {}
+        self._multi_on = cfg.policy == "colocate" and cfg.max_jobs_per_gpu > 2
         self.partial: dict[int, None] = {}  # shard-fixed: GPUs with free shares
         self.creates = self.destroys = 0
         self.busy_n = 0
@@ -274,14 +304,7 @@ class Simulator:
         self._rel_of: dict[int, float] = {}
         self._opened = 0  # bumped when room appears for a job (a GPU with one job, free shares)
         self._single_ver = 0  # bumped when a (workload, size) group of one-job GPUs appears/goes
-        self._decide_cache: dict = {}
-        self._corunner_cache: dict = {}
-        self._loads: dict[tuple, GpuLoad] = {}
-        self._load_key: dict[str, tuple] = {}
-        self._wl_index = {p.key: p.index for p in profiles}
-        self._choose_cache: dict = {}
         self._prof_cache: dict = {}
-        self._plan_cache: dict = {}
         self.mig = cfg.policy in MIG_DYNAMIC or cfg.policy == "mig-static"
         self._space = get_space(self.catalog, tuple(p.name for p in self.catalog.profiles
                                                     if not p.media_extensions))
@@ -298,6 +321,14 @@ class Simulator:
                 self.skipped += 1
                 continue
             self.jobs.append(Job(s, profiles[s.profile]))
+
+    def _make_policy(self):
+        p = self.cfg.policy
+        if p == "colocate":
+            return self.colocate
+        return {"exclusive": ExclusivePolicy, "shard-fixed": ShardFixedPolicy,
+                "lucid-like": LucidPolicy, "mig-static": MigStaticPolicy}.get(
+                    p, MigDynamicPolicy)(self)
 
     # ----------------------------------------------------------------- MIG setup
     def _setup_mig(self) -> None:
@@ -372,7 +403,7 @@ class Simulator:
                     elif kind == _WARN:
                         self._restart_memory(job, t, predicted=True)
                     elif kind == _CHECK:
-                        self._check(job, t)
+                        self.colocate.check(job, t)
                 now = t
             else:
                 job = arrivals[ai]
@@ -402,12 +433,18 @@ class Simulator:
             reconfig_creates=self.creates, reconfig_destroys=self.destroys,
             avoided_pairs=len(self.avoid), events=self.events,
             wall_s=time.perf_counter() - t0, passes=self.passes,
-            passes_skipped=self.passes_skipped, timeline=self.timeline)
+            passes_skipped=self.passes_skipped, timeline=self.timeline,
+            knowledge=self._knowledge_summary())
+
+    def _knowledge_summary(self) -> dict:
+        if self.cfg.policy != "colocate" or not self.cfg.pair_predict:
+            return {}
+        return {"pair_knowledge": self.cfg.pair_knowledge, **self.know.error.as_dict(),
+                **self.know.model_error()}
 
     # ----------------------------------------------------------------- queue
     def _queue_iter(self):
-        yield from self.front
-        yield from self.queue.values()
+        return chain(self.front, self.queue.values())
 
     def _remove(self, job: Job) -> None:
         if self.front and self.front[0] is job:
@@ -478,7 +515,7 @@ class Simulator:
         if p == "exclusive":
             return False
         if p in ("colocate", "lucid-like"):
-            return bool(self.single)
+            return bool(self.single) or bool(self.multi)
         if p == "shard-fixed":
             return bool(self.partial)
         return True
@@ -558,23 +595,7 @@ class Simulator:
                 return False
             self._start_whole(job, list(islice(self.idle, job.gpus)), now)
             return True
-        p = self.cfg.policy
-        if p == "exclusive":
-            return self._start_idle(job, now, bf)
-        if p == "shard-fixed":
-            if self.partial:
-                g = self.gpus[next(iter(self.partial))]
-                if self._may_pack(job, now, bf, g):
-                    self._start_shared(job, g, now, self.gpu_mem, None)
-                    return True
-            return self._start_idle(job, now, bf, shared=True)
-        if p == "lucid-like":
-            return self._start_lucid(job, now, bf)
-        if p == "colocate":
-            return self._start_colocate(job, now, bf)
-        if p == "mig-static":
-            return self._start_static(job, now, bf)
-        return self._start_mig(job, now, bf)
+        return self.policy.start(job, now, bf)
 
     def _start_idle(self, job: Job, now: float, bf: _Backfill | None, shared: bool = False,
                     shards: int | None = None) -> bool:
@@ -595,6 +616,8 @@ class Simulator:
         job.done = 0.0
         job.rate = 1.0
         job.cap = cap
+        job.room = cap
+        job.pack_pred = None
         job.warn_work = None
         job.warn_next = None
         if self.cfg.predictor and job.mem1 > cap:
@@ -621,7 +644,20 @@ class Simulator:
     def _held(self, job: Job) -> int:
         return job.shards * int(self.share_bytes) if job.shards else job.mem0
 
+    def _multi_key(self, g: Gpu) -> tuple | None:
+        if 2 <= len(g.jobs) < self.cfg.max_jobs_per_gpu and all(j.gpus == 1 for j in g.jobs):
+            return tuple(sorted((j.profile, self._held(j)) for j in g.jobs))
+        return None
+
     def _single_del(self, g: Gpu) -> None:
+        if self._multi_on:
+            key = self._multi_key(g)
+            d = self.multi.get(key) if key else None
+            if d is not None:
+                d.pop(g.id, None)
+                if not d:
+                    del self.multi[key]
+                    self._single_ver += 1
         if len(g.jobs) == 1 and g.jobs[0].gpus == 1:
             j = g.jobs[0]
             key = (j.profile, self._held(j))
@@ -633,6 +669,15 @@ class Simulator:
                     self._single_ver += 1
 
     def _single_add(self, g: Gpu) -> None:
+        if self._multi_on:
+            key = self._multi_key(g)
+            if key:
+                d = self.multi.get(key)
+                if d is None:
+                    d = self.multi[key] = {}
+                    self._single_ver += 1
+                d[g.id] = None
+                self._opened += 1
         if len(g.jobs) == 1 and g.jobs[0].gpus == 1:
             j = g.jobs[0]
             key = (j.profile, self._held(j))
@@ -668,169 +713,43 @@ class Simulator:
             self._push(now + self.cfg.monitor_s, _CHECK, job, job.token)
 
     def _rerate_shared(self, g: Gpu, now: float) -> None:
+        blind = len(g.jobs) > 1 and any(j.shards is None for j in g.jobs)
+        if blind:  # no memory isolation: each job gets what its neighbours leave
+            mem = {j.id: self._mem_now(j, now) for j in g.jobs}
+            total = sum(mem.values())
+            for j in g.jobs:
+                j.room = min(j.cap, self.gpu_mem - (total - mem[j.id]))
+        elif len(g.jobs) == 1:
+            g.jobs[0].room = g.jobs[0].cap
+        rates = []
         for j in g.jobs:
             rate = 1.0
+            measured = True
             for o in g.jobs:
                 if o is not j:
-                    s = self.pairs.speed(j.profile, o.profile)
-                    rate *= s
+                    rate *= self.pairs.speed(j.profile, o.profile)
                     j.shared_with.add(o.id)
-                    if self.pairs.is_measured(j.profile, o.profile):
-                        j.max_pair_slow = max(j.max_pair_slow, 1.0 / s)
-                    else:
+                    if not self.pairs.is_measured(j.profile, o.profile):
                         j.unmeasured = True
+                        measured = False
+            rates.append((j, rate, measured))
+        if len(rates) > 2:  # no GPU gives more than its compute: sum of util x speed <= 100 %
+            used = sum(j.util * r for j, r, _ in rates) / 100.0
+            if used > 1.0:
+                rates = [(j, r / used, m) for j, r, m in rates]
+        for j, rate, measured in rates:
+            if measured and len(rates) > 1:
+                j.max_pair_slow = max(j.max_pair_slow, 1.0 / rate)
             self._set_rate(j, now, rate)
 
-    def _start_lucid(self, job: Job, now: float, bf: _Backfill | None) -> bool:
-        if self.idle:
-            return self._start_idle(job, now, bf, shared=True)
-        if job.label >= 2:
-            return False
-        ranked = []
-        for (prof, held), gids in self.single.items():
-            p = self.profiles[prof]
-            if p.label >= 2 or p.label + job.label > self.cfg.lucid_max_label_sum:
-                continue
-            if held + job.mem0 > self.gpu_mem:
-                continue
-            ranked.append(((p.label + job.label, p.util_pct, prof, held), gids))
-        ranked.sort(key=lambda r: r[0])
-        for _, gids in ranked:
-            for gid in gids:  # the first GPU of the best kind the reservation allows
-                g = self.gpus[gid]
-                if self._may_pack(job, now, bf, g):
-                    self._denied = False
-                    self._start_shared(job, g, now, self.gpu_mem, None)
-                    return True
-                if bf is None or bf.pack_ok or now + job.duration <= bf.shadow:
-                    break  # allowed everywhere: only the first one matters
-        return False
+    @staticmethod
+    def _mem_now(j: Job, now: float) -> int:
+        """Memory a job holds now (it grows linearly with its progress)."""
+        if j.mem1 == j.mem0:
+            return j.mem0
+        done = j.done + (now - j.last_t) * j.rate
+        return int(j.mem0 + (j.mem1 - j.mem0) * min(1.0, done / j.duration))
 
-    def _estimate(self, job: Job) -> Estimate | None:
-        if not self.cfg.known_history and job.profile not in self.history:
-            return None
-        return Estimate(job.mem0, self.profiles[job.profile].util_pct, 1, source="sim-history")
-
-    def _decide(self, job: Job, idle_usable: int):
-        """packer.decision.decide, memoised on what it reads (it is pure)."""
-        known = self.cfg.known_history or job.profile in self.history
-        key = (job.profile, known, job.remembered, idle_usable > 0)
-        d = self._decide_cache.get(key)
-        if d is None:
-            remembered = math.ceil(job.remembered / self.share_bytes) if job.remembered else None
-            d = self._decide_cache[key] = decide(
-                _CANDIDATE, self._estimate(job), ClusterView(idle_gpus=idle_usable), self.pk,
-                fingerprint=job.workload, remembered_shards=remembered)
-        return d
-
-    def _pair_speed(self, a: str, b: str) -> float | None:
-        """Measured speed of workload ``a`` beside ``b``; None when never measured."""
-        return self.pairs.measured.get((self._wl_index[a], self._wl_index[b]))
-
-    def _load(self, key: tuple[int, int]) -> GpuLoad:
-        """A (workload, size) group of GPUs running one job each, as the co-runner rule sees it."""
-        gl = self._loads.get(key)
-        if gl is None:
-            prof, held = key
-            p = self.profiles[prof]
-            gl = self._loads[key] = GpuLoad(
-                gpu_id=f"{prof:03d}/{held}", capacity_bytes=self.gpu_mem,
-                jobs=(RunningJob(f"p{prof}", p.key, held, p.util_pct),))
-            self._load_key[gl.gpu_id] = key
-        return gl
-
-    def _start_colocate(self, job: Job, now: float, bf: _Backfill | None) -> bool:
-        """FIG. 3: alone on an idle GPU if one is usable, else packed beside the co-runner
-        ``packer.corunner.choose_corunner`` picks (with the measured pairs' prediction)."""
-        usable = self._usable_idle(job, now, bf)
-        d = self._decide(job, usable)
-        if d.verdict != "packed":
-            return bool(usable) and self._start_idle(job, now, bf, shared=True)
-        if not self.single:
-            return False
-        need = d.shards * int(self.share_bytes)
-        free_pack = bf is None or bf.pack_ok
-        new, acc = self._newcomer(job, need)
-        cands = []
-        for key in self.single:
-            ok = acc.get(key)
-            if ok is None:  # this kind of GPU, alone: the same rule, memoised per kind
-                ok = acc[key] = self._corunner(new, [self._load(key)], None).placed
-            if ok:
-                cands.append(key)
-        if not cands:
-            return False
-        picked: dict[str, int] = {}
-
-        def allow(gl: GpuLoad, mine: float, theirs: tuple[float, ...]) -> bool:
-            gids = self.single[self._load_key[gl.gpu_id]]
-            if free_pack:
-                picked[gl.gpu_id] = next(iter(gids))
-                return True
-            shadow = bf.shadow
-            run = job.duration / max(mine, 1e-9)  # the newcomer's run beside it
-            new_ok = now + run <= shadow
-            # the job there loses (1 - speed) of its progress while the newcomer runs: its
-            # end moves by run * (1 - speed) at most (fixed in time, so a pass that was
-            # refused stays refused while nothing changes)
-            delay = run * (1.0 - theirs[0])
-            for gid in gids:  # a GPU the reservation does not count on, or one freed in time
-                inc = self.gpus[gid].jobs[0]
-                if inc.t_end > shadow or (new_ok and inc.t_end + delay <= shadow):
-                    picked[gl.gpu_id] = gid
-                    return True
-            self._denied = True
-            return False
-
-        ch = self._corunner(new, [self._load(k) for k in cands], allow)
-        if not ch.placed:
-            return False
-        self._denied = False
-        self._start_shared(job, self.gpus[picked[ch.gpu_id]], now, need, d.shards)
-        return True
-
-    def _newcomer(self, job: Job, need: int) -> tuple[Newcomer, dict]:
-        """The co-runner rule's view of a queued job, and its memo of which kinds of GPU
-        (workload, size) qualify for it (valid while no pair is added to avoid)."""
-        key = (job.profile, need, len(self.avoid))
-        hit = self._corunner_cache.get(key)
-        if hit is None:
-            p = self.profiles[job.profile]
-            hit = self._corunner_cache[key] = (Newcomer(f"p{job.profile}", p.key, need,
-                                                        p.util_pct), {})
-        return hit
-
-    def _corunner(self, new: Newcomer, loads: list[GpuLoad], allow):
-        """packer.corunner.choose_corunner with this run's rule and pair prediction.
-
-        A GPU qualifies on its own (memory, pairs to avoid, predicted speeds), so the
-        caller may drop the kinds of GPU that did not qualify alone without changing the
-        choice among the rest."""
-        pred = self.cfg.pair_predict
-        return choose_corunner(
-            new, loads, rule=self.cfg.corunner_rule, max_fraction=self.pk.max_gpu_fraction,
-            max_jobs_per_gpu=2, avoid=self.avoid,
-            pair_speed=self._pair_speed if pred else None,
-            min_corunner_speed=1.0 - self.cfg.contention_threshold if pred else 0.0,
-            min_newcomer_speed=self.cfg.min_newcomer_speed if pred else 0.0, allow=allow)
-
-    def _check(self, job: Job, now: float) -> None:
-        """FIG. 4: has the pre-existing job lost more than the threshold since the pack?"""
-        g = self.gpus[job.gpu_ids[0]]
-        if len(g.jobs) < 2:
-            return
-        sharers = [Sharer(str(j.id), j.workload, j.packed_at if j.packed_at is not None
-                          and j is job else j.start, 1.0, j.rate) for j in g.jobs]
-        v = check_contention(sharers, self.cfg.contention_threshold)
-        if v.requeue is None:
-            return
-        self.avoid.update(v.avoid_pairs)
-        victim = next(j for j in g.jobs if str(j.id) == v.requeue)
-        victim.preemptions += 1
-        self._stop(victim, now)
-        self.front.appendleft(victim)
-
-    # MIG -------------------------------------------------------------------------------
     def _mig_profile(self, job: Job):
         key = (job.profile, job.remembered)
         hit = self._prof_cache.get(key)
@@ -847,22 +766,6 @@ class Simulator:
             if (p.memory_mib << 20) >= need and p.compute_slices >= c - 1e-9:
                 return p
         return self._mig_profiles[-1]
-
-    def _choose(self, state: PartitionState, profile: str) -> int | None:
-        """mig.policies.choose (fsm), memoised: a GPU has few distinct states."""
-        key = (state.mask, profile)
-        hit = self._choose_cache.get(key, -1)
-        if hit == -1:
-            hit = self._choose_cache[key] = choose(state, profile, "fsm").start
-        return hit
-
-    def _plan(self, state: PartitionState, profile: str, busy: tuple[Placement, ...]):
-        """mig.planner.plan_merge_split, memoised on (state, busy instances, profile)."""
-        key = (state.mask, profile, busy)
-        hit = self._plan_cache.get(key)
-        if hit is None:
-            hit = self._plan_cache[key] = plan_merge_split(state, profile, busy=busy)
-        return hit
 
     def _set_free(self, g: Gpu, n: int | None) -> None:
         for d in self.by_free:
@@ -910,85 +813,6 @@ class Simulator:
         self._set_rate(job, now, min(1.0, frac / (job.util / 100.0)))
         self._gpu_changed(g, was_busy)
 
-    def _start_static(self, job: Job, now: float, bf: _Backfill | None) -> bool:
-        prof = next((p for p in self._static_profiles if (p.memory_mib << 20) >= max(
-            job.mem0, job.remembered)), None)
-        if prof is None:
-            if not self.idle or not self._may_take_idle(job, now, bf, 1):
-                return False
-            self._start_whole(job, [next(iter(self.idle))], now)
-            return True
-        slots = self.idle_inst.get(prof.name)
-        if not slots:
-            return False
-        gid, p = next(iter(slots))
-        self._start_instance(job, self.gpus[gid], p, now)
-        return True
-
-    def _start_mig(self, job: Job, now: float, bf: _Backfill | None) -> bool:
-        prof = self._mig_profile(job)
-        name = prof.name
-        slots = self.idle_inst[name]
-        if slots:
-            gid, p = next(iter(slots))
-            g = self.gpus[gid]
-            if g.busy or self._may_take_idle(job, now, bf, 1):
-                self._start_instance(job, g, p, now)
-                return True
-        full = self.catalog.memory_slices
-        by_size = self.cfg.policy == "mig-by-size"
-        # by-size: an empty GPU first (a homogeneous layout of this size); in-order: tightest fit
-        order = ([full, *range(prof.memory_slices, full)] if by_size
-                 else range(prof.memory_slices, full + 1))
-        tried = 0
-        for n in order:
-            for gid in list(self.by_free[n]):
-                g = self.gpus[gid]
-                if g.busy == 0 and not self._may_take_idle(job, now, bf, 1):
-                    continue
-                if by_size and not g.inst:
-                    layout = homogeneous_layout(g.state, name)
-                    for p in layout.placements:
-                        if p not in g.inst:
-                            self._create(g, p)
-                    self._refresh_free(g)
-                    p = next(q for q in g.inst if q.profile == name and g.inst[q] is None)
-                    self._start_instance(job, g, p, now)
-                    return True
-                start = self._choose(g.state, name)
-                if start is not None:
-                    p = Placement(name, start)
-                    self._create(g, p)
-                    self._start_instance(job, g, p, now)
-                    return True
-                tried += 1
-                if tried > 64:
-                    break
-            if tried > 64:
-                break
-        for gid in list(islice(self.has_idle, 64)):
-            g = self.gpus[gid]
-            if g.whole or g.static:
-                continue
-            if g.busy == 0 and not self._may_take_idle(job, now, bf, 1):
-                continue
-            busy = tuple(sorted(p for p, j in g.inst.items() if j is not None))
-            plan = self._plan(g.state, name, busy)
-            if not plan.feasible:
-                continue
-            for p in plan.destroy:
-                g.state = g.state.free(p.profile, p.start)
-                del g.inst[p]
-                self.idle_inst[p.profile].pop((g.id, p), None)
-                self.destroys += 1
-            target = Placement(name, plan.start)
-            self._create(g, target)
-            for p in plan.recreate:
-                if g.state.can_alloc(p.profile, p.start):
-                    self._create(g, p)
-            self._start_instance(job, g, target, now)
-            return True
-        return False
 
     # ----------------------------------------------------------------- running
     def _set_rate(self, job: Job, now: float, rate: float) -> None:
@@ -1013,12 +837,16 @@ class Simulator:
                 tw = now + (job.warn_work - job.done) / job.rate
                 if tw < t:
                     kind, t = _WARN, tw
-            if job.mem1 > job.cap:
-                w_oom = (job.cap - job.mem0) / (job.mem1 - job.mem0) * job.duration
+            if job.mem1 > job.room >= job.mem0:
+                w_oom = (job.room - job.mem0) / (job.mem1 - job.mem0) * job.duration
                 if w_oom >= job.done:
                     to = now + (w_oom - job.done) / job.rate
                     if to < t:
                         kind, t = _OOM, to
+        if job.mem0 > job.room and job.done == 0.0:  # cannot even get its starting memory
+            to = now + min(self.cfg.oom_startup_s, remaining / job.rate)
+            if to < t:
+                kind, t = _OOM, to
         self._push(t, kind, job, job.token)
 
     def _sizes(self) -> tuple[int, ...]:

@@ -13,6 +13,12 @@
   holds; jobs restarted or in unmeasured pairs are not judged);
   ``jobs_in_unmeasured_pairs`` counts jobs that shared with a pair the data does not cover
   (their speed is the documented fallback).
+- ``lost_gpu_s``: work lost to restarts (out-of-memory, early restarts, contention
+  requeues), in seconds of the jobs' runs; ``lost_gpu_h`` the same in GPU-hours.
+- Pair prediction (colocate with ``pair_predict``): ``pred_mae``/``pred_bias`` of the speeds
+  predicted for each watched pack against the truth (``pred_unseen_*``: pairs not yet
+  observed when packed); ``model_mae_all_measured``: the feature model at the end of the
+  run over every measured pair; ``pairs_observed``.
 """
 from __future__ import annotations
 
@@ -45,6 +51,7 @@ def summary(res: SimResult) -> dict:
         "jobs": len(done),
         "jobs_unfinished": len(res.jobs) - len(done),
         "jobs_skipped": res.skipped,
+        "jobs_with_own_figures": sum(1 for j in res.jobs if j.spec.own),
         "makespan_s": round(res.makespan, 1),
         "avg_jct_s": round(sum(jct) / len(jct), 1) if jct else 0.0,
         "p95_jct_s": round(percentile(jct, 95), 1),
@@ -70,6 +77,9 @@ def summary(res: SimResult) -> dict:
         "pair_bound_ok": not over,
         "pair_bound_worst": round(max(judged), 4) if judged else 0.0,
         "pair_bound_jobs": len(judged),
+        "lost_gpu_h": round(sum(j.lost_work * j.gpus for j in res.jobs) / 3600, 1),
+        "pair_knowledge": res.config.pair_knowledge,
+        **res.knowledge,
         "sim_events": res.events,
         "sim_wall_s": round(res.wall_s, 2),
         "sim_passes": res.passes,

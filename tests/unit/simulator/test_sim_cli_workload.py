@@ -30,6 +30,37 @@ def test_sacct_export_is_read(tmp_path):
     assert jobs[0].workload == "alice/train"
 
 
+SACCT_GPU = """JobID|User|JobName|Submit|Start|End|Elapsed|AllocTRES|State|TRESUsageInMax|TRESUsageInAve
+20|alice|train|2024-01-01T00:00:00|2024-01-01T00:00:05|2024-01-01T01:00:05|01:00:00|gres/gpu=1|COMPLETED||
+20.batch|||2024-01-01T00:00:00|2024-01-01T00:00:05|2024-01-01T01:00:05|01:00:00||COMPLETED|cpu=00:01:00,gres/gpumem=6144M,gres/gpuutil=35|gres/gpumem=5000M,gres/gpuutil=31
+20.0|||2024-01-01T00:00:00|2024-01-01T00:00:05|2024-01-01T01:00:05|01:00:00||COMPLETED|gres/gpumem=7G,gres/gpuutil=60|gres/gpuutil=28
+21|bob|eval|2024-01-01T00:01:00|2024-01-01T00:01:00|2024-01-01T00:31:00|00:30:00|gres/gpu=1|COMPLETED||
+"""
+
+
+def test_sacct_gpu_figures_come_from_the_steps(tmp_path):
+    f = tmp_path / "jobs.txt"
+    f.write_text(SACCT_GPU)
+    a, b = load_sacct(f)
+    assert a.mem_bytes == 7 << 30 and a.util_pct == 31.0  # largest peak; largest step average
+    assert b.mem_bytes is None and b.util_pct is None
+
+
+@needs_data
+def test_sacct_own_figures_give_own_profiles_and_are_counted(tmp_path):
+    f = tmp_path / "jobs.txt"
+    f.write_text(SACCT_GPU)
+    specs, profiles, pairs = load_workload(f"sacct:{f}")
+    own = [s for s in specs if s.own]
+    assert len(own) == 1
+    p = profiles[own[0].profile]
+    assert p.key == "own/8GiB/util30" and p.mem_bytes == 8 << 30 and p.util_pct == 30.0
+    assert not pairs.is_measured(own[0].profile, 0)  # predicted like any unseen pair
+    assert 0 < pairs.speed(own[0].profile, 0) <= 1.0
+    summ, _ = run_policy(SimConfig(policy="colocate", gpus=1), specs, profiles, pairs)
+    assert summ["jobs_with_own_figures"] == 1 and summ["jobs"] == 2
+
+
 @needs_data  # the replay gives each job a measured profile from shared/data
 def test_sacct_without_needed_columns_names_them(tmp_path):
     f = tmp_path / "bad.txt"

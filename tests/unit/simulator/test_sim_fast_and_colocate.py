@@ -96,6 +96,7 @@ def test_release_index_matches_a_scan(policy):
 
 def run(policy, specs, gpus=1, **kw):
     kw.setdefault("known_history", True)
+    kw.setdefault("pair_knowledge", "oracle")  # these test the rule given the pair speeds
     res = simulate(SimConfig(policy=policy, gpus=gpus, **kw), specs, PROFILES, PAIRS)
     return res, {j.id: j for j in res.jobs}
 

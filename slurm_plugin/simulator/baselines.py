@@ -1,0 +1,72 @@
+"""The baselines' start rules as policy objects the event loop calls (one-GPU jobs; the
+loop starts multi-GPU jobs on whole idle GPUs for every policy).
+
+- ``exclusive``: a whole idle GPU;
+- ``shard-fixed``: Slurm shards, a fixed number of jobs per GPU, blind to memory and
+  speed (a GPU with free shares first, else an idle one);
+- ``lucid-like``: Lucid's sharing labels: an idle GPU, else beside a job whose label sum
+  stays within ``lucid_max_label_sum`` and whose memory fits.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slurm_plugin.simulator.engine import Job, Simulator, _Backfill
+
+
+class ExclusivePolicy:
+    def __init__(self, sim: "Simulator"):
+        self.sim = sim
+
+    def start(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+        return self.sim._start_idle(job, now, bf)
+
+
+class ShardFixedPolicy:
+    def __init__(self, sim: "Simulator"):
+        self.sim = sim
+
+    def start(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+        sim = self.sim
+        if job.remembered >= sim.gpu_mem:  # failed for memory beside a job: alone now
+            return sim._start_idle(job, now, bf)
+        if sim.partial:
+            g = sim.gpus[next(iter(sim.partial))]
+            if sim._may_pack(job, now, bf, g):
+                sim._start_shared(job, g, now, sim.gpu_mem, None)
+                return True
+        return sim._start_idle(job, now, bf, shared=True)
+
+
+class LucidPolicy:
+    def __init__(self, sim: "Simulator"):
+        self.sim = sim
+
+    def start(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+        sim = self.sim
+        if job.remembered >= sim.gpu_mem:  # failed for memory beside a job: alone now
+            return sim._start_idle(job, now, bf)
+        if sim.idle:
+            return sim._start_idle(job, now, bf, shared=True)
+        if job.label >= 2:
+            return False
+        ranked = []
+        for (prof, held), gids in sim.single.items():
+            p = sim.profiles[prof]
+            if p.label >= 2 or p.label + job.label > sim.cfg.lucid_max_label_sum:
+                continue
+            if held + job.mem0 > sim.gpu_mem:
+                continue
+            ranked.append(((p.label + job.label, p.util_pct, prof, held), gids))
+        ranked.sort(key=lambda r: r[0])
+        for _, gids in ranked:
+            for gid in gids:  # the first GPU of the best kind the reservation allows
+                g = sim.gpus[gid]
+                if sim._may_pack(job, now, bf, g):
+                    sim._denied = False
+                    sim._start_shared(job, g, now, sim.gpu_mem, None)
+                    return True
+                if bf is None or bf.pack_ok or now + job.duration <= bf.shadow:
+                    break  # allowed everywhere: only the first one matters
+        return False

@@ -1,0 +1,262 @@
+"""The colocate policy (FIG. 3/4 of the patent seed) as a policy object the event loop calls.
+
+A one-GPU job runs alone while a GPU it may use is idle; otherwise ``packer.decision.decide``
+sizes it and ``packer.corunner`` ranks the busy GPUs it may join (predicted pair speeds from
+this run's :mod:`~slurm_plugin.simulator.knowledge`); ``check`` is FIG. 4 after
+``monitor_s``. The cluster state (GPUs, the index of GPUs by what runs on them, the queue,
+the reservation) is the loop's (:class:`~slurm_plugin.simulator.engine.Simulator`); this
+object holds the rule and its memos.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from packer.contention import Sharer, check_contention
+from packer.corunner import GpuLoad, Newcomer, RunningJob, choose_corunner, rank_corunners
+from packer.decision import ClusterView, Estimate, decide
+from packer.request import Candidate
+
+if TYPE_CHECKING:
+    from slurm_plugin.simulator.engine import Gpu, Job, Simulator, _Backfill
+
+_CANDIDATE = Candidate(field="tres_per_node", gpu_type=None, dialect="23.11")
+
+
+class ColocatePolicy:
+    """colocate's start rule and its contention watch."""
+
+    def __init__(self, sim: "Simulator"):
+        self.sim = sim
+        self._decide_cache: dict = {}  # decide() by what it reads
+        self._corunner_cache: dict = {}  # per (workload, size) newcomer: see _newcomer
+        self._loads: dict[tuple, GpuLoad] = {}  # kinds of busy GPU as the rule sees them
+        self._load_key: dict[str, tuple] = {}
+        self._wl_index = {p.key: p.index for p in sim.profiles}
+
+    def _estimate(self, job: Job) -> Estimate | None:
+        sim = self.sim
+        if not sim.cfg.known_history and job.profile not in sim.history:
+            return None
+        return Estimate(job.mem0, sim.profiles[job.profile].util_pct, 1, source="sim-history")
+
+    def _decide(self, job: Job, idle_usable: int):
+        """packer.decision.decide, memoised on what it reads (it is pure)."""
+        sim = self.sim
+        known = sim.cfg.known_history or job.profile in sim.history
+        key = (job.profile, known, job.remembered, idle_usable > 0)
+        d = self._decide_cache.get(key)
+        if d is None:
+            remembered = math.ceil(job.remembered / sim.share_bytes) if job.remembered else None
+            d = self._decide_cache[key] = decide(
+                _CANDIDATE, self._estimate(job), ClusterView(idle_gpus=idle_usable), sim.pk,
+                fingerprint=job.workload, remembered_shards=remembered)
+        return d
+
+    def _pair_speed(self, a: str, b: str) -> float | None:
+        """Speed of workload ``a`` beside ``b`` as this run's pair knowledge predicts it."""
+        sim = self.sim
+        return sim.know.speed(self._wl_index[a], self._wl_index[b])
+
+    def _load(self, key: tuple) -> GpuLoad:
+        """A group of GPUs running the same jobs, as the co-runner rule sees it: one
+        (workload, size) job each, or (more than two per GPU) several."""
+        sim = self.sim
+        gl = self._loads.get(key)
+        if gl is None:
+            members = key if isinstance(key[0], tuple) else (key,)
+            jobs = []
+            for prof, held in members:
+                p = sim.profiles[prof]
+                jobs.append(RunningJob(f"p{prof}", p.key, held, p.util_pct))
+            gid = "+".join(f"{prof:03d}/{held}" for prof, held in members)
+            gl = self._loads[key] = GpuLoad(gpu_id=gid, capacity_bytes=sim.gpu_mem,
+                                            jobs=tuple(jobs))
+            self._load_key[gl.gpu_id] = key
+        return gl
+
+    def _group(self, key: tuple) -> dict[int, None]:
+        sim = self.sim
+        return sim.multi[key] if isinstance(key[0], tuple) else sim.single[key]
+
+    def start(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+        """FIG. 3: alone on an idle GPU if one is usable, else packed beside the co-runner
+        ``packer.corunner.choose_corunner`` picks (with the measured pairs' prediction)."""
+        sim = self.sim
+        usable = sim._usable_idle(job, now, bf)
+        d = self._decide(job, usable)
+        if d.verdict != "packed":
+            return bool(usable) and sim._start_idle(job, now, bf, shared=True)
+        if not sim.single and not sim.multi:
+            return False
+        need = d.shards * int(sim.share_bytes)
+        free_pack = bf is None or bf.pack_ok
+        memo = self._newcomer(job, need)
+        new, acc = memo[1], memo[2]
+        if memo[3] == sim._single_ver:  # the same kinds of GPU as last time: same answer
+            cands = memo[4]
+        else:
+            cands = []
+            for key in (*sim.single, *sim.multi) if sim.multi else sim.single:
+                ok = acc.get(key)
+                if ok is None:  # this kind of GPU, alone: the same rule, memoised per kind
+                    ok = acc[key] = self._corunner(new, [self._load(key)], None).placed
+                if ok:
+                    cands.append(key)
+            memo[3], memo[4] = sim._single_ver, cands
+        if not cands:
+            return False
+        if free_pack and memo[5] == sim._single_ver:
+            # nothing to veto and the same kinds of GPU: the rule picks the same kind again
+            sim._denied = False
+            g = sim.gpus[next(iter(self._group(memo[6])))]
+            base = {x.id: x.rate for x in g.jobs}
+            sim._start_shared(job, g, now, need, d.shards)
+            job.pack_base = base
+            if sim.cfg.pair_predict:
+                job.pack_pred = self._pack_prediction(g)
+            return True
+        picked: dict[str, int] = {}
+
+        def allow(gl: GpuLoad, mine: float, theirs: tuple[float, ...]) -> bool:
+            gids = self._group(self._load_key[gl.gpu_id])
+            if free_pack:
+                picked[gl.gpu_id] = next(iter(gids))
+                return True
+            shadow = bf.shadow
+            run = job.duration / max(mine, 1e-9)  # the newcomer's run beside it
+            new_ok = now + run <= shadow
+            # the job there loses (1 - speed) of its progress while the newcomer runs: its
+            # end moves by run * (1 - speed) at most (fixed in time, so a pass that was
+            # refused stays refused while nothing changes)
+            delay = run * (1.0 - min(theirs))
+            for gid in gids:  # a GPU the reservation does not count on, or one freed in time
+                end = max(x.t_end for x in sim.gpus[gid].jobs)
+                if end > shadow or (new_ok and end + delay <= shadow):
+                    picked[gl.gpu_id] = gid
+                    return True
+            sim._denied = True
+            return False
+
+        if memo[7] != sim._single_ver:  # the rule's order of the qualifying kinds
+            memo[7] = sim._single_ver
+            memo[8] = self._rank(new, [self._load(k) for k in cands])
+        # choose_corunner's choice: the best kind the veto lets through (it asks every one)
+        chosen = None
+        for r in memo[8]:
+            if allow(r.gpu, r.mine, r.theirs) and chosen is None:
+                chosen = r.gpu.gpu_id
+                if free_pack:
+                    break
+        if chosen is None:
+            return False
+        if free_pack:
+            memo[5], memo[6] = sim._single_ver, self._load_key[chosen]
+        sim._denied = False
+        g = sim.gpus[picked[chosen]]
+        base = {x.id: x.rate for x in g.jobs}
+        sim._start_shared(job, g, now, need, d.shards)
+        job.pack_base = base
+        if sim.cfg.pair_predict:
+            job.pack_pred = self._pack_prediction(g)
+        return True
+
+    def _pack_prediction(self, g: Gpu) -> tuple[dict[int, float], bool]:
+        """Each job's speed on ``g`` as the policy predicts it now, and whether every pair
+        there was known (not predicted from features)."""
+        sim = self.sim
+        sp, known = sim.know.speed, sim.know.known
+        preds = {}
+        seen = True
+        for j in g.jobs:
+            r = 1.0
+            for o in g.jobs:
+                if o is not j:
+                    r *= sp(j.profile, o.profile)
+                    seen = seen and known(j.profile, o.profile)
+            preds[j.id] = r
+        return preds, seen
+
+    def _newcomer(self, job: Job, need: int) -> list:
+        """The co-runner rule's view of a queued job and its memo: [stamp, newcomer, which
+        kinds of GPU (workload, size) qualify for it, the version of the set of kinds, the
+        qualifying kinds then, the version of the set of kinds, the kind the rule chose
+        then with no reservation to honour, the version and the rule's order of the
+        qualifying kinds]. Valid while no pair is added to avoid and the predictions of
+        its pairs stand."""
+        sim = self.sim
+        # a kind of GPU qualifies by the pairs of this job's workload with those there: they
+        # change when the model is refitted or a pair of this workload is observed (with more
+        # than two per GPU the pairs among those there count too: any change)
+        stamp = (len(sim.avoid),
+                 sim.know.version if sim._multi_on else sim.know.stamp(job.profile))
+        key = (job.profile, need)
+        hit = self._corunner_cache.get(key)
+        if hit is None or hit[0] != stamp:
+            p = sim.profiles[job.profile]
+            hit = self._corunner_cache[key] = [
+                stamp, Newcomer(f"p{job.profile}", p.key, need, p.util_pct), {}, -1, [], -1, None,
+                -1, []]
+        return hit
+
+    def _rank(self, new: Newcomer, loads: list[GpuLoad]):
+        """packer.corunner.rank_corunners with this run's rule and pair prediction."""
+        sim = self.sim
+        pred = sim.cfg.pair_predict
+        return rank_corunners(
+            new, loads, rule=sim.cfg.corunner_rule, max_fraction=sim.pk.max_gpu_fraction,
+            max_jobs_per_gpu=sim.cfg.max_jobs_per_gpu, avoid=sim.avoid,
+            pair_speed=self._pair_speed if pred else None,
+            min_corunner_speed=1.0 - sim.cfg.contention_threshold if pred else 0.0,
+            min_newcomer_speed=sim.cfg.min_newcomer_speed if pred else 0.0)
+
+    def _corunner(self, new: Newcomer, loads: list[GpuLoad], allow):
+        """packer.corunner.choose_corunner with this run's rule and pair prediction.
+
+        A GPU qualifies on its own (memory, pairs to avoid, predicted speeds), so the
+        caller may drop the kinds of GPU that did not qualify alone without changing the
+        choice among the rest."""
+        sim = self.sim
+        pred = sim.cfg.pair_predict
+        return choose_corunner(
+            new, loads, rule=sim.cfg.corunner_rule, max_fraction=sim.pk.max_gpu_fraction,
+            max_jobs_per_gpu=sim.cfg.max_jobs_per_gpu, avoid=sim.avoid,
+            pair_speed=self._pair_speed if pred else None,
+            min_corunner_speed=1.0 - sim.cfg.contention_threshold if pred else 0.0,
+            min_newcomer_speed=sim.cfg.min_newcomer_speed if pred else 0.0, allow=allow)
+
+    def check(self, job: Job, now: float) -> None:
+        """FIG. 4: has the pre-existing job lost more than the threshold since the pack?
+
+        The agent has now measured both jobs' speeds: the pair is known from here on."""
+        sim = self.sim
+        g = sim.gpus[job.gpu_ids[0]]
+        if len(g.jobs) < 2:
+            return
+        if job.pack_pred is not None:
+            preds, seen = job.pack_pred
+            job.pack_pred = None
+            for j in g.jobs:
+                if j.id in preds:
+                    sim.know.error.add(preds[j.id], j.rate, seen)
+            if len(g.jobs) == 2:  # a pair: each job's speed is that pair's
+                a, b = g.jobs[0].profile, g.jobs[1].profile
+                v0 = sim.know.version
+                sim.know.observe(a, b)
+                sim.know.observe(b, a)
+                if sim.know.version != v0:
+                    sim._dirty = True
+        # each job's throughput against what it had just before the newcomer joined (alone:
+        # 1.0; with more than two per GPU, what the others there already took)
+        base = job.pack_base
+        sharers = [Sharer(str(j.id), j.workload, j.packed_at if j.packed_at is not None
+                          and j is job else j.start, base.get(j.id, 1.0), j.rate)
+                   for j in g.jobs]
+        v = check_contention(sharers, sim.cfg.contention_threshold)
+        if v.requeue is None:
+            return
+        sim.avoid.update(v.avoid_pairs)
+        victim = next(j for j in g.jobs if str(j.id) == v.requeue)
+        victim.preemptions += 1
+        sim._stop(victim, now)
+        sim.front.appendleft(victim)

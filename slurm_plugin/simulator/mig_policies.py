@@ -1,0 +1,131 @@
+"""The MIG policies' start rules as policy objects the event loop calls.
+
+- ``mig-static``: a fixed share of GPUs partitioned once (``mig_static_layout``); a job
+  takes the smallest idle instance that holds its memory, or a whole unpartitioned GPU;
+- ``mig-in-order`` / ``mig-by-size``: instances made on demand: an idle one of the job's
+  size, else one created where ``mig.policies.choose`` (fsm) places it (by-size: an empty
+  GPU gets a homogeneous layout of that size first), else idle instances merged or split
+  (``mig.planner.plan_merge_split``). The GPUs' partition states are the loop's.
+"""
+from __future__ import annotations
+
+from itertools import islice
+from typing import TYPE_CHECKING
+
+from mig.fsm import PartitionState, Placement
+from mig.layout import homogeneous_layout
+from mig.planner import plan_merge_split
+from mig.policies import choose
+
+if TYPE_CHECKING:
+    from slurm_plugin.simulator.engine import Job, Simulator, _Backfill
+
+
+class MigStaticPolicy:
+    def __init__(self, sim: "Simulator"):
+        self.sim = sim
+
+    def start(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+        sim = self.sim
+        prof = next((p for p in sim._static_profiles if (p.memory_mib << 20) >= max(
+            job.mem0, job.remembered)), None)
+        if prof is None:
+            if not sim.idle or not sim._may_take_idle(job, now, bf, 1):
+                return False
+            sim._start_whole(job, [next(iter(sim.idle))], now)
+            return True
+        slots = sim.idle_inst.get(prof.name)
+        if not slots:
+            return False
+        gid, p = next(iter(slots))
+        sim._start_instance(job, sim.gpus[gid], p, now)
+        return True
+
+
+class MigDynamicPolicy:
+    def __init__(self, sim: "Simulator"):
+        self.sim = sim
+        self._choose_cache: dict = {}
+        self._plan_cache: dict = {}
+
+    def start(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+        sim = self.sim
+        prof = sim._mig_profile(job)
+        name = prof.name
+        slots = sim.idle_inst[name]
+        if slots:
+            gid, p = next(iter(slots))
+            g = sim.gpus[gid]
+            if g.busy or sim._may_take_idle(job, now, bf, 1):
+                sim._start_instance(job, g, p, now)
+                return True
+        full = sim.catalog.memory_slices
+        by_size = sim.cfg.policy == "mig-by-size"
+        # by-size: an empty GPU first (a homogeneous layout of this size); in-order: tightest fit
+        order = ([full, *range(prof.memory_slices, full)] if by_size
+                 else range(prof.memory_slices, full + 1))
+        tried = 0
+        for n in order:
+            for gid in list(sim.by_free[n]):
+                g = sim.gpus[gid]
+                if g.busy == 0 and not sim._may_take_idle(job, now, bf, 1):
+                    continue
+                if by_size and not g.inst:
+                    layout = homogeneous_layout(g.state, name)
+                    for p in layout.placements:
+                        if p not in g.inst:
+                            sim._create(g, p)
+                    sim._refresh_free(g)
+                    p = next(q for q in g.inst if q.profile == name and g.inst[q] is None)
+                    sim._start_instance(job, g, p, now)
+                    return True
+                start = self._choose(g.state, name)
+                if start is not None:
+                    p = Placement(name, start)
+                    sim._create(g, p)
+                    sim._start_instance(job, g, p, now)
+                    return True
+                tried += 1
+                if tried > 64:
+                    break
+            if tried > 64:
+                break
+        for gid in list(islice(sim.has_idle, 64)):
+            g = sim.gpus[gid]
+            if g.whole or g.static:
+                continue
+            if g.busy == 0 and not sim._may_take_idle(job, now, bf, 1):
+                continue
+            busy = tuple(sorted(p for p, j in g.inst.items() if j is not None))
+            plan = self._plan(g.state, name, busy)
+            if not plan.feasible:
+                continue
+            for p in plan.destroy:
+                g.state = g.state.free(p.profile, p.start)
+                del g.inst[p]
+                sim.idle_inst[p.profile].pop((g.id, p), None)
+                sim.destroys += 1
+            target = Placement(name, plan.start)
+            sim._create(g, target)
+            for p in plan.recreate:
+                if g.state.can_alloc(p.profile, p.start):
+                    sim._create(g, p)
+            sim._start_instance(job, g, target, now)
+            return True
+        return False
+
+    def _choose(self, state: PartitionState, profile: str) -> int | None:
+        """mig.policies.choose (fsm), memoised: a GPU has few distinct states."""
+        key = (state.mask, profile)
+        hit = self._choose_cache.get(key, -1)
+        if hit == -1:
+            hit = self._choose_cache[key] = choose(state, profile, "fsm").start
+        return hit
+
+    def _plan(self, state: PartitionState, profile: str, busy: tuple[Placement, ...]):
+        """mig.planner.plan_merge_split, memoised on (state, busy instances, profile)."""
+        key = (state.mask, profile, busy)
+        hit = self._plan_cache.get(key)
+        if hit is None:
+            hit = self._plan_cache[key] = plan_merge_split(state, profile, busy=busy)
+        return hit
