@@ -107,7 +107,7 @@ class ForecasterOptions:
     min_samples: int = 6  # no decision before this many samples
     min_half: int = 4  # the plateau test needs halves of at least this many samples
     max_window: int = 4096  # samples in the longest fit (bounds the cost of one update)
-    max_extrapolation: float = 10.0  # certainty only within this many times the fitted window's span
+    max_extrapolation: float = 20.0  # certainty only within this many times the fitted window's span (evidence_per_span limits it further)
     deceleration_test: bool = True  # no extrapolated certainty from a significantly concave window
     decel_ratio: float = 0.5  # recent slope below this share of the older slope (significantly): plateau
     converge_tol: float = 0.05  # relative movement of the point forecast that still counts as stable
@@ -117,6 +117,10 @@ class ForecasterOptions:
     regime_breaks: bool = True  # fit from the last significant break (BIC); see the module docstring
     max_break_fraction: float = 0.5  # ... found in this first share of the window (the rest is kept)
     confirm_with_statsmodels: bool = True  # a warning needs statsmodels' obs_ci_lower above capacity too
+    warmup_rule: bool = True  # no extrapolation from a regime within which memory more than doubled (a load)
+    history_rule: bool = True  # no extrapolation while the trend is below a level the job already held
+    evidence_per_span: float = 2.0  # independent samples needed per span of extrapolation (0: off)
+    autocorrelated_bounds: bool = True  # certainty bound widened for autocorrelated residuals (AR(1))
 
     def __post_init__(self) -> None:
         if not 0.5 < self.confidence < 1.0:
@@ -505,8 +509,20 @@ class Forecaster:
             if t < -t_quantile(opts.confidence, fit.n - 3):
                 reach = float(xs[-1])
                 note = "; ".join(filter(None, [note, f"decelerating (quadratic t = {t:.1f}): no extrapolation"]))
+        if point:
+            reach, why = self._extrapolation_limits(fit, xs, y, win.start, reach)
+            note = "; ".join(filter(None, [note, why]))
         lower, upper = fit.bounds(at, opts.confidence, floor)
         lower_reach = fit.bounds(reach, opts.confidence, floor)[0]
+        if point and opts.autocorrelated_bounds and fit.n >= 4:
+            # the certainty bound with the AR(1) effective sample size: a staircase's flat runs
+            # or a wandering level are fewer independent observations than samples
+            r1 = _lag1(ys - (fit.slope * xs + fit.intercept))
+            if r1 > 0.0:
+                n_eff = fit.n * (1.0 - r1) / (1.0 + r1)
+                t = t_quantile(opts.confidence, max(1, int(n_eff) - 2))
+                half = t * fit.obs_se(reach, floor) * math.sqrt((1.0 + r1) / (1.0 - r1))
+                lower_reach = min(lower_reach, fit.predict(reach) - half)
         crossing = (self.capacity_bytes - fit.intercept) / fit.slope if fit.slope > 0 else None
         estimate = _Estimate(
             fit.predict(at), lower, upper, fit.slope, fit.n, crossing, note, lower_reach, reach, xs, ys,
@@ -528,6 +544,44 @@ class Forecaster:
             if (fit.slope / se) ** 2 * (1.0 - r1) / (1.0 + r1) < math.log(fit.n):
                 estimate.point, estimate.excursion = float(np.max(ys)), 0.0
         return estimate
+
+    def _extrapolation_limits(self, fit, xs: np.ndarray, y: np.ndarray, start: int, reach: float) -> tuple[float, str]:
+        """Two kinds of memory rise that end by themselves, whatever their samples' fit:
+
+        - **warm-up**: the job loading its working set (weights, a first batch, a cache). Its
+          mark: within the current regime the memory more than doubled (the line's rise
+          across the window exceeds its level at the window's start). Nothing in a load
+          ramp's samples says where it stops; it is the job's size being established, not
+          growth beyond it. Certainty stays at the latest sample until a regime holds the
+          bulk of the memory (growth on top of a loaded level);
+        - **refill**: the trend is still below a level the job already *held* (two samples in
+          a row, so that a single-sample spike does not count) before this regime. Memory
+          coming back up within the job's own range is not new growth.
+
+        Both are priors about how jobs use memory, stated here so they can be challenged.
+        """
+        opts = self.options
+        latest = float(xs[-1])
+        if reach <= latest:
+            return reach, ""
+        lvl1 = fit.predict(latest)
+        for label, at in (("within the regime", float(xs[0])), ("since the job started, along this trend", float(self._steps.view()[0]))):
+            lvl0 = fit.predict(at)
+            if opts.warmup_rule and lvl1 - lvl0 > max(lvl0, 0.0):
+                return latest, f"warm-up (memory more than doubled {label}, {lvl0:.3g} -> {lvl1:.3g}): no extrapolation"
+        if opts.evidence_per_span > 0:
+            # evidence grows with the distance: a trend resting on n_eff independent
+            # observations is trusted for n_eff / evidence_per_span times its span
+            r1 = _lag1(y[start:] - (fit.slope * xs + fit.intercept)) if opts.autocorrelated_bounds else 0.0
+            n_eff = fit.n * (1.0 - r1) / (1.0 + r1)
+            limit = latest + max(0.0, n_eff / opts.evidence_per_span - 1.0) * (latest - float(xs[0]))
+            if limit < reach:
+                reach = limit
+        if opts.history_rule and start >= 2:
+            held = float(np.max(np.minimum(y[: start - 1], y[1:start])))
+            if lvl1 <= held:
+                return latest, f"refill below the level {held:.3g} the job already held: no extrapolation"
+        return reach, ""
 
     def _forecast(self) -> Forecast:
         opts = self.options

@@ -2,6 +2,8 @@
 
     python predictor/data/record_torch_cpu.py generate OUT.csv   # growing KV cache
     python predictor/data/record_torch_cpu.py train OUT.csv      # training loop (plateau)
+    python predictor/data/record_torch_cpu.py load_train OUT.csv # load in shards, then train
+    python predictor/data/record_torch_cpu.py serve OUT.csv      # a serving loop (requests come and go)
 
 Each step samples the process' resident set (``VmRSS`` of /proc/self/status), the memory
 the kernel would count against a Slurm job's cgroup. Needs torch (not a dependency of the
@@ -9,6 +11,7 @@ project: ``pip install torch``).
 """
 from __future__ import annotations
 
+import math
 import platform
 import sys
 import time
@@ -90,6 +93,70 @@ def train(emit, steps=200, batch=8, seq=256) -> None:
         emit(step, rss_bytes())
 
 
+def load_train(emit, shards=4, steps=150, batch=8, seq=256) -> None:
+    """Warm-up as a checkpoint load does it: the model is built, then its weights arrive in
+    a few large shards (a state dict per shard, copied in, the shard dropped), sampled a few
+    times per shard; then a training loop (AdamW's state appears on the first step)."""
+    torch.manual_seed(0)
+    step = 0
+    emit(step, rss_bytes())
+    with torch.device("meta"):
+        model = TinyLM(d=512, layers=8, heads=8)
+    model = model.to_empty(device="cpu")
+    names = [n for n, _ in model.named_parameters()]
+    per = -(-len(names) // shards)
+    params = dict(model.named_parameters())
+    for k in range(shards):
+        shard = {n: torch.randn_like(params[n]) for n in names[k * per : (k + 1) * per]}
+        for _ in range(3):  # the loader reading the shard
+            step += 1
+            emit(step, rss_bytes())
+        with torch.no_grad():
+            for n, t in shard.items():
+                params[n].copy_(t)
+        del shard
+        step += 1
+        emit(step, rss_bytes())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    for _ in range(steps):
+        ids = torch.randint(0, 32000, (batch, seq))
+        x = model.emb(ids)
+        for blk in model.blocks:
+            x, _ = blk(x)
+        loss = nn.functional.cross_entropy(model.head(x[:, -1]), ids[:, 0])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        step += 1
+        emit(step, rss_bytes())
+
+
+def serve(emit, steps=1200, slots=8, seed=0) -> None:
+    """A serving loop: requests with random prompt (32-512) and output (16-384) lengths
+    arrive at random; each decode step runs one token for every active request (each with
+    its own KV cache, grown by concatenation) and drops finished ones. Memory wanders with
+    the load; a long prompt's prefill is a short spike."""
+    import random
+
+    rng = random.Random(seed)
+    torch.manual_seed(0)
+    model = TinyLM().eval()
+    active: list[list] = []  # [caches, logits, tokens left]
+    with torch.no_grad():
+        for step in range(steps):
+            load = 0.5 + 0.45 * math.sin(2 * math.pi * step / 400)  # a daily cycle, compressed
+            while len(active) < slots and rng.random() < 0.25 * load:
+                ids = torch.randint(0, 32000, (1, rng.randint(32, 512)))
+                logits, caches = model(ids)
+                active.append([caches, logits, rng.randint(16, 384)])
+            for req in active:
+                nxt = req[1].argmax(-1, keepdim=True)
+                req[1], req[0] = model(nxt, req[0])
+                req[2] -= 1
+            active = [r for r in active if r[2] > 0]
+            emit(step, rss_bytes())
+
+
 def main(argv: list[str]) -> int:
     kind, out = argv[1], argv[2]
     torch.set_num_threads(2)
@@ -103,7 +170,7 @@ def main(argv: list[str]) -> int:
             fh.flush()
 
         t0 = time.time()
-        (generate if kind == "generate" else train)(emit)
+        {"generate": generate, "train": train, "load_train": load_train, "serve": serve}[kind](emit)
         fh.write(f"# done in {time.time() - t0:.0f} s\n")
     return 0
 

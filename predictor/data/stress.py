@@ -98,17 +98,114 @@ def _synthetic() -> Iterator[Case]:
         yield "saturating", f"saturating_{seed}", rows, 11 * GIB, 999, False
 
 
+def warmup_trap() -> list[Row]:
+    """Issue 12's trap: +0.7 GiB a step for 10 steps, then flat at 7.2 GiB (capacity 10 GiB)."""
+    return [(i, (0.2 + 0.7 * min(i, 10)) * GIB) for i in range(300)]
+
+
+def _warmup_plateau(rng: random.Random) -> tuple[list[Row], float]:
+    """A job loading its working set in a linear ramp (5-40 samples, from a small level),
+    then holding it for a long plateau with 0.2-2 % noise; capacity 5-40 % above the peak."""
+    start, level = rng.uniform(0.1, 1.0), rng.uniform(4, 70)
+    ramp, hold = rng.randint(5, 40), rng.randint(300, 1500)
+    noise = rng.choice((0.0, 0.002, 0.01, 0.02))
+    rows = []
+    for i in range(ramp + hold):
+        base = start + (level - start) * min(i, ramp) / ramp
+        rows.append((i, max(0.0, base * (1 + rng.gauss(0, noise))) * GIB))
+    peak = max(b for _, b in rows)
+    return rows, peak * rng.uniform(1.05, 1.4)
+
+
+def _staircase_plateau(rng: random.Random) -> tuple[list[Row], float]:
+    """A model loading in 2-5 large steps (each held 1-40 samples), possibly after an idle
+    start, then a long plateau; capacity 5-40 % above the peak."""
+    level = rng.uniform(0.3, 2.0)
+    rows: list[Row] = []
+    noise = rng.choice((0.0, 0.002, 0.01))
+    for _ in range(rng.choice((0, 0, 5, 20))):
+        rows.append((len(rows), level * GIB))
+    target = rng.uniform(8, 75)
+    steps = rng.randint(2, 5)
+    for k in range(steps):
+        level += (target - level) / (steps - k) * rng.uniform(0.6, 1.0) if k < steps - 1 else target - level
+        for _ in range(rng.randint(1, 40)):
+            rows.append((len(rows), level * (1 + rng.gauss(0, noise)) * GIB))
+    for _ in range(rng.randint(300, 1500)):
+        rows.append((len(rows), level * (1 + rng.gauss(0, noise)) * GIB))
+    peak = max(b for _, b in rows)
+    return rows, peak * rng.uniform(1.05, 1.4)
+
+
+def _oscillating(rng: random.Random) -> tuple[list[Row], float]:
+    """A serving pod wandering inside a wide band (e.g. 10-25 GiB): a mean-reverting walk
+    or a noisy cycle, with rare single-sample spikes towards (never over) the capacity."""
+    lo = rng.uniform(2, 30)
+    hi = lo * rng.uniform(1.5, 3.0)
+    capacity = hi * rng.uniform(1.1, 1.5)
+    n = rng.randint(500, 3000)
+    mid, half = (lo + hi) / 2, (hi - lo) / 2
+    period = rng.uniform(30, 400)
+    phase = rng.uniform(0, 2 * math.pi)
+    walk = rng.random() < 0.5
+    y = mid
+    rows = []
+    for i in range(n):
+        if walk:  # Ornstein-Uhlenbeck: reverts to the middle, spans the band
+            y += (mid - y) / period * 5 + rng.gauss(0, half / math.sqrt(period / 5))
+            v = min(hi, max(lo, y))
+        else:
+            v = mid + half * math.sin(2 * math.pi * i / period + phase) + rng.gauss(0, 0.05 * half)
+        if rng.random() < 0.004:  # a single-sample spike
+            v = rng.uniform(hi, 0.97 * capacity)
+        rows.append((i, v * GIB))
+    return rows, capacity * GIB
+
+
+def _warmup_then_growth(rng: random.Random) -> tuple[list[Row], float, float]:
+    """A load ramp (5-30 samples) to a level, then real linear growth (a leak or a KV cache)
+    that crosses the capacity; 0.2-2 % noise. Must warn."""
+    level, ramp = rng.uniform(4, 40), rng.randint(5, 30)
+    n = rng.randint(800, 3000)
+    rate = level * rng.uniform(0.5, 1.5) / n  # grows by 50-150 % of the level over the run
+    noise = rng.choice((0.002, 0.01, 0.02))
+    rows = []
+    for i in range(n):
+        base = level * min(i, ramp) / ramp + rate * max(0, i - ramp)
+        rows.append((i, max(0.0, base * (1 + rng.gauss(0, noise))) * GIB))
+    capacity = (level + rate * (0.6 * n - ramp)) * GIB
+    return rows, capacity, n - 1
+
+
+def _issue12() -> Iterator[Case]:
+    """The families of issue 12: warm-ups and staircases that plateau, oscillating pods with
+    spikes (must not warn), and growth after a warm-up (must warn)."""
+    yield "warmup_trap", "warmup_trap", warmup_trap(), 10 * GIB, 299, False
+    for seed in range(1, 21):
+        rng = random.Random(1200 + seed)
+        rows, cap = _warmup_plateau(rng)
+        yield "warmup_plateau", f"warmup_plateau_{seed}", rows, cap, rows[-1][0], False
+        rows, cap = _staircase_plateau(rng)
+        yield "staircase_plateau", f"staircase_plateau_{seed}", rows, cap, rows[-1][0], False
+        rows, cap = _oscillating(rng)
+        yield "oscillating", f"oscillating_{seed}", rows, cap, rows[-1][0], False
+        rows, cap, horizon = _warmup_then_growth(rng)
+        yield "warmup_growth", f"warmup_growth_{seed}", rows, cap, horizon, True
+
+
 def cases() -> Iterator[Case]:
-    for make in (_serving, _lora, _decode, _synthetic):
+    for make in (_serving, _lora, _decode, _synthetic, _issue12):
         yield from make()
 
 
-def run(options: ForecasterOptions | None = None) -> dict:
+def run(options: ForecasterOptions | None = None, only: set[str] | None = None) -> dict:
     """Per category: series, false alarms, misses, warn/N, peak error at 10 %."""
     out: dict[str, dict] = collections.defaultdict(
         lambda: {"series": 0, "false_alarms": [], "missed": [], "warn_fraction": [], "peak_error_at_10pct": []}
     )
     for category, name, rows, capacity, horizon, crosses in cases():
+        if only and category not in only:
+            continue
         series = Series(tuple(float(s) for s, _ in rows), tuple(float(b) for _, b in rows), None, name)
         r = bench_series(series, capacity, horizon, options=options)
         if (r.crossing_step is not None) != crosses:
@@ -145,6 +242,7 @@ def main(argv: list[str]) -> int:
         "--no-deceleration-test", action="store_true", help="extrapolate concave windows too (the rule before it)"
     )
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--only", default=None, help="comma-separated categories to run (default: all)")
     args = parser.parse_args(argv[1:])
     overrides: dict = {}
     if args.max_extrapolation is not None:
@@ -152,7 +250,7 @@ def main(argv: list[str]) -> int:
     if args.no_deceleration_test:
         overrides["deceleration_test"] = False
     options = ForecasterOptions(**overrides)
-    summary = run(options)
+    summary = run(options, set(args.only.split(",")) if args.only else None)
     if args.json:
         print(json.dumps(summary, sort_keys=True))
         return 0

@@ -252,11 +252,12 @@ def test_wandering_plateau_is_not_read_as_a_trend(monkeypatch):
 
 def test_noisy_linear_growth_warns_after_a_tenth_of_the_way_with_default_reach():
     rows = linear(1000)  # crosses 10 GiB at step 600
+    # issue 12: the reach grows with the evidence (evidence_per_span), up to 20 spans: by 0.1 N
     d = decide(rows, 10 * GIB, horizon=999)
-    # bounded extrapolation: trusted to 10x the span, so never before 0.1 N, but soon after
-    assert 0.1 * 600 < d.warn_step <= 0.13 * 600
-    far = decide(rows, 10 * GIB, horizon=999, options=ForecasterOptions(max_extrapolation=20))
-    assert far.warn_step <= 0.1 * 600
+    assert d.warn_step <= 0.1 * 600
+    # the rule before it: trusted to 10x the span, so never before 0.1 N, but soon after
+    old = ForecasterOptions(max_extrapolation=10, evidence_per_span=0.0, autocorrelated_bounds=False)
+    assert 0.1 * 600 < decide(rows, 10 * GIB, horizon=999, options=old).warn_step <= 0.13 * 600
 
 
 def test_short_series_give_no_decision():
@@ -344,10 +345,13 @@ def test_significant_deceleration_gives_no_extrapolated_certainty():
     ms = _make_series_module()
     rows = ms._serving(ms.LLAMA3_8B, steps=40000, sample_every=100, slots=32, seed=102)
     assert max(b for _, b in rows) < 40 * GIB
-    plain = decide(rows, 40 * GIB, horizon=40000, options=ForecasterOptions(deceleration_test=False))
+    # (issue 12's evidence rule alone also removes it: the rules before it, without the test)
+    before = dict(max_extrapolation=10, evidence_per_span=0.0, autocorrelated_bounds=False)
+    plain = decide(rows, 40 * GIB, horizon=40000, options=ForecasterOptions(deceleration_test=False, **before))
     assert plain.warn_step == 1000  # the false alarm the test removes
+    assert decide(rows, 40 * GIB, horizon=40000, options=ForecasterOptions(**before)).warn_step is None
     assert decide(rows, 40 * GIB, horizon=40000).warn_step is None
-    f = Forecaster(40 * GIB, 40000)
+    f = Forecaster(40 * GIB, 40000, options=ForecasterOptions(**before))
     for step, value in rows:
         fc = f.update(step, value)
         if step == 1000:
@@ -369,3 +373,31 @@ def test_deceleration_test_leaves_linear_growth_alone(seed):
     d = decide(rows, 20 * GIB, horizon=horizon)
     assert d.warn_step is not None
     assert d.warn_step == decide(rows, 20 * GIB, horizon=horizon, options=off).warn_step
+
+
+# --- issue 12: warm-ups, staircases and oscillations that end by themselves ---------------
+
+def _warns(rows, capacity, horizon, **opts):
+    from predictor.decision import decide
+    from predictor.forecast import ForecasterOptions
+
+    return decide(rows, capacity, horizon, options=ForecasterOptions(**opts)).warn_step
+
+
+def test_warmup_trap_is_not_warned():
+    GIB = 1 << 30
+    rows = [(i, (0.2 + 0.7 * min(i, 10)) * GIB) for i in range(300)]
+    assert _warns(rows, 10 * GIB, 299) is None
+    # the rules are what holds it: without them the ramp is extrapolated
+    assert _warns(rows, 10 * GIB, 299, warmup_rule=False, evidence_per_span=0.0) is not None
+
+
+def test_growth_after_a_warmup_still_warns_early():
+    GIB = 1 << 30
+    import random
+
+    rng = random.Random(7)
+    rows = [(i, (8 * min(i, 10) / 10 + 0.01 * max(0, i - 10)) * GIB * (1 + rng.gauss(0, 0.01))) for i in range(1000)]
+    crossing = next(s for s, b in rows if b > 12 * GIB)
+    warn = _warns(rows, 12 * GIB, 999)
+    assert warn is not None and warn <= 0.25 * crossing
