@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from mig.fsm import PartitionState, Placement
 
@@ -181,14 +182,26 @@ class Cluster:
     max_jobs_per_gpu: int = 2
     max_packed_shares: int = 7
 
+    @cached_property
+    def _by_key(self) -> dict[GpuKey, GpuInfo]:
+        return {g.key: g for g in self.gpus}
+
+    @cached_property
+    def _jobs_on(self) -> dict[GpuKey, tuple[RunningJob, ...]]:
+        out: dict[GpuKey, list[RunningJob]] = {}
+        for j in self.jobs:
+            for key in j.gpus:
+                out.setdefault(key, []).append(j)
+        return {k: tuple(v) for k, v in out.items()}
+
     def gpu(self, key: GpuKey) -> GpuInfo:
-        for g in self.gpus:
-            if g.key == key:
-                return g
-        raise KeyError(f"GPU {key[0]}:{key[1]} is not in the cluster view")
+        g = self._by_key.get(key)
+        if g is None:
+            raise KeyError(f"GPU {key[0]}:{key[1]} is not in the cluster view")
+        return g
 
     def jobs_on(self, key: GpuKey) -> list[RunningJob]:
-        return [j for j in self.jobs if key in j.gpus]
+        return list(self._jobs_on.get(key, ()))
 
     def node_names(self) -> list[str]:
         return list(dict.fromkeys(g.node for g in self.gpus))
