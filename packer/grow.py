@@ -42,7 +42,6 @@ Pure: no clock, no Slurm; the helper's watch and the simulator's policy call the
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -193,6 +192,17 @@ class GrowDecision:
     @property
     def lost_work_s(self) -> float:
         return sum(e.lost_work_s for e in self.evictions)
+
+    @property
+    def requeue_order(self) -> tuple[int, ...]:
+        """Jobs to requeue, in order: the evicted (youngest first), then a running grower.
+
+        The grower is to restart on the same GPU before the evicted ones start again: its
+        head-of-queue priority must be above theirs."""
+        if not self.acted:
+            return ()
+        grower = (self.preemptor,) if self.running else ()
+        return (*(e.job_id for e in self.evictions), *grower)
 
 
 def grow_request(current_shares: int, need_bytes: float, share_bytes: float, max_packed_shares: int,
@@ -402,8 +412,3 @@ def mig_fits(state: PartitionState, placements: dict[int, Placement], grower: in
                 s = s.free(p.profile, p.start)
         return choose(s, profile, "fsm").start is not None
     return _fits
-
-
-def shares_for_profile(profile_memory_slices: int, memory_slices: int, total_shares: int) -> int:
-    """Shares a MIG profile stands for when shares are memory slices scaled to the GPU."""
-    return max(1, math.ceil(profile_memory_slices * total_shares / memory_slices))

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from packer.corunner import GpuLoad, Newcomer, RunningJob as CorunnerJob, predicted_speeds
-from packer.regroup_model import GpuKey, Holding, RunningJob
+from packer.regroup_model import GpuKey, Holding, RunningJob, SignalSpec
 
 UNITS = ("jct", "gpu")
 PairSpeed = Callable[[str, str], float | None]
@@ -90,6 +90,8 @@ class Action:
     job_id: int
     target: str
     reason: str
+    signal: str | None = None  # regroup-signal: the job's checkpoint signal (e.g. USR1)
+    batch_only: bool = False  # regroup-signal: to the batch shell only (--signal=B:...)
 
 
 @dataclass(frozen=True)
@@ -196,15 +198,17 @@ def make_move(job: RunningJob, to: tuple[Holding, ...], now: float, settings: Re
                 side_delta_s, gpus_used, why)
 
 
-def timed_actions(moves: tuple[Move, ...], signals: dict[int, bool], head_job: int, head_target: str,
-                  now: float, requeue_s: float) -> tuple[tuple[Action, ...], float]:
+def timed_actions(moves: tuple[Move, ...], signals: dict[int, SignalSpec | None], head_job: int,
+                  head_target: str, now: float, requeue_s: float) -> tuple[tuple[Action, ...], float]:
     """The plan's actions in time order and when the head starts."""
     acts: list[Action] = []
     ready = now
     for m in moves:
-        if signals.get(m.job_id):
+        sig = signals.get(m.job_id)
+        if sig is not None:
             acts.append(Action(now, "regroup-signal", m.job_id, target_text(m.to),
-                               f"checkpoint signal; requeue after its {m.wait_s:.0f}s grace time"))
+                               f"send SIG{sig.signal} to checkpoint; requeue after its {m.wait_s:.0f}s grace time",
+                               signal=sig.signal, batch_only=sig.batch_only))
         elif m.wait_s > 0:
             acts.append(Action(now, "regroup-wait-checkpoint", m.job_id, target_text(m.to),
                                f"wait {m.wait_s:.0f}s for its next reported checkpoint"))
@@ -223,7 +227,7 @@ def build_plan(kind: str, head_job: int, head_target: str, frees: tuple[GpuKey, 
                jobs: dict[int, RunningJob], without: float, head_gpus: float, now: float,
                settings: RegroupSettings, reason: str) -> RegroupPlan:
     mv = tuple(moves)
-    signals = {m.job_id: jobs[m.job_id].move.signal is not None for m in mv}
+    signals = {m.job_id: jobs[m.job_id].move.signal for m in mv}
     actions, ready = timed_actions(mv, signals, head_job, head_target, now, settings.requeue_s)
     capped = min(without, now + settings.horizon_s) if math.isfinite(without) else now + settings.horizon_s
     return RegroupPlan(kind, head_job, head_target, frees, mv, capped, ready, head_gpus, actions, reason, settings)

@@ -140,11 +140,11 @@ def whole_gpu_plans(cluster: Cluster, head: HeadJob, now: float, settings: Regro
 
     nodes = sorted(per_node, key=lambda n: (-sum(1 for g in per_node[n] if g.key in free or clearable(g.key)),
                                             -sum(1 for g in per_node[n] if g.key in free), n))
-    for n_nodes in range(1, span + 1):
-        for combo in combinations(nodes[:MAX_NODE_COMBOS], n_nodes):
-            if sum(1 for n in combo for g in per_node[n] if g.key in free) >= head.gpus:
-                notes.append(f"head job {head.job_id} fits now on idle GPUs of {','.join(combo)}")
-                return [], notes
+    idle_counts = sorted(((sum(1 for g in per_node[n] if g.key in free), n) for n in per_node), reverse=True)
+    if sum(k for k, _ in idle_counts[:span]) >= head.gpus:
+        where = ",".join(sorted(n for _, n in idle_counts[:span]))
+        notes.append(f"head job {head.job_id} fits now on idle GPUs of {where}")
+        return [], notes
     without = head_start(cluster, head, now)
     plans: list[RegroupPlan] = []
     seen: set[frozenset[int]] = set()

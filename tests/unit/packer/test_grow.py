@@ -57,8 +57,11 @@ def test_youngest_packed_neighbour_is_evicted_first():
 def test_two_youngest_when_one_is_not_enough():
     g = gpu(Tenant(1, 0, 2), Tenant(2, 100, 2), Tenant(3, 500, 2), Tenant(4, 900, 2))
     d = decide(g, grower(lo=6, hi=6))
-    assert sorted(e.job_id for e in d.evictions) == [3, 4]
+    assert [e.job_id for e in d.evictions] == [4, 3]
     assert d.grower_shares == 6
+    assert d.requeue_order == (4, 3, 1)  # the grower last: its priority goes above theirs
+    assert d.lost_work_s == (NOW - 900) + (NOW - 500)
+    assert len(d.steps) == 4 and all("evict job" in s for s in d.steps[1:3])
 
 
 def test_never_an_older_job():

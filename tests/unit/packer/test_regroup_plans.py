@@ -48,6 +48,7 @@ def test_packed_jobs_consolidated_to_free_a_whole_gpu():
     assert p.head_gain_s == pytest.approx(LONG - 150)
     kinds = [a.kind for a in p.actions]
     assert kinds == ["regroup-signal", "regroup-requeue", "regroup-restart", "regroup-head-start"]
+    assert p.actions[0].signal == "USR1" and p.actions[0].batch_only
     assert [a.at for a in p.actions] == sorted(a.at for a in p.actions)
     assert all(a.reason for a in p.actions)
 
@@ -56,6 +57,15 @@ def test_head_that_fits_now_needs_no_plan():
     c = Cluster(nodes(("a", 3)), (packed(1, "a", 0), packed(2, "a", 1)))
     d = plan_regroup(c, HeadJob(99, 1), NOW)
     assert d.kind == SKIP_KIND and "fits now" in d.reason
+
+
+def test_head_that_fits_now_over_several_nodes_needs_no_plan():
+    gpus = nodes(*((f"n{i}", 8) for i in range(12)))
+    jobs = tuple(whole(100 + i, (f"n{i}", 0), (f"n{i}", 1)) for i in range(12))  # 6 idle GPUs per node
+    d = plan_regroup(Cluster(gpus, jobs), HeadJob(99, 12, max_nodes=2), NOW)
+    assert d.chosen is None and "fits now" in d.reason
+    d = plan_regroup(Cluster(gpus, jobs), HeadJob(99, 13, max_nodes=2), NOW)
+    assert "fits now" not in d.reason
 
 
 def test_only_movable_jobs_are_touched():
