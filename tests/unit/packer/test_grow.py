@@ -1,7 +1,6 @@
 """Grow by preemption (packer/grow.py): who is evicted, how many, in which order."""
 from __future__ import annotations
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
