@@ -117,7 +117,8 @@ class ForecasterOptions:
     regime_breaks: bool = True  # fit from the last significant break (BIC); see the module docstring
     max_break_fraction: float = 0.5  # ... found in this first share of the window (the rest is kept)
     confirm_with_statsmodels: bool = True  # a warning needs statsmodels' obs_ci_lower above capacity too
-    warmup_rule: bool = True  # no extrapolation from a regime within which memory more than doubled (a load)
+    warmup_rule: bool = True  # no extrapolation from a regime within which memory more than doubled (a load) ...
+    warmup_reach_samples: float = 1.0  # ... beyond the next sample (the least time to act before an OOM)
     history_rule: bool = True  # no extrapolation while the trend is below a level the job already held
     evidence_per_span: float = 2.0  # independent samples needed per span of extrapolation (0: off)
     autocorrelated_bounds: bool = True  # certainty bound widened for autocorrelated residuals (AR(1))
@@ -131,6 +132,8 @@ class ForecasterOptions:
             raise ValueError(f"min_half must be at least 3, got {self.min_half}")
         if self.max_window < self.min_samples:
             raise ValueError("max_window must be at least min_samples")
+        if not self.warmup_reach_samples >= 0.0:
+            raise ValueError(f"warmup_reach_samples must be at least 0, got {self.warmup_reach_samples}")
         if not self.max_extrapolation >= 1.0:
             raise ValueError(f"max_extrapolation must be at least 1, got {self.max_extrapolation}")
         if not 0.0 < self.decel_ratio <= 1.0:
@@ -552,8 +555,11 @@ class Forecaster:
           mark: within the current regime the memory more than doubled (the line's rise
           across the window exceeds its level at the window's start). Nothing in a load
           ramp's samples says where it stops; it is the job's size being established, not
-          growth beyond it. Certainty stays at the latest sample until a regime holds the
-          bulk of the memory (growth on top of a loaded level);
+          growth beyond it. Certainty reaches only ``warmup_reach_samples`` sampling intervals
+          past the latest sample (the time the watch needs to act before an out-of-memory),
+          until a regime holds the bulk of the memory (growth on top of a loaded level): a
+          load that stops short of the partition is never extrapolated into it, and one that
+          does not stop is caught just before it crosses instead of by the crash;
         - **refill**: the trend is still below a level the job already *held* (two samples in
           a row, so that a single-sample spike does not count) before this regime. Memory
           coming back up within the job's own range is not new growth.
@@ -568,7 +574,11 @@ class Forecaster:
         for label, at in (("within the regime", float(xs[0])), ("since the job started, along this trend", float(self._steps.view()[0]))):
             lvl0 = fit.predict(at)
             if opts.warmup_rule and lvl1 - lvl0 > max(lvl0, 0.0):
-                return latest, f"warm-up (memory more than doubled {label}, {lvl0:.3g} -> {lvl1:.3g}): no extrapolation"
+                near = latest + opts.warmup_reach_samples * (latest - float(xs[0])) / max(1, fit.n - 1)
+                return min(reach, near), (
+                    f"warm-up (memory more than doubled {label}, {lvl0:.3g} -> {lvl1:.3g}): "
+                    f"extrapolated {opts.warmup_reach_samples:g} samples ahead only"
+                )
         if opts.evidence_per_span > 0:
             # evidence grows with the distance: a trend resting on n_eff independent
             # observations is trusted for n_eff / evidence_per_span times its span
