@@ -10,6 +10,7 @@ A node's GRES, configured and in use (22.05 recorded; later releases add `(S:..)
     gpu:h100:2,shard:h100:16               gpu:h100:2(S:0-1)
     gpu:h100:1(IDX:1),shard:h100:1(IDX:0)  gpu:h100:0(IDX:N/A)
     shard:h100:2(2/8,0/8)                   (per-device used/total of a shared GRES)
+    shard:h100:4(-/8,4/8)                   (26.05: `-` where the GPU is allocated whole)
 
 A job's allocation (`gres_detail`, one entry per node): `shard:2(IDX:0)`,
 `gpu:h100:1(IDX:1)`.
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 _MULTIPLIERS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 _COUNT_RE = re.compile(r"^(\d+)([kKmMgGtT]?)$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
-_PER_DEVICE_RE = re.compile(r"^\d+/\d+(,\d+/\d+)*$")
+_PER_DEVICE_RE = re.compile(r"^(\d+|-)/\d+(,(\d+|-)/\d+)*$")
 #: TRES that are not GRES (licenses, burst buffers, cpu=, mem=, ...): ignored in requests.
 _OTHER_TRES_RE = re.compile(r"^(?!gres[/:])[a-z_]+/|^(cpu|mem|node|billing|energy|vmem|pages)=")
 
@@ -122,8 +123,10 @@ def parse_gres_item(text: str, per: str = "node") -> GresItem | None:
         if indexes is None:
             log.warning("ignoring unreadable device indexes in %r", raw)
     elif _PER_DEVICE_RE.match(suffix):
+        # 26.05 prints `-` for a device taken whole by a gpu job (24.11 prints 0/8 there):
+        # no shard of it is in use.
         per_device = tuple(
-            (int(used), int(total))
+            (0 if used == "-" else int(used), int(total))
             for used, total in (pair.split("/") for pair in suffix.split(","))
         )
     return GresItem(
