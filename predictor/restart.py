@@ -1,13 +1,22 @@
 """Whether to restart a job now, priced in work: a pure function.
 
-A restart throws away the work done since the job's last checkpoint (or its start), now.
-An out-of-memory kill throws away the work done since that checkpoint *at the crossing*:
-the elapsed work plus the time until the predicted crossing. Restarting is worth it when
-the OOM is certain (the forecaster's ``warn``) and the crossing comes before the job ends;
-the reason says what each choice would lose, so an admin can check the arithmetic.
-Waiting is cheaper while the crossing lies beyond the job's end (no OOM to avoid), and a
-restart is pointless when it cannot land before the crossing (``restart_cost_s`` longer
-than the time left: the OOM happens during the restart anyway, so no work is saved).
+A restart throws away the work done since the job's last checkpoint (or its start), now,
+and costs the time to get the job going again (``restart_cost_s``: requeue, queue at the
+head, reload). An out-of-memory kill throws away the work done since that checkpoint *at
+the crossing* (the elapsed work plus the time until the predicted crossing), and the job
+then fails: it costs at least the same restart again, and a user's resubmission.
+
+The forecast is a bet, not a fact: ``p_oom`` is the probability that the OOM really comes
+(the forecaster's one-sided confidence when it warns). The rule compares expected losses:
+
+    restart now   lose_now + restart_cost
+    keep going    p_oom * (lose_at_oom + restart_cost)        (nothing lost if it never comes)
+
+and restarts when keeping it is expected to lose more. So a far-off OOM on a young job
+restarts at once, while a long-running job a few seconds from a crossing that is only
+probable keeps its work. Keeping also wins when the crossing lies beyond the job's end
+(its time limit: no OOM to avoid) and, of course, when the forecaster is not certain.
+The reason states both prices, so an admin can check the arithmetic.
 """
 from __future__ import annotations
 
@@ -24,6 +33,8 @@ class RestartDecision:
     lose_now_s: float  # work a restart throws away now
     lose_at_oom_s: float | None  # work an OOM would throw away at the crossing (None: no crossing)
     reason: str
+    expected_keep_s: float | None = None  # expected loss of keeping the job (p_oom-weighted)
+    expected_restart_s: float | None = None  # loss of restarting now, its restart cost included
 
 
 def _minutes(seconds: float) -> str:
@@ -40,6 +51,7 @@ def decide_restart(
     predicted_peak_bytes: float,
     capacity_bytes: float,
     restart_cost_s: float = 0.0,
+    p_oom: float = 0.99,
 ) -> RestartDecision:
     """Weigh a restart now against an OOM later.
 
@@ -47,9 +59,14 @@ def decide_restart(
     ``checkpoint_s``, the predicted crossing ``crossing_s`` (None: the trend never reaches
     the capacity) and the job's end ``end_s`` (its time limit; None: unknown).
     ``restart_cost_s``: time to get the job running again (requeue, load).
+    ``p_oom``: probability that the predicted OOM comes, in (0, 1].
     """
     if now_s < checkpoint_s:
         raise ValueError(f"now ({now_s}) is before the checkpoint ({checkpoint_s})")
+    if not 0.0 < p_oom <= 1.0:
+        raise ValueError(f"p_oom must be in (0, 1], got {p_oom}")
+    if restart_cost_s < 0:
+        raise ValueError(f"restart_cost_s must not be negative, got {restart_cost_s}")
     lose_now = now_s - checkpoint_s
     peak = f"{predicted_peak_bytes / GIB:.1f}/{capacity_bytes / GIB:.0f} GiB"
     if crossing_s is None:
@@ -66,9 +83,16 @@ def decide_restart(
             False, lose_now, lose_oom,
             f"keep: the job ends before the predicted OOM ({_minutes(max(0.0, end_s - now_s))} left, OOM in ~{_minutes(to_go)})",
         )
-    if restart_cost_s >= to_go:
+    keep = p_oom * (lose_oom + restart_cost_s)
+    restart = lose_now + restart_cost_s
+    priced = (f"expected loss keeping it {_minutes(keep)} (p={p_oom:.2f}), "
+              f"restarting {_minutes(restart)} (restart {_minutes(restart_cost_s)})")
+    if keep <= restart:
         return RestartDecision(
             False, lose_now, lose_oom,
-            f"keep: a restart ({_minutes(restart_cost_s)}) cannot land before the OOM in ~{_minutes(to_go)}; {costs}",
+            f"keep: an OOM in ~{_minutes(to_go)} costs less than a restart now; {costs}; {priced}", keep, restart,
         )
-    return RestartDecision(True, lose_now, lose_oom, f"restart: oom predicted in ~{_minutes(to_go)} at {peak}; {costs}")
+    return RestartDecision(
+        True, lose_now, lose_oom, f"restart: oom predicted in ~{_minutes(to_go)} at {peak}; {costs}; {priced}",
+        keep, restart,
+    )
