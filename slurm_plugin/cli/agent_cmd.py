@@ -48,10 +48,15 @@ def _slurm_user_uid(explicit: str | None) -> int | None:
 @click.option("--policy", default="fsm", show_default=True, help="MIG placement policy (mig.policies).")
 @click.option("--slurm-user", default=None, help="Also answer this user [default: SlurmUser of slurm.conf].")
 @click.option("--sample-interval", default=1.0, show_default=True, help="Seconds between samples.")
+@click.option("--metrics-address", default="127.0.0.1", show_default=True, metavar="IP",
+              help="Bind the Prometheus endpoint here.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Prometheus port, 0 for none [default: the node's slurmd port + 200, from slurm.conf].")
 @click.pass_context
 def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, sim_dir: Path | None, gpus: int,
           gpu_model: str, isolation_mode: str, shares_per_gpu: int | None, policy: str,
-          slurm_user: str | None, sample_interval: float) -> None:
+          slurm_user: str | None, sample_interval: float, metrics_address: str,
+          metrics_port: int | None) -> None:
     """Run the node agent for one node (or ask a running one: `status`, `samples`)."""
     ctx.obj = {"node": node, "state_dir": state_dir}
     if ctx.invoked_subcommand is not None:
@@ -90,6 +95,7 @@ def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, sim_dir:
         click.echo(f"reconciled: {line}", err=True)
     server = AgentServer(socket_path(state_dir, node), daemon, allowed)
     server.serve_in_thread()
+    endpoint = _serve_metrics(daemon, node, metrics_address, metrics_port)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -100,6 +106,18 @@ def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, sim_dir:
     finally:
         server.shutdown()
         server.server_close()
+        if endpoint is not None:
+            endpoint.stop()
+
+
+def _serve_metrics(daemon, node: str, host: str, port: int | None):
+    from slurm_plugin.metrics.agent import agent_registry
+    from slurm_plugin.metrics.endpoint import serve
+    from slurm_plugin.metrics.ports import Address, agent_port, slurm_conf_path
+
+    if port is None:
+        port = agent_port(slurm_conf_path(), node)
+    return serve(Address(host, port), agent_registry(daemon), f"agent of {node}")
 
 
 def _need_node(node: str | None) -> None:
