@@ -55,7 +55,12 @@ def test_every_daemon_serves_gpupack_metrics_and_the_submit_histogram_counts_a_s
         assert 0 <= sample(submit, "gpupack_cluster_view_age_seconds") < 30
         assert sample(submit, "gpupack_mode", mode="enforce") == 1
 
-        watcher = scrape(urls[("watcher", "helper")])
+        deadline = time.time() + 60  # a round can take seconds on a busy host (and waits after it)
+        while True:
+            watcher = scrape(urls[("watcher", "helper")])
+            if sample(watcher, "gpupack_monitor_rounds_total") > 0 or time.time() > deadline:
+                break
+            time.sleep(1)
         assert sample(watcher, "gpupack_monitor_rounds_total") > 0
         for family in ("gpupack_requeues", "gpupack_restarts", "gpupack_actions", "gpupack_mig_layout_changes"):
             assert family in watcher, family
