@@ -51,7 +51,7 @@ class AgentCollector(Collector):
             for g in gpus:
                 labels = [node, str(g.index)]
                 held = [x for x in assignments if x.gpu_index == g.index]
-                shares = a._shares(g.index)
+                shares = a.shares_per_gpu or a.backend.catalog(g.index).memory_slices
                 used = sum(shares if x.kind == "whole" else x.shards for x in held)
                 fams["jobs"].add_metric(labels, len(held))
                 fams["shares"].add_metric(labels, shares)

@@ -12,7 +12,7 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -50,13 +50,9 @@ class EventTotals:
     """Running totals over the event log, from row 1 to `last_id`."""
 
     last_id: int = 0
-    by_kind: dict[str, int] | None = None
-    actions: dict[tuple[str, str], int] | None = None  # (kind, shadow|enforce)
+    by_kind: dict[str, int] = field(default_factory=dict)
+    actions: dict[tuple[str, str], int] = field(default_factory=dict)  # (kind, shadow|enforce)
     layout_changes: int = 0
-
-    def __post_init__(self) -> None:
-        self.by_kind = self.by_kind or {}
-        self.actions = self.actions or {}
 
     def add(self, kind: str, detail: str, data: dict) -> None:
         self.by_kind[kind] = self.by_kind.get(kind, 0) + 1
