@@ -341,7 +341,6 @@ class DevCluster:
     def metrics_url(self, role: str, name: str) -> str:
         """Where a daemon of this cluster serves its metrics: the same rule the daemon follows
         (gpupack.toml [metrics], else a port derived from this cluster's slurm.conf)."""
-        from slurm_plugin.metrics.ports import DEFAULT_HOST, Address, agent_port
         from slurm_plugin.metrics.settings import MetricsOverride
 
         s = self.spec
@@ -350,7 +349,7 @@ class DevCluster:
         if role == "watcher":
             return MetricsOverride().watch(s.gpupack_toml, s.slurm_conf).url
         if role == "agent":
-            return Address(DEFAULT_HOST, agent_port(s.slurm_conf, name)).url
+            return MetricsOverride().agent(s.gpupack_toml, s.slurm_conf, name).url
         return ""
 
     def _watcher_status(self, helper_pid: int) -> ProcessStatus:

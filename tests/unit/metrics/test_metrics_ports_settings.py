@@ -40,8 +40,11 @@ def test_settings_and_command_line_override(tmp_path):
     conf = tmp_path / "slurm.conf"
     conf.write_text(CONF)
     toml = tmp_path / "gpupack.toml"
-    toml.write_text('[metrics]\naddress = "0.0.0.0"\nwatch_port = 0\n')
+    toml.write_text('[metrics]\naddress = "0.0.0.0"\nwatch_port = 0\nagent_address = "10.1.2.3"\n')
     assert MetricsOverride().submit(toml, conf) == Address("0.0.0.0", 55837)
+    assert MetricsOverride().agent(toml, conf, "node2") == Address("10.1.2.3", 56119)
+    assert MetricsOverride(None, 9200).agent(toml, conf, "node2") == Address("10.1.2.3", 9200)
+    assert MetricsOverride().agent(tmp_path / "none.toml", conf, "node1") == Address("127.0.0.1", 56118)
     assert not MetricsOverride().watch(toml, conf).enabled
     assert MetricsOverride("127.0.0.2", 9100).submit(toml, conf) == Address("127.0.0.2", 9100)
     assert MetricsOverride("127.0.0.2", 9100).for_watcher() == ["--metrics-address", "127.0.0.2", "--metrics-port", "9101"]
