@@ -78,5 +78,26 @@ def test_every_daemon_serves_gpupack_metrics_and_the_submit_histogram_counts_a_s
         for name, agent in families.items():
             assert all(s.labels["node"] == name for s in agent["gpupack_gpu_shares"].samples)
             assert len(agent["gpupack_gpu_shares"].samples) == cluster.spec.gpus_per_node
+
+        # a job on two shares runs in a MIG slice of two memory slices: its GPU shows both
+        shared = cluster.submit(["--gres=shard:2", "-t", "5"], b"#!/bin/sh\nsleep 60\n")
+        cluster.wait(shared, "RUNNING", timeout=60)
+        node = cluster.job(shared)["NodeList"]
+        url = urls[("agent", node)]
+
+        def gpu_of_shared_job():
+            agent = scrape(url)
+            per_gpu = {}
+            for family in ("gpupack_gpu_shares_in_use", "gpupack_gpu_mig_slices_in_use", "gpupack_gpu_jobs"):
+                for s in agent[family].samples:
+                    per_gpu.setdefault(s.labels["gpu"], {})[family] = s.value
+            return [g for g in per_gpu.values() if g == {"gpupack_gpu_shares_in_use": 2,
+                                                         "gpupack_gpu_mig_slices_in_use": 2, "gpupack_gpu_jobs": 1}]
+
+        deadline = time.time() + 20
+        while not gpu_of_shared_job() and time.time() < deadline:
+            time.sleep(0.5)
+        assert gpu_of_shared_job(), f"no GPU of {node} shows the shard:2 job in a 2-slice MIG instance"
+        assert sample(scrape(url), "gpupack_node_jobs", node=node, isolation="mig") == 1
     finally:
         cluster.cancel_all()
