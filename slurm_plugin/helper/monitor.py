@@ -141,7 +141,7 @@ class Monitor:
         self.mps_plan: dict[tuple[str, int], dict[int, int]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._metrics_registry = None
+        self._metrics = None
         self.rounds = 0
         self.last_error: str | None = None
 
@@ -624,11 +624,14 @@ class Monitor:
     # (decisions are counted where they are made: the submit side, slurm_plugin.metrics.submit)
     def metrics_registry(self):
         """The watcher's Prometheus registry (served by the Watcher, written each round)."""
-        if self._metrics_registry is None:
-            from slurm_plugin.metrics.watcher import watcher_registry
+        return self._watcher_metrics().served
 
-            self._metrics_registry = watcher_registry(self)
-        return self._metrics_registry
+    def _watcher_metrics(self):
+        if self._metrics is None:
+            from slurm_plugin.metrics.watcher import WatcherMetrics
+
+            self._metrics = WatcherMetrics(self)
+        return self._metrics
 
     def metrics_text(self) -> str:
         from prometheus_client import generate_latest
@@ -637,11 +640,9 @@ class Monitor:
 
     def _write_metrics(self) -> None:
         """metrics.prom beside the database, for node_exporter's textfile collector."""
-        from prometheus_client import write_to_textfile
-
         if self.store.path == ":memory:":
             return
         try:
-            write_to_textfile(str(Path(self.store.path).with_name("metrics.prom")), self.metrics_registry())
+            self._watcher_metrics().write_textfile(Path(self.store.path).with_name("metrics.prom"))
         except (OSError, ValueError) as exc:
             log.debug("metrics file not written: %s", exc)

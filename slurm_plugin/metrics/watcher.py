@@ -13,8 +13,9 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, write_to_textfile
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -150,9 +151,18 @@ class MonitorCollector(Collector):
                                 value=len(m._heading))
 
 
-def watcher_registry(monitor) -> CollectorRegistry:
-    """The watcher's registry: the event log's counters and the monitor's state."""
-    registry = new_registry()
-    registry.register(EventLogCollector(monitor.store))
-    registry.register(MonitorCollector(monitor))
-    return registry
+class WatcherMetrics:
+    """The watcher's families, in two registries: the one its endpoint serves (with the
+    standard process_* families) and the one written to metrics.prom for node_exporter's
+    textfile collector (gpupack_* only: node_exporter has process_* families of its own)."""
+
+    def __init__(self, monitor):
+        collectors = (EventLogCollector(monitor.store), MonitorCollector(monitor))
+        self.served = new_registry()
+        self.textfile = CollectorRegistry(auto_describe=True)
+        for collector in collectors:
+            self.served.register(collector)
+            self.textfile.register(collector)
+
+    def write_textfile(self, path: Path) -> None:
+        write_to_textfile(str(path), self.textfile)

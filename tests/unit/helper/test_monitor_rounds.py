@@ -212,8 +212,10 @@ def test_metrics_text_counts_events_and_is_written_for_the_textfile_collector(tm
     requeues = {s.labels["kind"]: s.value for s in families["gpupack_requeues"].samples if s.name.endswith("_total")}
     assert requeues["contention"] == 1 and requeues["gpu-shard-collision"] == 0
     assert families["gpupack_monitor_rounds"].samples[0].value == 1
-    written = (tmp_path / "metrics.prom").read_text()
-    assert "gpupack_requeues_total" in written and written.endswith("\n")
+    written = {f.name for f in text_string_to_metric_families((tmp_path / "metrics.prom").read_text())}
+    assert "gpupack_requeues" in written and "gpupack_monitor_rounds" in written
+    assert not [n for n in written if not n.startswith("gpupack_")]  # node_exporter has its own process_*
+    assert "process_cpu_seconds" in families  # the endpoint has them
 
 
 def test_a_slurm_hiccup_skips_the_round(tmp_path, caplog):
