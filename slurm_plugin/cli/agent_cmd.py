@@ -48,15 +48,23 @@ def _slurm_user_uid(explicit: str | None) -> int | None:
 @click.option("--policy", default="fsm", show_default=True, help="MIG placement policy (mig.policies).")
 @click.option("--slurm-user", default=None, help="Also answer this user [default: SlurmUser of slurm.conf].")
 @click.option("--sample-interval", default=1.0, show_default=True, help="Seconds between samples.")
+@click.option("--metrics-address", default=None, metavar="IP",
+              help="Bind the Prometheus endpoint here [default: gpupack.toml [metrics] agent_address, "
+                   "else 127.0.0.1].")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Prometheus port, 0 for none [default: [metrics] agent_port, else the node's slurmd "
+                   "port + 200, from slurm.conf].")
 @click.pass_context
 def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, sim_dir: Path | None, gpus: int,
           gpu_model: str, isolation_mode: str, shares_per_gpu: int | None, policy: str,
-          slurm_user: str | None, sample_interval: float) -> None:
+          slurm_user: str | None, sample_interval: float, metrics_address: str | None,
+          metrics_port: int | None) -> None:
     """Run the node agent for one node (or ask a running one: `status`, `samples`)."""
     ctx.obj = {"node": node, "state_dir": state_dir}
     if ctx.invoked_subcommand is not None:
         return
     _need_node(node)
+    metrics_at = _metrics_address(node, metrics_address, metrics_port)
     import logging
 
     from mig.errors import MigError
@@ -90,6 +98,10 @@ def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, sim_dir:
         click.echo(f"reconciled: {line}", err=True)
     server = AgentServer(socket_path(state_dir, node), daemon, allowed)
     server.serve_in_thread()
+    from slurm_plugin.metrics.agent import agent_registry
+    from slurm_plugin.metrics.endpoint import serve
+
+    endpoint = serve(metrics_at, agent_registry(daemon), f"agent of {node}")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -100,6 +112,21 @@ def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, sim_dir:
     finally:
         server.shutdown()
         server.server_close()
+        if endpoint is not None:
+            endpoint.stop()
+
+
+def _metrics_address(node: str, host: str | None, port: int | None):
+    """Where the agent serves its metrics: the command line, over gpupack.toml [metrics]
+    (GPUPACK_CONFIG), over a port derived from slurm.conf (SLURM_CONF)."""
+    from packer.config import ConfigError
+    from slurm_plugin.helper.settings import DEFAULT_CONFIG
+    from slurm_plugin.metrics.settings import MetricsOverride
+
+    try:
+        return MetricsOverride(host, port).agent(DEFAULT_CONFIG, None, node)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 def _need_node(node: str | None) -> None:

@@ -85,7 +85,7 @@ def down(state_dir: Path) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @state_dir_option
 def status(as_json: bool, state_dir: Path) -> None:
-    """Every process the cluster started, with its role, pid and health."""
+    """Every process the cluster started, with its role, pid, health and metrics URL."""
     statuses = _cluster(state_dir).status()
     if as_json:
         click.echo(json.dumps([asdict(s) for s in statuses], indent=1))
@@ -93,7 +93,8 @@ def status(as_json: bool, state_dir: Path) -> None:
         if not statuses:
             click.echo("the dev cluster is not running (gpupack devcluster up)")
         for st in statuses:
-            click.echo(f"{st.role:10} {st.name:10} pid={st.pid:<8} {'ok' if st.healthy else 'UNHEALTHY'}  {st.detail}")
+            metrics = f"  metrics {st.metrics_url}" if st.metrics_url else ""
+            click.echo(f"{st.role:10} {st.name:10} pid={st.pid:<8} {'ok' if st.healthy else 'UNHEALTHY'}  {st.detail}{metrics}")
     if statuses and not all(s.healthy for s in statuses):
         sys.exit(1)
 

@@ -15,7 +15,13 @@ from slurm_plugin.helper.settings import DEFAULT_CONFIG
 @click.option("--role", type=click.Choice(["all", "submit", "watch"]), default="all", show_default=True,
               help="all: the submit side, which starts the watcher process itself; submit or watch: "
                    "one side only (to run them as two services).")
-def helper(config: Path, poll_interval: float, role: str) -> None:
+@click.option("--metrics-address", default=None, metavar="IP",
+              help="Bind the metrics endpoints here [default: [metrics] address, else 127.0.0.1].")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="This process's metrics port, 0 for none; with role all the watcher takes PORT+1 "
+                   "[default: [metrics] submit_port/watch_port, else SlurmctldPort+20/+21].")
+def helper(config: Path, poll_interval: float, role: str, metrics_address: str | None,
+           metrics_port: int | None) -> None:
     """Run the controller helper next to slurmctld (answers job_submit.lua on a Unix socket).
 
     The submit side answers the shim from memory; the watcher process polls Slurm, publishes
@@ -25,9 +31,10 @@ def helper(config: Path, poll_interval: float, role: str) -> None:
 
     from packer.config import ConfigError
     from slurm_plugin.helper.daemon import run_role
+    from slurm_plugin.metrics.settings import MetricsOverride
 
     logging.getLogger().setLevel(min(logging.getLogger().level, logging.INFO))
     try:
-        run_role(role, config, poll_interval)
+        run_role(role, config, poll_interval, MetricsOverride(metrics_address, metrics_port))
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc

@@ -78,6 +78,7 @@ class ProcessStatus:
     alive: bool
     healthy: bool
     detail: str
+    metrics_url: str = ""  # its Prometheus endpoint ("" for Slurm's and munge's daemons)
 
 
 def _alive_with(pid: int, marker: str) -> bool:
@@ -334,8 +335,22 @@ class DevCluster:
             elif alive and p.role == "munged":
                 healthy = self.spec.munge_socket.exists()
                 detail = f"socket {self.spec.munge_socket}"
-            out.append(ProcessStatus(p.role, p.name, p.pid, alive, healthy, detail))
+            out.append(ProcessStatus(p.role, p.name, p.pid, alive, healthy, detail, self.metrics_url(p.role, p.name)))
         return out
+
+    def metrics_url(self, role: str, name: str) -> str:
+        """Where a daemon of this cluster serves its metrics: the same rule the daemon follows
+        (gpupack.toml [metrics], else a port derived from this cluster's slurm.conf)."""
+        from slurm_plugin.metrics.settings import MetricsOverride
+
+        s = self.spec
+        if role == "helper":
+            return MetricsOverride().submit(s.gpupack_toml, s.slurm_conf).url
+        if role == "watcher":
+            return MetricsOverride().watch(s.gpupack_toml, s.slurm_conf).url
+        if role == "agent":
+            return MetricsOverride().agent(s.gpupack_toml, s.slurm_conf, name).url
+        return ""
 
     def _watcher_status(self, helper_pid: int) -> ProcessStatus:
         """The helper's watcher process (the helper starts it): alive, and its view fresh?"""
@@ -347,7 +362,8 @@ class DevCluster:
             age = None
         fresh = age is not None and age < 30
         detail = f"cluster view {age:.1f} s old" if age is not None else "no cluster view yet"
-        return ProcessStatus("watcher", "helper", pid or 0, pid is not None, pid is not None and fresh, detail)
+        return ProcessStatus("watcher", "helper", pid or 0, pid is not None, pid is not None and fresh, detail,
+                             self.metrics_url("watcher", "helper"))
 
     def down(self, keep: tuple[str, ...] = ()) -> list[str]:
         """Stop the processes `up` started (except roles in `keep`); returns what was stopped."""

@@ -26,6 +26,9 @@ from slurm_plugin.helper.server import HelperServer, Reply
 from slurm_plugin.helper.settings import Paths, ReloadingConfig, load_paths
 from slurm_plugin.helper.submit_service import SubmitService
 from slurm_plugin.helper.view_file import PublishedView, view_path
+from slurm_plugin.metrics.endpoint import new_registry, serve
+from slurm_plugin.metrics.settings import MetricsOverride
+from slurm_plugin.metrics.submit import SubmitMetrics
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +49,7 @@ class Helper:
     """The submit side: answers the shim from the published cluster view and the history."""
 
     def __init__(self, config_path: Path, paths: Paths | None = None, poll_interval: float = 2.0,
-                 spawn_watcher: bool = True):
+                 spawn_watcher: bool = True, metrics: MetricsOverride | None = None):
         self.config_path = Path(config_path)
         self.paths = paths or load_paths(config_path)
         self.config = ReloadingConfig(config_path)
@@ -54,9 +57,14 @@ class Helper:
         self.poll_interval = poll_interval
         # a view older than a few polls is not trusted (the watcher is stuck or gone)
         self.view = PublishedView(view_path(self.paths.socket), max_age_s=max(30.0, 10 * poll_interval))
+        self.metrics = SubmitMetrics(new_registry())
+        self.metrics.watch_state(self.view.taken_at, lambda: self.config().mode, self.paths.kill_switch, time.time)
+        override = metrics or MetricsOverride()
+        self.metrics_address = override.submit(config_path, self.paths.slurm_conf)
+        self.metrics_endpoint = None
         self.service = SubmitService(
             self.config, self.store, self.view.view, self.paths.kill_switch, self._on_decision,
-            avoid=self._avoid_nodes,
+            avoid=self._avoid_nodes, metrics=self.metrics,
         )
         self.server = HelperServer(
             self.paths.socket,
@@ -64,7 +72,8 @@ class Helper:
             slurm_user_uid(self.paths.slurm_user),
         )
         self._done = threading.Event()
-        self.watcher = WatcherSupervisor(self.config_path, poll_interval) if spawn_watcher else None
+        self.watcher = (WatcherSupervisor(self.config_path, poll_interval, override.for_watcher())
+                        if spawn_watcher else None)
 
     def _submit(self, fields: dict[str, bytes]) -> Reply:
         answer, after = self.service.respond(fields)
@@ -100,6 +109,7 @@ class Helper:
         # otherwise land now and then on a submission slurmctld is waiting for
         gc.collect()
         gc.freeze()
+        self.metrics_endpoint = serve(self.metrics_address, self.metrics.registry, "submit side")
         self.server.serve_in_thread()
         log.info("helper listening on %s (mode=%s)", self.paths.socket, self.config().mode)
         while not self._done.wait(1.0):
@@ -108,6 +118,8 @@ class Helper:
         log.info("helper stopping")
         self.server.shutdown()
         self.server.server_close()
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.stop()
         if self.watcher is not None:
             self.watcher.stop()
         self.store.close()
@@ -116,9 +128,9 @@ class Helper:
 class WatcherSupervisor:
     """Starts `gpupack helper --role watch`, restarts it if it dies, stops it at the end."""
 
-    def __init__(self, config_path: Path, poll_interval: float):
+    def __init__(self, config_path: Path, poll_interval: float, metrics_args: list[str] | None = None):
         self.command = [sys.executable, "-m", "slurm_plugin", "helper", "--role", "watch",
-                        "--config", str(config_path), "--poll-interval", str(poll_interval)]
+                        "--config", str(config_path), "--poll-interval", str(poll_interval), *(metrics_args or [])]
         self.process: subprocess.Popen | None = None
         self.restarts = 0
         self._next_start = 0.0
@@ -154,13 +166,13 @@ class WatcherSupervisor:
             self.process.wait()
 
 
-def run_role(role: str, config_path: Path, poll_interval: float) -> None:
+def run_role(role: str, config_path: Path, poll_interval: float, metrics: MetricsOverride | None = None) -> None:
     if role == "watch":
         from slurm_plugin.helper.watcher import Watcher, die_with_parent
 
         parent = os.environ.get("GPUPACK_HELPER_PARENT")
         if parent and parent.isdigit():
             die_with_parent(int(parent))
-        Watcher(config_path, poll_interval=poll_interval).run()
+        Watcher(config_path, poll_interval=poll_interval, metrics=metrics).run()
     else:
-        Helper(config_path, poll_interval=poll_interval, spawn_watcher=(role == "all")).run()
+        Helper(config_path, poll_interval=poll_interval, spawn_watcher=(role == "all"), metrics=metrics).run()

@@ -137,26 +137,16 @@ class Monitor:
         self._quirk_excluded: dict[int, tuple[str, frozenset[int]]] = {}  # job -> (node, keepers)
         self._heading: dict[int, int] = {}  # requeued job -> the priority it was given
         self._layout_pushed: dict[str, tuple[tuple, float]] = {}  # node -> (what, when) last sent
-        self._seen_decisions: set[int] = set()
         self._reported: set[tuple[int, float]] = set()  # (job, run start) already judged
-        self.decisions: dict[tuple[str, str], int] = {}
         self.mps_plan: dict[tuple[str, int], dict[int, int]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._metrics_server = None
+        self._metrics = None
         self.rounds = 0
         self.last_error: str | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        if self.settings.metrics_port:
-            try:
-                from slurm_plugin.metrics import MetricsServer
-
-                self._metrics_server = MetricsServer(self.settings.metrics_port, self.metrics_text)
-                self._metrics_server.start()
-            except OSError as exc:
-                log.error("cannot serve metrics on 127.0.0.1:%d: %s", self.settings.metrics_port, exc)
         self._thread = threading.Thread(target=self._run, name="gpupack-monitor", daemon=True)
         self._thread.start()
 
@@ -164,8 +154,6 @@ class Monitor:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        if self._metrics_server is not None:
-            self._metrics_server.stop()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -201,7 +189,6 @@ class Monitor:
             except Exception:  # publishing the view must not stop the watching
                 log.exception("publishing the cluster view failed")
         jobs = {job.job_id: job for job in listing}
-        self._count_decisions(jobs.values())
         running_nodes = {n for j in jobs.values() if j.state in ACTIVE for n in expand_hostlist(j.nodes)}
         samples = self.samples_source(running_nodes) if running_nodes else []
         self._observe(jobs, samples)
@@ -248,17 +235,6 @@ class Monitor:
                 fp = None
         self._fp_cache[job.job_id] = fp
         return fp
-
-    def _count_decisions(self, jobs) -> None:
-        for job in jobs:
-            if job.job_id in self._seen_decisions:
-                continue
-            self._seen_decisions.add(job.job_id)
-            record = comment_mod.parse(job.admin_comment)
-            if record is None:
-                continue
-            key = (record.applied_verdict, record.reason or ("fits" if record.verdict == "packed" else "-"))
-            self.decisions[key] = self.decisions.get(key, 0) + 1
 
     def _observe(self, jobs: dict[int, Job], samples: list[JobSample]) -> None:
         for sample in samples:
@@ -645,23 +621,28 @@ class Monitor:
                 log.info("cannot write the MPS plan of %s: %s", node, exc)
 
     # ------------------------------------------------------------------ metrics
-    def metrics_text(self) -> str:
-        from slurm_plugin.metrics import render
+    # (decisions are counted where they are made: the submit side, slurm_plugin.metrics.submit)
+    def metrics_registry(self):
+        """The watcher's Prometheus registry (served by the Watcher, written each round)."""
+        return self._watcher_metrics().served
 
-        counts = dict(self.store.db.execute("select kind, count(*) from events group by kind").fetchall())
-        gauges = {
-            "gpupack_monitor_tracked_jobs": (float(len(self.tracks)), "Running jobs the monitor has samples of."),
-            "gpupack_monitor_rounds_total": (float(self.rounds), "Monitor rounds since the helper started."),
-            "gpupack_jobs_at_head": (float(len(self._heading)), "Requeued jobs being kept at the head of the queue."),
-        }
-        return render(counts, self.decisions, gauges)
+    def _watcher_metrics(self):
+        if self._metrics is None:
+            from slurm_plugin.metrics.watcher import WatcherMetrics
+
+            self._metrics = WatcherMetrics(self)
+        return self._metrics
+
+    def metrics_text(self) -> str:
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.metrics_registry()).decode()
 
     def _write_metrics(self) -> None:
-        from slurm_plugin.metrics import write_file
-
+        """metrics.prom beside the database, for node_exporter's textfile collector."""
         if self.store.path == ":memory:":
             return
         try:
-            write_file(Path(self.store.path).with_name("metrics.prom"), self.metrics_text())
+            self._watcher_metrics().write_textfile(Path(self.store.path).with_name("metrics.prom"))
         except (OSError, ValueError) as exc:
             log.debug("metrics file not written: %s", exc)

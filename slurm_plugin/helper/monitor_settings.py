@@ -32,8 +32,6 @@ class MonitorSettings:
     mps_floor_pct: int = 5
     # MIG layouts that follow the queue (thesis 4.3): in-order (FIFO), by-size, or off
     mig_layout: str = "in-order"
-    # Prometheus endpoint on 127.0.0.1 (0: none; the file next to the database is always written)
-    metrics_port: int = 0
 
     def __post_init__(self) -> None:
         if not 0 < self.contention_threshold < 1:
@@ -46,8 +44,6 @@ class MonitorSettings:
             raise ConfigError('[monitor] quirk_guard must be "auto", true or false')
         if self.mig_layout not in ("in-order", "by-size", "off"):
             raise ConfigError("[monitor] mig_layout must be in-order, by-size or off")
-        if not 0 <= self.metrics_port < 65536:
-            raise ConfigError("[monitor] metrics_port must be a TCP port, or 0 for none")
 
 
 def load_monitor_settings(path: Path | None) -> MonitorSettings:
@@ -59,6 +55,9 @@ def load_monitor_settings(path: Path | None) -> MonitorSettings:
         raise ConfigError(f"cannot read {path}: {exc}") from exc
     known = {f.name for f in fields(MonitorSettings)}
     unknown = sorted(set(table) - known)
+    if "metrics_port" in unknown:
+        raise ConfigError(f"{path}: [monitor] metrics_port moved to the [metrics] table (watch_port; "
+                          "address, submit_port): see docs/operations.md")
     if unknown:
         raise ConfigError(f"{path}: unknown [monitor] keys {unknown}; known keys: {sorted(known)}")
     return MonitorSettings(**table)

@@ -20,6 +20,7 @@ from packer.decision import ClusterView, Decision, decide
 from packer.fingerprint import fingerprint
 from packer.request import Candidate, JobFacts, classify, shard_request
 from packer.store import Store
+from slurm_plugin.metrics.submit import SubmitMetrics
 from slurm_plugin.slurm.gres import expand_hostlist
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,7 @@ class SubmitService:
         kill_switch: Path | None = None,
         on_decision: Callable[[JobFacts, Decision], None] | None = None,
         avoid: Callable[[str], frozenset[str] | None] | None = None,
+        metrics: SubmitMetrics | None = None,
     ):
         self._config = config
         self.store = store
@@ -115,6 +117,7 @@ class SubmitService:
         self._kill_switch_text = os.fspath(kill_switch) if kill_switch is not None else None
         self._on_decision = on_decision
         self._avoid = avoid
+        self._metrics = metrics
 
     def answer(self, fields: dict[str, bytes]) -> SubmitAnswer:
         """Decide, and log the decision at once (see :meth:`respond`)."""
@@ -129,7 +132,8 @@ class SubmitService:
         started = time.perf_counter()
         config = self._config()
         if self._kill_switch_text is not None and os.path.exists(self._kill_switch_text):
-            return SubmitAnswer("untouched", "kill-switch", config.mode), _nothing
+            answer = SubmitAnswer("untouched", "kill-switch", config.mode)
+            return answer, self._observer(answer, started)
         text = _decoded(fields)
         facts = job_facts(fields, text)
         request = classify(facts)
@@ -150,9 +154,12 @@ class SubmitService:
             answer.exclude = ",".join(decision.avoid_nodes)
             if request.field != "tres_per_node":
                 answer.clear_field = request.field
-        decided_ms = (time.perf_counter() - started) * 1000
+        decided_s = time.perf_counter() - started
+        decided_ms = decided_s * 1000
 
         def after() -> None:
+            if self._metrics is not None:
+                self._metrics.observe(decision.verdict, decision.reason, decided_s)
             # the bookkeeping runs before the next request is read (one loop serves them
             # all), so the next decision sees this one's reservation
             if self._on_decision is not None:
@@ -170,6 +177,13 @@ class SubmitService:
                 )
 
         return answer, after
+
+    def _observer(self, answer: SubmitAnswer, started: float) -> Callable[[], None]:
+        if self._metrics is None:
+            return _nothing
+        seconds = time.perf_counter() - started
+        metrics = self._metrics
+        return lambda: metrics.observe(answer.verdict, answer.reason, seconds)
 
     def _avoid_partners(self, decision: Decision, required: str | None = None) -> Decision:
         """Keep a job about to be packed off the nodes of jobs it must not share a GPU with.

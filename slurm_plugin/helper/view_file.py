@@ -123,6 +123,12 @@ class PublishedView:
         self._complained = None
         return snap
 
+    def taken_at(self) -> float | None:
+        """When the newest view readable was taken, fresh or not (None: no view yet)."""
+        with self._lock:
+            self._refresh()
+            return self._snapshot.taken_at if self._snapshot is not None else None
+
     def reserve_whole_gpu(self) -> None:
         with self._lock:
             self._reservations.append(self._clock())

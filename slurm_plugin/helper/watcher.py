@@ -18,6 +18,7 @@ from packer.store import Store
 from slurm_plugin.helper.cluster_view import ClusterViewPoller
 from slurm_plugin.helper.settings import Paths, ReloadingConfig, load_paths
 from slurm_plugin.helper.view_file import publish, view_path
+from slurm_plugin.metrics.settings import MetricsOverride
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +40,10 @@ def die_with_parent(parent_pid: int) -> None:
 class Watcher:
     """Poller plus monitor; the monitor reads `store`, `config` and `paths` from it."""
 
-    def __init__(self, config_path: Path, paths: Paths | None = None, poll_interval: float = 2.0):
+    def __init__(self, config_path: Path, paths: Paths | None = None, poll_interval: float = 2.0,
+                 metrics: MetricsOverride | None = None):
         self.paths = paths or load_paths(config_path)
+        self.metrics_address = (metrics or MetricsOverride()).watch(config_path, self.paths.slurm_conf)
         self.config = ReloadingConfig(config_path)
         self.store = Store(self.paths.database)
         self.view_file = view_path(self.paths.socket)
@@ -78,14 +81,31 @@ class Watcher:
             self.poller.start()
         if self.monitor is not None:
             self.monitor.start()
+        endpoint = self._serve_metrics()
         log.info("watcher publishing the cluster view to %s", self.view_file)
         self._done.wait()
         log.info("watcher stopping")
+        if endpoint is not None:
+            endpoint.stop()
         if self.monitor is not None:
             self.monitor.stop()
         if self.poller is not None:
             self.poller.stop()
         self.store.close()
+
+    def _serve_metrics(self):
+        """The watcher's endpoint: the monitor's registry, or the event log's alone."""
+        from slurm_plugin.metrics.endpoint import serve
+
+        if self.monitor is not None:
+            registry = self.monitor.metrics_registry()
+        else:
+            from slurm_plugin.metrics.endpoint import new_registry
+            from slurm_plugin.metrics.watcher import EventLogCollector
+
+            registry = new_registry()
+            registry.register(EventLogCollector(self.store))
+        return serve(self.metrics_address, registry, "watcher")
 
 
 def _load_monitor(owner: Watcher):

@@ -201,16 +201,21 @@ def test_mps_shares_follow_measured_utilisation(tmp_path):
     assert (tmp_path / "run" / "mps-plan-node1.json").exists()
 
 
-def test_metrics_text_counts_events_and_decisions(tmp_path):
+def test_metrics_text_counts_events_and_is_written_for_the_textfile_collector(tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+
     fake, helper, samples, monitor = make(tmp_path)
-    fake.submit(job_id=1, state="PENDING", gres="gres:shard:2", admin_comment="gpupack: packed shard:2 fp=x")
-    fake.submit(job_id=2, state="PENDING", gres="gres:gpu:1", admin_comment="gpupack: exclusive reason=no-history fp=y")
+    helper.store = monitor.store = Store(tmp_path / "gpupack.db")
     helper.store.log_event("requeue-contention", "x", 1)
     monitor.tick()
-    text = monitor.metrics_text()
-    assert "gpupack_requeued_contention_total 1" in text
-    assert "gpupack_jobs_packed_total 1" in text and "gpupack_jobs_exclusive_total 1" in text
-    assert 'gpupack_decisions_total{verdict="exclusive",reason="no-history"} 1' in text
+    families = {f.name: f for f in text_string_to_metric_families(monitor.metrics_text())}
+    requeues = {s.labels["kind"]: s.value for s in families["gpupack_requeues"].samples if s.name.endswith("_total")}
+    assert requeues["contention"] == 1 and requeues["gpu-shard-collision"] == 0
+    assert families["gpupack_monitor_rounds"].samples[0].value == 1
+    written = {f.name for f in text_string_to_metric_families((tmp_path / "metrics.prom").read_text())}
+    assert "gpupack_requeues" in written and "gpupack_monitor_rounds" in written
+    assert not [n for n in written if not n.startswith("gpupack_")]  # node_exporter has its own process_*
+    assert "process_cpu_seconds" in families  # the endpoint has them
 
 
 def test_a_slurm_hiccup_skips_the_round(tmp_path, caplog):
