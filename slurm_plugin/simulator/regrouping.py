@@ -84,11 +84,13 @@ class Regrouper:
             return True
         return self.sim.colocate._decide(head, 0).verdict != "packed"
 
-    def _clearable(self) -> int:
-        """GPUs whose every job is a one-GPU job that may be moved."""
+    def _fewest_moves(self, missing: int) -> int | None:
+        """The fewest moves that could clear `missing` GPUs (each clearable GPU costs one
+        move per job on it); None when fewer GPUs than that can be cleared at all."""
         mov = self.movable
-        return sum(1 for g in self.sim.gpus
-                   if g.jobs and not g.whole and all(j.gpus == 1 and mov[j.id] for j in g.jobs))
+        counts = sorted(len(g.jobs) for g in self.sim.gpus
+                        if g.jobs and not g.whole and all(j.gpus == 1 and mov[j.id] for j in g.jobs))
+        return sum(counts[:missing]) if len(counts) >= missing else None
 
     def try_head(self, head: "Job", now: float) -> bool:
         """Run a plan that starts `head` now on freed GPUs; False when none is worth it."""
@@ -97,9 +99,12 @@ class Regrouper:
         last = self.last_try.get(head.id)
         if last is not None and now - last < sim.cfg.regroup_retry_s:
             return False
-        if self.budget.remaining() <= 0 or not self._wants_whole(head):
-            return False
-        if len(sim.idle) >= head.gpus or len(sim.idle) + self._clearable() < head.gpus:
+        allowed = min(sim.cfg.regroup_moves_per_plan, self.budget.remaining())
+        missing = head.gpus - len(sim.idle)
+        if missing <= 0 or missing > allowed or not self._wants_whole(head):
+            return False  # it fits (another rule holds it), or needs more moves than allowed
+        fewest = self._fewest_moves(missing)
+        if fewest is None or fewest > allowed:
             return False
         self.last_try[head.id] = now
         shadow, _ = sim._reservation(head, now)
