@@ -134,3 +134,18 @@ def test_switches_need_colocate():
         SimConfig(policy="shard-fixed", gpus=2, grow_preempt=True)
     with pytest.raises(ValueError, match="movable-fraction"):
         SimConfig(policy="colocate", gpus=2, regroup=True, movable_fraction=1.5)
+
+
+@pytest.mark.parametrize("kw", [{"grow_preempt": True},
+                                {"grow_preempt": True, "regroup": True, "movable_fraction": 0.5}])
+def test_fast_path_still_gives_the_reference_results(kw):
+    from tests.unit.simulator.test_sim_fast_and_colocate import PAIRS as P, PROFILES as PR, outcome, random_trace
+
+    specs = random_trace(400, seed=7)
+    runs = {fast: simulate(SimConfig(policy="colocate", gpus=6, predictor=True, fast=fast, bf_depth=20,
+                                     **kw), specs, PR, P) for fast in (True, False)}
+    assert outcome(runs[True]) == outcome(runs[False])
+    assert runs[True].actions == runs[False].actions
+    assert runs[True].actions["grow_restarts_in_place"] > 0
+    if kw.get("regroup"):  # consulted (short jobs: never worth a move here)
+        assert runs[True].actions["regroup_planner_calls"] > 0
