@@ -103,10 +103,10 @@ class Regrouper:
         missing = head.gpus - len(sim.idle)
         if missing <= 0 or missing > allowed or not self._wants_whole(head):
             return False  # it fits (another rule holds it), or needs more moves than allowed
+        self.last_try[head.id] = now  # looked at now (a scan of the GPUs, then maybe a plan)
         fewest = self._fewest_moves(missing)
         if fewest is None or fewest > allowed:
             return False
-        self.last_try[head.id] = now
         shadow, _ = sim._reservation(head, now)
         target = HeadJob(head.id, gpus=head.gpus, submitted_at=head.submit,
                          expected_start=shadow if math.isfinite(shadow) else None)

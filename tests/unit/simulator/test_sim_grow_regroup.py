@@ -145,7 +145,8 @@ def test_fast_path_still_gives_the_reference_results(kw):
     runs = {fast: simulate(SimConfig(policy="colocate", gpus=6, predictor=True, fast=fast, bf_depth=20,
                                      **kw), specs, PR, P) for fast in (True, False)}
     assert outcome(runs[True]) == outcome(runs[False])
-    assert runs[True].actions == runs[False].actions
+    calls = {"regroup_planner_calls": 0}  # how often it looked depends on the passes run
+    assert runs[True].actions | calls == runs[False].actions | calls
     assert runs[True].actions["grow_restarts_in_place"] > 0
     if kw.get("regroup"):  # consulted (short jobs: never worth a move here)
         assert runs[True].actions["regroup_planner_calls"] > 0
