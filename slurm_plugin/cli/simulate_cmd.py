@@ -99,6 +99,56 @@ def workload_options(fn):
     return fn
 
 
+def action_options(fn):
+    """Knobs of issue 13's actions (grow by preemption, regrouping), for every command."""
+    opts = [
+        click.option("--movable-fraction", type=click.FloatRange(0, 1), default=0.3,
+                     show_default=True,
+                     help="Regrouping: share of jobs that declare they can be moved (--requeue "
+                          "with --signal=B:USR1@120, a checkpoint signal); a fixed hash of the "
+                          "job id picks them. The rest are never moved."),
+        click.option("--regroup-moves-per-plan", type=click.IntRange(min=0), default=2,
+                     show_default=True, help="Regrouping: most jobs one plan may move."),
+        click.option("--regroup-moves-per-hour", type=click.IntRange(min=0), default=12,
+                     show_default=True,
+                     help="Regrouping: most jobs moved in any hour of simulated time."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def _actions(movable_fraction, regroup_moves_per_plan, regroup_moves_per_hour) -> dict:
+    return {"movable_fraction": movable_fraction, "regroup_moves_per_plan": regroup_moves_per_plan,
+            "regroup_moves_per_hour": regroup_moves_per_hour}
+
+
+SWITCHES = ("pred", "grow", "regroup")
+
+
+def _parse_name(name: str) -> tuple[str, dict]:
+    """``colocate+pred+grow+regroup`` -> ("colocate", switches for SimConfig)."""
+    policy, *parts = name.split("+")
+    bad = [p for p in parts if p not in SWITCHES]
+    if policy not in POLICY_NAMES or bad:
+        raise click.UsageError(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}"
+                               f" (optionally with +pred, and for colocate +grow, +regroup)")
+    return policy, {"predictor": "pred" in parts, "grow_preempt": "grow" in parts,
+                    "regroup": "regroup" in parts}
+
+
+def _named_config(name, gpus, gpu_model, bf_depth, corunner_rule, mig_static_layout,
+                  mig_static_fraction, pair_predict, pair_knowledge, max_jobs_per_gpu,
+                  contention_threshold, actions=None):
+    from dataclasses import replace
+
+    policy, sw = _parse_name(name)
+    cfg = _config(policy, sw["predictor"], gpus, gpu_model, bf_depth, corunner_rule,
+                  mig_static_layout, mig_static_fraction, pair_predict, pair_knowledge,
+                  max_jobs_per_gpu, contention_threshold)
+    return replace(cfg, grow_preempt=sw["grow_preempt"], regroup=sw["regroup"], **(actions or {}))
+
+
 def _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction, data_dir):
     from mig.catalog import load_catalog
     from slurm_plugin.simulator import load_workload
@@ -128,9 +178,7 @@ def _config(policy, predictor, gpus, gpu_model, bf_depth, corunner_rule, mig_sta
 def _policy_names(policies: str) -> list[str]:
     names = [p.strip() for p in policies.split(",") if p.strip()]
     for n in names:
-        if n.removesuffix("+pred") not in POLICY_NAMES:
-            raise click.UsageError(f"unknown policy {n!r}; choose from {', '.join(POLICY_NAMES)}"
-                                   f" (optionally with +pred)")
+        _parse_name(n)
     return names
 
 
@@ -164,6 +212,12 @@ def _human(s: dict) -> str:
         f"({s['jobs_in_unmeasured_pairs']} in unmeasured pairs); within measured pair speeds: "
         f"{'yes' if s['pair_bound_ok'] else 'NO'} (worst slowdown / bound "
         f"{s['pair_bound_worst']:.3f} over {s['pair_bound_jobs']} jobs)",
+        f"  grow by preemption {s['grow_preempt']}: {s['grow_preemptions']} younger jobs evicted "
+        f"({s['grow_lost_work_s'] / h:.1f} h of work lost), {s['grow_restarts_in_place']} growers "
+        f"restarted in place, {s['grow_declined']} sent through the queue; regroup {s['regroup']}: "
+        f"{s['regroup_plans']} plans, {s['regroup_moves']} moves "
+        f"({s['regroup_lost_work_s'] / h:.1f} h lost to moves); multi-GPU jobs queued avg "
+        f"{s['multi_gpu_avg_queue_s'] / h:.2f} h",
         f"  simulated {s['sim_events']} events in {s['sim_wall_s']:.1f} s",
     ]
     return "\n".join(lines)
@@ -175,16 +229,24 @@ def _human(s: dict) -> str:
               help="Policy to simulate (required without a sub-command).")
 @click.option("--predictor", type=click.Choice(["on", "off"]), default="off", show_default=True,
               help="Restart growing jobs on a larger size before they run out of memory.")
+@click.option("--grow-preempt", type=click.Choice(["on", "off"]), default="off", show_default=True,
+              help="colocate: a packed job that must grow evicts younger packed neighbours on "
+                   "its GPU and restarts bigger in place (packer.grow, the helper's decision).")
+@click.option("--regroup", type=click.Choice(["on", "off"]), default="off", show_default=True,
+              help="colocate: move jobs that declared they can be moved to free whole GPUs "
+                   "for a waiting head of the queue (packer.regroup, the helper's planner).")
 @workload_options
+@action_options
 @click.option("--jobs-csv", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Also write each job's numbers (JCT, queueing, slowdown, restarts) here.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
 @_errors
-def simulate(ctx, policy, predictor, trace, gpus, gpu_model, n_jobs, time_scale, seed,
-             growing_fraction, data_dir, bf_depth, corunner_rule, pair_predict,
+def simulate(ctx, policy, predictor, grow_preempt, regroup, trace, gpus, gpu_model, n_jobs,
+             time_scale, seed, growing_fraction, data_dir, bf_depth, corunner_rule, pair_predict,
              pair_knowledge, max_jobs_per_gpu, contention_threshold, mig_static_layout,
-             mig_static_fraction, jobs_csv, as_json):
+             mig_static_fraction, movable_fraction, regroup_moves_per_plan,
+             regroup_moves_per_hour, jobs_csv, as_json):
     """Replay a job trace on N simulated GPUs and report what the policy gives.
 
     Discrete-event replay with Slurm-like FIFO + EASY backfill, calling the suite's own
@@ -195,6 +257,7 @@ def simulate(ctx, policy, predictor, trace, gpus, gpu_model, n_jobs, time_scale,
     gpupack simulate --policy colocate --trace philly --gpus 1000 --gpu-model A100-80GB --json
     gpupack simulate --policy mig-in-order --predictor on --jobs 2000 --gpus 50
     gpupack simulate --policy exclusive --trace sacct:jobs.txt --gpus 64
+    gpupack simulate --policy colocate --predictor on --grow-preempt on --regroup on --gpus 450
     gpupack simulate compare --gpus 1000 --out sim-report/
     """
     if ctx.invoked_subcommand is not None:
@@ -205,9 +268,12 @@ def simulate(ctx, policy, predictor, trace, gpus, gpu_model, n_jobs, time_scale,
 
     specs, profiles, pairs = _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction,
                                    data_dir)
-    cfg = _config(policy, predictor == "on", gpus, gpu_model, bf_depth, corunner_rule,
-                  mig_static_layout, mig_static_fraction, pair_predict,
-                  pair_knowledge, max_jobs_per_gpu, contention_threshold)
+    name = policy + "".join(f"+{k}" for k, v in (("pred", predictor), ("grow", grow_preempt),
+                                                  ("regroup", regroup)) if v == "on")
+    cfg = _named_config(name, gpus, gpu_model, bf_depth, corunner_rule, mig_static_layout,
+                        mig_static_fraction, pair_predict, pair_knowledge, max_jobs_per_gpu,
+                        contention_threshold,
+                        _actions(movable_fraction, regroup_moves_per_plan, regroup_moves_per_hour))
     summ, res = run_policy(cfg, specs, profiles, pairs)
     summ["trace"] = trace
     if jobs_csv:
@@ -220,8 +286,10 @@ def simulate(ctx, policy, predictor, trace, gpus, gpu_model, n_jobs, time_scale,
 
 @simulate.command(context_settings=CONTEXT_SETTINGS)
 @click.option("--policies", default=",".join(POLICY_NAMES), show_default=True, metavar="P1,P2,…",
-              help="Policies to run; add `+pred` to a name for predictor on (e.g. colocate+pred).")
+              help="Policies to run; add `+pred` to a name for predictor on (e.g. colocate+pred), "
+                   "and to colocate `+grow` (grow by preemption) and/or `+regroup`.")
 @workload_options
+@action_options
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="sim-report",
               show_default=True, help="Folder for report.md, results.json and the PNG plots.")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots (no matplotlib needed).")
@@ -237,7 +305,8 @@ def simulate(ctx, policy, predictor, trace, gpus, gpu_model, n_jobs, time_scale,
 @_errors
 def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_fraction,
             data_dir, bf_depth, corunner_rule, pair_predict, pair_knowledge, max_jobs_per_gpu,
-            contention_threshold, mig_static_layout, mig_static_fraction, out_dir, no_plots,
+            contention_threshold, mig_static_layout, mig_static_fraction, movable_fraction,
+            regroup_moves_per_plan, regroup_moves_per_hour, out_dir, no_plots,
             gpus_list, target_alloc,
             seed_list, as_json):
     """Run several policies on one workload; write a Markdown report with PNG plots.
@@ -251,6 +320,8 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
     gpupack simulate compare --policies exclusive,colocate,colocate+pred --jobs 5000 --gpus 100
     gpupack simulate compare --gpu-model H100-80GB --target-alloc 70,85,95 --seeds 0,1,2 \
         --policies exclusive+pred,shard-fixed+pred,colocate+pred --out sim-loads/
+    gpupack simulate compare --gpu-model H100-80GB --gpus 450 --out sim-grow/ --policies \
+        colocate+pred,colocate+pred+grow,colocate+pred+regroup,colocate+pred+grow+regroup
 
     With --gpus-list, --target-alloc or --seeds, every policy runs at every load on every
     seed instead, and sweep.md gives means with 95 % intervals of average JCT, queueing
@@ -260,18 +331,19 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
     from slurm_plugin.simulator.report import compare as run_compare
 
     names = _policy_names(policies)
+    actions = _actions(movable_fraction, regroup_moves_per_plan, regroup_moves_per_hour)
     if gpus_list or target_alloc or seed_list:
         _sweep(names, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_fraction,
                data_dir, bf_depth, corunner_rule, pair_predict, pair_knowledge,
                max_jobs_per_gpu, contention_threshold, mig_static_layout, mig_static_fraction,
-               out_dir, gpus_list, target_alloc, seed_list, as_json)
+               out_dir, gpus_list, target_alloc, seed_list, as_json, actions)
         return
     specs, profiles, pairs = _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction,
                                    data_dir)
     configs = [
-        _config(n.removesuffix("+pred"), n.endswith("+pred"), gpus, gpu_model, bf_depth,
-                corunner_rule, mig_static_layout, mig_static_fraction, pair_predict,
-                  pair_knowledge, max_jobs_per_gpu, contention_threshold)
+        _named_config(n, gpus, gpu_model, bf_depth, corunner_rule, mig_static_layout,
+                      mig_static_fraction, pair_predict, pair_knowledge, max_jobs_per_gpu,
+                      contention_threshold, actions)
         for n in names
     ]
     workload = {"trace": trace, "jobs": len(specs), "gpus": gpus, "gpu_model": gpu_model,
@@ -291,7 +363,7 @@ def _sweep(names, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_frac
            bf_depth, corunner_rule, pair_predict, pair_knowledge, max_jobs_per_gpu,
            contention_threshold, mig_static_layout, mig_static_fraction, out_dir, gpus_list,
            target_alloc, seed_list,
-           as_json):
+           as_json, actions=None):
     from slurm_plugin.simulator.sweep import gpus_for_alloc, sweep
 
     say = functools.partial(click.echo, err=True)
@@ -308,9 +380,9 @@ def _sweep(names, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_frac
         counts = [gpus]
     counts = sorted(dict.fromkeys(counts))
     configs = [
-        _config(n.removesuffix("+pred"), n.endswith("+pred"), counts[0], gpu_model, bf_depth,
-                corunner_rule, mig_static_layout, mig_static_fraction, pair_predict,
-                pair_knowledge, max_jobs_per_gpu, contention_threshold)
+        _named_config(n, counts[0], gpu_model, bf_depth, corunner_rule, mig_static_layout,
+                      mig_static_fraction, pair_predict, pair_knowledge, max_jobs_per_gpu,
+                      contention_threshold, actions)
         for n in names
     ]
     out = sweep(configs, workloads, counts, out_dir, loads=loads, progress=say)
@@ -350,9 +422,9 @@ def scaling(policies, jobs_list, gpus_list, trace, gpus, gpu_model, n_jobs, time
                                    data_dir)
     job_counts = sorted({min(n, len(specs)) for n in job_counts})
     configs = [
-        _config(n.removesuffix("+pred"), n.endswith("+pred"), gpus, gpu_model, bf_depth,
-                corunner_rule, mig_static_layout, mig_static_fraction, pair_predict,
-                  pair_knowledge, max_jobs_per_gpu, contention_threshold)
+        _named_config(n, gpus, gpu_model, bf_depth, corunner_rule, mig_static_layout,
+                      mig_static_fraction, pair_predict, pair_knowledge, max_jobs_per_gpu,
+                      contention_threshold)
         for n in names
     ]
     out = run_scaling(configs, specs, profiles, pairs, job_counts, gpu_counts, out_dir,

@@ -63,8 +63,10 @@ from packer.config import GIB, PackerConfig
 from packer.decision import max_shards
 from slurm_plugin.simulator.baselines import ExclusivePolicy, LucidPolicy, ShardFixedPolicy
 from slurm_plugin.simulator.colocate import ColocatePolicy
+from slurm_plugin.simulator.growth import GrowPreemption
 from slurm_plugin.simulator.mig_policies import MigDynamicPolicy, MigStaticPolicy
 from slurm_plugin.simulator.knowledge import MODES as KNOWLEDGE_MODES, PairKnowledge
+from slurm_plugin.simulator.regrouping import Regrouper
 from slurm_plugin.simulator.workload import PairTable, SimJobSpec, WorkloadProfile
 
 log = logging.getLogger(__name__)
@@ -116,6 +118,17 @@ class SimConfig:
     # nothing, and remember failed job shapes within a pass: identical results, faster.
     fast: bool = True
     packer: PackerConfig | None = None  # default: shares = memory slices of the GPU model
+    # colocate, issue 13 (see slurm_plugin.simulator.growth and .regrouping): a packed job
+    # that outgrows its share evicts younger packed neighbours and restarts bigger in place
+    grow_preempt: bool = False
+    # colocate: move jobs that declared they can be moved to free whole GPUs for the head
+    regroup: bool = False
+    movable_fraction: float = 0.3  # jobs that declare --requeue --signal=B:USR1@grace
+    checkpoint_grace_s: int = 120  # their signal's grace time (the wait for the checkpoint)
+    restart_s: float = 60.0  # a moved job's time to resume from its checkpoint
+    regroup_moves_per_plan: int = 2
+    regroup_moves_per_hour: int = 12
+    regroup_retry_s: float = 600.0  # a head that got no plan is looked at again after this
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -133,6 +146,19 @@ class SimConfig:
                              f"{', '.join(KNOWLEDGE_MODES)}")
         if self.corunner_rule == "best-pair" and not self.pair_predict:
             raise ValueError("--corunner best-pair needs the pair prediction (measured pairs)")
+        if (self.grow_preempt or self.regroup) and self.policy != "colocate":
+            raise ValueError("--grow-preempt and --regroup act on packed jobs: use them with "
+                             "--policy colocate")
+        if not 0.0 <= self.movable_fraction <= 1.0:
+            raise ValueError("--movable-fraction must be in [0, 1]")
+        if self.regroup_moves_per_plan < 0 or self.regroup_moves_per_hour < 0:
+            raise ValueError("regroup move limits must be 0 or more")
+
+    @property
+    def label(self) -> str:
+        """The policy and its switches, as ``compare --policies`` names them."""
+        return (self.policy + ("+pred" if self.predictor else "") + ("+grow" if self.grow_preempt else "")
+                + ("+regroup" if self.regroup else ""))
 
 
 class Job:
@@ -142,6 +168,7 @@ class Job:
         "gpu_ids", "cap", "shards", "inst", "remembered", "min_rate", "oom_restarts",
         "pred_restarts", "preemptions", "lost_work", "warn_work", "warn_next", "shared_with",
         "unmeasured", "max_pair_slow", "packed_at", "t_end", "room", "pack_pred", "pack_base",
+        "moves",
     )
 
     def __init__(self, spec: SimJobSpec, prof: WorkloadProfile):
@@ -183,6 +210,7 @@ class Job:
         self.room = 0  # memory it can really get: cap, less its neighbours' without isolation
         self.pack_pred: tuple[dict[int, float], bool] | None = None  # speeds predicted at pack
         self.pack_base: dict[int, float] = {}  # its neighbours' speeds just before it joined
+        self.moves = 0  # times regrouping moved it
 
 
 class Gpu:
@@ -252,6 +280,7 @@ class SimResult:
     passes_skipped: int = 0  # passes skipped: nothing changed since one that started nothing
     timeline: list[tuple[float, int, float, float]] = field(default_factory=list)
     knowledge: dict = field(default_factory=dict)  # prediction error, pairs observed
+    actions: dict = field(default_factory=dict)  # grow preemptions, regroup moves (issue 13)
 
 
 class Simulator:
@@ -321,6 +350,8 @@ class Simulator:
                 self.skipped += 1
                 continue
             self.jobs.append(Job(s, profiles[s.profile]))
+        self.grow = GrowPreemption(self) if cfg.grow_preempt else None
+        self.regrouper = Regrouper(self) if cfg.regroup else None
 
     def _make_policy(self):
         p = self.cfg.policy
@@ -434,7 +465,13 @@ class Simulator:
             avoided_pairs=len(self.avoid), events=self.events,
             wall_s=time.perf_counter() - t0, passes=self.passes,
             passes_skipped=self.passes_skipped, timeline=self.timeline,
-            knowledge=self._knowledge_summary())
+            knowledge=self._knowledge_summary(), actions=self._actions_summary())
+
+    def _actions_summary(self) -> dict:
+        out = {}
+        for part in (self.grow, self.regrouper):
+            out.update(part.summary() if part is not None else {})
+        return out
 
     def _knowledge_summary(self) -> dict:
         if self.cfg.policy != "colocate" or not self.cfg.pair_predict:
@@ -473,9 +510,10 @@ class Simulator:
         self.passes += 1
         self._dirty = False
         head = None
+        regroup = self.regrouper
         while self.front or self.queue:
             head = self.front[0] if self.front else next(iter(self.queue.values()))
-            if not self._try_start(head, now, None):
+            if not self._try_start(head, now, None) and not (regroup and regroup.try_head(head, now)):
                 break
             self._remove(head)
             head = None
@@ -748,7 +786,7 @@ class Simulator:
         if j.mem1 == j.mem0:
             return j.mem0
         done = j.done + (now - j.last_t) * j.rate
-        return int(j.mem0 + (j.mem1 - j.mem0) * min(1.0, done / j.duration))
+        return int(j.mem0 + (j.mem1 - j.mem0) * min(1.0, max(0.0, done) / j.duration))
 
     def _mig_profile(self, job: Job):
         key = (job.profile, job.remembered)
@@ -890,6 +928,8 @@ class Simulator:
         else:
             job.oom_restarts += 1
             job.remembered = max(job.remembered, self._next_size(job.cap))
+        if self.grow is not None and self.grow.try_grow(job, now, predicted):
+            return  # restarted bigger on its GPU at once, younger neighbours evicted
         self._stop(job, now)
         self.front.appendleft(job)
 
@@ -902,7 +942,7 @@ class Simulator:
     def _stop(self, job: Job, now: float) -> None:
         """Take a running job off its GPU(s) without finishing it (work lost)."""
         job.done += (now - job.last_t) * job.rate
-        job.lost_work += job.done
+        job.lost_work += max(0.0, job.done)  # below 0: still redoing a move's restart
         job.token += 1
         self._release(job, now)
         job.done = 0.0

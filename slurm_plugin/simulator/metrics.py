@@ -14,7 +14,17 @@
   ``jobs_in_unmeasured_pairs`` counts jobs that shared with a pair the data does not cover
   (their speed is the documented fallback).
 - ``lost_gpu_s``: work lost to restarts (out-of-memory, early restarts, contention
-  requeues), in seconds of the jobs' runs; ``lost_gpu_h`` the same in GPU-hours.
+  requeues, grow evictions, regroup moves), in seconds of the jobs' runs; ``lost_gpu_h``
+  the same in GPU-hours.
+- ``multi_gpu_avg_queue_s``: the average queueing delay (submit to first start) of the
+  multi-GPU jobs, the jobs that wait at the head for whole GPUs.
+- Issue 13's actions (zero when switched off): ``grow_preemptions`` (younger packed jobs
+  evicted for a growing neighbour), ``grow_restarts_in_place``, ``grow_declined`` (growers
+  sent through the queue), ``grow_lost_work_s`` (what the evicted lost);
+  ``regroup_plans``, ``regroup_moves``, ``regroup_lost_work_s`` (work lost since the
+  checkpoint plus requeue and restart time of the moved jobs; the part since the
+  checkpoint alone is ``regroup_lost_since_checkpoint_s``), ``regroup_head_gain_s`` (the
+  heads' earlier starts the planner counted on), ``regroup_planner_calls``.
 - Pair prediction (colocate with ``pair_predict``): ``pred_mae``/``pred_bias`` of the speeds
   predicted for each watched pack against the truth (``pred_unseen_*``: pairs not yet
   observed when packed); ``model_mae_all_measured``: the feature model at the end of the
@@ -29,6 +39,13 @@ from slurm_plugin.simulator.engine import SimResult
 from slurm_plugin.simulator.workload import percentile
 
 
+# issue 13's actions (``slurm_plugin.simulator.growth``, ``.regrouping``): 0 when switched off
+ACTION_KEYS = {"grow_preemptions": 0, "grow_restarts_in_place": 0, "grow_declined": 0,
+               "grow_lost_work_s": 0.0, "regroup_plans": 0, "regroup_moves": 0,
+               "regroup_lost_work_s": 0.0, "regroup_lost_since_checkpoint_s": 0.0,
+               "regroup_head_gain_s": 0.0, "regroup_planner_calls": 0}
+
+
 def summary(res: SimResult) -> dict:
     done = [j for j in res.jobs if j.end is not None]
     jct = [j.end - j.submit for j in done]
@@ -37,15 +54,19 @@ def summary(res: SimResult) -> dict:
     shared = [j for j in done if j.shared_with]
     # A shared job with no restart: its run time over its duration is bounded by the
     # worst pair it was in; restarts add lost work, which the bound does not cover.
-    clean = [j for j in shared if not (j.oom_restarts or j.pred_restarts or j.preemptions)]
+    clean = [j for j in shared if not (j.oom_restarts or j.pred_restarts or j.preemptions or j.moves)]
     judged = [((j.end - j.first_start) / j.duration) / j.max_pair_slow
               for j in clean if not j.unmeasured]
     over = [r for r in judged if r > 1.0 + 1e-6]
     span = res.makespan or 1.0
+    multi = [j.first_start - j.submit for j in done if j.gpus > 1]
     n_gpus = res.config.gpus
     return {
         "policy": res.policy,
         "predictor": "on" if res.predictor else "off",
+        "grow_preempt": "on" if res.config.grow_preempt else "off",
+        "regroup": "on" if res.config.regroup else "off",
+        "label": res.config.label,
         "gpus": n_gpus,
         "gpu_model": res.config.gpu_model,
         "jobs": len(done),
@@ -78,6 +99,9 @@ def summary(res: SimResult) -> dict:
         "pair_bound_worst": round(max(judged), 4) if judged else 0.0,
         "pair_bound_jobs": len(judged),
         "lost_gpu_h": round(sum(j.lost_work * j.gpus for j in res.jobs) / 3600, 1),
+        "multi_gpu_jobs": len(multi),
+        "multi_gpu_avg_queue_s": round(sum(multi) / len(multi), 1) if multi else 0.0,
+        **ACTION_KEYS, **res.actions,
         "pair_knowledge": res.config.pair_knowledge,
         **res.knowledge,
         "sim_events": res.events,

@@ -12,12 +12,14 @@ from slurm_plugin.simulator.metrics import summary
 log = logging.getLogger(__name__)
 
 COLUMNS = (
-    ("policy", "policy"), ("predictor", "pred"), ("jobs", "jobs"),
+    ("label", "policy"), ("predictor", "pred"), ("jobs", "jobs"),
     ("makespan_s", "makespan h"), ("avg_jct_s", "avg JCT h"), ("p95_jct_s", "p95 JCT h"),
     ("avg_queue_s", "avg queue h"), ("p95_queue_s", "p95 queue h"), ("gpu_util", "GPU util"),
     ("gpu_mem_util", "GPU mem"), ("jobs_preempted", "preempted"), ("oom_restarts", "OOM"),
     ("predictive_restarts", "early restarts"), ("mig_reconfigurations", "MIG reconf"),
     ("p95_slowdown", "p95 slowdown"), ("pair_bound_ok", "within pairs"),
+    ("multi_gpu_avg_queue_s", "multi-GPU queue h"), ("grow_preemptions", "grow evictions"),
+    ("regroup_moves", "regroup moves"), ("regroup_lost_work_s", "lost to moves h"),
     ("pair_bound_worst", "worst / pair bound"),
     ("sim_wall_s", "sim s"),
 )
@@ -43,7 +45,7 @@ def markdown_table(results: list[dict]) -> str:
 
 
 def _label(r: dict) -> str:
-    return r["policy"] + ("+pred" if r["predictor"] == "on" else "")
+    return r.get("label") or r["policy"] + ("+pred" if r["predictor"] == "on" else "")
 
 
 def verdict(results: list[dict]) -> list[str]:
@@ -200,7 +202,7 @@ def scaling(configs: list[SimConfig], specs, profiles, pairs, job_counts: list[i
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
     for cfg in configs:
-        label = cfg.policy + ("+pred" if cfg.predictor else "")
+        label = cfg.label
         # untimed warm-up: module imports (statsmodels, which the predictor loads at its first
         # warning, takes about 2 s) and caches belong to no point of the curve
         if cfg.predictor:
@@ -231,7 +233,7 @@ def scaling(configs: list[SimConfig], specs, profiles, pairs, job_counts: list[i
                      f"{r['avg_queue_s'] / 3600:.1f} | {r['gpu_alloc']:.1%} |")
     lines.append("")
     for cfg in configs:
-        label = cfg.policy + ("+pred" if cfg.predictor else "")
+        label = cfg.label
         mine = [r for r in rows if r["policy"] == label]
         by_jobs = [r for r in mine if r["gpus"] == cfg.gpus]
         by_gpus = [r for r in mine if r["jobs"] == len(specs)]

@@ -38,7 +38,7 @@ def interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
 
 
 def label(cfg: SimConfig) -> str:
-    return cfg.policy + ("+pred" if cfg.predictor else "")
+    return cfg.label
 
 
 def offered_gpus(specs) -> float:

@@ -148,3 +148,35 @@ def test_every_command_has_help_and_policy_is_required():
         assert r.exit_code == 0 and "Usage" in r.output and len(r.output) > 200
     r = runner.invoke(simulate, [])
     assert r.exit_code == 2 and "--policy" in r.output
+
+
+@needs_data
+def test_cli_grow_and_regroup_switches_are_reported():
+    args = ["--policy", "colocate", "--predictor", "on", "--gpus", "12", "--gpu-model", "H100-80GB",
+            "--jobs", "300", "--json"]
+    off = json.loads(CliRunner().invoke(simulate, args).output)
+    r = CliRunner().invoke(simulate, args + ["--grow-preempt", "on", "--regroup", "on",
+                                             "--movable-fraction", "0.5"])
+    assert r.exit_code == 0, r.output
+    on = json.loads(r.output)
+    for key in ("grow_preemptions", "grow_restarts_in_place", "regroup_moves", "regroup_plans",
+                "regroup_lost_work_s", "multi_gpu_avg_queue_s"):
+        assert key in on and key in off
+    assert off["grow_preempt"] == off["regroup"] == "off" and off["regroup_moves"] == 0
+    assert on["grow_preempt"] == on["regroup"] == "on" and on["label"] == "colocate+pred+grow+regroup"
+    assert on["grow_restarts_in_place"] > 0  # growing jobs on this trace restart in place
+    r = CliRunner().invoke(simulate, ["--policy", "exclusive", "--regroup", "on", "--jobs", "10"])
+    assert r.exit_code == 1 and "colocate" in r.output
+
+
+@needs_data
+def test_compare_names_the_switches(tmp_path):
+    r = CliRunner().invoke(simulate, ["compare", "--policies", "colocate+pred,colocate+pred+grow+regroup",
+                                      "--jobs", "300", "--gpus", "12", "--gpu-model", "H100-80GB",
+                                      "--no-plots", "--out", str(tmp_path), "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output.splitlines()[-1])
+    assert [x["label"] for x in rows] == ["colocate+pred", "colocate+pred+grow+regroup"]
+    assert "colocate+pred+grow+regroup" in (tmp_path / "report.md").read_text()
+    r = CliRunner().invoke(simulate, ["compare", "--policies", "colocate+grow+nope"])
+    assert r.exit_code == 2 and "nope" in r.output

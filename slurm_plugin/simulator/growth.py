@@ -1,0 +1,102 @@
+"""Grow by preemption in the replay: the running-preemptor decision of `packer.grow`.
+
+With ``SimConfig(grow_preempt=True)`` (colocate), a packed job (one holding a share count)
+that must grow, because the predictor warns it will outgrow its share or it ran out of
+memory (its remembered size is now larger than its share), is a *running preemptor*: the
+simulator asks ``packer.grow.plan_growth``, the helper's own decision, for its GPU as the
+node agent would show it:
+
+- every job on the GPU is a tenant with the shares it holds: its share count, or for a
+  job started alone without one (colocate's first job on a GPU, no memory isolation) the
+  memory it holds now (what NVML shows), in shares;
+- jobs may be requeued (Slurm's default ``--requeue``) and lose the work of their attempt
+  (a grow eviction does not wait for a checkpoint); the evicted go to the head of the
+  queue, their pair not recorded (growth is not contention);
+- the grower restarts at once on the same GPU with the share count the decision gives
+  (its attempt is lost, as with any restart for memory), instead of waiting in the queue.
+
+When the decision does not act (only older neighbours, or more than a packed job may
+hold, or the thresholds say no), the job goes back to the head of the queue as before.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING
+
+from packer.decision import max_shards
+from packer.grow import GpuShares, GrowSettings, Preemptor, Tenant, grow_request, plan_growth
+
+if TYPE_CHECKING:
+    from slurm_plugin.simulator.engine import Gpu, Job, Simulator
+
+log = logging.getLogger(__name__)
+
+
+def held_shares(sim: "Simulator", job: "Job", now: float) -> int:
+    """Shares `job` holds on its GPU: its share count, else the memory it holds now (what
+    NVML shows, at least its estimate), in shares."""
+    total = sim.pk.shares_per_gpu
+    if job.shards:
+        return job.shards
+    mem = max(sim._mem_now(job, now), job.mem0)
+    return max(1, min(total, math.ceil(mem / sim.share_bytes)))
+
+
+class GrowPreemption:
+    """The running-preemptor wiring and its counters."""
+
+    def __init__(self, sim: "Simulator", settings: GrowSettings | None = None):
+        self.sim = sim
+        self.max_packed = max_shards(sim.pk)
+        self.total = sim.pk.shares_per_gpu
+        self.settings = settings or GrowSettings(max_packed_shares=self.max_packed)
+        self.restarts = 0  # growers restarted bigger in place
+        self.evictions = 0  # younger neighbours requeued for them
+        self.lost_s = 0.0  # work those neighbours lost
+        self.declined = 0  # preemptors the decision turned down (they went through the queue)
+
+    def tenants(self, g: "Gpu", now: float) -> GpuShares:
+        return GpuShares(str(g.id), self.total, tuple(
+            Tenant(j.id, j.start, held_shares(self.sim, j, now)) for j in g.jobs))
+
+    def try_grow(self, job: "Job", now: float, predicted: bool) -> bool:
+        """Grow `job` in place if the decision says so; False: it goes through the queue.
+
+        Called when it must restart for memory, after its remembered size was raised."""
+        sim = self.sim
+        if not job.shards or len(job.gpu_ids) != 1:
+            return False
+        req = grow_request(job.shards, job.remembered, sim.share_bytes, self.max_packed)
+        if req is None:
+            return False  # needs a whole GPU: only the queue gives one
+        g = sim.gpus[job.gpu_ids[0]]
+        why = "the predictor warns it will outgrow its share" if predicted else "ran out of memory"
+        p = Preemptor(job.id, str(g.id), True, req[0], req[1], since=job.start, waiting_since=now,
+                      held_shares=job.shards, why=why)
+        (d,) = plan_growth([self.tenants(g, now)], [p], self.settings, now)
+        if not d.acted:
+            self.declined += 1
+            log.debug("job %d: %s", job.id, d.reason)
+            return False
+        by_id = {j.id: j for j in g.jobs}
+        for e in reversed(d.evictions):  # the youngest ends up first at the head
+            victim = by_id[e.job_id]
+            victim.preemptions += 1
+            before = victim.lost_work
+            sim._stop(victim, now)
+            sim.front.appendleft(victim)
+            self.evictions += 1
+            self.lost_s += victim.lost_work - before  # its progress, not the wall time
+        sim._stop(job, now)
+        base = {x.id: x.rate for x in g.jobs}
+        job.remembered = max(job.remembered, int(d.grower_shares * sim.share_bytes))
+        sim._start_shared(job, g, now, int(d.grower_shares * sim.share_bytes), d.grower_shares)
+        job.pack_base = base
+        self.restarts += 1
+        log.debug("%s", d.reason)
+        return True
+
+    def summary(self) -> dict:
+        return {"grow_preemptions": self.evictions, "grow_restarts_in_place": self.restarts,
+                "grow_declined": self.declined, "grow_lost_work_s": round(self.lost_s, 1)}
