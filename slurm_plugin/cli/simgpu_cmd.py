@@ -32,7 +32,11 @@ def simgpu() -> None:
 @click.option("--workload", default=None, help="Model name in the co-location traces (e.g. ResNet18, LSTM); "
               "sets the slowdown beside other workloads and the reported utilisation.")
 @click.option("--report-every", default=0.5, show_default=True, help="Seconds between progress reports to the agent.")
-def run(mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload: str | None, report_every: float) -> None:
+@click.option("--report/--no-report", default=True, show_default=True,
+              help="Report progress to the node agent; --no-report behaves like a job that says nothing "
+              "(the helper then watches it through the GPU's utilisation counters).")
+def run(mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload: str | None, report_every: float,
+        report: bool) -> None:
     """Run inside a job: allocate on the simulated GPU it was given, grow, report progress.
 
     Dies with `CUDA out of memory` (exit 1) when it outgrows its partition.
@@ -40,4 +44,4 @@ def run(mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload: s
     from slurm_plugin.simgpu.workload import run as run_workload
 
     raise SystemExit(run_workload(mem_start=mem_start, mem_growth=mem_growth, iters=iters, iter_ms=iter_ms,
-                                  workload=workload, report_every_s=report_every))
+                                  workload=workload, report_every_s=report_every, report=report))

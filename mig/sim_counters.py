@@ -1,0 +1,68 @@
+"""The utilisation counters of the simulated GPU: what NVML and DCGM would report, with noise.
+
+A process on the simulated GPU (a ``simgpu`` workload) says how busy it keeps the engines
+(``busy_pct``: its utilisation alone times the speed it gets beside its neighbours); the
+GPU never learns, and never exposes, how fast the job really is. The counters sample that
+activity the way the hardware does:
+
+- **per process on a whole GPU or MPS** (``nvmlDeviceGetProcessUtilization``): one sample
+  every :data:`NVML_PERIOD_S` per process, ``smUtil``/``memUtil`` as integer percentages,
+  with Gaussian noise of ``sm_sd_pct`` points and, now and then (``stall_p``), a stall
+  sample (a data-loader wait or a host sync) at a fraction of the usual value; only
+  samples newer than the caller's last-seen timestamp, at most :data:`NVML_BUFFER` each;
+- **per MIG GPU instance** (DCGM ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``): the fraction of the
+  period the graphics engine of the instance was busy (0.0-1.0), one value per
+  :data:`DCGM_PERIOD_S`, with Gaussian noise of ``gr_sd`` (it is an average of fine
+  counters, so quieter than NVML's samples).
+
+The noise is a pure function of (seed, device, owner, sample tick): every reader sees the
+same value for the same sample, as with a real driver's buffer.
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+NVML_PERIOD_S = 1.0 / 6.0  # the driver's utilisation sampling period on datacenter GPUs
+NVML_BUFFER = 60  # samples per process kept by the driver (older ones are gone)
+DCGM_PERIOD_S = 1.0  # DCGM profiling field update period (dcgmi dmon's default)
+
+
+@dataclass(frozen=True)
+class CounterNoise:
+    """How noisy the simulated counters are (see the module docstring)."""
+
+    sm_sd_pct: float = 5.0
+    stall_p: float = 0.03
+    gr_sd: float = 0.03
+    seed: str = "gpupack"
+
+
+def _rng(noise: CounterNoise, *key: object) -> random.Random:
+    return random.Random("|".join(str(k) for k in (noise.seed, *key)))
+
+
+def sm_sample(busy_pct: float, noise: CounterNoise, device: str, owner: str, tick: int) -> tuple[int, int]:
+    """(smUtil, memUtil) of one NVML sample of a process that keeps ``busy_pct`` busy."""
+    rng = _rng(noise, device, owner, tick)
+    value = busy_pct + rng.gauss(0.0, noise.sm_sd_pct)
+    if rng.random() < noise.stall_p:
+        value *= rng.uniform(0.0, 0.5)
+    sm = int(round(min(100.0, max(0.0, value))))
+    mem = int(round(min(100.0, max(0.0, 0.55 * value + rng.gauss(0.0, noise.sm_sd_pct / 2)))))
+    return sm, mem
+
+
+def nvml_ticks(since_s: float, now_s: float, started_s: float) -> range:
+    """Sample ticks after ``since_s`` (and after the process started) up to ``now_s``."""
+    last = math.floor(now_s / NVML_PERIOD_S)
+    first = max(math.floor(since_s / NVML_PERIOD_S + 1e-6) + 1, math.ceil(started_s / NVML_PERIOD_S), last - NVML_BUFFER + 1)
+    return range(first, last + 1)
+
+
+def gr_sample(busy_fraction: float, noise: CounterNoise, device: str, tick: int) -> float:
+    """DCGM_FI_PROF_GR_ENGINE_ACTIVE of one GPU instance over one period (0.0-1.0)."""
+    rng = _rng(noise, device, "gr", tick)
+    value = min(1.0, busy_fraction) + (rng.gauss(0.0, noise.gr_sd) if busy_fraction > 0 else 0.0)
+    return round(min(1.0, max(0.0, value)), 4)
