@@ -472,7 +472,9 @@ class SimGpuBackend:
             out = []
             for inst in sorted(g["instances"], key=lambda i: i["gi_id"]):
                 procs = g.get("processes", {}).get(inst["uuid"], {})
-                busy = sum(p["busy_pct"] for p in procs.values()) / 100.0
+                busy = sum(p["busy_pct"] * sim_counters.activity_factor(
+                    self.noise, inst["uuid"], owner, tick * sim_counters.DCGM_PERIOD_S)
+                    for owner, p in procs.items()) / 100.0
                 value = sim_counters.gr_sample(busy, self.noise, inst["uuid"], tick)
                 out.append(InstanceActivity(inst["uuid"], inst["gi_id"], int(tick * sim_counters.DCGM_PERIOD_S * 1e6), value))
             return out

@@ -15,6 +15,12 @@ activity the way the hardware does:
   :data:`DCGM_PERIOD_S`, with Gaussian noise of ``gr_sd`` (it is an average of fine
   counters, so quieter than NVML's samples).
 
+What a process does also varies by itself, and both counters see it: a slow drift of its
+activity (``drift_sd`` relative, new value every ``drift_period_s``, interpolated) and
+now and then a pause of ``dip_s`` seconds at ``dip_level`` of its activity (a checkpoint,
+an evaluation pass: with probability ``dip_p`` in each ``dip_every_s`` window). These are
+what make a drop of utilisation ambiguous, and what the helper's threshold is chosen against.
+
 The noise is a pure function of (seed, device, owner, sample tick): every reader sees the
 same value for the same sample, as with a real driver's buffer.
 """
@@ -37,15 +43,37 @@ class CounterNoise:
     stall_p: float = 0.03
     gr_sd: float = 0.03
     seed: str = "gpupack"
+    drift_sd: float = 0.04
+    drift_period_s: float = 10.0
+    dip_every_s: float = 60.0
+    dip_p: float = 0.5
+    dip_s: float = 3.0
+    dip_level: float = 0.15
 
 
 def _rng(noise: CounterNoise, *key: object) -> random.Random:
     return random.Random("|".join(str(k) for k in (noise.seed, *key)))
 
 
+def activity_factor(noise: CounterNoise, device: str, owner: str, t: float) -> float:
+    """How much of its usual activity a process has at time ``t`` (drift and pauses)."""
+    window = math.floor(t / noise.dip_every_s)
+    rng = _rng(noise, device, owner, "dip", window)
+    if rng.random() < noise.dip_p:
+        start = window * noise.dip_every_s + rng.uniform(0.0, noise.dip_every_s - noise.dip_s)
+        if start <= t < start + noise.dip_s:
+            return noise.dip_level
+    knot = t / noise.drift_period_s
+    k = math.floor(knot)
+    a = _rng(noise, device, owner, "drift", k).gauss(0.0, noise.drift_sd)
+    b = _rng(noise, device, owner, "drift", k + 1).gauss(0.0, noise.drift_sd)
+    return max(0.0, 1.0 + a + (b - a) * (knot - k))
+
+
 def sm_sample(busy_pct: float, noise: CounterNoise, device: str, owner: str, tick: int) -> tuple[int, int]:
     """(smUtil, memUtil) of one NVML sample of a process that keeps ``busy_pct`` busy."""
     rng = _rng(noise, device, owner, tick)
+    busy_pct *= activity_factor(noise, device, owner, tick * NVML_PERIOD_S)
     value = busy_pct + rng.gauss(0.0, noise.sm_sd_pct)
     if rng.random() < noise.stall_p:
         value *= rng.uniform(0.0, 0.5)

@@ -19,6 +19,13 @@ class MonitorSettings:
     settle_s: float = 2.0  # samples this soon after the newcomer started are not compared
     min_samples_before: int = 2
     min_samples_after: int = 2
+    # contention of jobs that report nothing, from the GPU's utilisation counters
+    # (packer.util_contention; chosen with `gpupack simgpu counters-bench`): the drop must
+    # exceed counter_z standard errors of the noise, over at most counter_window rounds a
+    # side and at least counter_min_samples rounds a side
+    counter_z: float = 4.0
+    counter_window: int = 20
+    counter_min_samples: int = 5
     # memory growth (thesis, Algorithm 1): forecast to this many seconds after the job started
     memory_horizon_s: float = 3600.0
     # skip Slurm's requeue delay (BeginTime = requeue + cred_expire) once the old run is
@@ -38,6 +45,9 @@ class MonitorSettings:
     def __post_init__(self) -> None:
         if not 0 < self.contention_threshold < 1:
             raise ConfigError("[monitor] contention_threshold must be a fraction in (0, 1), e.g. 0.10")
+        if self.counter_z <= 0 or self.counter_min_samples < 2 or self.counter_window < self.counter_min_samples:
+            raise ConfigError("[monitor] counter_z must be > 0, counter_min_samples >= 2 and "
+                              "counter_window >= counter_min_samples")
         if self.interval_s <= 0:
             raise ConfigError("[monitor] interval_s must be positive")
         if not 0 < self.max_duty <= 1:
@@ -48,6 +58,15 @@ class MonitorSettings:
             raise ConfigError("[monitor] mig_layout must be in-order, by-size or off")
         if not 0 <= self.metrics_port < 65536:
             raise ConfigError("[monitor] metrics_port must be a TCP port, or 0 for none")
+
+
+def counter_rule(settings: MonitorSettings):
+    """The utilisation-drop rule (packer.util_contention.CounterRule) these settings give."""
+    from packer.util_contention import CounterRule
+
+    return CounterRule(threshold=settings.contention_threshold, z=settings.counter_z,
+                       window=settings.counter_window, min_before=settings.counter_min_samples,
+                       min_after=settings.counter_min_samples, settle_s=settings.settle_s)
 
 
 def load_monitor_settings(path: Path | None) -> MonitorSettings:
