@@ -57,19 +57,30 @@ def run(mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload: s
 @click.option("--z", "zs", default="2,3,4,5", show_default=True, help="Noise standard errors a drop must exceed (list).")
 @click.option("--mode", "modes", type=click.Choice(["whole", "mig"]), multiple=True,
               help="Whole GPU (NVML per-process samples) and/or MIG (DCGM per-instance activity); default both.")
+@click.option("--min-samples", type=click.IntRange(2, 100), default=None,
+              help="Rounds a side before judging (default: the helper's counter_min_samples).")
+@click.option("--window", type=click.IntRange(2, 200), default=None,
+              help="Rounds a side at most (default: the helper's counter_window).")
 @click.option("--json", "as_json", is_flag=True, help="Rows as JSON.")
-def counters_bench(seeds: int, null_seeds: int, horizon: float, zs: str, modes: tuple[str, ...], as_json: bool) -> None:
+def counters_bench(seeds: int, null_seeds: int, horizon: float, zs: str, modes: tuple[str, ...],
+                   min_samples: int | None, window: int | None, as_json: bool) -> None:
     """Detection delay and false positives of contention seen in the GPU's counters alone.
 
     Every ordered pair of the co-location traces on the simulated GPU with a simulated
     clock, the senior's utilisation read as the node agent reads it and judged by the
     helper's rule (jobs that report nothing)."""
+    from slurm_plugin.helper.monitor_settings import MonitorSettings
     from slurm_plugin.simgpu.counter_bench import bench, render
+
+    defaults = MonitorSettings()
 
     try:
         z_values = tuple(float(z) for z in zs.split(",") if z.strip())
     except ValueError:
         raise click.BadParameter(f"--z takes numbers separated by commas, got {zs!r}") from None
+    min_samples = min_samples or defaults.counter_min_samples
+    window = max(window or defaults.counter_window, min_samples)
     rows = bench(zs=z_values, seeds=seeds, horizon_s=horizon, modes=modes or ("whole", "mig"),
-                 null_seeds=null_seeds)
+                 null_seeds=null_seeds, min_samples=min_samples, window=window,
+                 threshold=defaults.contention_threshold)
     click.echo(render(rows, as_json))
