@@ -6,16 +6,18 @@ activity of its MIG instance) falls roughly in proportion to its speed. The dete
 compares a senior job's utilisation before the newcomer started with its utilisation
 after (from ``settle_s`` on), per agent round:
 
-- **medians**, not means: the counters have stall samples (a data loader, a host sync)
-  far below the usual value, which a mean would follow;
-- the **relative drop** of the median must exceed ``threshold`` (the same fraction as a
+- the **upper quartile** of each side (the job's level when it is working), not a mean or
+  even a median: the counters have stall samples (a data loader, a host sync) and pauses of
+  a few seconds (a checkpoint, an evaluation pass) far below the usual level, which only
+  ever pull values down; a slowdown lowers every value, the upper quartile included;
+- the **relative drop** of that level must exceed ``threshold`` (the same fraction as a
   throughput loss: a 10 % slower job is about 10 % less busy);
 - the after side is the **first** ``window`` rounds from ``settle_s`` on: a newcomer's
   harm shows when it starts; a drop much later is more likely the senior's own phase
   change (an evaluation pass, a checkpoint), so the judgement is over once the window is
   full and no false alarm can come from a long watch;
 - and it must stand out of the **noise**: the drop must exceed ``z`` standard errors of
-  the difference of the two medians, the spread being measured on the job's own samples
+  the difference of the two levels, the spread being measured on the job's own samples
   before the newcomer came (MAD, scaled to a standard deviation; at least one point of
   percentage, the counters' quantisation). A drop inside the noise is no drop.
 
@@ -30,8 +32,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from statistics import median
 
+LEVEL_Q = 0.75  # the quantile taken as a side's level
 MAD_TO_SD = 1.4826  # a normal distribution's standard deviation per median absolute deviation
-MEDIAN_SE = 1.2533  # standard error of a median, in standard errors of a mean (normal samples)
+LEVEL_SE = 1.3617  # standard error of the 0.75 quantile, in standard errors of a mean (normal samples)
 QUANTUM_PCT = 1.0  # the counters are integer percentages
 
 
@@ -57,8 +60,8 @@ class CounterRule:
 class UtilDrop:
     """A senior's utilisation before and after a newcomer started (percent)."""
 
-    before: float  # median before
-    after: float  # median after
+    before: float  # level (upper quartile) before
+    after: float  # level after
     noise: float  # standard deviation of one sample, measured before
     n_before: int
     n_after: int
@@ -78,12 +81,22 @@ def utilisation_drop(samples: Iterable[tuple[float, float]], since: float,
     after = [v for at, v in ordered if at >= since + rule.settle_s][:rule.window]
     if len(before) < rule.min_before or len(after) < rule.min_after:
         return None
-    m_before, m_after = median(before), median(after)
+    m_before, m_after = quantile(before, LEVEL_Q), quantile(after, LEVEL_Q)
     if m_before <= 0:
         return None
-    spread = median(abs(v - m_before) for v in before) * MAD_TO_SD
+    centre = median(before)
+    spread = median(abs(v - centre) for v in before) * MAD_TO_SD
     sd = max(spread, QUANTUM_PCT)
-    se = MEDIAN_SE * sd * math.sqrt(1 / len(before) + 1 / len(after))
+    se = LEVEL_SE * sd * math.sqrt(1 / len(before) + 1 / len(after))
     loss = max(0.0, 1.0 - m_after / m_before)
     return UtilDrop(m_before, m_after, sd, len(before), len(after), loss,
                     significant=(m_before - m_after) > rule.z * se)
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (linear between order statistics)."""
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)

@@ -25,7 +25,7 @@ class MonitorSettings:
     # side and at least counter_min_samples rounds a side
     counter_z: float = 4.0
     counter_window: int = 20
-    counter_min_samples: int = 5
+    counter_min_samples: int = 8
     # memory growth (thesis, Algorithm 1): forecast to this many seconds after the job started
     memory_horizon_s: float = 3600.0
     # skip Slurm's requeue delay (BeginTime = requeue + cred_expire) once the old run is

@@ -101,12 +101,12 @@ def test_newcomer_that_slows_a_silent_neighbour_is_seen_in_the_gpu_counters_and_
         samples.put(1, FAKE_EPOCH + t, started_at=FAKE_EPOCH, util=70 + rng.gauss(0, 3), util_source="nvml-process")
         monitor.tick()
     running(fake, 2, fp="bbbb", start=FAKE_EPOCH + 20)
-    for t in range(20, 26):  # ~49 % busy beside the newcomer: too early to judge (settle + 5 rounds)
+    for t in range(20, 29):  # ~49 % busy beside the newcomer: too early to judge (settle + 8 rounds)
         samples.put(1, FAKE_EPOCH + t, started_at=FAKE_EPOCH, util=49 + rng.gauss(0, 3), util_source="nvml-process")
         samples.put(2, FAKE_EPOCH + t, started_at=FAKE_EPOCH + 20, util=60, util_source="nvml-process")
         monitor.tick()
     assert fake.jobs[2].state == "RUNNING"
-    for t in range(26, 30):
+    for t in range(29, 32):
         samples.put(1, FAKE_EPOCH + t, started_at=FAKE_EPOCH, util=49 + rng.gauss(0, 3), util_source="nvml-process")
         samples.put(2, FAKE_EPOCH + t, started_at=FAKE_EPOCH + 20, util=60, util_source="nvml-process")
         monitor.tick()
