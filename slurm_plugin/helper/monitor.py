@@ -404,8 +404,6 @@ class Monitor:
             by_gpu.setdefault((t.node, t.gpu_index), []).append(t)
         acted: set[int] = set()
         s = self.settings
-        from slurm_plugin.helper.monitor_settings import counter_rule
-
         for (node, gpu), tracks in sorted(by_gpu.items()):
             # a job's reported throughput is preferred; without it, its utilisation as the
             # GPU's counters measured it
@@ -414,7 +412,7 @@ class Monitor:
                          for t in tracks]
             verdict = find_contention(residents, s.contention_threshold, settle_s=s.settle_s,
                                       min_before=s.min_samples_before, min_after=s.min_samples_after,
-                                      counters=counter_rule(s))
+                                      counters=s.counter_rule())
             if verdict is None:
                 continue
             newcomer = jobs[verdict.newcomer]

@@ -6,6 +6,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from packer.config import ConfigError
+from packer.util_contention import CounterRule
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,12 @@ class MonitorSettings:
     # Prometheus endpoint on 127.0.0.1 (0: none; the file next to the database is always written)
     metrics_port: int = 0
 
+    def counter_rule(self) -> CounterRule:
+        """The utilisation-drop rule for jobs that report nothing (packer.util_contention)."""
+        return CounterRule(threshold=self.contention_threshold, z=self.counter_z, window=self.counter_window,
+                           min_before=self.counter_min_samples, min_after=self.counter_min_samples,
+                           settle_s=self.settle_s)
+
     def __post_init__(self) -> None:
         if not 0 < self.contention_threshold < 1:
             raise ConfigError("[monitor] contention_threshold must be a fraction in (0, 1), e.g. 0.10")
@@ -58,15 +65,6 @@ class MonitorSettings:
             raise ConfigError("[monitor] mig_layout must be in-order, by-size or off")
         if not 0 <= self.metrics_port < 65536:
             raise ConfigError("[monitor] metrics_port must be a TCP port, or 0 for none")
-
-
-def counter_rule(settings: MonitorSettings):
-    """The utilisation-drop rule (packer.util_contention.CounterRule) these settings give."""
-    from packer.util_contention import CounterRule
-
-    return CounterRule(threshold=settings.contention_threshold, z=settings.counter_z,
-                       window=settings.counter_window, min_before=settings.counter_min_samples,
-                       min_after=settings.counter_min_samples, settle_s=settings.settle_s)
 
 
 def load_monitor_settings(path: Path | None) -> MonitorSettings:
