@@ -31,12 +31,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from mig import sim_counters
-from mig.backend import GpuInfo, InstanceActivity, MigInstance, ProcessMemory, ProcessUtilization
+from mig.backend import GpuInfo, MigInstance, ProcessMemory
 from mig.catalog import Catalog, load_catalog
 from mig.errors import (
     BackendUnavailableError,
-    CountersUnavailableError,
     GpuOutOfMemoryError,
     InUseError,
     MigDisabledError,
@@ -47,6 +45,7 @@ from mig.errors import (
 )
 from mig.fsm import PartitionState, get_space
 from mig.jsonfile import write_json_atomic
+from mig.sim_counters import CounterNoise, SimCounters
 
 log = logging.getLogger(__name__)
 
@@ -81,17 +80,18 @@ def new_state(node: str, gpus: Sequence[str], mig_enabled: bool = True) -> dict:
     return {"version": STATE_VERSION, "node": node, "gpus": out}
 
 
-class SimGpuBackend:
-    """The simulated GPUs of one node (see the module docstring)."""
+class SimGpuBackend(SimCounters):
+    """The simulated GPUs of one node (see the module docstring); its processes and their
+    utilisation counters come from :class:`mig.sim_counters.SimCounters`."""
 
     def __init__(self, state_dir: str | os.PathLike | None = None, node: str = "node0",
                  gpus: Sequence[str] | None = None, mig_enabled: bool = True,
                  read_only: bool = False, clock=time.time,
-                 noise: sim_counters.CounterNoise | None = None):
+                 noise: CounterNoise | None = None):
         self.node = node
         self.read_only = read_only
         self.clock = clock
-        self.noise = noise or sim_counters.CounterNoise()
+        self.noise = noise or CounterNoise()
         self._lock = threading.RLock()
         self._path: Path | None = None
         self._mem: dict | None = None
@@ -409,72 +409,3 @@ class SimGpuBackend:
                     rec = owners.get(owner)
                     if rec is not None and rec["current"] == 0:
                         del owners[owner]
-
-    # -- processes and their utilisation counters (see mig.sim_counters) -----------------
-    def start_process(self, device_uuid: str, owner: str, workload: str | None = None,
-                      busy_pct: float = 0.0) -> None:
-        """A process of ``owner`` starts computing on a device (it made its CUDA context)."""
-        with self._txn(write=True) as doc:
-            _, _, g, _ = self._locate(doc, device_uuid)
-            g.setdefault("processes", {}).setdefault(device_uuid, {})[owner] = {
-                "workload": workload, "busy_pct": float(busy_pct), "since": self.clock()}
-
-    def set_busy(self, device_uuid: str, owner: str, busy_pct: float) -> None:
-        """How busy the process keeps the engines now (what the counters will sample)."""
-        with self._txn(write=True) as doc:
-            _, _, g, _ = self._locate(doc, device_uuid)
-            proc = g.get("processes", {}).get(device_uuid, {}).get(owner)
-            if proc is None:
-                raise NotFoundError(f"no process of {owner} on {device_uuid}; start_process first")
-            proc["busy_pct"] = max(0.0, min(100.0, float(busy_pct)))
-
-    def end_process(self, device_uuid: str, owner: str) -> None:
-        with self._txn(write=True) as doc:
-            _, _, g, _ = self._locate(doc, device_uuid)
-            g.get("processes", {}).get(device_uuid, {}).pop(owner, None)
-
-    def neighbours(self, device_uuid: str, owner: str) -> list[str | None]:
-        """Workloads of the other processes computing on the same physical GPU.
-
-        Simulation physics, not a counter: the workload uses it to know how much it is
-        slowed down. The measured pair slowdowns are applied to every process of the GPU,
-        MIG slices included (the traces measured sharing; MIG isolation would lessen it)."""
-        with self._txn() as doc:
-            _, _, g, _ = self._locate(doc, device_uuid)
-            return [p.get("workload") for dev, procs in sorted(g.get("processes", {}).items())
-                    for who, p in sorted(procs.items()) if not (dev == device_uuid and who == owner)]
-
-    def process_utilization(self, gpu_index: int, since_us: int = 0) -> list[ProcessUtilization]:
-        """Per-process utilisation samples newer than ``since_us`` on a whole GPU (NVML's
-        nvmlDeviceGetProcessUtilization); refused on a GPU in MIG mode, as NVML does."""
-        now = self.clock()
-        with self._txn() as doc:
-            g = self._gpu(doc, gpu_index)
-            if g["mig_enabled"]:
-                raise CountersUnavailableError(
-                    f"GPU {gpu_index} of {self.node} is in MIG mode: NVML gives no per-process "
-                    f"utilisation there (NOT_SUPPORTED); read per-instance activity (DCGM) instead")
-            procs = g.get("processes", {}).get(g["uuid"], {})
-            out = []
-            for owner, p in sorted(procs.items()):
-                for tick in sim_counters.nvml_ticks(since_us / 1e6, now, p["since"]):
-                    sm, mem = sim_counters.sm_sample(p["busy_pct"], self.noise, g["uuid"], owner, tick)
-                    out.append(ProcessUtilization(g["uuid"], owner, int(tick * sim_counters.NVML_PERIOD_S * 1e6), sm, mem))
-            return sorted(out, key=lambda u: (u.at_us, u.owner))
-
-    def instance_activity(self, gpu_index: int) -> list[InstanceActivity]:
-        """DCGM_FI_PROF_GR_ENGINE_ACTIVE of each MIG GPU instance over the last period."""
-        now = self.clock()
-        with self._txn() as doc:
-            g = self._gpu(doc, gpu_index)
-            self._require_mig(g, "read per-instance activity")
-            tick = int(now // sim_counters.DCGM_PERIOD_S)
-            out = []
-            for inst in sorted(g["instances"], key=lambda i: i["gi_id"]):
-                procs = g.get("processes", {}).get(inst["uuid"], {})
-                busy = sum(p["busy_pct"] * sim_counters.activity_factor(
-                    self.noise, inst["uuid"], owner, tick * sim_counters.DCGM_PERIOD_S)
-                    for owner, p in procs.items()) / 100.0
-                value = sim_counters.gr_sample(busy, self.noise, inst["uuid"], tick)
-                out.append(InstanceActivity(inst["uuid"], inst["gi_id"], int(tick * sim_counters.DCGM_PERIOD_S * 1e6), value))
-            return out

@@ -30,6 +30,9 @@ import math
 import random
 from dataclasses import dataclass
 
+from mig.backend import InstanceActivity, ProcessUtilization
+from mig.errors import CountersUnavailableError, NotFoundError
+
 NVML_PERIOD_S = 1.0 / 6.0  # the driver's utilisation sampling period on datacenter GPUs
 NVML_BUFFER = 60  # samples per process kept by the driver (older ones are gone)
 DCGM_PERIOD_S = 1.0  # DCGM profiling field update period (dcgmi dmon's default)
@@ -94,3 +97,77 @@ def gr_sample(busy_fraction: float, noise: CounterNoise, device: str, tick: int)
     rng = _rng(noise, device, "gr", tick)
     value = min(1.0, busy_fraction) + (rng.gauss(0.0, noise.gr_sd) if busy_fraction > 0 else 0.0)
     return round(min(1.0, max(0.0, value)), 4)
+
+
+class SimCounters:
+    """The processes of the simulated GPU and their counters (a part of
+    :class:`mig.sim_backend.SimGpuBackend`, which gives ``_txn``, ``_locate``, ``_gpu``,
+    ``_require_mig``, ``clock``, ``noise`` and ``node``)."""
+
+    def start_process(self, device_uuid: str, owner: str, workload: str | None = None,
+                      busy_pct: float = 0.0) -> None:
+        """A process of ``owner`` starts computing on a device (it made its CUDA context)."""
+        with self._txn(write=True) as doc:
+            _, _, g, _ = self._locate(doc, device_uuid)
+            g.setdefault("processes", {}).setdefault(device_uuid, {})[owner] = {
+                "workload": workload, "busy_pct": float(busy_pct), "since": self.clock()}
+
+    def set_busy(self, device_uuid: str, owner: str, busy_pct: float) -> None:
+        """How busy the process keeps the engines now (what the counters will sample)."""
+        with self._txn(write=True) as doc:
+            _, _, g, _ = self._locate(doc, device_uuid)
+            proc = g.get("processes", {}).get(device_uuid, {}).get(owner)
+            if proc is None:
+                raise NotFoundError(f"no process of {owner} on {device_uuid}; start_process first")
+            proc["busy_pct"] = max(0.0, min(100.0, float(busy_pct)))
+
+    def end_process(self, device_uuid: str, owner: str) -> None:
+        with self._txn(write=True) as doc:
+            _, _, g, _ = self._locate(doc, device_uuid)
+            g.get("processes", {}).get(device_uuid, {}).pop(owner, None)
+
+    def neighbours(self, device_uuid: str, owner: str) -> list[str | None]:
+        """Workloads of the other processes computing on the same physical GPU.
+
+        Simulation physics, not a counter: the workload uses it to know how much it is
+        slowed down. The measured pair slowdowns are applied to every process of the GPU,
+        MIG slices included (the traces measured sharing; MIG isolation would lessen it)."""
+        with self._txn() as doc:
+            _, _, g, _ = self._locate(doc, device_uuid)
+            return [p.get("workload") for dev, procs in sorted(g.get("processes", {}).items())
+                    for who, p in sorted(procs.items()) if not (dev == device_uuid and who == owner)]
+
+    def process_utilization(self, gpu_index: int, since_us: int = 0) -> list[ProcessUtilization]:
+        """Per-process utilisation samples newer than ``since_us`` on a whole GPU (NVML's
+        nvmlDeviceGetProcessUtilization); refused on a GPU in MIG mode, as NVML does."""
+        now = self.clock()
+        with self._txn() as doc:
+            g = self._gpu(doc, gpu_index)
+            if g["mig_enabled"]:
+                raise CountersUnavailableError(
+                    f"GPU {gpu_index} of {self.node} is in MIG mode: NVML gives no per-process "
+                    f"utilisation there (NOT_SUPPORTED); read per-instance activity (DCGM) instead")
+            procs = g.get("processes", {}).get(g["uuid"], {})
+            out = []
+            for owner, p in sorted(procs.items()):
+                for tick in nvml_ticks(since_us / 1e6, now, p["since"]):
+                    sm, mem = sm_sample(p["busy_pct"], self.noise, g["uuid"], owner, tick)
+                    out.append(ProcessUtilization(g["uuid"], owner, int(tick * NVML_PERIOD_S * 1e6), sm, mem))
+            return sorted(out, key=lambda u: (u.at_us, u.owner))
+
+    def instance_activity(self, gpu_index: int) -> list[InstanceActivity]:
+        """DCGM_FI_PROF_GR_ENGINE_ACTIVE of each MIG GPU instance over the last period."""
+        now = self.clock()
+        with self._txn() as doc:
+            g = self._gpu(doc, gpu_index)
+            self._require_mig(g, "read per-instance activity")
+            tick = int(now // DCGM_PERIOD_S)
+            out = []
+            for inst in sorted(g["instances"], key=lambda i: i["gi_id"]):
+                procs = g.get("processes", {}).get(inst["uuid"], {})
+                busy = sum(p["busy_pct"] * activity_factor(
+                    self.noise, inst["uuid"], owner, tick * DCGM_PERIOD_S)
+                    for owner, p in procs.items()) / 100.0
+                value = gr_sample(busy, self.noise, inst["uuid"], tick)
+                out.append(InstanceActivity(inst["uuid"], inst["gi_id"], int(tick * DCGM_PERIOD_S * 1e6), value))
+            return out
