@@ -64,14 +64,14 @@ def test_silent_newcomer_that_slows_a_silent_neighbour_is_requeued_at_the_head(c
 
         first = wait_for(senior_counted, 20, "the senior's utilisation from the GPU's counters")
         assert 40 < first.util_pct < 100  # ResNet18 alone keeps ~69 % of its slice busy
-        time.sleep(12)  # the senior's utilisation alone, before anyone joins it
+        time.sleep(15)  # the senior's utilisation alone, before anyone joins it
         newcomer = cluster.submit(["-J", "ctr-newcomer", "--gres=shard:2"],
                                   silent("--workload LSTM --mem-start 2GiB --iters 4000 --iter-ms 50"))
         cluster.wait(newcomer, "RUNNING", 30)
         assert cluster.job(newcomer)["NodeList"] == "node1"  # beside the senior: nowhere else has room
         cluster.run("scontrol", "release", str(waiting))
 
-        (event,) = wait_for(lambda: events(cluster, "requeue-contention", newcomer), 40, "contention requeue")
+        (event,) = wait_for(lambda: events(cluster, "requeue-contention", newcomer), 60, "contention requeue")
         assert event.data["hurt"] == [senior] and event.data["signals"] == ["utilisation"]
         assert "GPU utilisation" in event.detail and "reports no progress" in event.detail
         assert cluster.state(senior) == "RUNNING"  # the neighbour keeps running
