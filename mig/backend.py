@@ -78,3 +78,34 @@ class GpuBackend(Protocol):
     def device_uuids(self, gpu_index: int) -> dict[int, str]: ...
 
     def process_memory(self, gpu_index: int, gi_id: int | None = None) -> list[ProcessMemory]: ...
+
+
+@dataclass(frozen=True)
+class ProcessUtilization:
+    """One sample of one process's use of a whole GPU (nvmlDeviceGetProcessUtilization).
+
+    ``sm_pct``/``mem_pct`` are integer percentages over the driver's sampling period, as
+    NVML reports them; ``at_us`` is the sample's timestamp in microseconds."""
+
+    device_uuid: str
+    owner: str  # a pid on real GPUs, the job id on the simulated one
+    at_us: int
+    sm_pct: int
+    mem_pct: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class InstanceActivity:
+    """Graphics-engine activity of one MIG GPU instance over a sampling period, 0.0-1.0
+    (DCGM's profiling field DCGM_FI_PROF_GR_ENGINE_ACTIVE, per GPU instance)."""
+
+    device_uuid: str
+    gi_id: int
+    at_us: int
+    gr_active: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -63,3 +63,8 @@ class BackendUnavailableError(MigError):
 class PlacementOccupiedError(InsufficientResourcesError, InvalidPlacementError):
     """The placement overlaps an existing instance or a limit is reached (NVML answers
     INSUFFICIENT_RESOURCES); catchable as either parent."""
+
+
+class CountersUnavailableError(BackendUnavailableError):
+    """A utilisation counter this backend cannot read here (e.g. per-MIG-instance activity,
+    which only DCGM's profiling fields give); the message says where it can be read."""

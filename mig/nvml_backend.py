@@ -14,6 +14,11 @@ is created. Notes that matter on hardware:
   placement, and what to do;
 - ``nvmlDeviceSetMigMode`` succeeds when the mode is set; whether it was activated comes
   back in its activation status (IN_USE while the GPU is busy), which is checked;
+- utilisation counters: per-process samples on a whole GPU (or MPS) come from
+  ``nvmlDeviceGetProcessUtilization`` (NOT_SUPPORTED in MIG mode); activity per MIG
+  instance exists only in DCGM's profiling fields (``DCGM_FI_PROF_GR_ENGINE_ACTIVE``), which
+  this backend does not read: :meth:`NvmlBackend.instance_activity` raises
+  :class:`CountersUnavailableError` saying so, and the agent degrades to what jobs report;
 - reading needs no root, but the whole-GPU memory of a MIG-enabled GPU is only reported to
   privileged callers; without it the static table's value is used.
 
@@ -26,10 +31,11 @@ import ctypes
 import logging
 from typing import Any, Callable
 
-from mig.backend import GpuInfo, MigInstance, ProcessMemory
+from mig.backend import GpuInfo, InstanceActivity, MigInstance, ProcessMemory, ProcessUtilization
 from mig.catalog import Catalog, Profile, diff_catalogs, load_catalog
 from mig.errors import (
     BackendUnavailableError,
+    CountersUnavailableError,
     InUseError,
     InvalidPlacementError,
     MigDisabledError,
@@ -61,6 +67,8 @@ def _text(value: Any) -> str:
 
 class NvmlBackend:
     """MIG management of this node's GPUs through NVML."""
+
+    owners_are_pids = True  # NVML names a process by its pid (the agent maps pids to jobs)
 
     def __init__(self, nvml: Any | None = None):
         self.nv = nvml if nvml is not None else _import_pynvml()
@@ -414,3 +422,36 @@ class NvmlBackend:
                 used = getattr(p, "usedGpuMemory", None)
                 out.append(ProcessMemory(uuid, str(p.pid), int(used or 0)))
         return out
+
+    # -- utilisation counters -------------------------------------------------------------
+    def process_utilization(self, gpu_index: int, since_us: int = 0) -> list[ProcessUtilization]:
+        """Per-process SM/memory utilisation samples newer than ``since_us`` on a whole GPU."""
+        nv = self.nv
+        h = self._handle(gpu_index)
+        where = f"GPU {gpu_index}: read per-process utilisation"
+        if self._mig_on(h, gpu_index):
+            raise CountersUnavailableError(
+                f"{where}: the GPU is in MIG mode, where NVML gives no per-process utilisation; "
+                f"activity per MIG instance needs DCGM (DCGM_FI_PROF_GR_ENGINE_ACTIVE)")
+        uuid = _text(self._call(nv.nvmlDeviceGetUUID, h, what=f"GPU {gpu_index}: UUID"))
+        try:
+            samples = nv.nvmlDeviceGetProcessUtilization(h, int(since_us))
+        except nv.NVMLError as exc:
+            code = getattr(exc, "value", None)
+            if code in (nv.NVML_ERROR_NOT_FOUND, nv.NVML_SUCCESS):
+                return []  # no sample newer than since_us
+            if code == nv.NVML_ERROR_NOT_SUPPORTED:
+                raise CountersUnavailableError(
+                    f"{where}: NVML says {exc}; this GPU or driver keeps no per-process "
+                    f"utilisation samples, so only jobs that report their progress are watched") from exc
+            raise self._translate(exc, where) from exc
+        return [ProcessUtilization(uuid, str(int(s.pid)), int(s.timeStamp), int(s.smUtil), int(s.memUtil))
+                for s in samples]
+
+    def instance_activity(self, gpu_index: int) -> list[InstanceActivity]:
+        """Not available through NVML: activity per MIG GPU instance is a DCGM profiling field."""
+        raise CountersUnavailableError(
+            f"GPU {gpu_index}: activity per MIG instance is only available through DCGM's "
+            f"profiling field DCGM_FI_PROF_GR_ENGINE_ACTIVE (per GPU instance), which the NVML "
+            f"backend does not read; contention on MIG slices is seen only for jobs that report "
+            f"their progress (`gpupack report`)")

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import threading
+import time
 import uuid as _uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,6 +45,7 @@ from mig.errors import (
 )
 from mig.fsm import PartitionState, get_space
 from mig.jsonfile import write_json_atomic
+from mig.sim_counters import CounterNoise, SimCounters
 
 log = logging.getLogger(__name__)
 
@@ -78,14 +80,18 @@ def new_state(node: str, gpus: Sequence[str], mig_enabled: bool = True) -> dict:
     return {"version": STATE_VERSION, "node": node, "gpus": out}
 
 
-class SimGpuBackend:
-    """The simulated GPUs of one node (see the module docstring)."""
+class SimGpuBackend(SimCounters):
+    """The simulated GPUs of one node (see the module docstring); its processes and their
+    utilisation counters come from :class:`mig.sim_counters.SimCounters`."""
 
     def __init__(self, state_dir: str | os.PathLike | None = None, node: str = "node0",
                  gpus: Sequence[str] | None = None, mig_enabled: bool = True,
-                 read_only: bool = False):
+                 read_only: bool = False, clock=time.time,
+                 noise: CounterNoise | None = None):
         self.node = node
         self.read_only = read_only
+        self.clock = clock
+        self.noise = noise or CounterNoise()
         self._lock = threading.RLock()
         self._path: Path | None = None
         self._mem: dict | None = None
@@ -294,6 +300,7 @@ class SimGpuBackend:
                 )
             g["instances"].remove(inst)
             g["memory"].pop(inst["uuid"], None)
+            g.get("processes", {}).pop(inst["uuid"], None)
             log.info("GPU %s of %s: destroyed %s@%s (GI %s)", gpu_index, self.node,
                      inst["profile"], inst["start"], gi_id)
 
@@ -396,6 +403,8 @@ class SimGpuBackend:
         """Drop every memory record of ``owner`` (after its job ended and was recorded)."""
         with self._txn(write=True) as doc:
             for g in doc["gpus"]:
+                for procs in g.get("processes", {}).values():
+                    procs.pop(owner, None)
                 for dev, owners in g["memory"].items():
                     rec = owners.get(owner)
                     if rec is not None and rec["current"] == 0:

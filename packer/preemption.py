@@ -7,6 +7,11 @@ preempted: requeued, put at the head of the queue, and the pair is recorded so t
 never packed together again. One newcomer per GPU per round: if a senior still suffers
 after that, the next round preempts the next-newest job (block 420 of FIG. 4).
 
+A senior that reports its throughput is judged on it (preferred: it is the job's own
+measure of progress). One that reports nothing is judged on the GPU's counters
+(`packer.util_contention`): its utilisation before and after, with a drop that must both
+exceed the threshold and stand out of the counters' noise.
+
 Memory growth (the thesis, Algorithm 1): when the forecaster is certain a job will outgrow
 its share, it is restarted early on the next larger size (`restart_size`).
 
@@ -24,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from packer.contention import Sharer, check_contention
+from packer.util_contention import CounterRule, utilisation_drop
 
 #: The highest priority `scontrol update priority=` takes (Slurm keeps 0xfffffffe/f for NO_VAL/INFINITE).
 MAX_PRIORITY = 0xFFFFFFFD
@@ -33,21 +39,24 @@ DEFAULT_HEAD_PRIORITY = 0xFFFF0000
 
 @dataclass(frozen=True)
 class Resident:
-    """One job on one GPU: when it started there, and its throughput samples (at, value)."""
+    """One job on one GPU: when it started there, its throughput samples (at, value) as it
+    reported them, and its utilisation samples (at, percent) from the GPU's counters."""
 
     job_id: int
     started_at: float
     throughput: tuple[tuple[float, float], ...] = ()
     fingerprint: str | None = None
+    utilisation: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)
 class Hurt:
     job_id: int
     fingerprint: str | None
-    loss: float  # fraction of throughput lost, 0.25 = 25 %
+    loss: float  # fraction of throughput (or utilisation) lost, 0.25 = 25 %
     before: float
     after: float
+    signal: str = "throughput"  # "throughput" (the job's reports) | "utilisation" (the GPU's counters)
 
 
 @dataclass(frozen=True)
@@ -62,10 +71,14 @@ class ContentionVerdict:
     @property
     def reason(self) -> str:
         worst = max(self.hurt, key=lambda h: h.loss)
+        if worst.signal == "utilisation":
+            measured = (f"of its GPU utilisation ({worst.before:.0f}%->{worst.after:.0f}%, the GPU's "
+                        f"counters: it reports no progress)")
+        else:
+            measured = f"of its throughput ({worst.before:.3g}->{worst.after:.3g}/s)"
         return (
-            f"job {worst.job_id} lost {worst.loss:.0%} of its throughput "
-            f"({worst.before:.3g}->{worst.after:.3g}/s) after job {self.newcomer} started beside it "
-            f"(threshold {self.threshold:.0%})"
+            f"job {worst.job_id} lost {worst.loss:.0%} {measured} after job {self.newcomer} "
+            f"started beside it (threshold {self.threshold:.0%})"
         )
 
 
@@ -103,27 +116,30 @@ def find_contention(
     settle_s: float = 2.0,
     min_before: int = 2,
     min_after: int = 2,
+    counters: CounterRule | None = None,
 ) -> ContentionVerdict | None:
     """The newcomer to preempt on one GPU, or None. `residents` are the jobs on that GPU.
 
     Measures each senior's throughput before and after the newest job started (sample
-    windows, `throughput_loss`) and leaves the verdict to `packer.contention.check_contention`.
+    windows, `throughput_loss`); a senior without reported throughput is measured on its
+    utilisation (`counters`, whose drop must stand out of the noise; a drop inside it counts
+    as none). The verdict is `packer.contention.check_contention`'s.
     """
+    counters = counters or CounterRule(threshold=threshold, settle_s=settle_s)
     if not 0 < threshold < 1:
         raise ValueError(f"threshold must be a fraction in (0, 1), got {threshold}")
     if len(residents) < 2:
         return None
     newcomer = max(residents, key=lambda r: (r.started_at, r.job_id))
-    measured: dict[int, tuple[float, float, float]] = {}
+    measured: dict[int, tuple[float, float, float, str]] = {}
     sharers = []
     for r in residents:
         before = after = None
         if r is not newcomer and r.started_at < newcomer.started_at:
-            m = throughput_loss(r.throughput, newcomer.started_at, settle_s=settle_s,
-                                min_before=min_before, min_after=min_after)
+            m = _measure(r, newcomer.started_at, settle_s, min_before, min_after, counters)
             if m is not None:
                 measured[r.job_id] = m
-                _, before, after = m
+                _, before, after, _ = m
         sharers.append(Sharer(str(r.job_id), r.fingerprint or str(r.job_id), r.started_at, before, after))
     verdict = check_contention(sharers, threshold)
     if verdict.requeue is None or verdict.requeue != str(newcomer.job_id):
@@ -133,6 +149,22 @@ def find_contention(
         Hurt(int(j), by_id[int(j)].fingerprint, *measured[int(j)]) for j in verdict.hurt if int(j) in measured
     )
     return ContentionVerdict(newcomer.job_id, newcomer.fingerprint, hurt, threshold)
+
+
+def _measure(r: Resident, since: float, settle_s: float, min_before: int, min_after: int,
+             counters: CounterRule) -> tuple[float, float, float, str] | None:
+    """(loss, before, after, signal) of one senior: its reported throughput when it has
+    some on both sides, else its utilisation from the counters (a drop inside the noise
+    is measured as no loss)."""
+    m = throughput_loss(r.throughput, since, settle_s=settle_s, min_before=min_before, min_after=min_after)
+    if m is not None:
+        return (*m, "throughput")
+    drop = utilisation_drop(r.utilisation, since, counters)
+    if drop is None:
+        return None
+    if not drop.significant:
+        return 0.0, drop.before, drop.before, "utilisation"
+    return drop.loss, drop.before, drop.after, "utilisation"
 
 
 def head_priority(pending_priorities: Iterable[int | None], exclude_current: int | None = None) -> int:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+COUNTER_SOURCES = ("nvml-process", "dcgm-gr-active")
+
 
 @dataclass(frozen=True)
 class JobSample:
@@ -14,11 +16,19 @@ class JobSample:
     at: float  # unix time
     mem_bytes: int  # GPU memory in use now
     peak_mem_bytes: int  # since the job started
-    util_pct: float | None = None  # GPU utilisation attributed to the job
+    util_pct: float | None = None  # GPU utilisation attributed to the job (percent)
     throughput: float | None = None  # iterations per second, as the job reports them
     iterations: int | None = None
     isolation: str = "whole"  # "whole" | "shard:K" | "mig:<profile>@<start>" | "mps:<pct>"
     started_at: float | None = None  # when the job's step started on the GPU
+    # where util_pct came from: the GPU's counters ("nvml-process", "dcgm-gr-active"), the
+    # job's own "report", or "unavailable: <why>" (util_pct None)
+    util_source: str | None = None
+
+    @property
+    def counted(self) -> bool:
+        """Whether util_pct was measured by the GPU's counters (not reported by the job)."""
+        return self.util_pct is not None and self.util_source in COUNTER_SOURCES
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -23,6 +23,7 @@ from mig.planner import plan_merge_split
 from mig.policies import choose
 from packer.samples import JobSample
 from slurm_plugin.agent import isolation as iso
+from slurm_plugin.agent.counters import CounterReader, CounterReading
 from slurm_plugin.agent.state import BATCH_STEP, EXTERN_STEP, Assignment, StateFile, write_json_atomic
 from slurm_plugin.agent.trust import Peer, ReportGuard, ReportRejected, check_reporter
 
@@ -88,6 +89,7 @@ class NodeAgent:
         self.lock = threading.RLock()
         self.jobs: dict[int, Assignment] = self.store.load()
         self.recent: dict[int, deque[JobSample]] = {}
+        self.counters = CounterReader(backend)
         self._dirty = False
         # the helper's layout policy, as last pushed ("off" until it says otherwise): with a
         # policy, a finished job's slice stays (idle) for the next job of that size
@@ -450,21 +452,29 @@ class NodeAgent:
                    if p.owner == a.owner)
         return used, max(used, a.peak_mem_bytes)
 
-    def _sample_one(self, a: Assignment, now: float) -> JobSample:
+    def _sample_one(self, a: Assignment, now: float, counted: CounterReading | None = None) -> JobSample:
+        """One sample of the job; its utilisation from the GPU's counters when they gave
+        one this round (``counted``), else what the job reported (``util_source``)."""
         cur, peak = self._memory(a)
         a.last_mem_bytes = cur
         a.peak_mem_bytes = max(a.peak_mem_bytes, peak, cur)
         a.samples += 1
-        if a.util_pct is not None:
-            a.util_sum += a.util_pct
+        if counted is not None and counted.util_pct is not None:
+            util, source = counted.util_pct, counted.source
+        elif a.util_pct is not None:
+            util, source = a.util_pct, "report"
+        else:
+            util, source = None, counted.source if counted is not None else None
+        if util is not None:
+            a.util_sum += util
             a.util_n += 1
         if a.throughput is not None:
             a.throughput_sum += a.throughput
             a.throughput_n += 1
         sample = JobSample(job_id=a.job_id, node=self.node, gpu_index=a.gpu_index, at=now,
-                           mem_bytes=cur, peak_mem_bytes=a.peak_mem_bytes, util_pct=a.util_pct,
+                           mem_bytes=cur, peak_mem_bytes=a.peak_mem_bytes, util_pct=util,
                            throughput=a.throughput, iterations=a.iterations,
-                           isolation=a.isolation, started_at=a.started_at)
+                           isolation=a.isolation, started_at=a.started_at, util_source=source)
         self.recent.setdefault(a.job_id, deque(maxlen=SAMPLES_KEPT)).append(sample)
         return sample
 
@@ -472,9 +482,10 @@ class NodeAgent:
         """Sample every job once."""
         with self.lock:
             now = self.clock()
+            counted = self.counters.read(self.jobs.values())
             for a in list(self.jobs.values()):
                 try:
-                    self._sample_one(a, now)
+                    self._sample_one(a, now, counted.get(a.job_id))
                 except MigError as exc:
                     log.warning("job %d: cannot read its memory: %s", a.job_id, exc)
             if self.jobs:

@@ -28,6 +28,7 @@ SUBCOMMANDS: dict[str, str] = {
     "predict": "slurm_plugin.cli.predict_cmd:predict",
     "agent": "slurm_plugin.cli.agent_cmd:agent",
     "simgpu": "slurm_plugin.cli.simgpu_cmd:simgpu",
+    "report": "slurm_plugin.cli.report_cmd:report",
     "events": "slurm_plugin.cli.events_cmd:events",
     "simulate": "slurm_plugin.cli.simulate_cmd:simulate",
     "epilog": "slurm_plugin.cli.epilog_cmd:epilog",

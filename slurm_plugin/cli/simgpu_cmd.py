@@ -32,7 +32,11 @@ def simgpu() -> None:
 @click.option("--workload", default=None, help="Model name in the co-location traces (e.g. ResNet18, LSTM); "
               "sets the slowdown beside other workloads and the reported utilisation.")
 @click.option("--report-every", default=0.5, show_default=True, help="Seconds between progress reports to the agent.")
-def run(mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload: str | None, report_every: float) -> None:
+@click.option("--report/--no-report", default=True, show_default=True,
+              help="Report progress to the node agent; --no-report behaves like a job that says nothing "
+              "(the helper then watches it through the GPU's utilisation counters).")
+def run(mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload: str | None, report_every: float,
+        report: bool) -> None:
     """Run inside a job: allocate on the simulated GPU it was given, grow, report progress.
 
     Dies with `CUDA out of memory` (exit 1) when it outgrows its partition.
@@ -40,4 +44,43 @@ def run(mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload: s
     from slurm_plugin.simgpu.workload import run as run_workload
 
     raise SystemExit(run_workload(mem_start=mem_start, mem_growth=mem_growth, iters=iters, iter_ms=iter_ms,
-                                  workload=workload, report_every_s=report_every))
+                                  workload=workload, report_every_s=report_every, report=report))
+
+
+@simgpu.command("counters-bench")
+@click.option("--seeds", type=click.IntRange(1, 100), default=3, show_default=True,
+              help="Noise seeds per ordered pair of workloads.")
+@click.option("--null-seeds", type=click.IntRange(1, 1000), default=10, show_default=True,
+              help="Seeds per workload with a newcomer that slows nothing (the false-positive baseline).")
+@click.option("--horizon", type=click.FloatRange(10, 3600), default=60.0, show_default=True,
+              help="Seconds watched after the newcomer started.")
+@click.option("--z", "zs", default="2,3,4,5", show_default=True, help="Noise standard errors a drop must exceed (list).")
+@click.option("--mode", "modes", type=click.Choice(["whole", "mig"]), multiple=True,
+              help="Whole GPU (NVML per-process samples) and/or MIG (DCGM per-instance activity); default both.")
+@click.option("--min-samples", type=click.IntRange(2, 100), default=None,
+              help="Rounds a side before judging (default: the helper's counter_min_samples).")
+@click.option("--window", type=click.IntRange(2, 200), default=None,
+              help="Rounds a side at most (default: the helper's counter_window).")
+@click.option("--json", "as_json", is_flag=True, help="Rows as JSON.")
+def counters_bench(seeds: int, null_seeds: int, horizon: float, zs: str, modes: tuple[str, ...],
+                   min_samples: int | None, window: int | None, as_json: bool) -> None:
+    """Detection delay and false positives of contention seen in the GPU's counters alone.
+
+    Every ordered pair of the co-location traces on the simulated GPU with a simulated
+    clock, the senior's utilisation read as the node agent reads it and judged by the
+    helper's rule (jobs that report nothing)."""
+    from slurm_plugin.helper.monitor_settings import MonitorSettings
+    from slurm_plugin.simgpu.counter_bench import bench, render
+
+    defaults = MonitorSettings()
+
+    try:
+        z_values = tuple(float(z) for z in zs.split(",") if z.strip())
+    except ValueError:
+        raise click.BadParameter(f"--z takes numbers separated by commas, got {zs!r}") from None
+    min_samples = min_samples or defaults.counter_min_samples
+    window = max(window or defaults.counter_window, min_samples)
+    rows = bench(zs=z_values, seeds=seeds, horizon_s=horizon, modes=modes or ("whole", "mig"),
+                 null_seeds=null_seeds, min_samples=min_samples, window=window,
+                 threshold=defaults.contention_threshold)
+    click.echo(render(rows, as_json))

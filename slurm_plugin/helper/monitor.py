@@ -381,9 +381,14 @@ class Monitor:
         acted: set[int] = set()
         s = self.settings
         for (node, gpu), tracks in sorted(by_gpu.items()):
-            residents = [Resident(t.job_id, t.started_at, t.throughput(), t.fingerprint) for t in tracks]
+            # a job's reported throughput is preferred; without it, its utilisation as the
+            # GPU's counters measured it
+            residents = [Resident(t.job_id, t.started_at, t.throughput(), t.fingerprint,
+                                  utilisation=tuple((x.at, x.util_pct) for x in t.samples if x.counted))
+                         for t in tracks]
             verdict = find_contention(residents, s.contention_threshold, settle_s=s.settle_s,
-                                      min_before=s.min_samples_before, min_after=s.min_samples_after)
+                                      min_before=s.min_samples_before, min_after=s.min_samples_after,
+                                      counters=s.counter_rule())
             if verdict is None:
                 continue
             newcomer = jobs[verdict.newcomer]
@@ -399,7 +404,7 @@ class Monitor:
                 newcomer, "requeue-contention", verdict.reason, exclude=hurt_nodes,
                 node=node, gpu=gpu, hurt=[h.job_id for h in verdict.hurt],
                 fingerprint=verdict.newcomer_fingerprint,
-                avoided=[h.fingerprint for h in verdict.hurt],
+                avoided=[h.fingerprint for h in verdict.hurt], signals=[h.signal for h in verdict.hurt],
             ):
                 acted.add(newcomer.job_id)
         return acted

@@ -6,6 +6,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from packer.config import ConfigError
+from packer.util_contention import CounterRule
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,13 @@ class MonitorSettings:
     settle_s: float = 2.0  # samples this soon after the newcomer started are not compared
     min_samples_before: int = 2
     min_samples_after: int = 2
+    # contention of jobs that report nothing, from the GPU's utilisation counters
+    # (packer.util_contention; chosen with `gpupack simgpu counters-bench`): the drop must
+    # exceed counter_z standard errors of the noise, over at most counter_window rounds a
+    # side and at least counter_min_samples rounds a side
+    counter_z: float = 4.0
+    counter_window: int = 20
+    counter_min_samples: int = 8
     # memory growth (thesis, Algorithm 1): forecast to this many seconds after the job started
     memory_horizon_s: float = 3600.0
     # skip Slurm's requeue delay (BeginTime = requeue + cred_expire) once the old run is
@@ -33,9 +41,18 @@ class MonitorSettings:
     # MIG layouts that follow the queue (thesis 4.3): in-order (FIFO), by-size, or off
     mig_layout: str = "in-order"
 
+    def counter_rule(self) -> CounterRule:
+        """The utilisation-drop rule for jobs that report nothing (packer.util_contention)."""
+        return CounterRule(threshold=self.contention_threshold, z=self.counter_z, window=self.counter_window,
+                           min_before=self.counter_min_samples, min_after=self.counter_min_samples,
+                           settle_s=self.settle_s)
+
     def __post_init__(self) -> None:
         if not 0 < self.contention_threshold < 1:
             raise ConfigError("[monitor] contention_threshold must be a fraction in (0, 1), e.g. 0.10")
+        if self.counter_z <= 0 or self.counter_min_samples < 2 or self.counter_window < self.counter_min_samples:
+            raise ConfigError("[monitor] counter_z must be > 0, counter_min_samples >= 2 and "
+                              "counter_window >= counter_min_samples")
         if self.interval_s <= 0:
             raise ConfigError("[monitor] interval_s must be positive")
         if not 0 < self.max_duty <= 1:

@@ -1,5 +1,12 @@
 """The simulated GPU workload: allocates on the simulated GPU the job was given, grows, reports.
 
+How fast it runs is the simulation's physics: it registers as a process on its device and
+reads which workloads compute on the same GPU (``SimGpuBackend.neighbours``), slows down by
+the measured pair speeds, and tells the GPU how busy it keeps the engines (its utilisation
+alone times that speed), which is all the GPU's counters ever sample. Reporting progress
+to the node agent is optional (``--no-report``: a job that says nothing, like most real
+training jobs).
+
 Where it runs comes from the step environment the node agent answered through the SPANK
 plugin (``GPUPACK_SIM_DIR``, ``GPUPACK_NODE``, ``GPUPACK_SIM_DEVICE``,
 ``GPUPACK_MEM_LIMIT_BYTES`` for an MPS share, ``GPUPACK_AGENT_SOCKET``,
@@ -25,6 +32,7 @@ log = logging.getLogger(__name__)
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 MIN_REPORT_GAP_S = 0.15  # above slurm_plugin.agent.trust.MIN_REPORT_INTERVAL_S
+SPEED_REFRESH_S = 0.25  # how often the workload looks again at who shares its GPU
 
 
 class WorkloadSetupError(RuntimeError):
@@ -104,14 +112,13 @@ def oom_message(asked: int, capacity: int, used: int, gpu: int | None) -> str:
 
 
 class _Reporter:
-    """Sends progress to the agent now and then; keeps the last neighbours when it is away."""
+    """Sends progress to the agent now and then."""
 
     def __init__(self, target: Target, workload: str | None, every_s: float,
                  ask: Callable[[str, dict, float], dict] | None = None):
         self.target = target
         self.workload = workload
         self.every_s = every_s
-        self.neighbours: list[str] = []
         self.last = 0.0
         self.window: tuple[float, int] = (time.monotonic(), 0)
         self.failures = 0
@@ -156,16 +163,14 @@ class _Reporter:
             if self.failures == 1:
                 print(f"simgpu: cannot report to the node agent ({exc}); running on", file=sys.stderr)
             return
-        if answer.get("status") == "ok":
-            self.neighbours = [str(n) for n in answer.get("neighbours", [])][:16]
-        else:
+        if answer.get("status") != "ok":
             self.failures += 1
             if self.failures <= 3:
                 print(f"simgpu: the agent did not take a report: {answer.get('reason')}", file=sys.stderr)
 
 
 def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload: str | None,
-        env: dict[str, str] | None = None, report_every_s: float = 0.5,
+        env: dict[str, str] | None = None, report_every_s: float = 0.5, report: bool = True,
         out: TextIO = sys.stdout, err: TextIO = sys.stderr, backend=None) -> int:
     """Run the workload; returns the process exit status (0 done, 1 out of memory, 2 setup)."""
     from mig.errors import GpuOutOfMemoryError, MigError
@@ -198,7 +203,8 @@ def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload
     if target.mem_limit_bytes:
         capacity = min(capacity, target.mem_limit_bytes)
     default_speed = float(env.get("GPUPACK_SIM_DEFAULT_PAIR_SPEED", pairs.DEFAULT_PAIR_SPEED))
-    reporter = _Reporter(target, workload, report_every_s)
+    reporter = _Reporter(target, workload, report_every_s) if report else None
+    engines = _Engines(gpu, device, target.owner, workload, default_speed)
     held = 0
     stopping = {"sig": 0}
 
@@ -207,7 +213,8 @@ def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload
 
     old = signal.signal(signal.SIGTERM, _stop)
     print(f"simgpu: job {target.job_id} on {target.node} GPU {gpu_index} device {device} "
-          f"({capacity / GIB:.2f} GiB), workload {workload or 'generic'}", file=out, flush=True)
+          f"({capacity / GIB:.2f} GiB), workload {workload or 'generic'}"
+          f"{'' if report else ', not reporting'}", file=out, flush=True)
 
     def alloc(n: int) -> bool:
         nonlocal held
@@ -224,18 +231,20 @@ def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload
     try:
         if not alloc(mem_start):
             return 1
+        engines.start()
         done = 0
         started = time.monotonic()
         for done in range(1, iters + 1):
             if stopping["sig"]:
                 print(f"simgpu: stopped by signal {stopping['sig']} after {done - 1} iterations", file=err)
                 return 128 + stopping["sig"]
-            speed = pairs.packed_speed(workload, reporter.neighbours, default=default_speed)
-            time.sleep(iter_ms / 1000.0 / max(speed, 0.01))
+            time.sleep(iter_ms / 1000.0 / max(engines.speed(), 0.01))
             if mem_growth and not alloc(mem_growth):
                 return 1
-            reporter.maybe(done)
-        reporter.final(done)
+            if reporter is not None:
+                reporter.maybe(done)
+        if reporter is not None:
+            reporter.final(done)
         elapsed = time.monotonic() - started
         print(f"simgpu: done {done} iterations in {elapsed:.2f}s ({done / elapsed if elapsed else 0:.1f} it/s), "
               f"peak {held / GIB:.2f} GiB", file=out, flush=True)
@@ -243,9 +252,41 @@ def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload
     finally:
         signal.signal(signal.SIGTERM, old)
         try:
+            engines.stop()
             gpu.free_memory(device, target.owner)
         except MigError:
             pass
+
+
+class _Engines:
+    """The workload's process on the simulated GPU: how fast it runs beside its neighbours,
+    and how busy it keeps the engines (what the GPU's counters sample)."""
+
+    def __init__(self, gpu, device: str, owner: str, workload: str | None, default_speed: float):
+        self.gpu, self.device, self.owner = gpu, device, owner
+        self.workload = workload
+        self.default_speed = default_speed
+        self.alone_util = pairs.workload_util(workload)
+        self.current = 1.0
+        self.checked = 0.0
+
+    def start(self) -> None:
+        self.gpu.start_process(self.device, self.owner, self.workload, self.alone_util)
+        self.checked = 0.0
+
+    def speed(self) -> float:
+        now = time.monotonic()
+        if now - self.checked >= SPEED_REFRESH_S:
+            self.checked = now
+            speed = pairs.packed_speed(self.workload, self.gpu.neighbours(self.device, self.owner),
+                                       default=self.default_speed)
+            if speed != self.current:
+                self.current = speed
+                self.gpu.set_busy(self.device, self.owner, self.alone_util * speed)
+        return self.current
+
+    def stop(self) -> None:
+        self.gpu.end_process(self.device, self.owner)
 
 
 def _capacity(gpu, gpu_index: int, gi_id: int | None) -> int:

@@ -66,3 +66,31 @@ def test_without_the_agents_answer_it_says_what_is_missing():
     assert "GPUPACK_SIM_DIR" in err.getvalue()
     t = target_from_env({"GPUPACK_SIM_DIR": "/x", "SLURMD_NODENAME": "n1", "CUDA_VISIBLE_DEVICES": "MIG-abc"})
     assert t.device_uuid == "MIG-abc" and t.node == "n1"
+
+
+def test_a_workload_slows_down_beside_a_neighbour_and_the_gpu_sees_it_less_busy():
+    from slurm_plugin.simgpu.workload import _Engines
+
+    gpu = SimGpuBackend(None, "node1", gpus=["H100-80GB"], mig_enabled=False)
+    uuid = gpu.list_gpus()[0].uuid
+    senior = _Engines(gpu, uuid, "1", "ResNet18", pairs.DEFAULT_PAIR_SPEED)
+    senior.start()
+    assert senior.speed() == 1.0
+    gpu.start_process(uuid, "2", "LSTM", 77.6)
+    senior.checked = -10.0  # look again now
+    assert senior.speed() == pytest.approx(pairs.pair_speed("ResNet18", "LSTM"))
+    doc = gpu.snapshot()["gpus"][0]["processes"][uuid]["1"]
+    assert doc["busy_pct"] == pytest.approx(pairs.workload_util("ResNet18") * pairs.pair_speed("ResNet18", "LSTM"))
+    senior.stop()
+    assert gpu.neighbours(uuid, "2") == []
+
+
+def test_a_workload_that_does_not_report_never_calls_the_agent():
+    gpu = SimGpuBackend(None, "node1", gpus=["H100-80GB"])
+    inst = gpu.create_instance(0, "1g.10gb", 0, owner="7")
+    out = io.StringIO()
+    rc = run(mem_start=1 << 20, mem_growth=0, iters=3, iter_ms=1, workload="LSTM", report=False,
+             env=_env(gpu, inst.uuid, GPUPACK_AGENT_SOCKET="/nonexistent.sock", GPUPACK_REPORT_TOKEN="t"),
+             out=out, err=io.StringIO(), backend=gpu)
+    assert rc == 0 and "not reporting" in out.getvalue()
+    assert gpu.neighbours(inst.uuid, "x") == []  # its process is gone at the end

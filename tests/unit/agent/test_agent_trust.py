@@ -128,3 +128,26 @@ def test_lines_format_for_the_spank_plugin(served):
         s.connect(str(server.socket_path))
         s.sendall(b'{"op":"isolate","format":"lines","job_id":6,"step_id":0,"node":"node9","env":{}}\n')
         assert s.makefile().read().startswith("ERR this is the agent of node1")
+
+
+def test_the_report_client_sends_what_the_job_knows(served, monkeypatch):
+    from click.testing import CliRunner
+
+    from slurm_plugin.cli.report_cmd import report as report_cmd
+    from slurm_plugin.report import ReportError, report
+
+    agent, server = served
+    a = agent.isolate(7, BATCH_STEP, 0, SHARD1)
+    monkeypatch.setattr("slurm_plugin.agent.trust.job_of_pid", lambda pid, proc="/proc": 7)
+    env = {"GPUPACK_AGENT_SOCKET": str(server.socket_path), "GPUPACK_REPORT_TOKEN": a.token, "SLURM_JOB_ID": "7"}
+    assert report(812.5, iterations=6, env=env)["status"] == "ok"
+    assert agent.jobs[7].throughput == 812.5 and agent.jobs[7].iterations == 6
+    with pytest.raises(ReportError, match="went backwards"):
+        agent.jobs[7].last_report_at = None  # past the rate limit
+        report(1.0, iterations=3, env=env)
+    with pytest.raises(ReportError, match="not inside a gpupack job"):
+        report(1.0, env={})
+    agent.jobs[7].last_report_at = None
+    out = CliRunner().invoke(report_cmd, ["--throughput", "900", "--iterations", "8"], env=env)
+    assert out.exit_code == 0, out.output
+    assert agent.jobs[7].throughput == 900.0

@@ -43,10 +43,11 @@ class Samples:
     def __call__(self, nodes):
         return list(self.now.values())
 
-    def put(self, job_id, at, *, node="node1", gpu=0, throughput=None, mem=GIB, started_at=None, isolation="shard:2", util=None):
+    def put(self, job_id, at, *, node="node1", gpu=0, throughput=None, mem=GIB, started_at=None, isolation="shard:2", util=None,
+            util_source=None):
         self.now[job_id] = JobSample(job_id=job_id, node=node, gpu_index=gpu, at=at, mem_bytes=mem,
                                      peak_mem_bytes=mem, throughput=throughput, isolation=isolation,
-                                     started_at=started_at, util_pct=util)
+                                     started_at=started_at, util_pct=util, util_source=util_source)
 
 
 def make(tmp_path, mode="enforce", **settings):
@@ -88,6 +89,46 @@ def test_newcomer_that_slows_its_neighbour_is_requeued_at_head_and_the_pair_avoi
     verbs = [c[1] for c in fake.calls if c[0] == "scontrol" and c[1] != "--version"]
     assert verbs.index("requeuehold") < verbs.index("release")  # changed while held
     assert not any("scancel" in c for c in fake.calls)
+
+
+def test_newcomer_that_slows_a_silent_neighbour_is_seen_in_the_gpu_counters_and_requeued(tmp_path):
+    import random
+
+    fake, helper, samples, monitor = make(tmp_path)
+    rng = random.Random(4)
+    running(fake, 1, fp="aaaa", start=FAKE_EPOCH)
+    for t in range(20):  # the senior alone, ~70 % busy; it reports nothing
+        samples.put(1, FAKE_EPOCH + t, started_at=FAKE_EPOCH, util=70 + rng.gauss(0, 3), util_source="nvml-process")
+        monitor.tick()
+    running(fake, 2, fp="bbbb", start=FAKE_EPOCH + 20)
+    for t in range(20, 29):  # ~49 % busy beside the newcomer: too early to judge (settle + 8 rounds)
+        samples.put(1, FAKE_EPOCH + t, started_at=FAKE_EPOCH, util=49 + rng.gauss(0, 3), util_source="nvml-process")
+        samples.put(2, FAKE_EPOCH + t, started_at=FAKE_EPOCH + 20, util=60, util_source="nvml-process")
+        monitor.tick()
+    assert fake.jobs[2].state == "RUNNING"
+    for t in range(29, 32):
+        samples.put(1, FAKE_EPOCH + t, started_at=FAKE_EPOCH, util=49 + rng.gauss(0, 3), util_source="nvml-process")
+        samples.put(2, FAKE_EPOCH + t, started_at=FAKE_EPOCH + 20, util=60, util_source="nvml-process")
+        monitor.tick()
+    assert fake.jobs[2].state == "PENDING" and fake.jobs[1].state == "RUNNING"
+    (event,) = [e for e in helper.store.events() if e.kind == "requeue-contention"]
+    assert event.job_id == 2 and event.data["signals"] == ["utilisation"] and "GPU utilisation" in event.detail
+    assert helper.store.must_avoid("aaaa", "bbbb")
+
+
+def test_a_reported_utilisation_is_not_taken_for_a_counter(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path)
+    running(fake, 1, fp="aaaa", start=FAKE_EPOCH)
+    for t in range(20):
+        samples.put(1, FAKE_EPOCH + t, started_at=FAKE_EPOCH, util=70, util_source="report")
+        monitor.tick()
+    running(fake, 2, fp="bbbb", start=FAKE_EPOCH + 20)
+    for t in range(20, 35):  # what a job says of its utilisation is not measured contention
+        samples.put(1, FAKE_EPOCH + t, started_at=FAKE_EPOCH, util=30, util_source="report")
+        samples.put(2, FAKE_EPOCH + t, started_at=FAKE_EPOCH + 20)
+        monitor.tick()
+    assert fake.jobs[2].state == "RUNNING"
+    assert not [e for e in helper.store.events() if e.kind == "requeue-contention"]
 
 
 def test_pending_packed_job_is_kept_off_the_node_of_an_avoided_partner(tmp_path):

@@ -43,7 +43,7 @@ import traceback
 import uuid as uuidlib
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_int, c_uint, c_ulonglong,
                     c_void_p, cast, sizeof)
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 import pynvml
@@ -188,6 +188,8 @@ class _Obj:
 class FakeProcess:
     pid: int
     used_bytes: int
+    # utilisation samples the driver holds for it: (timestamp us, smUtil, memUtil)
+    samples: list = field(default_factory=list)
 
 
 class FakeComputeInstance(_Obj):
@@ -533,6 +535,9 @@ class FakeNvml:
           self._parent_of_mig_device)
         e("nvmlDeviceGetComputeRunningProcesses_v3",
           [DEV, P_UINT, POINTER(pynvml.c_nvmlProcessInfo_v3_t)], self._compute_processes)
+        e("nvmlDeviceGetProcessUtilization",
+          [DEV, POINTER(pynvml.c_nvmlProcessUtilizationSample_t), P_UINT, c_ulonglong],
+          self._process_utilization)
 
     # -- init ---------------------------------------------------------------------------
     def _init(self, flags: int) -> int:
@@ -927,6 +932,27 @@ class FakeNvml:
             for ci in gi.cis.values():
                 out.extend(ci.processes)
         return out
+
+    def _process_utilization(self, device, utilization, count, last_seen: int) -> int:
+        """nvml.h: samples newer than lastSeenTimeStamp; NULL buffer -> the count and
+        INSUFFICIENT_SIZE; NOT_FOUND when there is no sample; not supported in MIG mode."""
+        dev = self._device(device)
+        self._need(count, "processSamplesCount")
+        if isinstance(dev, FakeMigDevice) or dev.mig_on:
+            return ERROR_NOT_SUPPORTED
+        rows = [(p.pid, ts, sm, mem) for p in dev.processes for ts, sm, mem in p.samples if ts > last_seen]
+        if not rows:
+            count[0] = 0
+            return ERROR_NOT_FOUND
+        capacity = count[0]
+        count[0] = len(rows)
+        if not utilization or capacity < len(rows):
+            return ERROR_INSUFFICIENT_SIZE
+        for k, (pid, ts, sm, mem) in enumerate(rows):
+            utilization[k].pid, utilization[k].timeStamp = pid, ts
+            utilization[k].smUtil, utilization[k].memUtil = sm, mem
+            utilization[k].encUtil = utilization[k].decUtil = 0
+        return SUCCESS
 
     def _compute_processes(self, device, info_count, infos) -> int:
         dev = self._device(device)

@@ -1,0 +1,90 @@
+"""End to end on the real cluster: contention seen in the GPU's own counters, for jobs that
+never report their progress (issue 12, part 2).
+
+A senior and a newcomer both run `simgpu run --no-report`: the node agent knows nothing
+of their throughput and reads the (simulated) GPU's per-instance activity instead. The
+newcomer slows the senior, the senior's utilisation falls, and the helper requeues the
+newcomer at the head of the queue; the senior keeps running.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from packer.store import Store
+
+pytestmark = pytest.mark.integration
+
+PY = sys.executable
+RUN = time.time_ns()
+SLEEP = b"#!/bin/sh\nsleep 300\n"
+
+
+def silent(args: str) -> bytes:
+    return f"#!/bin/sh\n# gpupack counters test {RUN}\nexec {PY} -m slurm_plugin simgpu run --no-report {args}\n".encode()
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
+    deadline = time.time() + timeout
+    value = None
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"{what}: not true after {timeout}s (last: {value!r})")
+
+
+def events(cluster, kind: str, job_id: int):
+    store = Store(cluster.spec.database)
+    try:
+        return [e for e in store.events(limit=500, job_id=job_id) if e.kind == kind]
+    finally:
+        store.close()
+
+
+def test_silent_newcomer_that_slows_a_silent_neighbour_is_requeued_at_the_head(cluster):
+    from slurm_plugin.agent.client import samples
+
+    try:
+        senior = cluster.submit(["-J", "ctr-senior", "-w", "node1", "--gres=shard:2"],
+                                silent("--workload ResNet18 --mem-start 2GiB --iters 6000 --iter-ms 50"))
+        cluster.wait(senior, "RUNNING", 30)
+        cluster.submit(["-J", "ctr-fill", "-w", "node1", "--gres=shard:8"], SLEEP)
+        fillers = {n: cluster.submit(["-J", "ctr-fill", "-w", n, "--gres=gpu:2"], SLEEP) for n in ("node2", "node3")}
+        for job in fillers.values():
+            cluster.wait(job, "RUNNING", 30)
+        waiting = cluster.submit(["-J", "ctr-wait", "--hold", "--gres=gpu:2"], SLEEP)
+
+        def senior_counted():
+            got = samples(cluster.state_dir, "node1", senior, latest=True)
+            return got and got[0].util_source == "dcgm-gr-active" and got[0].throughput is None and got[0]
+
+        first = wait_for(senior_counted, 20, "the senior's utilisation from the GPU's counters")
+        assert 40 < first.util_pct < 100  # ResNet18 alone keeps ~69 % of its slice busy
+        time.sleep(15)  # the senior's utilisation alone, before anyone joins it
+        newcomer = cluster.submit(["-J", "ctr-newcomer", "--gres=shard:2"],
+                                  silent("--workload LSTM --mem-start 2GiB --iters 4000 --iter-ms 50"))
+        cluster.wait(newcomer, "RUNNING", 30)
+        assert cluster.job(newcomer)["NodeList"] == "node1"  # beside the senior: nowhere else has room
+        cluster.run("scontrol", "release", str(waiting))
+
+        (event,) = wait_for(lambda: events(cluster, "requeue-contention", newcomer), 60, "contention requeue")
+        assert event.data["hurt"] == [senior] and event.data["signals"] == ["utilisation"]
+        assert "GPU utilisation" in event.detail and "reports no progress" in event.detail
+        assert cluster.state(senior) == "RUNNING"  # the neighbour keeps running
+        info = cluster.job(newcomer)
+        assert info["JobState"] in ("PENDING", "COMPLETING") and int(info["Restarts"]) >= 1
+        assert "node1" in info["ExcNodeList"]
+        assert int(info["Priority"]) > int(cluster.job(waiting)["Priority"])  # at the head
+        store = Store(cluster.spec.database)
+        try:
+            assert store.must_avoid(event.data["fingerprint"], event.data["avoided"][0])
+        finally:
+            store.close()
+        time.sleep(3)
+        assert cluster.state(senior) == "RUNNING"
+    finally:
+        cluster.cancel_all()
