@@ -29,6 +29,7 @@ SUBCOMMANDS: dict[str, str] = {
     "agent": "slurm_plugin.cli.agent_cmd:agent",
     "simgpu": "slurm_plugin.cli.simgpu_cmd:simgpu",
     "events": "slurm_plugin.cli.events_cmd:events",
+    "actions": "slurm_plugin.cli.actions_cmd:actions",
     "simulate": "slurm_plugin.cli.simulate_cmd:simulate",
     "epilog": "slurm_plugin.cli.epilog_cmd:epilog",
     "root": "slurm_plugin.cli.root_cmd:root",

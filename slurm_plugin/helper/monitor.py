@@ -5,22 +5,27 @@ and the newest sample of each running job from the node agents (`SampleSource`),
 each watch of `Monitor.watches`, in this order:
 
 1. **tracks** (`watches/tracks.py`): the samples of each running job;
-2. **history** (`watches/history.py`): a job that ended COMPLETED has its peak memory, mean
+2. **outcomes** (`watches/outcomes.py`): open decisions of the action ledger are judged from
+   what happened next; runs that needed an action and got none are recorded as misses;
+3. **history** (`watches/history.py`): a job that ended COMPLETED has its peak memory, mean
    utilisation and throughput written under its fingerprint;
-3. **22.05 guard** (`watches/quirk_guard.py`): a GPU given whole and as shares;
-4. **contention** (`watches/contention.py`, patent seed FIG. 4): the newcomer that slows a
+4. **22.05 guard** (`watches/quirk_guard.py`): a GPU given whole and as shares;
+5. **contention** (`watches/contention.py`, patent seed FIG. 4): the newcomer that slows a
    neighbour is requeued at the head and the pair is never packed together again;
-5. **memory growth** (`watches/memory.py`, thesis Algorithm 1): a job certain to outgrow its
+6. **memory growth** (`watches/memory.py`, thesis Algorithm 1): a job certain to outgrow its
    share is requeued at the head on a larger size;
-6. **keep at head** (`watches/at_head.py`): requeued jobs stay the next to start;
-7. **steering** (`watches/steering.py`): pending packed jobs are kept off avoided partners;
-8. **MPS** (`watches/mps.py`): percentages from measured utilisation, for the node agents;
-9. **queue layouts** (`watches/layouts.py`): idle MIG slices follow the pending queue;
-10. **metrics** (`watches/metrics.py`): written and served.
+7. **keep at head** (`watches/at_head.py`): requeued jobs stay the next to start;
+8. **steering** (`watches/steering.py`): pending packed jobs are kept off avoided partners;
+9. **MPS** (`watches/mps.py`): percentages from measured utilisation, for the node agents;
+10. **queue layouts** (`watches/layouts.py`): idle MIG slices follow the pending queue;
+11. **metrics** (`watches/metrics.py`): written and served.
 
 Watches read a `RoundContext` and act only through `Actions` (requeue at the head, update
-a job, log an event). Only `enforce` mode acts; `observe` and `advise` log what would be
-done as events. Nothing is ever cancelled. Slurm hiccups are logged and the round is skipped.
+a job, log an event). The run-time actions (contention requeue, memory restart) each have a
+mode, `off | shadow | enforce` (`[monitor.actions]`, else following the helper's mode:
+enforce acts, observe and advise shadow); shadow logs what would be done as an event and in
+the action ledger. The other watches act only in `enforce` mode. Nothing is ever
+cancelled. Slurm hiccups are logged and the round is skipped.
 """
 from __future__ import annotations
 
@@ -41,6 +46,7 @@ from slurm_plugin.helper.watches.layouts import LAYOUT_REFRESH_S, QueueLayoutWat
 from slurm_plugin.helper.watches.memory import MemoryWatch
 from slurm_plugin.helper.watches.metrics import MetricsWatch
 from slurm_plugin.helper.watches.mps import MpsWatch
+from slurm_plugin.helper.watches.outcomes import OutcomeWatch
 from slurm_plugin.helper.watches.quirk_guard import QuirkGuardWatch
 from slurm_plugin.helper.watches.round import RoundContext, Watch, WatchState
 from slurm_plugin.helper.watches.steering import SteerWatch
@@ -79,7 +85,7 @@ class Monitor:
         self.clock = clock
         self.on_jobs = on_jobs  # called with each round's job listing and when it was asked for
         self.state = WatchState()
-        self.actions = Actions(runner, helper.store, self.state, self.config)
+        self.actions = Actions(runner, helper.store, self.state, self.config, modes=self.settings.actions)
         self.fingerprint_of = Fingerprints(lambda: self.actions.runner)
         self.quirk_guard_watch = QuirkGuardWatch()
         self.mps_watch = MpsWatch()
@@ -87,6 +93,7 @@ class Monitor:
         # the order of a round, explicit
         self.watches: list[Watch] = [
             TrackWatch(),
+            OutcomeWatch(),
             HistoryWatch(),
             self.quirk_guard_watch,
             ContentionWatch(),

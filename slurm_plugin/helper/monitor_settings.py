@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from packer.action_modes import check_action_modes
 from packer.config import ConfigError
 
 
@@ -34,6 +35,9 @@ class MonitorSettings:
     mig_layout: str = "in-order"
     # Prometheus endpoint on 127.0.0.1 (0: none; the file next to the database is always written)
     metrics_port: int = 0
+    # `[monitor.actions]`: per run-time action (requeue-contention, restart-memory) off, shadow
+    # or enforce; an action not named follows `mode` (enforce in enforce mode, else shadow)
+    actions: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 0 < self.contention_threshold < 1:
@@ -48,6 +52,9 @@ class MonitorSettings:
             raise ConfigError("[monitor] mig_layout must be in-order, by-size or off")
         if not 0 <= self.metrics_port < 65536:
             raise ConfigError("[monitor] metrics_port must be a TCP port, or 0 for none")
+        if not isinstance(self.actions, dict):
+            raise ConfigError('[monitor.actions] must be a table, e.g. restart-memory = "shadow"')
+        check_action_modes(self.actions)
 
 
 def load_monitor_settings(path: Path | None) -> MonitorSettings:

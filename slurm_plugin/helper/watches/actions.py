@@ -13,6 +13,8 @@ import logging
 from collections.abc import Callable
 
 from packer import comment as comment_mod
+from packer.action_ledger import ActionLedger
+from packer.action_modes import ActionMode, action_mode
 from packer.config import PackerConfig
 from packer.placement import merge_exclusions
 from packer.preemption import head_priority
@@ -27,11 +29,38 @@ log = logging.getLogger(__name__)
 class Actions:
     """The only way watches change jobs; `runner` and `store` may be swapped between rounds."""
 
-    def __init__(self, runner, store: Store, state: WatchState, config: Callable[[], PackerConfig]):
+    def __init__(self, runner, store: Store, state: WatchState, config: Callable[[], PackerConfig],
+                 modes: dict[str, str] | None = None):
         self.runner = runner
         self.store = store
         self.state = state
         self.config = config
+        self.modes = modes or {}  # [monitor.actions]
+        self._ledger: ActionLedger | None = None
+
+    @property
+    def ledger(self) -> ActionLedger:
+        """The action ledger in the store of the moment."""
+        if self._ledger is None or self._ledger.store is not self.store:
+            self._ledger = ActionLedger(self.store)
+        return self._ledger
+
+    def mode_of(self, kind: str) -> ActionMode:
+        """off | shadow | enforce for a run-time action (`packer.action_modes`)."""
+        return action_mode(self.modes, kind, self.config().mode)
+
+    def decide(self, kind: str, job: Job, reason: str, *, run_start: float, evidence: dict, at: float,
+               mode: ActionMode | None = None, **requeue: object) -> bool:
+        """A run-time action's decision: requeued at the head when enforced, an event only in
+        shadow; either way a ledger row with its measured evidence, judged later
+        (`OutcomeWatch`). True when the job was requeued."""
+        mode = mode or self.mode_of(kind)
+        if mode.mode == "off":
+            return False
+        done = self.requeue_at_head(job, kind, reason, mode=mode, **requeue)
+        if done or not mode.acts:
+            self.ledger.record(kind, job.job_id, run_start, "enforce" if done else "shadow", reason, at, **evidence)
+        return done
 
     @property
     def enforcing(self) -> bool:
@@ -52,10 +81,15 @@ class Actions:
         return True
 
     def requeue_at_head(self, job: Job, kind: str, reason: str, *, exclude: frozenset[str] = frozenset(),
-                        gres: str | None = None, comment: str | None = None, **data) -> bool:
-        """Requeue `job`, change it while held, release it and make it the next to start."""
-        if not self.enforcing:
-            self.store.log_event(kind, f"would requeue ({self.config().mode} mode): {reason}", job.job_id, **data)
+                        gres: str | None = None, comment: str | None = None, mode: ActionMode | None = None,
+                        **data) -> bool:
+        """Requeue `job`, change it while held, release it and make it the next to start.
+
+        `mode`: the action's own mode; without it, the helper's (enforce acts, else shadow)."""
+        mode = mode or ActionMode("enforce" if self.enforcing else "shadow", self.config().mode)
+        if not mode.acts:
+            self.store.log_event(kind, f"would requeue ({mode.label} mode): {reason}", job.job_id,
+                                 shadow=True, **data)
             return False
         job_id = job.job_id
         ours_excluded = self.state.ours_excluded

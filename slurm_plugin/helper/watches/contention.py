@@ -11,12 +11,15 @@ from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.helper.watches.tracks import Track
 from slurm_plugin.slurm.gres import expand_hostlist
 
+KIND = "requeue-contention"
+
 
 class ContentionWatch:
     name = "contention"
 
     def round(self, ctx: RoundContext) -> None:
-        ctx.acted |= self._check_contention(ctx, ctx.acted)
+        if ctx.actions.mode_of(KIND).mode != "off":
+            ctx.acted |= self._check_contention(ctx, ctx.acted)
 
     def _check_contention(self, ctx: RoundContext, skip: set[int]) -> set[int]:
         jobs = ctx.jobs
@@ -29,6 +32,7 @@ class ContentionWatch:
         acted: set[int] = set()
         s = ctx.settings
         actions = ctx.actions
+        mode = actions.mode_of(KIND)
         for (node, gpu), tracks in sorted(by_gpu.items()):
             residents = [Resident(t.job_id, t.started_at, t.throughput(), t.fingerprint) for t in tracks]
             verdict = find_contention(residents, s.contention_threshold, settle_s=s.settle_s,
@@ -36,15 +40,21 @@ class ContentionWatch:
             if verdict is None:
                 continue
             newcomer = jobs[verdict.newcomer]
-            if not actions.first_report(newcomer.job_id, ctx.tracks[newcomer.job_id].started_at):
+            started_at = ctx.tracks[newcomer.job_id].started_at
+            if not actions.first_report(newcomer.job_id, started_at):
                 continue
             for hurt in verdict.hurt:
-                if ctx.enforcing and verdict.newcomer_fingerprint and hurt.fingerprint and verdict.newcomer_fingerprint != hurt.fingerprint:
+                if mode.acts and verdict.newcomer_fingerprint and hurt.fingerprint and verdict.newcomer_fingerprint != hurt.fingerprint:
                     actions.store.avoid_pair(verdict.newcomer_fingerprint, hurt.fingerprint, verdict.reason)
             hurt_nodes = frozenset(n for h in verdict.hurt for n in expand_hostlist(jobs[h.job_id].nodes))
-            if actions.requeue_at_head(
-                newcomer, "requeue-contention", verdict.reason, exclude=hurt_nodes,
-                node=node, gpu=gpu, hurt=[h.job_id for h in verdict.hurt],
+            evidence = {
+                "node": node, "gpu": gpu, "threshold": s.contention_threshold, "settle_s": s.settle_s,
+                "min_after": s.min_samples_after,
+                "hurt": [{"job_id": h.job_id, "before": h.before, "after": h.after, "loss": h.loss} for h in verdict.hurt],
+            }
+            if actions.decide(
+                KIND, newcomer, verdict.reason, run_start=started_at, evidence=evidence, at=ctx.now, mode=mode,
+                exclude=hurt_nodes, node=node, gpu=gpu, hurt=[h.job_id for h in verdict.hurt],
                 fingerprint=verdict.newcomer_fingerprint,
                 avoided=[h.fingerprint for h in verdict.hurt],
             ):

@@ -12,6 +12,7 @@ from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.helper.watches.tracks import Track
 
 GIB = 1024**3
+KIND = "restart-memory"
 
 
 def capacity_of(track: Track, share_bytes: float, gpu_model: str) -> float | None:
@@ -33,7 +34,8 @@ class MemoryWatch:
     name = "memory"
 
     def round(self, ctx: RoundContext) -> None:
-        ctx.acted |= self._check_memory(ctx, ctx.acted)
+        if ctx.actions.mode_of(KIND).mode != "off":
+            ctx.acted |= self._check_memory(ctx, ctx.acted)
 
     def _capacity(self, ctx: RoundContext, track: Track) -> float | None:
         return capacity_of(track, ctx.config.share_bytes, ctx.gpu_model)
@@ -44,6 +46,7 @@ class MemoryWatch:
         acted: set[int] = set()
         config = ctx.config
         actions = ctx.actions
+        mode = actions.mode_of(KIND)
         for t in list(ctx.tracks.values()):
             job = ctx.jobs.get(t.job_id)
             if job is None or job.state != "RUNNING" or not t.shards or t.job_id in skip or not t.samples:
@@ -73,16 +76,20 @@ class MemoryWatch:
             reason = (f"memory will outgrow shard:{t.shards} ({capacity / GIB:.1f}GiB): forecast "
                       f"{forecast.predicted_peak_bytes / GIB:.1f}GiB (upper {forecast.upper_bytes / GIB:.1f}GiB) "
                       f"by {fc.horizon:.0f}s after its start; restart with {gres}")
-            if t.fingerprint and ctx.enforcing:
+            if t.fingerprint and mode.acts:
                 actions.store.remember_size(t.fingerprint, remembered, "memory-restart")
             record = (comment_mod.render("exclusive", reason="memory-restart", fp=t.fingerprint)
                       if size.whole_gpu else
                       comment_mod.render("packed", shards=size.shards, reason="memory-restart", fp=t.fingerprint))
             if not actions.first_report(t.job_id, t.started_at):
                 continue
-            if actions.requeue_at_head(job, "restart-memory", reason, gres=gres, comment=record,
-                                       fingerprint=t.fingerprint, from_shards=t.shards, to=gres,
-                                       observed_peak_bytes=forecast.observed_peak_bytes,
-                                       predicted_peak_bytes=forecast.predicted_peak_bytes):
+            evidence = {"capacity_bytes": capacity, "from_shards": t.shards, "to": gres, "node": t.node,
+                        "gpu": t.gpu_index, "observed_peak_bytes": forecast.observed_peak_bytes,
+                        "predicted_peak_bytes": forecast.predicted_peak_bytes, "upper_bytes": forecast.upper_bytes}
+            if actions.decide(KIND, job, reason, run_start=t.started_at, evidence=evidence, at=ctx.now, mode=mode,
+                              gres=gres, comment=record,
+                              fingerprint=t.fingerprint, from_shards=t.shards, to=gres,
+                              observed_peak_bytes=forecast.observed_peak_bytes,
+                              predicted_peak_bytes=forecast.predicted_peak_bytes):
                 acted.add(t.job_id)
         return acted
