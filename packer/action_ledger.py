@@ -36,9 +36,10 @@ COLUMNS = {"id": int, "action": str, "job_id": int, "run_start": float, "mode": 
 
 
 class ActionLedger:
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, create: bool = True):
+        """`create=False` for readers: a database the helper never wrote to reads as empty."""
         self.store = store
-        if not self._table.exists():
+        if create and not self._table.exists():
             with store.db.conn:
                 self._table.create(COLUMNS, pk="id", if_not_exists=True)
                 self._table.create_index(["action", "outcome"], if_not_exists=True)
@@ -86,8 +87,12 @@ class ActionLedger:
 
     def counts(self) -> list[tuple[str, str, str | None]]:
         """(action, mode, outcome) of every row, for `packer.action_report.summarise`."""
+        if not self._table.exists():
+            return []
         return [tuple(r) for r in self.store.db.execute(f"select action, mode, outcome from {TABLE}").fetchall()]
 
     def _rows(self, where: str | None, args: list, limit: int | None = None) -> list[LedgerRow]:
+        if not self._table.exists():
+            return []
         rows = self._table.rows_where(where, args, order_by="id", limit=limit)
         return [LedgerRow(**{**r, "data": json.loads(r["data"] or "{}")}) for r in rows]

@@ -65,7 +65,7 @@ def report(config: Path, database: Path | None, as_json: bool) -> None:
 
     store = _ledger_store(config, database)
     try:
-        summaries = summarise(ActionLedger(store).counts())
+        summaries = summarise(ActionLedger(store, create=False).counts())
     finally:
         store.close()
     if as_json:
@@ -94,7 +94,7 @@ def list_rows(config: Path, database: Path | None, action: str | None, limit: in
 
     store = _ledger_store(config, database)
     try:
-        rows = ActionLedger(store).rows(action, limit)
+        rows = ActionLedger(store, create=False).rows(action, limit)
     finally:
         store.close()
     if as_json:

@@ -1,4 +1,4 @@
-"""The monitor's watches: one module per duty, run in the order of `default_watches`.
+"""The monitor's watches: one module per duty, run in the order of `Monitor.watches`.
 
 Each watch has one method, `round(ctx)`, reads a `RoundContext` and acts only through
 `ctx.actions` (see `round.py` and `actions.py`).

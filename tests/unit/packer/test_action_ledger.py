@@ -74,3 +74,11 @@ def test_ledger_rows_persist_and_summarise_to_precision_and_recall(tmp_path):
     assert (mem.shadow, mem.enforce, mem.right, mem.wrong, mem.pending, mem.missed) == (3, 1, 2, 1, 1, 1)
     assert mem.precision == pytest.approx(2 / 3) and mem.recall == pytest.approx(2 / 3)
     assert (con.shadow, con.unknown, con.precision, con.recall) == (1, 1, None, None)
+
+
+def test_a_reader_of_a_database_the_helper_never_wrote_to_sees_no_rows_and_creates_nothing(tmp_path):
+    store = Store(tmp_path / "g.db")
+    reader = ActionLedger(store, create=False)
+    assert reader.counts() == [] and reader.rows() == []
+    assert not store.db["action_ledger"].exists()
+    assert [s.precision for s in summarise(reader.counts())] == [None, None]
