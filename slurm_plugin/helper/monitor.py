@@ -139,6 +139,11 @@ class Monitor:
         self.mps_watch.mps_plan = plan
 
     @property
+    def _heading(self) -> dict[int, int]:
+        """Requeued jobs kept at the head (read by the metrics collector)."""
+        return self.state.heading
+
+    @property
     def decisions(self) -> dict[tuple[str, str], int]:
         return self.metrics_watch.decisions
 
