@@ -30,6 +30,7 @@ SUBCOMMANDS: dict[str, str] = {
     "simgpu": "slurm_plugin.cli.simgpu_cmd:simgpu",
     "report": "slurm_plugin.cli.report_cmd:report",
     "events": "slurm_plugin.cli.events_cmd:events",
+    "actions": "slurm_plugin.cli.actions_cmd:actions",
     "simulate": "slurm_plugin.cli.simulate_cmd:simulate",
     "epilog": "slurm_plugin.cli.epilog_cmd:epilog",
     "root": "slurm_plugin.cli.root_cmd:root",

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from packer.action_modes import check_action_modes
 from packer.config import ConfigError
 from packer.util_contention import CounterRule
 
@@ -40,6 +41,9 @@ class MonitorSettings:
     mps_floor_pct: int = 5
     # MIG layouts that follow the queue (thesis 4.3): in-order (FIFO), by-size, or off
     mig_layout: str = "in-order"
+    # `[monitor.actions]`: per run-time action (requeue-contention, restart-memory) off, shadow
+    # or enforce; an action not named follows `mode` (enforce in enforce mode, else shadow)
+    actions: dict[str, str] = field(default_factory=dict)
 
     def counter_rule(self) -> CounterRule:
         """The utilisation-drop rule for jobs that report nothing (packer.util_contention)."""
@@ -61,6 +65,9 @@ class MonitorSettings:
             raise ConfigError('[monitor] quirk_guard must be "auto", true or false')
         if self.mig_layout not in ("in-order", "by-size", "off"):
             raise ConfigError("[monitor] mig_layout must be in-order, by-size or off")
+        if not isinstance(self.actions, dict):
+            raise ConfigError('[monitor.actions] must be a table, e.g. restart-memory = "shadow"')
+        check_action_modes(self.actions)
 
 
 def load_monitor_settings(path: Path | None) -> MonitorSettings:

@@ -1,0 +1,127 @@
+"""What a watch may do to Slurm and the store: requeue at the head, update a job, log.
+
+"Requeue at the head" is `scontrol requeuehold` (so the job cannot start again before it is
+changed), the changes (size, excluded nodes), `scontrol release`, then an administrator
+priority above every pending job (`packer.preemption.head_priority`): Slurm 22.05 resets a
+requeued job's submit time, so neither age nor priority/basic's order would bring it back
+first, and `scontrol top` only reorders one user's own jobs. Release comes before the
+priority because releasing a held job recomputes its priority. Nothing is ever cancelled.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from packer import comment as comment_mod
+from packer.action_ledger import ActionLedger
+from packer.action_modes import ActionMode, action_mode
+from packer.config import PackerConfig
+from packer.placement import merge_exclusions
+from packer.preemption import head_priority
+from packer.store import Store
+from slurm_plugin.helper.watches.round import WatchState
+from slurm_plugin.slurm.errors import SlurmError
+from slurm_plugin.slurm.model import Job
+
+log = logging.getLogger(__name__)
+
+
+class Actions:
+    """The only way watches change jobs; `runner` and `store` may be swapped between rounds."""
+
+    def __init__(self, runner, store: Store, state: WatchState, config: Callable[[], PackerConfig],
+                 modes: dict[str, str] | None = None):
+        self.runner = runner
+        self.store = store
+        self.state = state
+        self.config = config
+        self.modes = modes or {}  # [monitor.actions]
+        self._ledger: ActionLedger | None = None
+
+    @property
+    def ledger(self) -> ActionLedger:
+        """The action ledger in the store of the moment."""
+        if self._ledger is None or self._ledger.store is not self.store:
+            self._ledger = ActionLedger(self.store)
+        return self._ledger
+
+    def mode_of(self, kind: str) -> ActionMode:
+        """off | shadow | enforce for a run-time action (`packer.action_modes`)."""
+        return action_mode(self.modes, kind, self.config().mode)
+
+    def decide(self, kind: str, job: Job, reason: str, *, run_start: float, evidence: dict, at: float,
+               mode: ActionMode | None = None, **requeue: object) -> bool:
+        """A run-time action's decision: requeued at the head when enforced, an event only in
+        shadow; either way a ledger row with its measured evidence, judged later
+        (`OutcomeWatch`). True when the job was requeued."""
+        mode = mode or self.mode_of(kind)
+        if mode.mode == "off":
+            return False
+        done = self.requeue_at_head(job, kind, reason, mode=mode, **requeue)
+        if done or not mode.acts:
+            self.ledger.record(kind, job.job_id, run_start, "enforce" if done else "shadow", reason, at, **evidence)
+        return done
+
+    @property
+    def enforcing(self) -> bool:
+        return self.config().mode == "enforce"
+
+    def log_event(self, kind: str, detail: str, job_id: int | None = None, **data: object) -> None:
+        self.store.log_event(kind, detail, job_id, **data)
+
+    def update_job(self, job_id: int, **changes: object) -> None:
+        self.runner.update_job(job_id, **changes)
+
+    def first_report(self, job_id: int, started_at: float) -> bool:
+        """True the first time a run of a job is judged (one action per run)."""
+        seen = (job_id, started_at)
+        if seen in self.state.reported:
+            return False
+        self.state.reported.add(seen)
+        return True
+
+    def requeue_at_head(self, job: Job, kind: str, reason: str, *, exclude: frozenset[str] = frozenset(),
+                        gres: str | None = None, comment: str | None = None, mode: ActionMode | None = None,
+                        **data) -> bool:
+        """Requeue `job`, change it while held, release it and make it the next to start.
+
+        `mode`: the action's own mode; without it, the helper's (enforce acts, else shadow)."""
+        mode = mode or ActionMode("enforce" if self.enforcing else "shadow", self.config().mode)
+        if not mode.acts:
+            self.store.log_event(kind, f"would requeue ({mode.label} mode): {reason}", job.job_id,
+                                 shadow=True, **data)
+            return False
+        job_id = job.job_id
+        ours_excluded = self.state.ours_excluded
+        try:
+            self.runner.requeue(job_id, hold=True)
+            changes: dict[str, object] = {}
+            if gres is not None:
+                changes["Gres"] = gres
+            if exclude:
+                ours = ours_excluded.get(job_id, frozenset()) | exclude
+                changes["ExcNodeList"] = merge_exclusions(job.excluded_nodes, ours_excluded.get(job_id, ()), ours)
+                ours_excluded[job_id] = ours
+            if comment is not None:
+                changes["AdminComment"] = comment_mod.merge(job.admin_comment, comment)
+            if changes:
+                self.runner.update_job(job_id, **changes)
+            self.runner.release(job_id)
+            priority = head_priority(self.pending_priorities(job_id))
+            self.runner.update_job(job_id, Priority=priority)
+        except SlurmError as exc:
+            self.store.log_event(kind + "-failed", f"could not requeue: {exc}", job_id, reason=reason)
+            log.error("job %d: requeue for %s failed: %s", job_id, kind, exc)
+            return False
+        self.state.heading[job_id] = priority
+        self.state.tracks.pop(job_id, None)
+        self.store.log_event(kind, reason, job_id, priority=priority, excluded=sorted(exclude), gres=gres, **data)
+        log.warning("job %d requeued at the head (priority %d): %s", job_id, priority, reason)
+        return True
+
+    def pending_priorities(self, exclude_job: int) -> list[int | None]:
+        try:
+            jobs = self.runner.jobs_in_play()
+        except SlurmError:
+            return []
+        return [j.priority for j in jobs if j.state == "PENDING" and j.job_id != exclude_job]

@@ -1,0 +1,73 @@
+"""History: a tracked job that ended COMPLETED has its peak memory, mean utilisation and
+throughput written under its fingerprint (what the submit path estimates from)."""
+from __future__ import annotations
+
+import logging
+
+from packer.store import RunRecord
+from slurm_plugin.helper.watches.round import RoundContext
+from slurm_plugin.helper.watches.tracks import ACTIVE, Track
+
+log = logging.getLogger(__name__)
+
+GIB = 1024**3
+REQUEUED = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")
+
+
+class HistoryWatch:
+    """Drops the tracks of jobs that left; records the runs that completed."""
+
+    name = "history"
+
+    def round(self, ctx: RoundContext) -> None:
+        self._record_finished(ctx)
+
+    def _record_finished(self, ctx: RoundContext) -> None:
+        tracks = ctx.state.tracks
+        for job_id, track in list(tracks.items()):
+            job = ctx.jobs.get(job_id)
+            state = job.state if job is not None else "GONE"
+            if state in ACTIVE:
+                continue
+            del tracks[job_id]
+            if state != "COMPLETED" or not track.fingerprint or not track.samples:
+                if state not in REQUEUED:
+                    log.info("job %d ended %s: not recorded in the history", job_id, state)
+                continue
+            final = self._final_stats(ctx, track)
+            peak = max(s.peak_mem_bytes for s in track.samples)
+            utils = [s.util_pct for s in track.samples if s.util_pct is not None]
+            thr = [s.throughput for s in track.samples if s.throughput is not None]
+            mean_util = sum(utils) / len(utils) if utils else None
+            mean_thr = sum(thr) / len(thr) if thr else None
+            if final:
+                peak = max(peak, int(final.get("peak_mem_bytes") or 0))
+                mean_util = final.get("mean_util_pct", mean_util) if final.get("mean_util_pct") is not None else mean_util
+                mean_thr = final.get("mean_throughput") if final.get("mean_throughput") is not None else mean_thr
+            if mean_util is not None:
+                mean_util = min(100.0, max(0.0, float(mean_util)))
+            store = ctx.actions.store
+            try:
+                store.record_run(RunRecord(
+                    job_id=job_id, fingerprint=track.fingerprint, peak_mem_bytes=int(peak),
+                    mean_util_pct=mean_util, throughput=mean_thr, user=track.user, name=track.name,
+                    ended_at=ctx.now, source="monitor",
+                ))
+                store.log_event(
+                    "history", f"recorded peak {peak / GIB:.2f}GiB util {mean_util if mean_util is None else round(mean_util)}% "
+                    f"throughput {mean_thr if mean_thr is None else round(mean_thr, 2)}/s", job_id,
+                    fingerprint=track.fingerprint, peak_mem_bytes=int(peak), mean_util_pct=mean_util, throughput=mean_thr,
+                )
+            except ValueError as exc:
+                log.warning("job %d: history not recorded: %s", job_id, exc)
+
+    def _final_stats(self, ctx: RoundContext, track: Track) -> dict | None:
+        try:
+            from slurm_plugin.agent.client import final_stats
+        except ImportError:
+            return None
+        try:
+            return final_stats(ctx.agent_state_dir, track.node, track.job_id, wait_s=0.5)
+        except Exception as exc:  # the agent's summary is a bonus; our samples suffice
+            log.debug("job %d: no final summary from the agent: %s", track.job_id, exc)
+            return None

@@ -1,0 +1,95 @@
+"""Memory growth (thesis, Algorithm 1): a per-job `predictor.Forecaster` on the peak memory.
+
+When it is certain the job outgrows its share, the job is requeued at the head on the next
+larger size (`packer.preemption.restart_size`) and the size is remembered.
+"""
+from __future__ import annotations
+
+from packer import comment as comment_mod
+from packer.decision import max_shards
+from packer.preemption import restart_size
+from slurm_plugin.helper.watches.round import RoundContext
+from slurm_plugin.helper.watches.tracks import Track
+
+GIB = 1024**3
+KIND = "restart-memory"
+
+
+def capacity_of(track: Track, share_bytes: float, gpu_model: str) -> float | None:
+    """Bytes the job may use: its MIG slice, else its shares; None for whole GPUs."""
+    if track.isolation.startswith("mig:"):
+        profile = track.isolation[4:].split("@", 1)[0]
+        try:
+            from mig.catalog import load_catalog
+
+            return load_catalog(gpu_model).profile(profile).memory_mib * 1024**2
+        except Exception:
+            pass
+    if track.shards:
+        return track.shards * share_bytes
+    return None
+
+
+class MemoryWatch:
+    name = "memory"
+
+    def round(self, ctx: RoundContext) -> None:
+        if ctx.actions.mode_of(KIND).mode != "off":
+            ctx.acted |= self._check_memory(ctx, ctx.acted)
+
+    def _capacity(self, ctx: RoundContext, track: Track) -> float | None:
+        return capacity_of(track, ctx.config.share_bytes, ctx.gpu_model)
+
+    def _check_memory(self, ctx: RoundContext, skip: set[int]) -> set[int]:
+        from predictor.forecast import Forecaster
+
+        acted: set[int] = set()
+        config = ctx.config
+        actions = ctx.actions
+        mode = actions.mode_of(KIND)
+        for t in list(ctx.tracks.values()):
+            job = ctx.jobs.get(t.job_id)
+            if job is None or job.state != "RUNNING" or not t.shards or t.job_id in skip or not t.samples:
+                continue
+            capacity = self._capacity(ctx, t)
+            if not capacity:
+                continue
+            if t.forecaster is None:
+                # forecast to the job's end (its time limit) when Slurm knows it
+                horizon = ctx.settings.memory_horizon_s
+                if job.end_time is not None and job.end_time.timestamp() > t.started_at:
+                    horizon = min(horizon, job.end_time.timestamp() - t.started_at)
+                t.forecaster = Forecaster(capacity, horizon)
+            last = t.samples[-1]
+            step = last.at - t.started_at
+            fc = t.forecaster
+            if step <= t.forecast_step:
+                continue
+            forecast = fc.update(step, max(last.peak_mem_bytes, last.mem_bytes))
+            t.forecast_step = step
+            if not forecast.warn:
+                continue
+            need = max(forecast.upper_bytes, forecast.predicted_peak_bytes)
+            size = restart_size(t.shards, need, config.share_bytes, max_shards(config))
+            gres = "gpu:1" if size.whole_gpu else f"shard:{size.shards}"
+            remembered = size.shards if size.shards is not None else max_shards(config) + 1
+            reason = (f"memory will outgrow shard:{t.shards} ({capacity / GIB:.1f}GiB): forecast "
+                      f"{forecast.predicted_peak_bytes / GIB:.1f}GiB (upper {forecast.upper_bytes / GIB:.1f}GiB) "
+                      f"by {fc.horizon:.0f}s after its start; restart with {gres}")
+            if t.fingerprint and mode.acts:
+                actions.store.remember_size(t.fingerprint, remembered, "memory-restart")
+            record = (comment_mod.render("exclusive", reason="memory-restart", fp=t.fingerprint)
+                      if size.whole_gpu else
+                      comment_mod.render("packed", shards=size.shards, reason="memory-restart", fp=t.fingerprint))
+            if not actions.first_report(t.job_id, t.started_at):
+                continue
+            evidence = {"capacity_bytes": capacity, "from_shards": t.shards, "to": gres, "node": t.node,
+                        "gpu": t.gpu_index, "observed_peak_bytes": forecast.observed_peak_bytes,
+                        "predicted_peak_bytes": forecast.predicted_peak_bytes, "upper_bytes": forecast.upper_bytes}
+            if actions.decide(KIND, job, reason, run_start=t.started_at, evidence=evidence, at=ctx.now, mode=mode,
+                              gres=gres, comment=record,
+                              fingerprint=t.fingerprint, from_shards=t.shards, to=gres,
+                              observed_peak_bytes=forecast.observed_peak_bytes,
+                              predicted_peak_bytes=forecast.predicted_peak_bytes):
+                acted.add(t.job_id)
+        return acted

@@ -1,0 +1,66 @@
+"""What one monitor round gives a watch to read, and the state kept between rounds.
+
+A watch is a small object with one duty and one method, `round(ctx)`. It reads the round
+(`RoundContext`: the jobs Slurm listed, the newest samples, the time, the settings) and acts
+only through `ctx.actions` (requeue at the head, update a job, log an event). The monitor
+calls the watches in the order of its list, once per round.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from packer.config import PackerConfig
+from packer.samples import JobSample
+from slurm_plugin.helper.monitor_settings import MonitorSettings
+from slurm_plugin.slurm.model import Job
+
+if TYPE_CHECKING:
+    from slurm_plugin.helper.watches.actions import Actions
+    from slurm_plugin.helper.watches.tracks import Track
+
+
+@dataclass
+class WatchState:
+    """What the watches remember between rounds (lost when the helper restarts)."""
+
+    tracks: dict[int, Track] = field(default_factory=dict)  # running jobs with samples
+    heading: dict[int, int] = field(default_factory=dict)  # requeued job -> the priority it was given
+    ours_excluded: dict[int, frozenset[str]] = field(default_factory=dict)  # what we added to ExcNodeList
+    quirk_excluded: dict[int, tuple[str, frozenset[int]]] = field(default_factory=dict)  # job -> (node, keepers)
+    reported: set[tuple[int, float]] = field(default_factory=set)  # (job, run start) already judged
+
+
+@dataclass
+class RoundContext:
+    """One round, as every watch sees it."""
+
+    now: float
+    jobs: dict[int, Job]
+    samples: list[JobSample]
+    settings: MonitorSettings
+    config: PackerConfig
+    state: WatchState
+    actions: Actions
+    fingerprint_of: Callable[[Job], str | None]
+    agent_state_dir: Path
+    gpu_model: str = "H100-80GB"
+    acted: set[int] = field(default_factory=set)  # jobs requeued this round (the listing predates it)
+
+    @property
+    def enforcing(self) -> bool:
+        return self.config.mode == "enforce"
+
+    @property
+    def tracks(self) -> dict[int, Track]:
+        return self.state.tracks
+
+
+class Watch(Protocol):
+    """One duty of the monitor, run once per round."""
+
+    name: str
+
+    def round(self, ctx: RoundContext) -> None: ...

@@ -1,0 +1,113 @@
+"""What the monitor knows of each running job (`Track`), and the watch that keeps it."""
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from packer import comment as comment_mod
+from packer.fingerprint import fingerprint as compute_fingerprint
+from slurm_plugin.helper.watches.round import RoundContext
+from slurm_plugin.slurm.errors import SlurmError
+from slurm_plugin.slurm.model import Job
+
+log = logging.getLogger(__name__)
+
+SAMPLES_KEPT = 600
+ACTIVE = ("RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING")
+
+
+@dataclass
+class Track:
+    """What the monitor knows of one running job."""
+
+    job_id: int
+    fingerprint: str | None
+    node: str
+    gpu_index: int
+    isolation: str
+    started_at: float
+    shards: int | None  # shares Slurm gave it (None: whole GPUs)
+    user: str = ""
+    name: str = ""
+    samples: deque = field(default_factory=lambda: deque(maxlen=SAMPLES_KEPT))
+    forecaster: object | None = None
+    forecast_step: float = -1.0
+    last_state: str | None = None
+
+    @property
+    def packed(self) -> bool:
+        return self.shards is not None or self.isolation.startswith(("mig:", "mps:", "shard:"))
+
+    def throughput(self) -> tuple[tuple[float, float], ...]:
+        return tuple((s.at, s.throughput) for s in self.samples if s.throughput is not None)
+
+
+def submit_time_exclusion(admin_comment: str | None) -> frozenset[str]:
+    """Nodes the submit path added to the job's excluded nodes (`avoid=` of its record)."""
+    record = comment_mod.parse(admin_comment)
+    avoid = record.fields.get("avoid") if record is not None else None
+    return frozenset(n for n in avoid.split(",") if n) if avoid else frozenset()
+
+
+def job_shards(job: Job) -> int | None:
+    """Shards a job asks for or holds (per node); None when it holds none."""
+    for item in (*job.gres_detail, *job.gres):
+        if item.name == "shard":
+            return item.count
+    return None
+
+
+def wants_whole_gpu(job: Job) -> bool:
+    return any(item.name == "gpu" for item in job.gres)
+
+
+class Fingerprints:
+    """A job's fingerprint: from its record (`fp=`), else from its batch script; cached."""
+
+    def __init__(self, runner: Callable[[], object]):
+        self._runner = runner  # the monitor's runner of the moment (tests swap it)
+        self._cache: dict[int, str | None] = {}
+
+    def __call__(self, job: Job) -> str | None:
+        if job.job_id in self._cache:
+            return self._cache[job.job_id]
+        record = comment_mod.parse(job.admin_comment)
+        fp = record.fingerprint if record is not None else None
+        if not fp:
+            try:
+                script = self._runner().batch_script(job.job_id)
+                fp = compute_fingerprint(job.user or "", job.name or "", script.encode("utf-8", "surrogateescape"))
+            except SlurmError as exc:
+                log.info("job %d: no fingerprint (%s)", job.job_id, exc)
+                fp = None
+        self._cache[job.job_id] = fp
+        return fp
+
+
+class TrackWatch:
+    """Adds each round's newest samples to the tracks of running jobs (a new run starts over)."""
+
+    name = "tracks"
+
+    def round(self, ctx: RoundContext) -> None:
+        tracks = ctx.state.tracks
+        for sample in ctx.samples:
+            job = ctx.jobs.get(sample.job_id)
+            if job is None or job.state not in ACTIVE:
+                continue
+            track = tracks.get(sample.job_id)
+            started = sample.started_at or (job.start_time.timestamp() if job.start_time else sample.at)
+            if track is None or abs(track.started_at - started) > 0.5:
+                # first sight, or a new run of a requeued job: start over
+                track = Track(
+                    job_id=job.job_id, fingerprint=ctx.fingerprint_of(job), node=sample.node,
+                    gpu_index=sample.gpu_index, isolation=sample.isolation, started_at=started,
+                    shards=job_shards(job), user=job.user or "", name=job.name or "",
+                )
+                tracks[job.job_id] = track
+            if not track.samples or sample.at > track.samples[-1].at:
+                track.samples.append(sample)
+                track.isolation = sample.isolation
+            track.last_state = job.state

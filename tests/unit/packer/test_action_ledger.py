@@ -1,0 +1,84 @@
+"""The action ledger (real SQLite), the outcome rules and the report's precision and recall."""
+from __future__ import annotations
+
+import pytest
+
+from packer.action_ledger import ActionLedger
+from packer.action_modes import action_mode, check_action_modes
+from packer.action_outcomes import judge_memory_run, judge_recovery, ran_out
+from packer.action_report import summarise
+from packer.config import ConfigError
+from packer.store import Store
+
+GIB = 1024**3
+
+
+def test_an_action_follows_the_helper_mode_unless_it_has_its_own():
+    assert action_mode({}, "restart-memory", "observe").mode == "shadow"
+    assert action_mode({}, "restart-memory", "advise").mode == "shadow"
+    assert action_mode({}, "restart-memory", "enforce").acts
+    own = action_mode({"restart-memory": "off"}, "restart-memory", "enforce")
+    assert own.mode == "off" and own.label == "off"
+    assert action_mode({"restart-memory": "enforce"}, "restart-memory", "observe").acts
+    with pytest.raises(ConfigError, match="not an action"):
+        check_action_modes({"restart-gpu": "shadow"})
+    with pytest.raises(ConfigError, match="off, shadow, enforce"):
+        check_action_modes({"restart-memory": "observe"})
+
+
+def test_memory_outcome_over_the_share_oom_or_below():
+    cap = 10 * GIB
+    assert judge_memory_run(cap, 11 * GIB, None).outcome == "right"  # still running, already over
+    assert judge_memory_run(cap, 8 * GIB, None) is None  # still running below: not known yet
+    assert judge_memory_run(cap, 9.8 * GIB, "FAILED").outcome == "right"  # refused at the edge
+    assert judge_memory_run(cap, 6 * GIB, "OUT_OF_MEMORY").outcome == "right"
+    wrong = judge_memory_run(cap, 7.2 * GIB, "COMPLETED")
+    assert wrong.outcome == "wrong" and "below its share of 10.0GiB" in wrong.detail
+    assert judge_memory_run(cap, 5 * GIB, "FAILED").outcome == "wrong"  # failed for another reason
+    assert not ran_out(9 * GIB, cap, "COMPLETED") and ran_out(10.5 * GIB, cap, "COMPLETED")
+
+
+def test_contention_outcome_is_the_neighbour_speed_after_the_newcomer_left():
+    assert judge_recovery([(1, 20.0, [19.0])], 0.10, 2) is None  # one sample: wait
+    assert judge_recovery([(1, 20.0, [19.0, 18.6])], 0.10, 2).outcome == "right"
+    not_back = judge_recovery([(1, 20.0, [15.0, 15.2])], 0.10, 2)
+    assert not_back.outcome == "wrong" and "job 1 15.1/s (before 20/s)" in not_back.detail
+    assert judge_recovery([], 0.10, 2).outcome == "unknown"
+    # two hurt jobs: one came back, so the newcomer was a cause
+    assert judge_recovery([(1, 20.0, [15.0, 15.0]), (2, 10.0, [9.9, 10.1])], 0.10, 2).outcome == "right"
+
+
+def test_ledger_rows_persist_and_summarise_to_precision_and_recall(tmp_path):
+    path = tmp_path / "g.db"
+    store = Store(path)
+    ledger = ActionLedger(store)
+    a = ledger.record("restart-memory", 1, 100.0, "shadow", "will outgrow shard:1", capacity_bytes=10 * GIB)
+    b = ledger.record("restart-memory", 2, 200.0, "shadow", "will outgrow shard:1")
+    c = ledger.record("restart-memory", 3, 300.0, "enforce", "will outgrow shard:2")
+    ledger.record("restart-memory", 4, 400.0, "shadow", "will outgrow shard:1")  # still open
+    ledger.record_miss("restart-memory", 5, 500.0, "ended FAILED at 9.9GiB")
+    d = ledger.record("requeue-contention", 7, 50.0, "shadow", "job 6 lost 25%", hurt=[{"job_id": 6}])
+    ledger.close(a, "right", "reached 11GiB")
+    ledger.close(b, "wrong", "ended COMPLETED below")
+    ledger.close(c, "right", "next run reached 12GiB")
+    ledger.note(d, left_at=60.0)
+    ledger.close(d, "unknown", "hurt ended first")
+    store.close()
+
+    again = ActionLedger(Store(path))
+    assert again.has("restart-memory", 1, 100.2) and not again.has("restart-memory", 5, 500.0)  # a miss is no decision
+    assert [r.job_id for r in again.open()] == [4]
+    assert again.rows("requeue-contention")[0].data == {"hurt": [{"job_id": 6}], "left_at": 60.0}
+    by = {s.action: s for s in summarise(again.counts())}
+    mem, con = by["restart-memory"], by["requeue-contention"]
+    assert (mem.shadow, mem.enforce, mem.right, mem.wrong, mem.pending, mem.missed) == (3, 1, 2, 1, 1, 1)
+    assert mem.precision == pytest.approx(2 / 3) and mem.recall == pytest.approx(2 / 3)
+    assert (con.shadow, con.unknown, con.precision, con.recall) == (1, 1, None, None)
+
+
+def test_a_reader_of_a_database_the_helper_never_wrote_to_sees_no_rows_and_creates_nothing(tmp_path):
+    store = Store(tmp_path / "g.db")
+    reader = ActionLedger(store, create=False)
+    assert reader.counts() == [] and reader.rows() == []
+    assert not store.db["action_ledger"].exists()
+    assert [s.precision for s in summarise(reader.counts())] == [None, None]
