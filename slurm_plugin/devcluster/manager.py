@@ -46,7 +46,7 @@ class DevClusterError(RuntimeError):
 
 @dataclass
 class Process:
-    role: str  # munged | slurmctld | slurmd | helper | agent
+    role: str  # munged | slurmctld | slurmd | helper | agent | web
     name: str
     pid: int
     marker: str  # a string our command line contains (the state dir)
@@ -78,6 +78,7 @@ class ProcessStatus:
     alive: bool
     healthy: bool
     detail: str
+    url: str | None = None  # where a role that serves HTTP answers (the web view)
 
 
 def _alive_with(pid: int, marker: str) -> bool:
@@ -260,6 +261,9 @@ class DevCluster:
             if (role, name) not in running:
                 procs.append(self._spawn(role, name, args))
                 self._save(procs)
+        if ("web", "web") not in running:
+            procs.append(self._spawn("web", "web", ["web", "--config", str(s.gpupack_toml)]))
+            self._save(procs)
         self._wait_ready()
         return self.status()
 
@@ -331,6 +335,10 @@ class DevCluster:
                 healthy = self._helper_ok()
                 detail = "answers on " + str(self.spec.helper_socket) if healthy else "socket does not answer"
                 out.append(self._watcher_status(p.pid))
+            elif alive and p.role == "web":
+                healthy, detail = _web_ok(self.spec.web_url)
+                out.append(ProcessStatus(p.role, p.name, p.pid, alive, healthy, detail, self.spec.web_url))
+                continue
             elif alive and p.role == "munged":
                 healthy = self.spec.munge_socket.exists()
                 detail = f"socket {self.spec.munge_socket}"
@@ -352,7 +360,7 @@ class DevCluster:
     def down(self, keep: tuple[str, ...] = ()) -> list[str]:
         """Stop the processes `up` started (except roles in `keep`); returns what was stopped."""
         procs = self._load()
-        order = {"helper": 0, "agent": 0, "slurmd": 1, "slurmctld": 2, "munged": 3}
+        order = {"web": 0, "helper": 0, "agent": 0, "slurmd": 1, "slurmctld": 2, "munged": 3}
         stopped, kept = [], []
         for p in sorted(procs, key=lambda p: order.get(p.role, 0)):
             if p.role in keep:
@@ -431,6 +439,18 @@ def _epilog_script(spec: ClusterSpec) -> str:
         f'--config "{spec.gpupack_toml}" >>"{spec.log}/epilog.log" 2>&1 || true\n'
         "exit 0\n"
     )
+
+
+def _web_ok(url: str) -> tuple[bool, str]:
+    """Whether the web view answers its health check (GET /healthz)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url + "healthz", timeout=2.0) as resp:
+            return resp.status == 200, f"serves {url}"
+    except (OSError, urllib.error.URLError) as exc:
+        return False, f"{url} does not answer: {exc}"
 
 
 def _node_usable(state: str) -> bool:
