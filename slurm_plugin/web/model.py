@@ -114,13 +114,23 @@ class Overview:
         return Counter(g.mode for n in self.nodes for g in n.gpus)
 
 
+def why(record: comment_mod.CommentRecord | None) -> str | None:
+    """The decision's reason; for a packed job, what its size came from (`est=… src=…`)."""
+    if record is None:
+        return None
+    if record.reason:
+        return record.reason
+    basis = [f"{k}={record.fields[k]}" for k in ("est", "util", "src") if k in record.fields]
+    return " ".join(basis) or None
+
+
 def job_row(job: Job) -> JobRow:
     record = comment_mod.parse(job.admin_comment)
     return JobRow(
         job_id=job.job_id, name=job.name or "", user=job.user or "", state=job.state or "",
         decision=record.applied_verdict if record else "untouched",
         verdict=record.verdict if record else None,
-        reason=record.reason if record else None,
+        reason=why(record),
         shards=record.shards if record else None,
         gres=format_gres(job.gres) if job.gres else "",
         nodes=job.nodes or "", state_reason=job.state_reason,
@@ -155,10 +165,10 @@ def slices_from_slurm(job: Job) -> dict[tuple[str, int], Slice]:
     return out
 
 
-def refine(slurm: Slice | None, agent: AgentJob, job: Job | None, shares: int,
+def refine(slurm: Slice | None, agent: AgentJob, job: Job, shares: int,
            profile_slices: Callable[[str], int | None]) -> Slice:
     """The agent's isolation (MIG placement, MPS percentage) over Slurm's count."""
-    user, name = (job.user or "", job.name or "") if job else ("", "")
+    user, name = job.user or "", job.name or ""
     iso = agent.isolation
     if iso.startswith("mig:"):
         profile, start = _mig_profile(iso)
@@ -217,8 +227,8 @@ def assemble(
         if a.gpu_index < 0:
             continue
         job = by_id.get(a.job_id)
-        if job is not None and job.state not in ACTIVE:
-            continue  # the agent has not cleaned up yet; Slurm says it is over
+        if job is None or job.state not in ACTIVE:
+            continue  # Slurm (the source of truth) says it is over; the agent cleans up soon
         key = (a.node, a.gpu_index)
         have = per_gpu.setdefault(key, {})
         have[a.job_id] = refine(have.get(a.job_id), a, job, shares_per_gpu, profile_slices)
