@@ -336,14 +336,31 @@ class DevCluster:
                 detail = "answers on " + str(self.spec.helper_socket) if healthy else "socket does not answer"
                 out.append(self._watcher_status(p.pid))
             elif alive and p.role == "web":
-                healthy, detail = _web_ok(self.spec.web_url)
-                out.append(ProcessStatus(p.role, p.name, p.pid, alive, healthy, detail, self.spec.web_url))
+                url = self.web_url()
+                healthy, detail = _web_ok(url) if url else (False, "no [web] port in the cluster's gpupack.toml")
+                out.append(ProcessStatus(p.role, p.name, p.pid, alive, healthy, detail, url))
                 continue
             elif alive and p.role == "munged":
                 healthy = self.spec.munge_socket.exists()
                 detail = f"socket {self.spec.munge_socket}"
             out.append(ProcessStatus(p.role, p.name, p.pid, alive, healthy, detail))
         return out
+
+    def web_url(self) -> str | None:
+        """Where the cluster's web view answers, as its gpupack.toml says (the file the
+        `web` process reads, whatever port this command line was given)."""
+        from packer.config import ConfigError
+        from slurm_plugin.web.settings import load_web_settings
+
+        try:
+            web = load_web_settings(self.spec.gpupack_toml)
+        except ConfigError as exc:
+            log.warning("%s", exc)
+            return None
+        if not web.port:
+            return None
+        host = "127.0.0.1" if web.bind in ("0.0.0.0", "") else ("[::1]" if web.bind == "::" else web.bind)
+        return f"http://{host}:{web.port}{web.base_path.rstrip('/')}/"
 
     def _watcher_status(self, helper_pid: int) -> ProcessStatus:
         """The helper's watcher process (the helper starts it): alive, and its view fresh?"""
