@@ -1,7 +1,7 @@
 """How long the main page takes to build with a long queue: a synthetic cluster (N jobs,
 a quarter running, packed in MIG slices or whole, the rest pending with decisions), timed
-through `model.assemble` and `pages.overview_fragment` (what each refresh costs the server,
-Slurm's own command time aside).
+through `model.assemble` and `pages.overview_fragment`, then its gzip (what each refresh
+costs the server, Slurm's own command time aside).
 
     python3 -m slurm_plugin.web.bench --jobs 5000 --nodes 250
 """
@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from slurm_plugin.slurm.model import GresItem, Job, Node
 from slurm_plugin.web import pages
 from slurm_plugin.web.model import AgentJob, EventRow, assemble
+from slurm_plugin.web.source import Rendered
 
 MIG = (("1g.10gb", 1), ("2g.20gb", 2), ("3g.40gb", 4))
 
@@ -63,17 +64,19 @@ def synthetic(jobs: int, nodes: int, gpus_per_node: int = 8, shares: int = 8):
 
 def measure(jobs: int, nodes: int, repeat: int = 5) -> dict:
     node_list, job_list, agents, events = synthetic(jobs, nodes)
-    times, sizes = [], []
+    times, gzip_times = [], []
     for _ in range(repeat):
         started = time.perf_counter()
         ov = assemble(node_list, job_list, agents, events, taken_at=time.time(), shares_per_gpu=8,
                       profile_slices=lambda p: {"1g.10gb": 1, "2g.20gb": 2, "3g.40gb": 4}.get(p))
         html = pages.overview_fragment(ov)
         times.append(time.perf_counter() - started)
-        sizes.append(len(html))
+        packed = Rendered(html, "", 0.0).gzipped
+        gzip_times.append(time.perf_counter() - started - times[-1])
     return {"jobs": jobs, "nodes": nodes, "gpus": nodes * 8, "running": ov.running_total, "pending": ov.pending_total,
             "render_ms_median": round(statistics.median(times) * 1000, 1),
-            "render_ms_max": round(max(times) * 1000, 1), "html_kib": round(sizes[-1] / 1024, 1)}
+            "render_ms_max": round(max(times) * 1000, 1), "gzip_ms_median": round(statistics.median(gzip_times) * 1000, 1),
+            "html_kib": round(len(html) / 1024, 1), "gzip_kib": round(len(packed) / 1024, 1)}
 
 
 def main() -> None:

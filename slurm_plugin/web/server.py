@@ -93,9 +93,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(HTTPStatus.OK, "application/json", json.dumps(doc, default=str).encode())
 
     def _fragment(self, r: Rendered) -> None:
-        extra = {"ETag": r.etag, "X-Gpupack-Taken-At": f"{r.taken_at:.3f}"}
+        extra = {"ETag": r.etag, "X-Gpupack-Taken-At": f"{r.taken_at:.3f}", "Vary": "Accept-Encoding"}
         if self.headers.get("If-None-Match") == r.etag:
             self._send(HTTPStatus.NOT_MODIFIED, None, b"", extra=extra)
+        elif "gzip" in self.headers.get("Accept-Encoding", ""):
+            self._send(HTTPStatus.OK, "text/html; charset=utf-8", r.gzipped, extra={**extra, "Content-Encoding": "gzip"})
         else:
             self._send(HTTPStatus.OK, "text/html; charset=utf-8", r.html.encode(), extra=extra)
 

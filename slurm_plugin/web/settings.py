@@ -20,7 +20,7 @@ class WebSettings:
     allow: tuple[str, ...] = LOCALHOST_NETWORKS  # client networks that may see it
     refresh_s: float = 2.0  # how old the data behind a page may be (and how often pages poll)
     max_rows: int = 500  # pending/running rows listed on the main page (the counts cover all)
-    events: int = 30  # latest events on the main page
+    events: int = 20  # latest events on the main page
     base_path: str = "/"  # the path a site's proxy serves the view under, e.g. "/gpupack/"
 
     def __post_init__(self) -> None:

@@ -3,6 +3,7 @@ sockets and the SQLite store. Pages are built from a cached reading at most `ref
 old, so many viewers cost one `squeue` per interval and nobody watching costs nothing."""
 from __future__ import annotations
 
+import gzip
 import hashlib
 import logging
 import os
@@ -10,6 +11,7 @@ import sqlite3
 import threading
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from packer import comment as comment_mod
@@ -38,6 +40,12 @@ class Rendered:
     html: str
     etag: str
     taken_at: float
+
+    @cached_property
+    def gzipped(self) -> bytes:
+        """Compressed once per reading, for every viewer that accepts gzip (a long queue's
+        page is ~1.4 MiB of HTML, mostly repeated markup)."""
+        return gzip.compress(self.html.encode(), compresslevel=5, mtime=0)
 
 
 def _etag(html: str) -> str:

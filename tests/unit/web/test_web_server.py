@@ -78,6 +78,17 @@ def test_fragment_answers_304_while_nothing_changed(served):
     assert status3 == 200 and h3["ETag"] != headers["ETag"] and 'data-job="2" data-kind="whole"' in body3
 
 
+def test_fragment_is_gzipped_for_browsers_that_take_it(served):
+    import gzip
+
+    server, _fake = served()
+    _s, _h, plain = get(server.url + "fragment/overview")
+    req = urllib.request.Request(server.url + "fragment/overview", headers={"Accept-Encoding": "gzip"})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        assert resp.headers["Content-Encoding"] == "gzip"
+        assert gzip.decompress(resp.read()).decode() == plain
+
+
 def test_json_api_and_job_page(served):
     server, _fake = served()
     status, _h, body = get(server.url + "api/overview.json")
