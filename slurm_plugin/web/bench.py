@@ -3,7 +3,10 @@ a quarter running, packed in MIG slices or whole, the rest pending with decision
 through `model.assemble` and `pages.overview_fragment`, then its gzip (what each refresh
 costs the server, Slurm's own command time aside).
 
-    python3 -m slurm_plugin.web.bench --jobs 5000 --nodes 250
+    python3 -m slurm_plugin.web.bench --jobs 5000 --nodes 250 [--browser]
+
+`--browser` also times headless Chromium loading that page from the real server and
+swapping in one live update.
 """
 from __future__ import annotations
 
@@ -79,13 +82,67 @@ def measure(jobs: int, nodes: int, repeat: int = 5) -> dict:
             "html_kib": round(len(html) / 1024, 1), "gzip_kib": round(len(packed) / 1024, 1)}
 
 
+class SyntheticSource:
+    """The synthetic cluster behind the real HTTP server (for `--browser`)."""
+
+    def __init__(self, jobs: int, nodes: int):
+        self.parts = synthetic(jobs, nodes)
+
+    def overview(self):
+        node_list, job_list, agents, events = self.parts
+        ov = assemble(node_list, job_list, agents, events, taken_at=time.time(), shares_per_gpu=8,
+                      profile_slices=lambda p: {"1g.10gb": 1, "2g.20gb": 2, "3g.40gb": 4}.get(p))
+        html = pages.overview_fragment(ov)
+        return ov, Rendered(html, f'"{time.time_ns()}"', time.time())  # a new reading every time
+
+    def close(self) -> None:
+        pass
+
+
+def measure_browser(jobs: int, nodes: int, repeat: int = 5) -> dict:
+    """Headless Chromium loading the main page, and swapping in a fresh fragment (what each
+    live update costs the browser), served by the real server over the synthetic cluster."""
+    from slurm_plugin.web.browser import chromium
+    from slurm_plugin.web.server import WebServer
+    from slurm_plugin.web.settings import WebSettings
+
+    settings = WebSettings(port=0, refresh_s=3600.0)  # live.js stays idle; updates are timed by hand
+    server = WebServer(settings, SyntheticSource(jobs, nodes))
+    server.serve_in_thread()
+    driver = chromium()
+    try:
+        loads, swaps = [], []
+        for _ in range(repeat):
+            driver.get(server.url)
+            loads.append(driver.execute_script(
+                "const n = performance.getEntriesByType('navigation')[0]; return n.loadEventEnd - n.startTime;"))
+            swaps.append(driver.execute_async_script(
+                "const done = arguments[0]; const t0 = performance.now();"
+                "fetch('fragment/overview').then(r => r.text()).then(h => {"
+                " document.getElementById('live').innerHTML = h;"
+                " requestAnimationFrame(() => setTimeout(() => done(performance.now() - t0), 0)); });"))
+        slices = len(driver.find_elements("css selector", "g.slice"))
+    finally:
+        driver.quit()
+        server.shutdown()
+        server.server_close()
+    return {"jobs": jobs, "nodes": nodes, "slices_drawn": slices,
+            "browser_load_ms_median": round(statistics.median(loads), 1),
+            "browser_update_ms_median": round(statistics.median(swaps), 1)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--nodes", type=int, default=250)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--browser", action="store_true",
+                        help="also time headless Chromium: page load and one live update (fetch + swap + paint)")
     args = parser.parse_args()
-    print(json.dumps(measure(args.jobs, args.nodes, args.repeat)))
+    result = measure(args.jobs, args.nodes, args.repeat)
+    if args.browser:
+        result |= measure_browser(args.jobs, args.nodes, args.repeat)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":
