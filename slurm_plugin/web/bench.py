@@ -18,7 +18,8 @@ from datetime import datetime, timezone
 
 from slurm_plugin.slurm.model import GresItem, Job, Node
 from slurm_plugin.web import pages
-from slurm_plugin.web.model import AgentJob, EventRow, assemble
+from slurm_plugin.web.model import EventRow, assemble
+from slurm_plugin.web.slices import AgentJob
 from slurm_plugin.web.source import Rendered
 
 MIG = (("1g.10gb", 1), ("2g.20gb", 2), ("3g.40gb", 4))

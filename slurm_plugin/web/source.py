@@ -25,7 +25,8 @@ from slurm_plugin.slurm.runner import SlurmRunner
 from slurm_plugin.web import pages
 from slurm_plugin.web.forecasts import ForecastCache
 from slurm_plugin.web.jobview import JobDetail, assemble_job, capacity_of, this_run
-from slurm_plugin.web.model import ACTIVE, AgentJob, EventRow, Overview, assemble
+from slurm_plugin.web.model import ACTIVE, EventRow, Overview, assemble
+from slurm_plugin.web.slices import AgentJob
 from slurm_plugin.web.settings import WebSettings
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from slurm_plugin.slurm.model import GresItem, Job, Node
-from slurm_plugin.web.model import AgentJob, EventRow, assemble, lay_out, Slice
+from slurm_plugin.web.model import EventRow, assemble
+from slurm_plugin.web.slices import AgentJob, Slice, lay_out
 
 MIG_SLICES = {"1g.10gb": 1, "1g.20gb": 2, "3g.40gb": 4, "7g.80gb": 8}.get
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)

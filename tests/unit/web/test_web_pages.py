@@ -10,7 +10,8 @@ from slurm_plugin.slurm.model import GresItem, Job, Node
 from slurm_plugin.web import pages
 from slurm_plugin.web.forecasts import ForecastCache
 from slurm_plugin.web.jobview import assemble_job, capacity_of, this_run
-from slurm_plugin.web.model import AgentJob, EventRow, assemble
+from slurm_plugin.web.model import EventRow, assemble
+from slurm_plugin.web.slices import AgentJob
 
 GIB = 1024**3
 
