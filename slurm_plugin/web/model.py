@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from packer import comment as comment_mod
 from slurm_plugin.slurm.gres import format_gres
 from slurm_plugin.slurm.model import Job, Node
-from slurm_plugin.web.slices import AgentJob, Slice, lay_out, refine, slices_from_slurm
+from slurm_plugin.web.slices import AgentJob, IdleInstance, Slice, lay_out, refine, slices_from_slurm
 
 ACTIVE = ("RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING")
 
@@ -28,15 +28,20 @@ class GpuView:
     slices: tuple[Slice, ...] = ()
 
     @property
+    def jobs(self) -> tuple[Slice, ...]:
+        return tuple(s for s in self.slices if s.job_id is not None)
+
+    @property
     def mode(self) -> str:
         """idle, exclusive (one job holds it whole) or packed (jobs share it)."""
-        if not self.slices:
+        held = self.jobs
+        if not held:
             return "idle"
-        return "exclusive" if any(s.kind == "whole" for s in self.slices) else "packed"
+        return "exclusive" if any(s.kind == "whole" for s in held) else "packed"
 
     @property
     def used(self) -> float:
-        return min(float(self.shares), sum(s.size for s in self.slices))
+        return min(float(self.shares), sum(s.size for s in self.jobs))
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,7 @@ def assemble(
     profile_slices: Callable[[str], int | None] = lambda _p: None,
     max_rows: int = 500,
     problems: Iterable[str] = (),
+    idle: Iterable[IdleInstance] = (),
 ) -> Overview:
     jobs = list(jobs)
     by_id = {j.job_id: j for j in jobs}
@@ -144,6 +150,12 @@ def assemble(
         key = (a.node, a.gpu_index)
         have = per_gpu.setdefault(key, {})
         have[a.job_id] = refine(have.get(a.job_id), a, job, shares_per_gpu, profile_slices)
+    for inst in idle:
+        key = (inst.node, inst.gpu_index)
+        have = per_gpu.setdefault(key, {})
+        if any(s.kind == "whole" for s in have.values()):
+            continue
+        have[-(inst.start + 1)] = Slice(None, "idle", inst.profile, float(inst.start), float(inst.size))
     node_views = []
     for node in sorted(nodes, key=lambda n: _natural(n.name)):
         gpus = tuple(

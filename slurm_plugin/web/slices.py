@@ -21,11 +21,23 @@ class AgentJob:
 
 
 @dataclass(frozen=True)
-class Slice:
-    """One job's part of a GPU, in share units (a MIG memory slice or a Slurm shard)."""
+class IdleInstance:
+    """A MIG instance no job holds (the agent lays idle slices out ahead of the queue)."""
 
-    job_id: int
-    kind: str  # whole | mig | mps | shard
+    node: str
+    gpu_index: int
+    profile: str
+    start: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One job's part of a GPU, in share units (a MIG memory slice or a Slurm shard), or an
+    idle MIG instance (kind "idle", no job)."""
+
+    job_id: int | None
+    kind: str  # whole | mig | mps | shard | idle
     label: str  # "whole", "1g.10gb", "30%", "shard:2"
     start: float
     size: float
@@ -88,7 +100,7 @@ def lay_out(slices: Iterable[Slice], shares: int) -> tuple[Slice, ...]:
     floating = [s for s in slices if not s.placed and s.kind != "whole"]
     out = [Slice(s.job_id, s.kind, s.label, 0, shares, s.user, s.name) for s in whole] + fixed
     taken = [(s.start, s.start + s.size) for s in fixed]
-    for s in sorted(floating, key=lambda s: s.job_id):
+    for s in sorted(floating, key=lambda s: s.job_id or 0):
         start = 0.0
         for lo, hi in sorted(taken):
             if start + s.size <= lo + 1e-9:

@@ -26,7 +26,7 @@ from slurm_plugin.web import pages
 from slurm_plugin.web.forecasts import ForecastCache
 from slurm_plugin.web.jobview import JobDetail, assemble_job, capacity_of, this_run
 from slurm_plugin.web.model import ACTIVE, EventRow, Overview, assemble
-from slurm_plugin.web.slices import AgentJob
+from slurm_plugin.web.slices import AgentJob, IdleInstance
 from slurm_plugin.web.settings import WebSettings
 
 log = logging.getLogger(__name__)
@@ -106,23 +106,33 @@ class WebSource:
         return [EventRow(e.at, e.job_id, e.kind, e.detail) for e in rows]
 
     # -- the node agents -------------------------------------------------------------------
-    def _agent_jobs(self, nodes: set[str], problems: list[str]) -> list[AgentJob]:
+    def _agents(self, nodes: list[str], busy: set[str], problems: list[str]) -> tuple[list[AgentJob], list[IdleInstance]]:
+        """What each node's agent isolated, and its idle MIG instances. A node without
+        running jobs whose agent is silent is not a problem worth showing."""
         from slurm_plugin.agent.client import AgentUnavailable, ask
         from slurm_plugin.agent.daemon import socket_path
 
         out: list[AgentJob] = []
+        idle: list[IdleInstance] = []
         for node in sorted(nodes):
+            sock = socket_path(self.agent_dir, node)
+            if node not in busy and not sock.exists():
+                continue
             try:
-                answer = ask(socket_path(self.agent_dir, node), {"op": "status"}, timeout=AGENT_TIMEOUT_S)
+                answer = ask(sock, {"op": "status"}, timeout=AGENT_TIMEOUT_S)
             except AgentUnavailable as exc:
-                problems.append(f"node agent of {node} does not answer ({exc}); its slices are drawn from Slurm's counts")
+                if node in busy:
+                    problems.append(f"node agent of {node} does not answer ({exc}); its slices are drawn from Slurm's counts")
                 continue
             if answer.get("status") != "ok":
                 problems.append(f"node agent of {node} refused: {answer.get('reason')}")
                 continue
             for job_id, info in (answer.get("jobs") or {}).items():
                 out.append(AgentJob(int(job_id), node, int(info.get("gpu_index", -1)), str(info.get("isolation") or "none")))
-        return out
+            for gpu, instances in (answer.get("instances") or {}).items():
+                idle += [IdleInstance(node, int(gpu), str(i["profile"]), int(i["start"]), int(i["size"]))
+                         for i in instances if not i.get("owner")]
+        return out, idle
 
     # -- pages -----------------------------------------------------------------------------
     def overview(self) -> tuple[Overview, Rendered]:
@@ -140,7 +150,7 @@ class WebSource:
                     return self._overview
                 raise
             busy = {n for j in jobs if j.state in ACTIVE for n in expand_hostlist(j.nodes)}
-            agents = self._agent_jobs(busy, problems)
+            agents, idle = self._agents([n.name for n in nodes], busy, problems)
             try:
                 events = self._events(self.settings.events)
             except (OSError, sqlite3.Error, StoreError) as exc:
@@ -148,7 +158,7 @@ class WebSource:
                 events = []
             ov = assemble(nodes, jobs, agents, events, taken_at=now, shares_per_gpu=self.config.shares_per_gpu,
                           profile_slices=lambda p: (self._profile(p) or (None,))[0],
-                          max_rows=self.settings.max_rows, problems=problems)
+                          max_rows=self.settings.max_rows, problems=problems, idle=idle)
             html = pages.overview_fragment(ov)
             self._overview = (ov, Rendered(html, _etag(html), now))
             return self._overview

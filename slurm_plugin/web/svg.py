@@ -27,6 +27,14 @@ def gpu_bar(gpu: GpuView) -> str:
         parts.append(f'<path class="slot-line" d="{grid}"/>')
     for s in gpu.slices:
         x, w = s.start * unit, max(2.0, s.size * unit)
+        if s.job_id is None:
+            parts.append(
+                f'<g class="slice slice-idle" data-kind="idle" data-label="{_a(s.label)}" data-gpu="{gpu.index}" '
+                f'data-node="{_a(gpu.node)}"><title>idle MIG instance {_a(s.label)} at slice {s.start:.0f}</title>'
+                f'<rect x="{x + 1:.1f}" y="2" width="{w - 2:.1f}" height="{BAR_H - 4}" rx="3"/>'
+                f'<text x="{x + w / 2:.1f}" y="{BAR_H / 2 + 4:.0f}" text-anchor="middle">{"free" if w < 70 else "free " + _a(s.label)}</text></g>'
+            )
+            continue
         text = f"{s.job_id} {s.label}" if w > 70 else str(s.job_id)
         who = f"{s.user}/{s.name}" if s.user or s.name else ""
         parts.append(

@@ -100,3 +100,19 @@ def test_events_and_problems_pass_through():
     ev = EventRow(2.0, 3, "requeue-contention", "lost 30%")
     ov = build([node("node1")], [], events=[ev], problems=["node agent of node1 does not answer"])
     assert ov.events == (ev,) and ov.problems == ("node agent of node1 does not answer",)
+
+
+def test_idle_mig_instances_are_drawn_but_leave_the_gpu_idle_and_floating_shares_avoid_them():
+    from slurm_plugin.web.slices import IdleInstance
+
+    idle = [IdleInstance("node1", 0, "1g.10gb", 6, 1), IdleInstance("node1", 0, "1g.20gb", 0, 2),
+            IdleInstance("node1", 1, "1g.10gb", 0, 1)]
+    jobs = [running(3, "node1", GresItem("gpu", "h100", 1, indexes=(1,)))]
+    ov = build([node("node1")], jobs, idle=idle)
+    gpu0, gpu1 = ov.nodes[0].gpus
+    assert gpu0.mode == "idle" and gpu0.used == 0
+    assert sorted((s.kind, s.label, s.start) for s in gpu0.slices) == [("idle", "1g.10gb", 6.0), ("idle", "1g.20gb", 0.0)]
+    assert [s.kind for s in gpu1.slices] == ["whole"]  # a GPU held whole has no idle instance to show
+    ov = build([node("node1")], [running(4, "node1", GresItem("shard", "h100", 2, indexes=(0,)))], idle=idle[1:2])
+    (shard,) = ov.nodes[0].gpus[0].jobs
+    assert shard.start == 2.0 and ov.nodes[0].gpus[0].mode == "packed"
