@@ -283,8 +283,17 @@ class DevCluster:
             states = self.node_states()
             if states and all(_node_usable(st) for st in states.values()) and len(states) == self.spec.nodes:
                 view = self.spec.helper_socket.parent / "cluster-view.json"
+                web = self.web_url()
                 if self._helper_ok() and view.exists() and time.time() - view.stat().st_mtime < 30:
-                    return
+                    if web is None or _web_ok(web)[0]:
+                        return
+                    last = f"the web view does not answer at {web} yet"
+                    proc = next((p for p in self._load() if p.role == "web"), None)
+                    if proc and proc.live_pid() is None:
+                        tail = (self.spec.log / "web.log").read_text(errors="replace")[-1500:]
+                        raise DevClusterError(f"the web view exited at start; its log ends with:\n{tail}")
+                    time.sleep(0.2)
+                    continue
                 last = "the helper does not answer yet, or its watcher has published no cluster view"
                 helper = next((p for p in self._load() if p.role == "helper"), None)
                 if helper and helper.live_pid() is None:

@@ -84,15 +84,17 @@ def test_status_lists_the_web_view_with_its_url(cluster, web):
 def test_nodes_a_packed_job_in_its_slice_a_live_requeue_event_and_the_job_plot(cluster, web, browser):
     cluster.set_option("pack_only_when_no_idle_gpu", "false")
     body = (f"#!/bin/sh\n# gpupack web test {RUN}\nexec {sys.executable} -m slurm_plugin simgpu run "
-            "--workload ResNet18 --mem-start 2GiB --mem-growth 30MiB --iters 400 --iter-ms 50\n").encode()
-    # its history says 3 GiB: packed on one share (a 1g.10gb slice); it grows past 10 GiB,
-    # so the watcher restarts it early on a larger size (a requeue, and an event)
+            "--workload ResNet18 --mem-start 6GiB --mem-growth 10MiB --iters 1200 --iter-ms 100\n").encode()
+    # its history says 3 GiB: packed on one share (a 1g.10gb slice, 9.75 GiB); it grows by
+    # ~100 MiB/s from 6 GiB (a steady trend, not a warm-up that doubles its memory) and would
+    # pass its slice after ~38 s, inside its 2-minute limit: the watcher restarts it early on
+    # a larger size (a requeue, and an event)
     store = Store(cluster.spec.database)
     store.record_run(RunRecord(job_id=800000 + RUN % 99999, fingerprint=fingerprint("root", "web-grow", body),
                                peak_mem_bytes=3 * GIB, mean_util_pct=30.0))
     store.close()
     try:
-        job = cluster.submit(["-J", "web-grow", "-t", "1", "--gres=gpu:1"], body)
+        job = cluster.submit(["-J", "web-grow", "-t", "2", "--gres=gpu:1"], body)
         record = parse(cluster.job(job)["AdminComment"])
         assert record is not None and record.verdict == "packed" and record.shards == 1
         cluster.wait(job, "RUNNING", 30)
@@ -134,7 +136,7 @@ def test_nodes_a_packed_job_in_its_slice_a_live_requeue_event_and_the_job_plot(c
 
         # the watcher restarts it for memory: the open page shows the event without a reload
         event = wait_until(browser, "restart-memory event on the open page",
-                           lambda d: css(d, f'tr.event[data-kind="restart-memory"][data-job="{job}"]'), timeout=60)
+                           lambda d: css(d, f'tr.event[data-kind="restart-memory"][data-job="{job}"]'), timeout=90)
         assert "outgrow" in event[0].text
         assert browser.execute_script("return window.loadedOnce") == "yes"
         assert int(browser.execute_script("return document.body.dataset.updates || '0'")) >= 1
