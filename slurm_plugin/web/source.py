@@ -10,6 +10,7 @@ import os
 import sqlite3
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -32,6 +33,7 @@ from slurm_plugin.web.settings import WebSettings
 log = logging.getLogger(__name__)
 
 AGENT_TIMEOUT_S = 1.0
+AGENT_THREADS = 16  # node agents asked at once (a silent one costs AGENT_TIMEOUT_S, not N of them)
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ def catalog_lookup(config: PackerConfig):
     """profile name -> (memory slices, MiB), from the MIG catalogue closest to the GPUs the
     packer is configured for (its shares per GPU and memory)."""
     from mig.catalog import list_models, load_catalog
+    from mig.errors import UnknownProfileError
 
     cats = [load_catalog(m) for m in list_models()]
     cats.sort(key=lambda c: (c.memory_slices != config.shares_per_gpu,
@@ -66,7 +69,7 @@ def catalog_lookup(config: PackerConfig):
         for cat in cats:
             try:
                 p = cat.profile(profile)
-            except Exception:  # not in this catalogue
+            except UnknownProfileError:  # not in this catalogue
                 continue
             return p.memory_slices, p.memory_mib
         return None
@@ -89,7 +92,6 @@ class WebSource:
         self._store_lock = threading.Lock()
         self._lock = threading.Lock()
         self._overview: tuple[Overview, Rendered] | None = None
-        self._jobs: dict[int, Rendered] = {}
         self.forecasts = ForecastCache()
 
     # -- the store (one connection, one thread at a time) --------------------------------
@@ -107,22 +109,30 @@ class WebSource:
 
     # -- the node agents -------------------------------------------------------------------
     def _agents(self, nodes: list[str], busy: set[str], problems: list[str]) -> tuple[list[AgentJob], list[IdleInstance]]:
-        """What each node's agent isolated, and its idle MIG instances. A node without
-        running jobs whose agent is silent is not a problem worth showing."""
+        """What each node's agent isolated, and its idle MIG instances (asked in parallel).
+        A node without running jobs whose agent is silent is not a problem worth showing."""
         from slurm_plugin.agent.client import AgentUnavailable, ask
         from slurm_plugin.agent.daemon import socket_path
 
-        out: list[AgentJob] = []
-        idle: list[IdleInstance] = []
-        for node in sorted(nodes):
+        def status(node: str) -> tuple[str, dict | str | None]:
             sock = socket_path(self.agent_dir, node)
             if node not in busy and not sock.exists():
-                continue
+                return node, None
             try:
-                answer = ask(sock, {"op": "status"}, timeout=AGENT_TIMEOUT_S)
+                return node, ask(sock, {"op": "status"}, timeout=AGENT_TIMEOUT_S)
             except AgentUnavailable as exc:
+                return node, str(exc)
+
+        out: list[AgentJob] = []
+        idle: list[IdleInstance] = []
+        with ThreadPoolExecutor(max_workers=AGENT_THREADS) as pool:
+            answers = list(pool.map(status, sorted(nodes)))
+        for node, answer in answers:
+            if answer is None:
+                continue
+            if isinstance(answer, str):
                 if node in busy:
-                    problems.append(f"node agent of {node} does not answer ({exc}); its slices are drawn from Slurm's counts")
+                    problems.append(f"node agent of {node} does not answer ({answer}); its slices are drawn from Slurm's counts")
                 continue
             if answer.get("status") != "ok":
                 problems.append(f"node agent of {node} refused: {answer.get('reason')}")
