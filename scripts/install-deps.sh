@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Install what gpupack needs on Debian 12: Slurm 22.05 and munge from Debian's packages,
-# Lua 5.1 + luasocket for the submit shim, a C toolchain for the SPANK plugin, and the
-# Python package with its test extras. Safe to run again; skips what is there.
+# Lua 5.1 + luasocket for the submit shim, a C toolchain for the SPANK plugin, headless
+# Chromium and its driver for the web view's browser tests (Selenium drives Debian's own
+# /usr/bin/chromium and /usr/bin/chromedriver; nothing downloads a browser), and the Python
+# package with its test extras. Safe to run again; skips what is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS=(slurmctld slurmd slurm-client munge libslurm-dev lua-socket liblua5.1-0 lua5.1 gcc make libc6-dev)
+PKGS=(slurmctld slurmd slurm-client munge libslurm-dev lua-socket liblua5.1-0 lua5.1 gcc make libc6-dev chromium chromium-driver)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

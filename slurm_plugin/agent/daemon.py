@@ -590,7 +590,20 @@ class NodeAgent:
                                   "device": a.device_uuid, "steps": a.steps, "workload": a.workload,
                                   "iterations": a.iterations, "peak_mem_bytes": a.peak_mem_bytes}
                          for k, a in sorted(self.jobs.items())},
+                "instances": self._instances(),
             }
+
+    def _instances(self) -> dict[str, list[dict]]:
+        """Every MIG instance on each MIG-mode GPU (idle ones too: laid out for the queue)."""
+        out: dict[str, list[dict]] = {}
+        try:
+            for g in self.backend.list_gpus():
+                if g.mig_enabled:
+                    out[str(g.index)] = [{"profile": i.profile, "start": i.start, "size": i.size, "owner": i.owner}
+                                         for i in self.backend.list_instances(g.index)]
+        except MigError as exc:
+            log.info("cannot list MIG instances for status: %s", exc)
+        return out
 
     def run_loops(self, stop: threading.Event, sample_interval: float = 1.0,
                   reconcile_interval: float = 5.0) -> None:

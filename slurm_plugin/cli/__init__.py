@@ -34,6 +34,7 @@ SUBCOMMANDS: dict[str, str] = {
     "simulate": "slurm_plugin.cli.simulate_cmd:simulate",
     "epilog": "slurm_plugin.cli.epilog_cmd:epilog",
     "root": "slurm_plugin.cli.root_cmd:root",
+    "web": "slurm_plugin.cli.web_cmd:web",
 }
 
 

@@ -94,6 +94,7 @@ def status(as_json: bool, state_dir: Path) -> None:
             click.echo("the dev cluster is not running (gpupack devcluster up)")
         for st in statuses:
             metrics = f"  metrics {st.metrics_url}" if st.metrics_url else ""
+            metrics += f"  url {st.url}" if st.url else ""
             click.echo(f"{st.role:10} {st.name:10} pid={st.pid:<8} {'ok' if st.healthy else 'UNHEALTHY'}  {st.detail}{metrics}")
     if statuses and not all(s.healthy for s in statuses):
         sys.exit(1)

@@ -46,7 +46,7 @@ class DevClusterError(RuntimeError):
 
 @dataclass
 class Process:
-    role: str  # munged | slurmctld | slurmd | helper | agent
+    role: str  # munged | slurmctld | slurmd | helper | agent | web
     name: str
     pid: int
     marker: str  # a string our command line contains (the state dir)
@@ -79,6 +79,7 @@ class ProcessStatus:
     healthy: bool
     detail: str
     metrics_url: str = ""  # its Prometheus endpoint ("" for Slurm's and munge's daemons)
+    url: str | None = None  # where a role that serves HTTP answers (the web view)
 
 
 def _alive_with(pid: int, marker: str) -> bool:
@@ -261,6 +262,9 @@ class DevCluster:
             if (role, name) not in running:
                 procs.append(self._spawn(role, name, args))
                 self._save(procs)
+        if ("web", "web") not in running:
+            procs.append(self._spawn("web", "web", ["web", "--config", str(s.gpupack_toml)]))
+            self._save(procs)
         self._wait_ready()
         return self.status()
 
@@ -280,8 +284,17 @@ class DevCluster:
             states = self.node_states()
             if states and all(_node_usable(st) for st in states.values()) and len(states) == self.spec.nodes:
                 view = self.spec.helper_socket.parent / "cluster-view.json"
+                web = self.web_url()
                 if self._helper_ok() and view.exists() and time.time() - view.stat().st_mtime < 30:
-                    return
+                    if web is None or _web_ok(web)[0]:
+                        return
+                    last = f"the web view does not answer at {web} yet"
+                    proc = next((p for p in self._load() if p.role == "web"), None)
+                    if proc and proc.live_pid() is None:
+                        tail = (self.spec.log / "web.log").read_text(errors="replace")[-1500:]
+                        raise DevClusterError(f"the web view exited at start; its log ends with:\n{tail}")
+                    time.sleep(0.2)
+                    continue
                 last = "the helper does not answer yet, or its watcher has published no cluster view"
                 helper = next((p for p in self._load() if p.role == "helper"), None)
                 if helper and helper.live_pid() is None:
@@ -332,6 +345,11 @@ class DevCluster:
                 healthy = self._helper_ok()
                 detail = "answers on " + str(self.spec.helper_socket) if healthy else "socket does not answer"
                 out.append(self._watcher_status(p.pid))
+            elif alive and p.role == "web":
+                url = self.web_url()
+                healthy, detail = _web_ok(url) if url else (False, "no [web] port in the cluster's gpupack.toml")
+                out.append(ProcessStatus(p.role, p.name, p.pid, alive, healthy, detail, url=url))
+                continue
             elif alive and p.role == "munged":
                 healthy = self.spec.munge_socket.exists()
                 detail = f"socket {self.spec.munge_socket}"
@@ -352,6 +370,22 @@ class DevCluster:
             return MetricsOverride().agent(s.gpupack_toml, s.slurm_conf, name).url
         return ""
 
+    def web_url(self) -> str | None:
+        """Where the cluster's web view answers, as its gpupack.toml says (the file the
+        `web` process reads, whatever port this command line was given)."""
+        from packer.config import ConfigError
+        from slurm_plugin.web.settings import load_web_settings
+
+        try:
+            web = load_web_settings(self.spec.gpupack_toml)
+        except ConfigError as exc:
+            log.warning("%s", exc)
+            return None
+        if not web.port:
+            return None
+        host = "127.0.0.1" if web.bind in ("0.0.0.0", "") else ("[::1]" if web.bind == "::" else web.bind)
+        return f"http://{host}:{web.port}{web.base_path.rstrip('/')}/"
+
     def _watcher_status(self, helper_pid: int) -> ProcessStatus:
         """The helper's watcher process (the helper starts it): alive, and its view fresh?"""
         pid = _child_with(helper_pid, "--role")
@@ -368,7 +402,7 @@ class DevCluster:
     def down(self, keep: tuple[str, ...] = ()) -> list[str]:
         """Stop the processes `up` started (except roles in `keep`); returns what was stopped."""
         procs = self._load()
-        order = {"helper": 0, "agent": 0, "slurmd": 1, "slurmctld": 2, "munged": 3}
+        order = {"web": 0, "helper": 0, "agent": 0, "slurmd": 1, "slurmctld": 2, "munged": 3}
         stopped, kept = [], []
         for p in sorted(procs, key=lambda p: order.get(p.role, 0)):
             if p.role in keep:
@@ -447,6 +481,18 @@ def _epilog_script(spec: ClusterSpec) -> str:
         f'--config "{spec.gpupack_toml}" >>"{spec.log}/epilog.log" 2>&1 || true\n'
         "exit 0\n"
     )
+
+
+def _web_ok(url: str) -> tuple[bool, str]:
+    """Whether the web view answers its health check (GET /healthz)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url + "healthz", timeout=2.0) as resp:
+            return resp.status == 200, f"serves {url}"
+    except (OSError, urllib.error.URLError) as exc:
+        return False, f"{url} does not answer: {exc}"
 
 
 def _node_usable(state: str) -> bool:

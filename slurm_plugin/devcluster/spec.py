@@ -8,6 +8,7 @@ from pathlib import Path
 DEFAULT_STATE_DIR = Path(os.environ.get("GPUPACK_DEVCLUSTER_DIR", "/var/lib/gpupack/devcluster"))
 DEFAULT_PORT = int(os.environ.get("GPUPACK_DEVCLUSTER_PORT", "16817"))
 CRED_EXPIRE_S = 10  # how long a requeued job waits before it may start again
+WEB_PORT_OFFSET = 80  # the web view listens on the cluster's port + 80 (nodes use port + 101...)
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,15 @@ class ClusterSpec:
 
     def node_port(self, index: int) -> int:
         return self.port + 100 + index
+
+    @property
+    def web_port(self) -> int:
+        """The web view's port: derived from the cluster's, so clusters side by side differ."""
+        return self.port + WEB_PORT_OFFSET
+
+    @property
+    def web_url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}/"
 
     @property
     def gres_type(self) -> str:
@@ -191,4 +201,9 @@ def gpupack_toml(spec: ClusterSpec, shares_per_gpu: int, gpu_memory_gib: float) 
         f'slurm_conf = "{spec.slurm_conf}"\n'
         f'simgpu_dir = "{spec.simgpu_dir}"\n'
         f'agent_dir = "{spec.state_dir}"\n'
+        "\n[web]\n"
+        '# the read-only web view (`gpupack web`): localhost only, on the cluster\'s port + 80\n'
+        'bind = "127.0.0.1"\n'
+        f"port = {spec.web_port}\n"
+        "refresh_s = 2.0\n"
     )

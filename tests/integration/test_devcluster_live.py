@@ -24,7 +24,8 @@ def test_status_lists_every_process_healthy_including_the_helpers_watcher(cluste
     cluster.dev.up()  # an earlier test may have restarted the helper
     rows = json.loads(gpupack(cluster, "status", "--json").stdout)
     roles = Counter(r["role"] for r in rows)
-    assert roles == Counter({"munged": 1, "slurmctld": 1, "slurmd": 3, "helper": 1, "watcher": 1, "agent": 3})
+    assert roles == Counter({"munged": 1, "slurmctld": 1, "slurmd": 3, "helper": 1, "watcher": 1, "agent": 3,
+                            "web": 1})
     bad = [r for r in rows if not (r["alive"] and r["healthy"])]
     assert not bad, bad
     watcher = next(r for r in rows if r["role"] == "watcher")

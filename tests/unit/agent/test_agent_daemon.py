@@ -130,3 +130,14 @@ def test_corrupt_state_file_is_kept_aside(world):
     (tmp / "agent" / "node1" / "state.json").write_text("{not json")
     assert make().jobs == {}
     assert (tmp / "agent" / "node1" / "state.broken").exists()
+
+
+def test_status_lists_every_mig_instance_with_its_owner(world):
+    make, backend, *_ = world
+    agent = make()
+    a = agent.isolate(7, BATCH_STEP, 1000, SHARD2)
+    backend.create_instance(0, "1g.10gb", 0)  # an idle slice laid out for the queue
+    status = agent.status()
+    assert status["jobs"]["7"]["isolation"] == a.isolation
+    listed = {(i["profile"], i["start"], i["owner"]) for i in status["instances"]["0"]}
+    assert listed == {(a.profile, a.start, "7"), ("1g.10gb", 0, None)}

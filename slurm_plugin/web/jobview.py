@@ -1,0 +1,93 @@
+"""What a job's page shows, assembled from plain data (no I/O here): its decision, the
+history estimate its decision came from, its memory curve with the forecast and the size of
+its partition, and its events."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from packer import comment as comment_mod
+from packer.decision import Estimate
+from packer.samples import JobSample
+from packer.store import RunRecord
+from predictor.forecast import Forecast
+from slurm_plugin.slurm.model import Job
+from slurm_plugin.web.model import EventRow, JobRow, job_row
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    t: float  # seconds since the run started
+    mem_bytes: int
+    peak_bytes: int
+
+
+@dataclass(frozen=True)
+class JobDetail:
+    job_id: int
+    row: JobRow | None  # None: Slurm no longer knows the job
+    admin_comment: str
+    record_fields: dict[str, str]
+    estimate: Estimate | None  # from the history of the job's fingerprint
+    remembered_shards: int | None  # size remembered after a memory restart
+    runs: tuple[RunRecord, ...]  # recent finished runs of the same fingerprint
+    node: str | None
+    gpu_index: int | None
+    isolation: str | None
+    curve: tuple[CurvePoint, ...]
+    capacity_bytes: float | None  # the partition the job runs in
+    capacity_label: str
+    forecast: Forecast | None
+    events: tuple[EventRow, ...]
+
+
+def capacity_of(isolation: str | None, shards: int | None, share_bytes: float,
+                profile_mib: Callable[[str], int | None]) -> tuple[float | None, str]:
+    """The memory of the job's partition, as the monitor counts it: the MIG instance's
+    memory, else its shards' worth of the GPU, else none (a whole GPU is not a partition)."""
+    if isolation and isolation.startswith("mig:"):
+        profile = isolation[4:].split("@", 1)[0]
+        mib = profile_mib(profile)
+        if mib:
+            return mib * 1024.0**2, f"MIG {profile}"
+    if shards:
+        return shards * share_bytes, f"shard:{shards}"
+    return None, ""
+
+
+def curve_of(samples: Sequence[JobSample], started_at: float) -> tuple[CurvePoint, ...]:
+    return tuple(CurvePoint(s.at - started_at, s.mem_bytes, max(s.peak_mem_bytes, s.mem_bytes)) for s in samples)
+
+
+def this_run(samples: Iterable[JobSample]) -> tuple[list[JobSample], float | None]:
+    """The samples of the job's latest run (a requeued job starts over), oldest first."""
+    ordered = sorted(samples, key=lambda s: s.at)
+    if not ordered:
+        return [], None
+    started = ordered[-1].started_at if ordered[-1].started_at is not None else ordered[0].at
+    return [s for s in ordered if (s.started_at or started) == started], started
+
+
+def assemble_job(job_id: int, job: Job | None, *, samples: Sequence[JobSample], started_at: float | None,
+                 estimate: Estimate | None, remembered_shards: int | None, runs: Iterable[RunRecord],
+                 events: Iterable[EventRow], capacity: tuple[float | None, str],
+                 forecast: Forecast | None) -> JobDetail:
+    record = comment_mod.parse(job.admin_comment) if job is not None else None
+    last = samples[-1] if samples else None
+    return JobDetail(
+        job_id=job_id,
+        row=job_row(job) if job is not None else None,
+        admin_comment=(job.admin_comment or "") if job is not None else "",
+        record_fields=dict(record.fields) if record is not None else {},
+        estimate=estimate,
+        remembered_shards=remembered_shards,
+        runs=tuple(runs),
+        node=last.node if last else None,
+        gpu_index=last.gpu_index if last else None,
+        isolation=last.isolation if last else None,
+        curve=curve_of(samples, started_at) if samples and started_at is not None else (),
+        capacity_bytes=capacity[0],
+        capacity_label=capacity[1],
+        forecast=forecast,
+        events=tuple(events),
+    )
