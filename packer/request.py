@@ -91,7 +91,7 @@ def parse_gres(text: str) -> list[GresItem]:
             gres_type = fields[1] if len(fields) == 2 else None
         elif len(fields) == 2:
             # gpu:2 or gpu:h100 (count 1)
-            if fields[1].isdigit():
+            if _digits(fields[1]):
                 count_text = fields[1]
             else:
                 gres_type = fields[1]
@@ -99,10 +99,16 @@ def parse_gres(text: str) -> list[GresItem]:
             gres_type, count_text = fields[1], fields[2]
         if gres_type == "":
             raise GresParseError(f"empty type in gres item {part!r}")
-        if not count_text.isdigit():
+        if not _digits(count_text):
             raise GresParseError(f"count {count_text!r} of gres item {part!r} is not a whole number")
         items.append(GresItem(name=name, type=gres_type, count=int(count_text), dialect=dialect))
     return items
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits only: str.isdigit() also accepts '¹' or '٣', which int() refuses or reads
+    as a number Slurm would not."""
+    return text.isascii() and text.isdigit()
 
 
 def classify(job: JobFacts) -> Candidate | NotCandidate:

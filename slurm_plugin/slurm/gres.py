@@ -68,7 +68,7 @@ def parse_index_list(text: str) -> tuple[int, ...] | None:
     found: list[int] = []
     for part in text.split(","):
         first, sep, last = part.strip().partition("-")
-        if not first.isdigit() or (sep and not last.isdigit()):
+        if not (first.isascii() and first.isdigit()) or (sep and not (last.isascii() and last.isdigit())):
             return None
         if sep:
             if int(last) < int(first):
@@ -220,7 +220,7 @@ def _expand_one(pattern: str) -> list[str]:
         values: list[str] = []
         for chunk in piece.split(","):
             first, sep, last = chunk.partition("-")
-            if sep and first.isdigit() and last.isdigit() and int(last) >= int(first):
+            if sep and (first.isascii() and first.isdigit()) and (last.isascii() and last.isdigit()) and int(last) >= int(first):
                 width = len(first)
                 values.extend(str(n).zfill(width) for n in range(int(first), int(last) + 1))
             elif chunk:

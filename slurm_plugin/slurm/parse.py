@@ -239,7 +239,7 @@ class _Reader:
             return value
         if isinstance(value, float):
             return int(value)
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        if isinstance(value, str) and value.isascii() and value.strip().lstrip("-").isdigit():
             return int(value)
         self.bad(key, "expected a number", value)
         return None
@@ -315,7 +315,7 @@ def decode_exit_code(value: Any) -> tuple[int | None, int | None]:
         return (value >> 8) & 0xFF, (value & 0x7F) or None
     if isinstance(value, str) and ":" in value:  # "3:0" as scontrol prints it
         code, _, signal = value.partition(":")
-        if code.isdigit() and signal.isdigit():
+        if (code.isascii() and code.isdigit()) and (signal.isascii() and signal.isdigit()):
             return int(code), int(signal) or None
     if isinstance(value, dict):
         reader = _Reader(value, "exit_code", False)
@@ -385,7 +385,7 @@ def _job_id(record: Any, path: str) -> int:
         value = value.get("number")
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise SlurmParseError(f"{path}.job_id", "missing or not a number", value)
-    if isinstance(value, str) and not value.isdigit():
+    if isinstance(value, str) and not (value.isascii() and value.isdigit()):
         raise SlurmParseError(f"{path}.job_id", "not a number", value)
     job_id = int(value)
     if job_id <= 0:
