@@ -119,6 +119,7 @@ class ForecasterOptions:
     confirm_with_statsmodels: bool = True  # a warning needs statsmodels' obs_ci_lower above capacity too
     warmup_rule: bool = True  # no extrapolation from a regime within which memory more than doubled (a load) ...
     warmup_reach_samples: float = 1.0  # ... beyond the next sample (the least time to act before an OOM)
+    act_within: float = 0.0  # ... or beyond this many steps, if more: the caller's time to act (a live watch's round)
     history_rule: bool = True  # no extrapolation while the trend is below a level the job already held
     evidence_per_span: float = 2.0  # independent samples needed per span of extrapolation (0: off)
     autocorrelated_bounds: bool = True  # certainty bound widened for autocorrelated residuals (AR(1))
@@ -134,6 +135,8 @@ class ForecasterOptions:
             raise ValueError("max_window must be at least min_samples")
         if not self.warmup_reach_samples >= 0.0:
             raise ValueError(f"warmup_reach_samples must be at least 0, got {self.warmup_reach_samples}")
+        if not (math.isfinite(self.act_within) and self.act_within >= 0.0):
+            raise ValueError(f"act_within must be a finite number of steps >= 0, got {self.act_within}")
         if not self.max_extrapolation >= 1.0:
             raise ValueError(f"max_extrapolation must be at least 1, got {self.max_extrapolation}")
         if not 0.0 < self.decel_ratio <= 1.0:
@@ -403,6 +406,12 @@ class Forecaster:
             importlib.import_module("statsmodels.regression.linear_model")
 
     # ------------------------------------------------------------------ public
+    def set_act_within(self, steps: float) -> None:
+        """The caller's time to act, in steps (a live watch: its round and the requeue, in
+        seconds): a warm-up is extrapolated at least this far, so that a load which does not
+        stop is caught while there is still time to restart it."""
+        self.options = replace(self.options, act_within=float(steps))
+
     @property
     def warn_step(self) -> float | None:
         return self._warn_step
@@ -574,10 +583,12 @@ class Forecaster:
         for label, at in (("within the regime", float(xs[0])), ("since the job started, along this trend", float(self._steps.view()[0]))):
             lvl0 = fit.predict(at)
             if opts.warmup_rule and lvl1 - lvl0 > max(lvl0, 0.0):
-                near = latest + opts.warmup_reach_samples * (latest - float(xs[0])) / max(1, fit.n - 1)
+                ahead = opts.warmup_reach_samples * (latest - float(xs[0])) / max(1, fit.n - 1)
+                near = latest + max(ahead, opts.act_within)
                 return min(reach, near), (
                     f"warm-up (memory more than doubled {label}, {lvl0:.3g} -> {lvl1:.3g}): "
-                    f"extrapolated {opts.warmup_reach_samples:g} samples ahead only"
+                    f"extrapolated {max(ahead, opts.act_within):.3g} steps ahead only "
+                    f"({opts.warmup_reach_samples:g} samples, or the time to act {opts.act_within:g})"
                 )
         if opts.evidence_per_span > 0:
             # evidence grows with the distance: a trend resting on n_eff independent

@@ -10,7 +10,7 @@ The forecast is a bet, not a fact: ``p_oom`` is the probability that the OOM rea
 (the forecaster's one-sided confidence when it warns). The rule compares expected losses:
 
     restart now   lose_now + restart_cost
-    keep going    p_oom * (lose_at_oom + restart_cost)        (nothing lost if it never comes)
+    keep going    p_oom * (lose_at_oom + restart_cost + oom_penalty)   (nothing if it never comes)
 
 and restarts when keeping it is expected to lose more. So a far-off OOM on a young job
 restarts at once, while a long-running job a few seconds from a crossing that is only
@@ -52,6 +52,7 @@ def decide_restart(
     capacity_bytes: float,
     restart_cost_s: float = 0.0,
     p_oom: float = 0.99,
+    oom_penalty_s: float = 0.0,
 ) -> RestartDecision:
     """Weigh a restart now against an OOM later.
 
@@ -60,13 +61,15 @@ def decide_restart(
     the capacity) and the job's end ``end_s`` (its time limit; None: unknown).
     ``restart_cost_s``: time to get the job running again (requeue, load).
     ``p_oom``: probability that the predicted OOM comes, in (0, 1].
+    ``oom_penalty_s``: what a failure costs beyond a restart (the job fails, and its user
+    notices and resubmits it: the suite restarts only what it requeues itself).
     """
     if now_s < checkpoint_s:
         raise ValueError(f"now ({now_s}) is before the checkpoint ({checkpoint_s})")
     if not 0.0 < p_oom <= 1.0:
         raise ValueError(f"p_oom must be in (0, 1], got {p_oom}")
-    if restart_cost_s < 0:
-        raise ValueError(f"restart_cost_s must not be negative, got {restart_cost_s}")
+    if restart_cost_s < 0 or oom_penalty_s < 0:
+        raise ValueError(f"restart_cost_s and oom_penalty_s must not be negative, got {restart_cost_s}, {oom_penalty_s}")
     lose_now = now_s - checkpoint_s
     peak = f"{predicted_peak_bytes / GIB:.1f}/{capacity_bytes / GIB:.0f} GiB"
     if crossing_s is None:
@@ -83,9 +86,10 @@ def decide_restart(
             False, lose_now, lose_oom,
             f"keep: the job ends before the predicted OOM ({_minutes(max(0.0, end_s - now_s))} left, OOM in ~{_minutes(to_go)})",
         )
-    keep = p_oom * (lose_oom + restart_cost_s)
+    keep = p_oom * (lose_oom + restart_cost_s + oom_penalty_s)
     restart = lose_now + restart_cost_s
-    priced = (f"expected loss keeping it {_minutes(keep)} (p={p_oom:.2f}), "
+    penalty = f" + failure {_minutes(oom_penalty_s)}" if oom_penalty_s else ""
+    priced = (f"expected loss keeping it {_minutes(keep)} (p={p_oom:.2f}{penalty}), "
               f"restarting {_minutes(restart)} (restart {_minutes(restart_cost_s)})")
     if keep <= restart:
         return RestartDecision(

@@ -107,6 +107,7 @@ class Monitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None
+        self.cycle_s: float | None = None  # the last round plus its pause (None before the first)
 
     # ------------------------------------------------------------------ what others read and swap
     @property
@@ -183,7 +184,10 @@ class Monitor:
                 self.last_error = str(exc)
             except Exception:  # never let the watcher die: log and go on next round
                 log.exception("monitor round failed")
-            self._stop.wait(self.pause_after(time.monotonic() - started))
+            round_s = time.monotonic() - started
+            pause = self.pause_after(round_s)
+            self.cycle_s = round_s + pause  # what the next round's watches can count on to act
+            self._stop.wait(pause)
 
     def pause_after(self, round_s: float) -> float:
         """Seconds to wait after a round that took `round_s`: the interval, stretched so
@@ -216,4 +220,5 @@ class Monitor:
             config=self.config(), state=self.state, actions=self.actions, fingerprint_of=self.fingerprint_of,
             agent_state_dir=self.agent_state_dir,
             gpu_model=getattr(self.helper.paths, "gpu_model", None) or "H100-80GB",
+            act_s=self.settings.memory_act_s + (self.cycle_s or self.settings.interval_s),
         )

@@ -30,6 +30,14 @@ class MonitorSettings:
     counter_min_samples: int = 8
     # memory growth (thesis, Algorithm 1): forecast to this many seconds after the job started
     memory_horizon_s: float = 3600.0
+    # the time an action on a memory forecast takes (the sample's age, the requeue, the run
+    # ending); a rise that looks like the job loading its working set is extrapolated this
+    # far beyond the next round (the last round and its pause), not further: predictor.forecast
+    memory_act_s: float = 3.0
+    # a restart is priced in work (predictor.restart): the time to get a requeued job running
+    # again, and what an out-of-memory failure costs beyond that (its user resubmits it)
+    restart_cost_s: float = 60.0
+    oom_penalty_s: float = 1800.0
     # skip Slurm's requeue delay (BeginTime = requeue + cred_expire) once the old run is
     # fully gone (not COMPLETING): the old launch credential can no longer start anything
     skip_requeue_delay: bool = True
@@ -57,6 +65,8 @@ class MonitorSettings:
         if self.counter_z <= 0 or self.counter_min_samples < 2 or self.counter_window < self.counter_min_samples:
             raise ConfigError("[monitor] counter_z must be > 0, counter_min_samples >= 2 and "
                               "counter_window >= counter_min_samples")
+        if self.memory_act_s < 0 or self.restart_cost_s < 0 or self.oom_penalty_s < 0:
+            raise ConfigError("[monitor] memory_act_s, restart_cost_s and oom_penalty_s must be >= 0 (seconds)")
         if self.interval_s <= 0:
             raise ConfigError("[monitor] interval_s must be positive")
         if not 0 < self.max_duty <= 1:

@@ -37,6 +37,21 @@ class MemoryWatch:
         if ctx.actions.mode_of(KIND).mode != "off":
             ctx.acted |= self._check_memory(ctx, ctx.acted)
 
+    @staticmethod
+    def _price(ctx: RoundContext, t: Track, job, forecast, capacity: float, confidence: float):
+        """Restart now or let it run (predictor.restart): the work each choice loses. The
+        helper does not see a job's checkpoints, so its work counts from the run's start."""
+        from predictor.restart import decide_restart
+
+        s = ctx.settings
+        now = max(t.samples[-1].at, t.started_at)  # the agent's clock, as the run's start
+        crossing = t.started_at + forecast.crossing_step if forecast.crossing_step is not None else now
+        end = job.end_time.timestamp() if job.end_time is not None else None
+        return decide_restart(warn=True, now_s=now, checkpoint_s=t.started_at, crossing_s=max(crossing, now),
+                              end_s=end, predicted_peak_bytes=forecast.predicted_peak_bytes,
+                              capacity_bytes=capacity, restart_cost_s=s.restart_cost_s, p_oom=confidence,
+                              oom_penalty_s=s.oom_penalty_s)
+
     def _capacity(self, ctx: RoundContext, track: Track) -> float | None:
         return capacity_of(track, ctx.config.share_bytes, ctx.gpu_model)
 
@@ -60,14 +75,22 @@ class MemoryWatch:
                 if job.end_time is not None and job.end_time.timestamp() > t.started_at:
                     horizon = min(horizon, job.end_time.timestamp() - t.started_at)
                 t.forecaster = Forecaster(capacity, horizon)
-            last = t.samples[-1]
-            step = last.at - t.started_at
             fc = t.forecaster
-            if step <= t.forecast_step:
+            fc.set_act_within(ctx.act_s)  # seconds since the job started are its steps
+            forecast = None
+            for sample in t.samples:  # every sample since the last round, oldest first
+                step = sample.at - t.started_at
+                if step > t.forecast_step:
+                    forecast = fc.update(step, max(sample.peak_mem_bytes, sample.mem_bytes))
+                    t.forecast_step = step
+            if forecast is None or not forecast.warn:
                 continue
-            forecast = fc.update(step, max(last.peak_mem_bytes, last.mem_bytes))
-            t.forecast_step = step
-            if not forecast.warn:
+            priced = self._price(ctx, t, job, forecast, capacity, fc.options.confidence)
+            if not priced.restart:
+                if not t.kept_reported:  # said once per run; a later round may still restart it
+                    t.kept_reported = True
+                    actions.log_event("keep-memory", f"job {t.job_id} kept: {priced.reason}", t.job_id,
+                                      lose_now_s=priced.lose_now_s, lose_at_oom_s=priced.lose_at_oom_s)
                 continue
             need = max(forecast.upper_bytes, forecast.predicted_peak_bytes)
             size = restart_size(t.shards, need, config.share_bytes, max_shards(config))
@@ -75,7 +98,7 @@ class MemoryWatch:
             remembered = size.shards if size.shards is not None else max_shards(config) + 1
             reason = (f"memory will outgrow shard:{t.shards} ({capacity / GIB:.1f}GiB): forecast "
                       f"{forecast.predicted_peak_bytes / GIB:.1f}GiB (upper {forecast.upper_bytes / GIB:.1f}GiB) "
-                      f"by {fc.horizon:.0f}s after its start; restart with {gres}")
+                      f"by {fc.horizon:.0f}s after its start; restart with {gres}; {priced.reason}")
             if t.fingerprint and mode.acts:
                 actions.store.remember_size(t.fingerprint, remembered, "memory-restart")
             record = (comment_mod.render("exclusive", reason="memory-restart", fp=t.fingerprint)

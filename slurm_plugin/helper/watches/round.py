@@ -48,6 +48,7 @@ class RoundContext:
     agent_state_dir: Path
     gpu_model: str = "H100-80GB"
     acted: set[int] = field(default_factory=set)  # jobs requeued this round (the listing predates it)
+    act_s: float = 0.0  # the time to act: until the next round (the last round and its pause), and the action's own
 
     @property
     def enforcing(self) -> bool:

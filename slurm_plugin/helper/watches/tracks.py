@@ -34,6 +34,7 @@ class Track:
     samples: deque = field(default_factory=lambda: deque(maxlen=SAMPLES_KEPT))
     forecaster: object | None = None
     forecast_step: float = -1.0
+    kept_reported: bool = False  # the memory watch said once why it lets this run go on
     last_state: str | None = None
 
     @property

@@ -291,3 +291,63 @@ def test_every_events_option_has_help_and_the_command_reads_the_log(tmp_path):
     assert out.exit_code == 0 and '"hurt": [\n' in out.output or '"hurt"' in out.output
     missing = runner.invoke(events, ["--database", str(tmp_path / "none.db")])
     assert missing.exit_code == 1 and "no gpupack database" in missing.output
+
+
+def _restart_round(tmp_path, **settings) -> int | None:
+    """The sample at which a job loading from 2 GiB at 0.3 GiB/s into its 10 GiB share is restarted."""
+    fake, helper, samples, monitor = make(tmp_path, memory_horizon_s=60, **settings)
+    running(fake, 7, fp="grow", shards=1)
+    for t in range(40):
+        samples.put(7, FAKE_EPOCH + t, mem=int(2 * GIB + t * 0.3 * GIB), started_at=FAKE_EPOCH)
+        monitor.tick()
+        if fake.jobs[7].state == "PENDING":
+            return t
+    return None
+
+
+def test_a_load_is_restarted_while_the_helper_still_has_time_to_act(tmp_path):
+    """Memory that more than doubles reads as a load (predictor.forecast's warm-up rule) and is
+    extrapolated only as far as the helper needs to act: more time to act, an earlier restart."""
+    quick = _restart_round(tmp_path / "quick", memory_act_s=1.0)
+    slow = _restart_round(tmp_path / "slow", memory_act_s=8.0)
+    assert quick is not None and slow is not None
+    assert 2 + 0.3 * (slow + 9) > 10  # restarted within 8 s + a round (1 s) of the share, not before
+    assert slow < quick < 27
+
+
+def test_the_restart_reason_prices_both_choices(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path, memory_horizon_s=60)
+    running(fake, 7, fp="grow", shards=1)
+    for t in range(40):
+        samples.put(7, FAKE_EPOCH + t, mem=int(2 * GIB + t * 0.3 * GIB), started_at=FAKE_EPOCH)
+        monitor.tick()
+        if fake.jobs[7].state == "PENDING":
+            break
+    (event,) = [e for e in helper.store.events() if e.kind == "restart-memory"]
+    assert "restarting now loses" in event.detail and "an OOM would lose" in event.detail
+    assert "expected loss keeping it" in event.detail
+
+
+def test_a_long_run_near_a_probable_oom_is_kept_when_a_failure_costs_no_more_than_a_restart(tmp_path):
+    """27 h of work and an OOM a few seconds away that is only 99 % certain: with no extra
+    price on a failure, restarting now is expected to lose more than letting it run."""
+    fake, helper, samples, monitor = make(tmp_path, memory_horizon_s=10**6, restart_cost_s=0, oom_penalty_s=0)
+    start = FAKE_EPOCH - 100_000
+    running(fake, 7, fp="grow", shards=1, start=start)
+    for t in range(27):
+        samples.put(7, FAKE_EPOCH + t, mem=int(2 * GIB + t * 0.3 * GIB), started_at=start)
+        monitor.tick()
+    assert fake.jobs[7].state == "RUNNING"
+    kept = [e for e in helper.store.events() if e.kind == "keep-memory"]
+    assert len(kept) == 1 and "costs less than a restart" in kept[0].detail
+    assert kept[0].data["lose_now_s"] >= 100_000
+    assert not [e for e in helper.store.events() if e.kind == "restart-memory"]
+    # the default price of a failure (its user resubmits it) restarts the same job
+    fake, helper, samples, monitor = make(tmp_path / "priced", memory_horizon_s=10**6)
+    running(fake, 7, fp="grow", shards=1, start=start)
+    for t in range(27):
+        samples.put(7, FAKE_EPOCH + t, mem=int(2 * GIB + t * 0.3 * GIB), started_at=start)
+        monitor.tick()
+        if fake.jobs[7].state == "PENDING":
+            break
+    assert fake.jobs[7].state == "PENDING"

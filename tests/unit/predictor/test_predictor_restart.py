@@ -56,7 +56,14 @@ def test_a_far_crossing_restarts_at_once():
     assert d.restart and d.expected_keep_s > d.expected_restart_s
 
 
-@pytest.mark.parametrize("kw", [dict(p_oom=0.0), dict(p_oom=1.5), dict(restart_cost_s=-1)])
+def test_the_failure_penalty_tips_a_near_crossing_towards_a_restart():
+    kw = dict(now_s=600 * 60, crossing_s=602 * 60, end_s=None, restart_cost_s=5 * 60, p_oom=0.9)
+    assert not _d(**kw).restart
+    d = _d(**kw, oom_penalty_s=120 * 60)  # the user notices and resubmits two hours later
+    assert d.restart and "failure 120 min" in d.reason
+
+
+@pytest.mark.parametrize("kw", [dict(p_oom=0.0), dict(p_oom=1.5), dict(restart_cost_s=-1), dict(oom_penalty_s=-1)])
 def test_bad_arguments_are_errors(kw):
     with pytest.raises(ValueError):
         _d(**kw)
