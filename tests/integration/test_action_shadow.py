@@ -7,30 +7,17 @@ Uses the session fixture `cluster` of tests/integration/conftest.py.
 from __future__ import annotations
 
 import json
-import sys
 import time
 
 import pytest
 from click.testing import CliRunner
 
+from e2e_support import simgpu_script, wait_for
 from packer.action_ledger import ActionLedger
 from packer.store import Store
 
 pytestmark = pytest.mark.integration
 
-PY = sys.executable
-RUN = time.time_ns()
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
-    deadline = time.time() + timeout
-    value = None
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"{what}: not true after {timeout}s (last: {value!r})")
 
 
 def ledger_rows(cluster, job_id: int, action: str):
@@ -58,7 +45,7 @@ def report(cluster) -> dict[str, dict]:
 
 
 def simgpu(args: str) -> bytes:
-    return f"#!/bin/sh\n# gpupack shadow test {RUN}\nexec {PY} -m slurm_plugin simgpu run {args}\n".encode()
+    return simgpu_script(args, tag="gpupack shadow test")
 
 
 SLEEP = b"#!/bin/sh\nsleep 300\n"

@@ -8,41 +8,19 @@ newcomer at the head of the queue; the senior keeps running.
 """
 from __future__ import annotations
 
-import sys
 import time
 
 import pytest
 
+from e2e_support import SLEEP, events, simgpu_script, wait_for
 from packer.store import Store
 
 pytestmark = pytest.mark.integration
 
-PY = sys.executable
-RUN = time.time_ns()
-SLEEP = b"#!/bin/sh\nsleep 300\n"
 
 
 def silent(args: str) -> bytes:
-    return f"#!/bin/sh\n# gpupack counters test {RUN}\nexec {PY} -m slurm_plugin simgpu run --no-report {args}\n".encode()
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
-    deadline = time.time() + timeout
-    value = None
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"{what}: not true after {timeout}s (last: {value!r})")
-
-
-def events(cluster, kind: str, job_id: int):
-    store = Store(cluster.spec.database)
-    try:
-        return [e for e in store.events(limit=500, job_id=job_id) if e.kind == kind]
-    finally:
-        store.close()
+    return simgpu_script(args, tag="gpupack counters test", report=False)
 
 
 def test_silent_newcomer_that_slows_a_silent_neighbour_is_requeued_at_the_head(cluster):

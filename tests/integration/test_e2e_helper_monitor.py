@@ -6,45 +6,19 @@ H100s, helper + node agents + SPANK plugin, enforce mode).
 """
 from __future__ import annotations
 
-import sys
 import time
 
 import pytest
 
+from e2e_support import SLEEP, events, simgpu_script, wait_for
 from packer.store import Store
 
 pytestmark = pytest.mark.integration
 
-PY = sys.executable
-
-
-RUN = time.time_ns()  # the cluster's history and pairs outlive a test run: keep runs apart
 
 
 def script(args: str) -> bytes:
-    return f"#!/bin/sh\n# gpupack test run {RUN}\nexec {PY} -m slurm_plugin simgpu run {args}\n".encode()
-
-
-SLEEP = b"#!/bin/sh\nsleep 300\n"
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
-    deadline = time.time() + timeout
-    value = None
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"{what}: not true after {timeout}s (last: {value!r})")
-
-
-def events(cluster, kind: str, job_id: int):
-    store = Store(cluster.spec.database)
-    try:
-        return [e for e in store.events(limit=500, job_id=job_id) if e.kind == kind]
-    finally:
-        store.close()
+    return simgpu_script(args)
 
 
 def test_newcomer_that_slows_its_neighbour_is_requeued_next_to_start_and_never_packed_with_it_again(cluster):

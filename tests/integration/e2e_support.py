@@ -1,0 +1,40 @@
+"""What the end-to-end tests on the real cluster share: job scripts, waiting, the event log.
+
+(Imported by name: pytest puts this folder on sys.path, it has no __init__.py.)
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+from packer.store import Store
+
+PY = sys.executable
+RUN = time.time_ns()  # the cluster's history and pairs outlive a test run: keep runs apart
+SLEEP = b"#!/bin/sh\nsleep 300\n"
+
+
+def simgpu_script(args: str, *, tag: str = "gpupack test run", report: bool = True) -> bytes:
+    """A batch script running one simulated GPU workload; `report=False`: it never reports
+    its progress (the agent sees only the GPU's counters)."""
+    quiet = "" if report else " --no-report"
+    return f"#!/bin/sh\n# {tag} {RUN}\nexec {PY} -m slurm_plugin simgpu run{quiet} {args}\n".encode()
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
+    deadline = time.time() + timeout
+    value = None
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"{what}: not true after {timeout}s (last: {value!r})")
+
+
+def events(cluster, kind: str, job_id: int):
+    store = Store(cluster.spec.database)
+    try:
+        return [e for e in store.events(limit=500, job_id=job_id) if e.kind == kind]
+    finally:
+        store.close()
