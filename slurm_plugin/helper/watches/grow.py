@@ -252,8 +252,12 @@ class GrowWatch:
         held = ctx.actions.state.held_for_grower
         for victim, (grower, since) in list(held.items()):
             job = ctx.jobs.get(victim)
-            if job is None or job.state != "PENDING":
+            if job is None or job.state == "RUNNING":  # gone, or someone else released it
                 held.pop(victim)
+                continue
+            if job.state != "PENDING":  # its old run is still being requeued (COMPLETING, REQUEUE_HOLD)
+                if job.is_finished and ctx.now - since > ctx.settings.grow_hold_victims_s:
+                    held.pop(victim)  # ended for good (cancelled by its owner)
                 continue
             g = ctx.jobs.get(grower)
             if g is not None and g.state == "PENDING" and ctx.now - since < ctx.settings.grow_hold_victims_s:

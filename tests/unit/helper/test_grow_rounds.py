@@ -167,3 +167,22 @@ def test_grow_thresholds_are_checked_with_an_actionable_error():
         MonitorSettings(grow_running_target="most")
     s = MonitorSettings(grow_running_max_evictions=1, grow_queued_target="max").grow_settings(7)
     assert (s.running.max_evictions, s.queued.target, s.max_packed_shares) == (1, "max", 7)
+
+
+def test_a_victim_still_being_requeued_stays_held_until_the_grower_runs(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path, mode="enforce")
+    helper.store.remember_size("grow", 4, "oom")
+    three_on_one_gpu(fake)
+    for job_id, start in ((7, 0), (8, 2), (9, 4)):
+        put(samples, job_id, 5, 3 * GIB, start)
+    monitor.tick()
+    young, grower = fake.jobs[9], fake.jobs[7]
+    young.state = "COMPLETING"  # Slurm still ends its old run
+    grower.state, grower.nodes, grower.gres_detail = "RUNNING", "node1", ["shard:h100:4(IDX:0)"]
+    samples.now.clear()
+    monitor.tick()
+    assert young.priority == 0 and not [e for e in helper.store.events() if e.kind == "grow-release"]
+    young.state = "PENDING"  # requeued and held: now it goes back, at the head
+    monitor.tick()
+    assert young.priority > 0
+    assert [e.job_id for e in helper.store.events() if e.kind == "grow-release"] == [9]
