@@ -39,10 +39,11 @@ class GrowOutcome:
 
 
 def grow_script(python: str) -> str:
-    # 2 GiB + 10 MiB every 50 ms: past shard:2 (20 GiB) after ~90 s; the forecast warns well before
-    return ("#!/bin/sh\n# gpupack demo: a training job whose memory grows\n"
-            f"exec {python} -m slurm_plugin simgpu run --mem-start 2GiB --mem-growth 10MiB "
-            "--iters 3000 --iter-ms 50 --workload ResNet18\n")
+    """2 GiB + 5 MiB every 50 ms: past shard:2 (~20 GiB) after ~180 s; the forecast warns before.
+    A fresh script each run (its fingerprint has no remembered size), so the forecast decides."""
+    return (f"#!/bin/sh\n# gpupack demo: a training job whose memory grows (run {time.time_ns()})\n"
+            f"exec {python} -m slurm_plugin simgpu run --mem-start 2GiB --mem-growth 5MiB "
+            "--iters 5000 --iter-ms 50 --workload ResNet18\n")
 
 
 def events_of(database, job_ids: set[int]) -> list[dict]:
@@ -54,7 +55,7 @@ def events_of(database, job_ids: set[int]) -> list[dict]:
     return [{"kind": e.kind, "job": e.job_id, "detail": e.detail, "data": e.data} for e in reversed(rows)]
 
 
-def run_grow(env: dict[str, str], workdir: Path, database: Path, python: str, timeout: float = 240) -> GrowOutcome:
+def run_grow(env: dict[str, str], workdir: Path, database: Path, python: str, timeout: float = 300) -> GrowOutcome:
     """Run the scenario on the cluster whose Slurm environment is `env` and whose helper
     writes its events to `database`; the job scripts and outputs go to `workdir`."""
     from slurm_plugin.slurm.runner import SlurmRunner
@@ -68,7 +69,7 @@ def run_grow(env: dict[str, str], workdir: Path, database: Path, python: str, ti
     sleeper.chmod(0o755)
 
     def sbatch(path: Path, name: str, shards: int) -> int:
-        result = subprocess.run(["sbatch", "--parsable", "-J", name, "-w", "node1", f"--gres=shard:{shards}", "-t", "5",
+        result = subprocess.run(["sbatch", "--parsable", "-J", name, "-w", "node1", f"--gres=shard:{shards}", "-t", "10",
                                  "-o", f"{workdir}/%x-%j.out", str(path)],
                                 env=env, cwd=workdir, capture_output=True, text=True, check=False)
         if result.returncode != 0:
@@ -86,7 +87,7 @@ def run_grow(env: dict[str, str], workdir: Path, database: Path, python: str, ti
     while time.time() < deadline:
         kinds = {e["kind"] for e in events_of(database, {grower, neighbour})}
         job = runner.job(grower)
-        if ("grow-release" in kinds and job.base_state == "RUNNING") or "restart-memory" in kinds:
+        if ("grow-release" in kinds and job.base_state == "RUNNING") or "restart-memory" in kinds or job.is_finished:
             break
         time.sleep(1)
     settle = time.time() + 20  # the released neighbour starts again, after the grower

@@ -29,7 +29,7 @@ def grow_cluster(cluster):
 
 def test_the_older_job_grows_in_place_after_its_younger_neighbour_is_evicted(grow_cluster):
     cluster = grow_cluster
-    out = run_grow(cluster.env, cluster.workdir, cluster.spec.database, sys.executable, timeout=200)
+    out = run_grow(cluster.env, cluster.workdir, cluster.spec.database, sys.executable, timeout=300)
     kinds = [e["kind"] for e in out.events]
     assert "restart-memory" not in kinds, out.events  # not the plain restart through the queue
     # the eviction order: the neighbour is requeued first, then the grower, then the neighbour released
