@@ -15,6 +15,7 @@ each watch of `Monitor.watches`, in this order:
 6. **grow by preemption** (`watches/grow.py`, patent seed 004): a packed job that must grow
    requeues younger packed neighbours on its GPU and restarts at once on a larger share
    there (before the memory watch, which restarts through the queue what this one leaves);
+   its held victims go back to the head of the queue once it runs (`watches/grow_release.py`);
 7. **memory growth** (`watches/memory.py`, thesis Algorithm 1): a job certain to outgrow its
    share is requeued at the head on a larger size;
 8. **keep at head** (`watches/at_head.py`): requeued jobs stay the next to start;
@@ -46,6 +47,7 @@ from slurm_plugin.helper.watches.actions import Actions
 from slurm_plugin.helper.watches.at_head import KeepAtHeadWatch
 from slurm_plugin.helper.watches.contention import ContentionWatch
 from slurm_plugin.helper.watches.grow import GrowWatch
+from slurm_plugin.helper.watches.grow_release import GrowReleaseWatch
 from slurm_plugin.helper.watches.history import HistoryWatch
 from slurm_plugin.helper.watches.layouts import LAYOUT_REFRESH_S, QueueLayoutWatch  # noqa: F401
 from slurm_plugin.helper.watches.memory import MemoryWatch
@@ -102,6 +104,7 @@ class Monitor:
             HistoryWatch(),
             self.quirk_guard_watch,
             ContentionWatch(),
+            GrowReleaseWatch(),
             GrowWatch(),
             MemoryWatch(),
             KeepAtHeadWatch(),

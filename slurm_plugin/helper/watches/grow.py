@@ -11,7 +11,7 @@ first and no more than needed, never an older job or a whole-GPU job. When enfor
 2. the grower is requeued with its larger share, its other nodes excluded (pinned to its
    node) and made the next to start (`grow-restart`), so it restarts at once on its GPU;
 3. once the grower runs again (or `grow_hold_victims_s` passed), each victim is released
-   at the head of the queue (`grow-release`).
+   at the head of the queue (`grow-release`, `watches/grow_release.py`).
 
 While the grower waits in the queue it is a *queued preemptor*: a job that started on its
 GPU after it was requeued (overtook it) and keeps it from its minimum is evicted the same
@@ -39,7 +39,6 @@ log = logging.getLogger(__name__)
 
 GIB = 1024**3
 KIND = "grow-preempt"
-RELEASE_KIND = "grow-release"
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,6 @@ class GrowWatch:
         self.queued: dict[int, QueuedGrower] = {}
 
     def round(self, ctx: RoundContext) -> None:
-        self._release_victims(ctx)
         mode = ctx.actions.mode_of(KIND)
         if mode.mode == "off":
             return
@@ -246,25 +244,3 @@ class GrowWatch:
             return
         self._said.add(key)
         ctx.actions.log_event(SKIP_KIND, f"no growth in place: {reason}", job_id, **data)
-
-    def _release_victims(self, ctx: RoundContext) -> None:
-        """Held victims go back to the head of the queue once their grower runs again."""
-        held = ctx.actions.state.held_for_grower
-        for victim, (grower, since) in list(held.items()):
-            job = ctx.jobs.get(victim)
-            if job is None or job.state == "RUNNING":  # gone, or someone else released it
-                held.pop(victim)
-                continue
-            if job.state != "PENDING":  # its old run is still being requeued (COMPLETING, REQUEUE_HOLD)
-                if job.is_finished and ctx.now - since > ctx.settings.grow_hold_victims_s:
-                    held.pop(victim)  # ended for good (cancelled by its owner)
-                continue
-            g = ctx.jobs.get(grower)
-            if g is not None and g.state == "PENDING" and ctx.now - since < ctx.settings.grow_hold_victims_s:
-                continue
-            why = (f"job {grower} runs again on its larger share" if g is not None and g.state in ACTIVE else
-                   f"job {grower} did not start within {ctx.settings.grow_hold_victims_s:.0f}s"
-                   if g is not None and g.state == "PENDING" else f"job {grower} is gone")
-            if ctx.actions.release_to_head(victim, RELEASE_KIND, f"released at the head of the queue: {why}",
-                                           grower=grower):
-                held.pop(victim)

@@ -186,3 +186,22 @@ def test_a_victim_still_being_requeued_stays_held_until_the_grower_runs(tmp_path
     monitor.tick()
     assert young.priority > 0
     assert [e.job_id for e in helper.store.events() if e.kind == "grow-release"] == [9]
+
+
+def test_a_victim_goes_back_after_the_hold_limit_when_the_grower_does_not_start(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path, mode="enforce", grow_hold_victims_s=30)
+    helper.store.remember_size("grow", 4, "oom")
+    three_on_one_gpu(fake)
+    for job_id, start in ((7, 0), (8, 2), (9, 4)):
+        put(samples, job_id, 5, 3 * GIB, start)
+    monitor.tick()
+    samples.now.pop(7)
+    samples.now.pop(9)
+    put(samples, 8, 20, 3 * GIB, 2)  # the grower still waits 15 s later: the victim stays held
+    monitor.tick()
+    assert fake.jobs[9].priority == 0
+    put(samples, 8, 40, 3 * GIB, 2)  # 35 s: past the limit
+    monitor.tick()
+    assert fake.jobs[9].priority > 0 and fake.jobs[7].state == "PENDING"
+    (release,) = [e for e in helper.store.events() if e.kind == "grow-release"]
+    assert "did not start within 30s" in release.detail
