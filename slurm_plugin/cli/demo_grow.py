@@ -39,10 +39,12 @@ class GrowOutcome:
 
 
 def grow_script(python: str) -> str:
-    """2 GiB + 5 MiB every 50 ms: past shard:2 (~20 GiB) after ~180 s; the forecast warns before.
+    """10 GiB + 4 MiB every 50 ms: past shard:2 (~20 GiB) after ~2 min; the forecast warns before.
+    (It starts high so that the ramp never doubles its memory: the predictor does not
+    extrapolate a regime within which memory more than doubled, a load.)
     A fresh script each run (its fingerprint has no remembered size), so the forecast decides."""
     return (f"#!/bin/sh\n# gpupack demo: a training job whose memory grows (run {time.time_ns()})\n"
-            f"exec {python} -m slurm_plugin simgpu run --mem-start 2GiB --mem-growth 5MiB "
+            f"exec {python} -m slurm_plugin simgpu run --mem-start 10GiB --mem-growth 4MiB "
             "--iters 5000 --iter-ms 50 --workload ResNet18\n")
 
 
