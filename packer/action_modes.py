@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from packer.config import ConfigError
 
-#: the run-time actions that take a mode (grow and regroup of issue 13 join this list)
-ACTION_KINDS = ("requeue-contention", "restart-memory")
+#: the run-time actions that take a mode (regroup of issue 13 joins this list)
+ACTION_KINDS = ("requeue-contention", "restart-memory", "grow-preempt")
 ACTION_MODES = ("off", "shadow", "enforce")
 
 

@@ -71,9 +71,31 @@ class _Demo:
 @slurm_option
 @click.option("--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE_DIR, show_default=True,
               help="The dev cluster to run on (`gpupack devcluster up` first).")
-def demo(state_dir: Path) -> None:
-    """Profile a job on its first run, pack it on its second, and show it with `gpupack jobs`."""
+@click.option("--scenario", type=click.Choice(["pack", "grow"]), default="pack", show_default=True,
+              help="pack: profiled, then packed; grow: a packed job that must grow evicts its younger neighbour.")
+@click.option("--json", "as_json", is_flag=True, help="(grow) print what happened as JSON.")
+def demo(state_dir: Path, scenario: str, as_json: bool) -> None:
+    """Profile a job on its first run, pack it on its second, and show it with `gpupack jobs`
+    (`--scenario grow`: grow by preemption, live)."""
     from slurm_plugin.devcluster.roots import describe
+
+    if scenario == "grow":
+        from slurm_plugin.cli.demo_grow import run_grow
+
+        d = _Demo(state_dir)
+        outcome = run_grow(d.env, d.workdir, d.cluster.spec.database, sys.executable)
+        if as_json:
+            click.echo(json.dumps(outcome.to_dict(), indent=2))
+        else:
+            click.echo(f"older job {outcome.grower} grows, younger job {outcome.neighbour} on the same GPU:")
+            for e in outcome.events:
+                click.echo(f"  {e['kind']:<15} job {e['job']}: {e['detail']}")
+            click.echo(f"job {outcome.grower}: restarted {outcome.grower_restarts}x with {outcome.grower_gres} on "
+                       f"{outcome.grower_node or '-'} (excluded {','.join(outcome.grower_excluded) or '-'}); "
+                       f"job {outcome.neighbour} {outcome.neighbour_state}")
+        if not outcome.ok:
+            raise click.ClickException("the grower was not restarted in place after evicting its neighbour")
+        return
 
     click.echo(f"Running on {describe()}.")
     d = _Demo(state_dir)

@@ -12,16 +12,21 @@ each watch of `Monitor.watches`, in this order:
 4. **22.05 guard** (`watches/quirk_guard.py`): a GPU given whole and as shares;
 5. **contention** (`watches/contention.py`, patent seed FIG. 4): the newcomer that slows a
    neighbour is requeued at the head and the pair is never packed together again;
-6. **memory growth** (`watches/memory.py`, thesis Algorithm 1): a job certain to outgrow its
+6. **grow by preemption** (`watches/grow.py`, patent seed 004): a packed job that must grow
+   requeues younger packed neighbours on its GPU and restarts at once on a larger share
+   there (before the memory watch, which restarts through the queue what this one leaves);
+   its held victims go back to the head of the queue once it runs (`watches/grow_release.py`);
+7. **memory growth** (`watches/memory.py`, thesis Algorithm 1): a job certain to outgrow its
    share is requeued at the head on a larger size;
-7. **keep at head** (`watches/at_head.py`): requeued jobs stay the next to start;
-8. **steering** (`watches/steering.py`): pending packed jobs are kept off avoided partners;
-9. **MPS** (`watches/mps.py`): percentages from measured utilisation, for the node agents;
-10. **queue layouts** (`watches/layouts.py`): idle MIG slices follow the pending queue;
-11. **metrics** (`watches/metrics.py`): metrics.prom written (the Watcher serves the registry).
+8. **keep at head** (`watches/at_head.py`): requeued jobs stay the next to start;
+9. **steering** (`watches/steering.py`): pending packed jobs are kept off avoided partners;
+10. **MPS** (`watches/mps.py`): percentages from measured utilisation, for the node agents;
+11. **queue layouts** (`watches/layouts.py`): idle MIG slices follow the pending queue;
+12. **metrics** (`watches/metrics.py`): metrics.prom written (the Watcher serves the registry).
 
 Watches read a `RoundContext` and act only through `Actions` (requeue at the head, update
-a job, log an event). The run-time actions (contention requeue, memory restart) each have a
+a job, log an event). The run-time actions (contention requeue, memory restart, grow by
+preemption) each have a
 mode, `off | shadow | enforce` (`[monitor.actions]`, else following the helper's mode:
 enforce acts, observe and advise shadow); shadow logs what would be done as an event and in
 the action ledger. The other watches act only in `enforce` mode. Nothing is ever
@@ -41,6 +46,8 @@ from slurm_plugin.helper.sample_source import AgentSamples, SampleSource
 from slurm_plugin.helper.watches.actions import Actions
 from slurm_plugin.helper.watches.at_head import KeepAtHeadWatch
 from slurm_plugin.helper.watches.contention import ContentionWatch
+from slurm_plugin.helper.watches.grow import GrowWatch
+from slurm_plugin.helper.watches.grow_release import GrowReleaseWatch
 from slurm_plugin.helper.watches.history import HistoryWatch
 from slurm_plugin.helper.watches.layouts import LAYOUT_REFRESH_S, QueueLayoutWatch  # noqa: F401
 from slurm_plugin.helper.watches.memory import MemoryWatch
@@ -97,6 +104,8 @@ class Monitor:
             HistoryWatch(),
             self.quirk_guard_watch,
             ContentionWatch(),
+            GrowReleaseWatch(),
+            GrowWatch(),
             MemoryWatch(),
             KeepAtHeadWatch(),
             SteerWatch(),

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from packer.action_modes import check_action_modes
 from packer.config import ConfigError
+from packer.grow import GrowSettings, PreemptorThreshold
 from packer.util_contention import CounterRule
 
 
@@ -44,6 +45,22 @@ class MonitorSettings:
     # the Slurm 22.05 gpu+shard collision guard (fixed upstream in 23.11.5): "auto" runs it
     # only on releases that double-book a GPU, or true / false
     quirk_guard: bool | str = "auto"
+    # grow by preemption (patent seed 004, packer.grow): a packed job that must grow requeues
+    # younger packed neighbours on its GPU. Running preemptors (a running job whose forecast
+    # warns or whose remembered size is above its share) evict until their maximum ("max")
+    # or only their minimum ("min"); queued preemptors (a grower requeued to restart bigger
+    # that newer jobs overtook on its GPU) have thresholds of their own
+    grow_running_target: str = "max"
+    grow_running_max_evictions: int = 2  # victims per decision
+    grow_running_max_victim_lost_s: float = 3600.0  # never evict a job that ran longer than this
+    grow_running_min_wait_s: float = 0.0  # act only after wanting more for this long
+    grow_queued_target: str = "min"
+    grow_queued_max_evictions: int = 1
+    grow_queued_max_victim_lost_s: float = 600.0
+    grow_queued_min_wait_s: float = 10.0
+    grow_max_evictions_per_round: int = 4
+    # an evicted job stays held until its grower runs again, at most this long
+    grow_hold_victims_s: float = 120.0
     # MPS percentages from measured utilisation
     mps_headroom: float = 0.10
     mps_floor_pct: int = 5
@@ -78,6 +95,23 @@ class MonitorSettings:
         if not isinstance(self.actions, dict):
             raise ConfigError('[monitor.actions] must be a table, e.g. restart-memory = "shadow"')
         check_action_modes(self.actions)
+        try:
+            self.grow_settings()
+        except ValueError as exc:
+            raise ConfigError(f"[monitor] grow_*: {exc}") from exc
+        if self.grow_hold_victims_s < 0:
+            raise ConfigError("[monitor] grow_hold_victims_s must be 0 or more")
+
+    def grow_settings(self, max_packed_shares: int | None = None) -> GrowSettings:
+        """The running and queued preemptor thresholds for `packer.grow.plan_growth`."""
+        def threshold(kind: str) -> PreemptorThreshold:
+            return PreemptorThreshold(target=getattr(self, f"grow_{kind}_target"),
+                                      max_evictions=getattr(self, f"grow_{kind}_max_evictions"),
+                                      max_victim_lost_s=getattr(self, f"grow_{kind}_max_victim_lost_s"),
+                                      min_wait_s=getattr(self, f"grow_{kind}_min_wait_s"))
+        return GrowSettings(running=threshold("running"), queued=threshold("queued"),
+                            max_packed_shares=max_packed_shares,
+                            max_evictions_per_round=self.grow_max_evictions_per_round)
 
 
 def load_monitor_settings(path: Path | None) -> MonitorSettings:

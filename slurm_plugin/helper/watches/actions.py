@@ -82,10 +82,12 @@ class Actions:
 
     def requeue_at_head(self, job: Job, kind: str, reason: str, *, exclude: frozenset[str] = frozenset(),
                         gres: str | None = None, comment: str | None = None, mode: ActionMode | None = None,
-                        **data) -> bool:
+                        keep_held: bool = False, **data) -> bool:
         """Requeue `job`, change it while held, release it and make it the next to start.
 
-        `mode`: the action's own mode; without it, the helper's (enforce acts, else shadow)."""
+        `mode`: the action's own mode; without it, the helper's (enforce acts, else shadow).
+        `keep_held`: leave it held (a grow eviction waits for its grower to start first);
+        `release_to_head` later releases it and makes it the next to start."""
         mode = mode or ActionMode("enforce" if self.enforcing else "shadow", self.config().mode)
         if not mode.acts:
             self.store.log_event(kind, f"would requeue ({mode.label} mode): {reason}", job.job_id,
@@ -106,17 +108,37 @@ class Actions:
                 changes["AdminComment"] = comment_mod.merge(job.admin_comment, comment)
             if changes:
                 self.runner.update_job(job_id, **changes)
-            self.runner.release(job_id)
-            priority = head_priority(self.pending_priorities(job_id))
-            self.runner.update_job(job_id, Priority=priority)
+            if keep_held:
+                priority = 0
+            else:
+                self.runner.release(job_id)
+                priority = head_priority(self.pending_priorities(job_id))
+                self.runner.update_job(job_id, Priority=priority)
         except SlurmError as exc:
             self.store.log_event(kind + "-failed", f"could not requeue: {exc}", job_id, reason=reason)
             log.error("job %d: requeue for %s failed: %s", job_id, kind, exc)
             return False
-        self.state.heading[job_id] = priority
+        if not keep_held:
+            self.state.heading[job_id] = priority
         self.state.tracks.pop(job_id, None)
         self.store.log_event(kind, reason, job_id, priority=priority, excluded=sorted(exclude), gres=gres, **data)
-        log.warning("job %d requeued at the head (priority %d): %s", job_id, priority, reason)
+        log.warning("job %d requeued %s: %s", job_id,
+                    "and held" if keep_held else f"at the head (priority {priority})", reason)
+        return True
+
+    def release_to_head(self, job_id: int, kind: str, reason: str, **data: object) -> bool:
+        """Release a job left held by `requeue_at_head(keep_held=True)` and make it the next
+        to start (kept there by the keep-at-head watch). False when Slurm refused."""
+        try:
+            self.runner.release(job_id)
+            priority = head_priority(self.pending_priorities(job_id))
+            self.runner.update_job(job_id, Priority=priority)
+        except SlurmError as exc:
+            self.store.log_event(kind + "-failed", f"could not release: {exc}", job_id, reason=reason)
+            log.error("job %d: release for %s failed: %s", job_id, kind, exc)
+            return False
+        self.state.heading[job_id] = priority
+        self.store.log_event(kind, reason, job_id, priority=priority, **data)
         return True
 
     def pending_priorities(self, exclude_job: int) -> list[int | None]:

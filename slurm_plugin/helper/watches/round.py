@@ -31,6 +31,8 @@ class WatchState:
     ours_excluded: dict[int, frozenset[str]] = field(default_factory=dict)  # what we added to ExcNodeList
     quirk_excluded: dict[int, tuple[str, frozenset[int]]] = field(default_factory=dict)  # job -> (node, keepers)
     reported: set[tuple[int, float]] = field(default_factory=set)  # (job, run start) already judged
+    # grow evictions left held until their grower starts: victim -> (grower, when requeued)
+    held_for_grower: dict[int, tuple[int, float]] = field(default_factory=dict)
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from packer.action_ledger import ActionLedger
-from packer.action_modes import action_mode, check_action_modes
+from packer.action_modes import ACTION_KINDS, action_mode, check_action_modes
 from packer.action_outcomes import judge_memory_run, judge_recovery, ran_out
 from packer.action_report import summarise
 from packer.config import ConfigError
@@ -81,4 +81,4 @@ def test_a_reader_of_a_database_the_helper_never_wrote_to_sees_no_rows_and_creat
     reader = ActionLedger(store, create=False)
     assert reader.counts() == [] and reader.rows() == []
     assert not store.db["action_ledger"].exists()
-    assert [s.precision for s in summarise(reader.counts())] == [None, None]
+    assert [s.precision for s in summarise(reader.counts())] == [None] * len(ACTION_KINDS)

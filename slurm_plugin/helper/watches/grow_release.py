@@ -1,0 +1,40 @@
+"""Victims of grow by preemption go back to the head of the queue once their grower runs.
+
+`GrowWatch` (`watches/grow.py`) requeues each victim and leaves it held, so that it cannot
+take back the shares before the grower restarts on them; this watch releases it at the head
+of the queue (`grow-release`) when the grower runs again, is gone, or did not start within
+`[monitor] grow_hold_victims_s`. It runs whatever the `grow-preempt` mode is now, so that no
+victim stays held after the action is switched off.
+"""
+from __future__ import annotations
+
+from slurm_plugin.helper.watches.round import RoundContext
+from slurm_plugin.helper.watches.tracks import ACTIVE
+
+RELEASE_KIND = "grow-release"
+
+
+class GrowReleaseWatch:
+    name = "grow-release"
+
+    def round(self, ctx: RoundContext) -> None:
+        """Held victims go back to the head of the queue once their grower runs again."""
+        held = ctx.actions.state.held_for_grower
+        for victim, (grower, since) in list(held.items()):
+            job = ctx.jobs.get(victim)
+            if job is None or job.state == "RUNNING":  # gone, or someone else released it
+                held.pop(victim)
+                continue
+            if job.state != "PENDING":  # its old run is still being requeued (COMPLETING, REQUEUE_HOLD)
+                if job.is_finished and ctx.now - since > ctx.settings.grow_hold_victims_s:
+                    held.pop(victim)  # ended for good (cancelled by its owner)
+                continue
+            g = ctx.jobs.get(grower)
+            if g is not None and g.state == "PENDING" and ctx.now - since < ctx.settings.grow_hold_victims_s:
+                continue
+            why = (f"job {grower} runs again on its larger share" if g is not None and g.state in ACTIVE else
+                   f"job {grower} did not start within {ctx.settings.grow_hold_victims_s:.0f}s"
+                   if g is not None and g.state == "PENDING" else f"job {grower} is gone")
+            if ctx.actions.release_to_head(victim, RELEASE_KIND, f"released at the head of the queue: {why}",
+                                           grower=grower):
+                held.pop(victim)
