@@ -29,7 +29,7 @@ from packer import comment as comment_mod
 from packer.decision import max_shards
 from packer.grow import EVICT_KIND, RESTART_KIND, SKIP_KIND, GpuShares, GrowDecision, Preemptor, Tenant, \
     grow_request, plan_growth
-from slurm_plugin.helper.watches.memory import capacity_of
+from slurm_plugin.helper.watches.memory import capacity_of, track_forecast
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.helper.watches.tracks import ACTIVE, Track, job_shards, wants_whole_gpu
 from slurm_plugin.slurm.errors import SlurmError
@@ -52,16 +52,6 @@ class QueuedGrower:
     max_shares: int
 
 
-@dataclass
-class ForecastRun:
-    """The grow watch's forecaster for one run of a job, and its newest forecast."""
-
-    started_at: float
-    forecaster: object
-    step: float = -1.0
-    last: object | None = None
-
-
 def gpu_label(node: str, gpu: int) -> str:
     return f"{node}:{gpu}"
 
@@ -70,7 +60,6 @@ class GrowWatch:
     name = "grow"
 
     def __init__(self) -> None:
-        self._forecasts: dict[int, ForecastRun] = {}
         self._wanting: dict[tuple[int, float], float] = {}  # (job, run start) -> first wanted more
         self._said: set[tuple[int, float, str]] = set()  # skip reasons already logged
         self._decided: set[tuple[int, float]] = set()  # runs already decided (one action per run)
@@ -138,21 +127,8 @@ class GrowWatch:
                          waiting_since=since, held_shares=t.shards, why=why)
 
     def _forecast(self, ctx: RoundContext, t: Track, job: Job, capacity: float):
-        """The newest forecast of the job's own forecaster (the memory watch keeps its own)."""
-        from predictor.forecast import Forecaster
-
-        run = self._forecasts.get(t.job_id)
-        if run is None or run.started_at != t.started_at:
-            horizon = ctx.settings.memory_horizon_s
-            if job.end_time is not None and job.end_time.timestamp() > t.started_at:
-                horizon = min(horizon, job.end_time.timestamp() - t.started_at)
-            run = self._forecasts[t.job_id] = ForecastRun(t.started_at, Forecaster(capacity, horizon))
-        last = t.samples[-1]
-        step = last.at - t.started_at
-        if step > run.step:
-            run.last = run.forecaster.update(step, max(last.peak_mem_bytes, last.mem_bytes))
-            run.step = step
-        return run.last
+        """The run's forecast, shared with the memory watch (which runs after this one)."""
+        return track_forecast(ctx, t, job, capacity)
 
     def _queued_preemptors(self, ctx: RoundContext) -> list[Preemptor]:
         out = []

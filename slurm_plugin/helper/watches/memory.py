@@ -30,6 +30,28 @@ def capacity_of(track: Track, share_bytes: float, gpu_model: str) -> float | Non
     return None
 
 
+def track_forecast(ctx: RoundContext, t: Track, job, capacity: float):
+    """The run's memory forecast, brought up to date with every sample since the last round
+    (oldest first); one forecaster per run, shared by the watches that read it (grow, memory).
+    None before the first sample."""
+    from predictor.forecast import Forecaster
+
+    if t.forecaster is None:
+        # forecast to the job's end (its time limit) when Slurm knows it
+        horizon = ctx.settings.memory_horizon_s
+        if job.end_time is not None and job.end_time.timestamp() > t.started_at:
+            horizon = min(horizon, job.end_time.timestamp() - t.started_at)
+        t.forecaster = Forecaster(capacity, horizon)
+    fc = t.forecaster
+    fc.set_act_within(ctx.act_s)  # seconds since the job started are its steps
+    for sample in t.samples:
+        step = sample.at - t.started_at
+        if step > t.forecast_step:
+            fc.update(step, max(sample.peak_mem_bytes, sample.mem_bytes))
+            t.forecast_step = step
+    return fc.last
+
+
 class MemoryWatch:
     name = "memory"
 
@@ -56,8 +78,6 @@ class MemoryWatch:
         return capacity_of(track, ctx.config.share_bytes, ctx.gpu_model)
 
     def _check_memory(self, ctx: RoundContext, skip: set[int]) -> set[int]:
-        from predictor.forecast import Forecaster
-
         acted: set[int] = set()
         config = ctx.config
         actions = ctx.actions
@@ -69,22 +89,13 @@ class MemoryWatch:
             capacity = self._capacity(ctx, t)
             if not capacity:
                 continue
-            if t.forecaster is None:
-                # forecast to the job's end (its time limit) when Slurm knows it
-                horizon = ctx.settings.memory_horizon_s
-                if job.end_time is not None and job.end_time.timestamp() > t.started_at:
-                    horizon = min(horizon, job.end_time.timestamp() - t.started_at)
-                t.forecaster = Forecaster(capacity, horizon)
-            fc = t.forecaster
-            fc.set_act_within(ctx.act_s)  # seconds since the job started are its steps
-            forecast = None
-            for sample in t.samples:  # every sample since the last round, oldest first
-                step = sample.at - t.started_at
-                if step > t.forecast_step:
-                    forecast = fc.update(step, max(sample.peak_mem_bytes, sample.mem_bytes))
-                    t.forecast_step = step
-            if forecast is None or not forecast.warn:
+            forecast = track_forecast(ctx, t, job, capacity)
+            if forecast is None or t.memory_judged_step == t.forecast_step:
+                continue  # judged once per new sample
+            t.memory_judged_step = t.forecast_step
+            if not forecast.warn:
                 continue
+            fc = t.forecaster
             priced = self._price(ctx, t, job, forecast, capacity, fc.options.confidence)
             if not priced.restart:
                 if not t.kept_reported:  # said once per run; a later round may still restart it

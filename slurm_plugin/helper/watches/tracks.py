@@ -33,7 +33,8 @@ class Track:
     name: str = ""
     samples: deque = field(default_factory=lambda: deque(maxlen=SAMPLES_KEPT))
     forecaster: object | None = None
-    forecast_step: float = -1.0
+    forecast_step: float = -1.0  # the step of the newest sample in the forecaster
+    memory_judged_step: float = -1.0  # the memory watch's last judgement was on this step
     kept_reported: bool = False  # the memory watch said once why it lets this run go on
     last_state: str | None = None
 
