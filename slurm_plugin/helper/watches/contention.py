@@ -49,7 +49,9 @@ class ContentionWatch:
             if not actions.first_report(newcomer.job_id, started_at):
                 continue
             for hurt in verdict.hurt:
-                if mode.acts and verdict.newcomer_fingerprint and hurt.fingerprint and verdict.newcomer_fingerprint != hurt.fingerprint:
+                # two copies of one workload that slow each other are a pair too (fp, fp): without
+                # it, each next copy lands beside the running one and is requeued again
+                if mode.acts and verdict.newcomer_fingerprint and hurt.fingerprint:
                     actions.store.avoid_pair(verdict.newcomer_fingerprint, hurt.fingerprint, verdict.reason)
             hurt_nodes = frozenset(n for h in verdict.hurt for n in expand_hostlist(jobs[h.job_id].nodes))
             evidence = {

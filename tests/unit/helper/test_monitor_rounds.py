@@ -91,6 +91,27 @@ def test_newcomer_that_slows_its_neighbour_is_requeued_at_head_and_the_pair_avoi
     assert not any("scancel" in c for c in fake.calls)
 
 
+def test_two_copies_of_one_workload_that_slow_each_other_are_kept_apart(tmp_path):
+    """Found live: identical jobs were requeued beside each other every ~10 s, since a pair of
+    one fingerprint was never recorded; the next copy must be steered off the running one's node."""
+    fake, helper, samples, monitor = make(tmp_path)
+    running(fake, 1, fp="same", start=FAKE_EPOCH)
+    for t in range(10):
+        samples.put(1, FAKE_EPOCH + t, throughput=20.0, started_at=FAKE_EPOCH)
+        monitor.tick()
+    running(fake, 2, fp="same", start=FAKE_EPOCH + 10)
+    for t in range(10, 16):
+        samples.put(1, FAKE_EPOCH + t, throughput=15.0, started_at=FAKE_EPOCH)
+        samples.put(2, FAKE_EPOCH + t, throughput=15.0, started_at=FAKE_EPOCH + 10)
+        monitor.tick()
+    assert fake.jobs[2].state == "PENDING" and fake.jobs[1].state == "RUNNING"
+    assert helper.store.must_avoid("same", "same")
+    fake.submit(job_id=3, state="PENDING", gres="gres:shard:2", admin_comment="gpupack: packed shard:2 fp=same")
+    samples.put(1, FAKE_EPOCH + 16, throughput=20.0, started_at=FAKE_EPOCH)
+    monitor.tick()
+    assert "node1" in fake.jobs[3].excluded_nodes  # a third copy is kept off the running one's node
+
+
 def test_newcomer_that_slows_a_silent_neighbour_is_seen_in_the_gpu_counters_and_requeued(tmp_path):
     import random
 
