@@ -47,13 +47,11 @@ work of the attempt, as a Slurm requeue does.
 """
 from __future__ import annotations
 
-import heapq
 from bisect import bisect_left, bisect_right, insort
 import logging
 import math
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from itertools import chain, islice
 
 from mig.catalog import Catalog, load_catalog
@@ -63,170 +61,19 @@ from packer.config import GIB, PackerConfig
 from packer.decision import max_shards
 from slurm_plugin.simulator.baselines import ExclusivePolicy, LucidPolicy, ShardFixedPolicy
 from slurm_plugin.simulator.colocate import ColocatePolicy
+from slurm_plugin.simulator.config import BASELINES, MIG_DYNAMIC, POLICIES, SHARED, SimConfig
+from slurm_plugin.simulator.events import CHECK as _CHECK, FINISH as _FINISH, OOM as _OOM, \
+    WARN as _WARN, EventLoop
 from slurm_plugin.simulator.growth import GrowPreemption
+from slurm_plugin.simulator.knowledge import PairKnowledge
 from slurm_plugin.simulator.mig_policies import MigDynamicPolicy, MigStaticPolicy
-from slurm_plugin.simulator.knowledge import MODES as KNOWLEDGE_MODES, PairKnowledge
 from slurm_plugin.simulator.regrouping import Regrouper
+from slurm_plugin.simulator.result import SimResult
+from slurm_plugin.simulator.state import Gpu, Job
+from slurm_plugin.simulator.usage import UsageMeter
 from slurm_plugin.simulator.workload import PairTable, SimJobSpec, WorkloadProfile
 
 log = logging.getLogger(__name__)
-
-POLICIES = ("exclusive", "shard-fixed", "mig-static", "lucid-like", "colocate",
-            "mig-by-size", "mig-in-order")
-BASELINES = ("exclusive", "shard-fixed", "mig-static", "lucid-like")
-MIG_DYNAMIC = ("mig-by-size", "mig-in-order")
-SHARED = ("shard-fixed", "lucid-like", "colocate")
-
-_FINISH, _OOM, _WARN, _CHECK = 0, 1, 2, 3
-
-
-@dataclass
-class SimConfig:
-    policy: str
-    gpus: int
-    gpu_model: str = "A100-80GB"
-    predictor: bool = False
-    corunner_rule: str = "best-pair"  # colocate: lowest-util | best-fit | best-pair (FIG. 3)
-    # colocate: predict each pack's slowdown from the measured pairs before packing; pack only
-    # where the job already there keeps >= 1 - contention_threshold of its speed (else FIG. 4
-    # would requeue the newcomer) and the newcomer >= min_newcomer_speed. Busy jobs (above
-    # the packer's max_util_pct) may then be packed too: the pair decides, not utilisation.
-    pair_predict: bool = True
-    # what the pair prediction knows (see slurm_plugin.simulator.knowledge): observed |
-    # model | oracle (the replay's own table: an upper bound)
-    pair_knowledge: str = "observed"
-    min_newcomer_speed: float = 0.0
-    # colocate: most jobs on one GPU (every job there still predicted at >= 1 - threshold
-    # of its speed alone, memory under the packer's cap); more than two relies on the
-    # product of pair speeds, bounded by the GPU's compute (see _rerate_shared)
-    max_jobs_per_gpu: int = 2
-    # a job that cannot get its starting memory on a GPU shared without isolation fails
-    # this long after it starts (CUDA context and model loading)
-    oom_startup_s: float = 60.0
-    bf_depth: int = 100  # Slurm's bf_max_job_test
-    monitor_s: float = 60.0  # contention is judged this long after a pack
-    contention_threshold: float = 0.10
-    shard_jobs_per_gpu: int = 2  # shard-fixed: shares per GPU / shares per job
-    mig_static_layout: str | None = None  # a profile (homogeneous) or "P@S,..."; default all smallest
-    mig_static_fraction: float = 0.5  # share of GPUs partitioned in mig-static
-    mig_compute_slack: float = 0.10  # a MIG job may get this much less compute than it uses
-    lucid_max_label_sum: int = 2
-    predictor_samples: int = 50  # memory samples per run of a growing job
-    timeline_step_s: float = 600.0
-    known_history: bool = False  # every workload has a history from the start (else: learnt)
-    # Skip a scheduling pass when nothing it looks at changed since a pass that started
-    # nothing, and remember failed job shapes within a pass: identical results, faster.
-    fast: bool = True
-    packer: PackerConfig | None = None  # default: shares = memory slices of the GPU model
-    # colocate, issue 13 (see slurm_plugin.simulator.growth and .regrouping): a packed job
-    # that outgrows its share evicts younger packed neighbours and restarts bigger in place
-    grow_preempt: bool = False
-    # colocate: move jobs that declared they can be moved to free whole GPUs for the head
-    regroup: bool = False
-    movable_fraction: float = 0.3  # jobs that declare --requeue --signal=B:USR1@grace
-    checkpoint_grace_s: int = 120  # their signal's grace time (the wait for the checkpoint)
-    restart_s: float = 60.0  # a moved job's time to resume from its checkpoint
-    regroup_moves_per_plan: int = 2
-    regroup_moves_per_hour: int = 12
-    regroup_retry_s: float = 600.0  # a head that got no plan is looked at again after this
-
-    def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise ValueError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
-        if self.gpus < 1:
-            raise ValueError("--gpus must be at least 1")
-        if self.bf_depth < 0:
-            raise ValueError("--bf-depth must be 0 or more")
-        if not 0.0 <= self.mig_static_fraction <= 1.0:
-            raise ValueError("--mig-static-fraction must be in [0, 1]")
-        if self.max_jobs_per_gpu < 1:
-            raise ValueError("--max-jobs-per-gpu must be at least 1")
-        if self.pair_knowledge not in KNOWLEDGE_MODES:
-            raise ValueError(f"unknown --pair-knowledge {self.pair_knowledge!r}; choose one of "
-                             f"{', '.join(KNOWLEDGE_MODES)}")
-        if self.corunner_rule == "best-pair" and not self.pair_predict:
-            raise ValueError("--corunner best-pair needs the pair prediction (measured pairs)")
-        if (self.grow_preempt or self.regroup) and self.policy != "colocate":
-            raise ValueError("--grow-preempt and --regroup act on packed jobs: use them with "
-                             "--policy colocate")
-        if not 0.0 <= self.movable_fraction <= 1.0:
-            raise ValueError("--movable-fraction must be in [0, 1]")
-        if self.regroup_moves_per_plan < 0 or self.regroup_moves_per_hour < 0:
-            raise ValueError("regroup move limits must be 0 or more")
-
-    @property
-    def label(self) -> str:
-        """The policy and its switches, as ``compare --policies`` names them."""
-        return (self.policy + ("+pred" if self.predictor else "") + ("+grow" if self.grow_preempt else "")
-                + ("+regroup" if self.regroup else ""))
-
-
-class Job:
-    __slots__ = (
-        "spec", "id", "submit", "duration", "gpus", "profile", "mem0", "mem1", "util", "label",
-        "workload", "first_start", "start", "end", "done", "rate", "last_t", "token",
-        "gpu_ids", "cap", "shards", "inst", "remembered", "min_rate", "oom_restarts",
-        "pred_restarts", "preemptions", "lost_work", "warn_work", "warn_next", "shared_with",
-        "unmeasured", "max_pair_slow", "packed_at", "t_end", "room", "pack_pred", "pack_base",
-        "moves",
-    )
-
-    def __init__(self, spec: SimJobSpec, prof: WorkloadProfile):
-        self.spec = spec
-        self.id = spec.id
-        self.submit = spec.submit
-        self.duration = spec.duration
-        self.gpus = spec.gpus
-        self.profile = spec.profile
-        self.mem0 = spec.mem0
-        self.mem1 = spec.mem1
-        self.util = max(1.0, prof.util_pct)
-        self.label = prof.label
-        self.workload = prof.key
-        self.first_start: float | None = None
-        self.start = 0.0
-        self.end: float | None = None
-        self.done = 0.0
-        self.rate = 1.0
-        self.last_t = 0.0
-        self.token = 0
-        self.gpu_ids: list[int] = []
-        self.cap = 0  # memory the job may use, bytes
-        self.shards: int | None = None
-        self.inst: Placement | None = None
-        self.remembered = 0  # bytes learnt from a restart for memory
-        self.min_rate = 1.0
-        self.oom_restarts = 0
-        self.pred_restarts = 0
-        self.preemptions = 0
-        self.lost_work = 0.0
-        self.warn_work: float | None = None
-        self.warn_next: int | None = None
-        self.shared_with: set[int] = set()
-        self.unmeasured = False
-        self.max_pair_slow = 1.0  # worst 1/speed among the measured pairs it was in
-        self.packed_at: float | None = None
-        self.t_end = 0.0  # expected end at the current rate
-        self.room = 0  # memory it can really get: cap, less its neighbours' without isolation
-        self.pack_pred: tuple[dict[int, float], bool] | None = None  # speeds predicted at pack
-        self.pack_base: dict[int, float] = {}  # its neighbours' speeds just before it joined
-        self.moves = 0  # times regrouping moved it
-
-
-class Gpu:
-    __slots__ = ("id", "jobs", "whole", "state", "inst", "busy", "util_c", "mem_c", "static")
-
-    def __init__(self, gid: int):
-        self.id = gid
-        self.jobs: list[Job] = []
-        self.whole = False  # held by a job that takes the whole GPU (no MIG instances)
-        self.state: PartitionState | None = None
-        self.inst: dict[Placement, Job | None] = {}
-        self.busy = 0  # busy MIG instances
-        self.util_c = 0.0
-        self.mem_c = 0.0
-        self.static = False
-
 
 class _Backfill:
     """The head's reservation, computed on first use (most passes never need it)."""
@@ -259,30 +106,6 @@ class _Backfill:
         self._extra = value
 
 
-@dataclass
-class SimResult:
-    policy: str
-    predictor: bool
-    config: SimConfig
-    jobs: list[Job]
-    skipped: int
-    makespan: float
-    busy_area: float
-    util_area: float
-    mem_area: float
-    mem_total: float
-    reconfig_creates: int
-    reconfig_destroys: int
-    avoided_pairs: int
-    events: int
-    wall_s: float
-    passes: int = 0  # scheduling passes run
-    passes_skipped: int = 0  # passes skipped: nothing changed since one that started nothing
-    timeline: list[tuple[float, int, float, float]] = field(default_factory=list)
-    knowledge: dict = field(default_factory=dict)  # prediction error, pairs observed
-    actions: dict = field(default_factory=dict)  # grow preemptions, regroup moves (issue 13)
-
-
 class Simulator:
     def __init__(self, cfg: SimConfig, specs: list[SimJobSpec], profiles: list[WorkloadProfile],
                  pairs: PairTable):
@@ -303,8 +126,7 @@ class Simulator:
         self.policy = self._make_policy()  # the one-GPU start rule the loop calls
         self.gpus = [Gpu(i) for i in range(cfg.gpus)]
         self.idle: dict[int, None] = {i: None for i in range(cfg.gpus)}
-        self.heap: list = []
-        self.seq = 0
+        self.loop = EventLoop()
         self.front: deque[Job] = deque()
         self.queue: dict[int, Job] = {}
         self.history: set[int] = set()  # profiles with a finished run (the packer's history)
@@ -315,14 +137,7 @@ class Simulator:
         self._multi_on = cfg.policy == "colocate" and cfg.max_jobs_per_gpu > 2
         self.partial: dict[int, None] = {}  # shard-fixed: GPUs with free shares
         self.creates = self.destroys = 0
-        self.busy_n = 0
-        self.util_sum = 0.0
-        self.mem_sum = 0.0
-        self.busy_area = self.util_area = self.mem_area = 0.0
-        self.last_t = 0.0
-        self.timeline: list[tuple[float, int, float, float]] = []
-        self._next_tl = 0.0
-        self.events = 0
+        self.usage = UsageMeter(cfg.timeline_step_s)
         self._warn_cache: dict[tuple, tuple[float | None, int | None]] = {}
         self._forecaster_cls = None
         self.skipped = 0
@@ -399,58 +214,19 @@ class Simulator:
     def _static_fits(self, s: SimJobSpec) -> bool:
         return s.gpus == 1 and any(p.memory_mib << 20 >= s.mem0 for p in self._static_profiles)
 
-    # ----------------------------------------------------------------- events
-    def _push(self, t: float, kind: int, job: Job, token: int) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, kind, job, token))
-
-    def _advance(self, now: float) -> None:
-        dt = now - self.last_t
-        if dt > 0:
-            self.busy_area += self.busy_n * dt
-            self.util_area += self.util_sum * dt
-            self.mem_area += self.mem_sum * dt
-            self.last_t = now
-        if now >= self._next_tl:
-            self.timeline.append((now, self.busy_n, self.util_sum, self.mem_sum))
-            self._next_tl = now + self.cfg.timeline_step_s
-
+    # ----------------------------------------------------------------- run
     def run(self) -> SimResult:
         t0 = time.perf_counter()
         arrivals = sorted(self.jobs, key=lambda j: (j.submit, j.id))
-        ai = 0
-        n = len(arrivals)
-        heap = self.heap
-        while ai < n or heap:
-            if heap and (ai >= n or heap[0][0] <= arrivals[ai].submit):
-                t, _, kind, job, token = heapq.heappop(heap)
-                self._advance(t)
-                if token == job.token:
-                    self.events += 1
-                    if kind == _FINISH:
-                        self._finish(job, t)
-                    elif kind == _OOM:
-                        self._restart_memory(job, t, predicted=False)
-                    elif kind == _WARN:
-                        self._restart_memory(job, t, predicted=True)
-                    elif kind == _CHECK:
-                        self.colocate.check(job, t)
-                now = t
-            else:
-                job = arrivals[ai]
-                ai += 1
-                now = job.submit
-                self._advance(now)
-                self.events += 1
-                if len(self.front) + len(self.queue) <= self.cfg.bf_depth:
-                    self._dirty = True  # it lands where a pass looks
-                self.queue[job.id] = job
-            nxt = heap[0][0] if heap else math.inf
-            if ai < n:
-                nxt = min(nxt, arrivals[ai].submit)
-            if nxt > now:
-                self._schedule(now)
-        self._advance(self.last_t)
+        handlers = {
+            _FINISH: self._finish,
+            _OOM: lambda job, t: self._restart_memory(job, t, predicted=False),
+            _WARN: lambda job, t: self._restart_memory(job, t, predicted=True),
+            _CHECK: self.colocate.check,
+        }
+        self.loop.run(arrivals, self.usage.advance, handlers, self._arrive, self._schedule)
+        use = self.usage
+        use.advance(use.last_t)
         makespan = max((j.end for j in self.jobs if j.end is not None), default=0.0)
         unfinished = [j for j in self.jobs if j.end is None]
         if unfinished:
@@ -458,14 +234,19 @@ class Simulator:
                         unfinished[0].id, unfinished[0].gpus)
         return SimResult(
             policy=self.cfg.policy, predictor=self.cfg.predictor, config=self.cfg, jobs=self.jobs,
-            skipped=self.skipped, makespan=makespan, busy_area=self.busy_area,
-            util_area=self.util_area, mem_area=self.mem_area,
+            skipped=self.skipped, makespan=makespan, busy_area=use.busy_area,
+            util_area=use.util_area, mem_area=use.mem_area,
             mem_total=float(self.gpu_mem) * self.cfg.gpus,
             reconfig_creates=self.creates, reconfig_destroys=self.destroys,
-            avoided_pairs=len(self.avoid), events=self.events,
+            avoided_pairs=len(self.avoid), events=self.loop.events,
             wall_s=time.perf_counter() - t0, passes=self.passes,
-            passes_skipped=self.passes_skipped, timeline=self.timeline,
+            passes_skipped=self.passes_skipped, timeline=use.timeline,
             knowledge=self._knowledge_summary(), actions=self._actions_summary())
+
+    def _arrive(self, job: Job, now: float) -> None:
+        if len(self.front) + len(self.queue) <= self.cfg.bf_depth:
+            self._dirty = True  # it lands where a pass looks
+        self.queue[job.id] = job
 
     def _actions_summary(self) -> dict:
         out = {}
@@ -671,7 +452,7 @@ class Simulator:
                 self._set_free(g, None)
             g.whole = True
             g.jobs.append(job)
-            self._gpu_changed(g, was_busy=False)
+            self.usage.gpu_changed(g, was_busy=False)
         job.gpu_ids = gids
         job.shards = None
         job.inst = None
@@ -746,9 +527,9 @@ class Simulator:
             else:
                 self.partial.pop(g.id, None)
         self._rerate_shared(g, now)
-        self._gpu_changed(g, was_busy)
+        self.usage.gpu_changed(g, was_busy)
         if was_busy and self.cfg.policy == "colocate":
-            self._push(now + self.cfg.monitor_s, _CHECK, job, job.token)
+            self.loop.push(now + self.cfg.monitor_s, _CHECK, job, job.token)
 
     def _rerate_shared(self, g: Gpu, now: float) -> None:
         blind = len(g.jobs) > 1 and any(j.shards is None for j in g.jobs)
@@ -849,7 +630,7 @@ class Simulator:
         frac = prof.compute_slices / self.catalog.compute_slices
         self._refresh_free(g)
         self._set_rate(job, now, min(1.0, frac / (job.util / 100.0)))
-        self._gpu_changed(g, was_busy)
+        self.usage.gpu_changed(g, was_busy)
 
 
     # ----------------------------------------------------------------- running
@@ -885,7 +666,7 @@ class Simulator:
             to = now + min(self.cfg.oom_startup_s, remaining / job.rate)
             if to < t:
                 kind, t = _OOM, to
-        self._push(t, kind, job, job.token)
+        self.loop.push(t, kind, job, job.token)
 
     def _sizes(self) -> tuple[int, ...]:
         if self.mig:
@@ -967,7 +748,7 @@ class Simulator:
                 self._touch(g)
                 if g.busy == 0 and not g.static:
                     self.idle[g.id] = None
-                self._gpu_changed(g, True)
+                self.usage.gpu_changed(g, True)
                 continue
             self._single_del(g)
             g.jobs.remove(job)
@@ -985,23 +766,8 @@ class Simulator:
                     self.partial[g.id] = None
                     self._opened += 1
                 self._rerate_shared(g, now)
-            self._gpu_changed(g, True)
+            self.usage.gpu_changed(g, True)
         job.gpu_ids = []
-
-    def _gpu_changed(self, g: Gpu, was_busy: bool) -> None:
-        busy = bool(g.jobs)
-        if busy != was_busy:
-            self.busy_n += 1 if busy else -1
-        u = 0.0
-        m = 0.0
-        for j in g.jobs:
-            u += j.util * j.rate / 100.0
-            m += (j.mem0 + j.mem1) / 2
-        u = min(1.0, u)
-        self.util_sum += u - g.util_c
-        self.mem_sum += m - g.mem_c
-        g.util_c = u
-        g.mem_c = m
 
 
 def simulate(cfg: SimConfig, specs: list[SimJobSpec], profiles: list[WorkloadProfile],
