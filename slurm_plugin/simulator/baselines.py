@@ -11,39 +11,65 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from slurm_plugin.simulator.policy import Policy
+
 if TYPE_CHECKING:
-    from slurm_plugin.simulator.engine import Job, Simulator, _Backfill
+    from slurm_plugin.simulator.engine import Simulator, _Backfill
+    from slurm_plugin.simulator.state import Gpu, Job
 
 
-class ExclusivePolicy:
-    def __init__(self, sim: "Simulator"):
-        self.sim = sim
+class ExclusivePolicy(Policy):
+    name = "exclusive"
 
-    def start(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+    def place(self, job: Job, now: float, bf: _Backfill | None) -> bool:
         return self.sim._start_idle(job, now, bf)
 
+    def may_place_busy(self) -> bool:
+        return False
 
-class ShardFixedPolicy:
+
+class ShardFixedPolicy(Policy):
+    name = "shard-fixed"
+    packs = True
+
     def __init__(self, sim: "Simulator"):
-        self.sim = sim
+        super().__init__(sim)
+        self.partial: dict[int, None] = {}  # GPUs with free shares, in the order they got them
 
-    def start(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+    def place(self, job: Job, now: float, bf: _Backfill | None) -> bool:
         sim = self.sim
         if job.remembered >= sim.gpu_mem:  # failed for memory beside a job: alone now
             return sim._start_idle(job, now, bf)
-        if sim.partial:
-            g = sim.gpus[next(iter(sim.partial))]
+        if self.partial:
+            g = sim.gpus[next(iter(self.partial))]
             if sim._may_pack(job, now, bf, g):
                 sim._start_shared(job, g, now, sim.gpu_mem, None)
                 return True
         return sim._start_idle(job, now, bf, shared=True)
 
+    def may_place_busy(self) -> bool:
+        return bool(self.partial)
 
-class LucidPolicy:
-    def __init__(self, sim: "Simulator"):
-        self.sim = sim
+    def joined(self, g: Gpu, job: Job, now: float, was_busy: bool) -> None:
+        if len(g.jobs) < self.sim.cfg.shard_jobs_per_gpu:
+            self.partial[g.id] = None
+            self.sim._opened += 1
+        else:
+            self.partial.pop(g.id, None)
 
-    def start(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+    def left(self, g: Gpu) -> None:
+        if not g.jobs:
+            self.partial.pop(g.id, None)
+        else:
+            self.partial[g.id] = None
+            self.sim._opened += 1
+
+
+class LucidPolicy(Policy):
+    name = "lucid-like"
+    packs = True
+
+    def place(self, job: Job, now: float, bf: _Backfill | None) -> bool:
         sim = self.sim
         if job.remembered >= sim.gpu_mem:  # failed for memory beside a job: alone now
             return sim._start_idle(job, now, bf)
@@ -70,3 +96,6 @@ class LucidPolicy:
                 if bf is None or bf.pack_ok or now + job.duration <= bf.shadow:
                     break  # allowed everywhere: only the first one matters
         return False
+
+    def may_place_busy(self) -> bool:
+        return bool(self.sim.single) or bool(self.sim.multi)

@@ -17,17 +17,24 @@ from packer.corunner import GpuLoad, Newcomer, RunningJob, choose_corunner, rank
 from packer.decision import ClusterView, Estimate, decide
 from packer.request import Candidate
 
+from slurm_plugin.simulator.events import CHECK
+from slurm_plugin.simulator.policy import Policy
+
 if TYPE_CHECKING:
-    from slurm_plugin.simulator.engine import Gpu, Job, Simulator, _Backfill
+    from slurm_plugin.simulator.engine import Simulator, _Backfill
+    from slurm_plugin.simulator.state import Gpu, Job
 
 _CANDIDATE = Candidate(field="tres_per_node", gpu_type=None, dialect="23.11")
 
 
-class ColocatePolicy:
+class ColocatePolicy(Policy):
     """colocate's start rule and its contention watch."""
 
+    name = "colocate"
+    packs = True
+
     def __init__(self, sim: "Simulator"):
-        self.sim = sim
+        super().__init__(sim)
         self._decide_cache: dict = {}  # decide() by what it reads
         self._corunner_cache: dict = {}  # per (workload, size) newcomer: see _newcomer
         self._loads: dict[tuple, GpuLoad] = {}  # kinds of busy GPU as the rule sees them
@@ -79,7 +86,22 @@ class ColocatePolicy:
         sim = self.sim
         return sim.multi[key] if isinstance(key[0], tuple) else sim.single[key]
 
-    def start(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+    def may_place_busy(self) -> bool:
+        return bool(self.sim.single) or bool(self.sim.multi)
+
+    def joined(self, g: Gpu, job: Job, now: float, was_busy: bool) -> None:
+        if was_busy:  # FIG. 4 looks at the pack once both jobs' speeds are measured
+            self.sim.loop.push(now + self.sim.cfg.monitor_s, CHECK, job, job.token)
+
+    def summary(self) -> dict:
+        """The pair prediction's error and the pairs observed (none without prediction)."""
+        sim = self.sim
+        if not sim.cfg.pair_predict:
+            return {}
+        return {"pair_knowledge": sim.cfg.pair_knowledge, **sim.know.error.as_dict(),
+                **sim.know.model_error()}
+
+    def place(self, job: Job, now: float, bf: _Backfill | None) -> bool:
         """FIG. 3: alone on an idle GPU if one is usable, else packed beside the co-runner
         ``packer.corunner.choose_corunner`` picks (with the measured pairs' prediction)."""
         sim = self.sim

@@ -59,15 +59,13 @@ from mig.fsm import PartitionState, Placement, get_space
 from mig.layout import homogeneous_layout
 from packer.config import GIB, PackerConfig
 from packer.decision import max_shards
-from slurm_plugin.simulator.baselines import ExclusivePolicy, LucidPolicy, ShardFixedPolicy
-from slurm_plugin.simulator.colocate import ColocatePolicy
-from slurm_plugin.simulator.config import BASELINES, MIG_DYNAMIC, POLICIES, SHARED, SimConfig
+from slurm_plugin.simulator.config import BASELINES, POLICIES, SimConfig
 from slurm_plugin.simulator.events import CHECK as _CHECK, FINISH as _FINISH, OOM as _OOM, \
     WARN as _WARN, EventLoop
 from slurm_plugin.simulator.growth import GrowPreemption
 from slurm_plugin.simulator.knowledge import PairKnowledge
-from slurm_plugin.simulator.mig_policies import MigDynamicPolicy, MigStaticPolicy
 from slurm_plugin.simulator.regrouping import Regrouper
+from slurm_plugin.simulator.registry import make_policy
 from slurm_plugin.simulator.result import SimResult
 from slurm_plugin.simulator.state import Gpu, Job
 from slurm_plugin.simulator.usage import UsageMeter
@@ -84,7 +82,7 @@ class _Backfill:
         self.sim, self.head, self.now = sim, head, now
         self._shadow: float | None = None
         self._extra = 0
-        self.pack_ok = head.gpus == 1 and sim.cfg.policy in SHARED
+        self.pack_ok = head.gpus == 1 and sim.policy.packs
 
     def _compute(self) -> None:
         self._shadow, self._extra = self.sim._reservation(self.head, self.now)
@@ -122,8 +120,7 @@ class Simulator:
         self.profiles = profiles
         self.pairs = pairs
         self.know = PairKnowledge(cfg.pair_knowledge, profiles, pairs)
-        self.colocate = ColocatePolicy(self)
-        self.policy = self._make_policy()  # the one-GPU start rule the loop calls
+        self.policy = make_policy(self)  # the one-GPU start rule and hooks the loop calls
         self.gpus = [Gpu(i) for i in range(cfg.gpus)]
         self.idle: dict[int, None] = {i: None for i in range(cfg.gpus)}
         self.loop = EventLoop()
@@ -135,7 +132,6 @@ class Simulator:
         # colocate, more than two per GPU: sorted ((profile, held), ...) -> GPUs with 2..max-1
         self.multi: dict[tuple, dict[int, None]] = {}
         self._multi_on = cfg.policy == "colocate" and cfg.max_jobs_per_gpu > 2
-        self.partial: dict[int, None] = {}  # shard-fixed: GPUs with free shares
         self.creates = self.destroys = 0
         self.usage = UsageMeter(cfg.timeline_step_s)
         self._warn_cache: dict[tuple, tuple[float | None, int | None]] = {}
@@ -149,7 +145,7 @@ class Simulator:
         self._opened = 0  # bumped when room appears for a job (a GPU with one job, free shares)
         self._single_ver = 0  # bumped when a (workload, size) group of one-job GPUs appears/goes
         self._prof_cache: dict = {}
-        self.mig = cfg.policy in MIG_DYNAMIC or cfg.policy == "mig-static"
+        self.mig = self.policy.uses_mig
         self._space = get_space(self.catalog, tuple(p.name for p in self.catalog.profiles
                                                     if not p.media_extensions))
         self._mig_profiles = sorted(
@@ -167,14 +163,6 @@ class Simulator:
             self.jobs.append(Job(s, profiles[s.profile]))
         self.grow = GrowPreemption(self) if cfg.grow_preempt else None
         self.regrouper = Regrouper(self) if cfg.regroup else None
-
-    def _make_policy(self):
-        p = self.cfg.policy
-        if p == "colocate":
-            return self.colocate
-        return {"exclusive": ExclusivePolicy, "shard-fixed": ShardFixedPolicy,
-                "lucid-like": LucidPolicy, "mig-static": MigStaticPolicy}.get(
-                    p, MigDynamicPolicy)(self)
 
     # ----------------------------------------------------------------- MIG setup
     def _setup_mig(self) -> None:
@@ -222,7 +210,7 @@ class Simulator:
             _FINISH: self._finish,
             _OOM: lambda job, t: self._restart_memory(job, t, predicted=False),
             _WARN: lambda job, t: self._restart_memory(job, t, predicted=True),
-            _CHECK: self.colocate.check,
+            _CHECK: self.policy.check,
         }
         self.loop.run(arrivals, self.usage.advance, handlers, self._arrive, self._schedule)
         use = self.usage
@@ -241,7 +229,7 @@ class Simulator:
             avoided_pairs=len(self.avoid), events=self.loop.events,
             wall_s=time.perf_counter() - t0, passes=self.passes,
             passes_skipped=self.passes_skipped, timeline=use.timeline,
-            knowledge=self._knowledge_summary(), actions=self._actions_summary())
+            knowledge=self.policy.summary(), actions=self._actions_summary())
 
     def _arrive(self, job: Job, now: float) -> None:
         if len(self.front) + len(self.queue) <= self.cfg.bf_depth:
@@ -253,12 +241,6 @@ class Simulator:
         for part in (self.grow, self.regrouper):
             out.update(part.summary() if part is not None else {})
         return out
-
-    def _knowledge_summary(self) -> dict:
-        if self.cfg.policy != "colocate" or not self.cfg.pair_predict:
-            return {}
-        return {"pair_knowledge": self.cfg.pair_knowledge, **self.know.error.as_dict(),
-                **self.know.model_error()}
 
     # ----------------------------------------------------------------- queue
     def _queue_iter(self):
@@ -303,9 +285,7 @@ class Simulator:
         bf = _Backfill(self, head, now)
         failed: dict = {}  # shape -> shortest duration that failed since the last start
         cand = list(islice(self._queue_iter(), 1, self.cfg.bf_depth + 1))
-        if self.cfg.policy == "mig-by-size":
-            cand.sort(key=lambda j: (self._mig_profile(j).memory_mib if j.gpus == 1 else math.inf,
-                                     j.submit, j.id))
+        cand = self.policy.order(cand)
         inf = math.inf
         can1 = self._can_try_one()
         for job in cand:
@@ -328,29 +308,16 @@ class Simulator:
 
     def _can_try_one(self) -> bool:
         """Cheap test: could anything start a one-GPU job now?"""
-        if self.idle:
-            return True
-        p = self.cfg.policy
-        if p == "exclusive":
-            return False
-        if p in ("colocate", "lucid-like"):
-            return bool(self.single) or bool(self.multi)
-        if p == "shard-fixed":
-            return bool(self.partial)
-        return True
+        return bool(self.idle) or self.policy.may_place_busy()
 
-    def _fail_key(self, job: Job):
-        if job.gpus > 1:
-            return ("g", job.gpus)
-        if self.cfg.policy in MIG_DYNAMIC:
-            return ("m", self._mig_profile(job).name)
-        return ("p", job.profile, job.remembered)  # the profile fixes memory and utilisation
+    def _fail_key(self, job: Job) -> tuple:
+        return ("g", job.gpus) if job.gpus > 1 else self.policy.shape(job)
 
     def _reservation(self, head: Job, now: float) -> tuple[float, int]:
         """EASY: when will the head have its whole GPUs, and how many spare GPUs then."""
         need = head.gpus
         free = len(self.idle)
-        if self.mig and need == 1:
+        if self.policy.uses_mig and need == 1:
             return math.inf, 0  # a MIG head waits for an instance: no whole-GPU reservation
         if need <= free:
             return now, free - need
@@ -414,7 +381,7 @@ class Simulator:
                 return False
             self._start_whole(job, list(islice(self.idle, job.gpus)), now)
             return True
-        return self.policy.start(job, now, bf)
+        return self.policy.place(job, now, bf)
 
     def _start_idle(self, job: Job, now: float, bf: _Backfill | None, shared: bool = False,
                     shards: int | None = None) -> bool:
@@ -520,16 +487,9 @@ class Simulator:
         if was_busy:
             job.packed_at = now
         self._single_add(g)
-        if self.cfg.policy == "shard-fixed":
-            if len(g.jobs) < self.cfg.shard_jobs_per_gpu:
-                self.partial[g.id] = None
-                self._opened += 1
-            else:
-                self.partial.pop(g.id, None)
         self._rerate_shared(g, now)
         self.usage.gpu_changed(g, was_busy)
-        if was_busy and self.cfg.policy == "colocate":
-            self.loop.push(now + self.cfg.monitor_s, _CHECK, job, job.token)
+        self.policy.joined(g, job, now, was_busy)
 
     def _rerate_shared(self, g: Gpu, now: float) -> None:
         blind = len(g.jobs) > 1 and any(j.shards is None for j in g.jobs)
@@ -759,14 +719,11 @@ class Simulator:
                     self._refresh_free(g)
             if not g.jobs:
                 self.idle[g.id] = None
-                self.partial.pop(g.id, None)
             else:
                 self._single_add(g)
-                if self.cfg.policy == "shard-fixed":
-                    self.partial[g.id] = None
-                    self._opened += 1
                 self._rerate_shared(g, now)
             self.usage.gpu_changed(g, True)
+            self.policy.left(g)
         job.gpu_ids = []
 
 

@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import math
 from itertools import islice
 from typing import TYPE_CHECKING
 
@@ -17,15 +18,18 @@ from mig.layout import homogeneous_layout
 from mig.planner import plan_merge_split
 from mig.policies import choose
 
+from slurm_plugin.simulator.policy import Policy
+
 if TYPE_CHECKING:
-    from slurm_plugin.simulator.engine import Job, Simulator, _Backfill
+    from slurm_plugin.simulator.engine import Simulator, _Backfill
+    from slurm_plugin.simulator.state import Job
 
 
-class MigStaticPolicy:
-    def __init__(self, sim: "Simulator"):
-        self.sim = sim
+class MigStaticPolicy(Policy):
+    name = "mig-static"
+    uses_mig = True
 
-    def start(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+    def place(self, job: Job, now: float, bf: _Backfill | None) -> bool:
         sim = self.sim
         prof = next((p for p in sim._static_profiles if (p.memory_mib << 20) >= max(
             job.mem0, job.remembered)), None)
@@ -42,13 +46,21 @@ class MigStaticPolicy:
         return True
 
 
-class MigDynamicPolicy:
+class MigDynamicPolicy(Policy):
+    """Instances made on demand; ``by_size`` (mig-by-size) or not (mig-in-order)."""
+
+    uses_mig = True
+    by_size: bool = False
+
     def __init__(self, sim: "Simulator"):
-        self.sim = sim
+        super().__init__(sim)
         self._choose_cache: dict = {}
         self._plan_cache: dict = {}
 
-    def start(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+    def shape(self, job: Job) -> tuple:
+        return ("m", self.sim._mig_profile(job).name)
+
+    def place(self, job: Job, now: float, bf: _Backfill | None) -> bool:
         sim = self.sim
         prof = sim._mig_profile(job)
         name = prof.name
@@ -60,7 +72,7 @@ class MigDynamicPolicy:
                 sim._start_instance(job, g, p, now)
                 return True
         full = sim.catalog.memory_slices
-        by_size = sim.cfg.policy == "mig-by-size"
+        by_size = self.by_size
         # by-size: an empty GPU first (a homogeneous layout of this size); in-order: tightest fit
         order = ([full, *range(prof.memory_slices, full)] if by_size
                  else range(prof.memory_slices, full + 1))
@@ -129,3 +141,23 @@ class MigDynamicPolicy:
         if hit is None:
             hit = self._plan_cache[key] = plan_merge_split(state, profile, busy=busy)
         return hit
+
+
+class MigInOrderPolicy(MigDynamicPolicy):
+    """An instance where the FSM places it, on the tightest GPU first."""
+
+    name = "mig-in-order"
+
+
+class MigBySizePolicy(MigDynamicPolicy):
+    """An empty GPU first, given a homogeneous layout of the job's size; the backfill pass
+    tries the smallest instances first."""
+
+    name = "mig-by-size"
+    by_size = True
+
+    def order(self, cand: list[Job]) -> list[Job]:
+        sim = self.sim
+        cand.sort(key=lambda j: (sim._mig_profile(j).memory_mib if j.gpus == 1 else math.inf,
+                                 j.submit, j.id))
+        return cand

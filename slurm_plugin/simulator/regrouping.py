@@ -82,7 +82,7 @@ class Regrouper:
     def _wants_whole(self, head: "Job") -> bool:
         if head.gpus > 1:
             return True
-        return self.sim.colocate._decide(head, 0).verdict != "packed"
+        return self.sim.policy._decide(head, 0).verdict != "packed"
 
     def _fewest_moves(self, missing: int) -> int | None:
         """The fewest moves that could clear `missing` GPUs (each clearable GPU costs one
@@ -168,7 +168,7 @@ class Regrouper:
     def _pair_speed(self, a: str, b: str) -> float | None:
         if pair_key(a, b) in self.sim.avoid:
             return AVOIDED_SPEED
-        return self.sim.colocate._pair_speed(a, b)
+        return self.sim.policy._pair_speed(a, b)
 
     # ------------------------------------------------------------------ the moves
     def _run(self, plan: RegroupPlan, head: "Job", now: float) -> None:
