@@ -14,14 +14,15 @@ from typing import TYPE_CHECKING
 from slurm_plugin.simulator.policy import Policy
 
 if TYPE_CHECKING:
-    from slurm_plugin.simulator.engine import Simulator, _Backfill
+    from slurm_plugin.simulator.engine import Simulator
+    from slurm_plugin.simulator.scheduling import Backfill
     from slurm_plugin.simulator.state import Gpu, Job
 
 
 class ExclusivePolicy(Policy):
     name = "exclusive"
 
-    def place(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+    def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
         return self.sim._start_idle(job, now, bf)
 
     def may_place_busy(self) -> bool:
@@ -36,13 +37,13 @@ class ShardFixedPolicy(Policy):
         super().__init__(sim)
         self.partial: dict[int, None] = {}  # GPUs with free shares, in the order they got them
 
-    def place(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+    def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
         sim = self.sim
         if job.remembered >= sim.gpu_mem:  # failed for memory beside a job: alone now
             return sim._start_idle(job, now, bf)
         if self.partial:
             g = sim.gpus[next(iter(self.partial))]
-            if sim._may_pack(job, now, bf, g):
+            if sim.sched.may_pack(job, now, bf, g):
                 sim._start_shared(job, g, now, sim.gpu_mem, None)
                 return True
         return sim._start_idle(job, now, bf, shared=True)
@@ -69,7 +70,7 @@ class LucidPolicy(Policy):
     name = "lucid-like"
     packs = True
 
-    def place(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+    def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
         sim = self.sim
         if job.remembered >= sim.gpu_mem:  # failed for memory beside a job: alone now
             return sim._start_idle(job, now, bf)
@@ -89,8 +90,8 @@ class LucidPolicy(Policy):
         for _, gids in ranked:
             for gid in gids:  # the first GPU of the best kind the reservation allows
                 g = sim.gpus[gid]
-                if sim._may_pack(job, now, bf, g):
-                    sim._denied = False
+                if sim.sched.may_pack(job, now, bf, g):
+                    sim.sched.denied = False
                     sim._start_shared(job, g, now, sim.gpu_mem, None)
                     return True
                 if bf is None or bf.pack_ok or now + job.duration <= bf.shadow:

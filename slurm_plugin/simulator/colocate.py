@@ -21,7 +21,8 @@ from slurm_plugin.simulator.events import CHECK
 from slurm_plugin.simulator.policy import Policy
 
 if TYPE_CHECKING:
-    from slurm_plugin.simulator.engine import Simulator, _Backfill
+    from slurm_plugin.simulator.engine import Simulator
+    from slurm_plugin.simulator.scheduling import Backfill
     from slurm_plugin.simulator.state import Gpu, Job
 
 _CANDIDATE = Candidate(field="tres_per_node", gpu_type=None, dialect="23.11")
@@ -101,11 +102,11 @@ class ColocatePolicy(Policy):
         return {"pair_knowledge": sim.cfg.pair_knowledge, **sim.know.error.as_dict(),
                 **sim.know.model_error()}
 
-    def place(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+    def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
         """FIG. 3: alone on an idle GPU if one is usable, else packed beside the co-runner
         ``packer.corunner.choose_corunner`` picks (with the measured pairs' prediction)."""
         sim = self.sim
-        usable = sim._usable_idle(job, now, bf)
+        usable = sim.sched.usable_idle(job, now, bf)
         d = self._decide(job, usable)
         if d.verdict != "packed":
             return bool(usable) and sim._start_idle(job, now, bf, shared=True)
@@ -130,7 +131,7 @@ class ColocatePolicy(Policy):
             return False
         if free_pack and memo[5] == sim._single_ver:
             # nothing to veto and the same kinds of GPU: the rule picks the same kind again
-            sim._denied = False
+            sim.sched.denied = False
             g = sim.gpus[next(iter(self._group(memo[6])))]
             base = {x.id: x.rate for x in g.jobs}
             sim._start_shared(job, g, now, need, d.shards)
@@ -157,7 +158,7 @@ class ColocatePolicy(Policy):
                 if end > shadow or (new_ok and end + delay <= shadow):
                     picked[gl.gpu_id] = gid
                     return True
-            sim._denied = True
+            sim.sched.denied = True
             return False
 
         if memo[7] != sim._single_ver:  # the rule's order of the qualifying kinds
@@ -174,7 +175,7 @@ class ColocatePolicy(Policy):
             return False
         if free_pack:
             memo[5], memo[6] = sim._single_ver, self._load_key[chosen]
-        sim._denied = False
+        sim.sched.denied = False
         g = sim.gpus[picked[chosen]]
         base = {x.id: x.rate for x in g.jobs}
         sim._start_shared(job, g, now, need, d.shards)
@@ -267,7 +268,7 @@ class ColocatePolicy(Policy):
                 sim.know.observe(a, b)
                 sim.know.observe(b, a)
                 if sim.know.version != v0:
-                    sim._dirty = True
+                    sim.sched.dirty = True
         # each job's throughput against what it had just before the newcomer joined (alone:
         # 1.0; with more than two per GPU, what the others there already took)
         base = job.pack_base
@@ -281,4 +282,4 @@ class ColocatePolicy(Policy):
         victim = next(j for j in g.jobs if str(j.id) == v.requeue)
         victim.preemptions += 1
         sim._stop(victim, now)
-        sim.front.appendleft(victim)
+        sim.sched.requeue(victim)

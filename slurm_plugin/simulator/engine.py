@@ -47,12 +47,8 @@ work of the attempt, as a Slurm requeue does.
 """
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right, insort
 import logging
-import math
 import time
-from collections import deque
-from itertools import chain, islice
 
 from mig.catalog import Catalog, load_catalog
 from mig.fsm import PartitionState, Placement, get_space
@@ -66,43 +62,14 @@ from slurm_plugin.simulator.growth import GrowPreemption
 from slurm_plugin.simulator.knowledge import PairKnowledge
 from slurm_plugin.simulator.regrouping import Regrouper
 from slurm_plugin.simulator.registry import make_policy
+from slurm_plugin.simulator.releases import ReleaseIndex
 from slurm_plugin.simulator.result import SimResult
+from slurm_plugin.simulator.scheduling import Backfill, Scheduler
 from slurm_plugin.simulator.state import Gpu, Job
 from slurm_plugin.simulator.usage import UsageMeter
 from slurm_plugin.simulator.workload import PairTable, SimJobSpec, WorkloadProfile
 
 log = logging.getLogger(__name__)
-
-class _Backfill:
-    """The head's reservation, computed on first use (most passes never need it)."""
-
-    __slots__ = ("sim", "head", "now", "_shadow", "_extra", "pack_ok")
-
-    def __init__(self, sim: "Simulator", head: "Job", now: float):
-        self.sim, self.head, self.now = sim, head, now
-        self._shadow: float | None = None
-        self._extra = 0
-        self.pack_ok = head.gpus == 1 and sim.policy.packs
-
-    def _compute(self) -> None:
-        self._shadow, self._extra = self.sim._reservation(self.head, self.now)
-
-    @property
-    def shadow(self) -> float:
-        if self._shadow is None:
-            self._compute()
-        return self._shadow
-
-    @property
-    def extra(self) -> int:
-        if self._shadow is None:
-            self._compute()
-        return self._extra
-
-    @extra.setter
-    def extra(self, value: int) -> None:
-        self._extra = value
-
 
 class Simulator:
     def __init__(self, cfg: SimConfig, specs: list[SimJobSpec], profiles: list[WorkloadProfile],
@@ -124,8 +91,8 @@ class Simulator:
         self.gpus = [Gpu(i) for i in range(cfg.gpus)]
         self.idle: dict[int, None] = {i: None for i in range(cfg.gpus)}
         self.loop = EventLoop()
-        self.front: deque[Job] = deque()
-        self.queue: dict[int, Job] = {}
+        self.sched = Scheduler(self)  # the queue, passes and backfill tests
+        self.releases = ReleaseIndex()  # when each busy GPU is released
         self.history: set[int] = set()  # profiles with a finished run (the packer's history)
         self.avoid: set[tuple[str, str]] = set()
         self.single: dict[tuple, dict[int, None]] = {}  # (profile, held) -> GPUs with one job
@@ -137,11 +104,6 @@ class Simulator:
         self._warn_cache: dict[tuple, tuple[float | None, int | None]] = {}
         self._forecaster_cls = None
         self.skipped = 0
-        self._denied = False  # the last try failed a backfill time test (else: no room)
-        self._dirty = True  # something a scheduling pass looks at changed since the last one
-        self.passes = self.passes_skipped = 0
-        self._rel: list[tuple[float, int]] = []  # (release time, GPU) of busy GPUs, sorted
-        self._rel_of: dict[int, float] = {}
         self._opened = 0  # bumped when room appears for a job (a GPU with one job, free shares)
         self._single_ver = 0  # bumped when a (workload, size) group of one-job GPUs appears/goes
         self._prof_cache: dict = {}
@@ -212,7 +174,7 @@ class Simulator:
             _WARN: lambda job, t: self._restart_memory(job, t, predicted=True),
             _CHECK: self.policy.check,
         }
-        self.loop.run(arrivals, self.usage.advance, handlers, self._arrive, self._schedule)
+        self.loop.run(arrivals, self.usage.advance, handlers, self.sched.arrive, self.sched.run_pass)
         use = self.usage
         use.advance(use.last_t)
         makespan = max((j.end for j in self.jobs if j.end is not None), default=0.0)
@@ -227,14 +189,9 @@ class Simulator:
             mem_total=float(self.gpu_mem) * self.cfg.gpus,
             reconfig_creates=self.creates, reconfig_destroys=self.destroys,
             avoided_pairs=len(self.avoid), events=self.loop.events,
-            wall_s=time.perf_counter() - t0, passes=self.passes,
-            passes_skipped=self.passes_skipped, timeline=use.timeline,
+            wall_s=time.perf_counter() - t0, passes=self.sched.passes,
+            passes_skipped=self.sched.passes_skipped, timeline=use.timeline,
             knowledge=self.policy.summary(), actions=self._actions_summary())
-
-    def _arrive(self, job: Job, now: float) -> None:
-        if len(self.front) + len(self.queue) <= self.cfg.bf_depth:
-            self._dirty = True  # it lands where a pass looks
-        self.queue[job.id] = job
 
     def _actions_summary(self) -> dict:
         out = {}
@@ -242,150 +199,10 @@ class Simulator:
             out.update(part.summary() if part is not None else {})
         return out
 
-    # ----------------------------------------------------------------- queue
-    def _queue_iter(self):
-        return chain(self.front, self.queue.values())
-
-    def _remove(self, job: Job) -> None:
-        if self.front and self.front[0] is job:
-            self.front.popleft()
-        elif job.id in self.queue:
-            del self.queue[job.id]
-        else:
-            self.front.remove(job)
-
-    def _schedule(self, now: float) -> None:
-        """One Slurm scheduling pass: start the head while it fits, then backfill.
-
-        Each candidate is judged against the state as it is when its turn comes. With
-        ``fast``: a pass is skipped when nothing it looks at (GPUs, running jobs' expected
-        ends, the first ``bf_depth + 1`` queued jobs, history, pairs to avoid) changed since
-        a pass that started nothing, as that pass would start nothing again (every test is
-        either on that state or ``now + duration <= reservation``, which only gets harder
-        as time passes); and a job is not tried when one of the same shape (same workload
-        and remembered size, or same GPU count) no longer than it failed since the last
-        start in this pass (a longer job fails the same tests).
-        """
-        fast = self.cfg.fast
-        if fast and not self._dirty:
-            self.passes_skipped += 1
-            return
-        self.passes += 1
-        self._dirty = False
-        head = None
-        regroup = self.regrouper
-        while self.front or self.queue:
-            head = self.front[0] if self.front else next(iter(self.queue.values()))
-            if not self._try_start(head, now, None) and not (regroup and regroup.try_head(head, now)):
-                break
-            self._remove(head)
-            head = None
-        if head is None or self.cfg.bf_depth == 0:
-            return
-        bf = _Backfill(self, head, now)
-        failed: dict = {}  # shape -> shortest duration that failed since the last start
-        cand = list(islice(self._queue_iter(), 1, self.cfg.bf_depth + 1))
-        cand = self.policy.order(cand)
-        inf = math.inf
-        can1 = self._can_try_one()
-        for job in cand:
-            if not (can1 if job.gpus == 1 else len(self.idle) >= job.gpus):
-                continue
-            if fast:
-                key = self._fail_key(job)
-                if job.duration >= failed.get(key, inf):
-                    continue
-            self._denied = False
-            opened = self._opened
-            if self._try_start(job, now, bf):
-                self._remove(job)
-                can1 = self._can_try_one()
-                if failed and (self._opened != opened or self.mig):
-                    failed.clear()  # the start opened room a shape that failed may use
-            elif fast:
-                # refused by a backfill time test: a shorter job of this shape may pass
-                failed[key] = min(job.duration, failed.get(key, inf)) if self._denied else -inf
-
-    def _can_try_one(self) -> bool:
-        """Cheap test: could anything start a one-GPU job now?"""
-        return bool(self.idle) or self.policy.may_place_busy()
-
-    def _fail_key(self, job: Job) -> tuple:
-        return ("g", job.gpus) if job.gpus > 1 else self.policy.shape(job)
-
-    def _reservation(self, head: Job, now: float) -> tuple[float, int]:
-        """EASY: when will the head have its whole GPUs, and how many spare GPUs then."""
-        need = head.gpus
-        free = len(self.idle)
-        if self.policy.uses_mig and need == 1:
-            return math.inf, 0  # a MIG head waits for an instance: no whole-GPU reservation
-        if need <= free:
-            return now, free - need
-        releases = self._rel  # kept sorted as jobs start, end and change speed
-        k = need - free
-        if k > len(releases):
-            return math.inf, 0
-        shadow = releases[k - 1][0]
-        extra = free + bisect_right(releases, (shadow, math.inf)) - need
-        return shadow, max(0, extra)
-
-    def _touch(self, g: Gpu) -> None:
-        """Re-file ``g`` in the sorted release times (when its last job should end)."""
-        old = self._rel_of.pop(g.id, None)
-        rel = self._rel
-        if old is not None:
-            del rel[bisect_left(rel, (old, g.id))]
-        if g.jobs and not g.static:
-            r = max(j.t_end for j in g.jobs)
-            self._rel_of[g.id] = r
-            insort(rel, (r, g.id))
-
-    def _may_take_idle(self, job: Job, now: float, bf: _Backfill | None, n: int) -> bool:
-        if bf is None:
-            return True
-        if now + job.duration <= bf.shadow:
-            return True
-        if n <= bf.extra:
-            bf.extra -= n
-            return True
-        self._denied = True
-        return False
-
-    def _may_pack(self, job: Job, now: float, bf: _Backfill | None, g: Gpu | None = None) -> bool:
-        """May ``job`` join a busy GPU (``g``) without delaying the head's reservation?
-
-        Yes when it ends before the reservation, or when ``g``'s jobs end after it anyway
-        (``g`` is not one of the GPUs the reservation counts on, so slowing them down cannot
-        delay the head)."""
-        if bf is None or bf.pack_ok or now + job.duration <= bf.shadow:
-            return True
-        if g is not None and self._rel_of.get(g.id, 0.0) > bf.shadow:
-            return True
-        self._denied = True
-        return False
-
-    def _usable_idle(self, job: Job, now: float, bf: _Backfill | None) -> int:
-        """Idle GPUs this one-GPU job may take now (backfill keeps some for the head)."""
-        n = len(self.idle)
-        if not n or bf is None or now + job.duration <= bf.shadow:
-            return n
-        if bf.extra >= 1:
-            return min(n, bf.extra)
-        self._denied = True
-        return 0
-
     # ----------------------------------------------------------------- start
-    def _try_start(self, job: Job, now: float, bf: _Backfill | None) -> bool:
-        if job.gpus > 1:
-            if len(self.idle) < job.gpus or not self._may_take_idle(job, now, bf, job.gpus):
-                return False
-            self._start_whole(job, list(islice(self.idle, job.gpus)), now)
-            return True
-        return self.policy.place(job, now, bf)
-
-    def _start_idle(self, job: Job, now: float, bf: _Backfill | None, shared: bool = False,
+    def _start_idle(self, job: Job, now: float, bf: Backfill | None, shared: bool = False,
                     shards: int | None = None) -> bool:
-        if not self.idle or not self._may_take_idle(job, now, bf, 1):
+        if not self.idle or not self.sched.may_take_idle(job, now, bf, 1):
             return False
         gid = next(iter(self.idle))
         if shared:
@@ -607,9 +424,9 @@ class Simulator:
         remaining = job.duration - job.done
         t_fin = now + remaining / job.rate
         job.t_end = t_fin
-        self._dirty = True
+        self.sched.dirty = True
         for gid in job.gpu_ids:
-            self._touch(self.gpus[gid])
+            self.releases.touch(self.gpus[gid])
         kind, t = _FINISH, t_fin
         if job.mem1 > job.mem0:
             if job.warn_work is not None and job.warn_work > job.done:
@@ -672,7 +489,7 @@ class Simulator:
         if self.grow is not None and self.grow.try_grow(job, now, predicted):
             return  # restarted bigger on its GPU at once, younger neighbours evicted
         self._stop(job, now)
-        self.front.appendleft(job)
+        self.sched.requeue(job)
 
     def _next_size(self, cap: int) -> int:
         for s in self._sizes():
@@ -696,7 +513,7 @@ class Simulator:
         self._release(job, now)
 
     def _release(self, job: Job, now: float) -> None:
-        self._dirty = True
+        self.sched.dirty = True
         for gid in job.gpu_ids:
             g = self.gpus[gid]
             if g.inst and job.inst is not None:
@@ -705,14 +522,14 @@ class Simulator:
                 self.idle_inst[job.inst.profile][(g.id, job.inst)] = None
                 self.has_idle[g.id] = None
                 g.jobs.remove(job)
-                self._touch(g)
+                self.releases.touch(g)
                 if g.busy == 0 and not g.static:
                     self.idle[g.id] = None
                 self.usage.gpu_changed(g, True)
                 continue
             self._single_del(g)
             g.jobs.remove(job)
-            self._touch(g)
+            self.releases.touch(g)
             if g.whole:
                 g.whole = False
                 if self.mig and not g.static:

@@ -85,7 +85,7 @@ class GrowPreemption:
             victim.preemptions += 1
             before = victim.lost_work
             sim._stop(victim, now)
-            sim.front.appendleft(victim)
+            sim.sched.requeue(victim)
             self.evictions += 1
             self.lost_s += victim.lost_work - before  # its progress, not the wall time
         sim._stop(job, now)

@@ -21,7 +21,8 @@ from mig.policies import choose
 from slurm_plugin.simulator.policy import Policy
 
 if TYPE_CHECKING:
-    from slurm_plugin.simulator.engine import Simulator, _Backfill
+    from slurm_plugin.simulator.engine import Simulator
+    from slurm_plugin.simulator.scheduling import Backfill
     from slurm_plugin.simulator.state import Job
 
 
@@ -29,12 +30,12 @@ class MigStaticPolicy(Policy):
     name = "mig-static"
     uses_mig = True
 
-    def place(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+    def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
         sim = self.sim
         prof = next((p for p in sim._static_profiles if (p.memory_mib << 20) >= max(
             job.mem0, job.remembered)), None)
         if prof is None:
-            if not sim.idle or not sim._may_take_idle(job, now, bf, 1):
+            if not sim.idle or not sim.sched.may_take_idle(job, now, bf, 1):
                 return False
             sim._start_whole(job, [next(iter(sim.idle))], now)
             return True
@@ -60,7 +61,7 @@ class MigDynamicPolicy(Policy):
     def shape(self, job: Job) -> tuple:
         return ("m", self.sim._mig_profile(job).name)
 
-    def place(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+    def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
         sim = self.sim
         prof = sim._mig_profile(job)
         name = prof.name
@@ -68,7 +69,7 @@ class MigDynamicPolicy(Policy):
         if slots:
             gid, p = next(iter(slots))
             g = sim.gpus[gid]
-            if g.busy or sim._may_take_idle(job, now, bf, 1):
+            if g.busy or sim.sched.may_take_idle(job, now, bf, 1):
                 sim._start_instance(job, g, p, now)
                 return True
         full = sim.catalog.memory_slices
@@ -80,7 +81,7 @@ class MigDynamicPolicy(Policy):
         for n in order:
             for gid in list(sim.by_free[n]):
                 g = sim.gpus[gid]
-                if g.busy == 0 and not sim._may_take_idle(job, now, bf, 1):
+                if g.busy == 0 and not sim.sched.may_take_idle(job, now, bf, 1):
                     continue
                 if by_size and not g.inst:
                     layout = homogeneous_layout(g.state, name)
@@ -106,7 +107,7 @@ class MigDynamicPolicy(Policy):
             g = sim.gpus[gid]
             if g.whole or g.static:
                 continue
-            if g.busy == 0 and not sim._may_take_idle(job, now, bf, 1):
+            if g.busy == 0 and not sim.sched.may_take_idle(job, now, bf, 1):
                 continue
             busy = tuple(sorted(p for p, j in g.inst.items() if j is not None))
             plan = self._plan(g.state, name, busy)

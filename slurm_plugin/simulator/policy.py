@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     from slurm_plugin.simulator.engine import Simulator
-    from slurm_plugin.simulator.engine import _Backfill as Backfill
+    from slurm_plugin.simulator.scheduling import Backfill
     from slurm_plugin.simulator.state import Gpu, Job
 
 

@@ -107,7 +107,7 @@ class Regrouper:
         fewest = self._fewest_moves(missing)
         if fewest is None or fewest > allowed:
             return False
-        shadow, _ = sim._reservation(head, now)
+        shadow, _ = sim.sched.reservation(head, now)
         target = HeadJob(head.id, gpus=head.gpus, submitted_at=head.submit,
                          expected_start=shadow if math.isfinite(shadow) else None)
         self.planner_calls += 1
