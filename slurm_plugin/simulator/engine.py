@@ -51,8 +51,7 @@ import logging
 import time
 
 from mig.catalog import Catalog, load_catalog
-from mig.fsm import PartitionState, Placement, get_space
-from mig.layout import homogeneous_layout
+from mig.fsm import Placement
 from packer.config import GIB, PackerConfig
 from packer.decision import max_shards
 from slurm_plugin.simulator.config import BASELINES, POLICIES, SimConfig
@@ -60,6 +59,7 @@ from slurm_plugin.simulator.events import CHECK as _CHECK, FINISH as _FINISH, OO
     WARN as _WARN, EventLoop
 from slurm_plugin.simulator.growth import GrowPreemption
 from slurm_plugin.simulator.knowledge import PairKnowledge
+from slurm_plugin.simulator.mig_state import MigState
 from slurm_plugin.simulator.regrouping import Regrouper
 from slurm_plugin.simulator.registry import make_policy
 from slurm_plugin.simulator.releases import ReleaseIndex
@@ -99,70 +99,23 @@ class Simulator:
         # colocate, more than two per GPU: sorted ((profile, held), ...) -> GPUs with 2..max-1
         self.multi: dict[tuple, dict[int, None]] = {}
         self._multi_on = cfg.policy == "colocate" and cfg.max_jobs_per_gpu > 2
-        self.creates = self.destroys = 0
         self.usage = UsageMeter(cfg.timeline_step_s)
         self._warn_cache: dict[tuple, tuple[float | None, int | None]] = {}
         self._forecaster_cls = None
         self.skipped = 0
         self._opened = 0  # bumped when room appears for a job (a GPU with one job, free shares)
         self._single_ver = 0  # bumped when a (workload, size) group of one-job GPUs appears/goes
-        self._prof_cache: dict = {}
-        self.mig = self.policy.uses_mig
-        self._space = get_space(self.catalog, tuple(p.name for p in self.catalog.profiles
-                                                    if not p.media_extensions))
-        self._mig_profiles = sorted(
-            (p for p in self._space.catalog.profiles),
-            key=lambda p: (p.memory_mib, p.compute_slices, p.memory_slices))
-        self.n_whole = cfg.gpus
-        self._static_profiles: list = []
-        if self.mig:
-            self._setup_mig()
+        # the MIG side of the cluster (MIG policies only)
+        self.mig = MigState(cfg, self.catalog, self.gpus, self.idle) if self.policy.uses_mig else None
+        n_whole = self.mig.n_whole if self.mig else cfg.gpus
         self.jobs: list[Job] = []
         for s in specs:
-            if s.gpus > self.n_whole and (s.gpus > 1 or not self._static_fits(s)):
+            if s.gpus > n_whole and (s.gpus > 1 or not (self.mig and self.mig.static_fits(s))):
                 self.skipped += 1
                 continue
             self.jobs.append(Job(s, profiles[s.profile]))
         self.grow = GrowPreemption(self) if cfg.grow_preempt else None
         self.regrouper = Regrouper(self) if cfg.regroup else None
-
-    # ----------------------------------------------------------------- MIG setup
-    def _setup_mig(self) -> None:
-        self.idle_inst: dict[str, dict[tuple[int, Placement], None]] = {
-            p.name: {} for p in self._space.catalog.profiles}
-        self.by_free: list[dict[int, None]] = [dict() for _ in range(self.catalog.memory_slices + 1)]
-        self.has_idle: dict[int, None] = {}
-        for g in self.gpus:
-            g.state = self._space.empty()
-        if self.cfg.policy == "mig-static":
-            layout = self._static_layout()
-            n_static = int(round(self.cfg.mig_static_fraction * self.cfg.gpus))
-            self.n_whole = self.cfg.gpus - n_static
-            for g in self.gpus[:n_static]:
-                g.static = True
-                g.state = layout
-                for p in layout.placements:
-                    g.inst[p] = None
-                    self.idle_inst[p.profile][(g.id, p)] = None
-                del self.idle[g.id]  # never lent whole
-            self._static_profiles = sorted(
-                {self._space.catalog.profile(p.profile) for p in layout.placements},
-                key=lambda p: (p.memory_mib, p.compute_slices))
-        else:
-            for g in self.gpus:
-                self.by_free[self.catalog.memory_slices][g.id] = None
-
-    def _static_layout(self) -> PartitionState:
-        text = self.cfg.mig_static_layout
-        if not text:
-            smallest = self._mig_profiles[0].name
-            return homogeneous_layout(self._space.empty(), smallest)
-        if "@" in text:
-            return PartitionState.parse(self._space, text)
-        return homogeneous_layout(self._space.empty(), text.strip())
-
-    def _static_fits(self, s: SimJobSpec) -> bool:
-        return s.gpus == 1 and any(p.memory_mib << 20 >= s.mem0 for p in self._static_profiles)
 
     # ----------------------------------------------------------------- run
     def run(self) -> SimResult:
@@ -187,7 +140,8 @@ class Simulator:
             skipped=self.skipped, makespan=makespan, busy_area=use.busy_area,
             util_area=use.util_area, mem_area=use.mem_area,
             mem_total=float(self.gpu_mem) * self.cfg.gpus,
-            reconfig_creates=self.creates, reconfig_destroys=self.destroys,
+            reconfig_creates=self.mig.creates if self.mig else 0,
+            reconfig_destroys=self.mig.destroys if self.mig else 0,
             avoided_pairs=len(self.avoid), events=self.loop.events,
             wall_s=time.perf_counter() - t0, passes=self.sched.passes,
             passes_skipped=self.sched.passes_skipped, timeline=use.timeline,
@@ -231,9 +185,9 @@ class Simulator:
             g = self.gpus[gid]
             del self.idle[gid]
             if self.mig and g.inst:
-                self._clear_idle_instances(g)
+                self.mig.clear_idle_instances(g)
             if self.mig and not g.static:
-                self._set_free(g, None)
+                self.mig.set_free(g, None)
             g.whole = True
             g.jobs.append(job)
             self.usage.gpu_changed(g, was_busy=False)
@@ -346,58 +300,11 @@ class Simulator:
         done = j.done + (now - j.last_t) * j.rate
         return int(j.mem0 + (j.mem1 - j.mem0) * min(1.0, max(0.0, done) / j.duration))
 
-    def _mig_profile(self, job: Job):
-        key = (job.profile, job.remembered)
-        hit = self._prof_cache.get(key)
-        if hit is None:
-            hit = self._prof_cache[key] = self._mig_profile_of(job)
-        return hit
-
-    def _mig_profile_of(self, job: Job):
-        """Smallest instance holding the memory and (less the slack) the compute the job
-        uses alone: the max of the memory and the compute requirement (thesis 4.3)."""
-        need = max(job.mem0, job.remembered)
-        c = self.catalog.compute_slices * job.util / 100.0 * (1.0 - self.cfg.mig_compute_slack)
-        for p in self._mig_profiles:
-            if (p.memory_mib << 20) >= need and p.compute_slices >= c - 1e-9:
-                return p
-        return self._mig_profiles[-1]
-
-    def _set_free(self, g: Gpu, n: int | None) -> None:
-        for d in self.by_free:
-            d.pop(g.id, None)
-        if n is not None:
-            self.by_free[n][g.id] = None
-
-    def _refresh_free(self, g: Gpu) -> None:
-        if not g.static and not g.whole:
-            self._set_free(g, g.state.free_memory_slices)
-
-    def _clear_idle_instances(self, g: Gpu) -> None:
-        for p, j in list(g.inst.items()):
-            if j is None:
-                g.state = g.state.free(p.profile, p.start)
-                del g.inst[p]
-                self.idle_inst[p.profile].pop((g.id, p), None)
-                self.destroys += 1
-        self.has_idle.pop(g.id, None)
-
-    def _create(self, g: Gpu, p: Placement) -> None:
-        g.state = g.state.alloc(p.profile, p.start)
-        g.inst[p] = None
-        self.idle_inst[p.profile][(g.id, p)] = None
-        self.has_idle[g.id] = None
-        self.creates += 1
-
     def _start_instance(self, job: Job, g: Gpu, p: Placement, now: float) -> None:
         was_busy = g.busy > 0
         if not was_busy and not g.static:
             self.idle.pop(g.id, None)
-        self.idle_inst[p.profile].pop((g.id, p), None)
-        g.inst[p] = job
-        g.busy += 1
-        if all(v is not None for v in g.inst.values()):
-            self.has_idle.pop(g.id, None)
+        self.mig.occupy(g, p, job)
         g.jobs.append(job)
         job.gpu_ids = [g.id]
         job.inst = p
@@ -405,7 +312,7 @@ class Simulator:
         prof = self.catalog.profile(p.profile)
         self._begin(job, now, prof.memory_mib << 20)
         frac = prof.compute_slices / self.catalog.compute_slices
-        self._refresh_free(g)
+        self.mig.refresh_free(g)
         self._set_rate(job, now, min(1.0, frac / (job.util / 100.0)))
         self.usage.gpu_changed(g, was_busy)
 
@@ -447,7 +354,7 @@ class Simulator:
 
     def _sizes(self) -> tuple[int, ...]:
         if self.mig:
-            return tuple(sorted({p.memory_mib << 20 for p in self._mig_profiles}))
+            return self.mig.sizes()
         k = max_shards(self.pk)
         return tuple(int(i * self.share_bytes) for i in range(1, k + 1)) + (self.gpu_mem,)
 
@@ -517,10 +424,7 @@ class Simulator:
         for gid in job.gpu_ids:
             g = self.gpus[gid]
             if g.inst and job.inst is not None:
-                g.inst[job.inst] = None
-                g.busy -= 1
-                self.idle_inst[job.inst.profile][(g.id, job.inst)] = None
-                self.has_idle[g.id] = None
+                self.mig.vacate(g, job.inst)
                 g.jobs.remove(job)
                 self.releases.touch(g)
                 if g.busy == 0 and not g.static:
@@ -533,7 +437,7 @@ class Simulator:
             if g.whole:
                 g.whole = False
                 if self.mig and not g.static:
-                    self._refresh_free(g)
+                    self.mig.refresh_free(g)
             if not g.jobs:
                 self.idle[g.id] = None
             else:

@@ -32,14 +32,14 @@ class MigStaticPolicy(Policy):
 
     def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
         sim = self.sim
-        prof = next((p for p in sim._static_profiles if (p.memory_mib << 20) >= max(
+        prof = next((p for p in sim.mig.static_profiles if (p.memory_mib << 20) >= max(
             job.mem0, job.remembered)), None)
         if prof is None:
             if not sim.idle or not sim.sched.may_take_idle(job, now, bf, 1):
                 return False
             sim._start_whole(job, [next(iter(sim.idle))], now)
             return True
-        slots = sim.idle_inst.get(prof.name)
+        slots = sim.mig.idle_inst.get(prof.name)
         if not slots:
             return False
         gid, p = next(iter(slots))
@@ -59,13 +59,13 @@ class MigDynamicPolicy(Policy):
         self._plan_cache: dict = {}
 
     def shape(self, job: Job) -> tuple:
-        return ("m", self.sim._mig_profile(job).name)
+        return ("m", self.sim.mig.profile_for(job).name)
 
     def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
         sim = self.sim
-        prof = sim._mig_profile(job)
+        prof = sim.mig.profile_for(job)
         name = prof.name
-        slots = sim.idle_inst[name]
+        slots = sim.mig.idle_inst[name]
         if slots:
             gid, p = next(iter(slots))
             g = sim.gpus[gid]
@@ -79,7 +79,7 @@ class MigDynamicPolicy(Policy):
                  else range(prof.memory_slices, full + 1))
         tried = 0
         for n in order:
-            for gid in list(sim.by_free[n]):
+            for gid in list(sim.mig.by_free[n]):
                 g = sim.gpus[gid]
                 if g.busy == 0 and not sim.sched.may_take_idle(job, now, bf, 1):
                     continue
@@ -87,15 +87,15 @@ class MigDynamicPolicy(Policy):
                     layout = homogeneous_layout(g.state, name)
                     for p in layout.placements:
                         if p not in g.inst:
-                            sim._create(g, p)
-                    sim._refresh_free(g)
+                            sim.mig.create(g, p)
+                    sim.mig.refresh_free(g)
                     p = next(q for q in g.inst if q.profile == name and g.inst[q] is None)
                     sim._start_instance(job, g, p, now)
                     return True
                 start = self._choose(g.state, name)
                 if start is not None:
                     p = Placement(name, start)
-                    sim._create(g, p)
+                    sim.mig.create(g, p)
                     sim._start_instance(job, g, p, now)
                     return True
                 tried += 1
@@ -103,7 +103,7 @@ class MigDynamicPolicy(Policy):
                     break
             if tried > 64:
                 break
-        for gid in list(islice(sim.has_idle, 64)):
+        for gid in list(islice(sim.mig.has_idle, 64)):
             g = sim.gpus[gid]
             if g.whole or g.static:
                 continue
@@ -114,15 +114,12 @@ class MigDynamicPolicy(Policy):
             if not plan.feasible:
                 continue
             for p in plan.destroy:
-                g.state = g.state.free(p.profile, p.start)
-                del g.inst[p]
-                sim.idle_inst[p.profile].pop((g.id, p), None)
-                sim.destroys += 1
+                sim.mig.destroy(g, p)
             target = Placement(name, plan.start)
-            sim._create(g, target)
+            sim.mig.create(g, target)
             for p in plan.recreate:
                 if g.state.can_alloc(p.profile, p.start):
-                    sim._create(g, p)
+                    sim.mig.create(g, p)
             sim._start_instance(job, g, target, now)
             return True
         return False
@@ -159,6 +156,6 @@ class MigBySizePolicy(MigDynamicPolicy):
 
     def order(self, cand: list[Job]) -> list[Job]:
         sim = self.sim
-        cand.sort(key=lambda j: (sim._mig_profile(j).memory_mib if j.gpus == 1 else math.inf,
+        cand.sort(key=lambda j: (sim.mig.profile_for(j).memory_mib if j.gpus == 1 else math.inf,
                                  j.submit, j.id))
         return cand
