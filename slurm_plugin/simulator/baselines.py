@@ -23,7 +23,7 @@ class ExclusivePolicy(Policy):
     name = "exclusive"
 
     def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
-        return self.sim._start_idle(job, now, bf)
+        return self.sim.cluster.start_idle(job, now, bf)
 
     def may_place_busy(self) -> bool:
         return False
@@ -40,13 +40,13 @@ class ShardFixedPolicy(Policy):
     def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
         sim = self.sim
         if job.remembered >= sim.gpu_mem:  # failed for memory beside a job: alone now
-            return sim._start_idle(job, now, bf)
+            return sim.cluster.start_idle(job, now, bf)
         if self.partial:
             g = sim.gpus[next(iter(self.partial))]
             if sim.sched.may_pack(job, now, bf, g):
-                sim._start_shared(job, g, now, sim.gpu_mem, None)
+                sim.cluster.start_shared(job, g, now, sim.gpu_mem, None)
                 return True
-        return sim._start_idle(job, now, bf, shared=True)
+        return sim.cluster.start_idle(job, now, bf, shared=True)
 
     def may_place_busy(self) -> bool:
         return bool(self.partial)
@@ -54,7 +54,7 @@ class ShardFixedPolicy(Policy):
     def joined(self, g: Gpu, job: Job, now: float, was_busy: bool) -> None:
         if len(g.jobs) < self.sim.cfg.shard_jobs_per_gpu:
             self.partial[g.id] = None
-            self.sim._opened += 1
+            self.sim.shares.opened += 1
         else:
             self.partial.pop(g.id, None)
 
@@ -63,7 +63,7 @@ class ShardFixedPolicy(Policy):
             self.partial.pop(g.id, None)
         else:
             self.partial[g.id] = None
-            self.sim._opened += 1
+            self.sim.shares.opened += 1
 
 
 class LucidPolicy(Policy):
@@ -73,13 +73,13 @@ class LucidPolicy(Policy):
     def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
         sim = self.sim
         if job.remembered >= sim.gpu_mem:  # failed for memory beside a job: alone now
-            return sim._start_idle(job, now, bf)
+            return sim.cluster.start_idle(job, now, bf)
         if sim.idle:
-            return sim._start_idle(job, now, bf, shared=True)
+            return sim.cluster.start_idle(job, now, bf, shared=True)
         if job.label >= 2:
             return False
         ranked = []
-        for (prof, held), gids in sim.single.items():
+        for (prof, held), gids in sim.shares.single.items():
             p = sim.profiles[prof]
             if p.label >= 2 or p.label + job.label > sim.cfg.lucid_max_label_sum:
                 continue
@@ -92,11 +92,11 @@ class LucidPolicy(Policy):
                 g = sim.gpus[gid]
                 if sim.sched.may_pack(job, now, bf, g):
                     sim.sched.denied = False
-                    sim._start_shared(job, g, now, sim.gpu_mem, None)
+                    sim.cluster.start_shared(job, g, now, sim.gpu_mem, None)
                     return True
                 if bf is None or bf.pack_ok or now + job.duration <= bf.shadow:
                     break  # allowed everywhere: only the first one matters
         return False
 
     def may_place_busy(self) -> bool:
-        return bool(self.sim.single) or bool(self.sim.multi)
+        return bool(self.sim.shares.single) or bool(self.sim.shares.multi)

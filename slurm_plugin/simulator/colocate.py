@@ -85,10 +85,10 @@ class ColocatePolicy(Policy):
 
     def _group(self, key: tuple) -> dict[int, None]:
         sim = self.sim
-        return sim.multi[key] if isinstance(key[0], tuple) else sim.single[key]
+        return sim.shares.multi[key] if isinstance(key[0], tuple) else sim.shares.single[key]
 
     def may_place_busy(self) -> bool:
-        return bool(self.sim.single) or bool(self.sim.multi)
+        return bool(self.sim.shares.single) or bool(self.sim.shares.multi)
 
     def joined(self, g: Gpu, job: Job, now: float, was_busy: bool) -> None:
         if was_busy:  # FIG. 4 looks at the pack once both jobs' speeds are measured
@@ -109,32 +109,32 @@ class ColocatePolicy(Policy):
         usable = sim.sched.usable_idle(job, now, bf)
         d = self._decide(job, usable)
         if d.verdict != "packed":
-            return bool(usable) and sim._start_idle(job, now, bf, shared=True)
-        if not sim.single and not sim.multi:
+            return bool(usable) and sim.cluster.start_idle(job, now, bf, shared=True)
+        if not sim.shares.single and not sim.shares.multi:
             return False
         need = d.shards * int(sim.share_bytes)
         free_pack = bf is None or bf.pack_ok
         memo = self._newcomer(job, need)
         new, acc = memo[1], memo[2]
-        if memo[3] == sim._single_ver:  # the same kinds of GPU as last time: same answer
+        if memo[3] == sim.shares.version:  # the same kinds of GPU as last time: same answer
             cands = memo[4]
         else:
             cands = []
-            for key in (*sim.single, *sim.multi) if sim.multi else sim.single:
+            for key in (*sim.shares.single, *sim.shares.multi) if sim.shares.multi else sim.shares.single:
                 ok = acc.get(key)
                 if ok is None:  # this kind of GPU, alone: the same rule, memoised per kind
                     ok = acc[key] = self._corunner(new, [self._load(key)], None).placed
                 if ok:
                     cands.append(key)
-            memo[3], memo[4] = sim._single_ver, cands
+            memo[3], memo[4] = sim.shares.version, cands
         if not cands:
             return False
-        if free_pack and memo[5] == sim._single_ver:
+        if free_pack and memo[5] == sim.shares.version:
             # nothing to veto and the same kinds of GPU: the rule picks the same kind again
             sim.sched.denied = False
             g = sim.gpus[next(iter(self._group(memo[6])))]
             base = {x.id: x.rate for x in g.jobs}
-            sim._start_shared(job, g, now, need, d.shards)
+            sim.cluster.start_shared(job, g, now, need, d.shards)
             job.pack_base = base
             if sim.cfg.pair_predict:
                 job.pack_pred = self._pack_prediction(g)
@@ -161,8 +161,8 @@ class ColocatePolicy(Policy):
             sim.sched.denied = True
             return False
 
-        if memo[7] != sim._single_ver:  # the rule's order of the qualifying kinds
-            memo[7] = sim._single_ver
+        if memo[7] != sim.shares.version:  # the rule's order of the qualifying kinds
+            memo[7] = sim.shares.version
             memo[8] = self._rank(new, [self._load(k) for k in cands])
         # choose_corunner's choice: the best kind the veto lets through (it asks every one)
         chosen = None
@@ -174,11 +174,11 @@ class ColocatePolicy(Policy):
         if chosen is None:
             return False
         if free_pack:
-            memo[5], memo[6] = sim._single_ver, self._load_key[chosen]
+            memo[5], memo[6] = sim.shares.version, self._load_key[chosen]
         sim.sched.denied = False
         g = sim.gpus[picked[chosen]]
         base = {x.id: x.rate for x in g.jobs}
-        sim._start_shared(job, g, now, need, d.shards)
+        sim.cluster.start_shared(job, g, now, need, d.shards)
         job.pack_base = base
         if sim.cfg.pair_predict:
             job.pack_pred = self._pack_prediction(g)
@@ -212,7 +212,7 @@ class ColocatePolicy(Policy):
         # change when the model is refitted or a pair of this workload is observed (with more
         # than two per GPU the pairs among those there count too: any change)
         stamp = (len(sim.avoid),
-                 sim.know.version if sim._multi_on else sim.know.stamp(job.profile))
+                 sim.know.version if sim.shares.multi_on else sim.know.stamp(job.profile))
         key = (job.profile, need)
         hit = self._corunner_cache.get(key)
         if hit is None or hit[0] != stamp:
@@ -281,5 +281,5 @@ class ColocatePolicy(Policy):
         sim.avoid.update(v.avoid_pairs)
         victim = next(j for j in g.jobs if str(j.id) == v.requeue)
         victim.preemptions += 1
-        sim._stop(victim, now)
+        sim.stop(victim, now)
         sim.sched.requeue(victim)

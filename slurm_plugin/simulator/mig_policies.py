@@ -37,13 +37,13 @@ class MigStaticPolicy(Policy):
         if prof is None:
             if not sim.idle or not sim.sched.may_take_idle(job, now, bf, 1):
                 return False
-            sim._start_whole(job, [next(iter(sim.idle))], now)
+            sim.cluster.start_whole(job, [next(iter(sim.idle))], now)
             return True
         slots = sim.mig.idle_inst.get(prof.name)
         if not slots:
             return False
         gid, p = next(iter(slots))
-        sim._start_instance(job, sim.gpus[gid], p, now)
+        sim.cluster.start_instance(job, sim.gpus[gid], p, now)
         return True
 
 
@@ -70,7 +70,7 @@ class MigDynamicPolicy(Policy):
             gid, p = next(iter(slots))
             g = sim.gpus[gid]
             if g.busy or sim.sched.may_take_idle(job, now, bf, 1):
-                sim._start_instance(job, g, p, now)
+                sim.cluster.start_instance(job, g, p, now)
                 return True
         full = sim.catalog.memory_slices
         by_size = self.by_size
@@ -90,13 +90,13 @@ class MigDynamicPolicy(Policy):
                             sim.mig.create(g, p)
                     sim.mig.refresh_free(g)
                     p = next(q for q in g.inst if q.profile == name and g.inst[q] is None)
-                    sim._start_instance(job, g, p, now)
+                    sim.cluster.start_instance(job, g, p, now)
                     return True
                 start = self._choose(g.state, name)
                 if start is not None:
                     p = Placement(name, start)
                     sim.mig.create(g, p)
-                    sim._start_instance(job, g, p, now)
+                    sim.cluster.start_instance(job, g, p, now)
                     return True
                 tried += 1
                 if tried > 64:
@@ -120,7 +120,7 @@ class MigDynamicPolicy(Policy):
             for p in plan.recreate:
                 if g.state.can_alloc(p.profile, p.start):
                     sim.mig.create(g, p)
-            sim._start_instance(job, g, target, now)
+            sim.cluster.start_instance(job, g, target, now)
             return True
         return False
 

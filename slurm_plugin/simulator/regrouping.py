@@ -43,7 +43,8 @@ from packer.regroup_plan import RegroupPlan, RegroupSettings
 from slurm_plugin.simulator.growth import held_shares
 
 if TYPE_CHECKING:
-    from slurm_plugin.simulator.engine import Job, Simulator
+    from slurm_plugin.simulator.engine import Simulator
+    from slurm_plugin.simulator.state import Job
 
 log = logging.getLogger(__name__)
 
@@ -185,14 +186,14 @@ class Regrouper:
             raise RuntimeError(f"regroup plan for job {head.id} left {plan.frees} busy: {plan.summary()}")
         first = head.first_start is None
         if head.gpus > 1:
-            sim._start_whole(head, gids, now)
+            sim.cluster.start_whole(head, gids, now)
         else:
-            sim._start_shared(head, sim.gpus[gids[0]], now, sim.gpu_mem, None)
+            sim.cluster.start_shared(head, sim.gpus[gids[0]], now, sim.gpu_mem, None)
         delay = max(0.0, plan.head_start_with - now)  # its GPUs held while the moves finish
         if first:
             head.first_start = now + delay
         head.done = -delay
-        sim._schedule_job(head, now)
+        sim.progress.reschedule(head, now)
         self.plans += 1
         self.head_gain_s += plan.head_gain_s
         log.debug("%s", plan.summary())
@@ -203,15 +204,15 @@ class Regrouper:
         sim = self.sim
         done = job.done + (now - job.last_t) * job.rate
         job.token += 1
-        sim._release(job, now)
+        sim.cluster.release(job, now)
         g = sim.gpus[gid]
         base = {x.id: x.rate for x in g.jobs}
-        sim._start_shared(job, g, now, job.cap, job.shards)
+        sim.cluster.start_shared(job, g, now, job.cap, job.shards)
         job.pack_base = base
         job.done = done - lost - overhead
         job.lost_work += lost + overhead
         job.moves += 1
-        sim._schedule_job(job, now)
+        sim.progress.reschedule(job, now)
 
     def summary(self) -> dict:
         return {"regroup_plans": self.plans, "regroup_moves": self.moves,

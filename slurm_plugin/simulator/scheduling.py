@@ -141,11 +141,11 @@ class Scheduler:
                 if job.duration >= failed.get(key, inf):
                     continue
             self.denied = False
-            opened = sim._opened
+            opened = sim.shares.opened
             if self.try_start(job, now, bf):
                 self._remove(job)
                 can1 = self._can_try_one()
-                if failed and (sim._opened != opened or policy.uses_mig):
+                if failed and (sim.shares.opened != opened or policy.uses_mig):
                     failed.clear()  # the start opened room a shape that failed may use
             elif fast:
                 # refused by a backfill time test: a shorter job of this shape may pass
@@ -160,7 +160,7 @@ class Scheduler:
         if job.gpus > 1:
             if len(sim.idle) < job.gpus or not self.may_take_idle(job, now, bf, job.gpus):
                 return False
-            sim._start_whole(job, list(islice(sim.idle, job.gpus)), now)
+            sim.cluster.start_whole(job, list(islice(sim.idle, job.gpus)), now)
             return True
         return sim.policy.place(job, now, bf)
 
