@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from packer.contention import Sharer, check_contention
 from packer.corunner import GpuLoad, Newcomer, RunningJob, choose_corunner, rank_corunners
 from packer.decision import ClusterView, Estimate, decide
 from packer.request import Candidate
 
+from slurm_plugin.simulator.contention_watch import ContentionWatch
 from slurm_plugin.simulator.events import CHECK
 from slurm_plugin.simulator.policy import Policy
 
@@ -29,7 +29,7 @@ _CANDIDATE = Candidate(field="tres_per_node", gpu_type=None, dialect="23.11")
 
 
 class ColocatePolicy(Policy):
-    """colocate's start rule and its contention watch."""
+    """colocate's start rule (FIG. 3); its contention watch (FIG. 4) is ``self.watch``."""
 
     name = "colocate"
     packs = True
@@ -41,6 +41,7 @@ class ColocatePolicy(Policy):
         self._loads: dict[tuple, GpuLoad] = {}  # kinds of busy GPU as the rule sees them
         self._load_key: dict[str, tuple] = {}
         self._wl_index = {p.key: p.index for p in sim.profiles}
+        self.watch = ContentionWatch(sim)  # FIG. 4, monitor_s after each pack
 
     def _estimate(self, job: Job) -> Estimate | None:
         sim = self.sim
@@ -94,6 +95,9 @@ class ColocatePolicy(Policy):
         if was_busy:  # FIG. 4 looks at the pack once both jobs' speeds are measured
             self.sim.loop.push(now + self.sim.cfg.monitor_s, CHECK, job, job.token)
 
+    def check(self, job: Job, now: float) -> None:
+        self.watch.check(job, now)
+
     def summary(self) -> dict:
         """The pair prediction's error and the pairs observed (none without prediction)."""
         sim = self.sim
@@ -137,7 +141,7 @@ class ColocatePolicy(Policy):
             sim.cluster.start_shared(job, g, now, need, d.shards)
             job.pack_base = base
             if sim.cfg.pair_predict:
-                job.pack_pred = self._pack_prediction(g)
+                job.pack_pred = self.watch.predict(g)
             return True
         picked: dict[str, int] = {}
 
@@ -181,24 +185,8 @@ class ColocatePolicy(Policy):
         sim.cluster.start_shared(job, g, now, need, d.shards)
         job.pack_base = base
         if sim.cfg.pair_predict:
-            job.pack_pred = self._pack_prediction(g)
+            job.pack_pred = self.watch.predict(g)
         return True
-
-    def _pack_prediction(self, g: Gpu) -> tuple[dict[int, float], bool]:
-        """Each job's speed on ``g`` as the policy predicts it now, and whether every pair
-        there was known (not predicted from features)."""
-        sim = self.sim
-        sp, known = sim.know.speed, sim.know.known
-        preds = {}
-        seen = True
-        for j in g.jobs:
-            r = 1.0
-            for o in g.jobs:
-                if o is not j:
-                    r *= sp(j.profile, o.profile)
-                    seen = seen and known(j.profile, o.profile)
-            preds[j.id] = r
-        return preds, seen
 
     def _newcomer(self, job: Job, need: int) -> list:
         """The co-runner rule's view of a queued job and its memo: [stamp, newcomer, which
@@ -247,39 +235,3 @@ class ColocatePolicy(Policy):
             pair_speed=self._pair_speed if pred else None,
             min_corunner_speed=1.0 - sim.cfg.contention_threshold if pred else 0.0,
             min_newcomer_speed=sim.cfg.min_newcomer_speed if pred else 0.0, allow=allow)
-
-    def check(self, job: Job, now: float) -> None:
-        """FIG. 4: has the pre-existing job lost more than the threshold since the pack?
-
-        The agent has now measured both jobs' speeds: the pair is known from here on."""
-        sim = self.sim
-        g = sim.gpus[job.gpu_ids[0]]
-        if len(g.jobs) < 2:
-            return
-        if job.pack_pred is not None:
-            preds, seen = job.pack_pred
-            job.pack_pred = None
-            for j in g.jobs:
-                if j.id in preds:
-                    sim.know.error.add(preds[j.id], j.rate, seen)
-            if len(g.jobs) == 2:  # a pair: each job's speed is that pair's
-                a, b = g.jobs[0].profile, g.jobs[1].profile
-                v0 = sim.know.version
-                sim.know.observe(a, b)
-                sim.know.observe(b, a)
-                if sim.know.version != v0:
-                    sim.sched.dirty = True
-        # each job's throughput against what it had just before the newcomer joined (alone:
-        # 1.0; with more than two per GPU, what the others there already took)
-        base = job.pack_base
-        sharers = [Sharer(str(j.id), j.workload, j.packed_at if j.packed_at is not None
-                          and j is job else j.start, base.get(j.id, 1.0), j.rate)
-                   for j in g.jobs]
-        v = check_contention(sharers, sim.cfg.contention_threshold)
-        if v.requeue is None:
-            return
-        sim.avoid.update(v.avoid_pairs)
-        victim = next(j for j in g.jobs if str(j.id) == v.requeue)
-        victim.preemptions += 1
-        sim.stop(victim, now)
-        sim.sched.requeue(victim)
