@@ -1,5 +1,5 @@
-"""The baselines' start rules as policy objects the event loop calls (one-GPU jobs; the
-loop starts multi-GPU jobs on whole idle GPUs for every policy).
+"""The baselines as :class:`~slurm_plugin.simulator.policy.Policy` objects (one-GPU jobs;
+the scheduler starts multi-GPU jobs on whole idle GPUs for every policy).
 
 - ``exclusive``: a whole idle GPU;
 - ``shard-fixed``: Slurm shards, a fixed number of jobs per GPU, blind to memory and

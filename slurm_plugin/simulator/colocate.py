@@ -1,11 +1,12 @@
-"""The colocate policy (FIG. 3/4 of the patent seed) as a policy object the event loop calls.
+"""The colocate policy (FIG. 3/4 of the patent seed) as a :class:`~.policy.Policy` object.
 
 A one-GPU job runs alone while a GPU it may use is idle; otherwise ``packer.decision.decide``
 sizes it and ``packer.corunner`` ranks the busy GPUs it may join (predicted pair speeds from
 this run's :mod:`~slurm_plugin.simulator.knowledge`); ``check`` is FIG. 4 after
-``monitor_s``. The cluster state (GPUs, the index of GPUs by what runs on them, the queue,
-the reservation) is the loop's (:class:`~slurm_plugin.simulator.engine.Simulator`); this
-object holds the rule and its memos.
+``monitor_s`` (:mod:`~slurm_plugin.simulator.contention_watch`). ``pair_predict`` off: the
+patent's FIG. 3/4 alone (pack, then requeue on a slowdown). The cluster state (GPUs, the
+share index, the queue, the reservation) is the run's
+(:class:`~slurm_plugin.simulator.engine.Simulator`); this object holds the rule and its memos.
 """
 from __future__ import annotations
 

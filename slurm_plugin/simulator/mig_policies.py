@@ -1,4 +1,4 @@
-"""The MIG policies' start rules as policy objects the event loop calls.
+"""The MIG policies as :class:`~slurm_plugin.simulator.policy.Policy` objects.
 
 - ``mig-static``: a fixed share of GPUs partitioned once (``mig_static_layout``); a job
   takes the smallest idle instance that holds its memory, or a whole unpartitioned GPU;
