@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slurm_plugin.simulator.engine import (BASELINES, POLICIES, SimConfig, SimResult,
-                                           Simulator, simulate)
+from slurm_plugin.simulator.config import BASELINES, POLICIES, SimConfig
+from slurm_plugin.simulator.engine import Simulator, simulate
 from slurm_plugin.simulator.metrics import summary, write_jobs_csv
+from slurm_plugin.simulator.result import SimResult
 from slurm_plugin.simulator.workload import (PairTable, SimJobSpec, TraceJob, WorkloadError,
                                              WorkloadProfile, build_jobs, load_profiles,
                                              own_profiles, trace_from_spec)

@@ -1,5 +1,5 @@
-"""The baselines' start rules as policy objects the event loop calls (one-GPU jobs; the
-loop starts multi-GPU jobs on whole idle GPUs for every policy).
+"""The baselines as :class:`~slurm_plugin.simulator.policy.Policy` objects (one-GPU jobs;
+the scheduler starts multi-GPU jobs on whole idle GPUs for every policy).
 
 - ``exclusive``: a whole idle GPU;
 - ``shard-fixed``: Slurm shards, a fixed number of jobs per GPU, blind to memory and
@@ -11,48 +11,75 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from slurm_plugin.simulator.policy import Policy
+
 if TYPE_CHECKING:
-    from slurm_plugin.simulator.engine import Job, Simulator, _Backfill
+    from slurm_plugin.simulator.engine import Simulator
+    from slurm_plugin.simulator.scheduling import Backfill
+    from slurm_plugin.simulator.state import Gpu, Job
 
 
-class ExclusivePolicy:
+class ExclusivePolicy(Policy):
+    name = "exclusive"
+
+    def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
+        return self.sim.cluster.start_idle(job, now, bf)
+
+    def may_place_busy(self) -> bool:
+        return False
+
+
+class ShardFixedPolicy(Policy):
+    name = "shard-fixed"
+    packs = True
+
     def __init__(self, sim: "Simulator"):
-        self.sim = sim
+        super().__init__(sim)
+        self.partial: dict[int, None] = {}  # GPUs with free shares, in the order they got them
 
-    def start(self, job: Job, now: float, bf: _Backfill | None) -> bool:
-        return self.sim._start_idle(job, now, bf)
-
-
-class ShardFixedPolicy:
-    def __init__(self, sim: "Simulator"):
-        self.sim = sim
-
-    def start(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+    def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
         sim = self.sim
         if job.remembered >= sim.gpu_mem:  # failed for memory beside a job: alone now
-            return sim._start_idle(job, now, bf)
-        if sim.partial:
-            g = sim.gpus[next(iter(sim.partial))]
-            if sim._may_pack(job, now, bf, g):
-                sim._start_shared(job, g, now, sim.gpu_mem, None)
+            return sim.cluster.start_idle(job, now, bf)
+        if self.partial:
+            g = sim.gpus[next(iter(self.partial))]
+            if sim.sched.may_pack(job, now, bf, g):
+                sim.cluster.start_shared(job, g, now, sim.gpu_mem, None)
                 return True
-        return sim._start_idle(job, now, bf, shared=True)
+        return sim.cluster.start_idle(job, now, bf, shared=True)
+
+    def may_place_busy(self) -> bool:
+        return bool(self.partial)
+
+    def joined(self, g: Gpu, job: Job, now: float, was_busy: bool) -> None:
+        if len(g.jobs) < self.sim.cfg.shard_jobs_per_gpu:
+            self.partial[g.id] = None
+            self.sim.shares.opened += 1
+        else:
+            self.partial.pop(g.id, None)
+
+    def left(self, g: Gpu) -> None:
+        if not g.jobs:
+            self.partial.pop(g.id, None)
+        else:
+            self.partial[g.id] = None
+            self.sim.shares.opened += 1
 
 
-class LucidPolicy:
-    def __init__(self, sim: "Simulator"):
-        self.sim = sim
+class LucidPolicy(Policy):
+    name = "lucid-like"
+    packs = True
 
-    def start(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+    def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
         sim = self.sim
         if job.remembered >= sim.gpu_mem:  # failed for memory beside a job: alone now
-            return sim._start_idle(job, now, bf)
+            return sim.cluster.start_idle(job, now, bf)
         if sim.idle:
-            return sim._start_idle(job, now, bf, shared=True)
+            return sim.cluster.start_idle(job, now, bf, shared=True)
         if job.label >= 2:
             return False
         ranked = []
-        for (prof, held), gids in sim.single.items():
+        for (prof, held), gids in sim.shares.single.items():
             p = sim.profiles[prof]
             if p.label >= 2 or p.label + job.label > sim.cfg.lucid_max_label_sum:
                 continue
@@ -63,10 +90,13 @@ class LucidPolicy:
         for _, gids in ranked:
             for gid in gids:  # the first GPU of the best kind the reservation allows
                 g = sim.gpus[gid]
-                if sim._may_pack(job, now, bf, g):
-                    sim._denied = False
-                    sim._start_shared(job, g, now, sim.gpu_mem, None)
+                if sim.sched.may_pack(job, now, bf, g):
+                    sim.sched.denied = False
+                    sim.cluster.start_shared(job, g, now, sim.gpu_mem, None)
                     return True
                 if bf is None or bf.pack_ok or now + job.duration <= bf.shadow:
                     break  # allowed everywhere: only the first one matters
         return False
+
+    def may_place_busy(self) -> bool:
+        return bool(self.sim.shares.single) or bool(self.sim.shares.multi)

@@ -1,38 +1,48 @@
-"""The colocate policy (FIG. 3/4 of the patent seed) as a policy object the event loop calls.
+"""The colocate policy (FIG. 3/4 of the patent seed) as a :class:`~.policy.Policy` object.
 
 A one-GPU job runs alone while a GPU it may use is idle; otherwise ``packer.decision.decide``
 sizes it and ``packer.corunner`` ranks the busy GPUs it may join (predicted pair speeds from
 this run's :mod:`~slurm_plugin.simulator.knowledge`); ``check`` is FIG. 4 after
-``monitor_s``. The cluster state (GPUs, the index of GPUs by what runs on them, the queue,
-the reservation) is the loop's (:class:`~slurm_plugin.simulator.engine.Simulator`); this
-object holds the rule and its memos.
+``monitor_s`` (:mod:`~slurm_plugin.simulator.contention_watch`). ``pair_predict`` off: the
+patent's FIG. 3/4 alone (pack, then requeue on a slowdown). The cluster state (GPUs, the
+share index, the queue, the reservation) is the run's
+(:class:`~slurm_plugin.simulator.engine.Simulator`); this object holds the rule and its memos.
 """
 from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING
 
-from packer.contention import Sharer, check_contention
 from packer.corunner import GpuLoad, Newcomer, RunningJob, choose_corunner, rank_corunners
 from packer.decision import ClusterView, Estimate, decide
 from packer.request import Candidate
 
+from slurm_plugin.simulator.contention_watch import ContentionWatch
+from slurm_plugin.simulator.events import CHECK
+from slurm_plugin.simulator.policy import Policy
+
 if TYPE_CHECKING:
-    from slurm_plugin.simulator.engine import Gpu, Job, Simulator, _Backfill
+    from slurm_plugin.simulator.engine import Simulator
+    from slurm_plugin.simulator.scheduling import Backfill
+    from slurm_plugin.simulator.state import Gpu, Job
 
 _CANDIDATE = Candidate(field="tres_per_node", gpu_type=None, dialect="23.11")
 
 
-class ColocatePolicy:
-    """colocate's start rule and its contention watch."""
+class ColocatePolicy(Policy):
+    """colocate's start rule (FIG. 3); its contention watch (FIG. 4) is ``self.watch``."""
+
+    name = "colocate"
+    packs = True
 
     def __init__(self, sim: "Simulator"):
-        self.sim = sim
+        super().__init__(sim)
         self._decide_cache: dict = {}  # decide() by what it reads
         self._corunner_cache: dict = {}  # per (workload, size) newcomer: see _newcomer
         self._loads: dict[tuple, GpuLoad] = {}  # kinds of busy GPU as the rule sees them
         self._load_key: dict[str, tuple] = {}
         self._wl_index = {p.key: p.index for p in sim.profiles}
+        self.watch = ContentionWatch(sim)  # FIG. 4, monitor_s after each pack
 
     def _estimate(self, job: Job) -> Estimate | None:
         sim = self.sim
@@ -77,44 +87,62 @@ class ColocatePolicy:
 
     def _group(self, key: tuple) -> dict[int, None]:
         sim = self.sim
-        return sim.multi[key] if isinstance(key[0], tuple) else sim.single[key]
+        return sim.shares.multi[key] if isinstance(key[0], tuple) else sim.shares.single[key]
 
-    def start(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+    def may_place_busy(self) -> bool:
+        return bool(self.sim.shares.single) or bool(self.sim.shares.multi)
+
+    def joined(self, g: Gpu, job: Job, now: float, was_busy: bool) -> None:
+        if was_busy:  # FIG. 4 looks at the pack once both jobs' speeds are measured
+            self.sim.loop.push(now + self.sim.cfg.monitor_s, CHECK, job, job.token)
+
+    def check(self, job: Job, now: float) -> None:
+        self.watch.check(job, now)
+
+    def summary(self) -> dict:
+        """The pair prediction's error and the pairs observed (none without prediction)."""
+        sim = self.sim
+        if not sim.cfg.pair_predict:
+            return {}
+        return {"pair_knowledge": sim.cfg.pair_knowledge, **sim.know.error.as_dict(),
+                **sim.know.model_error()}
+
+    def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
         """FIG. 3: alone on an idle GPU if one is usable, else packed beside the co-runner
         ``packer.corunner.choose_corunner`` picks (with the measured pairs' prediction)."""
         sim = self.sim
-        usable = sim._usable_idle(job, now, bf)
+        usable = sim.sched.usable_idle(job, now, bf)
         d = self._decide(job, usable)
         if d.verdict != "packed":
-            return bool(usable) and sim._start_idle(job, now, bf, shared=True)
-        if not sim.single and not sim.multi:
+            return bool(usable) and sim.cluster.start_idle(job, now, bf, shared=True)
+        if not sim.shares.single and not sim.shares.multi:
             return False
         need = d.shards * int(sim.share_bytes)
         free_pack = bf is None or bf.pack_ok
         memo = self._newcomer(job, need)
         new, acc = memo[1], memo[2]
-        if memo[3] == sim._single_ver:  # the same kinds of GPU as last time: same answer
+        if memo[3] == sim.shares.version:  # the same kinds of GPU as last time: same answer
             cands = memo[4]
         else:
             cands = []
-            for key in (*sim.single, *sim.multi) if sim.multi else sim.single:
+            for key in (*sim.shares.single, *sim.shares.multi) if sim.shares.multi else sim.shares.single:
                 ok = acc.get(key)
                 if ok is None:  # this kind of GPU, alone: the same rule, memoised per kind
                     ok = acc[key] = self._corunner(new, [self._load(key)], None).placed
                 if ok:
                     cands.append(key)
-            memo[3], memo[4] = sim._single_ver, cands
+            memo[3], memo[4] = sim.shares.version, cands
         if not cands:
             return False
-        if free_pack and memo[5] == sim._single_ver:
+        if free_pack and memo[5] == sim.shares.version:
             # nothing to veto and the same kinds of GPU: the rule picks the same kind again
-            sim._denied = False
+            sim.sched.denied = False
             g = sim.gpus[next(iter(self._group(memo[6])))]
             base = {x.id: x.rate for x in g.jobs}
-            sim._start_shared(job, g, now, need, d.shards)
+            sim.cluster.start_shared(job, g, now, need, d.shards)
             job.pack_base = base
             if sim.cfg.pair_predict:
-                job.pack_pred = self._pack_prediction(g)
+                job.pack_pred = self.watch.predict(g)
             return True
         picked: dict[str, int] = {}
 
@@ -135,11 +163,11 @@ class ColocatePolicy:
                 if end > shadow or (new_ok and end + delay <= shadow):
                     picked[gl.gpu_id] = gid
                     return True
-            sim._denied = True
+            sim.sched.denied = True
             return False
 
-        if memo[7] != sim._single_ver:  # the rule's order of the qualifying kinds
-            memo[7] = sim._single_ver
+        if memo[7] != sim.shares.version:  # the rule's order of the qualifying kinds
+            memo[7] = sim.shares.version
             memo[8] = self._rank(new, [self._load(k) for k in cands])
         # choose_corunner's choice: the best kind the veto lets through (it asks every one)
         chosen = None
@@ -151,31 +179,15 @@ class ColocatePolicy:
         if chosen is None:
             return False
         if free_pack:
-            memo[5], memo[6] = sim._single_ver, self._load_key[chosen]
-        sim._denied = False
+            memo[5], memo[6] = sim.shares.version, self._load_key[chosen]
+        sim.sched.denied = False
         g = sim.gpus[picked[chosen]]
         base = {x.id: x.rate for x in g.jobs}
-        sim._start_shared(job, g, now, need, d.shards)
+        sim.cluster.start_shared(job, g, now, need, d.shards)
         job.pack_base = base
         if sim.cfg.pair_predict:
-            job.pack_pred = self._pack_prediction(g)
+            job.pack_pred = self.watch.predict(g)
         return True
-
-    def _pack_prediction(self, g: Gpu) -> tuple[dict[int, float], bool]:
-        """Each job's speed on ``g`` as the policy predicts it now, and whether every pair
-        there was known (not predicted from features)."""
-        sim = self.sim
-        sp, known = sim.know.speed, sim.know.known
-        preds = {}
-        seen = True
-        for j in g.jobs:
-            r = 1.0
-            for o in g.jobs:
-                if o is not j:
-                    r *= sp(j.profile, o.profile)
-                    seen = seen and known(j.profile, o.profile)
-            preds[j.id] = r
-        return preds, seen
 
     def _newcomer(self, job: Job, need: int) -> list:
         """The co-runner rule's view of a queued job and its memo: [stamp, newcomer, which
@@ -189,7 +201,7 @@ class ColocatePolicy:
         # change when the model is refitted or a pair of this workload is observed (with more
         # than two per GPU the pairs among those there count too: any change)
         stamp = (len(sim.avoid),
-                 sim.know.version if sim._multi_on else sim.know.stamp(job.profile))
+                 sim.know.version if sim.shares.multi_on else sim.know.stamp(job.profile))
         key = (job.profile, need)
         hit = self._corunner_cache.get(key)
         if hit is None or hit[0] != stamp:
@@ -224,39 +236,3 @@ class ColocatePolicy:
             pair_speed=self._pair_speed if pred else None,
             min_corunner_speed=1.0 - sim.cfg.contention_threshold if pred else 0.0,
             min_newcomer_speed=sim.cfg.min_newcomer_speed if pred else 0.0, allow=allow)
-
-    def check(self, job: Job, now: float) -> None:
-        """FIG. 4: has the pre-existing job lost more than the threshold since the pack?
-
-        The agent has now measured both jobs' speeds: the pair is known from here on."""
-        sim = self.sim
-        g = sim.gpus[job.gpu_ids[0]]
-        if len(g.jobs) < 2:
-            return
-        if job.pack_pred is not None:
-            preds, seen = job.pack_pred
-            job.pack_pred = None
-            for j in g.jobs:
-                if j.id in preds:
-                    sim.know.error.add(preds[j.id], j.rate, seen)
-            if len(g.jobs) == 2:  # a pair: each job's speed is that pair's
-                a, b = g.jobs[0].profile, g.jobs[1].profile
-                v0 = sim.know.version
-                sim.know.observe(a, b)
-                sim.know.observe(b, a)
-                if sim.know.version != v0:
-                    sim._dirty = True
-        # each job's throughput against what it had just before the newcomer joined (alone:
-        # 1.0; with more than two per GPU, what the others there already took)
-        base = job.pack_base
-        sharers = [Sharer(str(j.id), j.workload, j.packed_at if j.packed_at is not None
-                          and j is job else j.start, base.get(j.id, 1.0), j.rate)
-                   for j in g.jobs]
-        v = check_contention(sharers, sim.cfg.contention_threshold)
-        if v.requeue is None:
-            return
-        sim.avoid.update(v.avoid_pairs)
-        victim = next(j for j in g.jobs if str(j.id) == v.requeue)
-        victim.preemptions += 1
-        sim._stop(victim, now)
-        sim.front.appendleft(victim)

@@ -1,18 +1,22 @@
 """Discrete-event replay of a job trace on a cluster of N GPUs, under one policy.
 
-Queueing is Slurm's FIFO with EASY backfill: the first job of the queue starts if it can;
-when it cannot, it gets a reservation (the time enough whole GPUs will be free, from the
-running jobs' remaining times) and up to ``bf_depth`` later jobs may start if they do not
-delay it (they end before the reservation, or use GPUs it does not need). Run-time
-estimates are exact (Slurm uses time limits; a trace has none). A requeued job goes to the
-head of the queue.
+:class:`Simulator` wires the parts of one run together and plays the trace:
 
-Structure: this class is the event loop and the cluster state (GPUs, queue, reservation,
-indexes of GPUs by what runs on them); each policy's one-GPU start rule is a small policy object with
-``start(job, now, reservation) -> bool`` (:mod:`~slurm_plugin.simulator.baselines`,
-:mod:`~slurm_plugin.simulator.colocate` (also ``check``, FIG. 4),
-:mod:`~slurm_plugin.simulator.mig_policies`) the loop calls; the cluster operations they
-share (start on an idle GPU, share a GPU, create an instance) stay here.
+- :mod:`~slurm_plugin.simulator.events`: the event loop (time, heap of job events, arrivals);
+- :mod:`~slurm_plugin.simulator.scheduling`: Slurm's queue, FIFO passes and EASY backfill,
+  with :mod:`~slurm_plugin.simulator.releases` (when each busy GPU is released);
+- :mod:`~slurm_plugin.simulator.policy`: the one interface of the policies, chosen by name
+  in :mod:`~slurm_plugin.simulator.registry` (:mod:`~slurm_plugin.simulator.baselines`,
+  :mod:`~slurm_plugin.simulator.colocate`, :mod:`~slurm_plugin.simulator.mig_policies`);
+- :mod:`~slurm_plugin.simulator.cluster`: putting jobs on GPUs and taking them off, with
+  :mod:`~slurm_plugin.simulator.sharing` (GPUs shared without MIG: the index of GPUs by
+  what runs on them, pair speeds) and :mod:`~slurm_plugin.simulator.mig_state` (MIG
+  partitions and instances);
+- :mod:`~slurm_plugin.simulator.progress` (each job's rate and next event),
+  :mod:`~slurm_plugin.simulator.memory` (memory growth, the predictor's warnings, restart
+  sizes), :mod:`~slurm_plugin.simulator.usage` (time-integrated use);
+- the helper's actions on running jobs: :mod:`~slurm_plugin.simulator.growth` (grow by
+  preemption) and :mod:`~slurm_plugin.simulator.regrouping`.
 
 The decisions are the suite's own code, called as in production:
 ``packer.decision.decide`` (exclusive or packed, and how many shares),
@@ -21,269 +25,40 @@ The decisions are the suite's own code, called as in production:
 ``mig.layout.homogeneous_layout`` (MIG placement, merge/split, homogeneous layouts) and
 ``predictor.forecast.Forecaster`` (early restart before an out-of-memory).
 
-colocate (FIG. 3/4 of the patent seed): a one-GPU job runs alone while a GPU it may use is
-idle (idle GPUs kept for the head's reservation do not count); otherwise it is packed as K
-shares (``decide``) beside a job running alone, chosen by ``choose_corunner``. With
-``pair_predict`` (default) the pack's slowdown is predicted from the measured pair speeds
-(an unmeasured pair from the aggregate utilisation) before packing: only where the job
-already there keeps at least 90 % of its speed (so FIG. 4 never has to requeue; it still
-watches, for surprises), and ``best-pair`` takes the GPU with the most predicted throughput
-together. The prediction uses the same pair table the replay slows jobs by, so in the
-simulator it is exact; on a real cluster FIG. 4's requeue catches the misses. A pack under a
-reservation is allowed when the newcomer ends before it and the job beside it still ends in
-time, or when the GPU is not one the reservation counts on (its job ends after it anyway).
-
-Speed: the busy GPUs' release times are kept sorted (the reservation is a look-up, not a
-scan); a pass is skipped when nothing it reads changed since a pass that started nothing;
-within a pass a job is not tried when one of the same shape no longer than it failed since
-the last start that opened room. ``SimConfig(fast=False)`` runs the reference path (every
-pass, every job) and gives identical results (tested).
-
-A job's progress rate is its speed relative to running alone: 1 alone; the measured pair
-speed when shared (see :mod:`slurm_plugin.simulator.workload`); on a MIG instance with a
-fraction ``f`` of the compute, ``min(1, f / util)`` where ``util`` is its measured GPU
-utilisation alone. A restart (out-of-memory, early restart, contention requeue) loses the
-work of the attempt, as a Slurm requeue does.
+A restart (out-of-memory, early restart, contention requeue) loses the work of the attempt,
+as a Slurm requeue does, and the job goes to the head of the queue.
 """
 from __future__ import annotations
 
-import heapq
-from bisect import bisect_left, bisect_right, insort
 import logging
-import math
 import time
-from collections import deque
-from dataclasses import dataclass, field
-from itertools import chain, islice
 
 from mig.catalog import Catalog, load_catalog
-from mig.fsm import PartitionState, Placement, get_space
-from mig.layout import homogeneous_layout
 from packer.config import GIB, PackerConfig
-from packer.decision import max_shards
-from slurm_plugin.simulator.baselines import ExclusivePolicy, LucidPolicy, ShardFixedPolicy
-from slurm_plugin.simulator.colocate import ColocatePolicy
+from slurm_plugin.simulator.cluster import Cluster
+from slurm_plugin.simulator.config import SimConfig
+from slurm_plugin.simulator.events import CHECK, FINISH, OOM, WARN, EventLoop
 from slurm_plugin.simulator.growth import GrowPreemption
-from slurm_plugin.simulator.mig_policies import MigDynamicPolicy, MigStaticPolicy
-from slurm_plugin.simulator.knowledge import MODES as KNOWLEDGE_MODES, PairKnowledge
+from slurm_plugin.simulator.knowledge import PairKnowledge
+from slurm_plugin.simulator.memory import MemoryRestarts
+from slurm_plugin.simulator.mig_state import MigState
+from slurm_plugin.simulator.progress import Progress
 from slurm_plugin.simulator.regrouping import Regrouper
+from slurm_plugin.simulator.registry import make_policy
+from slurm_plugin.simulator.releases import ReleaseIndex
+from slurm_plugin.simulator.result import SimResult
+from slurm_plugin.simulator.scheduling import Scheduler
+from slurm_plugin.simulator.sharing import ShareIndex
+from slurm_plugin.simulator.state import Job
+from slurm_plugin.simulator.usage import UsageMeter
 from slurm_plugin.simulator.workload import PairTable, SimJobSpec, WorkloadProfile
 
 log = logging.getLogger(__name__)
 
-POLICIES = ("exclusive", "shard-fixed", "mig-static", "lucid-like", "colocate",
-            "mig-by-size", "mig-in-order")
-BASELINES = ("exclusive", "shard-fixed", "mig-static", "lucid-like")
-MIG_DYNAMIC = ("mig-by-size", "mig-in-order")
-SHARED = ("shard-fixed", "lucid-like", "colocate")
-
-_FINISH, _OOM, _WARN, _CHECK = 0, 1, 2, 3
-
-
-@dataclass
-class SimConfig:
-    policy: str
-    gpus: int
-    gpu_model: str = "A100-80GB"
-    predictor: bool = False
-    corunner_rule: str = "best-pair"  # colocate: lowest-util | best-fit | best-pair (FIG. 3)
-    # colocate: predict each pack's slowdown from the measured pairs before packing; pack only
-    # where the job already there keeps >= 1 - contention_threshold of its speed (else FIG. 4
-    # would requeue the newcomer) and the newcomer >= min_newcomer_speed. Busy jobs (above
-    # the packer's max_util_pct) may then be packed too: the pair decides, not utilisation.
-    pair_predict: bool = True
-    # what the pair prediction knows (see slurm_plugin.simulator.knowledge): observed |
-    # model | oracle (the replay's own table: an upper bound)
-    pair_knowledge: str = "observed"
-    min_newcomer_speed: float = 0.0
-    # colocate: most jobs on one GPU (every job there still predicted at >= 1 - threshold
-    # of its speed alone, memory under the packer's cap); more than two relies on the
-    # product of pair speeds, bounded by the GPU's compute (see _rerate_shared)
-    max_jobs_per_gpu: int = 2
-    # a job that cannot get its starting memory on a GPU shared without isolation fails
-    # this long after it starts (CUDA context and model loading)
-    oom_startup_s: float = 60.0
-    bf_depth: int = 100  # Slurm's bf_max_job_test
-    monitor_s: float = 60.0  # contention is judged this long after a pack
-    contention_threshold: float = 0.10
-    shard_jobs_per_gpu: int = 2  # shard-fixed: shares per GPU / shares per job
-    mig_static_layout: str | None = None  # a profile (homogeneous) or "P@S,..."; default all smallest
-    mig_static_fraction: float = 0.5  # share of GPUs partitioned in mig-static
-    mig_compute_slack: float = 0.10  # a MIG job may get this much less compute than it uses
-    lucid_max_label_sum: int = 2
-    predictor_samples: int = 50  # memory samples per run of a growing job
-    timeline_step_s: float = 600.0
-    known_history: bool = False  # every workload has a history from the start (else: learnt)
-    # Skip a scheduling pass when nothing it looks at changed since a pass that started
-    # nothing, and remember failed job shapes within a pass: identical results, faster.
-    fast: bool = True
-    packer: PackerConfig | None = None  # default: shares = memory slices of the GPU model
-    # colocate, issue 13 (see slurm_plugin.simulator.growth and .regrouping): a packed job
-    # that outgrows its share evicts younger packed neighbours and restarts bigger in place
-    grow_preempt: bool = False
-    # colocate: move jobs that declared they can be moved to free whole GPUs for the head
-    regroup: bool = False
-    movable_fraction: float = 0.3  # jobs that declare --requeue --signal=B:USR1@grace
-    checkpoint_grace_s: int = 120  # their signal's grace time (the wait for the checkpoint)
-    restart_s: float = 60.0  # a moved job's time to resume from its checkpoint
-    regroup_moves_per_plan: int = 2
-    regroup_moves_per_hour: int = 12
-    regroup_retry_s: float = 600.0  # a head that got no plan is looked at again after this
-
-    def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise ValueError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
-        if self.gpus < 1:
-            raise ValueError("--gpus must be at least 1")
-        if self.bf_depth < 0:
-            raise ValueError("--bf-depth must be 0 or more")
-        if not 0.0 <= self.mig_static_fraction <= 1.0:
-            raise ValueError("--mig-static-fraction must be in [0, 1]")
-        if self.max_jobs_per_gpu < 1:
-            raise ValueError("--max-jobs-per-gpu must be at least 1")
-        if self.pair_knowledge not in KNOWLEDGE_MODES:
-            raise ValueError(f"unknown --pair-knowledge {self.pair_knowledge!r}; choose one of "
-                             f"{', '.join(KNOWLEDGE_MODES)}")
-        if self.corunner_rule == "best-pair" and not self.pair_predict:
-            raise ValueError("--corunner best-pair needs the pair prediction (measured pairs)")
-        if (self.grow_preempt or self.regroup) and self.policy != "colocate":
-            raise ValueError("--grow-preempt and --regroup act on packed jobs: use them with "
-                             "--policy colocate")
-        if not 0.0 <= self.movable_fraction <= 1.0:
-            raise ValueError("--movable-fraction must be in [0, 1]")
-        if self.regroup_moves_per_plan < 0 or self.regroup_moves_per_hour < 0:
-            raise ValueError("regroup move limits must be 0 or more")
-
-    @property
-    def label(self) -> str:
-        """The policy and its switches, as ``compare --policies`` names them."""
-        return (self.policy + ("+pred" if self.predictor else "") + ("+grow" if self.grow_preempt else "")
-                + ("+regroup" if self.regroup else ""))
-
-
-class Job:
-    __slots__ = (
-        "spec", "id", "submit", "duration", "gpus", "profile", "mem0", "mem1", "util", "label",
-        "workload", "first_start", "start", "end", "done", "rate", "last_t", "token",
-        "gpu_ids", "cap", "shards", "inst", "remembered", "min_rate", "oom_restarts",
-        "pred_restarts", "preemptions", "lost_work", "warn_work", "warn_next", "shared_with",
-        "unmeasured", "max_pair_slow", "packed_at", "t_end", "room", "pack_pred", "pack_base",
-        "moves",
-    )
-
-    def __init__(self, spec: SimJobSpec, prof: WorkloadProfile):
-        self.spec = spec
-        self.id = spec.id
-        self.submit = spec.submit
-        self.duration = spec.duration
-        self.gpus = spec.gpus
-        self.profile = spec.profile
-        self.mem0 = spec.mem0
-        self.mem1 = spec.mem1
-        self.util = max(1.0, prof.util_pct)
-        self.label = prof.label
-        self.workload = prof.key
-        self.first_start: float | None = None
-        self.start = 0.0
-        self.end: float | None = None
-        self.done = 0.0
-        self.rate = 1.0
-        self.last_t = 0.0
-        self.token = 0
-        self.gpu_ids: list[int] = []
-        self.cap = 0  # memory the job may use, bytes
-        self.shards: int | None = None
-        self.inst: Placement | None = None
-        self.remembered = 0  # bytes learnt from a restart for memory
-        self.min_rate = 1.0
-        self.oom_restarts = 0
-        self.pred_restarts = 0
-        self.preemptions = 0
-        self.lost_work = 0.0
-        self.warn_work: float | None = None
-        self.warn_next: int | None = None
-        self.shared_with: set[int] = set()
-        self.unmeasured = False
-        self.max_pair_slow = 1.0  # worst 1/speed among the measured pairs it was in
-        self.packed_at: float | None = None
-        self.t_end = 0.0  # expected end at the current rate
-        self.room = 0  # memory it can really get: cap, less its neighbours' without isolation
-        self.pack_pred: tuple[dict[int, float], bool] | None = None  # speeds predicted at pack
-        self.pack_base: dict[int, float] = {}  # its neighbours' speeds just before it joined
-        self.moves = 0  # times regrouping moved it
-
-
-class Gpu:
-    __slots__ = ("id", "jobs", "whole", "state", "inst", "busy", "util_c", "mem_c", "static")
-
-    def __init__(self, gid: int):
-        self.id = gid
-        self.jobs: list[Job] = []
-        self.whole = False  # held by a job that takes the whole GPU (no MIG instances)
-        self.state: PartitionState | None = None
-        self.inst: dict[Placement, Job | None] = {}
-        self.busy = 0  # busy MIG instances
-        self.util_c = 0.0
-        self.mem_c = 0.0
-        self.static = False
-
-
-class _Backfill:
-    """The head's reservation, computed on first use (most passes never need it)."""
-
-    __slots__ = ("sim", "head", "now", "_shadow", "_extra", "pack_ok")
-
-    def __init__(self, sim: "Simulator", head: "Job", now: float):
-        self.sim, self.head, self.now = sim, head, now
-        self._shadow: float | None = None
-        self._extra = 0
-        self.pack_ok = head.gpus == 1 and sim.cfg.policy in SHARED
-
-    def _compute(self) -> None:
-        self._shadow, self._extra = self.sim._reservation(self.head, self.now)
-
-    @property
-    def shadow(self) -> float:
-        if self._shadow is None:
-            self._compute()
-        return self._shadow
-
-    @property
-    def extra(self) -> int:
-        if self._shadow is None:
-            self._compute()
-        return self._extra
-
-    @extra.setter
-    def extra(self, value: int) -> None:
-        self._extra = value
-
-
-@dataclass
-class SimResult:
-    policy: str
-    predictor: bool
-    config: SimConfig
-    jobs: list[Job]
-    skipped: int
-    makespan: float
-    busy_area: float
-    util_area: float
-    mem_area: float
-    mem_total: float
-    reconfig_creates: int
-    reconfig_destroys: int
-    avoided_pairs: int
-    events: int
-    wall_s: float
-    passes: int = 0  # scheduling passes run
-    passes_skipped: int = 0  # passes skipped: nothing changed since one that started nothing
-    timeline: list[tuple[float, int, float, float]] = field(default_factory=list)
-    knowledge: dict = field(default_factory=dict)  # prediction error, pairs observed
-    actions: dict = field(default_factory=dict)  # grow preemptions, regroup moves (issue 13)
-
 
 class Simulator:
+    """One run: the parts, wired together, and the handlers of the job events."""
+
     def __init__(self, cfg: SimConfig, specs: list[SimJobSpec], profiles: list[WorkloadProfile],
                  pairs: PairTable):
         self.cfg = cfg
@@ -299,158 +74,46 @@ class Simulator:
         self.profiles = profiles
         self.pairs = pairs
         self.know = PairKnowledge(cfg.pair_knowledge, profiles, pairs)
-        self.colocate = ColocatePolicy(self)
-        self.policy = self._make_policy()  # the one-GPU start rule the loop calls
-        self.gpus = [Gpu(i) for i in range(cfg.gpus)]
-        self.idle: dict[int, None] = {i: None for i in range(cfg.gpus)}
-        self.heap: list = []
-        self.seq = 0
-        self.front: deque[Job] = deque()
-        self.queue: dict[int, Job] = {}
+        self.policy = make_policy(self)  # the one-GPU start rule and hooks the loop calls
+        self.cluster = Cluster(self, cfg.gpus)
+        self.gpus = self.cluster.gpus
+        self.idle = self.cluster.idle  # idle GPUs, in the order they were freed
+        self.loop = EventLoop()
+        self.sched = Scheduler(self)  # the queue, passes and backfill tests
+        self.releases = ReleaseIndex()  # when each busy GPU is released
+        self.progress = Progress(self)  # each job's rate and next event
         self.history: set[int] = set()  # profiles with a finished run (the packer's history)
-        self.avoid: set[tuple[str, str]] = set()
-        self.single: dict[tuple, dict[int, None]] = {}  # (profile, held) -> GPUs with one job
-        # colocate, more than two per GPU: sorted ((profile, held), ...) -> GPUs with 2..max-1
-        self.multi: dict[tuple, dict[int, None]] = {}
-        self._multi_on = cfg.policy == "colocate" and cfg.max_jobs_per_gpu > 2
-        self.partial: dict[int, None] = {}  # shard-fixed: GPUs with free shares
-        self.creates = self.destroys = 0
-        self.busy_n = 0
-        self.util_sum = 0.0
-        self.mem_sum = 0.0
-        self.busy_area = self.util_area = self.mem_area = 0.0
-        self.last_t = 0.0
-        self.timeline: list[tuple[float, int, float, float]] = []
-        self._next_tl = 0.0
-        self.events = 0
-        self._warn_cache: dict[tuple, tuple[float | None, int | None]] = {}
-        self._forecaster_cls = None
+        self.avoid: set[tuple[str, str]] = set()  # pairs FIG. 4 found hurting
+        self.shares = ShareIndex(self.share_bytes, cfg.max_jobs_per_gpu,
+                                 multi_on=cfg.policy == "colocate" and cfg.max_jobs_per_gpu > 2)
+        self.usage = UsageMeter(cfg.timeline_step_s)
+        # the MIG side of the cluster (MIG policies only)
+        self.mig = MigState(cfg, self.catalog, self.gpus, self.idle) if self.policy.uses_mig else None
+        self.memory = MemoryRestarts(cfg, self.pk, self.gpu_mem, self.mig)
+        n_whole = self.mig.n_whole if self.mig else cfg.gpus
         self.skipped = 0
-        self._denied = False  # the last try failed a backfill time test (else: no room)
-        self._dirty = True  # something a scheduling pass looks at changed since the last one
-        self.passes = self.passes_skipped = 0
-        self._rel: list[tuple[float, int]] = []  # (release time, GPU) of busy GPUs, sorted
-        self._rel_of: dict[int, float] = {}
-        self._opened = 0  # bumped when room appears for a job (a GPU with one job, free shares)
-        self._single_ver = 0  # bumped when a (workload, size) group of one-job GPUs appears/goes
-        self._prof_cache: dict = {}
-        self.mig = cfg.policy in MIG_DYNAMIC or cfg.policy == "mig-static"
-        self._space = get_space(self.catalog, tuple(p.name for p in self.catalog.profiles
-                                                    if not p.media_extensions))
-        self._mig_profiles = sorted(
-            (p for p in self._space.catalog.profiles),
-            key=lambda p: (p.memory_mib, p.compute_slices, p.memory_slices))
-        self.n_whole = cfg.gpus
-        self._static_profiles: list = []
-        if self.mig:
-            self._setup_mig()
         self.jobs: list[Job] = []
         for s in specs:
-            if s.gpus > self.n_whole and (s.gpus > 1 or not self._static_fits(s)):
+            if s.gpus > n_whole and (s.gpus > 1 or not (self.mig and self.mig.static_fits(s))):
                 self.skipped += 1
                 continue
             self.jobs.append(Job(s, profiles[s.profile]))
         self.grow = GrowPreemption(self) if cfg.grow_preempt else None
         self.regrouper = Regrouper(self) if cfg.regroup else None
 
-    def _make_policy(self):
-        p = self.cfg.policy
-        if p == "colocate":
-            return self.colocate
-        return {"exclusive": ExclusivePolicy, "shard-fixed": ShardFixedPolicy,
-                "lucid-like": LucidPolicy, "mig-static": MigStaticPolicy}.get(
-                    p, MigDynamicPolicy)(self)
-
-    # ----------------------------------------------------------------- MIG setup
-    def _setup_mig(self) -> None:
-        self.idle_inst: dict[str, dict[tuple[int, Placement], None]] = {
-            p.name: {} for p in self._space.catalog.profiles}
-        self.by_free: list[dict[int, None]] = [dict() for _ in range(self.catalog.memory_slices + 1)]
-        self.has_idle: dict[int, None] = {}
-        for g in self.gpus:
-            g.state = self._space.empty()
-        if self.cfg.policy == "mig-static":
-            layout = self._static_layout()
-            n_static = int(round(self.cfg.mig_static_fraction * self.cfg.gpus))
-            self.n_whole = self.cfg.gpus - n_static
-            for g in self.gpus[:n_static]:
-                g.static = True
-                g.state = layout
-                for p in layout.placements:
-                    g.inst[p] = None
-                    self.idle_inst[p.profile][(g.id, p)] = None
-                del self.idle[g.id]  # never lent whole
-            self._static_profiles = sorted(
-                {self._space.catalog.profile(p.profile) for p in layout.placements},
-                key=lambda p: (p.memory_mib, p.compute_slices))
-        else:
-            for g in self.gpus:
-                self.by_free[self.catalog.memory_slices][g.id] = None
-
-    def _static_layout(self) -> PartitionState:
-        text = self.cfg.mig_static_layout
-        if not text:
-            smallest = self._mig_profiles[0].name
-            return homogeneous_layout(self._space.empty(), smallest)
-        if "@" in text:
-            return PartitionState.parse(self._space, text)
-        return homogeneous_layout(self._space.empty(), text.strip())
-
-    def _static_fits(self, s: SimJobSpec) -> bool:
-        return s.gpus == 1 and any(p.memory_mib << 20 >= s.mem0 for p in self._static_profiles)
-
-    # ----------------------------------------------------------------- events
-    def _push(self, t: float, kind: int, job: Job, token: int) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, kind, job, token))
-
-    def _advance(self, now: float) -> None:
-        dt = now - self.last_t
-        if dt > 0:
-            self.busy_area += self.busy_n * dt
-            self.util_area += self.util_sum * dt
-            self.mem_area += self.mem_sum * dt
-            self.last_t = now
-        if now >= self._next_tl:
-            self.timeline.append((now, self.busy_n, self.util_sum, self.mem_sum))
-            self._next_tl = now + self.cfg.timeline_step_s
-
+    # ----------------------------------------------------------------- run
     def run(self) -> SimResult:
         t0 = time.perf_counter()
         arrivals = sorted(self.jobs, key=lambda j: (j.submit, j.id))
-        ai = 0
-        n = len(arrivals)
-        heap = self.heap
-        while ai < n or heap:
-            if heap and (ai >= n or heap[0][0] <= arrivals[ai].submit):
-                t, _, kind, job, token = heapq.heappop(heap)
-                self._advance(t)
-                if token == job.token:
-                    self.events += 1
-                    if kind == _FINISH:
-                        self._finish(job, t)
-                    elif kind == _OOM:
-                        self._restart_memory(job, t, predicted=False)
-                    elif kind == _WARN:
-                        self._restart_memory(job, t, predicted=True)
-                    elif kind == _CHECK:
-                        self.colocate.check(job, t)
-                now = t
-            else:
-                job = arrivals[ai]
-                ai += 1
-                now = job.submit
-                self._advance(now)
-                self.events += 1
-                if len(self.front) + len(self.queue) <= self.cfg.bf_depth:
-                    self._dirty = True  # it lands where a pass looks
-                self.queue[job.id] = job
-            nxt = heap[0][0] if heap else math.inf
-            if ai < n:
-                nxt = min(nxt, arrivals[ai].submit)
-            if nxt > now:
-                self._schedule(now)
-        self._advance(self.last_t)
+        handlers = {
+            FINISH: self.finish,
+            OOM: lambda job, t: self.restart_memory(job, t, predicted=False),
+            WARN: lambda job, t: self.restart_memory(job, t, predicted=True),
+            CHECK: self.policy.check,
+        }
+        self.loop.run(arrivals, self.usage.advance, handlers, self.sched.arrive, self.sched.run_pass)
+        use = self.usage
+        use.advance(use.last_t)
         makespan = max((j.end for j in self.jobs if j.end is not None), default=0.0)
         unfinished = [j for j in self.jobs if j.end is None]
         if unfinished:
@@ -458,14 +121,15 @@ class Simulator:
                         unfinished[0].id, unfinished[0].gpus)
         return SimResult(
             policy=self.cfg.policy, predictor=self.cfg.predictor, config=self.cfg, jobs=self.jobs,
-            skipped=self.skipped, makespan=makespan, busy_area=self.busy_area,
-            util_area=self.util_area, mem_area=self.mem_area,
+            skipped=self.skipped, makespan=makespan, busy_area=use.busy_area,
+            util_area=use.util_area, mem_area=use.mem_area,
             mem_total=float(self.gpu_mem) * self.cfg.gpus,
-            reconfig_creates=self.creates, reconfig_destroys=self.destroys,
-            avoided_pairs=len(self.avoid), events=self.events,
-            wall_s=time.perf_counter() - t0, passes=self.passes,
-            passes_skipped=self.passes_skipped, timeline=self.timeline,
-            knowledge=self._knowledge_summary(), actions=self._actions_summary())
+            reconfig_creates=self.mig.creates if self.mig else 0,
+            reconfig_destroys=self.mig.destroys if self.mig else 0,
+            avoided_pairs=len(self.avoid), events=self.loop.events,
+            wall_s=time.perf_counter() - t0, passes=self.sched.passes,
+            passes_skipped=self.sched.passes_skipped, timeline=use.timeline,
+            knowledge=self.policy.summary(), actions=self._actions_summary())
 
     def _actions_summary(self) -> dict:
         out = {}
@@ -473,535 +137,29 @@ class Simulator:
             out.update(part.summary() if part is not None else {})
         return out
 
-    def _knowledge_summary(self) -> dict:
-        if self.cfg.policy != "colocate" or not self.cfg.pair_predict:
-            return {}
-        return {"pair_knowledge": self.cfg.pair_knowledge, **self.know.error.as_dict(),
-                **self.know.model_error()}
-
-    # ----------------------------------------------------------------- queue
-    def _queue_iter(self):
-        return chain(self.front, self.queue.values())
-
-    def _remove(self, job: Job) -> None:
-        if self.front and self.front[0] is job:
-            self.front.popleft()
-        elif job.id in self.queue:
-            del self.queue[job.id]
-        else:
-            self.front.remove(job)
-
-    def _schedule(self, now: float) -> None:
-        """One Slurm scheduling pass: start the head while it fits, then backfill.
-
-        Each candidate is judged against the state as it is when its turn comes. With
-        ``fast``: a pass is skipped when nothing it looks at (GPUs, running jobs' expected
-        ends, the first ``bf_depth + 1`` queued jobs, history, pairs to avoid) changed since
-        a pass that started nothing, as that pass would start nothing again (every test is
-        either on that state or ``now + duration <= reservation``, which only gets harder
-        as time passes); and a job is not tried when one of the same shape (same workload
-        and remembered size, or same GPU count) no longer than it failed since the last
-        start in this pass (a longer job fails the same tests).
-        """
-        fast = self.cfg.fast
-        if fast and not self._dirty:
-            self.passes_skipped += 1
-            return
-        self.passes += 1
-        self._dirty = False
-        head = None
-        regroup = self.regrouper
-        while self.front or self.queue:
-            head = self.front[0] if self.front else next(iter(self.queue.values()))
-            if not self._try_start(head, now, None) and not (regroup and regroup.try_head(head, now)):
-                break
-            self._remove(head)
-            head = None
-        if head is None or self.cfg.bf_depth == 0:
-            return
-        bf = _Backfill(self, head, now)
-        failed: dict = {}  # shape -> shortest duration that failed since the last start
-        cand = list(islice(self._queue_iter(), 1, self.cfg.bf_depth + 1))
-        if self.cfg.policy == "mig-by-size":
-            cand.sort(key=lambda j: (self._mig_profile(j).memory_mib if j.gpus == 1 else math.inf,
-                                     j.submit, j.id))
-        inf = math.inf
-        can1 = self._can_try_one()
-        for job in cand:
-            if not (can1 if job.gpus == 1 else len(self.idle) >= job.gpus):
-                continue
-            if fast:
-                key = self._fail_key(job)
-                if job.duration >= failed.get(key, inf):
-                    continue
-            self._denied = False
-            opened = self._opened
-            if self._try_start(job, now, bf):
-                self._remove(job)
-                can1 = self._can_try_one()
-                if failed and (self._opened != opened or self.mig):
-                    failed.clear()  # the start opened room a shape that failed may use
-            elif fast:
-                # refused by a backfill time test: a shorter job of this shape may pass
-                failed[key] = min(job.duration, failed.get(key, inf)) if self._denied else -inf
-
-    def _can_try_one(self) -> bool:
-        """Cheap test: could anything start a one-GPU job now?"""
-        if self.idle:
-            return True
-        p = self.cfg.policy
-        if p == "exclusive":
-            return False
-        if p in ("colocate", "lucid-like"):
-            return bool(self.single) or bool(self.multi)
-        if p == "shard-fixed":
-            return bool(self.partial)
-        return True
-
-    def _fail_key(self, job: Job):
-        if job.gpus > 1:
-            return ("g", job.gpus)
-        if self.cfg.policy in MIG_DYNAMIC:
-            return ("m", self._mig_profile(job).name)
-        return ("p", job.profile, job.remembered)  # the profile fixes memory and utilisation
-
-    def _reservation(self, head: Job, now: float) -> tuple[float, int]:
-        """EASY: when will the head have its whole GPUs, and how many spare GPUs then."""
-        need = head.gpus
-        free = len(self.idle)
-        if self.mig and need == 1:
-            return math.inf, 0  # a MIG head waits for an instance: no whole-GPU reservation
-        if need <= free:
-            return now, free - need
-        releases = self._rel  # kept sorted as jobs start, end and change speed
-        k = need - free
-        if k > len(releases):
-            return math.inf, 0
-        shadow = releases[k - 1][0]
-        extra = free + bisect_right(releases, (shadow, math.inf)) - need
-        return shadow, max(0, extra)
-
-    def _touch(self, g: Gpu) -> None:
-        """Re-file ``g`` in the sorted release times (when its last job should end)."""
-        old = self._rel_of.pop(g.id, None)
-        rel = self._rel
-        if old is not None:
-            del rel[bisect_left(rel, (old, g.id))]
-        if g.jobs and not g.static:
-            r = max(j.t_end for j in g.jobs)
-            self._rel_of[g.id] = r
-            insort(rel, (r, g.id))
-
-    def _may_take_idle(self, job: Job, now: float, bf: _Backfill | None, n: int) -> bool:
-        if bf is None:
-            return True
-        if now + job.duration <= bf.shadow:
-            return True
-        if n <= bf.extra:
-            bf.extra -= n
-            return True
-        self._denied = True
-        return False
-
-    def _may_pack(self, job: Job, now: float, bf: _Backfill | None, g: Gpu | None = None) -> bool:
-        """May ``job`` join a busy GPU (``g``) without delaying the head's reservation?
-
-        Yes when it ends before the reservation, or when ``g``'s jobs end after it anyway
-        (``g`` is not one of the GPUs the reservation counts on, so slowing them down cannot
-        delay the head)."""
-        if bf is None or bf.pack_ok or now + job.duration <= bf.shadow:
-            return True
-        if g is not None and self._rel_of.get(g.id, 0.0) > bf.shadow:
-            return True
-        self._denied = True
-        return False
-
-    def _usable_idle(self, job: Job, now: float, bf: _Backfill | None) -> int:
-        """Idle GPUs this one-GPU job may take now (backfill keeps some for the head)."""
-        n = len(self.idle)
-        if not n or bf is None or now + job.duration <= bf.shadow:
-            return n
-        if bf.extra >= 1:
-            return min(n, bf.extra)
-        self._denied = True
-        return 0
-
-    # ----------------------------------------------------------------- start
-    def _try_start(self, job: Job, now: float, bf: _Backfill | None) -> bool:
-        if job.gpus > 1:
-            if len(self.idle) < job.gpus or not self._may_take_idle(job, now, bf, job.gpus):
-                return False
-            self._start_whole(job, list(islice(self.idle, job.gpus)), now)
-            return True
-        return self.policy.start(job, now, bf)
-
-    def _start_idle(self, job: Job, now: float, bf: _Backfill | None, shared: bool = False,
-                    shards: int | None = None) -> bool:
-        if not self.idle or not self._may_take_idle(job, now, bf, 1):
-            return False
-        gid = next(iter(self.idle))
-        if shared:
-            self._start_shared(job, self.gpus[gid], now, self.gpu_mem, shards)
-        else:
-            self._start_whole(job, [gid], now)
-        return True
-
-    def _begin(self, job: Job, now: float, cap: int) -> None:
-        if job.first_start is None:
-            job.first_start = now
-        job.start = now
-        job.last_t = now
-        job.done = 0.0
-        job.rate = 1.0
-        job.cap = cap
-        job.room = cap
-        job.pack_pred = None
-        job.warn_work = None
-        job.warn_next = None
-        if self.cfg.predictor and job.mem1 > cap:
-            self._plan_warning(job)
-
-    def _start_whole(self, job: Job, gids: list[int], now: float) -> None:
-        for gid in gids:
-            g = self.gpus[gid]
-            del self.idle[gid]
-            if self.mig and g.inst:
-                self._clear_idle_instances(g)
-            if self.mig and not g.static:
-                self._set_free(g, None)
-            g.whole = True
-            g.jobs.append(job)
-            self._gpu_changed(g, was_busy=False)
-        job.gpu_ids = gids
-        job.shards = None
-        job.inst = None
-        self._begin(job, now, self.gpu_mem)
-        self._schedule_job(job, now)
-
-    # shared GPU (shard-fixed, lucid-like, colocate) ------------------------------------
-    def _held(self, job: Job) -> int:
-        return job.shards * int(self.share_bytes) if job.shards else job.mem0
-
-    def _multi_key(self, g: Gpu) -> tuple | None:
-        if 2 <= len(g.jobs) < self.cfg.max_jobs_per_gpu and all(j.gpus == 1 for j in g.jobs):
-            return tuple(sorted((j.profile, self._held(j)) for j in g.jobs))
-        return None
-
-    def _single_del(self, g: Gpu) -> None:
-        if self._multi_on:
-            key = self._multi_key(g)
-            d = self.multi.get(key) if key else None
-            if d is not None:
-                d.pop(g.id, None)
-                if not d:
-                    del self.multi[key]
-                    self._single_ver += 1
-        if len(g.jobs) == 1 and g.jobs[0].gpus == 1:
-            j = g.jobs[0]
-            key = (j.profile, self._held(j))
-            d = self.single.get(key)
-            if d is not None:
-                d.pop(g.id, None)
-                if not d:
-                    del self.single[key]
-                    self._single_ver += 1
-
-    def _single_add(self, g: Gpu) -> None:
-        if self._multi_on:
-            key = self._multi_key(g)
-            if key:
-                d = self.multi.get(key)
-                if d is None:
-                    d = self.multi[key] = {}
-                    self._single_ver += 1
-                d[g.id] = None
-                self._opened += 1
-        if len(g.jobs) == 1 and g.jobs[0].gpus == 1:
-            j = g.jobs[0]
-            key = (j.profile, self._held(j))
-            d = self.single.get(key)
-            if d is None:
-                d = self.single[key] = {}
-                self._single_ver += 1
-            d[g.id] = None
-            self._opened += 1
-
-    def _start_shared(self, job: Job, g: Gpu, now: float, cap: int, shards: int | None) -> None:
-        was_busy = bool(g.jobs)
-        if not was_busy:
-            del self.idle[g.id]
-        self._single_del(g)
-        g.jobs.append(job)
-        job.gpu_ids = [g.id]
-        job.shards = shards
-        job.inst = None
-        self._begin(job, now, cap)
-        if was_busy:
-            job.packed_at = now
-        self._single_add(g)
-        if self.cfg.policy == "shard-fixed":
-            if len(g.jobs) < self.cfg.shard_jobs_per_gpu:
-                self.partial[g.id] = None
-                self._opened += 1
-            else:
-                self.partial.pop(g.id, None)
-        self._rerate_shared(g, now)
-        self._gpu_changed(g, was_busy)
-        if was_busy and self.cfg.policy == "colocate":
-            self._push(now + self.cfg.monitor_s, _CHECK, job, job.token)
-
-    def _rerate_shared(self, g: Gpu, now: float) -> None:
-        blind = len(g.jobs) > 1 and any(j.shards is None for j in g.jobs)
-        if blind:  # no memory isolation: each job gets what its neighbours leave
-            mem = {j.id: self._mem_now(j, now) for j in g.jobs}
-            total = sum(mem.values())
-            for j in g.jobs:
-                j.room = min(j.cap, self.gpu_mem - (total - mem[j.id]))
-        elif len(g.jobs) == 1:
-            g.jobs[0].room = g.jobs[0].cap
-        rates = []
-        for j in g.jobs:
-            rate = 1.0
-            measured = True
-            for o in g.jobs:
-                if o is not j:
-                    rate *= self.pairs.speed(j.profile, o.profile)
-                    j.shared_with.add(o.id)
-                    if not self.pairs.is_measured(j.profile, o.profile):
-                        j.unmeasured = True
-                        measured = False
-            rates.append((j, rate, measured))
-        if len(rates) > 2:  # no GPU gives more than its compute: sum of util x speed <= 100 %
-            used = sum(j.util * r for j, r, _ in rates) / 100.0
-            if used > 1.0:
-                rates = [(j, r / used, m) for j, r, m in rates]
-        for j, rate, measured in rates:
-            if measured and len(rates) > 1:
-                j.max_pair_slow = max(j.max_pair_slow, 1.0 / rate)
-            self._set_rate(j, now, rate)
-
-    @staticmethod
-    def _mem_now(j: Job, now: float) -> int:
-        """Memory a job holds now (it grows linearly with its progress)."""
-        if j.mem1 == j.mem0:
-            return j.mem0
-        done = j.done + (now - j.last_t) * j.rate
-        return int(j.mem0 + (j.mem1 - j.mem0) * min(1.0, max(0.0, done) / j.duration))
-
-    def _mig_profile(self, job: Job):
-        key = (job.profile, job.remembered)
-        hit = self._prof_cache.get(key)
-        if hit is None:
-            hit = self._prof_cache[key] = self._mig_profile_of(job)
-        return hit
-
-    def _mig_profile_of(self, job: Job):
-        """Smallest instance holding the memory and (less the slack) the compute the job
-        uses alone: the max of the memory and the compute requirement (thesis 4.3)."""
-        need = max(job.mem0, job.remembered)
-        c = self.catalog.compute_slices * job.util / 100.0 * (1.0 - self.cfg.mig_compute_slack)
-        for p in self._mig_profiles:
-            if (p.memory_mib << 20) >= need and p.compute_slices >= c - 1e-9:
-                return p
-        return self._mig_profiles[-1]
-
-    def _set_free(self, g: Gpu, n: int | None) -> None:
-        for d in self.by_free:
-            d.pop(g.id, None)
-        if n is not None:
-            self.by_free[n][g.id] = None
-
-    def _refresh_free(self, g: Gpu) -> None:
-        if not g.static and not g.whole:
-            self._set_free(g, g.state.free_memory_slices)
-
-    def _clear_idle_instances(self, g: Gpu) -> None:
-        for p, j in list(g.inst.items()):
-            if j is None:
-                g.state = g.state.free(p.profile, p.start)
-                del g.inst[p]
-                self.idle_inst[p.profile].pop((g.id, p), None)
-                self.destroys += 1
-        self.has_idle.pop(g.id, None)
-
-    def _create(self, g: Gpu, p: Placement) -> None:
-        g.state = g.state.alloc(p.profile, p.start)
-        g.inst[p] = None
-        self.idle_inst[p.profile][(g.id, p)] = None
-        self.has_idle[g.id] = None
-        self.creates += 1
-
-    def _start_instance(self, job: Job, g: Gpu, p: Placement, now: float) -> None:
-        was_busy = g.busy > 0
-        if not was_busy and not g.static:
-            self.idle.pop(g.id, None)
-        self.idle_inst[p.profile].pop((g.id, p), None)
-        g.inst[p] = job
-        g.busy += 1
-        if all(v is not None for v in g.inst.values()):
-            self.has_idle.pop(g.id, None)
-        g.jobs.append(job)
-        job.gpu_ids = [g.id]
-        job.inst = p
-        job.shards = None
-        prof = self.catalog.profile(p.profile)
-        self._begin(job, now, prof.memory_mib << 20)
-        frac = prof.compute_slices / self.catalog.compute_slices
-        self._refresh_free(g)
-        self._set_rate(job, now, min(1.0, frac / (job.util / 100.0)))
-        self._gpu_changed(g, was_busy)
-
-
-    # ----------------------------------------------------------------- running
-    def _set_rate(self, job: Job, now: float, rate: float) -> None:
-        job.done += (now - job.last_t) * job.rate
-        job.last_t = now
-        job.rate = rate
-        if rate < job.min_rate:
-            job.min_rate = rate
-        self._schedule_job(job, now)
-
-    def _schedule_job(self, job: Job, now: float) -> None:
-        job.token += 1
-        remaining = job.duration - job.done
-        t_fin = now + remaining / job.rate
-        job.t_end = t_fin
-        self._dirty = True
-        for gid in job.gpu_ids:
-            self._touch(self.gpus[gid])
-        kind, t = _FINISH, t_fin
-        if job.mem1 > job.mem0:
-            if job.warn_work is not None and job.warn_work > job.done:
-                tw = now + (job.warn_work - job.done) / job.rate
-                if tw < t:
-                    kind, t = _WARN, tw
-            if job.mem1 > job.room >= job.mem0:
-                w_oom = (job.room - job.mem0) / (job.mem1 - job.mem0) * job.duration
-                if w_oom >= job.done:
-                    to = now + (w_oom - job.done) / job.rate
-                    if to < t:
-                        kind, t = _OOM, to
-        if job.mem0 > job.room and job.done == 0.0:  # cannot even get its starting memory
-            to = now + min(self.cfg.oom_startup_s, remaining / job.rate)
-            if to < t:
-                kind, t = _OOM, to
-        self._push(t, kind, job, job.token)
-
-    def _sizes(self) -> tuple[int, ...]:
-        if self.mig:
-            return tuple(sorted({p.memory_mib << 20 for p in self._mig_profiles}))
-        k = max_shards(self.pk)
-        return tuple(int(i * self.share_bytes) for i in range(1, k + 1)) + (self.gpu_mem,)
-
-    def _plan_warning(self, job: Job) -> None:
-        """When would the forecaster warn (in alone-seconds of work), and with which size."""
-        if not self.cfg.predictor:
-            return
-        key = (job.mem0, job.mem1, job.cap)
-        hit = self._warn_cache.get(key)
-        if hit is None:
-            if self._forecaster_cls is None:
-                from predictor.forecast import Forecaster
-                self._forecaster_cls = Forecaster
-            n = self.cfg.predictor_samples
-            f = self._forecaster_cls(job.cap, n, partition_sizes=self._sizes())
-            hit = (None, None)
-            for i in range(1, n + 1):
-                mem = job.mem0 + (job.mem1 - job.mem0) * i / n
-                if mem > job.cap:
-                    break
-                fc = f.update(i, mem)
-                if fc.warn:
-                    hit = (i / n, fc.next_partition)
-                    break
-            self._warn_cache[key] = hit
-        frac, nxt = hit
-        if frac is not None:
-            job.warn_work = frac * job.duration
-            job.warn_next = nxt
-
-    def _restart_memory(self, job: Job, now: float, predicted: bool) -> None:
+    # ----------------------------------------------------------------- job events
+    def restart_memory(self, job: Job, now: float, predicted: bool) -> None:
         """Out of memory (or warned before it): restart on a larger size, at the head."""
-        if predicted:
-            job.pred_restarts += 1
-            job.remembered = max(job.remembered, job.warn_next or self.gpu_mem)
-        else:
-            job.oom_restarts += 1
-            job.remembered = max(job.remembered, self._next_size(job.cap))
+        self.memory.remember_bigger(job, predicted)
         if self.grow is not None and self.grow.try_grow(job, now, predicted):
             return  # restarted bigger on its GPU at once, younger neighbours evicted
-        self._stop(job, now)
-        self.front.appendleft(job)
+        self.stop(job, now)
+        self.sched.requeue(job)
 
-    def _next_size(self, cap: int) -> int:
-        for s in self._sizes():
-            if s > cap:
-                return s
-        return self.gpu_mem
-
-    def _stop(self, job: Job, now: float) -> None:
+    def stop(self, job: Job, now: float) -> None:
         """Take a running job off its GPU(s) without finishing it (work lost)."""
         job.done += (now - job.last_t) * job.rate
         job.lost_work += max(0.0, job.done)  # below 0: still redoing a move's restart
         job.token += 1
-        self._release(job, now)
+        self.cluster.release(job, now)
         job.done = 0.0
 
-    def _finish(self, job: Job, now: float) -> None:
+    def finish(self, job: Job, now: float) -> None:
         job.done = job.duration
         job.end = now
         job.token += 1
         self.history.add(job.profile)
-        self._release(job, now)
-
-    def _release(self, job: Job, now: float) -> None:
-        self._dirty = True
-        for gid in job.gpu_ids:
-            g = self.gpus[gid]
-            if g.inst and job.inst is not None:
-                g.inst[job.inst] = None
-                g.busy -= 1
-                self.idle_inst[job.inst.profile][(g.id, job.inst)] = None
-                self.has_idle[g.id] = None
-                g.jobs.remove(job)
-                self._touch(g)
-                if g.busy == 0 and not g.static:
-                    self.idle[g.id] = None
-                self._gpu_changed(g, True)
-                continue
-            self._single_del(g)
-            g.jobs.remove(job)
-            self._touch(g)
-            if g.whole:
-                g.whole = False
-                if self.mig and not g.static:
-                    self._refresh_free(g)
-            if not g.jobs:
-                self.idle[g.id] = None
-                self.partial.pop(g.id, None)
-            else:
-                self._single_add(g)
-                if self.cfg.policy == "shard-fixed":
-                    self.partial[g.id] = None
-                    self._opened += 1
-                self._rerate_shared(g, now)
-            self._gpu_changed(g, True)
-        job.gpu_ids = []
-
-    def _gpu_changed(self, g: Gpu, was_busy: bool) -> None:
-        busy = bool(g.jobs)
-        if busy != was_busy:
-            self.busy_n += 1 if busy else -1
-        u = 0.0
-        m = 0.0
-        for j in g.jobs:
-            u += j.util * j.rate / 100.0
-            m += (j.mem0 + j.mem1) / 2
-        u = min(1.0, u)
-        self.util_sum += u - g.util_c
-        self.mem_sum += m - g.mem_c
-        g.util_c = u
-        g.mem_c = m
+        self.cluster.release(job, now)
 
 
 def simulate(cfg: SimConfig, specs: list[SimJobSpec], profiles: list[WorkloadProfile],

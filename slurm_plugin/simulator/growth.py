@@ -26,9 +26,11 @@ from typing import TYPE_CHECKING
 
 from packer.decision import max_shards
 from packer.grow import GpuShares, GrowSettings, Preemptor, Tenant, grow_request, plan_growth
+from slurm_plugin.simulator.memory import mem_now
 
 if TYPE_CHECKING:
-    from slurm_plugin.simulator.engine import Gpu, Job, Simulator
+    from slurm_plugin.simulator.engine import Simulator
+    from slurm_plugin.simulator.state import Gpu, Job
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +41,7 @@ def held_shares(sim: "Simulator", job: "Job", now: float) -> int:
     total = sim.pk.shares_per_gpu
     if job.shards:
         return job.shards
-    mem = max(sim._mem_now(job, now), job.mem0)
+    mem = max(mem_now(job, now), job.mem0)
     return max(1, min(total, math.ceil(mem / sim.share_bytes)))
 
 
@@ -84,14 +86,14 @@ class GrowPreemption:
             victim = by_id[e.job_id]
             victim.preemptions += 1
             before = victim.lost_work
-            sim._stop(victim, now)
-            sim.front.appendleft(victim)
+            sim.stop(victim, now)
+            sim.sched.requeue(victim)
             self.evictions += 1
             self.lost_s += victim.lost_work - before  # its progress, not the wall time
-        sim._stop(job, now)
+        sim.stop(job, now)
         base = {x.id: x.rate for x in g.jobs}
         job.remembered = max(job.remembered, int(d.grower_shares * sim.share_bytes))
-        sim._start_shared(job, g, now, int(d.grower_shares * sim.share_bytes), d.grower_shares)
+        sim.cluster.start_shared(job, g, now, int(d.grower_shares * sim.share_bytes), d.grower_shares)
         job.pack_base = base
         self.restarts += 1
         log.debug("%s", d.reason)

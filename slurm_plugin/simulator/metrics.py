@@ -35,7 +35,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from slurm_plugin.simulator.engine import SimResult
+from slurm_plugin.simulator.result import SimResult
 from slurm_plugin.simulator.workload import percentile
 
 

@@ -1,4 +1,4 @@
-"""The MIG policies' start rules as policy objects the event loop calls.
+"""The MIG policies as :class:`~slurm_plugin.simulator.policy.Policy` objects.
 
 - ``mig-static``: a fixed share of GPUs partitioned once (``mig_static_layout``); a job
   takes the smallest idle instance that holds its memory, or a whole unpartitioned GPU;
@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import math
 from itertools import islice
 from typing import TYPE_CHECKING
 
@@ -17,100 +18,109 @@ from mig.layout import homogeneous_layout
 from mig.planner import plan_merge_split
 from mig.policies import choose
 
+from slurm_plugin.simulator.policy import Policy
+
 if TYPE_CHECKING:
-    from slurm_plugin.simulator.engine import Job, Simulator, _Backfill
+    from slurm_plugin.simulator.engine import Simulator
+    from slurm_plugin.simulator.scheduling import Backfill
+    from slurm_plugin.simulator.state import Job
 
 
-class MigStaticPolicy:
-    def __init__(self, sim: "Simulator"):
-        self.sim = sim
+class MigStaticPolicy(Policy):
+    name = "mig-static"
+    uses_mig = True
 
-    def start(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+    def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
         sim = self.sim
-        prof = next((p for p in sim._static_profiles if (p.memory_mib << 20) >= max(
+        prof = next((p for p in sim.mig.static_profiles if (p.memory_mib << 20) >= max(
             job.mem0, job.remembered)), None)
         if prof is None:
-            if not sim.idle or not sim._may_take_idle(job, now, bf, 1):
+            if not sim.idle or not sim.sched.may_take_idle(job, now, bf, 1):
                 return False
-            sim._start_whole(job, [next(iter(sim.idle))], now)
+            sim.cluster.start_whole(job, [next(iter(sim.idle))], now)
             return True
-        slots = sim.idle_inst.get(prof.name)
+        slots = sim.mig.idle_inst.get(prof.name)
         if not slots:
             return False
         gid, p = next(iter(slots))
-        sim._start_instance(job, sim.gpus[gid], p, now)
+        sim.cluster.start_instance(job, sim.gpus[gid], p, now)
         return True
 
 
-class MigDynamicPolicy:
+class MigDynamicPolicy(Policy):
+    """Instances made on demand; ``by_size`` (mig-by-size) or not (mig-in-order)."""
+
+    uses_mig = True
+    by_size: bool = False
+
     def __init__(self, sim: "Simulator"):
-        self.sim = sim
+        super().__init__(sim)
         self._choose_cache: dict = {}
         self._plan_cache: dict = {}
 
-    def start(self, job: Job, now: float, bf: _Backfill | None) -> bool:
+    def shape(self, job: Job) -> tuple:
+        return ("m", self.sim.mig.profile_for(job).name)
+
+    def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
         sim = self.sim
-        prof = sim._mig_profile(job)
+        prof = sim.mig.profile_for(job)
         name = prof.name
-        slots = sim.idle_inst[name]
+        slots = sim.mig.idle_inst[name]
         if slots:
             gid, p = next(iter(slots))
             g = sim.gpus[gid]
-            if g.busy or sim._may_take_idle(job, now, bf, 1):
-                sim._start_instance(job, g, p, now)
+            if g.busy or sim.sched.may_take_idle(job, now, bf, 1):
+                sim.cluster.start_instance(job, g, p, now)
                 return True
         full = sim.catalog.memory_slices
-        by_size = sim.cfg.policy == "mig-by-size"
+        by_size = self.by_size
         # by-size: an empty GPU first (a homogeneous layout of this size); in-order: tightest fit
         order = ([full, *range(prof.memory_slices, full)] if by_size
                  else range(prof.memory_slices, full + 1))
         tried = 0
         for n in order:
-            for gid in list(sim.by_free[n]):
+            for gid in list(sim.mig.by_free[n]):
                 g = sim.gpus[gid]
-                if g.busy == 0 and not sim._may_take_idle(job, now, bf, 1):
+                if g.busy == 0 and not sim.sched.may_take_idle(job, now, bf, 1):
                     continue
                 if by_size and not g.inst:
                     layout = homogeneous_layout(g.state, name)
                     for p in layout.placements:
                         if p not in g.inst:
-                            sim._create(g, p)
-                    sim._refresh_free(g)
+                            sim.mig.create(g, p)
+                    sim.mig.refresh_free(g)
                     p = next(q for q in g.inst if q.profile == name and g.inst[q] is None)
-                    sim._start_instance(job, g, p, now)
+                    sim.cluster.start_instance(job, g, p, now)
                     return True
                 start = self._choose(g.state, name)
                 if start is not None:
                     p = Placement(name, start)
-                    sim._create(g, p)
-                    sim._start_instance(job, g, p, now)
+                    sim.mig.create(g, p)
+                    sim.cluster.start_instance(job, g, p, now)
                     return True
                 tried += 1
                 if tried > 64:
                     break
             if tried > 64:
                 break
-        for gid in list(islice(sim.has_idle, 64)):
+        for gid in list(islice(sim.mig.has_idle, 64)):
             g = sim.gpus[gid]
             if g.whole or g.static:
                 continue
-            if g.busy == 0 and not sim._may_take_idle(job, now, bf, 1):
+            if g.busy == 0 and not sim.sched.may_take_idle(job, now, bf, 1):
                 continue
             busy = tuple(sorted(p for p, j in g.inst.items() if j is not None))
             plan = self._plan(g.state, name, busy)
             if not plan.feasible:
                 continue
             for p in plan.destroy:
-                g.state = g.state.free(p.profile, p.start)
-                del g.inst[p]
-                sim.idle_inst[p.profile].pop((g.id, p), None)
-                sim.destroys += 1
+                sim.mig.destroy(g, p)
             target = Placement(name, plan.start)
-            sim._create(g, target)
+            sim.mig.create(g, target)
             for p in plan.recreate:
                 if g.state.can_alloc(p.profile, p.start):
-                    sim._create(g, p)
-            sim._start_instance(job, g, target, now)
+                    sim.mig.create(g, p)
+            sim.cluster.start_instance(job, g, target, now)
             return True
         return False
 
@@ -129,3 +139,23 @@ class MigDynamicPolicy:
         if hit is None:
             hit = self._plan_cache[key] = plan_merge_split(state, profile, busy=busy)
         return hit
+
+
+class MigInOrderPolicy(MigDynamicPolicy):
+    """An instance where the FSM places it, on the tightest GPU first."""
+
+    name = "mig-in-order"
+
+
+class MigBySizePolicy(MigDynamicPolicy):
+    """An empty GPU first, given a homogeneous layout of the job's size; the backfill pass
+    tries the smallest instances first."""
+
+    name = "mig-by-size"
+    by_size = True
+
+    def order(self, cand: list[Job]) -> list[Job]:
+        sim = self.sim
+        cand.sort(key=lambda j: (sim.mig.profile_for(j).memory_mib if j.gpus == 1 else math.inf,
+                                 j.submit, j.id))
+        return cand

@@ -43,7 +43,8 @@ from packer.regroup_plan import RegroupPlan, RegroupSettings
 from slurm_plugin.simulator.growth import held_shares
 
 if TYPE_CHECKING:
-    from slurm_plugin.simulator.engine import Job, Simulator
+    from slurm_plugin.simulator.engine import Simulator
+    from slurm_plugin.simulator.state import Job
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class Regrouper:
     def _wants_whole(self, head: "Job") -> bool:
         if head.gpus > 1:
             return True
-        return self.sim.colocate._decide(head, 0).verdict != "packed"
+        return self.sim.policy._decide(head, 0).verdict != "packed"
 
     def _fewest_moves(self, missing: int) -> int | None:
         """The fewest moves that could clear `missing` GPUs (each clearable GPU costs one
@@ -107,7 +108,7 @@ class Regrouper:
         fewest = self._fewest_moves(missing)
         if fewest is None or fewest > allowed:
             return False
-        shadow, _ = sim._reservation(head, now)
+        shadow, _ = sim.sched.reservation(head, now)
         target = HeadJob(head.id, gpus=head.gpus, submitted_at=head.submit,
                          expected_start=shadow if math.isfinite(shadow) else None)
         self.planner_calls += 1
@@ -168,7 +169,7 @@ class Regrouper:
     def _pair_speed(self, a: str, b: str) -> float | None:
         if pair_key(a, b) in self.sim.avoid:
             return AVOIDED_SPEED
-        return self.sim.colocate._pair_speed(a, b)
+        return self.sim.policy._pair_speed(a, b)
 
     # ------------------------------------------------------------------ the moves
     def _run(self, plan: RegroupPlan, head: "Job", now: float) -> None:
@@ -185,14 +186,14 @@ class Regrouper:
             raise RuntimeError(f"regroup plan for job {head.id} left {plan.frees} busy: {plan.summary()}")
         first = head.first_start is None
         if head.gpus > 1:
-            sim._start_whole(head, gids, now)
+            sim.cluster.start_whole(head, gids, now)
         else:
-            sim._start_shared(head, sim.gpus[gids[0]], now, sim.gpu_mem, None)
+            sim.cluster.start_shared(head, sim.gpus[gids[0]], now, sim.gpu_mem, None)
         delay = max(0.0, plan.head_start_with - now)  # its GPUs held while the moves finish
         if first:
             head.first_start = now + delay
         head.done = -delay
-        sim._schedule_job(head, now)
+        sim.progress.reschedule(head, now)
         self.plans += 1
         self.head_gain_s += plan.head_gain_s
         log.debug("%s", plan.summary())
@@ -203,15 +204,15 @@ class Regrouper:
         sim = self.sim
         done = job.done + (now - job.last_t) * job.rate
         job.token += 1
-        sim._release(job, now)
+        sim.cluster.release(job, now)
         g = sim.gpus[gid]
         base = {x.id: x.rate for x in g.jobs}
-        sim._start_shared(job, g, now, job.cap, job.shards)
+        sim.cluster.start_shared(job, g, now, job.cap, job.shards)
         job.pack_base = base
         job.done = done - lost - overhead
         job.lost_work += lost + overhead
         job.moves += 1
-        sim._schedule_job(job, now)
+        sim.progress.reschedule(job, now)
 
     def summary(self) -> dict:
         return {"regroup_plans": self.plans, "regroup_moves": self.moves,

@@ -6,7 +6,8 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from slurm_plugin.simulator.engine import BASELINES, SimConfig, simulate
+from slurm_plugin.simulator.config import BASELINES, SimConfig
+from slurm_plugin.simulator.engine import simulate
 from slurm_plugin.simulator.metrics import summary
 
 log = logging.getLogger(__name__)

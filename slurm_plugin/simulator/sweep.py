@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from slurm_plugin.simulator.engine import BASELINES, SimConfig, simulate
+from slurm_plugin.simulator.config import BASELINES, SimConfig
+from slurm_plugin.simulator.engine import simulate
 from slurm_plugin.simulator.metrics import summary
 
 METRICS = ("avg_jct_s", "avg_queue_s", "p95_jct_s", "lost_gpu_h", "gpu_util", "pred_mae",

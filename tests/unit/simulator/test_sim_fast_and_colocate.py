@@ -10,6 +10,7 @@ import pytest
 from packer.corunner import GpuLoad, Newcomer, RunningJob, choose_corunner, predicted_speeds
 from slurm_plugin.simulator import (POLICIES, PairTable, SimConfig, SimJobSpec, Simulator,
                                     WorkloadProfile, simulate, summary)
+from slurm_plugin.simulator.scheduling import Scheduler
 
 G = 1 << 30
 
@@ -64,16 +65,17 @@ def test_fast_path_gives_the_reference_results(policy):
     assert runs[True].passes < runs[False].passes
 
 
-class _CheckedSimulator(Simulator):
+class _CheckedScheduler(Scheduler):
     """Checks the sorted release index against a scan of every GPU at each reservation."""
 
     checked = 0
 
-    def _reservation(self, head, now):
-        got = super()._reservation(head, now)
-        need, free = head.gpus, len(self.idle)
-        if not (self.mig and need == 1) and need > free:
-            releases = sorted(max(j.t_end for j in g.jobs) for g in self.gpus
+    def reservation(self, head, now):
+        got = super().reservation(head, now)
+        sim = self.sim
+        need, free = head.gpus, len(sim.idle)
+        if not (sim.mig and need == 1) and need > free:
+            releases = sorted(max(j.t_end for j in g.jobs) for g in sim.gpus
                               if g.jobs and not g.static)
             k = need - free
             if k > len(releases):
@@ -88,10 +90,12 @@ class _CheckedSimulator(Simulator):
 
 @pytest.mark.parametrize("policy", ["exclusive", "colocate", "shard-fixed", "mig-in-order"])
 def test_release_index_matches_a_scan(policy):
-    _CheckedSimulator.checked = 0
-    _CheckedSimulator(SimConfig(policy=policy, gpus=6, bf_depth=20), random_trace(300, 7),
-                      PROFILES, PAIRS).run()
-    assert _CheckedSimulator.checked > 10
+    _CheckedScheduler.checked = 0
+    sim = Simulator(SimConfig(policy=policy, gpus=6, bf_depth=20), random_trace(300, 7),
+                    PROFILES, PAIRS)
+    sim.sched = _CheckedScheduler(sim)
+    sim.run()
+    assert _CheckedScheduler.checked > 10
 
 
 def run(policy, specs, gpus=1, **kw):

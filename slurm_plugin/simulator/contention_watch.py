@@ -1,0 +1,75 @@
+"""colocate's contention watch (FIG. 4 of the patent seed) in the replay.
+
+``monitor_s`` after a job is packed beside others, the node agent has measured every job's
+speed there: the watch records the pack's prediction error (what colocate predicted when it
+packed, :meth:`ContentionWatch.predict`, against the speeds now), makes the pair known to
+this run's pair knowledge, and asks ``packer.contention.check_contention`` whether a job
+lost more than ``contention_threshold`` since the pack; if so the job it names is requeued
+(to the head of the queue, its attempt lost) and the pair is avoided from then on.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from packer.contention import Sharer, check_contention
+
+if TYPE_CHECKING:
+    from slurm_plugin.simulator.engine import Simulator
+    from slurm_plugin.simulator.state import Gpu, Job
+
+
+class ContentionWatch:
+    def __init__(self, sim: "Simulator"):
+        self.sim = sim
+
+    def predict(self, g: Gpu) -> tuple[dict[int, float], bool]:
+        """Each job's speed on ``g`` as the policy predicts it now, and whether every pair
+        there was known (not predicted from features)."""
+        sim = self.sim
+        sp, known = sim.know.speed, sim.know.known
+        preds = {}
+        seen = True
+        for j in g.jobs:
+            r = 1.0
+            for o in g.jobs:
+                if o is not j:
+                    r *= sp(j.profile, o.profile)
+                    seen = seen and known(j.profile, o.profile)
+            preds[j.id] = r
+        return preds, seen
+
+    def check(self, job: Job, now: float) -> None:
+        """FIG. 4: has the pre-existing job lost more than the threshold since the pack?
+
+        The agent has now measured both jobs' speeds: the pair is known from here on."""
+        sim = self.sim
+        g = sim.gpus[job.gpu_ids[0]]
+        if len(g.jobs) < 2:
+            return
+        if job.pack_pred is not None:
+            preds, seen = job.pack_pred
+            job.pack_pred = None
+            for j in g.jobs:
+                if j.id in preds:
+                    sim.know.error.add(preds[j.id], j.rate, seen)
+            if len(g.jobs) == 2:  # a pair: each job's speed is that pair's
+                a, b = g.jobs[0].profile, g.jobs[1].profile
+                v0 = sim.know.version
+                sim.know.observe(a, b)
+                sim.know.observe(b, a)
+                if sim.know.version != v0:
+                    sim.sched.dirty = True
+        # each job's throughput against what it had just before the newcomer joined (alone:
+        # 1.0; with more than two per GPU, what the others there already took)
+        base = job.pack_base
+        sharers = [Sharer(str(j.id), j.workload, j.packed_at if j.packed_at is not None
+                          and j is job else j.start, base.get(j.id, 1.0), j.rate)
+                   for j in g.jobs]
+        v = check_contention(sharers, sim.cfg.contention_threshold)
+        if v.requeue is None:
+            return
+        sim.avoid.update(v.avoid_pairs)
+        victim = next(j for j in g.jobs if str(j.id) == v.requeue)
+        victim.preemptions += 1
+        sim.stop(victim, now)
+        sim.sched.requeue(victim)

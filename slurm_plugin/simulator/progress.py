@@ -1,0 +1,76 @@
+"""Each running job's progress: its rate, and its next event on the loop's heap.
+
+A job's progress rate is its speed relative to running alone: 1 alone; the measured pair
+speed when shared (:mod:`~slurm_plugin.simulator.sharing`); on a MIG instance with a
+fraction ``f`` of the compute, ``min(1, f / util)`` where ``util`` is its measured GPU
+utilisation alone. Its next event is the earliest of its end, the predictor's warning and
+the out-of-memory its room on the GPU gives it (:mod:`~slurm_plugin.simulator.memory`).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from slurm_plugin.simulator.events import FINISH, OOM, WARN
+
+if TYPE_CHECKING:
+    from slurm_plugin.simulator.engine import Simulator
+    from slurm_plugin.simulator.state import Job
+
+
+class Progress:
+    def __init__(self, sim: "Simulator"):
+        self.sim = sim
+        self.predictor = sim.cfg.predictor
+        self.oom_startup_s = sim.cfg.oom_startup_s
+
+    def begin(self, job: "Job", now: float, cap: int) -> None:
+        """A new attempt of ``job`` starts now with ``cap`` bytes it may use."""
+        if job.first_start is None:
+            job.first_start = now
+        job.start = now
+        job.last_t = now
+        job.done = 0.0
+        job.rate = 1.0
+        job.cap = cap
+        job.room = cap
+        job.pack_pred = None
+        job.warn_work = None
+        job.warn_next = None
+        if self.predictor and job.mem1 > cap:
+            self.sim.memory.plan_warning(job)
+
+    def set_rate(self, job: "Job", now: float, rate: float) -> None:
+        job.done += (now - job.last_t) * job.rate
+        job.last_t = now
+        job.rate = rate
+        if rate < job.min_rate:
+            job.min_rate = rate
+        self.reschedule(job, now)
+
+    def reschedule(self, job: "Job", now: float) -> None:
+        """Push the job's next event (its earlier ones go stale) and re-file its GPUs."""
+        sim = self.sim
+        job.token += 1
+        remaining = job.duration - job.done
+        t_fin = now + remaining / job.rate
+        job.t_end = t_fin
+        sim.sched.dirty = True
+        for gid in job.gpu_ids:
+            sim.releases.touch(sim.gpus[gid])
+        kind, t = FINISH, t_fin
+        if job.mem1 > job.mem0:
+            if job.warn_work is not None and job.warn_work > job.done:
+                tw = now + (job.warn_work - job.done) / job.rate
+                if tw < t:
+                    kind, t = WARN, tw
+            if job.mem1 > job.room >= job.mem0:
+                w_oom = (job.room - job.mem0) / (job.mem1 - job.mem0) * job.duration
+                if w_oom >= job.done:
+                    to = now + (w_oom - job.done) / job.rate
+                    if to < t:
+                        kind, t = OOM, to
+        if job.mem0 > job.room and job.done == 0.0:  # cannot even get its starting memory
+            to = now + min(self.oom_startup_s, remaining / job.rate)
+            if to < t:
+                kind, t = OOM, to
+        sim.loop.push(t, kind, job, job.token)
