@@ -319,10 +319,23 @@ def _bind_points(root: SlurmRoot, mount_repo: bool) -> list[tuple[str, Path]]:
     return points
 
 
+def _stale(source: str, target: Path) -> bool:
+    """A bind mount of a checkout that was since deleted and made again (a fresh clone at the
+    same path): the target still shows the old, deleted folder."""
+    try:
+        a, b = os.stat(source), os.stat(target)
+    except OSError:
+        return True
+    return (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino)
+
+
 def mount(root: SlurmRoot, *, mount_repo: bool = True) -> None:
     for source, target in _bind_points(root, mount_repo):
         if _mounted(target):
-            continue
+            if source in ("/proc", "/sys", "/dev", "/dev/pts") or not _stale(source, target):
+                continue
+            log.warning("%s in the %s root is an old copy of %s: mounting it again", target, root.suite, source)
+            subprocess.run(["umount", "-l", str(target)], capture_output=True)
         target.mkdir(parents=True, exist_ok=True)
         # /sys with what is mounted below it: slurmd 22.05 finds the host's /sys/fs/cgroup
         # there, as on the host (it knows no CgroupPlugin=disabled)

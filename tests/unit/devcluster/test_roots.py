@@ -98,3 +98,15 @@ def test_cgroup_conf_by_release():
     assert "CgroupPlugin=disabled" in cgroup_conf((24, 11, 5))
     settings = [line for line in cgroup_conf((22, 5, 8)).splitlines() if not line.startswith("#")]
     assert settings == []  # 22.05 refuses `disabled` and autodetects
+
+
+def test_a_mount_of_a_checkout_made_again_is_stale(tmp_path):
+    from slurm_plugin.devcluster.roots import _stale
+
+    checkout = tmp_path / "main"
+    checkout.mkdir()
+    assert not _stale(str(checkout), checkout)  # what a live bind mount shows: the same folder
+    other = tmp_path / "other"
+    other.mkdir()
+    assert _stale(str(checkout), other)  # a deleted and re-cloned checkout: another inode
+    assert _stale(str(tmp_path / "gone"), checkout)
