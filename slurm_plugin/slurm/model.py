@@ -146,6 +146,9 @@ class Job:
     node_count: int | None = None
     tasks: int | None = None
     held: bool | None = None
+    requeue: bool | None = None  # Slurm may requeue it (--requeue, or the cluster's JobRequeue=1 default)
+    qos: str | None = None
+    time_limit_s: int | None = None  # None: unlimited or not reported
 
     @property
     def base_state(self) -> str | None:
