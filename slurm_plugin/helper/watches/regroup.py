@@ -100,7 +100,7 @@ class RegroupWatch:
             log.warning("no node list (%s): no regrouping this round", exc)
             return None
         view = cluster_view(nodes, ctx.jobs, ctx.now, ctx.settings, self._signals, ctx.config.shares_per_gpu,
-                            max_shards(ctx.config))
+                            max_shards(ctx.config), head=head)
         s = ctx.settings
         return plan_regroup(view, head_view(head, ctx.now), ctx.now, s.regroup_settings(), self._budget(ctx),
                             max_moves=s.regroup_moves_per_plan)

@@ -89,9 +89,13 @@ def _holdings(job: Job, shares: int) -> tuple[Holding, ...]:
 
 def cluster_view(nodes: list[Node], jobs: dict[int, Job], now: float, settings: MonitorSettings,
                  signal_of: Callable[[Job], SignalSpec | None], shares_per_gpu: int,
-                 max_packed_shares: int) -> Cluster:
-    """GPUs and running jobs as the planner reads them."""
-    gpus = tuple(GpuInfo(n.name, i, shares=shares_per_gpu) for n in nodes for i in range(n.gpus_total))
+                 max_packed_shares: int, head: Job | None = None) -> Cluster:
+    """GPUs and running jobs as the planner reads them. The nodes `head` may not use (its
+    ExcNodeList, e.g. from the 22.05 guard) are left out: nothing is freed there for it, and
+    no job is moved onto them (a conservative view)."""
+    skip = set(head.excluded_nodes) if head is not None else set()
+    gpus = tuple(GpuInfo(n.name, i, shares=shares_per_gpu) for n in nodes if n.name not in skip
+                 for i in range(n.gpus_total))
     known = {g.key for g in gpus}
     running = []
     for job in jobs.values():

@@ -73,6 +73,15 @@ def test_a_movable_packed_job_is_signalled_then_requeued_away_from_the_freed_nod
     assert not any(c[0] == "scancel" and c[1:] != ["--signal=USR1", "--batch", "1"] for c in fake.calls)
 
 
+def test_nothing_is_freed_on_a_node_the_head_excludes(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path, mode="enforce", regroup_head_wait_s=0)
+    fragmented(fake)
+    fake.jobs[10].excluded_nodes = "node1"  # e.g. kept off node1 by the 22.05 guard
+    tick(samples, monitor, 1)
+    assert not fake.signals and fake.jobs[1].state == "RUNNING"
+    assert [e.kind for e in events(helper)] == ["regroup-skip"]
+
+
 def test_no_movable_job_no_move(tmp_path):
     fake, helper, samples, monitor = make(tmp_path, mode="enforce", regroup_head_wait_s=0)
     fragmented(fake, movable=False)
