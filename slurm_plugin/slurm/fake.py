@@ -43,6 +43,7 @@ class FakeJob:
     end_time: int = 0
     exit_code: int = 0  # return code (not a wait status)
     excluded_nodes: str = ""
+    required_nodes: str = ""
     restart_cnt: int = 0
     batch_host: str = ""
     exclusive: bool = False
@@ -298,6 +299,7 @@ class FakeSlurm:
             "admin_comment": job.admin_comment,
             "comment": job.comment,
             "excluded_nodes": job.excluded_nodes,
+            "required_nodes": job.required_nodes,
             "restart_cnt": job.restart_cnt,
             "batch_host": job.batch_host,
             "requeue": job.requeue,

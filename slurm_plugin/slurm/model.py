@@ -140,6 +140,7 @@ class Job:
     exit_code: int | None = None  # the batch script's return code
     exit_signal: int | None = None
     excluded_nodes: tuple[str, ...] = ()
+    required_nodes: tuple[str, ...] = ()  # -w/--nodelist: it may run only there
     restart_cnt: int | None = None
     batch_host: str | None = None
     exclusive: bool | None = None  # --exclusive (22.05 `shared: "none"`, 23.11+ `exclusive`)

@@ -444,6 +444,7 @@ def parse_job(record: Any, *, path: str = "job", strict: bool = False) -> Job:
         exit_code=exit_code,
         exit_signal=exit_signal,
         excluded_nodes=expand_hostlist(reader.text("excluded_nodes")),
+        required_nodes=expand_hostlist(reader.text("required_nodes")),
         restart_cnt=reader.number("restart_cnt"),
         batch_host=reader.text("batch_host"),
         exclusive=_exclusive(reader),

@@ -5,7 +5,7 @@
 - **running jobs**: their GPUs from `gres_detail` (`gpu:h100:2(IDX:0-1)` whole,
   `shard:h100:2(IDX:0)` packed), one entry per node of their node list; their remaining time
   from the time limit (else `[monitor] regroup_remaining_s`);
-- **who may be moved** (`Movability`): Slurm may requeue it (`requeue`: `--requeue`, or the
+- **who may be moved** (`Movability`): not pinned to its nodes (`-w`), Slurm may requeue it (`requeue`: `--requeue`, or the
   cluster's JobRequeue=1) and its batch script declares a checkpoint signal
   (`#SBATCH --signal=B:USR1@T`; no Slurm release prints `--signal` in its JSON), or its
   partition / QOS is listed in `[monitor] regroup_partitions` / `regroup_qos`;
@@ -71,6 +71,10 @@ def head_of_queue(jobs: dict[int, Job], now: float, wait_s: float) -> Job | None
 
 
 def movability(job: Job, signal: SignalSpec | None, settings: MonitorSettings) -> Movability:
+    """Whether `job` declared it can be moved. A job pinned to its nodes (`-w`) could only
+    come back where it is, so it is never moved."""
+    if job.required_nodes:
+        return Movability()
     admin = (job.partition in settings.regroup_partitions) or (job.qos in settings.regroup_qos)
     return Movability(requeue=job.requeue is True, signal=signal, admin=bool(admin))
 

@@ -109,6 +109,13 @@ def test_requeue_flag_off_is_not_movable_even_with_a_signal(tmp_path):
     assert not fake.signals and [e.kind for e in events(helper)] == ["regroup-skip"]
 
 
+def test_a_job_pinned_to_its_node_is_not_moved(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path, mode="enforce", regroup_head_wait_s=0)
+    fragmented(fake, required_nodes="node1")  # -w node1: it could only come back there
+    tick(samples, monitor, 1)
+    assert not fake.signals and [e.kind for e in events(helper)] == ["regroup-skip"]
+
+
 def test_gain_below_cost_no_move(tmp_path):
     # every running job ends within 2 minutes: waiting is cheaper than moving
     fake, helper, samples, monitor = make(tmp_path, mode="enforce", regroup_head_wait_s=0)

@@ -368,6 +368,7 @@ def test_recorded_requeue_flag_qos_and_time_limit(name: str) -> None:
     doc = sample(name)
     jobs = by_id(doc)
     assert jobs and all(j.requeue is True for j in jobs.values())
+    assert all(j.required_nodes == () for j in jobs.values())  # "" when no -w
     raw = doc["jobs"][0]
     assert not any("warn" in k or k == "signal" for k in raw)
     if name.startswith("squeue_22.05"):
@@ -385,3 +386,4 @@ def test_requeue_false_and_unlimited_time_limit() -> None:
                                                                               "number": 0}})
     assert job.requeue is False and job.qos is None and job.time_limit_s is None
     assert parse_job({"job_id": 6, "time_limit": 30}).time_limit_s == 1800
+    assert parse_job({"job_id": 7, "required_nodes": "node[1-2]"}).required_nodes == ("node1", "node2")
