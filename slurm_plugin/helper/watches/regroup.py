@@ -170,6 +170,7 @@ class RegroupWatch:
             self.pending.pop(job_id)
             if done:
                 ctx.acted.add(job_id)
+                ctx.state.kept_off[job_id] = frozenset({p.avoid_node})  # until it starts elsewhere
 
     def _heads_started(self, ctx: RoundContext) -> None:
         for head_job, frees in list(self.heads.items()):

@@ -62,6 +62,8 @@ def test_a_movable_packed_job_is_signalled_then_requeued_away_from_the_freed_nod
     assert [e.kind for e in events(helper)] == ["regroup-plan", "regroup-signal", "regroup-requeue"]
     (row,) = ActionLedger(helper.store).rows("regroup")
     assert row.job_id == 1 and row.mode == "enforce" and row.data["head_job"] == 10
+    tick(samples, monitor, 73)  # the head still waits: the moved job stays off the freed node
+    assert moved.state == "PENDING" and moved.excluded_nodes == "node1"
 
     # Slurm starts the head on node1 and the moved job beside job 3
     fake.jobs[10].state, fake.jobs[10].nodes = "RUNNING", "node1"
@@ -70,6 +72,7 @@ def test_a_movable_packed_job_is_signalled_then_requeued_away_from_the_freed_nod
     tick(samples, monitor, 75)
     kinds = [e.kind for e in events(helper)]
     assert kinds[-1] == "regroup-head-start" and kinds.count("regroup-plan") == 1
+    assert monitor.state.kept_off == {}  # it runs again elsewhere: the pin is done
     assert not any(c[0] == "scancel" and c[1:] != ["--signal=USR1", "--batch", "1"] for c in fake.calls)
 
 
