@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from packer.config import ConfigError
 
-#: the run-time actions that take a mode (regroup of issue 13 joins this list)
-ACTION_KINDS = ("requeue-contention", "restart-memory", "grow-preempt")
+#: the run-time actions that take a mode
+ACTION_KINDS = ("requeue-contention", "restart-memory", "grow-preempt", "regroup")
 ACTION_MODES = ("off", "shadow", "enforce")
 
 

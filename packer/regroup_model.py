@@ -51,6 +51,28 @@ def parse_signal(text: str | None) -> SignalSpec | None:
     return SignalSpec(sig, seconds, "B" in (m.group("flags") or ""))
 
 
+_SBATCH_SIGNAL = re.compile(r"^#SBATCH\s+.*?--signal[=\s]+(?P<value>\S+)")
+
+
+def script_signal(script: str | None) -> SignalSpec | None:
+    """The `--signal` a batch script declares in its `#SBATCH` lines; None when it declares none.
+
+    sbatch reads `#SBATCH` lines until the first command, so a later one does not count.
+    Slurm 22.05 to 26.05 print a job's `--signal` nowhere in `squeue`/`scontrol` JSON, so the
+    script is where a checkpointing job's convention is read from."""
+    found = None
+    for line in (script or "").splitlines():
+        text = line.strip()
+        if not text or (text.startswith("#") and not text.startswith("#SBATCH")):
+            continue
+        if not text.startswith("#SBATCH"):
+            break  # the first command ends sbatch's options
+        m = _SBATCH_SIGNAL.match(text)
+        if m is not None:
+            found = parse_signal(m.group("value").strip("'\""))
+    return found
+
+
 @dataclass(frozen=True)
 class Movability:
     """Whether a job may be moved, and how it checkpoints."""

@@ -71,13 +71,18 @@ class _Demo:
 @slurm_option
 @click.option("--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE_DIR, show_default=True,
               help="The dev cluster to run on (`gpupack devcluster up` first).")
-@click.option("--scenario", type=click.Choice(["pack", "grow"]), default="pack", show_default=True,
-              help="pack: profiled, then packed; grow: a packed job that must grow evicts its younger neighbour.")
-@click.option("--json", "as_json", is_flag=True, help="(grow) print what happened as JSON.")
+@click.option("--scenario", type=click.Choice(["pack", "grow", "regroup"]), default="pack", show_default=True,
+              help="pack: profiled, then packed; grow: a packed job that must grow evicts its younger neighbour; "
+                   "regroup: a movable packed job is moved so that a waiting 2-GPU job starts.")
+@click.option("--json", "as_json", is_flag=True, help="(grow, regroup) print what happened as JSON.")
 def demo(state_dir: Path, scenario: str, as_json: bool) -> None:
     """Profile a job on its first run, pack it on its second, and show it with `gpupack jobs`
-    (`--scenario grow`: grow by preemption, live)."""
+    (`--scenario grow`: grow by preemption, live; `--scenario regroup`: regrouping, live)."""
     from slurm_plugin.devcluster.roots import describe
+
+    if scenario == "regroup":
+        _regroup(_Demo(state_dir), as_json)
+        return
 
     if scenario == "grow":
         from slurm_plugin.cli.demo_grow import run_grow
@@ -141,3 +146,22 @@ def demo(state_dir: Path, scenario: str, as_json: bool) -> None:
     packed = [j for j in second if "packed" in d.comment(j)]
     click.echo(f"\n{len(packed)} of 3 second runs were packed; all jobs finished: "
                + json.dumps({j: d.state(j) for j in [first, *fillers, *second]}))
+
+
+def _regroup(d: "_Demo", as_json: bool) -> None:
+    from slurm_plugin.cli.demo_regroup import run_regroup
+
+    outcome = run_regroup(d.env, d.workdir, d.cluster.spec.database)
+    if as_json:
+        click.echo(json.dumps(outcome.to_dict(), indent=2))
+    else:
+        click.echo(f"2-GPU job {outcome.head} waits; packed job {outcome.movable} on {outcome.freed_node} declared it "
+                   f"can be moved, "
+                   f"jobs {outcome.others} did not:")
+        for e in outcome.events:
+            click.echo(f"  {e['kind']:<19} job {e['job']}: {e['detail']}")
+        click.echo(f"job {outcome.head} {outcome.head_state} on {outcome.head_node or '-'}; job {outcome.movable} "
+                   f"{outcome.movable_state} on {outcome.movable_node or '-'} (restarted {outcome.movable_restarts}x, "
+                   f"excluded {','.join(outcome.movable_excluded) or '-'})")
+    if not outcome.ok:
+        raise click.ClickException("the 2-GPU job did not start on the GPUs freed by moving the movable job")

@@ -18,15 +18,18 @@ each watch of `Monitor.watches`, in this order:
    its held victims go back to the head of the queue once it runs (`watches/grow_release.py`);
 7. **memory growth** (`watches/memory.py`, thesis Algorithm 1): a job certain to outgrow its
    share is requeued at the head on a larger size;
-8. **keep at head** (`watches/at_head.py`): requeued jobs stay the next to start;
-9. **steering** (`watches/steering.py`): pending packed jobs are kept off avoided partners;
-10. **MPS** (`watches/mps.py`): percentages from measured utilisation, for the node agents;
-11. **queue layouts** (`watches/layouts.py`): idle MIG slices follow the pending queue;
-12. **metrics** (`watches/metrics.py`): metrics.prom written (the Watcher serves the registry).
+8. **regrouping** (`watches/regroup.py`, patent seed 002): a whole-GPU head of the queue waiting
+   while the room exists in pieces gets GPUs freed by moving packed jobs that declared they
+   can be moved (checkpoint signal, then requeue at the head away from the freed node);
+9. **keep at head** (`watches/at_head.py`): requeued jobs stay the next to start;
+10. **steering** (`watches/steering.py`): pending packed jobs are kept off avoided partners;
+11. **MPS** (`watches/mps.py`): percentages from measured utilisation, for the node agents;
+12. **queue layouts** (`watches/layouts.py`): idle MIG slices follow the pending queue;
+13. **metrics** (`watches/metrics.py`): metrics.prom written (the Watcher serves the registry).
 
 Watches read a `RoundContext` and act only through `Actions` (requeue at the head, update
 a job, log an event). The run-time actions (contention requeue, memory restart, grow by
-preemption) each have a
+preemption, regrouping) each have a
 mode, `off | shadow | enforce` (`[monitor.actions]`, else following the helper's mode:
 enforce acts, observe and advise shadow); shadow logs what would be done as an event and in
 the action ledger. The other watches act only in `enforce` mode. Nothing is ever
@@ -48,6 +51,7 @@ from slurm_plugin.helper.watches.at_head import KeepAtHeadWatch
 from slurm_plugin.helper.watches.contention import ContentionWatch
 from slurm_plugin.helper.watches.grow import GrowWatch
 from slurm_plugin.helper.watches.grow_release import GrowReleaseWatch
+from slurm_plugin.helper.watches.regroup import RegroupWatch
 from slurm_plugin.helper.watches.history import HistoryWatch
 from slurm_plugin.helper.watches.layouts import LAYOUT_REFRESH_S, QueueLayoutWatch  # noqa: F401
 from slurm_plugin.helper.watches.memory import MemoryWatch
@@ -107,6 +111,7 @@ class Monitor:
             GrowReleaseWatch(),
             GrowWatch(),
             MemoryWatch(),
+            RegroupWatch(),
             KeepAtHeadWatch(),
             SteerWatch(),
             self.mps_watch,

@@ -8,6 +8,7 @@ from pathlib import Path
 from packer.action_modes import check_action_modes
 from packer.config import ConfigError
 from packer.grow import GrowSettings, PreemptorThreshold
+from packer.regroup_plan import RegroupSettings
 from packer.util_contention import CounterRule
 
 
@@ -61,6 +62,19 @@ class MonitorSettings:
     grow_max_evictions_per_round: int = 4
     # an evicted job stays held until its grower runs again, at most this long
     grow_hold_victims_s: float = 120.0
+    # regrouping (patent seed 002, packer.regroup): a whole-GPU head of the queue waiting while
+    # the room exists in pieces gets GPUs freed by moving packed jobs that declared they can
+    # be moved (--requeue and a checkpoint signal --signal=B:USR1@T in their script, or a
+    # partition / QOS listed here); bounded per plan and per sliding hour, and only when the
+    # head's earlier start beats the moves' cost by min_gain_ratio and min_net_s
+    regroup_moves_per_plan: int = 2
+    regroup_moves_per_hour: int = 6
+    regroup_partitions: list[str] = field(default_factory=list)
+    regroup_qos: list[str] = field(default_factory=list)
+    regroup_min_gain_ratio: float = 1.5
+    regroup_min_net_s: float = 300.0
+    regroup_head_wait_s: float = 30.0  # a head waiting less long than this is left to Slurm
+    regroup_remaining_s: float = 3600.0  # a running job's remaining time when it has no time limit
     # MPS percentages from measured utilisation
     mps_headroom: float = 0.10
     mps_floor_pct: int = 5
@@ -101,6 +115,27 @@ class MonitorSettings:
             raise ConfigError(f"[monitor] grow_*: {exc}") from exc
         if self.grow_hold_victims_s < 0:
             raise ConfigError("[monitor] grow_hold_victims_s must be 0 or more")
+        self._check_regroup()
+
+    def _check_regroup(self) -> None:
+        if self.regroup_moves_per_plan < 0 or self.regroup_moves_per_hour < 0:
+            raise ConfigError("[monitor] regroup_moves_per_plan and regroup_moves_per_hour must be 0 or more "
+                              "(0 stops regrouping; or set [monitor.actions] regroup = \"off\")")
+        for key in ("regroup_partitions", "regroup_qos"):
+            value = getattr(self, key)
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                raise ConfigError(f'[monitor] {key} must be a list of names, e.g. ["preemptible"]')
+        if self.regroup_head_wait_s < 0 or self.regroup_remaining_s <= 0 or self.regroup_min_net_s < 0:
+            raise ConfigError("[monitor] regroup_head_wait_s and regroup_min_net_s must be >= 0 and "
+                              "regroup_remaining_s > 0 (seconds)")
+        try:
+            self.regroup_settings()
+        except ValueError as exc:
+            raise ConfigError(f"[monitor] regroup_*: {exc}") from exc
+
+    def regroup_settings(self) -> RegroupSettings:
+        """The planner's thresholds (`packer.regroup_plan.RegroupSettings`)."""
+        return RegroupSettings(min_gain_ratio=self.regroup_min_gain_ratio, min_net_s=self.regroup_min_net_s)
 
     def grow_settings(self, max_packed_shares: int | None = None) -> GrowSettings:
         """The running and queued preemptor thresholds for `packer.grow.plan_growth`."""

@@ -10,13 +10,15 @@ Pure parts (no subprocess)::
             parse_nodes(doc) / parse_nodes_document(doc) sinfo (22.05), scontrol (23.02+)
     build   squeue_args(), show_job_args(id, version), show_nodes_args(version),
             sacct_args(ids, since), update_job_args(id, fields), requeue_args(id, hold),
-            hold_args(id), release_args(id), top_args(id), batch_script_args(id)
+            hold_args(id), release_args(id), top_args(id), batch_script_args(id),
+            signal_args(id, signal, batch)
 
 The one impure part::
 
     runner  SlurmRunner(env=, slurm_conf=, timeout=, executor=): version(), jobs(),
             job(id), nodes(), accounting(ids, since), batch_script(id),
-            update_job(id, **fields), requeue(id, hold=), hold(id), release(id), top(id)
+            update_job(id, **fields), requeue(id, hold=), hold(id), release(id), top(id),
+            signal(id, signal, batch=)
 
 Both JSON dialects are understood: Slurm 22.05 (openapi v0.0.38) and 23.11+
 (data_parser v0.0.40 and later), told apart by `meta` and by each field's shape.

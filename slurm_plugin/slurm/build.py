@@ -168,6 +168,19 @@ def requeue_args(job_ids: int | Sequence[int], *, hold: bool = False) -> list[st
     return ["scontrol", "requeuehold" if hold else "requeue", _job_ids(job_ids)]
 
 
+_SIGNAL_NAME = re.compile(r"^(?:SIG)?[A-Z0-9+]+$")
+
+
+def signal_args(job_id: int, signal: str, *, batch: bool = True) -> list[str]:
+    """`scancel --signal=SIG --batch ID`: send a signal (a checkpoint request), not a cancel.
+
+    `batch`: to the batch shell only, as a job's `--signal=B:SIG@T` asks."""
+    name = signal.strip().upper()
+    if not _SIGNAL_NAME.match(name):
+        raise ValueError(f"signal {signal!r}: give a name like USR1 or a number like 10")
+    return ["scancel", f"--signal={name}", *(["--batch"] if batch else []), _job_id(job_id)]
+
+
 def hold_args(job_ids: int | Sequence[int]) -> list[str]:
     return ["scontrol", "hold", _job_ids(job_ids)]
 

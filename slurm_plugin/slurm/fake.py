@@ -43,10 +43,14 @@ class FakeJob:
     end_time: int = 0
     exit_code: int = 0  # return code (not a wait status)
     excluded_nodes: str = ""
+    required_nodes: str = ""
     restart_cnt: int = 0
     batch_host: str = ""
     exclusive: bool = False
     script: str = "#!/bin/sh\nsleep 30\n"
+    requeue: bool = True  # Slurm's JobRequeue=1 default
+    qos: str = ""
+    time_limit_min: int | None = None  # None: unlimited (22.05 prints null)
 
 
 @dataclass
@@ -91,6 +95,7 @@ class FakeSlurm:
         self.envs: list[dict[str, str]] = []
         self._next_id = 1
         self._saved_priority: dict[int, int] = {}
+        self.signals: list[tuple[int, str, bool]] = []  # (job, signal, batch only) sent by scancel --signal
 
     # ------------------------------------------------------------ test set-up
 
@@ -129,6 +134,8 @@ class FakeSlurm:
             return 0, self._dump({"jobs": [self._job_json(j) for j in self.jobs.values()]}), ""
         if command == "sinfo" and rest == ["--json"]:
             return 0, self._dump({"nodes": [self._node_json(n) for n in self.nodes.values()]}), ""
+        if command == "scancel":
+            return self._signal(rest)
         if command == "sacct":
             if not self.accounting:
                 return 1, "", "Slurm accounting storage is disabled\n"
@@ -154,6 +161,19 @@ class FakeSlurm:
         raise UnsupportedCommand(f"FakeSlurm does not model {argv!r}")
 
     # ------------------------------------------------------------ commands
+
+    def _signal(self, rest: list[str]) -> tuple[int, str, str]:
+        """`scancel --signal=SIG [--batch] ID`; a plain scancel (a cancel) is not modelled."""
+        signal = next((a.split("=", 1)[1] for a in rest if a.startswith("--signal=")), None)
+        if signal is None:
+            raise UnsupportedCommand(f"FakeSlurm models only scancel --signal, not {rest!r} (never cancel)")
+        job = self._find(rest[-1])
+        if job is None:
+            return 1, "", f"scancel: error: Kill job error on job id {rest[-1]}: Invalid job id specified\n"
+        if job.state != "RUNNING":
+            return 1, "", f"scancel: error: Kill job error on job id {job.job_id}: Job is no longer pending execution\n"
+        self.signals.append((job.job_id, signal, "--batch" in rest))
+        return 0, "", ""
 
     def _find(self, text: str) -> FakeJob | None:
         return self.jobs.get(int(text)) if text.isdigit() else None
@@ -279,8 +299,11 @@ class FakeSlurm:
             "admin_comment": job.admin_comment,
             "comment": job.comment,
             "excluded_nodes": job.excluded_nodes,
+            "required_nodes": job.required_nodes,
             "restart_cnt": job.restart_cnt,
             "batch_host": job.batch_host,
+            "requeue": job.requeue,
+            "qos": job.qos,
             "some_future_field": {"ignored": True},
         }
         if self.modern:
@@ -296,6 +319,7 @@ class FakeSlurm:
                 exclusive=["true"] if job.exclusive else [],
                 shared=[],
                 node_count=_nv(1),
+                time_limit=_nv(0, set_=False) if job.time_limit_min is None else _nv(job.time_limit_min),
             )
         else:
             record.update(
@@ -307,6 +331,7 @@ class FakeSlurm:
                 exit_code=job.exit_code << 8,
                 shared="none" if job.exclusive else None,
                 node_count=1,
+                time_limit=job.time_limit_min,
             )
         return record
 

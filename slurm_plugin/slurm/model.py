@@ -140,12 +140,16 @@ class Job:
     exit_code: int | None = None  # the batch script's return code
     exit_signal: int | None = None
     excluded_nodes: tuple[str, ...] = ()
+    required_nodes: tuple[str, ...] = ()  # -w/--nodelist: it may run only there
     restart_cnt: int | None = None
     batch_host: str | None = None
     exclusive: bool | None = None  # --exclusive (22.05 `shared: "none"`, 23.11+ `exclusive`)
     node_count: int | None = None
     tasks: int | None = None
     held: bool | None = None
+    requeue: bool | None = None  # Slurm may requeue it (--requeue, or the cluster's JobRequeue=1 default)
+    qos: str | None = None
+    time_limit_s: int | None = None  # None: unlimited or not reported
 
     @property
     def base_state(self) -> str | None:

@@ -444,13 +444,23 @@ def parse_job(record: Any, *, path: str = "job", strict: bool = False) -> Job:
         exit_code=exit_code,
         exit_signal=exit_signal,
         excluded_nodes=expand_hostlist(reader.text("excluded_nodes")),
+        required_nodes=expand_hostlist(reader.text("required_nodes")),
         restart_cnt=reader.number("restart_cnt"),
         batch_host=reader.text("batch_host"),
         exclusive=_exclusive(reader),
         node_count=reader.number("node_count"),
         tasks=reader.number("tasks"),
         held=held,
+        requeue=reader.flag("requeue"),
+        qos=reader.text("qos"),
+        time_limit_s=_minutes(reader, "time_limit"),
     )
+
+
+def _minutes(reader: _Reader, key: str) -> int | None:
+    """A limit Slurm gives in minutes (null, a number or a number object), in seconds."""
+    minutes = reader.number(key)
+    return minutes * 60 if minutes is not None and minutes > 0 else None
 
 
 def _tres_gres(reader: _Reader, entries: Any, per: str) -> tuple[GresItem, ...]:

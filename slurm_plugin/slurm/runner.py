@@ -271,6 +271,10 @@ class SlurmRunner:
         """Put a running or finished job back in the queue (held with hold=True)."""
         self._run_for_job(build.requeue_args(job_id, hold=hold), job_id)
 
+    def signal(self, job_id: int, signal: str, *, batch: bool = True) -> None:
+        """Send `signal` to a running job (its batch shell with `batch`); never cancels it."""
+        self._run_for_job(build.signal_args(job_id, signal, batch=batch), job_id)
+
     def hold(self, job_id: int) -> None:
         self._run_for_job(build.hold_args(job_id), job_id)
 

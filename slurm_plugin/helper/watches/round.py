@@ -33,6 +33,9 @@ class WatchState:
     reported: set[tuple[int, float]] = field(default_factory=set)  # (job, run start) already judged
     # grow evictions left held until their grower starts: victim -> (grower, when requeued)
     held_for_grower: dict[int, tuple[int, float]] = field(default_factory=dict)
+    # nodes a pending job is kept off until it starts (a regrouped job: the node freed for the
+    # head); steering keeps them in its ExcNodeList instead of lifting them
+    kept_off: dict[int, frozenset[str]] = field(default_factory=dict)
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """Steering: pending packed jobs get the nodes of their avoided partners (and of 22.05
-collisions) in `ExcNodeList`, the user's own exclusions kept."""
+collisions, and the nodes a watch keeps them off: `WatchState.kept_off`) in `ExcNodeList`,
+the user's own exclusions kept."""
 from __future__ import annotations
 
 import logging
@@ -37,7 +38,7 @@ class SteerWatch:
                 continue
             if job_shards(job) is None and job.job_id not in quirk_excluded:
                 continue
-            want: set[str] = set()
+            want: set[str] = set(ctx.state.kept_off.get(job.job_id, ()))
             fp = ctx.fingerprint_of(job)
             if job_shards(job) is not None and fp:
                 partners = store.avoided_with(fp)  # one query per pending job
@@ -72,3 +73,7 @@ class SteerWatch:
         for job_id in list(ours_excluded):
             if job_id not in jobs or jobs[job_id].is_finished:
                 ours_excluded.pop(job_id, None)
+        for job_id in list(ctx.state.kept_off):
+            job = jobs.get(job_id)
+            if job is None or job.is_finished or (job.state == "RUNNING" and job_id not in ctx.acted):
+                ctx.state.kept_off.pop(job_id, None)  # started again (or gone): the pin has done its work

@@ -117,3 +117,15 @@ def test_mig_start_waits_for_the_busy_instance_that_blocks():
     assert mig_start(c, "4g.40gb", now=0) == 300  # 4g.40gb starts at slice 0 only
     assert mig_start(c, "7g.80gb", now=0) == 900
     assert mig_start(c, "1g.10gb", now=0) == 0
+
+
+def test_script_signal_reads_the_sbatch_lines_before_the_first_command() -> None:
+    from packer.regroup_model import SignalSpec, script_signal
+
+    script = "#!/bin/bash\n# a comment\n#SBATCH --requeue\n#SBATCH --signal=B:USR1@45\npython x.py\n"
+    assert script_signal(script) == SignalSpec("USR1", 45, batch_only=True)
+    assert script_signal("#!/bin/sh\n#SBATCH -J x --signal USR2\n") == SignalSpec("USR2", 60)
+    assert script_signal("#!/bin/sh\nsleep 1\n#SBATCH --signal=B:USR1@45\n") is None  # after a command
+    assert script_signal(None) is None and script_signal("#!/bin/sh\n#SBATCH --requeue\n") is None
+    with pytest.raises(ValueError, match="--signal"):
+        script_signal("#SBATCH --signal=B:USR1@forever\n")

@@ -74,3 +74,10 @@ def test_sacct() -> None:
     ]
     with pytest.raises(ValueError, match="since"):
         build.sacct_args(since="now; rm -rf /")
+
+
+def test_signal_args_send_a_signal_never_a_cancel() -> None:
+    assert build.signal_args(7, "usr1") == ["scancel", "--signal=USR1", "--batch", "7"]
+    assert build.signal_args(7, "SIGUSR2", batch=False) == ["scancel", "--signal=SIGUSR2", "7"]
+    with pytest.raises(ValueError, match="USR1"):
+        build.signal_args(7, "USR1 --full")

@@ -356,3 +356,34 @@ def test_loads_names_the_source() -> None:
     with pytest.raises(SlurmParseError, match="expected a JSON object"):
         loads("[1, 2]")
     assert loads(b'{"jobs": []}') == {"jobs": []}
+
+
+# ------------------------------------------------------------------ what regrouping reads
+
+@pytest.mark.parametrize("name", ["squeue_22.05_mixed.json", "squeue_24.11_v0.0.42.json",
+                                  "squeue_26.05_v0.0.45.json"])
+def test_recorded_requeue_flag_qos_and_time_limit(name: str) -> None:
+    """Every recorded release says whether a job may be requeued (JobRequeue=1 by default);
+    none prints the job's --signal (its checkpoint signal is read from the batch script)."""
+    doc = sample(name)
+    jobs = by_id(doc)
+    assert jobs and all(j.requeue is True for j in jobs.values())
+    assert all(j.required_nodes == () for j in jobs.values())  # "" when no -w
+    raw = doc["jobs"][0]
+    assert not any("warn" in k or k == "signal" for k in raw)
+    if name.startswith("squeue_22.05"):
+        assert all(j.qos is None for j in jobs.values())  # ""
+        assert jobs[1].time_limit_s is None and jobs[9].time_limit_s == 525600 * 60  # null, minutes
+    else:
+        minutes = raw["time_limit"]["number"]
+        assert jobs[raw["job_id"]].time_limit_s == minutes * 60
+    if "24.11" in name:
+        assert {j.qos for j in jobs.values()} == {"normal"}
+
+
+def test_requeue_false_and_unlimited_time_limit() -> None:
+    job = parse_job({"job_id": 5, "requeue": False, "qos": "", "time_limit": {"set": True, "infinite": True,
+                                                                              "number": 0}})
+    assert job.requeue is False and job.qos is None and job.time_limit_s is None
+    assert parse_job({"job_id": 6, "time_limit": 30}).time_limit_s == 1800
+    assert parse_job({"job_id": 7, "required_nodes": "node[1-2]"}).required_nodes == ("node1", "node2")

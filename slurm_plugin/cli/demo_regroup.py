@@ -1,0 +1,130 @@
+"""`gpupack demo --scenario regroup`: a 2-GPU job waits while the room exists in pieces; one move frees it.
+
+One packed job (shard:2) on a GPU of each of the three nodes: no node has two whole GPUs
+free, so a job asking for `--gres=gpu:2` waits (Slurm: Resources). The first one declared it
+can be moved (`#SBATCH --requeue`, `#SBATCH --signal=B:USR1@10`) and is submitted without a
+node list (a job pinned with `-w` could only come back where it was); the two others did
+not and are placed on the other nodes. The controller helper's regroup watch plans one move:
+it signals the movable job to checkpoint (`regroup-signal`), requeues it after the grace time
+with its node excluded (`regroup-requeue`), and the 2-GPU job starts on the freed node
+(`regroup-head-start`). What happened is
+read back from Slurm and from the event log.
+"""
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from packer.store import Store
+
+REGROUP_KINDS = ("regroup-plan", "regroup-skip", "regroup-signal", "regroup-signal-failed", "regroup-requeue",
+                 "regroup-requeue-failed", "regroup-head-start")
+GRACE_S = 10
+
+MOVABLE_SCRIPT = f"""#!/bin/sh
+# gpupack demo: a packed job that can be moved: requeueable, checkpoints on USR1
+#SBATCH --requeue
+#SBATCH --signal=B:USR1@{GRACE_S}
+#SBATCH --open-mode=append
+echo "start (restart ${{SLURM_RESTART_COUNT:-0}}) on $SLURMD_NODENAME"
+trap 'echo "checkpoint at $(date +%s)"' USR1
+i=0
+while [ $i -lt 300 ]; do sleep 1; i=$((i+1)); done
+"""
+PLAIN_SCRIPT = "#!/bin/sh\n# gpupack demo: a packed job that did not say it can be moved\nsleep 300\n"
+HEAD_SCRIPT = "#!/bin/sh\n# gpupack demo: a 2-GPU job\nsleep 60\n"
+
+
+@dataclass
+class RegroupOutcome:
+    """What the regroup scenario saw."""
+
+    head: int
+    movable: int
+    others: list[int]
+    events: list[dict] = field(default_factory=list)  # regroup-… events, oldest first
+    head_state: str = ""
+    freed_node: str = ""  # where the movable job ran first
+    head_node: str = ""
+    head_start: float = 0.0
+    movable_state: str = ""
+    movable_node: str = ""
+    movable_restarts: int = 0
+    movable_excluded: list[str] = field(default_factory=list)
+    others_restarts: list[int] = field(default_factory=list)
+    movable_output: str = ""  # its output, both runs (the checkpoint line shows the signal arrived)
+    ok: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def events_of(database, job_ids: set[int]) -> list[dict]:
+    store = Store(database)
+    try:
+        rows = [e for e in store.events(limit=500) if e.job_id in job_ids and e.kind in REGROUP_KINDS]
+    finally:
+        store.close()
+    return [{"kind": e.kind, "job": e.job_id, "detail": e.detail, "data": e.data, "at": e.at} for e in reversed(rows)]
+
+
+def run_regroup(env: dict[str, str], workdir: Path, database: Path, timeout: float = 240) -> RegroupOutcome:
+    """Run the scenario on the cluster whose Slurm environment is `env` and whose helper
+    writes its events to `database`; the job scripts and outputs go to `workdir`."""
+    from slurm_plugin.slurm.runner import SlurmRunner
+
+    runner = SlurmRunner(env=env)
+    scripts = {}
+    for name, text in (("movable", MOVABLE_SCRIPT), ("plain", PLAIN_SCRIPT), ("head", HEAD_SCRIPT)):
+        path = workdir / f"regroup-{name}.sh"
+        path.write_text(text)
+        path.chmod(0o755)
+        scripts[name] = path
+
+    def sbatch(script: str, name: str, *args: str) -> int:
+        result = subprocess.run(["sbatch", "--parsable", "-J", name, *args, "-o", f"{workdir}/%x-%j.out",
+                                 str(scripts[script])], env=env, cwd=workdir, capture_output=True, text=True,
+                                check=False)
+        if result.returncode != 0:
+            raise RuntimeError(f"sbatch {name}: {result.stderr.strip()}")
+        return int(result.stdout.strip().split(";")[0])
+
+    movable = sbatch("movable", "regroup-movable", "--gres=shard:2")
+    deadline = time.time() + 60
+    while time.time() < deadline and runner.job(movable).base_state != "RUNNING":
+        time.sleep(0.5)
+    freed = runner.job(movable).nodes or ""
+    nodes = [n.name for n in runner.nodes()]
+    others = [sbatch("plain", f"regroup-fixed-{n}", "-w", n, "--gres=shard:2") for n in nodes if n != freed]
+    while time.time() < deadline and not all(runner.job(j).base_state == "RUNNING" for j in others):
+        time.sleep(0.5)
+    head = sbatch("head", "regroup-2gpu", "--gres=gpu:2")
+    out = RegroupOutcome(head, movable, others, freed_node=freed)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        kinds = {e["kind"] for e in events_of(database, {head, movable})}
+        if "regroup-head-start" in kinds or runner.job(head).is_finished:
+            break
+        time.sleep(1)
+    settle = time.time() + 30  # the moved job starts again elsewhere
+    while time.time() < settle and runner.job(movable).base_state != "RUNNING":
+        time.sleep(0.5)
+    h, m = runner.job(head), runner.job(movable)
+    out.events = events_of(database, {head, movable})
+    out.head_state, out.head_node = h.base_state or "", h.nodes or ""
+    out.head_start = h.start_time.timestamp() if h.start_time else 0.0
+    out.movable_state, out.movable_node = m.base_state or "", m.nodes or ""
+    out.movable_restarts = m.restart_cnt or 0
+    requeue = next((e for e in out.events if e["kind"] == "regroup-requeue"), None)
+    out.movable_excluded = list(requeue["data"].get("excluded", [])) if requeue else []
+    out.others_restarts = [runner.job(j).restart_cnt or 0 for j in others]
+    log = next(iter(workdir.glob(f"regroup-movable-{movable}.out")), None)
+    out.movable_output = log.read_text(errors="replace")[-2000:] if log is not None else ""
+    kinds = [e["kind"] for e in out.events]
+    order = ["regroup-plan", "regroup-signal", "regroup-requeue", "regroup-head-start"]
+    out.ok = (all(k in kinds for k in order) and [kinds.index(k) for k in order] == sorted(kinds.index(k) for k in order)
+              and out.head_state == "RUNNING" and out.head_node == freed and out.movable_restarts == 1
+              and out.movable_excluded == [freed] and not any(out.others_restarts))
+    return out

@@ -1,0 +1,55 @@
+"""Regrouping on the real cluster (issue 13 part 4): the steps of `gpupack demo --scenario regroup`.
+
+A packed job on a GPU of each node: a 2-GPU job waits (Slurm: Resources). The one packed job
+that declared it can be moved (`--requeue`, `--signal=B:USR1@10`) gets its checkpoint signal
+(delivered to its batch shell, not a cancel), is requeued after the grace time with its node
+excluded, restarts elsewhere, and the 2-GPU job starts on the freed node. Asserted through
+Slurm itself (states, restart counts, node lists) and the event log.
+
+Uses the session fixture `cluster` of tests/integration/conftest.py.
+"""
+from __future__ import annotations
+
+import pytest
+
+from slurm_plugin.cli.demo_regroup import GRACE_S, run_regroup
+from slurm_plugin.slurm.runner import SlurmRunner
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def regroup_cluster(cluster):
+    cluster.cancel_all()
+    try:
+        yield cluster
+    finally:
+        cluster.cancel_all()
+
+
+def test_a_movable_packed_job_is_moved_and_the_two_gpu_job_starts_on_its_node(regroup_cluster):
+    cluster = regroup_cluster
+    out = run_regroup(cluster.env, cluster.workdir, cluster.spec.database, timeout=240)
+    kinds = [e["kind"] for e in out.events]
+    order = ["regroup-plan", "regroup-signal", "regroup-requeue", "regroup-head-start"]
+    assert [k for k in kinds if k in order] == order, out.events
+    plan = next(e for e in out.events if e["kind"] == "regroup-plan")
+    assert plan["job"] == out.head and plan["data"]["moves"] == [out.movable]
+    assert plan["data"]["frees"] == f"{out.freed_node}:0,{out.freed_node}:1"
+    signal, requeue = (next(e for e in out.events if e["kind"] == k) for k in ("regroup-signal", "regroup-requeue"))
+    assert signal["job"] == requeue["job"] == out.movable and signal["data"]["signal"] == "USR1"
+    assert requeue["at"] - signal["at"] >= GRACE_S - 1  # it waited for the checkpoint's grace time
+    assert requeue["data"]["excluded"] == [out.freed_node]
+
+    # what Slurm says: the head runs on the freed node, the moved job restarted once elsewhere,
+    # the jobs that did not declare they can be moved were not touched
+    runner = SlurmRunner(env=cluster.env)
+    head, moved = runner.job(out.head), runner.job(out.movable)
+    assert head.base_state == "RUNNING" and head.nodes == out.freed_node
+    assert (moved.restart_cnt or 0) == 1 and moved.base_state in ("RUNNING", "PENDING")
+    if moved.base_state == "RUNNING":
+        assert moved.nodes != out.freed_node
+    assert all((runner.job(j).restart_cnt or 0) == 0 and runner.job(j).base_state == "RUNNING" for j in out.others)
+    # the signal reached its batch shell (a checkpoint line) and it was not cancelled (it ran again)
+    assert "checkpoint at" in out.movable_output and "start (restart 1)" in out.movable_output, out.movable_output
+    assert out.ok
