@@ -199,6 +199,7 @@ class GrowWatch:
                               **evidence)
         if done:
             ctx.acted.add(p.job_id)
+            ctx.state.kept_off[p.job_id] = others  # steering keeps the pin until it runs again
             if fp:
                 actions.store.remember_size(fp, d.grower_shares, "grow-restart")
             self.queued[p.job_id] = QueuedGrower(node, int(index), ctx.now, p.min_shares, p.max_shares)

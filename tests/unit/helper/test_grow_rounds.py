@@ -60,6 +60,8 @@ def test_the_youngest_neighbour_is_evicted_and_the_grower_restarts_pinned_to_its
     assert young.state == "PENDING" and young.priority == 0  # held until the grower runs again
     assert grower.state == "PENDING" and grower.priority > 0 and grower.state_reason != "JobHeldUser"
     assert grower.excluded_nodes == "node2"  # pinned to its node, so to its GPU's node
+    monitor.tick()  # a round while it waits: steering keeps the pin (it lifted it before)
+    assert fake.jobs[7].state == "PENDING" and fake.jobs[7].excluded_nodes == "node2"
     shards = int(grower.tres_per_node.rpartition(":")[2])
     assert 3 <= shards <= 4  # the freed 2 shares and its own 2: never more than the GPU has room for
     assert helper.store.remembered_size("grow") == shards
