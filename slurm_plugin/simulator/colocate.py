@@ -19,6 +19,7 @@ from packer.request import Candidate
 
 from slurm_plugin.simulator.contention_watch import ContentionWatch
 from slurm_plugin.simulator.events import CHECK
+from slurm_plugin.simulator.no_room import NoRoomMemo
 from slurm_plugin.simulator.policy import Policy
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ class ColocatePolicy(Policy):
         self._load_key: dict[str, tuple] = {}
         self._wl_index = {p.key: p.index for p in sim.profiles}
         self.watch = ContentionWatch(sim)  # FIG. 4, monitor_s after each pack
+        self.full = NoRoomMemo(sim)  # the shapes that found no room (the fast path's skip)
 
     def _estimate(self, job: Job) -> Estimate | None:
         sim = self.sim
@@ -92,6 +94,9 @@ class ColocatePolicy(Policy):
     def may_place_busy(self) -> bool:
         return bool(self.sim.shares.single) or bool(self.sim.shares.multi)
 
+    def no_room(self, job: Job) -> bool:
+        return self.full.still_none(job)
+
     def joined(self, g: Gpu, job: Job, now: float, was_busy: bool) -> None:
         if was_busy:  # FIG. 4 looks at the pack once both jobs' speeds are measured
             self.sim.loop.push(now + self.sim.cfg.monitor_s, CHECK, job, job.token)
@@ -114,13 +119,15 @@ class ColocatePolicy(Policy):
         usable = sim.sched.usable_idle(job, now, bf)
         d = self._decide(job, usable)
         if d.verdict != "packed":
-            return bool(usable) and sim.cluster.start_idle(job, now, bf, shared=True)
-        if not sim.shares.single and not sim.shares.multi:
-            return False
+            if usable:
+                return sim.cluster.start_idle(job, now, bf, shared=True)
+            return self.full.found_none(job, None)
         need = d.shards * int(sim.share_bytes)
-        free_pack = bf is None or bf.pack_ok
         memo = self._newcomer(job, need)
         new, acc = memo[1], memo[2]
+        if not sim.shares.single and not sim.shares.multi:
+            return self.full.found_none(job, acc)
+        free_pack = bf is None or bf.pack_ok
         if memo[3] == sim.shares.version:  # the same kinds of GPU as last time: same answer
             cands = memo[4]
         else:
@@ -133,7 +140,7 @@ class ColocatePolicy(Policy):
                     cands.append(key)
             memo[3], memo[4] = sim.shares.version, cands
         if not cands:
-            return False
+            return self.full.found_none(job, acc)
         if free_pack and memo[5] == sim.shares.version:
             # nothing to veto and the same kinds of GPU: the rule picks the same kind again
             sim.sched.denied = False
@@ -166,8 +173,8 @@ class ColocatePolicy(Policy):
             sim.sched.denied = True
             return False
 
-        if memo[7] != sim.shares.version:  # the rule's order of the qualifying kinds
-            memo[7] = sim.shares.version
+        if memo[7] is not cands and memo[7] != cands:  # the rule's order of the qualifying kinds
+            memo[7] = cands
             memo[8] = self._rank(new, [self._load(k) for k in cands])
         # choose_corunner's choice: the best kind the veto lets through (it asks every one)
         chosen = None
@@ -193,8 +200,8 @@ class ColocatePolicy(Policy):
         """The co-runner rule's view of a queued job and its memo: [stamp, newcomer, which
         kinds of GPU (workload, size) qualify for it, the version of the set of kinds, the
         qualifying kinds then, the version of the set of kinds, the kind the rule chose
-        then with no reservation to honour, the version and the rule's order of the
-        qualifying kinds]. Valid while no pair is added to avoid and the predictions of
+        then with no reservation to honour, the qualifying kinds last ranked and the rule's
+        order of them (the order depends on those kinds alone)]. Valid while no pair is added to avoid and the predictions of
         its pairs stand."""
         sim = self.sim
         # a kind of GPU qualifies by the pairs of this job's workload with those there: they
@@ -208,7 +215,7 @@ class ColocatePolicy(Policy):
             p = sim.profiles[job.profile]
             hit = self._corunner_cache[key] = [
                 stamp, Newcomer(f"p{job.profile}", p.key, need, p.util_pct), {}, -1, [], -1, None,
-                -1, []]
+                None, []]
         return hit
 
     def _rank(self, new: Newcomer, loads: list[GpuLoad]):

@@ -140,6 +140,9 @@ class Scheduler:
                 key = ("g", job.gpus) if job.gpus > 1 else policy.shape(job)
                 if job.duration >= failed.get(key, inf):
                     continue
+                if job.gpus == 1 and policy.no_room(job):
+                    failed[key] = -inf  # as if tried: it found no room in this same state
+                    continue
             self.denied = False
             opened = sim.shares.opened
             if self.try_start(job, now, bf):
