@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from packer.corunner import GpuLoad, Newcomer, RunningJob, choose_corunner, rank_corunners
+from packer.corunner import GpuLoad, Newcomer, RunningJob, rank_corunners
 from packer.decision import ClusterView, Estimate, decide
 from packer.request import Candidate
 
@@ -114,7 +114,8 @@ class ColocatePolicy(Policy):
 
     def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
         """FIG. 3: alone on an idle GPU if one is usable, else packed beside the co-runner
-        ``packer.corunner.choose_corunner`` picks (with the measured pairs' prediction)."""
+        ``packer.corunner`` picks (``choose_corunner``'s choice: the first kind of GPU
+        ``rank_corunners`` ranks that the reservation lets through)."""
         sim = self.sim
         usable = sim.sched.usable_idle(job, now, bf)
         d = self._decide(job, usable)
@@ -133,10 +134,11 @@ class ColocatePolicy(Policy):
         else:
             cands = []
             for key in (*sim.shares.single, *sim.shares.multi) if sim.shares.multi else sim.shares.single:
-                ok = acc.get(key)
-                if ok is None:  # this kind of GPU, alone: the same rule, memoised per kind
-                    ok = acc[key] = self._corunner(new, [self._load(key)], None).placed
-                if ok:
+                r = acc.get(key)
+                if r is None:  # this kind of GPU, alone: the same rule, memoised per kind
+                    found = self._rank(new, [self._load(key)])
+                    r = acc[key] = found[0] if found else False
+                if r:
                     cands.append(key)
             memo[3], memo[4] = sim.shares.version, cands
         if not cands:
@@ -175,7 +177,8 @@ class ColocatePolicy(Policy):
 
         if memo[7] is not cands and memo[7] != cands:  # the rule's order of the qualifying kinds
             memo[7] = cands
-            memo[8] = self._rank(new, [self._load(k) for k in cands])
+            rule = sim.cfg.corunner_rule  # rank_corunners' order: each kind assessed alone
+            memo[8] = sorted((acc[k] for k in cands), key=lambda r: r.key(rule))
         # choose_corunner's choice: the best kind the veto lets through (it asks every one)
         chosen = None
         for r in memo[8]:
@@ -198,7 +201,7 @@ class ColocatePolicy(Policy):
 
     def _newcomer(self, job: Job, need: int) -> list:
         """The co-runner rule's view of a queued job and its memo: [stamp, newcomer, which
-        kinds of GPU (workload, size) qualify for it, the version of the set of kinds, the
+        kinds of GPU (workload, size) qualify for it (kind -> its ``Ranked``, False), the version of the set of kinds, the
         qualifying kinds then, the version of the set of kinds, the kind the rule chose
         then with no reservation to honour, the qualifying kinds last ranked and the rule's
         order of them (the order depends on those kinds alone)]. Valid while no pair is added to avoid and the predictions of
@@ -219,7 +222,11 @@ class ColocatePolicy(Policy):
         return hit
 
     def _rank(self, new: Newcomer, loads: list[GpuLoad]):
-        """packer.corunner.rank_corunners with this run's rule and pair prediction."""
+        """packer.corunner.rank_corunners with this run's rule and pair prediction.
+
+        A GPU qualifies on its own (memory, pairs to avoid, predicted speeds) and the order is
+        a stable sort by the rule's key, so the kinds of GPU are assessed one at a time
+        (memoised) and the qualifying ones sorted together give the same ranking."""
         sim = self.sim
         pred = sim.cfg.pair_predict
         return rank_corunners(
@@ -228,18 +235,3 @@ class ColocatePolicy(Policy):
             pair_speed=self._pair_speed if pred else None,
             min_corunner_speed=1.0 - sim.cfg.contention_threshold if pred else 0.0,
             min_newcomer_speed=sim.cfg.min_newcomer_speed if pred else 0.0)
-
-    def _corunner(self, new: Newcomer, loads: list[GpuLoad], allow):
-        """packer.corunner.choose_corunner with this run's rule and pair prediction.
-
-        A GPU qualifies on its own (memory, pairs to avoid, predicted speeds), so the
-        caller may drop the kinds of GPU that did not qualify alone without changing the
-        choice among the rest."""
-        sim = self.sim
-        pred = sim.cfg.pair_predict
-        return choose_corunner(
-            new, loads, rule=sim.cfg.corunner_rule, max_fraction=sim.pk.max_gpu_fraction,
-            max_jobs_per_gpu=sim.cfg.max_jobs_per_gpu, avoid=sim.avoid,
-            pair_speed=self._pair_speed if pred else None,
-            min_corunner_speed=1.0 - sim.cfg.contention_threshold if pred else 0.0,
-            min_newcomer_speed=sim.cfg.min_newcomer_speed if pred else 0.0, allow=allow)

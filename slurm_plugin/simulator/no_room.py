@@ -45,7 +45,8 @@ class NoRoomMemo:
 
     def found_none(self, job: "Job", qualifies: dict | None) -> bool:
         """``place`` found no room for ``job`` (no time test refused it): remember it while no
-        GPU is idle. ``qualifies``: kind of GPU -> whether it qualifies for the job."""
+        GPU is idle. ``qualifies``: kind of GPU -> truthy when it qualifies for the job (the
+        policy's memo, filled as kinds are assessed)."""
         sim = self.sim
         if not sim.idle:
             self._seen[(job.profile, job.remembered)] = [

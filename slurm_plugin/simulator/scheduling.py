@@ -129,6 +129,7 @@ class Scheduler:
         policy = sim.policy
         bf = Backfill(self, head, now, head.gpus == 1 and policy.packs)
         failed: dict = {}  # shape -> shortest duration that failed since the last start
+        late: set = set()  # shapes a time test refused though the job ends after the reservation
         cand = list(islice(self.waiting(), 1, self.cfg.bf_depth + 1))
         cand = policy.order(cand)
         inf = math.inf
@@ -140,6 +141,8 @@ class Scheduler:
                 key = ("g", job.gpus) if job.gpus > 1 else policy.shape(job)
                 if job.duration >= failed.get(key, inf):
                     continue
+                if key in late and now + job.duration > bf.shadow:
+                    continue  # it ends after the reservation too: the same tests refuse it
                 if job.gpus == 1 and policy.no_room(job):
                     failed[key] = -inf  # as if tried: it found no room in this same state
                     continue
@@ -150,9 +153,14 @@ class Scheduler:
                 can1 = self._can_try_one()
                 if failed and (sim.shares.opened != opened or policy.uses_mig):
                     failed.clear()  # the start opened room a shape that failed may use
+                    late.clear()
             elif fast:
-                # refused by a backfill time test: a shorter job of this shape may pass
-                failed[key] = min(job.duration, failed.get(key, inf)) if self.denied else -inf
+                if self.denied:  # refused by a backfill time test: a shorter job may pass
+                    failed[key] = min(job.duration, failed.get(key, inf))
+                    if now + job.duration > bf.shadow:
+                        late.add(key)
+                else:
+                    failed[key] = -inf
 
     def _can_try_one(self) -> bool:
         """Cheap test: could anything start a one-GPU job now?"""
