@@ -32,6 +32,7 @@ class NoRoomMemo:
     def __init__(self, sim: "Simulator"):
         self.sim = sim
         self._seen: dict[tuple[int, int], list] = {}
+        self.skips = 0  # jobs found still without room (not tried)
 
     def _state(self, profile: int) -> int:
         """What decides a shape's room besides the kinds of GPU: the pairs to avoid, the
@@ -63,6 +64,7 @@ class NoRoomMemo:
             return False
         qualifies = seen[2]
         if qualifies is None:
+            self.skips += 1
             return True
         shares = sim.shares
         log = shares.appeared
@@ -75,4 +77,5 @@ class NoRoomMemo:
                                                  else shares.single)):
                     return False  # a kind that may qualify is there: let place judge
             seen[1] = n
+        self.skips += 1
         return True

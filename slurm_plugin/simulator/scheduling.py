@@ -12,7 +12,11 @@ asks this scheduler's backfill tests (:meth:`Scheduler.may_take_idle`,
 
 Speed (``SimConfig(fast=True)``): a pass is skipped when nothing it reads changed since a
 pass that started nothing (``dirty``); within a pass a job is not tried when one of the
-same shape no longer than it failed since the last start that opened room.
+same shape no longer than it failed since the last start that opened room, when a time
+test refused one of its shape that ended after the head's reservation and it does too
+(every time test is ``now + duration x (1 or more) <= reservation``, or does not read the
+duration), or when the policy knows its shape found no room in the same state
+(:meth:`~slurm_plugin.simulator.policy.Policy.no_room`).
 ``SimConfig(fast=False)`` runs every pass and tries every job, with identical results
 (tested).
 """
@@ -71,6 +75,7 @@ class Scheduler:
         self.dirty = True  # something a scheduling pass looks at changed since the last one
         self.denied = False  # the last try failed a backfill time test (else: no room)
         self.passes = self.passes_skipped = 0
+        self.late_skips = 0  # jobs not tried: ending after the reservation, as one refused
 
     # ----------------------------------------------------------------- queue
     def arrive(self, job: Job, now: float) -> None:
@@ -104,7 +109,10 @@ class Scheduler:
         either on that state or ``now + duration <= reservation``, which only gets harder
         as time passes); and a job is not tried when one of the same shape (same workload
         and remembered size, or same GPU count) no longer than it failed since the last
-        start in this pass (a longer job fails the same tests).
+        start in this pass (a longer job fails the same tests), or one of its shape that
+        ended after the reservation was refused by a time test and it does too (so do
+        those tests: a newcomer's run beside others is its duration over a speed of at
+        most 1), or the policy says its shape still has no room (``Policy.no_room``).
         """
         fast = self.cfg.fast
         if fast and not self.dirty:
@@ -142,7 +150,8 @@ class Scheduler:
                 if job.duration >= failed.get(key, inf):
                     continue
                 if key in late and now + job.duration > bf.shadow:
-                    continue  # it ends after the reservation too: the same tests refuse it
+                    self.late_skips += 1  # it ends after the reservation too: the same
+                    continue  # tests refuse it
                 if job.gpus == 1 and policy.no_room(job):
                     failed[key] = -inf  # as if tried: it found no room in this same state
                     continue
