@@ -45,6 +45,7 @@ class ColocatePolicy(Policy):
         self._wl_index = {p.key: p.index for p in sim.profiles}
         self.watch = ContentionWatch(sim)  # FIG. 4, monitor_s after each pack
         self.full = NoRoomMemo(sim)  # the shapes that found no room (the fast path's skip)
+        self.no_room = self.full.still_none  # Policy.no_room, without a call in between
 
     def _estimate(self, job: Job) -> Estimate | None:
         sim = self.sim
@@ -93,9 +94,6 @@ class ColocatePolicy(Policy):
 
     def may_place_busy(self) -> bool:
         return bool(self.sim.shares.single) or bool(self.sim.shares.multi)
-
-    def no_room(self, job: Job) -> bool:
-        return self.full.still_none(job)
 
     def joined(self, g: Gpu, job: Job, now: float, was_busy: bool) -> None:
         if was_busy:  # FIG. 4 looks at the pack once both jobs' speeds are measured

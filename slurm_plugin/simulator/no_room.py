@@ -60,7 +60,12 @@ class NoRoomMemo:
         if sim.idle:
             return False
         seen = self._seen.get((job.profile, job.remembered))
-        if seen is None or seen[0] != self._state(job.profile):
+        if seen is None:
+            return False
+        know = sim.know  # _state, inline (called millions of times)
+        if seen[0] != len(sim.avoid) + len(sim.history) + (
+                know.version if sim.shares.multi_on
+                else know.model_version + know.profile_version[job.profile]):
             return False
         qualifies = seen[2]
         if qualifies is None:

@@ -142,17 +142,18 @@ class Scheduler:
         cand = policy.order(cand)
         inf = math.inf
         can1 = self._can_try_one()
+        shape, no_room = policy.shape, policy.no_room
         for job in cand:
             if not (can1 if job.gpus == 1 else len(sim.idle) >= job.gpus):
                 continue
             if fast:
-                key = ("g", job.gpus) if job.gpus > 1 else policy.shape(job)
+                key = ("g", job.gpus) if job.gpus > 1 else shape(job)
                 if job.duration >= failed.get(key, inf):
                     continue
                 if key in late and now + job.duration > bf.shadow:
                     self.late_skips += 1  # it ends after the reservation too: the same
                     continue  # tests refuse it
-                if job.gpus == 1 and policy.no_room(job):
+                if job.gpus == 1 and no_room(job):
                     failed[key] = -inf  # as if tried: it found no room in this same state
                     continue
             self.denied = False
