@@ -13,12 +13,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from packer.corunner import GpuLoad, Newcomer, RunningJob, choose_corunner, rank_corunners
+from packer.corunner import GpuLoad, Newcomer, RunningJob, rank_corunners
 from packer.decision import ClusterView, Estimate, decide
 from packer.request import Candidate
 
 from slurm_plugin.simulator.contention_watch import ContentionWatch
 from slurm_plugin.simulator.events import CHECK
+from slurm_plugin.simulator.no_room import NoRoomMemo
 from slurm_plugin.simulator.policy import Policy
 
 if TYPE_CHECKING:
@@ -43,6 +44,8 @@ class ColocatePolicy(Policy):
         self._load_key: dict[str, tuple] = {}
         self._wl_index = {p.key: p.index for p in sim.profiles}
         self.watch = ContentionWatch(sim)  # FIG. 4, monitor_s after each pack
+        self.full = NoRoomMemo(sim)  # the shapes that found no room (the fast path's skip)
+        self.no_room = self.full.still_none  # Policy.no_room, without a call in between
 
     def _estimate(self, job: Job) -> Estimate | None:
         sim = self.sim
@@ -109,31 +112,35 @@ class ColocatePolicy(Policy):
 
     def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
         """FIG. 3: alone on an idle GPU if one is usable, else packed beside the co-runner
-        ``packer.corunner.choose_corunner`` picks (with the measured pairs' prediction)."""
+        ``packer.corunner`` picks (``choose_corunner``'s choice: the first kind of GPU
+        ``rank_corunners`` ranks that the reservation lets through)."""
         sim = self.sim
         usable = sim.sched.usable_idle(job, now, bf)
         d = self._decide(job, usable)
         if d.verdict != "packed":
-            return bool(usable) and sim.cluster.start_idle(job, now, bf, shared=True)
-        if not sim.shares.single and not sim.shares.multi:
-            return False
+            if usable:
+                return sim.cluster.start_idle(job, now, bf, shared=True)
+            return self.full.found_none(job, None)
         need = d.shards * int(sim.share_bytes)
-        free_pack = bf is None or bf.pack_ok
         memo = self._newcomer(job, need)
         new, acc = memo[1], memo[2]
+        if not sim.shares.single and not sim.shares.multi:
+            return self.full.found_none(job, acc)
+        free_pack = bf is None or bf.pack_ok
         if memo[3] == sim.shares.version:  # the same kinds of GPU as last time: same answer
             cands = memo[4]
         else:
             cands = []
             for key in (*sim.shares.single, *sim.shares.multi) if sim.shares.multi else sim.shares.single:
-                ok = acc.get(key)
-                if ok is None:  # this kind of GPU, alone: the same rule, memoised per kind
-                    ok = acc[key] = self._corunner(new, [self._load(key)], None).placed
-                if ok:
+                r = acc.get(key)
+                if r is None:  # this kind of GPU, alone: the same rule, memoised per kind
+                    found = self._rank(new, [self._load(key)])
+                    r = acc[key] = found[0] if found else False
+                if r:
                     cands.append(key)
             memo[3], memo[4] = sim.shares.version, cands
         if not cands:
-            return False
+            return self.full.found_none(job, acc)
         if free_pack and memo[5] == sim.shares.version:
             # nothing to veto and the same kinds of GPU: the rule picks the same kind again
             sim.sched.denied = False
@@ -166,9 +173,10 @@ class ColocatePolicy(Policy):
             sim.sched.denied = True
             return False
 
-        if memo[7] != sim.shares.version:  # the rule's order of the qualifying kinds
-            memo[7] = sim.shares.version
-            memo[8] = self._rank(new, [self._load(k) for k in cands])
+        if memo[7] is not cands and memo[7] != cands:  # the rule's order of the qualifying kinds
+            memo[7] = cands
+            rule = sim.cfg.corunner_rule  # rank_corunners' order: each kind assessed alone
+            memo[8] = sorted((acc[k] for k in cands), key=lambda r: r.key(rule))
         # choose_corunner's choice: the best kind the veto lets through (it asks every one)
         chosen = None
         for r in memo[8]:
@@ -191,10 +199,10 @@ class ColocatePolicy(Policy):
 
     def _newcomer(self, job: Job, need: int) -> list:
         """The co-runner rule's view of a queued job and its memo: [stamp, newcomer, which
-        kinds of GPU (workload, size) qualify for it, the version of the set of kinds, the
+        kinds of GPU (workload, size) qualify for it (kind -> its ``Ranked``, False), the version of the set of kinds, the
         qualifying kinds then, the version of the set of kinds, the kind the rule chose
-        then with no reservation to honour, the version and the rule's order of the
-        qualifying kinds]. Valid while no pair is added to avoid and the predictions of
+        then with no reservation to honour, the qualifying kinds last ranked and the rule's
+        order of them (the order depends on those kinds alone)]. Valid while no pair is added to avoid and the predictions of
         its pairs stand."""
         sim = self.sim
         # a kind of GPU qualifies by the pairs of this job's workload with those there: they
@@ -208,11 +216,15 @@ class ColocatePolicy(Policy):
             p = sim.profiles[job.profile]
             hit = self._corunner_cache[key] = [
                 stamp, Newcomer(f"p{job.profile}", p.key, need, p.util_pct), {}, -1, [], -1, None,
-                -1, []]
+                None, []]
         return hit
 
     def _rank(self, new: Newcomer, loads: list[GpuLoad]):
-        """packer.corunner.rank_corunners with this run's rule and pair prediction."""
+        """packer.corunner.rank_corunners with this run's rule and pair prediction.
+
+        A GPU qualifies on its own (memory, pairs to avoid, predicted speeds) and the order is
+        a stable sort by the rule's key, so the kinds of GPU are assessed one at a time
+        (memoised) and the qualifying ones sorted together give the same ranking."""
         sim = self.sim
         pred = sim.cfg.pair_predict
         return rank_corunners(
@@ -221,18 +233,3 @@ class ColocatePolicy(Policy):
             pair_speed=self._pair_speed if pred else None,
             min_corunner_speed=1.0 - sim.cfg.contention_threshold if pred else 0.0,
             min_newcomer_speed=sim.cfg.min_newcomer_speed if pred else 0.0)
-
-    def _corunner(self, new: Newcomer, loads: list[GpuLoad], allow):
-        """packer.corunner.choose_corunner with this run's rule and pair prediction.
-
-        A GPU qualifies on its own (memory, pairs to avoid, predicted speeds), so the
-        caller may drop the kinds of GPU that did not qualify alone without changing the
-        choice among the rest."""
-        sim = self.sim
-        pred = sim.cfg.pair_predict
-        return choose_corunner(
-            new, loads, rule=sim.cfg.corunner_rule, max_fraction=sim.pk.max_gpu_fraction,
-            max_jobs_per_gpu=sim.cfg.max_jobs_per_gpu, avoid=sim.avoid,
-            pair_speed=self._pair_speed if pred else None,
-            min_corunner_speed=1.0 - sim.cfg.contention_threshold if pred else 0.0,
-            min_newcomer_speed=sim.cfg.min_newcomer_speed if pred else 0.0, allow=allow)

@@ -8,6 +8,9 @@ idle GPUs for every policy, and asks the policy for everything about one-GPU job
 - :meth:`Policy.may_place_busy`: a cheap test, could a one-GPU job start anywhere but on an
   idle GPU (a backfill pass skips one-GPU jobs when neither is possible);
 - :meth:`Policy.shape`: jobs of one shape fail the same tests (the fast path's memo);
+- :meth:`Policy.no_room`: a cheap test, would :meth:`Policy.place` fail for want of room as
+  it did for a job of this shape, nothing it reads having changed since (the fast path skips
+  the job);
 - :meth:`Policy.order`: the order a backfill pass tries its candidates in;
 - :meth:`Policy.joined` / :meth:`Policy.left`: a job joined a GPU shared with others, a job
   left a GPU where others still run (the policy's own indexes, its watches);
@@ -44,6 +47,9 @@ class Policy:
 
     def shape(self, job: "Job") -> tuple:
         return ("p", job.profile, job.remembered)  # the profile fixes memory and utilisation
+
+    def no_room(self, job: "Job") -> bool:
+        return False  # no memo: every job is tried
 
     def order(self, cand: list["Job"]) -> list["Job"]:
         return cand

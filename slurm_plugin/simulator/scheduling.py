@@ -12,7 +12,11 @@ asks this scheduler's backfill tests (:meth:`Scheduler.may_take_idle`,
 
 Speed (``SimConfig(fast=True)``): a pass is skipped when nothing it reads changed since a
 pass that started nothing (``dirty``); within a pass a job is not tried when one of the
-same shape no longer than it failed since the last start that opened room.
+same shape no longer than it failed since the last start that opened room, when a time
+test refused one of its shape that ended after the head's reservation and it does too
+(every time test is ``now + duration x (1 or more) <= reservation``, or does not read the
+duration), or when the policy knows its shape found no room in the same state
+(:meth:`~slurm_plugin.simulator.policy.Policy.no_room`).
 ``SimConfig(fast=False)`` runs every pass and tries every job, with identical results
 (tested).
 """
@@ -71,6 +75,7 @@ class Scheduler:
         self.dirty = True  # something a scheduling pass looks at changed since the last one
         self.denied = False  # the last try failed a backfill time test (else: no room)
         self.passes = self.passes_skipped = 0
+        self.late_skips = 0  # jobs not tried: ending after the reservation, as one refused
 
     # ----------------------------------------------------------------- queue
     def arrive(self, job: Job, now: float) -> None:
@@ -104,7 +109,10 @@ class Scheduler:
         either on that state or ``now + duration <= reservation``, which only gets harder
         as time passes); and a job is not tried when one of the same shape (same workload
         and remembered size, or same GPU count) no longer than it failed since the last
-        start in this pass (a longer job fails the same tests).
+        start in this pass (a longer job fails the same tests), or one of its shape that
+        ended after the reservation was refused by a time test and it does too (so do
+        those tests: a newcomer's run beside others is its duration over a speed of at
+        most 1), or the policy says its shape still has no room (``Policy.no_room``).
         """
         fast = self.cfg.fast
         if fast and not self.dirty:
@@ -129,16 +137,24 @@ class Scheduler:
         policy = sim.policy
         bf = Backfill(self, head, now, head.gpus == 1 and policy.packs)
         failed: dict = {}  # shape -> shortest duration that failed since the last start
+        late: set = set()  # shapes a time test refused though the job ends after the reservation
         cand = list(islice(self.waiting(), 1, self.cfg.bf_depth + 1))
         cand = policy.order(cand)
         inf = math.inf
         can1 = self._can_try_one()
+        shape, no_room = policy.shape, policy.no_room
         for job in cand:
             if not (can1 if job.gpus == 1 else len(sim.idle) >= job.gpus):
                 continue
             if fast:
-                key = ("g", job.gpus) if job.gpus > 1 else policy.shape(job)
+                key = ("g", job.gpus) if job.gpus > 1 else shape(job)
                 if job.duration >= failed.get(key, inf):
+                    continue
+                if key in late and now + job.duration > bf.shadow:
+                    self.late_skips += 1  # it ends after the reservation too: the same
+                    continue  # tests refuse it
+                if job.gpus == 1 and no_room(job):
+                    failed[key] = -inf  # as if tried: it found no room in this same state
                     continue
             self.denied = False
             opened = sim.shares.opened
@@ -147,9 +163,14 @@ class Scheduler:
                 can1 = self._can_try_one()
                 if failed and (sim.shares.opened != opened or policy.uses_mig):
                     failed.clear()  # the start opened room a shape that failed may use
+                    late.clear()
             elif fast:
-                # refused by a backfill time test: a shorter job of this shape may pass
-                failed[key] = min(job.duration, failed.get(key, inf)) if self.denied else -inf
+                if self.denied:  # refused by a backfill time test: a shorter job may pass
+                    failed[key] = min(job.duration, failed.get(key, inf))
+                    if now + job.duration > bf.shadow:
+                        late.add(key)
+                else:
+                    failed[key] = -inf
 
     def _can_try_one(self) -> bool:
         """Cheap test: could anything start a one-GPU job now?"""

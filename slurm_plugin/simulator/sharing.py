@@ -5,7 +5,8 @@ runs on them, and the speeds jobs get beside each other.
 and (colocate with more than two per GPU) each GPU running 2 to ``max_jobs_per_gpu - 1``
 one-GPU jobs under the sorted tuple of theirs: the packing policies look for room by kind
 of GPU, not GPU by GPU. ``opened`` is bumped when room appears for a job, ``version`` when a
-kind appears or goes (the policies' memos and the fast path read them).
+kind appears or goes, ``appeared`` logs the kinds as they appear (the policies' memos and
+the fast path read them).
 
 :func:`shared_rates`: each job's speed beside the others, the product of its measured pair
 speeds; with more than two jobs no GPU gives more than its compute (sum of utilisation x
@@ -27,6 +28,7 @@ class ShareIndex:
         self.multi: dict[tuple, dict[int, None]] = {}
         self.opened = 0  # bumped when room appears for a job (a GPU with one job, free shares)
         self.version = 0  # bumped when a (workload, size) group of one-job GPUs appears/goes
+        self.appeared: list[tuple] = []  # every kind (key of single or multi) as it appears
 
     def held(self, job: Job) -> int:
         return job.shards * self.share if job.shards else job.mem0
@@ -65,6 +67,7 @@ class ShareIndex:
                 if d is None:
                     d = self.multi[key] = {}
                     self.version += 1
+                    self.appeared.append(key)
                 d[g.id] = None
                 self.opened += 1
         if len(g.jobs) == 1 and g.jobs[0].gpus == 1:
@@ -74,6 +77,7 @@ class ShareIndex:
             if d is None:
                 d = self.single[key] = {}
                 self.version += 1
+                self.appeared.append(key)
             d[g.id] = None
             self.opened += 1
 

@@ -225,3 +225,22 @@ def test_scaling_report_times_jobs_and_gpus(tmp_path):
     assert "jobs^" in text and "GPUs^" in text
     report = (tmp_path / "report.md").read_text()
     assert report.startswith("# Simulated policies") and report.count("## Run time") == 1
+
+
+@pytest.mark.parametrize("kw", [{}, {"pair_knowledge": "model"}, {"max_jobs_per_gpu": 3},
+                                {"corunner_rule": "lowest-util", "pair_predict": False}])
+def test_colocate_skips_without_trying_and_keeps_the_reference_results(kw):
+    # the fast path's skips (shapes still without room, jobs ending after the reservation
+    # like one refused) happen on a loaded cluster and change nothing
+    specs = random_trace(600, seed=5)
+    sims, outs = {}, {}
+    for fast in (True, False):
+        sim = sims[fast] = Simulator(SimConfig(policy="colocate", gpus=6, predictor=True,
+                                               fast=fast, bf_depth=20, **kw), specs,
+                                     PROFILES, PAIRS)
+        outs[fast] = sim.run()
+    assert outcome(outs[True]) == outcome(outs[False])
+    assert summary(outs[True]) | {"sim_wall_s": 0, "sim_passes": 0, "sim_passes_skipped": 0} == \
+        summary(outs[False]) | {"sim_wall_s": 0, "sim_passes": 0, "sim_passes_skipped": 0}
+    assert sims[True].policy.full.skips > 0 and sims[True].sched.late_skips > 0
+    assert sims[False].policy.full.skips == 0 and sims[False].sched.late_skips == 0
