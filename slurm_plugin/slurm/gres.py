@@ -129,6 +129,9 @@ def parse_gres_item(text: str, per: str = "node") -> GresItem | None:
             (0 if used == "-" else int(used), int(total))
             for used, total in (pair.split("/") for pair in suffix.split(","))
         )
+        # 23.11+ prints a shard job's allocation this way (`shard:h100:2(0/8,2/8)`, no IDX):
+        # the GPUs it is on are the devices with shares in use, as 22.05's IDX list said
+        indexes = tuple(i for i, (used, _total) in enumerate(per_device) if used > 0)
     return GresItem(
         name=name, type=gres_type, count=count, per=per, indexes=indexes, per_device=per_device
     )

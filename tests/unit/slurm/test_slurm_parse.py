@@ -161,6 +161,9 @@ def test_recorded_24_11_jobs_from_scontrol() -> None:
     assert (jobs[32].state, jobs[32].gres) == ("COMPLETED", ())
     assert (jobs[33].state, jobs[33].exit_code, jobs[33].state_reason) == ("FAILED", 3, "NonZeroExitCode")
     assert jobs[34].gres == (GresItem("shard", None, 4),) and jobs[34].admin_comment == "site note"
+    # 24.11 gives a shard job's allocation per device, with no IDX list: its GPU is the one in use
+    (detail,) = jobs[34].gres_detail
+    assert (detail.per_device, detail.indexes) == (((0, 8), (4, 8)), (1,))
     assert jobs[35].name == 'we"ird %x name' and jobs[35].comment == "user comment"
     assert (jobs[36].state, jobs[36].exit_signal) == ("CANCELLED", None)  # cancelled while pending
     assert (jobs[1].state, jobs[1].exit_signal) == ("CANCELLED", 15)  # cancelled while running
