@@ -38,7 +38,9 @@ def test_silent_newcomer_that_slows_a_silent_neighbour_is_requeued_at_the_head(c
 
         def senior_counted():
             got = samples(cluster.state_dir, "node1", senior, latest=True)
-            return got and got[0].util_source == "dcgm-gr-active" and got[0].throughput is None and got[0]
+            # a sample taken before the workload began (no memory yet) shows an idle instance
+            return (got and got[0].util_source == "dcgm-gr-active" and got[0].throughput is None
+                    and got[0].mem_bytes > 0 and got[0])
 
         first = wait_for(senior_counted, 20, "the senior's utilisation from the GPU's counters")
         assert 40 < first.util_pct < 100  # ResNet18 alone keeps ~69 % of its slice busy
