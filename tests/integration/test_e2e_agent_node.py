@@ -161,7 +161,7 @@ def test_mps_shares_come_from_measured_utilisation(cluster):
         while time.time() < deadline and not (sock.exists() and client.ask(sock, {"op": "ping"}).get("status") == "ok"):
             time.sleep(0.2)
         jobs = {}
-        for workload in ("ResNet18", "LSTM"):
+        for workload in ("PPO", "LSTM"):
             body = (
                 "#!/bin/sh\n"
                 f"env | grep -E '^CUDA_MPS' > {wd}/mps-first-$SLURM_JOB_ID.txt\n"
@@ -181,10 +181,12 @@ def test_mps_shares_come_from_measured_utilisation(cluster):
         first = {w: env_of("first", j) for w, j in jobs.items()}
         second = {w: env_of("second", j) for w, j in jobs.items()}
         # the first step: half each (4 of 8 shares); the later step: from measured utilisation,
-        # LSTM (busier in the measured data) more than ResNet18, the two summing to 100
+        # LSTM (about 77 % busy beside PPO in the measured data) more than PPO (about 13 %), the
+        # two summing to 100. A pair whose measured utilisations are close (LSTM and ResNet18:
+        # 68.5 % and 68.7 % once each slows the other) would leave the order to the noise.
         assert {e["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] for e in first.values()} == {"50"}
         pct = {w: int(e["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]) for w, e in second.items()}
-        assert pct["LSTM"] > pct["ResNet18"] and pct["LSTM"] + pct["ResNet18"] == 100, pct
+        assert pct["LSTM"] > pct["PPO"] + 20 and pct["LSTM"] + pct["PPO"] == 100, pct
         assert all(e["CUDA_MPS_PIPE_DIRECTORY"].endswith("gpu0/pipe") for e in second.values())
     finally:
         mps_agent.terminate()
