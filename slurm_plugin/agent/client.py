@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from packer.samples import JobSample
-from slurm_plugin.agent.daemon import final_path, socket_path
+from slurm_plugin.agent.paths import final_path, socket_path
 
 
 class AgentUnavailable(OSError):

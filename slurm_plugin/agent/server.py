@@ -12,7 +12,8 @@ import socketserver
 from pathlib import Path
 
 from slurm_plugin.agent import isolation as iso
-from slurm_plugin.agent.daemon import AgentError, NodeAgent
+from slurm_plugin.agent.daemon import NodeAgent
+from slurm_plugin.agent.paths import AgentError
 from slurm_plugin.agent.trust import Peer, ReportRejected, may_call, peer_of
 from slurm_plugin.unix_socket import PeerCheckedUnixServer
 

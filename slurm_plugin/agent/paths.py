@@ -1,0 +1,44 @@
+"""Where a node agent keeps its files: its socket, its state, the jobs' finals, MPS directories."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class AgentError(RuntimeError):
+    """An isolation request that cannot be met; the message goes to the SPANK plugin's log."""
+
+
+@dataclass(frozen=True)
+class AgentPaths:
+    state_dir: Path
+    node: str
+
+    @property
+    def socket(self) -> Path:
+        return socket_path(self.state_dir, self.node)
+
+    @property
+    def home(self) -> Path:
+        return self.state_dir / "agent" / self.node
+
+    @property
+    def finals(self) -> Path:
+        return self.home / "final"
+
+    @property
+    def mps(self) -> Path:
+        return self.state_dir / "mps" / self.node
+
+    @property
+    def mps_plan(self) -> Path:
+        """The helper's MPS percentages for this node's jobs (``{gpu: {job: percent}}``)."""
+        return self.state_dir / "run" / f"mps-plan-{self.node}.json"
+
+
+def socket_path(state_dir: Path, node: str) -> Path:
+    return Path(state_dir) / "run" / f"agent-{node}.sock"
+
+
+def final_path(state_dir: Path, node: str, job_id: int) -> Path:
+    return Path(state_dir) / "agent" / node / "final" / f"{int(job_id)}.json"
