@@ -113,7 +113,7 @@ def test_list_gpus(backend, fake):
 
 
 def test_catalogue_read_from_nvml_equals_the_static_table(backend, fake, caplog):
-    with caplog.at_level(logging.WARNING, logger="mig.nvml_backend"):
+    with caplog.at_level(logging.WARNING, logger="mig.nvml_catalog"):
         cat = backend.catalog(0)
     assert "differs" not in caplog.text
     assert diff_catalogs(H100, cat) == []
