@@ -19,6 +19,6 @@ Public API (pure code unless noted)::
     mig.apply.apply_layout(backend, gpu_index, placements, dry_run=False) -> ApplyResult
     mig.backend.GpuBackend                               # the backend Protocol
     mig.sim_backend.SimGpuBackend(state_dir=None, node="node0", gpus=None)
-    mig.nvml_backend.NvmlBackend()                       # NVML; the only module using pynvml
+    mig.nvml_backend.NvmlBackend()                       # NVML (mig/nvml_*.py: the only modules using pynvml)
     mig.errors.MigError and subclasses                   # shared by both backends
 """

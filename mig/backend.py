@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Protocol, runtime_checkable
 
 from mig.catalog import Catalog
+from mig.fsm import PartitionState, get_space
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,9 @@ class GpuBackend(Protocol):
 
     def list_instances(self, gpu_index: int) -> list[MigInstance]: ...
 
+    def partition_state(self, gpu_index: int,
+                        profiles: tuple[str, ...] | None = None) -> PartitionState: ...
+
     def create_instance(self, gpu_index: int, profile: str, start: int,
                         owner: str | None = None) -> MigInstance: ...
 
@@ -78,6 +82,13 @@ class GpuBackend(Protocol):
     def device_uuids(self, gpu_index: int) -> dict[int, str]: ...
 
     def process_memory(self, gpu_index: int, gi_id: int | None = None) -> list[ProcessMemory]: ...
+
+
+def partition_state_of(catalog: Catalog, instances: list[MigInstance],
+                       profiles: tuple[str, ...] | None = None) -> PartitionState:
+    """A GPU's partition state: its instances as placements in its catalogue's space."""
+    return PartitionState.from_placements(get_space(catalog, profiles),
+                                          [(i.profile, i.start) for i in instances])
 
 
 @dataclass(frozen=True)

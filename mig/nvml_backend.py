@@ -38,8 +38,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from mig.backend import GpuInfo, InstanceActivity, MigInstance, ProcessMemory, ProcessUtilization
+from mig.backend import GpuInfo, InstanceActivity, MigInstance, ProcessMemory, ProcessUtilization, partition_state_of
 from mig.catalog import Catalog
+from mig.fsm import PartitionState
 from mig.nvml_catalog import NvmlCatalogReader, static_catalog
 from mig.nvml_counters import NvmlCounters
 from mig.nvml_instances import NvmlInstances
@@ -117,6 +118,11 @@ class NvmlBackend:
     # -- instances ------------------------------------------------------------------------
     def list_instances(self, gpu_index: int) -> list[MigInstance]:
         return self._instances.instances(gpu_index)
+
+    def partition_state(self, gpu_index: int,
+                        profiles: tuple[str, ...] | None = None) -> PartitionState:
+        """The partition state of one GPU: its instances (as NVML lists them) as placements."""
+        return partition_state_of(self.catalog(gpu_index), self.list_instances(gpu_index), profiles)
 
     def create_instance(self, gpu_index: int, profile: str, start: int,
                         owner: str | None = None) -> MigInstance:

@@ -381,3 +381,16 @@ def test_gpu_without_mig_support(backend, fake):
         backend.create_instance(1, "1g.10gb", 0)
     with pytest.raises(MigDisabledError, match="does not support MIG"):
         backend.set_mig_mode(1, True)
+
+
+def test_partition_state_follows_the_instances_nvml_lists(backend, fake):
+    """The node agent places MIG slices from `partition_state`: on NVML it is the instances
+    the driver lists, as placements (a full GPU after 3g@4 + 4g@0 accepts nothing more)."""
+    assert backend.partition_state(0).mask == 0
+    backend.create_instance(0, "3g.40gb", 4)
+    state = backend.partition_state(0)
+    assert not state.is_full and not state.can_alloc("4g.40gb", 4)
+    assert state.can_alloc("4g.40gb", 0)
+    backend.create_instance(0, "4g.40gb", 0)
+    assert backend.partition_state(0).is_full
+    assert backend.partition_state(1).mask == 0  # the other GPU is untouched
