@@ -18,4 +18,9 @@ partition_sizes=None, options=None) -> Decision``; ``predictor.series.read_serie
 ``predictor.bench.run_bench(dir)``. Sources of series (NVML, PyTorch probe, cgroup,
 procfs): ``predictor.sources``. Memory of LLM inference from model configs:
 ``predictor.kvmodel``. Closed-form OLS bounds: ``predictor.linfit``.
+
+Inside the forecaster: ``predictor.regime`` (the window fitted: regime breaks, plateau),
+``predictor.trend`` (line, bounds and point forecast on it), ``predictor.reach`` (how far
+ahead certainty is claimed), ``predictor.certainty`` (convergence, the warning and its
+statsmodels confirmation), ``predictor.residuals`` (lag-1 autocorrelation, curvature).
 """

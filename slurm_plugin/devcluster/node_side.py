@@ -1,6 +1,7 @@
 """The node side of the dev cluster: the SPANK plugin build, the node agents, plugstack.conf.
 
-Called by :mod:`slurm_plugin.devcluster.manager` (build, processes, plugstack_lines).
+Called by :mod:`slurm_plugin.devcluster.manager` (build, processes) and
+:mod:`slurm_plugin.devcluster.files` (plugstack_lines).
 """
 from __future__ import annotations
 

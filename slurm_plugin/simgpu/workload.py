@@ -23,7 +23,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import Any, Callable, TextIO
 
 from slurm_plugin.simgpu import pairs
 
@@ -173,28 +173,11 @@ def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload
         env: dict[str, str] | None = None, report_every_s: float = 0.5, report: bool = True,
         out: TextIO = sys.stdout, err: TextIO = sys.stderr, backend=None) -> int:
     """Run the workload; returns the process exit status (0 done, 1 out of memory, 2 setup)."""
-    from mig.errors import GpuOutOfMemoryError, MigError
-    from mig.sim_backend import SimGpuBackend
+    from mig.errors import MigError
 
     env = dict(os.environ if env is None else env)
     try:
-        target = target_from_env(env)
-        gpu = backend or SimGpuBackend(target.sim_dir, target.node)
-        device = target.device_uuid
-        if device is None:
-            gpus = {g.index: g for g in gpu.list_gpus()}
-            if target.gpu_index not in gpus:
-                raise WorkloadSetupError(f"no device: GPUPACK_SIM_DEVICE unset and GPU index "
-                                         f"{target.gpu_index} is not one of {sorted(gpus)} on {target.node}")
-            device = gpus[target.gpu_index].uuid
-            if gpus[target.gpu_index].mig_enabled:
-                # no answer from the agent: like CUDA, use the first MIG device of the GPU
-                insts = gpu.list_instances(target.gpu_index)
-                if not insts:
-                    raise WorkloadSetupError(f"CUDA error: no CUDA-capable device is detected (GPU "
-                                             f"{target.gpu_index} of {target.node} is in MIG mode and has no MIG device)")
-                device = insts[0].uuid
-                print(f"simgpu: no isolation from the node agent; using the first MIG device {device}", file=err)
+        target, gpu, device = _find_device(env, backend, err)
         gpu_index, gi_id = gpu.find_device(device)
     except (WorkloadSetupError, MigError) as exc:
         print(f"simgpu: {exc}", file=err)
@@ -205,50 +188,15 @@ def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload
     default_speed = float(env.get("GPUPACK_SIM_DEFAULT_PAIR_SPEED", pairs.DEFAULT_PAIR_SPEED))
     reporter = _Reporter(target, workload, report_every_s) if report else None
     engines = _Engines(gpu, device, target.owner, workload, default_speed)
-    held = 0
-    stopping = {"sig": 0}
-
-    def _stop(signum, _frame):
-        stopping["sig"] = signum
-
-    old = signal.signal(signal.SIGTERM, _stop)
+    memory = _Memory(gpu, device, target.owner, capacity, gpu_index, err)
+    stopping = _StopSignal()
+    old = signal.signal(signal.SIGTERM, stopping)
     print(f"simgpu: job {target.job_id} on {target.node} GPU {gpu_index} device {device} "
           f"({capacity / GIB:.2f} GiB), workload {workload or 'generic'}"
           f"{'' if report else ', not reporting'}", file=out, flush=True)
-
-    def alloc(n: int) -> bool:
-        nonlocal held
-        try:
-            if held + n > capacity:
-                raise GpuOutOfMemoryError("over the MPS memory limit")
-            gpu.alloc_memory(device, target.owner, n)
-        except GpuOutOfMemoryError:
-            print(oom_message(n, capacity, held, gpu_index), file=err, flush=True)
-            return False
-        held += n
-        return True
-
     try:
-        if not alloc(mem_start):
-            return 1
-        engines.start()
-        done = 0
-        started = time.monotonic()
-        for done in range(1, iters + 1):
-            if stopping["sig"]:
-                print(f"simgpu: stopped by signal {stopping['sig']} after {done - 1} iterations", file=err)
-                return 128 + stopping["sig"]
-            time.sleep(iter_ms / 1000.0 / max(engines.speed(), 0.01))
-            if mem_growth and not alloc(mem_growth):
-                return 1
-            if reporter is not None:
-                reporter.maybe(done)
-        if reporter is not None:
-            reporter.final(done)
-        elapsed = time.monotonic() - started
-        print(f"simgpu: done {done} iterations in {elapsed:.2f}s ({done / elapsed if elapsed else 0:.1f} it/s), "
-              f"peak {held / GIB:.2f} GiB", file=out, flush=True)
-        return 0
+        return _iterate(memory, engines, reporter, stopping, mem_start=mem_start, mem_growth=mem_growth,
+                        iters=iters, iter_ms=iter_ms, out=out, err=err)
     finally:
         signal.signal(signal.SIGTERM, old)
         try:
@@ -256,6 +204,90 @@ def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload
             gpu.free_memory(device, target.owner)
         except MigError:
             pass
+
+
+def _find_device(env: dict[str, str], backend, err: TextIO) -> tuple[Target, Any, str]:
+    """(where to run, the simulated GPUs of its node, the device UUID to allocate on): the
+    device the agent named, else the GPU index's (its first MIG device in MIG mode, as CUDA
+    would). Raises WorkloadSetupError (or MigError) when there is none."""
+    from mig.sim_backend import SimGpuBackend
+
+    target = target_from_env(env)
+    gpu = backend or SimGpuBackend(target.sim_dir, target.node)
+    device = target.device_uuid
+    if device is None:
+        gpus = {g.index: g for g in gpu.list_gpus()}
+        if target.gpu_index not in gpus:
+            raise WorkloadSetupError(f"no device: GPUPACK_SIM_DEVICE unset and GPU index "
+                                     f"{target.gpu_index} is not one of {sorted(gpus)} on {target.node}")
+        device = gpus[target.gpu_index].uuid
+        if gpus[target.gpu_index].mig_enabled:
+            # no answer from the agent: like CUDA, use the first MIG device of the GPU
+            insts = gpu.list_instances(target.gpu_index)
+            if not insts:
+                raise WorkloadSetupError(f"CUDA error: no CUDA-capable device is detected (GPU "
+                                         f"{target.gpu_index} of {target.node} is in MIG mode and has no MIG device)")
+            device = insts[0].uuid
+            print(f"simgpu: no isolation from the node agent; using the first MIG device {device}", file=err)
+    return target, gpu, device
+
+
+def _iterate(memory: _Memory, engines: _Engines, reporter: _Reporter | None, stopping: _StopSignal, *,
+             mem_start: int, mem_growth: int, iters: int, iter_ms: float, out: TextIO, err: TextIO) -> int:
+    """Allocate, then run the iterations (growing and reporting); the exit status."""
+    if not memory.alloc(mem_start):
+        return 1
+    engines.start()
+    done = 0
+    started = time.monotonic()
+    for done in range(1, iters + 1):
+        if stopping.signum:
+            print(f"simgpu: stopped by signal {stopping.signum} after {done - 1} iterations", file=err)
+            return 128 + stopping.signum
+        time.sleep(iter_ms / 1000.0 / max(engines.speed(), 0.01))
+        if mem_growth and not memory.alloc(mem_growth):
+            return 1
+        if reporter is not None:
+            reporter.maybe(done)
+    if reporter is not None:
+        reporter.final(done)
+    elapsed = time.monotonic() - started
+    print(f"simgpu: done {done} iterations in {elapsed:.2f}s ({done / elapsed if elapsed else 0:.1f} it/s), "
+          f"peak {memory.held / GIB:.2f} GiB", file=out, flush=True)
+    return 0
+
+
+class _StopSignal:
+    """A SIGTERM handler that only notes the signal: the loop stops at the next iteration."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+
+    def __call__(self, signum: int, _frame) -> None:
+        self.signum = signum
+
+
+class _Memory:
+    """What the workload holds on its device, within its capacity (a partition or an MPS
+    limit); an allocation past either fails like CUDA's, with its message."""
+
+    def __init__(self, gpu, device: str, owner: str, capacity: int, gpu_index: int, err: TextIO):
+        self.gpu, self.device, self.owner = gpu, device, owner
+        self.capacity, self.gpu_index, self.err = capacity, gpu_index, err
+        self.held = 0
+
+    def alloc(self, n: int) -> bool:
+        from mig.errors import GpuOutOfMemoryError
+
+        try:
+            if self.held + n > self.capacity:
+                raise GpuOutOfMemoryError("over the MPS memory limit")
+            self.gpu.alloc_memory(self.device, self.owner, n)
+        except GpuOutOfMemoryError:
+            print(oom_message(n, self.capacity, self.held, self.gpu_index), file=self.err, flush=True)
+            return False
+        self.held += n
+        return True
 
 
 class _Engines:

@@ -154,7 +154,11 @@ from pathlib import Path  # noqa: E402
 
 
 import predictor  # noqa: E402
-import predictor.forecast as forecast_mod  # noqa: E402
+import predictor.certainty as certainty_mod  # noqa: E402
+import predictor.reach as reach_mod  # noqa: E402
+import predictor.regime as regime_mod  # noqa: E402
+import predictor.residuals as residuals_mod  # noqa: E402
+import predictor.trend as trend_mod  # noqa: E402
 from predictor.series import read_series  # noqa: E402
 
 
@@ -246,7 +250,8 @@ def test_wandering_plateau_is_not_read_as_a_trend(monkeypatch):
         return sum(errors) / len(errors)
 
     assert mean_error() < 0.025
-    monkeypatch.setattr(forecast_mod, "_lag1", lambda r: 0.0)  # as if the wander were independent noise
+    for module in (residuals_mod, regime_mod, reach_mod, trend_mod):  # every user of lag1
+        monkeypatch.setattr(module, "lag1", lambda r: 0.0)  # as if the wander were independent noise
     assert mean_error() > 0.025
 
 
@@ -273,7 +278,7 @@ def test_the_warning_is_confirmed_by_statsmodels(monkeypatch):
         calls.append(x0)
         return 0.0, -math.inf, math.inf
 
-    monkeypatch.setattr(forecast_mod, "statsmodels_bounds", refuse)
+    monkeypatch.setattr(certainty_mod, "statsmodels_bounds", refuse)
     assert decide(rows, 10 * GIB, horizon=999).warn_step is None
     assert calls  # the closed form alone would have warned
     monkeypatch.undo()
@@ -299,13 +304,13 @@ def test_continuous_batching_plateau_never_warns(seed):
 def test_prefix_sums_give_the_least_squares_residuals_of_any_run():
     import numpy as np
 
-    from predictor.forecast import _Sums
+    from predictor.regime import PrefixSums
     from predictor.linfit import fit_line
 
     rng = np.random.default_rng(3)
     x = np.cumsum(rng.random(200) + 0.1)
     y = 5e9 + 1e6 * x + rng.normal(0, 1e8, 200)
-    sums = _Sums(x, y)
+    sums = PrefixSums(x, y)
     ends = np.arange(1, 120)
     expected = [fit_line(x[:k], y[:k]).s ** 2 * (k - 2) if k > 2 else 0.0 for k in ends]
     assert np.allclose(sums.rss(0, ends), expected, rtol=1e-6)
@@ -318,7 +323,7 @@ def test_curvature_t_statistic_matches_statsmodels():
     import numpy as np
     from statsmodels.regression.linear_model import OLS
 
-    from predictor.forecast import _curvature
+    from predictor.residuals import curvature
 
     rng = np.random.default_rng(5)
     for n, bend in ((6, -2e3), (12, 0.0), (80, -1e3), (400, 5e2)):
@@ -326,7 +331,7 @@ def test_curvature_t_statistic_matches_statsmodels():
         y = 2e10 + 3e6 * x + bend * (x - 1e4) ** 2 + rng.normal(0, 5e7, n)
         xc = x - x.mean()
         expected = OLS(y, np.column_stack([np.ones(n), xc, xc * xc])).fit().tvalues[2]
-        t, r1 = _curvature(x, y, 0.0)
+        t, r1 = curvature(x, y, 0.0)
         assert t == pytest.approx(expected, rel=1e-6)
         assert 0.0 <= r1 <= 0.95
     # the residual spread is floored (measurement resolution): an exact parabola's bend is
@@ -334,7 +339,7 @@ def test_curvature_t_statistic_matches_statsmodels():
     x = np.arange(10.0)
     q = (x - 4.5) ** 2
     q -= q.mean()
-    t, _ = _curvature(x, 100.0 - (x - 4.5) ** 2, floor=10.0)
+    t, _ = curvature(x, 100.0 - (x - 4.5) ** 2, floor=10.0)
     assert t == pytest.approx(-math.sqrt(float(q @ q)) / 10.0, rel=1e-9)
 
 

@@ -1,0 +1,134 @@
+"""The dev cluster's files: slurm.conf, gres.conf, cgroup.conf, plugstack.conf, the epilog,
+the submit shim, gpupack.toml, the munge key and the fake /dev/nvidiaN of each node."""
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import stat
+import sys
+from importlib import resources
+from pathlib import Path
+
+from slurm_plugin.devcluster import spec as specmod
+from slurm_plugin.devcluster.errors import DevClusterError
+from slurm_plugin.devcluster.spec import ClusterSpec
+
+__all__ = ["plugstack_conf", "slurm_release", "write_files"]
+
+
+def write_files(s: ClusterSpec) -> bool:
+    """Write every config; True when slurm.conf or gres.conf changed (daemons must restart)."""
+    slurm_user = "slurm" if _user_exists("slurm") else "root"
+    _make_dirs(s, slurm_user)
+    shares, mem_gib = _shares_and_memory(s)
+    epilog = s.etc / "epilog.sh"
+    _write(epilog, _epilog_script(s), mode=0o755)
+    changed = _write(
+        s.slurm_conf, specmod.slurm_conf(s, socket.gethostname(), slurm_user, epilog, shares)
+    )
+    changed |= _write(s.etc / "gres.conf", specmod.gres_conf(s, shares))
+    changed |= _write(s.etc / "cgroup.conf", specmod.cgroup_conf(slurm_release()))
+    changed |= _write(s.etc / "plugstack.conf", plugstack_conf(s))
+    lua = resources.files("slurm_plugin").joinpath("job_submit.lua").read_text()
+    _write(s.etc / "job_submit.lua", lua)
+    _write(s.etc / "gpupack_shim.conf", specmod.shim_conf(s))
+    _write(s.gpupack_toml, specmod.gpupack_toml(s, shares, mem_gib))
+    _write_munge_key(s)
+    _make_devices(s)
+    return changed
+
+
+def slurm_release() -> tuple[int, int, int]:
+    """The installed Slurm release as numbers, e.g. (24, 11, 5), read from libslurm-dev's header."""
+    from slurm_plugin.devcluster.roots import installed_release
+
+    text = installed_release(Path("/"))
+    if text is None:
+        raise DevClusterError("no Slurm installed (slurm/slurm_version.h missing): install libslurm-dev")
+    parts = [int(p) for p in text.split("-")[0].split(".")[:3]]
+    major, minor, micro = (parts + [0, 0, 0])[:3]
+    return major, minor, micro
+
+
+def plugstack_conf(spec: ClusterSpec) -> str:
+    lines = ["# Written by `gpupack devcluster up`."]
+    try:
+        from slurm_plugin.devcluster import node_side
+    except ImportError:
+        return "\n".join(lines) + "\n"
+    return "\n".join(lines + node_side.plugstack_lines(spec)) + "\n"
+
+
+def _make_dirs(s: ClusterSpec, slurm_user: str) -> None:
+    """The state folder's folders, owned by who writes in them."""
+    spools = [s.state_dir / "spool" / node for node in s.node_names]  # slurmd 23.11+ does not make it
+    for d in (s.etc, s.run, s.log, s.state_dir / "ctld", s.run / "munge", s.simgpu_dir, *spools):
+        d.mkdir(parents=True, exist_ok=True)
+    os.chmod(s.state_dir, 0o755)
+    for d in (s.state_dir / "ctld", s.log):
+        shutil.chown(d, slurm_user, slurm_user)
+    os.chmod(s.log, 0o777)
+    shutil.chown(s.run / "munge", "munge", "munge")
+    os.chmod(s.simgpu_dir, 0o777)
+
+
+def _shares_and_memory(s: ClusterSpec) -> tuple[int, float]:
+    from mig.catalog import load_catalog
+
+    cat = load_catalog(s.gpu_model)
+    return cat.memory_slices, cat.memory_mib / 1024
+
+
+def _write_munge_key(s: ClusterSpec) -> None:
+    key = s.etc / "munge.key"
+    if not key.exists():
+        key.write_bytes(os.urandom(1024))
+    shutil.chown(key, "munge", "munge")
+    os.chmod(key, 0o600)
+
+
+def _make_devices(s: ClusterSpec) -> None:
+    for node in s.node_names:
+        dev = s.device_dir(node)
+        dev.mkdir(parents=True, exist_ok=True)
+        for g in range(s.gpus_per_node):
+            path = dev / f"nvidia{g}"
+            if not path.exists():
+                # a character device like the real /dev/nvidiaN (major 195), never opened
+                os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(195, g))
+
+
+def _epilog_script(spec: ClusterSpec) -> str:
+    # slurmd runs the Epilog with a bare environment: name where this code lives, so the same
+    # checkout answers in a Debian root (where it is not pip-installed) as on the host
+    code = Path(__file__).resolve().parents[2]
+    return (
+        "#!/bin/sh\n"
+        "# gpupack dev cluster epilog: record what the job used. It never fails the node.\n"
+        f'PYTHONPATH="{code}${{PYTHONPATH:+:$PYTHONPATH}}" "{sys.executable}" -m slurm_plugin epilog '
+        f'--config "{spec.gpupack_toml}" >>"{spec.log}/epilog.log" 2>&1 || true\n'
+        "exit 0\n"
+    )
+
+
+def _user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> bool:
+    try:
+        if path.read_text() == text:
+            return False
+    except OSError:
+        pass
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.chmod(tmp, mode)
+    tmp.replace(path)
+    return True

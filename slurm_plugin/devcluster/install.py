@@ -1,0 +1,50 @@
+"""The Debian packages the dev cluster needs, and installing those that are missing."""
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+from pathlib import Path
+
+from slurm_plugin.devcluster.errors import DevClusterError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["APT_PACKAGES", "REQUIRED_FILES", "install_packages", "missing_packages"]
+
+APT_PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge", "libslurm-dev", "lua-socket", "liblua5.1-0", "gcc", "make", "libc6-dev"]
+REQUIRED_FILES = {
+    "slurmctld": "/usr/sbin/slurmctld",
+    "slurmd": "/usr/sbin/slurmd",
+    "slurm-client": "/usr/bin/sbatch",
+    "munge": "/usr/sbin/munged",
+    "libslurm-dev": "/usr/include/slurm/spank.h",
+    "lua-socket": "/usr/share/lua/5.1/socket.lua",
+    "gcc": "/usr/bin/gcc",
+    "make": "/usr/bin/make",
+}
+
+
+def missing_packages() -> list[str]:
+    """The packages of :data:`REQUIRED_FILES` whose file is not installed."""
+    return [pkg for pkg, path in REQUIRED_FILES.items() if not Path(path).exists()]
+
+
+def install_packages() -> None:
+    """Install :data:`APT_PACKAGES` with apt-get when any is missing (needs root)."""
+    missing = missing_packages()
+    if not missing:
+        return
+    if os.geteuid() != 0:
+        raise DevClusterError(
+            f"missing Debian packages {missing}; run as root, or `apt-get install {' '.join(missing)}`"
+        )
+    log.warning("installing %s from Debian's packages", " ".join(missing))
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
+    result = subprocess.run(
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *APT_PACKAGES],
+        env=env, capture_output=True, text=True,
+    )
+    if result.returncode != 0:
+        raise DevClusterError(f"apt-get install failed:\n{result.stderr[-2000:]}")
