@@ -84,6 +84,8 @@ class Monitor:
         paths = helper.paths
         config_path = getattr(helper.config, "path", None)
         self.settings = settings or load_monitor_settings(config_path)
+        # the decisions every watch makes (packer.rules): one object, the simulator's too
+        self.rules = self.settings.rules(self.config())
         if runner is None:
             from slurm_plugin.slurm.runner import SlurmRunner
 
@@ -229,9 +231,13 @@ class Monitor:
             watch.round(ctx)
 
     def _context(self, now: float, listing: list[Job], samples: list) -> RoundContext:
+        config = self.config()
+        if config != self.rules.config:  # gpupack.toml's [packer] table was reloaded
+            log.info("decisions follow the reloaded [packer] settings")
+            self.rules = self.rules.with_overrides(config=config)
         return RoundContext(
             now=now, jobs={job.job_id: job for job in listing}, samples=samples, settings=self.settings,
-            config=self.config(), state=self.state, actions=self.actions, fingerprint_of=self.fingerprint_of,
+            config=config, rules=self.rules, state=self.state, actions=self.actions, fingerprint_of=self.fingerprint_of,
             agent_state_dir=self.agent_state_dir,
             gpu_model=getattr(self.helper.paths, "gpu_model", None) or "H100-80GB",
             act_s=self.settings.memory_act_s + (self.cycle_s or self.settings.interval_s),
