@@ -85,6 +85,18 @@ class SuiteRules:
     def with_overrides(self, **overrides: object) -> "SuiteRules":
         return replace(self, **overrides)
 
+    def settings(self) -> dict[str, object]:
+        """The decision settings (not the [packer] table), flat, for a report."""
+        g, r = self.grow_settings.running, self.regroup_settings
+        return {"corunner_rule": self.corunner_rule, "max_jobs_per_gpu": self.max_jobs_per_gpu,
+                "min_newcomer_speed": self.min_newcomer_speed, "contention_threshold": self.contention_threshold,
+                "restart_cost_s": self.restart_cost_s, "oom_penalty_s": self.oom_penalty_s,
+                "grow_running_target": g.target, "grow_running_max_evictions": g.max_evictions,
+                "grow_running_max_victim_lost_s": g.max_victim_lost_s,
+                "regroup_min_gain_ratio": r.min_gain_ratio, "regroup_min_net_s": r.min_net_s,
+                "regroup_moves_per_plan": self.regroup_moves_per_plan,
+                "regroup_moves_per_hour": self.regroup_moves_per_hour}
+
     @property
     def max_packed_shares(self) -> int:
         return max_shards(self.config)

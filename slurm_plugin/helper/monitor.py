@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from packer.rules import SuiteRules
 from slurm_plugin.helper.monitor_settings import MonitorSettings, load_monitor_settings
 from slurm_plugin.helper.sample_source import AgentSamples, SampleSource
 from slurm_plugin.helper.watches.actions import Actions
@@ -77,7 +78,7 @@ class Monitor:
     """Started by `Helper.run` (`start()` returns at once; `stop()` joins the thread)."""
 
     def __init__(self, helper, *, runner=None, samples: SampleSource | None = None,
-                 settings: MonitorSettings | None = None, clock=time.time,
+                 settings: MonitorSettings | None = None, rules: SuiteRules | None = None, clock=time.time,
                  on_jobs: Callable[[list[Job], float], None] | None = None):
         self.helper = helper
         self.config = helper.config
@@ -85,7 +86,8 @@ class Monitor:
         config_path = getattr(helper.config, "path", None)
         self.settings = settings or load_monitor_settings(config_path)
         # the decisions every watch makes (packer.rules): one object, the simulator's too
-        self.rules = self.settings.rules(self.config())
+        # (`rules`: decide through this object instead, e.g. one a simulator run shares)
+        self.rules = rules or self.settings.rules(self.config())
         if runner is None:
             from slurm_plugin.slurm.runner import SlurmRunner
 

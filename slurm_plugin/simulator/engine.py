@@ -137,7 +137,8 @@ class Simulator:
             avoided_pairs=len(self.avoid), events=self.loop.events,
             wall_s=time.perf_counter() - t0, passes=self.sched.passes,
             passes_skipped=self.sched.passes_skipped, timeline=use.timeline,
-            knowledge=self.policy.summary(), actions=self._actions_summary())
+            knowledge=self.policy.summary(), actions=self._actions_summary(),
+            rules=self.rules.settings())
 
     def _actions_summary(self) -> dict:
         out = self.memory.summary()
