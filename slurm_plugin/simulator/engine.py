@@ -23,7 +23,8 @@ The decisions are the suite's own code, called as in production through one
 through): ``packer.decision.decide`` (exclusive or packed, and how many shares),
 ``packer.corunner.rank_corunners`` (FIG. 3 co-runner), ``packer.contention.check_contention``
 (FIG. 4 requeue and pair avoidance), ``predictor.restart.decide_restart`` (restart on a
-memory warning or keep the job), ``packer.grow.plan_growth``, ``packer.regroup.plan_regroup``; ``mig.fsm``/``mig.policies.choose``/``mig.planner.plan_merge_split``/
+memory warning or keep the job), ``packer.grow.plan_growth``, ``packer.regroup.plan_regroup``;
+and directly ``mig.fsm``/``mig.policies.choose``/``mig.planner.plan_merge_split``/
 ``mig.layout.homogeneous_layout`` (MIG placement, merge/split, homogeneous layouts) and
 ``predictor.forecast.Forecaster`` (early restart before an out-of-memory).
 
