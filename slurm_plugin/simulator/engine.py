@@ -150,13 +150,17 @@ class Simulator:
     # ----------------------------------------------------------------- job events
     def restart_memory(self, job: Job, now: float, predicted: bool) -> None:
         """Out of memory (or warned before it): restart on a larger size, at the head. A
-        warning is priced first (``SuiteRules.restart``, as the live memory watch does): a job
-        kept running runs on, and runs out of memory later if its memory really outgrows it."""
-        if predicted and not self.memory.restart_on_warning(job, now):
+        warning is priced first (``SuiteRules.restart``, as the live memory watch does) unless
+        the grow decision evicts neighbours for it (the helper's grow watch acts before its
+        memory watch): a job kept running runs on, and runs out of memory later if its memory
+        really outgrows it."""
+        grow = self.grow
+        growing = predicted and grow is not None and grow.evicts_for_warning(job, now, self.memory.warned_size(job))
+        if predicted and not self.memory.restart_on_warning(job, now, growing):
             self.progress.set_rate(job, now, job.rate)  # its next event: the end or the OOM
             return
         self.memory.remember_bigger(job, predicted)
-        if self.grow is not None and self.grow.try_grow(job, now, predicted):
+        if grow is not None and grow.try_grow(job, now, predicted):
             return  # restarted bigger on its GPU at once, younger neighbours evicted
         self.stop(job, now)
         self.sched.requeue(job)

@@ -26,7 +26,7 @@ import math
 from typing import TYPE_CHECKING
 
 from packer.decision import max_shards
-from packer.grow import GpuShares, Preemptor, Tenant, grow_request
+from packer.grow import GpuShares, GrowDecision, Preemptor, Tenant, grow_request
 from slurm_plugin.simulator.memory import mem_now
 
 if TYPE_CHECKING:
@@ -62,21 +62,37 @@ class GrowPreemption:
         return GpuShares(str(g.id), self.total, tuple(
             Tenant(j.id, j.start, held_shares(self.sim, j, now)) for j in g.jobs))
 
-    def try_grow(self, job: "Job", now: float, predicted: bool) -> bool:
-        """Grow `job` in place if the decision says so; False: it goes through the queue.
-
-        Called when it must restart for memory, after its remembered size was raised."""
+    def _decide(self, job: "Job", now: float, predicted: bool, need: int) -> GrowDecision | None:
+        """The rules' grow decision for `job` needing `need` bytes; None: not a packed
+        one-GPU job, or it needs a whole GPU (only the queue gives one)."""
         sim = self.sim
         if not job.shards or len(job.gpu_ids) != 1:
-            return False
-        req = grow_request(job.shards, job.remembered, sim.share_bytes, self.max_packed)
+            return None
+        req = grow_request(job.shards, need, sim.share_bytes, self.max_packed)
         if req is None:
-            return False  # needs a whole GPU: only the queue gives one
+            return None
         g = sim.gpus[job.gpu_ids[0]]
         why = "the predictor warns it will outgrow its share" if predicted else "ran out of memory"
         p = Preemptor(job.id, str(g.id), True, req[0], req[1], since=job.start, waiting_since=now,
                       held_shares=job.shards, why=why)
         (d,) = sim.rules.grow([self.tenants(g, now)], [p], now)
+        return d
+
+    def evicts_for_warning(self, job: "Job", now: float, need: int) -> bool:
+        """Whether the decision evicts neighbours for a warned job needing `need` bytes: the
+        helper's grow watch then acts before its memory watch prices a restart."""
+        d = self._decide(job, now, True, need)
+        return d is not None and d.acted and bool(d.evictions)
+
+    def try_grow(self, job: "Job", now: float, predicted: bool) -> bool:
+        """Grow `job` in place if the decision says so; False: it goes through the queue.
+
+        Called when it must restart for memory, after its remembered size was raised."""
+        sim = self.sim
+        d = self._decide(job, now, predicted, job.remembered)
+        if d is None:
+            return False
+        g = sim.gpus[job.gpu_ids[0]]
         if not d.acted:
             self.declined += 1
             log.debug("job %d: %s", job.id, d.reason)

@@ -87,9 +87,18 @@ class MemoryRestarts:
             job.warn_work = frac * job.duration
             job.warn_next = nxt
 
-    def restart_on_warning(self, job: Job, now: float) -> bool:
+    def warned_size(self, job: Job) -> int:
+        """The size a warned job restarts with (what :meth:`remember_bigger` remembers)."""
+        return max(job.remembered, job.warn_next or self.gpu_mem)
+
+    def restart_on_warning(self, job: Job, now: float, growing: bool = False) -> bool:
         """The forecaster warns now: restart (True) or keep the job running (False), as the
-        run's rules decide (``SuiteRules.restart``, the live memory watch's call). Counted."""
+        run's rules decide (``SuiteRules.restart``, the live memory watch's call). Counted.
+        ``growing``: the grow decision evicts for it (the helper's grow watch acts before its
+        memory watch prices): restarted."""
+        if growing:
+            self.warnings_restarted += 1
+            return True
         _, _, crossing, peak, confidence = self._warn_cache[(job.mem0, job.mem1, job.cap)]
         done = job.done + (now - job.last_t) * job.rate
         # the predicted crossing in time at the job's speed now; none predicted: now (the watch's)
