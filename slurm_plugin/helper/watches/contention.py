@@ -1,8 +1,8 @@
 """Contention (patent seed, FIG. 4): a newcomer that slows a job already on its GPU.
 
-Per shared GPU, `packer.preemption.find_contention` (through `ctx.rules.contention`); the newcomer is requeued at the head of
-the queue and each (newcomer, hurt job) pair of fingerprints is recorded so they are never
-packed together again.
+Per shared GPU, `packer.preemption.find_contention` (through `ctx.rules.contention`); the
+newcomer is requeued at the head of the queue and each (newcomer, hurt job) pair of
+fingerprints is recorded so they are never packed together again.
 """
 from __future__ import annotations
 
