@@ -123,6 +123,42 @@ def _actions(movable_fraction, regroup_moves_per_plan, regroup_moves_per_hour) -
             "regroup_moves_per_hour": regroup_moves_per_hour}
 
 
+def config_option(fn):
+    return click.option(
+        "--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
+        metavar="FILE",
+        help="A site's gpupack.toml: its [packer] table and its [monitor] decision settings "
+             "(contention threshold, restart costs, grow and regroup thresholds), read by the "
+             "helper's own loaders, decide the replay as they decide the live cluster. Flags "
+             "given on the command line still override what they name.")(fn)
+
+
+def _given(name: str) -> bool:
+    """Whether the flag behind parameter `name` was given on the command line."""
+    from click.core import ParameterSource
+
+    src = click.get_current_context().get_parameter_source(name)
+    return src not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+
+
+def _site(config_path, contention_threshold, actions):
+    """The site's rules (None without --config) and the values of the flags they set: the
+    site's where the flag was not given."""
+    if config_path is None:
+        return None, contention_threshold, actions
+    from packer.config import load_config
+    from slurm_plugin.helper.monitor_settings import load_monitor_settings
+
+    site = load_monitor_settings(config_path).rules(load_config(config_path))
+    if not _given("contention_threshold"):
+        contention_threshold = site.contention_threshold
+    actions = dict(actions)
+    for key in ("regroup_moves_per_plan", "regroup_moves_per_hour"):
+        if not _given(key):
+            actions[key] = getattr(site, key)
+    return site, contention_threshold, actions
+
+
 SWITCHES = ("pred", "grow", "regroup")
 
 
@@ -139,13 +175,15 @@ def _parse_name(name: str) -> tuple[str, dict]:
 
 def _named_config(name, gpus, gpu_model, bf_depth, corunner_rule, mig_static_layout,
                   mig_static_fraction, pair_predict, pair_knowledge, max_jobs_per_gpu,
-                  contention_threshold, actions=None):
+                  contention_threshold, actions=None, site=None):
     from dataclasses import replace
 
     policy, sw = _parse_name(name)
     cfg = _config(policy, sw["predictor"], gpus, gpu_model, bf_depth, corunner_rule,
                   mig_static_layout, mig_static_fraction, pair_predict, pair_knowledge,
                   max_jobs_per_gpu, contention_threshold)
+    if site is not None:  # the site's rules, its [packer] table too
+        cfg = replace(cfg, site=site, packer=site.config)
     return replace(cfg, grow_preempt=sw["grow_preempt"], regroup=sw["regroup"], **(actions or {}))
 
 
@@ -205,7 +243,8 @@ def _human(s: dict) -> str:
         f"  GPU util {s['gpu_util']:.1%}, allocated {s['gpu_alloc']:.1%}, memory "
         f"{s['gpu_mem_util']:.1%}",
         f"  preempted {s['jobs_preempted']} jobs ({s['preemptions']} times), OOM restarts "
-        f"{s['oom_restarts']}, early restarts (predictor) {s['predictive_restarts']}, MIG "
+        f"{s['oom_restarts']}, early restarts (predictor) {s['predictive_restarts']} "
+        f"({s['memory_warnings_kept']} warnings kept running: a restart priced higher), MIG "
         f"reconfigurations {s['mig_reconfigurations']}",
         f"  slowdown vs alone: avg {s['avg_slowdown']:.3f}, p95 {s['p95_slowdown']:.3f}, max "
         f"{s['run_slowdown_max']:.3f}; {s['jobs_shared']} jobs shared a GPU "
@@ -237,6 +276,7 @@ def _human(s: dict) -> str:
                    "for a waiting head of the queue (packer.regroup, the helper's planner).")
 @workload_options
 @action_options
+@config_option
 @click.option("--jobs-csv", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Also write each job's numbers (JCT, queueing, slowdown, restarts) here.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -246,7 +286,7 @@ def simulate(ctx, policy, predictor, grow_preempt, regroup, trace, gpus, gpu_mod
              time_scale, seed, growing_fraction, data_dir, bf_depth, corunner_rule, pair_predict,
              pair_knowledge, max_jobs_per_gpu, contention_threshold, mig_static_layout,
              mig_static_fraction, movable_fraction, regroup_moves_per_plan,
-             regroup_moves_per_hour, jobs_csv, as_json):
+             regroup_moves_per_hour, config_path, jobs_csv, as_json):
     """Replay a job trace on N simulated GPUs and report what the policy gives.
 
     Discrete-event replay with Slurm-like FIFO + EASY backfill, calling the suite's own
@@ -258,6 +298,7 @@ def simulate(ctx, policy, predictor, grow_preempt, regroup, trace, gpus, gpu_mod
     gpupack simulate --policy mig-in-order --predictor on --jobs 2000 --gpus 50
     gpupack simulate --policy exclusive --trace sacct:jobs.txt --gpus 64
     gpupack simulate --policy colocate --predictor on --grow-preempt on --regroup on --gpus 450
+    gpupack simulate --policy colocate --predictor on --config /etc/slurm/gpupack.toml
     gpupack simulate compare --gpus 1000 --out sim-report/
     """
     if ctx.invoked_subcommand is not None:
@@ -270,12 +311,15 @@ def simulate(ctx, policy, predictor, grow_preempt, regroup, trace, gpus, gpu_mod
                                    data_dir)
     name = policy + "".join(f"+{k}" for k, v in (("pred", predictor), ("grow", grow_preempt),
                                                   ("regroup", regroup)) if v == "on")
+    site, contention_threshold, actions = _site(
+        config_path, contention_threshold,
+        _actions(movable_fraction, regroup_moves_per_plan, regroup_moves_per_hour))
     cfg = _named_config(name, gpus, gpu_model, bf_depth, corunner_rule, mig_static_layout,
                         mig_static_fraction, pair_predict, pair_knowledge, max_jobs_per_gpu,
-                        contention_threshold,
-                        _actions(movable_fraction, regroup_moves_per_plan, regroup_moves_per_hour))
+                        contention_threshold, actions, site)
     summ, res = run_policy(cfg, specs, profiles, pairs)
     summ["trace"] = trace
+    summ["site_config"] = config_path
     if jobs_csv:
         write_jobs_csv(res, jobs_csv)
     if as_json:
@@ -290,6 +334,7 @@ def simulate(ctx, policy, predictor, grow_preempt, regroup, trace, gpus, gpu_mod
                    "and to colocate `+grow` (grow by preemption) and/or `+regroup`.")
 @workload_options
 @action_options
+@config_option
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="sim-report",
               show_default=True, help="Folder for report.md, results.json and the PNG plots.")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots (no matplotlib needed).")
@@ -306,7 +351,7 @@ def simulate(ctx, policy, predictor, grow_preempt, regroup, trace, gpus, gpu_mod
 def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_fraction,
             data_dir, bf_depth, corunner_rule, pair_predict, pair_knowledge, max_jobs_per_gpu,
             contention_threshold, mig_static_layout, mig_static_fraction, movable_fraction,
-            regroup_moves_per_plan, regroup_moves_per_hour, out_dir, no_plots,
+            regroup_moves_per_plan, regroup_moves_per_hour, config_path, out_dir, no_plots,
             gpus_list, target_alloc,
             seed_list, as_json):
     """Run several policies on one workload; write a Markdown report with PNG plots.
@@ -331,23 +376,26 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
     from slurm_plugin.simulator.report import compare as run_compare
 
     names = _policy_names(policies)
-    actions = _actions(movable_fraction, regroup_moves_per_plan, regroup_moves_per_hour)
+    site, contention_threshold, actions = _site(
+        config_path, contention_threshold,
+        _actions(movable_fraction, regroup_moves_per_plan, regroup_moves_per_hour))
     if gpus_list or target_alloc or seed_list:
         _sweep(names, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_fraction,
                data_dir, bf_depth, corunner_rule, pair_predict, pair_knowledge,
                max_jobs_per_gpu, contention_threshold, mig_static_layout, mig_static_fraction,
-               out_dir, gpus_list, target_alloc, seed_list, as_json, actions)
+               out_dir, gpus_list, target_alloc, seed_list, as_json, actions, site)
         return
     specs, profiles, pairs = _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction,
                                    data_dir)
     configs = [
         _named_config(n, gpus, gpu_model, bf_depth, corunner_rule, mig_static_layout,
                       mig_static_fraction, pair_predict, pair_knowledge, max_jobs_per_gpu,
-                      contention_threshold, actions)
+                      contention_threshold, actions, site)
         for n in names
     ]
     workload = {"trace": trace, "jobs": len(specs), "gpus": gpus, "gpu_model": gpu_model,
-                "time_scale": time_scale, "seed": seed, "growing_fraction": growing_fraction}
+                "time_scale": time_scale, "seed": seed, "growing_fraction": growing_fraction,
+                **({"site_config": config_path} if config_path else {})}
     out = run_compare(configs, specs, profiles, pairs, out_dir, workload=workload,
                       plots=not no_plots, progress=lambda m: click.echo(m, err=True))
     if as_json:
@@ -363,7 +411,7 @@ def _sweep(names, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_frac
            bf_depth, corunner_rule, pair_predict, pair_knowledge, max_jobs_per_gpu,
            contention_threshold, mig_static_layout, mig_static_fraction, out_dir, gpus_list,
            target_alloc, seed_list,
-           as_json, actions=None):
+           as_json, actions=None, site=None):
     from slurm_plugin.simulator.sweep import gpus_for_alloc, sweep
 
     say = functools.partial(click.echo, err=True)
@@ -382,7 +430,7 @@ def _sweep(names, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_frac
     configs = [
         _named_config(n, counts[0], gpu_model, bf_depth, corunner_rule, mig_static_layout,
                       mig_static_fraction, pair_predict, pair_knowledge, max_jobs_per_gpu,
-                      contention_threshold, actions)
+                      contention_threshold, actions, site)
         for n in names
     ]
     out = sweep(configs, workloads, counts, out_dir, loads=loads, progress=say)

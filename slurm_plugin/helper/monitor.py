@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from packer.rules import SuiteRules
 from slurm_plugin.helper.monitor_settings import MonitorSettings, load_monitor_settings
 from slurm_plugin.helper.sample_source import AgentSamples, SampleSource
 from slurm_plugin.helper.watches.actions import Actions
@@ -77,13 +78,16 @@ class Monitor:
     """Started by `Helper.run` (`start()` returns at once; `stop()` joins the thread)."""
 
     def __init__(self, helper, *, runner=None, samples: SampleSource | None = None,
-                 settings: MonitorSettings | None = None, clock=time.time,
+                 settings: MonitorSettings | None = None, rules: SuiteRules | None = None, clock=time.time,
                  on_jobs: Callable[[list[Job], float], None] | None = None):
         self.helper = helper
         self.config = helper.config
         paths = helper.paths
         config_path = getattr(helper.config, "path", None)
         self.settings = settings or load_monitor_settings(config_path)
+        # the decisions every watch makes (packer.rules): one object, the simulator's too
+        # (`rules`: decide through this object instead, e.g. one a simulator run shares)
+        self.rules = rules or self.settings.rules(self.config())
         if runner is None:
             from slurm_plugin.slurm.runner import SlurmRunner
 
@@ -229,9 +233,13 @@ class Monitor:
             watch.round(ctx)
 
     def _context(self, now: float, listing: list[Job], samples: list) -> RoundContext:
+        config = self.config()
+        if config != self.rules.config:  # gpupack.toml's [packer] table was reloaded
+            log.info("decisions follow the reloaded [packer] settings")
+            self.rules = self.rules.with_overrides(config=config)
         return RoundContext(
             now=now, jobs={job.job_id: job for job in listing}, samples=samples, settings=self.settings,
-            config=self.config(), state=self.state, actions=self.actions, fingerprint_of=self.fingerprint_of,
+            config=config, rules=self.rules, state=self.state, actions=self.actions, fingerprint_of=self.fingerprint_of,
             agent_state_dir=self.agent_state_dir,
             gpu_model=getattr(self.helper.paths, "gpu_model", None) or "H100-80GB",
             act_s=self.settings.memory_act_s + (self.cycle_s or self.settings.interval_s),

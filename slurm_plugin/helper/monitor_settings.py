@@ -6,9 +6,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from packer.action_modes import check_action_modes
-from packer.config import ConfigError
+from packer.config import ConfigError, PackerConfig
 from packer.grow import GrowSettings, PreemptorThreshold
 from packer.regroup_plan import RegroupSettings
+from packer.rules import SuiteRules
 from packer.util_contention import CounterRule
 
 
@@ -132,6 +133,18 @@ class MonitorSettings:
             self.regroup_settings()
         except ValueError as exc:
             raise ConfigError(f"[monitor] regroup_*: {exc}") from exc
+
+    def rules(self, config: PackerConfig) -> SuiteRules:
+        """The decisions with this table's settings and `config` (the `[packer]` table): the
+        object the helper's watches decide through, and `gpupack simulate --config` too."""
+        return SuiteRules(
+            config=config, contention_threshold=self.contention_threshold, settle_s=self.settle_s,
+            min_samples_before=self.min_samples_before, min_samples_after=self.min_samples_after,
+            counter_z=self.counter_z, counter_window=self.counter_window,
+            counter_min_samples=self.counter_min_samples, restart_cost_s=self.restart_cost_s,
+            oom_penalty_s=self.oom_penalty_s, grow_settings=self.grow_settings(),
+            regroup_settings=self.regroup_settings(), regroup_moves_per_plan=self.regroup_moves_per_plan,
+            regroup_moves_per_hour=self.regroup_moves_per_hour)
 
     def regroup_settings(self) -> RegroupSettings:
         """The planner's thresholds (`packer.regroup_plan.RegroupSettings`)."""

@@ -16,9 +16,10 @@ from typing import Callable
 
 from packer.comment import merge
 from packer.config import PackerConfig
-from packer.decision import ClusterView, Decision, decide
+from packer.decision import ClusterView, Decision
 from packer.fingerprint import fingerprint
 from packer.request import Candidate, JobFacts, classify, shard_request
+from packer.rules import SuiteRules
 from packer.store import Store
 from slurm_plugin.metrics.submit import SubmitMetrics
 from slurm_plugin.slurm.gres import expand_hostlist
@@ -112,12 +113,21 @@ class SubmitService:
         metrics: SubmitMetrics | None = None,
     ):
         self._config = config
+        self._rules: SuiteRules | None = None  # the admit decision (packer.rules), per [packer] table read
         self.store = store
         self._cluster_view = cluster_view
         self._kill_switch_text = os.fspath(kill_switch) if kill_switch is not None else None
         self._on_decision = on_decision
         self._avoid = avoid
         self._metrics = metrics
+
+    def _rules_for(self, config: PackerConfig) -> SuiteRules:
+        """The decisions (`packer.rules.SuiteRules`, the monitor's and the simulator's) with
+        the [packer] table read now; rebuilt only when it was reloaded."""
+        rules = self._rules
+        if rules is None or rules.config is not config:
+            rules = self._rules = (rules or SuiteRules()).with_overrides(config=config)
+        return rules
 
     def answer(self, fields: dict[str, bytes]) -> SubmitAnswer:
         """Decide, and log the decision at once (see :meth:`respond`)."""
@@ -142,7 +152,7 @@ class SubmitService:
             estimate, remembered = self.store.history(fp, config.history_window)
         else:
             fp, estimate, remembered = None, None, None
-        decision = decide(request, estimate, self._cluster_view(), config, fp, remembered)
+        decision = self._rules_for(config).admit(request, estimate, self._cluster_view(), fp, remembered)
         decision = self._avoid_partners(decision, text.get("req_nodes"))
         answer = SubmitAnswer(decision.verdict, decision.reason, config.mode, fingerprint=fp or "")
         site_comment = text.get("admin_comment")

@@ -1,7 +1,8 @@
 """The colocate policy (FIG. 3/4 of the patent seed) as a :class:`~.policy.Policy` object.
 
 A one-GPU job runs alone while a GPU it may use is idle; otherwise ``packer.decision.decide``
-sizes it and ``packer.corunner`` ranks the busy GPUs it may join (predicted pair speeds from
+sizes it and ``packer.corunner`` ranks the busy GPUs it may join (both through the run's
+``SuiteRules``, ``sim.rules``: ``admit`` and ``corunners``) (predicted pair speeds from
 this run's :mod:`~slurm_plugin.simulator.knowledge`); ``check`` is FIG. 4 after
 ``monitor_s`` (:mod:`~slurm_plugin.simulator.contention_watch`). ``pair_predict`` off: the
 patent's FIG. 3/4 alone (pack, then requeue on a slowdown). The cluster state (GPUs, the
@@ -13,8 +14,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from packer.corunner import GpuLoad, Newcomer, RunningJob, rank_corunners
-from packer.decision import ClusterView, Estimate, decide
+from packer.corunner import GpuLoad, Newcomer, RunningJob
+from packer.decision import ClusterView, Estimate
 from packer.request import Candidate
 
 from slurm_plugin.simulator.contention_watch import ContentionWatch
@@ -54,15 +55,15 @@ class ColocatePolicy(Policy):
         return Estimate(job.mem0, sim.profiles[job.profile].util_pct, 1, source="sim-history")
 
     def _decide(self, job: Job, idle_usable: int):
-        """packer.decision.decide, memoised on what it reads (it is pure)."""
+        """The rules' admit (packer.decision.decide), memoised on what it reads (it is pure)."""
         sim = self.sim
         known = sim.cfg.known_history or job.profile in sim.history
         key = (job.profile, known, job.remembered, idle_usable > 0)
         d = self._decide_cache.get(key)
         if d is None:
             remembered = math.ceil(job.remembered / sim.share_bytes) if job.remembered else None
-            d = self._decide_cache[key] = decide(
-                _CANDIDATE, self._estimate(job), ClusterView(idle_gpus=idle_usable), sim.pk,
+            d = self._decide_cache[key] = sim.rules.admit(
+                _CANDIDATE, self._estimate(job), ClusterView(idle_gpus=idle_usable),
                 fingerprint=job.workload, remembered_shards=remembered)
         return d
 
@@ -175,7 +176,7 @@ class ColocatePolicy(Policy):
 
         if memo[7] is not cands and memo[7] != cands:  # the rule's order of the qualifying kinds
             memo[7] = cands
-            rule = sim.cfg.corunner_rule  # rank_corunners' order: each kind assessed alone
+            rule = sim.rules.corunner_rule  # rank_corunners' order: each kind assessed alone
             memo[8] = sorted((acc[k] for k in cands), key=lambda r: r.key(rule))
         # choose_corunner's choice: the best kind the veto lets through (it asks every one)
         chosen = None
@@ -220,16 +221,11 @@ class ColocatePolicy(Policy):
         return hit
 
     def _rank(self, new: Newcomer, loads: list[GpuLoad]):
-        """packer.corunner.rank_corunners with this run's rule and pair prediction.
+        """The rules' corunners (packer.corunner.rank_corunners) with this run's pair prediction.
 
         A GPU qualifies on its own (memory, pairs to avoid, predicted speeds) and the order is
         a stable sort by the rule's key, so the kinds of GPU are assessed one at a time
         (memoised) and the qualifying ones sorted together give the same ranking."""
         sim = self.sim
-        pred = sim.cfg.pair_predict
-        return rank_corunners(
-            new, loads, rule=sim.cfg.corunner_rule, max_fraction=sim.pk.max_gpu_fraction,
-            max_jobs_per_gpu=sim.cfg.max_jobs_per_gpu, avoid=sim.avoid,
-            pair_speed=self._pair_speed if pred else None,
-            min_corunner_speed=1.0 - sim.cfg.contention_threshold if pred else 0.0,
-            min_newcomer_speed=sim.cfg.min_newcomer_speed if pred else 0.0)
+        return sim.rules.corunners(new, loads, avoid=sim.avoid,
+                                   pair_speed=self._pair_speed if sim.cfg.pair_predict else None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from packer.config import PackerConfig
+from packer.rules import SuiteRules
 from slurm_plugin.simulator.knowledge import MODES as KNOWLEDGE_MODES
 
 POLICIES = ("exclusive", "shard-fixed", "mig-static", "lucid-like", "colocate",
@@ -62,6 +63,10 @@ class SimConfig:
     regroup_moves_per_plan: int = 2
     regroup_moves_per_hour: int = 12
     regroup_retry_s: float = 600.0  # a head that got no plan is looked at again after this
+    # a site's own rules (`gpupack simulate --config FILE`: its gpupack.toml's [monitor] table,
+    # as the helper reads it): restart costs, grow and regroup thresholds. The fields above
+    # (the command's flags) still override what they name. None: the suite's defaults.
+    site: SuiteRules | None = None
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -86,6 +91,15 @@ class SimConfig:
             raise ValueError("--movable-fraction must be in [0, 1]")
         if self.regroup_moves_per_plan < 0 or self.regroup_moves_per_hour < 0:
             raise ValueError("regroup move limits must be 0 or more")
+
+    def rules(self, pk: PackerConfig) -> SuiteRules:
+        """The decisions this run makes (`packer.rules.SuiteRules`, the helper's): the site's
+        rules (or the defaults) with this run's packer settings `pk` and the fields above."""
+        return (self.site or SuiteRules()).with_overrides(
+            config=pk, corunner_rule=self.corunner_rule, max_jobs_per_gpu=self.max_jobs_per_gpu,
+            min_newcomer_speed=self.min_newcomer_speed, contention_threshold=self.contention_threshold,
+            regroup_moves_per_plan=self.regroup_moves_per_plan,
+            regroup_moves_per_hour=self.regroup_moves_per_hour)
 
     @property
     def label(self) -> str:

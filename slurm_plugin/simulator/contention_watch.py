@@ -3,7 +3,8 @@
 ``monitor_s`` after a job is packed beside others, the node agent has measured every job's
 speed there: the watch records the pack's prediction error (what colocate predicted when it
 packed, :meth:`ContentionWatch.predict`, against the speeds now), makes the pair known to
-this run's pair knowledge, and asks ``packer.contention.check_contention`` whether a job
+this run's pair knowledge, and asks ``packer.contention.check_contention`` (the run's
+``SuiteRules.contention_now``) whether a job
 lost more than ``contention_threshold`` since the pack; if so the job it names is requeued
 (to the head of the queue, its attempt lost) and the pair is avoided from then on.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from packer.contention import Sharer, check_contention
+from packer.contention import Sharer
 
 if TYPE_CHECKING:
     from slurm_plugin.simulator.engine import Simulator
@@ -65,7 +66,7 @@ class ContentionWatch:
         sharers = [Sharer(str(j.id), j.workload, j.packed_at if j.packed_at is not None
                           and j is job else j.start, base.get(j.id, 1.0), j.rate)
                    for j in g.jobs]
-        v = check_contention(sharers, sim.cfg.contention_threshold)
+        v = sim.rules.contention_now(sharers)
         if v.requeue is None:
             return
         sim.avoid.update(v.avoid_pairs)

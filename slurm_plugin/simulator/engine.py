@@ -18,10 +18,13 @@
 - the helper's actions on running jobs: :mod:`~slurm_plugin.simulator.growth` (grow by
   preemption) and :mod:`~slurm_plugin.simulator.regrouping`.
 
-The decisions are the suite's own code, called as in production:
-``packer.decision.decide`` (exclusive or packed, and how many shares),
-``packer.corunner.choose_corunner`` (FIG. 3 co-runner), ``packer.contention.check_contention``
-(FIG. 4 requeue and pair avoidance), ``mig.fsm``/``mig.policies.choose``/``mig.planner.plan_merge_split``/
+The decisions are the suite's own code, called as in production through one
+``packer.rules.SuiteRules`` (``self.rules``, the object the live helper's watches decide
+through): ``packer.decision.decide`` (exclusive or packed, and how many shares),
+``packer.corunner.rank_corunners`` (FIG. 3 co-runner), ``packer.contention.check_contention``
+(FIG. 4 requeue and pair avoidance), ``predictor.restart.decide_restart`` (restart on a
+memory warning or keep the job), ``packer.grow.plan_growth``, ``packer.regroup.plan_regroup``;
+and directly ``mig.fsm``/``mig.policies.choose``/``mig.planner.plan_merge_split``/
 ``mig.layout.homogeneous_layout`` (MIG placement, merge/split, homogeneous layouts) and
 ``predictor.forecast.Forecaster`` (early restart before an out-of-memory).
 
@@ -35,6 +38,7 @@ import time
 
 from mig.catalog import Catalog, load_catalog
 from packer.config import GIB, PackerConfig
+from packer.rules import SuiteRules
 from slurm_plugin.simulator.cluster import Cluster
 from slurm_plugin.simulator.config import SimConfig
 from slurm_plugin.simulator.events import CHECK, FINISH, OOM, WARN, EventLoop
@@ -60,7 +64,9 @@ class Simulator:
     """One run: the parts, wired together, and the handlers of the job events."""
 
     def __init__(self, cfg: SimConfig, specs: list[SimJobSpec], profiles: list[WorkloadProfile],
-                 pairs: PairTable):
+                 pairs: PairTable, rules: SuiteRules | None = None):
+        """``rules``: the decisions to make, taken whole (its packer settings too); None: those
+        ``cfg`` gives (``SimConfig.rules``)."""
         self.cfg = cfg
         self.catalog: Catalog = load_catalog(cfg.gpu_model)
         self.gpu_mem = int(self.catalog.memory_mib) << 20
@@ -70,6 +76,9 @@ class Simulator:
         if cfg.policy == "colocate" and cfg.pair_predict and cfg.packer is None:
             # the measured pair speeds judge a busy job's pack, not a utilisation cut-off
             self.pk = self.pk.with_overrides(max_util_pct=100.0)
+        if rules is not None:
+            self.pk = rules.config
+        self.rules = rules or cfg.rules(self.pk)  # every decision of the run, as the helper makes it
         self.share_bytes = self.pk.share_bytes
         self.profiles = profiles
         self.pairs = pairs
@@ -84,12 +93,12 @@ class Simulator:
         self.progress = Progress(self)  # each job's rate and next event
         self.history: set[int] = set()  # profiles with a finished run (the packer's history)
         self.avoid: set[tuple[str, str]] = set()  # pairs FIG. 4 found hurting
-        self.shares = ShareIndex(self.share_bytes, cfg.max_jobs_per_gpu,
-                                 multi_on=cfg.policy == "colocate" and cfg.max_jobs_per_gpu > 2)
+        per_gpu = self.rules.max_jobs_per_gpu
+        self.shares = ShareIndex(self.share_bytes, per_gpu, multi_on=cfg.policy == "colocate" and per_gpu > 2)
         self.usage = UsageMeter(cfg.timeline_step_s)
         # the MIG side of the cluster (MIG policies only)
         self.mig = MigState(cfg, self.catalog, self.gpus, self.idle) if self.policy.uses_mig else None
-        self.memory = MemoryRestarts(cfg, self.pk, self.gpu_mem, self.mig)
+        self.memory = MemoryRestarts(cfg, self.rules, self.gpu_mem, self.mig)
         n_whole = self.mig.n_whole if self.mig else cfg.gpus
         self.skipped = 0
         self.jobs: list[Job] = []
@@ -129,19 +138,29 @@ class Simulator:
             avoided_pairs=len(self.avoid), events=self.loop.events,
             wall_s=time.perf_counter() - t0, passes=self.sched.passes,
             passes_skipped=self.sched.passes_skipped, timeline=use.timeline,
-            knowledge=self.policy.summary(), actions=self._actions_summary())
+            knowledge=self.policy.summary(), actions=self._actions_summary(),
+            rules=self.rules.settings())
 
     def _actions_summary(self) -> dict:
-        out = {}
+        out = self.memory.summary()
         for part in (self.grow, self.regrouper):
             out.update(part.summary() if part is not None else {})
         return out
 
     # ----------------------------------------------------------------- job events
     def restart_memory(self, job: Job, now: float, predicted: bool) -> None:
-        """Out of memory (or warned before it): restart on a larger size, at the head."""
+        """Out of memory (or warned before it): restart on a larger size, at the head. A
+        warning is priced first (``SuiteRules.restart``, as the live memory watch does) unless
+        the grow decision evicts neighbours for it (the helper's grow watch acts before its
+        memory watch): a job kept running runs on, and runs out of memory later if its memory
+        really outgrows it."""
+        grow = self.grow
+        growing = predicted and grow is not None and grow.evicts_for_warning(job, now, self.memory.warned_size(job))
+        if predicted and not self.memory.restart_on_warning(job, now, growing):
+            self.progress.set_rate(job, now, job.rate)  # its next event: the end or the OOM
+            return
         self.memory.remember_bigger(job, predicted)
-        if self.grow is not None and self.grow.try_grow(job, now, predicted):
+        if grow is not None and grow.try_grow(job, now, predicted):
             return  # restarted bigger on its GPU at once, younger neighbours evicted
         self.stop(job, now)
         self.sched.requeue(job)
@@ -163,6 +182,6 @@ class Simulator:
 
 
 def simulate(cfg: SimConfig, specs: list[SimJobSpec], profiles: list[WorkloadProfile],
-             pairs: PairTable) -> SimResult:
-    """Run one policy on one workload."""
-    return Simulator(cfg, specs, profiles, pairs).run()
+             pairs: PairTable, rules: SuiteRules | None = None) -> SimResult:
+    """Run one policy on one workload (``rules``: see :class:`Simulator`)."""
+    return Simulator(cfg, specs, profiles, pairs, rules).run()

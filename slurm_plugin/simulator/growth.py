@@ -3,7 +3,8 @@
 With ``SimConfig(grow_preempt=True)`` (colocate), a packed job (one holding a share count)
 that must grow, because the predictor warns it will outgrow its share or it ran out of
 memory (its remembered size is now larger than its share), is a *running preemptor*: the
-simulator asks ``packer.grow.plan_growth``, the helper's own decision, for its GPU as the
+simulator asks ``packer.grow.plan_growth`` (``SuiteRules.grow``), the helper's own decision,
+with the run's grow thresholds, for its GPU as the
 node agent would show it:
 
 - every job on the GPU is a tenant with the shares it holds: its share count, or for a
@@ -25,7 +26,7 @@ import math
 from typing import TYPE_CHECKING
 
 from packer.decision import max_shards
-from packer.grow import GpuShares, GrowSettings, Preemptor, Tenant, grow_request, plan_growth
+from packer.grow import GpuShares, GrowDecision, Preemptor, Tenant, grow_request
 from slurm_plugin.simulator.memory import mem_now
 
 if TYPE_CHECKING:
@@ -48,11 +49,10 @@ def held_shares(sim: "Simulator", job: "Job", now: float) -> int:
 class GrowPreemption:
     """The running-preemptor wiring and its counters."""
 
-    def __init__(self, sim: "Simulator", settings: GrowSettings | None = None):
+    def __init__(self, sim: "Simulator"):
         self.sim = sim
         self.max_packed = max_shards(sim.pk)
         self.total = sim.pk.shares_per_gpu
-        self.settings = settings or GrowSettings(max_packed_shares=self.max_packed)
         self.restarts = 0  # growers restarted bigger in place
         self.evictions = 0  # younger neighbours requeued for them
         self.lost_s = 0.0  # work those neighbours lost
@@ -62,21 +62,37 @@ class GrowPreemption:
         return GpuShares(str(g.id), self.total, tuple(
             Tenant(j.id, j.start, held_shares(self.sim, j, now)) for j in g.jobs))
 
+    def _decide(self, job: "Job", now: float, predicted: bool, need: int) -> GrowDecision | None:
+        """The rules' grow decision for `job` needing `need` bytes; None: not a packed
+        one-GPU job, or it needs a whole GPU (only the queue gives one)."""
+        sim = self.sim
+        if not job.shards or len(job.gpu_ids) != 1:
+            return None
+        req = grow_request(job.shards, need, sim.share_bytes, self.max_packed)
+        if req is None:
+            return None
+        g = sim.gpus[job.gpu_ids[0]]
+        why = "the predictor warns it will outgrow its share" if predicted else "ran out of memory"
+        p = Preemptor(job.id, str(g.id), True, req[0], req[1], since=job.start, waiting_since=now,
+                      held_shares=job.shards, why=why)
+        (d,) = sim.rules.grow([self.tenants(g, now)], [p], now)
+        return d
+
+    def evicts_for_warning(self, job: "Job", now: float, need: int) -> bool:
+        """Whether the decision evicts neighbours for a warned job needing `need` bytes: the
+        helper's grow watch then acts before its memory watch prices a restart."""
+        d = self._decide(job, now, True, need)
+        return d is not None and d.acted and bool(d.evictions)
+
     def try_grow(self, job: "Job", now: float, predicted: bool) -> bool:
         """Grow `job` in place if the decision says so; False: it goes through the queue.
 
         Called when it must restart for memory, after its remembered size was raised."""
         sim = self.sim
-        if not job.shards or len(job.gpu_ids) != 1:
+        d = self._decide(job, now, predicted, job.remembered)
+        if d is None:
             return False
-        req = grow_request(job.shards, job.remembered, sim.share_bytes, self.max_packed)
-        if req is None:
-            return False  # needs a whole GPU: only the queue gives one
         g = sim.gpus[job.gpu_ids[0]]
-        why = "the predictor warns it will outgrow its share" if predicted else "ran out of memory"
-        p = Preemptor(job.id, str(g.id), True, req[0], req[1], since=job.start, waiting_since=now,
-                      held_shares=job.shards, why=why)
-        (d,) = plan_growth([self.tenants(g, now)], [p], self.settings, now)
         if not d.acted:
             self.declined += 1
             log.debug("job %d: %s", job.id, d.reason)

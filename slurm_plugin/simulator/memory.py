@@ -4,15 +4,22 @@ larger size a job restarts with after an out-of-memory or a warning.
 A growing job's memory rises linearly from ``mem0`` to ``mem1`` with its progress. With
 ``SimConfig(predictor=True)`` the suite's ``predictor.forecast.Forecaster`` reads the
 job's samples as the node agent would and says when it would warn and with which size;
-the warning becomes a job event (:mod:`~slurm_plugin.simulator.progress`). A restart
-remembers the larger size (``Job.remembered``), as the helper's restart does.
+the warning becomes a job event (:mod:`~slurm_plugin.simulator.progress`). At the warning
+the run's ``SuiteRules.restart`` (``predictor.restart.decide_restart``, the live memory
+watch's rule, with the same restart costs) prices a restart now against an OOM later, from
+what the replay knows as the watch would: the warning time, the checkpoint (the attempt's
+start: its start or its last restart or move), the crossing the forecaster predicts, the
+forecast peak and its confidence; the trace gives no time limits, so no job end. A job kept
+running (the helper's ``keep-memory``) runs on and meets its OOM if its memory really
+outgrows its room. A restart remembers the larger size (``Job.remembered``), as the
+helper's restart does.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from packer.config import PackerConfig
 from packer.decision import max_shards
+from packer.rules import SuiteRules
 from slurm_plugin.simulator.config import SimConfig
 from slurm_plugin.simulator.state import Job
 
@@ -31,13 +38,18 @@ def mem_now(j: Job, now: float) -> int:
 class MemoryRestarts:
     """The predictor's warnings and the sizes jobs restart with."""
 
-    def __init__(self, cfg: SimConfig, pk: PackerConfig, gpu_mem: int, mig: "MigState | None"):
+    def __init__(self, cfg: SimConfig, rules: SuiteRules, gpu_mem: int, mig: "MigState | None"):
         self.cfg = cfg
-        self.pk = pk
+        self.rules = rules
+        self.pk = rules.config
         self.gpu_mem = gpu_mem
         self.mig = mig
-        self._warn_cache: dict[tuple, tuple[float | None, int | None]] = {}
+        # (mem0, mem1, cap) -> (warning, next size, crossing, forecast peak: fractions of the
+        # run's work, bytes; the forecaster's confidence)
+        self._warn_cache: dict[tuple, tuple] = {}
         self._forecaster_cls = None
+        self.warnings_restarted = 0  # restarted (or grown in place) on a warning
+        self.warnings_kept = 0  # kept running: the rule priced a restart above the OOM's risk
 
     def sizes(self) -> tuple[int, ...]:
         """The sizes a job may get, bytes: MIG instances, or share counts and the whole GPU."""
@@ -59,20 +71,50 @@ class MemoryRestarts:
                 self._forecaster_cls = Forecaster
             n = self.cfg.predictor_samples
             f = self._forecaster_cls(job.cap, n, partition_sizes=self.sizes())
-            hit = (None, None)
+            hit = (None, None, None, 0, 0.0)
             for i in range(1, n + 1):
                 mem = job.mem0 + (job.mem1 - job.mem0) * i / n
                 if mem > job.cap:
                     break
                 fc = f.update(i, mem)
                 if fc.warn:
-                    hit = (i / n, fc.next_partition)
+                    crossing = fc.crossing_step / n if fc.crossing_step is not None else None
+                    hit = (i / n, fc.next_partition, crossing, fc.predicted_peak_bytes, f.options.confidence)
                     break
             self._warn_cache[key] = hit
-        frac, nxt = hit
+        frac, nxt = hit[:2]
         if frac is not None:
             job.warn_work = frac * job.duration
             job.warn_next = nxt
+
+    def warned_size(self, job: Job) -> int:
+        """The size a warned job restarts with (what :meth:`remember_bigger` remembers)."""
+        return max(job.remembered, job.warn_next or self.gpu_mem)
+
+    def restart_on_warning(self, job: Job, now: float, growing: bool = False) -> bool:
+        """The forecaster warns now: restart (True) or keep the job running (False), as the
+        run's rules decide (``SuiteRules.restart``, the live memory watch's call). Counted.
+        ``growing``: the grow decision evicts for it (the helper's grow watch acts before its
+        memory watch prices): restarted."""
+        if growing:
+            self.warnings_restarted += 1
+            return True
+        _, _, crossing, peak, confidence = self._warn_cache[(job.mem0, job.mem1, job.cap)]
+        done = job.done + (now - job.last_t) * job.rate
+        # the predicted crossing in time at the job's speed now; none predicted: now (the watch's)
+        at = now if crossing is None else now + max(0.0, crossing * job.duration - done) / job.rate
+        d = self.rules.restart(now_s=now, checkpoint_s=min(job.start, now), crossing_s=at, end_s=None,
+                               predicted_peak_bytes=peak, capacity_bytes=job.cap, p_oom=confidence)
+        if d.restart:
+            self.warnings_restarted += 1
+            return True
+        self.warnings_kept += 1
+        job.warn_work = None  # judged: it runs on to its end or its OOM
+        return False
+
+    def summary(self) -> dict:
+        return {"memory_warnings_restarted": self.warnings_restarted,
+                "memory_warnings_kept": self.warnings_kept}
 
     def remember_bigger(self, job: Job, predicted: bool) -> None:
         """Count the restart and raise the size the job asks for next time."""

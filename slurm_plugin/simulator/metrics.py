@@ -25,6 +25,11 @@
   checkpoint plus requeue and restart time of the moved jobs; the part since the
   checkpoint alone is ``regroup_lost_since_checkpoint_s``), ``regroup_head_gain_s`` (the
   heads' earlier starts the planner counted on), ``regroup_planner_calls``.
+- Memory warnings (``--predictor on``): ``memory_warnings_restarted`` (restarted or grown
+  in place) and ``memory_warnings_kept`` (kept running: ``SuiteRules.restart`` priced a
+  restart above the OOM's risk, the live helper's ``keep-memory``).
+- ``rules``: the decision settings the run used (``packer.rules.SuiteRules.settings``: the
+  defaults, or a site's gpupack.toml with ``--config``, flags overriding).
 - Pair prediction (colocate with ``pair_predict``): ``pred_mae``/``pred_bias`` of the speeds
   predicted for each watched pack against the truth (``pred_unseen_*``: pairs not yet
   observed when packed); ``model_mae_all_measured``: the feature model at the end of the
@@ -108,6 +113,7 @@ def summary(res: SimResult) -> dict:
         "sim_wall_s": round(res.wall_s, 2),
         "sim_passes": res.passes,
         "sim_passes_skipped": res.passes_skipped,
+        "rules": res.rules,
     }
 
 

@@ -3,7 +3,8 @@
 With ``SimConfig(regroup=True)`` (colocate), when the head of the queue wants whole GPUs
 (a multi-GPU job, or a one-GPU job colocate would not pack) and cannot start, while idle
 GPUs plus GPUs holding only jobs that may be moved would be enough, the simulator asks
-``packer.regroup.plan_regroup``, the helper's own planner, for a plan and runs it when the
+``packer.regroup.plan_regroup`` (``SuiteRules.regroup``), the helper's own planner with the
+run's thresholds, for a plan and runs it when the
 planner says its gain (the head's earlier start against the EASY reservation the replay
 would give it) beats its cost:
 
@@ -31,15 +32,14 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import replace
 from itertools import islice
 from typing import TYPE_CHECKING
 
 from packer.corunner import pair_key
 from packer.decision import max_shards
-from packer.regroup import plan_regroup
-from packer.regroup_budget import MoveBudget
 from packer.regroup_model import Cluster, GpuInfo, HeadJob, Holding, Movability, RunningJob, SignalSpec
-from packer.regroup_plan import RegroupPlan, RegroupSettings
+from packer.regroup_plan import RegroupPlan
 from slurm_plugin.simulator.growth import held_shares
 
 if TYPE_CHECKING:
@@ -66,9 +66,9 @@ class Regrouper:
         cfg = sim.cfg
         self.sim = sim
         self.now = 0.0
-        self.settings = RegroupSettings(allow_idle_targets=False)
-        self.budget = MoveBudget(cfg.regroup_moves_per_plan, cfg.regroup_moves_per_hour,
-                                 clock=lambda: self.now)
+        # the rules' thresholds; an idle target frees no GPU in a replay without nodes
+        self.settings = replace(sim.rules.regroup_settings, allow_idle_targets=False)
+        self.budget = sim.rules.move_budget(lambda: self.now)
         self.signal = SignalSpec("USR1", int(cfg.checkpoint_grace_s), batch_only=True)
         self.movable = {j.id: declares_movable(j.id, cfg.movable_fraction) for j in sim.jobs}
         self.total = sim.pk.shares_per_gpu
@@ -100,7 +100,7 @@ class Regrouper:
         last = self.last_try.get(head.id)
         if last is not None and now - last < sim.cfg.regroup_retry_s:
             return False
-        allowed = min(sim.cfg.regroup_moves_per_plan, self.budget.remaining())
+        allowed = min(sim.rules.regroup_moves_per_plan, self.budget.remaining())
         missing = head.gpus - len(sim.idle)
         if missing <= 0 or missing > allowed or not self._wants_whole(head):
             return False  # it fits (another rule holds it), or needs more moves than allowed
@@ -112,8 +112,8 @@ class Regrouper:
         target = HeadJob(head.id, gpus=head.gpus, submitted_at=head.submit,
                          expected_start=shadow if math.isfinite(shadow) else None)
         self.planner_calls += 1
-        d = plan_regroup(self._view(head, now), target, now, self.settings, self.budget,
-                         max_moves=sim.cfg.regroup_moves_per_plan, pair_speed=self._pair_speed)
+        d = sim.rules.regroup(self._view(head, now), target, now, self.budget, pair_speed=self._pair_speed,
+                              settings=self.settings)
         if d.chosen is None:
             log.debug("head job %d: %s", head.id, d.reason)
             return False
@@ -129,7 +129,7 @@ class Regrouper:
         (most free shares first). Bounded, so a plan costs the same on any cluster size."""
         sim = self.sim
         mov = self.movable
-        per_gpu = sim.cfg.max_jobs_per_gpu
+        per_gpu = sim.rules.max_jobs_per_gpu
         idle = list(islice(sim.idle, head.gpus))
         clear, room = [], []
         for g in sim.gpus:

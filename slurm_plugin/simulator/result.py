@@ -29,3 +29,4 @@ class SimResult:
     timeline: list[tuple[float, int, float, float]] = field(default_factory=list)
     knowledge: dict = field(default_factory=dict)  # prediction error, pairs observed
     actions: dict = field(default_factory=dict)  # grow preemptions, regroup moves (issue 13)
+    rules: dict = field(default_factory=dict)  # the decision settings of the run (SuiteRules.settings)

@@ -1,12 +1,12 @@
 """Contention (patent seed, FIG. 4): a newcomer that slows a job already on its GPU.
 
-Per shared GPU, `packer.preemption.find_contention`; the newcomer is requeued at the head of
-the queue and each (newcomer, hurt job) pair of fingerprints is recorded so they are never
-packed together again.
+Per shared GPU, `packer.preemption.find_contention` (through `ctx.rules.contention`); the
+newcomer is requeued at the head of the queue and each (newcomer, hurt job) pair of
+fingerprints is recorded so they are never packed together again.
 """
 from __future__ import annotations
 
-from packer.preemption import Resident, find_contention
+from packer.preemption import Resident
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.helper.watches.tracks import Track
 from slurm_plugin.slurm.gres import expand_hostlist
@@ -30,7 +30,7 @@ class ContentionWatch:
                 continue
             by_gpu.setdefault((t.node, t.gpu_index), []).append(t)
         acted: set[int] = set()
-        s = ctx.settings
+        rules = ctx.rules
         actions = ctx.actions
         mode = actions.mode_of(KIND)
         for (node, gpu), tracks in sorted(by_gpu.items()):
@@ -39,9 +39,7 @@ class ContentionWatch:
             residents = [Resident(t.job_id, t.started_at, t.throughput(), t.fingerprint,
                                   utilisation=tuple((x.at, x.util_pct) for x in t.samples if x.counted))
                          for t in tracks]
-            verdict = find_contention(residents, s.contention_threshold, settle_s=s.settle_s,
-                                      min_before=s.min_samples_before, min_after=s.min_samples_after,
-                                      counters=s.counter_rule())
+            verdict = rules.contention(residents)
             if verdict is None:
                 continue
             newcomer = jobs[verdict.newcomer]
@@ -55,8 +53,8 @@ class ContentionWatch:
                     actions.store.avoid_pair(verdict.newcomer_fingerprint, hurt.fingerprint, verdict.reason)
             hurt_nodes = frozenset(n for h in verdict.hurt for n in expand_hostlist(jobs[h.job_id].nodes))
             evidence = {
-                "node": node, "gpu": gpu, "threshold": s.contention_threshold, "settle_s": s.settle_s,
-                "min_after": s.min_samples_after,
+                "node": node, "gpu": gpu, "threshold": rules.contention_threshold, "settle_s": rules.settle_s,
+                "min_after": rules.min_samples_after,
                 "hurt": [{"job_id": h.job_id, "before": h.before, "after": h.after, "loss": h.loss, "signal": h.signal}
                          for h in verdict.hurt],
             }

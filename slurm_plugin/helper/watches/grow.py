@@ -2,8 +2,8 @@
 
 A running packed job must grow when its memory forecast warns (the memory watch would
 restart it on a larger share, through the queue) or when its remembered size is larger
-than its share. It is a *running preemptor*: `packer.grow.plan_growth` (the decision the
-simulator uses too) says which younger packed jobs on the same GPU to requeue, youngest
+than its share. It is a *running preemptor*: `packer.grow.plan_growth` (`ctx.rules.grow`, the
+decision the simulator uses too) says which younger packed jobs on the same GPU to requeue, youngest
 first and no more than needed, never an older job or a whole-GPU job. When enforced:
 
 1. each victim is requeued at the head of the queue (`grow-evict`) and left held, its
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from packer import comment as comment_mod
 from packer.decision import max_shards
 from packer.grow import EVICT_KIND, RESTART_KIND, SKIP_KIND, GpuShares, GrowDecision, Preemptor, Tenant, \
-    grow_request, plan_growth
+    grow_request
 from slurm_plugin.helper.watches.memory import capacity_of, track_forecast
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.helper.watches.tracks import ACTIVE, Track, job_shards, wants_whole_gpu
@@ -74,8 +74,7 @@ class GrowWatch:
             return
         total = ctx.config.shares_per_gpu
         gpus = [self._gpu(ctx, label, total) for label in sorted({p.gpu for p in preemptors})]
-        settings = ctx.settings.grow_settings(max_shards(ctx.config))
-        for d in plan_growth(gpus, preemptors, settings, ctx.now):
+        for d in ctx.rules.grow(gpus, preemptors, ctx.now):
             p = next(p for p in preemptors if p.job_id == d.preemptor)
             if not d.acted:
                 if p.running:

@@ -61,18 +61,15 @@ class MemoryWatch:
 
     @staticmethod
     def _price(ctx: RoundContext, t: Track, job, forecast, capacity: float, confidence: float):
-        """Restart now or let it run (predictor.restart): the work each choice loses. The
-        helper does not see a job's checkpoints, so its work counts from the run's start."""
-        from predictor.restart import decide_restart
-
-        s = ctx.settings
+        """Restart now or let it run (`ctx.rules.restart`, predictor.restart): the work each
+        choice loses. The helper does not see a job's checkpoints, so its work counts from the
+        run's start."""
         now = max(t.samples[-1].at, t.started_at)  # the agent's clock, as the run's start
         crossing = t.started_at + forecast.crossing_step if forecast.crossing_step is not None else now
         end = job.end_time.timestamp() if job.end_time is not None else None
-        return decide_restart(warn=True, now_s=now, checkpoint_s=t.started_at, crossing_s=max(crossing, now),
-                              end_s=end, predicted_peak_bytes=forecast.predicted_peak_bytes,
-                              capacity_bytes=capacity, restart_cost_s=s.restart_cost_s, p_oom=confidence,
-                              oom_penalty_s=s.oom_penalty_s)
+        return ctx.rules.restart(now_s=now, checkpoint_s=t.started_at, crossing_s=max(crossing, now), end_s=end,
+                                 predicted_peak_bytes=forecast.predicted_peak_bytes, capacity_bytes=capacity,
+                                 p_oom=confidence)
 
     def _capacity(self, ctx: RoundContext, track: Track) -> float | None:
         return capacity_of(track, ctx.config.share_bytes, ctx.gpu_model)

@@ -2,7 +2,7 @@
 
 When the job Slurm would start next wants whole GPUs and has waited `[monitor]
 regroup_head_wait_s` while the room exists only in pieces (packed jobs spread over GPUs), the
-watch asks `packer.regroup.plan_regroup` (the planner the simulator uses) for a plan over
+watch asks `packer.regroup.plan_regroup` (`ctx.rules.regroup`, the planner the simulator uses) for a plan over
 the cluster as Slurm shows it (`watches/regroup_view.py`). Only jobs that declared they can be
 moved are touched, the moves are bounded per plan and per sliding hour (`MoveBudget`,
 `regroup_moves_per_plan`, `regroup_moves_per_hour`), and a plan runs only when the head's
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from packer.action_modes import ActionMode
 from packer.decision import max_shards
-from packer.regroup import PLAN_KIND, SKIP_KIND, RegroupDecision, plan_regroup
+from packer.regroup import PLAN_KIND, SKIP_KIND, RegroupDecision
 from packer.regroup_budget import MoveBudget
 from packer.regroup_plan import RegroupPlan
 from slurm_plugin.helper.watches.regroup_view import CheckpointSignals, cluster_view, head_of_queue, head_view
@@ -85,9 +85,8 @@ class RegroupWatch:
 
     # ------------------------------------------------------------------ deciding
     def _budget(self, ctx: RoundContext) -> MoveBudget:
-        s = ctx.settings
         if self.budget is None:
-            self.budget = MoveBudget(s.regroup_moves_per_plan, s.regroup_moves_per_hour, clock=lambda: self._now)
+            self.budget = ctx.rules.move_budget(lambda: self._now)
         return self.budget
 
     def _plan(self, ctx: RoundContext, head: Job) -> RegroupDecision | None:
@@ -101,9 +100,7 @@ class RegroupWatch:
             return None
         view = cluster_view(nodes, ctx.jobs, ctx.now, ctx.settings, self._signals, ctx.config.shares_per_gpu,
                             max_shards(ctx.config), head=head)
-        s = ctx.settings
-        return plan_regroup(view, head_view(head, ctx.now), ctx.now, s.regroup_settings(), self._budget(ctx),
-                            max_moves=s.regroup_moves_per_plan)
+        return ctx.rules.regroup(view, head_view(head, ctx.now), ctx.now, self._budget(ctx))
 
     def _skip(self, ctx: RoundContext, head_job: int, reason: str, **data: object) -> None:
         if (head_job, reason) in self._said:

@@ -1,7 +1,8 @@
 """What one monitor round gives a watch to read, and the state kept between rounds.
 
 A watch is a small object with one duty and one method, `round(ctx)`. It reads the round
-(`RoundContext`: the jobs Slurm listed, the newest samples, the time, the settings) and acts
+(`RoundContext`: the jobs Slurm listed, the newest samples, the time, the settings), decides
+through `ctx.rules` (`packer.rules.SuiteRules`: the decisions the simulator makes too) and acts
 only through `ctx.actions` (requeue at the head, update a job, log an event). The monitor
 calls the watches in the order of its list, once per round.
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from packer.config import PackerConfig
+from packer.rules import SuiteRules
 from packer.samples import JobSample
 from slurm_plugin.helper.monitor_settings import MonitorSettings
 from slurm_plugin.slurm.model import Job
@@ -54,6 +56,12 @@ class RoundContext:
     gpu_model: str = "H100-80GB"
     acted: set[int] = field(default_factory=set)  # jobs requeued this round (the listing predates it)
     act_s: float = 0.0  # the time to act: until the next round (the last round and its pause), and the action's own
+    # the decisions (packer.rules): the monitor's one object; None builds it from settings and config
+    rules: SuiteRules | None = None
+
+    def __post_init__(self) -> None:
+        if self.rules is None:
+            self.rules = self.settings.rules(self.config)
 
     @property
     def enforcing(self) -> bool:

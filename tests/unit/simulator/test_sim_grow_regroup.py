@@ -150,3 +150,26 @@ def test_fast_path_still_gives_the_reference_results(kw):
     assert runs[True].actions["grow_restarts_in_place"] > 0
     if kw.get("regroup"):  # consulted (short jobs: never worth a move here)
         assert runs[True].actions["regroup_planner_calls"] > 0
+
+
+def test_a_warning_the_rules_would_keep_still_grows_when_the_grow_decision_evicts():
+    """The helper's grow watch runs before its memory watch: a warned job the grow decision
+    evicts for grows in place whatever a restart is priced at; one it cannot evict for (its
+    neighbour is older) is priced, and a restart made dear keeps it running into its OOM."""
+    from dataclasses import replace
+
+    from slurm_plugin.simulator import Simulator
+
+    def with_dear_restarts(specs):
+        cfg = SimConfig(policy="colocate", gpus=1, gpu_model="H100-80GB", predictor=True, known_history=True,
+                        pair_knowledge="oracle", grow_preempt=True)
+        sim = Simulator(cfg, specs, PROFILES, PAIRS)
+        sim = Simulator(cfg, specs, PROFILES, PAIRS, rules=replace(sim.rules, restart_cost_s=1e7, oom_penalty_s=0.0))
+        res = sim.run()
+        return summary(res), by_id(res)
+
+    s, jobs = with_dear_restarts(YOUNGER)
+    assert s["grow_preemptions"] == 1 and s["memory_warnings_kept"] == 0 and jobs[1].pred_restarts == 1
+    s, jobs = with_dear_restarts(OLDER)
+    assert s["memory_warnings_kept"] >= 1 and s["memory_warnings_restarted"] == 0
+    assert jobs[1].pred_restarts == 0 and jobs[1].oom_restarts >= 1 and s["grow_preemptions"] == 0

@@ -1,0 +1,176 @@
+"""The suite's decisions behind one object: :class:`SuiteRules` (what is simulated is what runs).
+
+The live controller helper and the simulator make the same decisions with the same pure
+functions; this object holds the settings those functions read (the ``[packer]`` table,
+:class:`~packer.config.PackerConfig`, and the decision settings of the ``[monitor]`` table)
+and gives one method per decision, each delegating to the existing rule unchanged:
+
+- :meth:`SuiteRules.admit`: exclusive or packed, how many shares (``packer.decision.decide``);
+- :meth:`SuiteRules.corunners`: the busy GPUs a packed job may join, best first
+  (``packer.corunner.rank_corunners``);
+- :meth:`SuiteRules.contention` (sampled throughput or counters, the live watch,
+  ``packer.preemption.find_contention``) and :meth:`SuiteRules.contention_now` (speeds
+  already measured, the replay, ``packer.contention.check_contention``): FIG. 4;
+- :meth:`SuiteRules.restart`: restart a job whose memory forecast warns, or keep it
+  (``predictor.restart.decide_restart``, priced with ``restart_cost_s`` and ``oom_penalty_s``);
+- :meth:`SuiteRules.grow`: grow by preemption (``packer.grow.plan_growth``);
+- :meth:`SuiteRules.regroup`: free whole GPUs for the head (``packer.regroup.plan_regroup``).
+
+The helper builds one from gpupack.toml at start
+(``slurm_plugin.helper.monitor_settings.MonitorSettings.rules``); the simulator builds one
+from its ``SimConfig`` (``gpupack simulate --config FILE`` reads the same file the same way).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from packer.config import PackerConfig
+from packer.contention import ContentionVerdict as SharerVerdict
+from packer.contention import Sharer, check_contention
+from packer.corunner import RULES as CORUNNER_RULES
+from packer.corunner import AvoidSet, GpuLoad, Newcomer, PairSpeed, Ranked, rank_corunners
+from packer.decision import ClusterView, Decision, Estimate, decide, max_shards
+from packer.grow import GpuShares, GrowDecision, GrowSettings, Preemptor, PreemptorThreshold, plan_growth
+from packer.preemption import ContentionVerdict, Resident, find_contention
+from packer.regroup import RegroupDecision, plan_regroup
+from packer.regroup_budget import MoveBudget
+from packer.regroup_model import Cluster, HeadJob
+from packer.regroup_plan import RegroupSettings
+from packer.request import Candidate, NotCandidate
+from packer.util_contention import CounterRule
+from predictor.restart import RestartDecision, decide_restart
+
+
+@dataclass(frozen=True)
+class SuiteRules:
+    """The settings every decision reads, and the decisions. Frozen: one object, one behaviour."""
+
+    config: PackerConfig = field(default_factory=PackerConfig)
+    # FIG. 3 co-runner: the rule, jobs per GPU, and the prediction's floors (a job already
+    # there must keep >= 1 - contention_threshold of its speed)
+    corunner_rule: str = "best-pair"
+    max_jobs_per_gpu: int = 2
+    min_newcomer_speed: float = 0.0
+    # FIG. 4 contention: a senior losing more than this share of its throughput
+    contention_threshold: float = 0.10
+    settle_s: float = 2.0
+    min_samples_before: int = 2
+    min_samples_after: int = 2
+    counter_z: float = 4.0  # jobs that report nothing: the GPU counters' drop rule
+    counter_window: int = 20
+    counter_min_samples: int = 8
+    # restart on a memory forecast (predictor.restart), priced in seconds of work
+    restart_cost_s: float = 60.0
+    oom_penalty_s: float = 1800.0
+    # grow by preemption and regrouping
+    grow_settings: GrowSettings = field(default_factory=lambda: GrowSettings(queued=PreemptorThreshold(
+        target="min", max_evictions=1, max_victim_lost_s=600.0, min_wait_s=10.0)))
+    regroup_settings: RegroupSettings = field(default_factory=RegroupSettings)
+    regroup_moves_per_plan: int = 2
+    regroup_moves_per_hour: int = 6
+
+    def __post_init__(self) -> None:
+        if self.corunner_rule not in CORUNNER_RULES:
+            raise ValueError(f"corunner rule {self.corunner_rule!r} is not one of {', '.join(CORUNNER_RULES)}")
+        if self.max_jobs_per_gpu < 1:
+            raise ValueError("max_jobs_per_gpu must be at least 1")
+        if not 0 < self.contention_threshold <= 1:  # 1: nothing is ever requeued (the replay's "off")
+            raise ValueError(f"contention_threshold must be a fraction in (0, 1], got {self.contention_threshold}")
+        if self.restart_cost_s < 0 or self.oom_penalty_s < 0:
+            raise ValueError("restart_cost_s and oom_penalty_s must be >= 0 (seconds)")
+        if self.regroup_moves_per_plan < 0 or self.regroup_moves_per_hour < 0:
+            raise ValueError("regroup move limits must be 0 or more")
+
+    def with_overrides(self, **overrides: object) -> "SuiteRules":
+        return replace(self, **overrides)
+
+    def settings(self) -> dict[str, object]:
+        """The decision settings (not the [packer] table), flat, for a report."""
+        g, r = self.grow_settings.running, self.regroup_settings
+        return {"corunner_rule": self.corunner_rule, "max_jobs_per_gpu": self.max_jobs_per_gpu,
+                "min_newcomer_speed": self.min_newcomer_speed, "contention_threshold": self.contention_threshold,
+                "restart_cost_s": self.restart_cost_s, "oom_penalty_s": self.oom_penalty_s,
+                "grow_running_target": g.target, "grow_running_max_evictions": g.max_evictions,
+                "grow_running_max_victim_lost_s": g.max_victim_lost_s,
+                "regroup_min_gain_ratio": r.min_gain_ratio, "regroup_min_net_s": r.min_net_s,
+                "regroup_moves_per_plan": self.regroup_moves_per_plan,
+                "regroup_moves_per_hour": self.regroup_moves_per_hour}
+
+    @property
+    def max_packed_shares(self) -> int:
+        return max_shards(self.config)
+
+    # ------------------------------------------------------------------ admit (FIG. 3)
+    def admit(self, request: Candidate | NotCandidate, estimate: Estimate | None, cluster: ClusterView,
+              fingerprint: str | None = None, remembered_shards: int | None = None) -> Decision:
+        """Exclusive or packed, and how many shares: ``packer.decision.decide``."""
+        return decide(request, estimate, cluster, self.config, fingerprint=fingerprint,
+                      remembered_shards=remembered_shards)
+
+    # ------------------------------------------------------------------ co-runner (FIG. 3)
+    def corunners(self, newcomer: Newcomer, gpus: Sequence[GpuLoad], avoid: AvoidSet = frozenset(),
+                  pair_speed: PairSpeed | None = None) -> list[Ranked]:
+        """The GPUs ``newcomer`` may join, best first: ``packer.corunner.rank_corunners``.
+        With ``pair_speed`` (a prediction), a GPU qualifies only where the job there keeps at
+        least ``1 - contention_threshold`` of its speed (FIG. 4 would requeue it otherwise)."""
+        pred = pair_speed is not None
+        return rank_corunners(
+            newcomer, gpus, rule=self.corunner_rule, max_fraction=self.config.max_gpu_fraction,
+            max_jobs_per_gpu=self.max_jobs_per_gpu, avoid=avoid, pair_speed=pair_speed,
+            min_corunner_speed=1.0 - self.contention_threshold if pred else 0.0,
+            min_newcomer_speed=self.min_newcomer_speed if pred else 0.0)
+
+    # ------------------------------------------------------------------ contention (FIG. 4)
+    def counter_rule(self) -> CounterRule:
+        """The utilisation-drop rule for jobs that report nothing (packer.util_contention)."""
+        return CounterRule(threshold=self.contention_threshold, z=self.counter_z, window=self.counter_window,
+                           min_before=self.counter_min_samples, min_after=self.counter_min_samples,
+                           settle_s=self.settle_s)
+
+    def contention(self, residents: Sequence[Resident]) -> ContentionVerdict | None:
+        """The newcomer to requeue on one GPU from its jobs' samples (the live watch):
+        ``packer.preemption.find_contention``."""
+        return find_contention(residents, self.contention_threshold, settle_s=self.settle_s,
+                               min_before=self.min_samples_before, min_after=self.min_samples_after,
+                               counters=self.counter_rule())
+
+    def contention_now(self, sharers: Sequence[Sharer]) -> SharerVerdict:
+        """The same verdict from speeds already measured (the replay's agent):
+        ``packer.contention.check_contention``, which ``find_contention`` ends in."""
+        return check_contention(sharers, self.contention_threshold)
+
+    # ------------------------------------------------------------------ memory restart
+    def restart(self, *, now_s: float, checkpoint_s: float, crossing_s: float | None, end_s: float | None,
+                predicted_peak_bytes: float, capacity_bytes: float, p_oom: float,
+                warn: bool = True) -> RestartDecision:
+        """Restart a job whose forecast warns now, or keep it: ``predictor.restart.decide_restart``
+        priced with this site's ``restart_cost_s`` and ``oom_penalty_s``."""
+        return decide_restart(warn=warn, now_s=now_s, checkpoint_s=checkpoint_s, crossing_s=crossing_s,
+                              end_s=end_s, predicted_peak_bytes=predicted_peak_bytes,
+                              capacity_bytes=capacity_bytes, restart_cost_s=self.restart_cost_s, p_oom=p_oom,
+                              oom_penalty_s=self.oom_penalty_s)
+
+    # ------------------------------------------------------------------ grow by preemption
+    def grow_thresholds(self) -> GrowSettings:
+        """The grow thresholds with the most shares a packed job may hold (this config's)."""
+        return replace(self.grow_settings, max_packed_shares=self.max_packed_shares)
+
+    def grow(self, gpus: Sequence[GpuShares], preemptors: Sequence[Preemptor], now: float,
+             fits: Callable[[str, int, frozenset[int]], bool] | None = None) -> list[GrowDecision]:
+        """One round of growth decisions: ``packer.grow.plan_growth``."""
+        return plan_growth(gpus, preemptors, self.grow_thresholds(), now, fits)
+
+    # ------------------------------------------------------------------ regrouping
+    def move_budget(self, clock: Callable[[], float]) -> MoveBudget:
+        """The sliding-hour move budget these limits give (one per helper, one per replay)."""
+        return MoveBudget(self.regroup_moves_per_plan, self.regroup_moves_per_hour, clock=clock)
+
+    def regroup(self, cluster: Cluster, head: HeadJob, now: float, budget: MoveBudget | None = None,
+                pair_speed: PairSpeed | None = None,
+                settings: RegroupSettings | None = None) -> RegroupDecision:
+        """The plan that frees whole GPUs for ``head``, or why none: ``packer.regroup.plan_regroup``.
+        ``settings``: these rules' thresholds with a view's own limits (the replay has no
+        topology: ``allow_idle_targets`` off); None: these rules' own."""
+        return plan_regroup(cluster, head, now, settings or self.regroup_settings, budget,
+                            max_moves=self.regroup_moves_per_plan, pair_speed=pair_speed)
