@@ -1,4 +1,5 @@
-"""What the end-to-end tests on the real cluster share: job scripts, waiting, the event log.
+"""What the end-to-end tests on the real cluster share: job scripts, waiting, the event log,
+an emptied cluster.
 
 (Imported by name: pytest puts this folder on sys.path, it has no __init__.py.)
 """
@@ -6,6 +7,8 @@ from __future__ import annotations
 
 import sys
 import time
+
+import pytest
 
 from packer.store import Store
 
@@ -38,3 +41,14 @@ def events(cluster, kind: str, job_id: int):
         return [e for e in store.events(limit=500, job_id=job_id) if e.kind == kind]
     finally:
         store.close()
+
+
+@pytest.fixture
+def idle_cluster(cluster):
+    """The session's cluster with no job in it, before the test and after it (a fixture: a test
+    module imports it by name and asks for `idle_cluster`)."""
+    cluster.cancel_all()
+    try:
+        yield cluster
+    finally:
+        cluster.cancel_all()
