@@ -45,8 +45,8 @@ def events(cluster, kind: str, job_id: int):
 
 @pytest.fixture
 def idle_cluster(cluster):
-    """The session's cluster with no job in it, before the test and after it (a fixture: a test
-    module imports it by name and asks for `idle_cluster`)."""
+    """The session's cluster with no job in it, before the test and after it (conftest.py
+    imports it, so any test of this folder may ask for it)."""
     cluster.cancel_all()
     try:
         yield cluster

@@ -12,7 +12,6 @@ import sys
 
 import pytest
 
-from e2e_support import idle_cluster  # noqa: F401 (a fixture, asked for by name)
 from slurm_plugin.cli.demo_grow import run_grow
 from slurm_plugin.slurm.runner import SlurmRunner
 

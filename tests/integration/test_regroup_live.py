@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import pytest
 
-from e2e_support import idle_cluster  # noqa: F401 (a fixture, asked for by name)
 from slurm_plugin.cli.demo_regroup import GRACE_S, run_regroup
 from slurm_plugin.slurm.runner import SlurmRunner
 
