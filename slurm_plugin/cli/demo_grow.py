@@ -54,7 +54,8 @@ def run_grow(env: dict[str, str], workdir: Path, database: Path, python: str, ti
 
     runner = SlurmRunner(env=env)
     script = write_script(workdir / "grow.sh", grow_script(python))
-    sleeper = write_script(workdir / "neighbour.sh", "#!/bin/sh\n# gpupack demo: a younger packed neighbour\nsleep 120\n")
+    sleeper = write_script(workdir / "neighbour.sh",
+                           "#!/bin/sh\n# gpupack demo: a younger packed neighbour\nsleep 120\n")
 
     def submit(path: Path, name: str, shards: int) -> int:
         return sbatch(env, workdir, path, name, "-w", "node1", f"--gres=shard:{shards}", "-t", "10")
