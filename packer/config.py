@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
 MODES = ("observe", "advise", "enforce")
 GIB = 1024**3
@@ -54,17 +56,28 @@ class PackerConfig:
         return replace(self, **overrides)
 
 
-def load_config(path: str | Path | None, section: str = "packer") -> PackerConfig:
-    """Read the `[packer]` table of a TOML file; a missing file gives the defaults."""
+def read_table(path: str | Path | None, section: str, settings: type,
+               moved: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The `[section]` table of the TOML file at `path` (empty without the file or the table),
+    its keys checked against the fields of the dataclass `settings`. A ConfigError for a file
+    that cannot be read or an unknown key (naming the known ones; a key of `moved`: where it
+    went instead)."""
     if path is None or not Path(path).exists():
-        return PackerConfig()
+        return {}
     try:
-        data = tomllib.loads(Path(path).read_text())
+        table = dict(tomllib.loads(Path(path).read_text()).get(section, {}))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from exc
-    table = data.get(section, {})
-    known = {f.name for f in fields(PackerConfig)}
+    known = {f.name for f in fields(settings)}
     unknown = sorted(set(table) - known)
+    for key in unknown:
+        if moved and key in moved:
+            raise ConfigError(f"{path}: [{section}] {key} {moved[key]}")
     if unknown:
         raise ConfigError(f"{path}: unknown [{section}] keys {unknown}; known keys: {sorted(known)}")
-    return PackerConfig(**table)
+    return table
+
+
+def load_config(path: str | Path | None, section: str = "packer") -> PackerConfig:
+    """Read the `[packer]` table of a TOML file; a missing file gives the defaults."""
+    return PackerConfig(**read_table(path, section, PackerConfig))

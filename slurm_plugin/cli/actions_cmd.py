@@ -7,26 +7,9 @@ from pathlib import Path
 
 import click
 
-from slurm_plugin.helper.settings import DEFAULT_CONFIG
+from slurm_plugin.cli.store_options import database_options, opened_store
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
-
-
-def _ledger_store(config: Path, database: Path | None):
-    from packer.config import ConfigError
-    from packer.store import Store, StoreError
-    from slurm_plugin.helper.settings import load_paths
-
-    try:
-        path = database or load_paths(config).database
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from exc
-    if not Path(path).exists():
-        raise click.ClickException(f"no gpupack database at {path}; is the helper running? (--database PATH)")
-    try:
-        return Store(path)
-    except StoreError as exc:
-        raise click.ClickException(str(exc)) from exc
 
 
 def _pct(value: float | None) -> str:
@@ -40,10 +23,7 @@ def actions() -> None:
 
 
 @actions.command(context_settings=CONTEXT)
-@click.option("--config", type=click.Path(path_type=Path), default=DEFAULT_CONFIG, show_default=True,
-              help="gpupack.toml whose [paths] database holds the action ledger.")
-@click.option("--database", type=click.Path(path_type=Path), default=None,
-              help="The SQLite database to read (overrides --config).")
+@database_options("the action ledger")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per action) instead of a table.")
 def report(config: Path, database: Path | None, as_json: bool) -> None:
     """Per action: decisions in shadow and enforce mode, their outcomes, precision and recall.
@@ -63,11 +43,8 @@ def report(config: Path, database: Path | None, as_json: bool) -> None:
     from packer.action_ledger import ActionLedger
     from packer.action_report import summarise
 
-    store = _ledger_store(config, database)
-    try:
+    with opened_store(config, database) as store:
         summaries = summarise(ActionLedger(store, create=False).counts())
-    finally:
-        store.close()
     if as_json:
         click.echo(json.dumps([s.as_dict() for s in summaries], indent=1))
         return
@@ -79,10 +56,7 @@ def report(config: Path, database: Path | None, as_json: bool) -> None:
 
 
 @actions.command(name="list", context_settings=CONTEXT)
-@click.option("--config", type=click.Path(path_type=Path), default=DEFAULT_CONFIG, show_default=True,
-              help="gpupack.toml whose [paths] database holds the action ledger.")
-@click.option("--database", type=click.Path(path_type=Path), default=None,
-              help="The SQLite database to read (overrides --config).")
+@database_options("the action ledger")
 @click.option("--action", default=None, help="Only this action (requeue-contention, restart-memory).")
 @click.option("-n", "--limit", default=50, show_default=True, help="How many of the oldest rows.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
@@ -92,11 +66,8 @@ def list_rows(config: Path, database: Path | None, action: str | None, limit: in
 
     from packer.action_ledger import ActionLedger
 
-    store = _ledger_store(config, database)
-    try:
+    with opened_store(config, database) as store:
         rows = ActionLedger(store, create=False).rows(action, limit)
-    finally:
-        store.close()
     if as_json:
         click.echo(json.dumps([asdict(r) for r in rows], indent=1))
         return

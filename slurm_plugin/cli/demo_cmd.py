@@ -80,26 +80,11 @@ def demo(state_dir: Path, scenario: str, as_json: bool) -> None:
     (`--scenario grow`: grow by preemption, live; `--scenario regroup`: regrouping, live)."""
     from slurm_plugin.devcluster.roots import describe
 
+    if scenario == "grow":
+        _grow(_Demo(state_dir), as_json)
+        return
     if scenario == "regroup":
         _regroup(_Demo(state_dir), as_json)
-        return
-
-    if scenario == "grow":
-        from slurm_plugin.cli.demo_grow import run_grow
-
-        d = _Demo(state_dir)
-        outcome = run_grow(d.env, d.workdir, d.cluster.spec.database, sys.executable)
-        if as_json:
-            click.echo(json.dumps(outcome.to_dict(), indent=2))
-        else:
-            click.echo(f"older job {outcome.grower} grows, younger job {outcome.neighbour} on the same GPU:")
-            for e in outcome.events:
-                click.echo(f"  {e['kind']:<15} job {e['job']}: {e['detail']}")
-            click.echo(f"job {outcome.grower}: restarted {outcome.grower_restarts}x with {outcome.grower_gres} on "
-                       f"{outcome.grower_node or '-'} (excluded {','.join(outcome.grower_excluded) or '-'}); "
-                       f"job {outcome.neighbour} {outcome.neighbour_state}")
-        if not outcome.ok:
-            raise click.ClickException("the grower was not restarted in place after evicting its neighbour")
         return
 
     click.echo(f"Running on {describe()}.")
@@ -148,20 +133,28 @@ def demo(state_dir: Path, scenario: str, as_json: bool) -> None:
                + json.dumps({j: d.state(j) for j in [first, *fillers, *second]}))
 
 
+def _grow(d: "_Demo", as_json: bool) -> None:
+    from slurm_plugin.cli.demo_grow import run_grow
+    from slurm_plugin.cli.demo_steps import echo_outcome
+
+    out = run_grow(d.env, d.workdir, d.cluster.spec.database, sys.executable)
+    echo_outcome(out, as_json,
+                 header=f"older job {out.grower} grows, younger job {out.neighbour} on the same GPU:",
+                 summary=f"job {out.grower}: restarted {out.grower_restarts}x with {out.grower_gres} on "
+                         f"{out.grower_node or '-'} (excluded {','.join(out.grower_excluded) or '-'}); "
+                         f"job {out.neighbour} {out.neighbour_state}",
+                 failure="the grower was not restarted in place after evicting its neighbour")
+
+
 def _regroup(d: "_Demo", as_json: bool) -> None:
     from slurm_plugin.cli.demo_regroup import run_regroup
+    from slurm_plugin.cli.demo_steps import echo_outcome
 
-    outcome = run_regroup(d.env, d.workdir, d.cluster.spec.database)
-    if as_json:
-        click.echo(json.dumps(outcome.to_dict(), indent=2))
-    else:
-        click.echo(f"2-GPU job {outcome.head} waits; packed job {outcome.movable} on {outcome.freed_node} declared it "
-                   f"can be moved, "
-                   f"jobs {outcome.others} did not:")
-        for e in outcome.events:
-            click.echo(f"  {e['kind']:<19} job {e['job']}: {e['detail']}")
-        click.echo(f"job {outcome.head} {outcome.head_state} on {outcome.head_node or '-'}; job {outcome.movable} "
-                   f"{outcome.movable_state} on {outcome.movable_node or '-'} (restarted {outcome.movable_restarts}x, "
-                   f"excluded {','.join(outcome.movable_excluded) or '-'})")
-    if not outcome.ok:
-        raise click.ClickException("the 2-GPU job did not start on the GPUs freed by moving the movable job")
+    out = run_regroup(d.env, d.workdir, d.cluster.spec.database)
+    echo_outcome(out, as_json,
+                 header=f"2-GPU job {out.head} waits; packed job {out.movable} on {out.freed_node} declared it "
+                        f"can be moved, jobs {out.others} did not:",
+                 summary=f"job {out.head} {out.head_state} on {out.head_node or '-'}; job {out.movable} "
+                         f"{out.movable_state} on {out.movable_node or '-'} (restarted {out.movable_restarts}x, "
+                         f"excluded {','.join(out.movable_excluded) or '-'})",
+                 failure="the 2-GPU job did not start on the GPUs freed by moving the movable job")

@@ -7,12 +7,11 @@ pinned to its node. What happened is read back from Slurm and from the event log
 """
 from __future__ import annotations
 
-import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from packer.store import Store
+from slurm_plugin.cli.demo_steps import excluded_by, sbatch, scenario_events, wait_until, write_script
 
 GROW_KINDS = ("grow-evict", "grow-restart", "grow-release", "grow-skip", "restart-memory")
 
@@ -48,59 +47,40 @@ def grow_script(python: str) -> str:
             "--iters 5000 --iter-ms 50 --workload ResNet18\n")
 
 
-def events_of(database, job_ids: set[int]) -> list[dict]:
-    store = Store(database)
-    try:
-        rows = [e for e in store.events(limit=500) if e.job_id in job_ids and e.kind in GROW_KINDS]
-    finally:
-        store.close()
-    return [{"kind": e.kind, "job": e.job_id, "detail": e.detail, "data": e.data} for e in reversed(rows)]
-
-
 def run_grow(env: dict[str, str], workdir: Path, database: Path, python: str, timeout: float = 300) -> GrowOutcome:
     """Run the scenario on the cluster whose Slurm environment is `env` and whose helper
     writes its events to `database`; the job scripts and outputs go to `workdir`."""
     from slurm_plugin.slurm.runner import SlurmRunner
 
     runner = SlurmRunner(env=env)
-    script = workdir / "grow.sh"
-    script.write_text(grow_script(python))
-    script.chmod(0o755)
-    sleeper = workdir / "neighbour.sh"
-    sleeper.write_text("#!/bin/sh\n# gpupack demo: a younger packed neighbour\nsleep 120\n")
-    sleeper.chmod(0o755)
+    script = write_script(workdir / "grow.sh", grow_script(python))
+    sleeper = write_script(workdir / "neighbour.sh",
+                           "#!/bin/sh\n# gpupack demo: a younger packed neighbour\nsleep 120\n")
 
-    def sbatch(path: Path, name: str, shards: int) -> int:
-        result = subprocess.run(["sbatch", "--parsable", "-J", name, "-w", "node1", f"--gres=shard:{shards}", "-t", "10",
-                                 "-o", f"{workdir}/%x-%j.out", str(path)],
-                                env=env, cwd=workdir, capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            raise RuntimeError(f"sbatch {name}: {result.stderr.strip()}")
-        return int(result.stdout.strip().split(";")[0])
+    def submit(path: Path, name: str, shards: int) -> int:
+        return sbatch(env, workdir, path, name, "-w", "node1", f"--gres=shard:{shards}", "-t", "10")
 
-    grower = sbatch(script, "grow-older", 2)
-    deadline = time.time() + 60
-    while runner.job(grower).base_state != "RUNNING" and time.time() < deadline:
-        time.sleep(0.5)
-    time.sleep(2)
-    neighbour = sbatch(sleeper, "grow-younger", 4)  # 2 + 4 of the GPU's 8 shares: 2 free
-    out = GrowOutcome(grower, neighbour)
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        kinds = {e["kind"] for e in events_of(database, {grower, neighbour})}
+    def events() -> list[dict]:
+        return scenario_events(database, (grower, neighbour), GROW_KINDS)
+
+    def settled() -> bool:
+        kinds = {e["kind"] for e in events()}
         job = runner.job(grower)
-        if ("grow-release" in kinds and job.base_state == "RUNNING") or "restart-memory" in kinds or job.is_finished:
-            break
-        time.sleep(1)
-    settle = time.time() + 20  # the released neighbour starts again, after the grower
-    while runner.job(neighbour).base_state != "RUNNING" and time.time() < settle:
-        time.sleep(0.5)
+        return ("grow-release" in kinds and job.base_state == "RUNNING") or "restart-memory" in kinds or job.is_finished
+
+    grower = submit(script, "grow-older", 2)
+    wait_until(lambda: runner.job(grower).base_state == "RUNNING", time.time() + 60)
+    time.sleep(2)
+    neighbour = submit(sleeper, "grow-younger", 4)  # 2 + 4 of the GPU's 8 shares: 2 free
+    out = GrowOutcome(grower, neighbour)
+    wait_until(settled, time.time() + timeout, interval=1)
+    # the released neighbour starts again, after the grower
+    wait_until(lambda: runner.job(neighbour).base_state == "RUNNING", time.time() + 20)
     job, other = runner.job(grower), runner.job(neighbour)
-    out.events = events_of(database, {grower, neighbour})
+    out.events = events()
     out.grower_restarts = job.restart_cnt or 0
     out.grower_gres = ",".join(f"{g.name}:{g.count}" for g in job.gres)
-    restart = next((e for e in out.events if e["kind"] == "grow-restart"), None)
-    out.grower_excluded = list(restart["data"].get("excluded", [])) if restart else []
+    out.grower_excluded = excluded_by(out.events, "grow-restart")
     out.grower_start = job.start_time.timestamp() if job.start_time else 0.0
     out.neighbour_start = other.start_time.timestamp() if other.start_time and other.base_state == "RUNNING" else 0.0
     out.neighbour_restarts = other.restart_cnt or 0

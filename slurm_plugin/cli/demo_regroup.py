@@ -12,12 +12,11 @@ read back from Slurm and from the event log.
 """
 from __future__ import annotations
 
-import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from packer.store import Store
+from slurm_plugin.cli.demo_steps import excluded_by, sbatch, scenario_events, wait_until, write_script
 
 REGROUP_KINDS = ("regroup-plan", "regroup-skip", "regroup-signal", "regroup-signal-failed", "regroup-requeue",
                  "regroup-requeue-failed", "regroup-head-start")
@@ -61,64 +60,41 @@ class RegroupOutcome:
         return asdict(self)
 
 
-def events_of(database, job_ids: set[int]) -> list[dict]:
-    store = Store(database)
-    try:
-        rows = [e for e in store.events(limit=500) if e.job_id in job_ids and e.kind in REGROUP_KINDS]
-    finally:
-        store.close()
-    return [{"kind": e.kind, "job": e.job_id, "detail": e.detail, "data": e.data, "at": e.at} for e in reversed(rows)]
-
-
 def run_regroup(env: dict[str, str], workdir: Path, database: Path, timeout: float = 240) -> RegroupOutcome:
     """Run the scenario on the cluster whose Slurm environment is `env` and whose helper
     writes its events to `database`; the job scripts and outputs go to `workdir`."""
     from slurm_plugin.slurm.runner import SlurmRunner
 
     runner = SlurmRunner(env=env)
-    scripts = {}
-    for name, text in (("movable", MOVABLE_SCRIPT), ("plain", PLAIN_SCRIPT), ("head", HEAD_SCRIPT)):
-        path = workdir / f"regroup-{name}.sh"
-        path.write_text(text)
-        path.chmod(0o755)
-        scripts[name] = path
+    scripts = {name: write_script(workdir / f"regroup-{name}.sh", text)
+               for name, text in (("movable", MOVABLE_SCRIPT), ("plain", PLAIN_SCRIPT), ("head", HEAD_SCRIPT))}
 
-    def sbatch(script: str, name: str, *args: str) -> int:
-        result = subprocess.run(["sbatch", "--parsable", "-J", name, *args, "-o", f"{workdir}/%x-%j.out",
-                                 str(scripts[script])], env=env, cwd=workdir, capture_output=True, text=True,
-                                check=False)
-        if result.returncode != 0:
-            raise RuntimeError(f"sbatch {name}: {result.stderr.strip()}")
-        return int(result.stdout.strip().split(";")[0])
+    def submit(script: str, name: str, *args: str) -> int:
+        return sbatch(env, workdir, scripts[script], name, *args)
 
-    movable = sbatch("movable", "regroup-movable", "--gres=shard:2")
+    def events() -> list[dict]:
+        return scenario_events(database, (head, movable), REGROUP_KINDS)
+
+    movable = submit("movable", "regroup-movable", "--gres=shard:2")
     deadline = time.time() + 60
-    while time.time() < deadline and runner.job(movable).base_state != "RUNNING":
-        time.sleep(0.5)
+    wait_until(lambda: runner.job(movable).base_state == "RUNNING", deadline)
     freed = runner.job(movable).nodes or ""
     nodes = [n.name for n in runner.nodes()]
-    others = [sbatch("plain", f"regroup-fixed-{n}", "-w", n, "--gres=shard:2") for n in nodes if n != freed]
-    while time.time() < deadline and not all(runner.job(j).base_state == "RUNNING" for j in others):
-        time.sleep(0.5)
-    head = sbatch("head", "regroup-2gpu", "--gres=gpu:2")
+    others = [submit("plain", f"regroup-fixed-{n}", "-w", n, "--gres=shard:2") for n in nodes if n != freed]
+    wait_until(lambda: all(runner.job(j).base_state == "RUNNING" for j in others), deadline)
+    head = submit("head", "regroup-2gpu", "--gres=gpu:2")
     out = RegroupOutcome(head, movable, others, freed_node=freed)
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        kinds = {e["kind"] for e in events_of(database, {head, movable})}
-        if "regroup-head-start" in kinds or runner.job(head).is_finished:
-            break
-        time.sleep(1)
-    settle = time.time() + 30  # the moved job starts again elsewhere
-    while time.time() < settle and runner.job(movable).base_state != "RUNNING":
-        time.sleep(0.5)
+    wait_until(lambda: any(e["kind"] == "regroup-head-start" for e in events()) or runner.job(head).is_finished,
+               time.time() + timeout, interval=1)
+    # the moved job starts again elsewhere
+    wait_until(lambda: runner.job(movable).base_state == "RUNNING", time.time() + 30)
     h, m = runner.job(head), runner.job(movable)
-    out.events = events_of(database, {head, movable})
+    out.events = events()
     out.head_state, out.head_node = h.base_state or "", h.nodes or ""
     out.head_start = h.start_time.timestamp() if h.start_time else 0.0
     out.movable_state, out.movable_node = m.base_state or "", m.nodes or ""
     out.movable_restarts = m.restart_cnt or 0
-    requeue = next((e for e in out.events if e["kind"] == "regroup-requeue"), None)
-    out.movable_excluded = list(requeue["data"].get("excluded", [])) if requeue else []
+    out.movable_excluded = excluded_by(out.events, "regroup-requeue")
     out.others_restarts = [runner.job(j).restart_cnt or 0 for j in others]
     log = next(iter(workdir.glob(f"regroup-movable-{movable}.out")), None)
     out.movable_output = log.read_text(errors="replace")[-2000:] if log is not None else ""

@@ -7,38 +7,19 @@ from pathlib import Path
 
 import click
 
-from slurm_plugin.helper.settings import DEFAULT_CONFIG
+from slurm_plugin.cli.store_options import database_options, opened_store
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--config", type=click.Path(path_type=Path), default=DEFAULT_CONFIG, show_default=True,
-              help="gpupack.toml whose [paths] database holds the event log.")
-@click.option("--database", type=click.Path(path_type=Path), default=None,
-              help="The SQLite database to read (overrides --config).")
+@database_options("the event log")
 @click.option("--job", "job_id", type=int, default=None, help="Only this job's events.")
 @click.option("--kind", default=None, help="Only events of this kind (e.g. requeue-contention, restart-memory).")
 @click.option("-n", "--limit", default=50, show_default=True, help="How many of the newest events.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
 def events(config: Path, database: Path | None, job_id: int | None, kind: str | None, limit: int, as_json: bool) -> None:
     """List what the suite did (requeues, restarts, pair avoidance, history), newest first."""
-    from packer.config import ConfigError
-    from packer.store import Store, StoreError
-    from slurm_plugin.helper.settings import load_paths
-
-    try:
-        path = database or load_paths(config).database
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from exc
-    if not Path(path).exists():
-        raise click.ClickException(f"no gpupack database at {path}; is the helper running? (--database PATH)")
-    try:
-        store = Store(path)
-    except StoreError as exc:
-        raise click.ClickException(str(exc)) from exc
-    try:
+    with opened_store(config, database) as store:
         rows = store.events(limit=limit if kind is None else max(limit, 1000), job_id=job_id)
-    finally:
-        store.close()
     if kind is not None:
         rows = [e for e in rows if e.kind == kind][:limit]
     if as_json:

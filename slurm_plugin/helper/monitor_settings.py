@@ -1,12 +1,11 @@
 """The `[monitor]` table of gpupack.toml: how the controller helper watches running jobs."""
 from __future__ import annotations
 
-import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from packer.action_modes import check_action_modes
-from packer.config import ConfigError, PackerConfig
+from packer.config import ConfigError, PackerConfig, read_table
 from packer.grow import GrowSettings, PreemptorThreshold
 from packer.regroup_plan import RegroupSettings
 from packer.rules import SuiteRules
@@ -163,17 +162,6 @@ class MonitorSettings:
 
 
 def load_monitor_settings(path: Path | None) -> MonitorSettings:
-    if path is None or not Path(path).exists():
-        return MonitorSettings()
-    try:
-        table = tomllib.loads(Path(path).read_text()).get("monitor", {})
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from exc
-    known = {f.name for f in fields(MonitorSettings)}
-    unknown = sorted(set(table) - known)
-    if "metrics_port" in unknown:
-        raise ConfigError(f"{path}: [monitor] metrics_port moved to the [metrics] table (watch_port; "
-                          "address, submit_port): see docs/operations.md")
-    if unknown:
-        raise ConfigError(f"{path}: unknown [monitor] keys {unknown}; known keys: {sorted(known)}")
-    return MonitorSettings(**table)
+    moved = {"metrics_port": "moved to the [metrics] table (watch_port; address, submit_port): "
+                             "see docs/operations.md"}
+    return MonitorSettings(**read_table(path, "monitor", MonitorSettings, moved))

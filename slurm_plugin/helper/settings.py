@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import logging
 import os
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from packer.config import ConfigError, PackerConfig, load_config
+from packer.config import ConfigError, PackerConfig, load_config, read_table
 
 log = logging.getLogger(__name__)
 
@@ -26,16 +25,7 @@ class Paths:
 
 
 def load_paths(path: Path) -> Paths:
-    if not path.exists():
-        return Paths()
-    try:
-        table = tomllib.loads(path.read_text()).get("paths", {})
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from exc
-    known = set(Paths.__dataclass_fields__)
-    unknown = sorted(set(table) - known)
-    if unknown:
-        raise ConfigError(f"{path}: unknown [paths] keys {unknown}; known keys: {sorted(known)}")
+    table = read_table(path, "paths", Paths)
     values = {k: (v if k == "slurm_user" else Path(v)) for k, v in table.items()}
     return Paths(**values)
 

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import ipaddress
-import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
-from packer.config import ConfigError
+from packer.config import ConfigError, read_table
 from slurm_plugin.metrics.ports import DEFAULT_HOST, Address, agent_port, helper_ports, slurm_conf_path
 
 
@@ -44,17 +43,7 @@ class MetricsSettings:
 
 
 def load_metrics_settings(path: Path | None) -> MetricsSettings:
-    if path is None or not Path(path).exists():
-        return MetricsSettings()
-    try:
-        table = tomllib.loads(Path(path).read_text()).get("metrics", {})
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from exc
-    known = {f.name for f in fields(MetricsSettings)}
-    unknown = sorted(set(table) - known)
-    if unknown:
-        raise ConfigError(f"{path}: unknown [metrics] keys {unknown}; known keys: {sorted(known)}")
-    return MetricsSettings(**table)
+    return MetricsSettings(**read_table(path, "metrics", MetricsSettings))
 
 
 @dataclass(frozen=True)

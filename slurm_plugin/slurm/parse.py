@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from slurm_plugin.slurm.errors import SlurmParseError
 from slurm_plugin.slurm.gres import (
@@ -42,6 +42,7 @@ from slurm_plugin.slurm.model import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Flags that squeue shows instead of the base state (Slurm's `job_state_string`).
 _SHOWN_FLAGS = (
@@ -137,6 +138,23 @@ def _messages(doc: Mapping[str, Any], key: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _parse_records(records: list, kind: str, parse: Callable[..., T],
+                   strict: bool) -> tuple[tuple[T, ...], tuple[str, ...]]:
+    """A document's `kind` records (job, node), parsed, and the reasons for those left out (a
+    record without a usable id); with `strict` the first such record raises instead."""
+    parsed: list[T] = []
+    skipped: list[str] = []
+    for index, record in enumerate(records):
+        try:
+            parsed.append(parse(record, path=f"{kind}s[{index}]", strict=strict))
+        except SlurmParseError as exc:
+            if strict:
+                raise
+            log.warning("skipping a %s record: %s", kind, exc)
+            skipped.append(str(exc))
+    return tuple(parsed), tuple(skipped)
+
+
 def parse_jobs_document(doc: Mapping[str, Any], *, strict: bool = False) -> JobsDocument:
     """squeue --json, scontrol --json show job, or sacct --json, any dialect."""
     if not isinstance(doc, dict):
@@ -145,22 +163,13 @@ def parse_jobs_document(doc: Mapping[str, Any], *, strict: bool = False) -> Jobs
     records = doc.get("jobs")
     if not isinstance(records, list):
         raise SlurmParseError("jobs", "missing or not a list", records)
-    jobs: list[Job] = []
-    skipped: list[str] = []
-    for index, record in enumerate(records):
-        try:
-            jobs.append(parse_job(record, path=f"jobs[{index}]", strict=strict))
-        except SlurmParseError as exc:
-            if strict:
-                raise
-            log.warning("skipping a job record: %s", exc)
-            skipped.append(str(exc))
+    jobs, skipped = _parse_records(records, "job", parse_job, strict)
     return JobsDocument(
         dialect=dialect,
-        jobs=tuple(jobs),
+        jobs=jobs,
         errors=_messages(doc, "errors"),
         warnings=_messages(doc, "warnings"),
-        skipped=tuple(skipped),
+        skipped=skipped,
     )
 
 
@@ -180,22 +189,13 @@ def parse_nodes_document(doc: Mapping[str, Any], *, strict: bool = False) -> Nod
         if "sinfo" in doc:
             hint += "; this is `sinfo --json` of Slurm 23.11+, use `scontrol --json show node`"
         raise SlurmParseError("nodes", hint, None if records is None else records)
-    nodes: list[Node] = []
-    skipped: list[str] = []
-    for index, record in enumerate(records):
-        try:
-            nodes.append(parse_node(record, path=f"nodes[{index}]", strict=strict))
-        except SlurmParseError as exc:
-            if strict:
-                raise
-            log.warning("skipping a node record: %s", exc)
-            skipped.append(str(exc))
+    nodes, skipped = _parse_records(records, "node", parse_node, strict)
     return NodesDocument(
         dialect=dialect,
-        nodes=tuple(nodes),
+        nodes=nodes,
         errors=_messages(doc, "errors"),
         warnings=_messages(doc, "warnings"),
-        skipped=tuple(skipped),
+        skipped=skipped,
     )
 
 

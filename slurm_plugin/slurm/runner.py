@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 from slurm_plugin.slurm import build, parse
 from slurm_plugin.slurm.errors import (
@@ -41,6 +42,12 @@ _UNREACHABLE = (
     "Zero Bytes were transmitted",
 )
 _INVALID_JOB = ("Invalid job id specified",)
+_Document = TypeVar("_Document", JobsDocument, NodesDocument)
+
+
+def _says_invalid_job(stderr: str) -> bool:
+    """Whether Slurm's `stderr` says it knows no such job."""
+    return any(text in stderr for text in _INVALID_JOB)
 
 
 @dataclass(frozen=True)
@@ -150,7 +157,7 @@ class SlurmRunner:
         try:
             return self.run(args)
         except SlurmCommandError as exc:
-            if any(text in exc.stderr for text in _INVALID_JOB):
+            if _says_invalid_job(exc.stderr):
                 raise JobNotFoundError(job_id) from exc
             raise
 
@@ -162,15 +169,21 @@ class SlurmRunner:
             self._version = parse.parse_version_output(self.run(build.version_args()).stdout)
         return self._version
 
-    def _jobs_from(self, args: Sequence[str]) -> JobsDocument:
+    def _document(self, args: Sequence[str], parse_document: Callable[[Mapping], _Document],
+                  records: Callable[[_Document], tuple]) -> _Document:
+        """The JSON document `args` print, parsed; errors it reports fail it when it has no
+        `records`, else they are logged."""
         result = self.run(args)
-        document = parse.parse_jobs_document(parse.loads(result.stdout, source=args[0]))
+        document = parse_document(parse.loads(result.stdout, source=args[0]))
         if document.errors:
             text = "; ".join(document.errors)
-            if not document.jobs:
+            if not records(document):
                 raise SlurmCommandError(args, 0, text, hint=_hint(text, self.env))
             log.warning("%s reported: %s", args[0], text)
         return document
+
+    def _jobs_from(self, args: Sequence[str]) -> JobsDocument:
+        return self._document(args, parse.parse_jobs_document, lambda d: d.jobs)
 
     def job_ids_on_node(self, node: str) -> set[int]:
         """Ids of the jobs holding ``node`` now (running, completing, ...): a cheap text query."""
@@ -212,7 +225,7 @@ class SlurmRunner:
             try:
                 listing += [j for j in self._jobs_from(build.jobs_by_id_args(missing)).jobs if j.job_id not in seen]
             except SlurmCommandError as exc:  # every one of them gone from the controller
-                if not any(text in exc.stderr for text in _INVALID_JOB):
+                if not _says_invalid_job(exc.stderr):
                     raise
         return listing
 
@@ -222,7 +235,7 @@ class SlurmRunner:
         try:
             document = self._jobs_from(args)
         except SlurmCommandError as exc:
-            if any(text in exc.stderr for text in _INVALID_JOB):
+            if _says_invalid_job(exc.stderr):
                 raise JobNotFoundError(job_id) from exc
             raise
         for job in document.jobs:
@@ -231,15 +244,7 @@ class SlurmRunner:
         raise JobNotFoundError(job_id)
 
     def nodes_document(self) -> NodesDocument:
-        args = build.show_nodes_args(self.version())
-        result = self.run(args)
-        document = parse.parse_nodes_document(parse.loads(result.stdout, source=args[0]))
-        if document.errors:
-            text = "; ".join(document.errors)
-            if not document.nodes:
-                raise SlurmCommandError(args, 0, text, hint=_hint(text, self.env))
-            log.warning("%s reported: %s", args[0], text)
-        return document
+        return self._document(build.show_nodes_args(self.version()), parse.parse_nodes_document, lambda d: d.nodes)
 
     def nodes(self) -> list[Node]:
         """Every node with its GRES configured and in use."""
@@ -256,7 +261,7 @@ class SlurmRunner:
         args = build.batch_script_args(job_id)
         result = self._run_for_job(args, job_id)
         if result.stderr.strip() and not result.stdout:
-            if any(text in result.stderr for text in _INVALID_JOB):
+            if _says_invalid_job(result.stderr):
                 raise JobNotFoundError(job_id) from SlurmCommandError(args, 0, result.stderr)
             raise SlurmCommandError(args, 0, result.stderr, hint=_hint(result.stderr, self.env))
         return result.stdout

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import ipaddress
-import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
-from packer.config import ConfigError
+from packer.config import ConfigError, read_table
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -62,16 +61,7 @@ def client_allowed(address: str, allowed: tuple[Network, ...]) -> bool:
 
 def load_web_settings(path: Path | None, **overrides: object) -> WebSettings:
     """`[web]` of the file (missing file or table: the defaults), then the CLI's overrides."""
-    table: dict = {}
-    if path is not None and Path(path).exists():
-        try:
-            table = dict(tomllib.loads(Path(path).read_text()).get("web", {}))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"cannot read {path}: {exc}") from exc
-    known = {f.name for f in fields(WebSettings)}
-    unknown = sorted(set(table) - known)
-    if unknown:
-        raise ConfigError(f"{path}: unknown [web] keys {unknown}; known keys: {sorted(known)}")
+    table = read_table(path, "web", WebSettings)
     table.update({k: v for k, v in overrides.items() if v is not None})
     if "allow" in table:
         allow = table["allow"]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from e2e_support import idle_cluster  # noqa: F401 (its fixture, for every test of this folder)
 from slurm_plugin.devcluster.manager import DevCluster, slurm_release
 from slurm_plugin.devcluster.spec import ClusterSpec
 from slurm_plugin.slurm.runner import SlurmRunner

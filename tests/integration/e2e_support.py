@@ -1,4 +1,5 @@
-"""What the end-to-end tests on the real cluster share: job scripts, waiting, the event log.
+"""What the end-to-end tests on the real cluster share: job scripts, waiting, the event log,
+an emptied cluster.
 
 (Imported by name: pytest puts this folder on sys.path, it has no __init__.py.)
 """
@@ -6,6 +7,8 @@ from __future__ import annotations
 
 import sys
 import time
+
+import pytest
 
 from packer.store import Store
 
@@ -19,6 +22,18 @@ def simgpu_script(args: str, *, tag: str = "gpupack test run", report: bool = Tr
     its progress (the agent sees only the GPU's counters)."""
     quiet = "" if report else " --no-report"
     return f"#!/bin/sh\n# {tag} {RUN}\nexec {PY} -m slurm_plugin simgpu run{quiet} {args}\n".encode()
+
+
+def fill_all_but_one_gpu(cluster, tag: str) -> tuple[dict[str, int], int]:
+    """Every GPU busy but node1's first (where the test runs its senior): sleepers on node1's
+    second (shard:8) and on node2 and node3 (gpu:2), then a job waiting for a whole node,
+    held (`scontrol release` it when due). The sleepers of node2 and node3, and the held job."""
+    cluster.submit(["-J", f"{tag}-fill", "-w", "node1", "--gres=shard:8"], SLEEP)
+    fillers = {n: cluster.submit(["-J", f"{tag}-fill", "-w", n, "--gres=gpu:2"], SLEEP) for n in ("node2", "node3")}
+    for job in fillers.values():
+        cluster.wait(job, "RUNNING", 30)
+    waiting = cluster.submit(["-J", f"{tag}-wait", "--hold", "--gres=gpu:2"], SLEEP)
+    return fillers, waiting
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
@@ -38,3 +53,14 @@ def events(cluster, kind: str, job_id: int):
         return [e for e in store.events(limit=500, job_id=job_id) if e.kind == kind]
     finally:
         store.close()
+
+
+@pytest.fixture
+def idle_cluster(cluster):
+    """The session's cluster with no job in it, before the test and after it (conftest.py
+    imports it, so any test of this folder may ask for it)."""
+    cluster.cancel_all()
+    try:
+        yield cluster
+    finally:
+        cluster.cancel_all()

@@ -12,7 +12,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from e2e_support import simgpu_script, wait_for
+from e2e_support import SLEEP, events, simgpu_script, wait_for
 from packer.action_ledger import ActionLedger
 from packer.store import Store
 
@@ -28,14 +28,6 @@ def ledger_rows(cluster, job_id: int, action: str):
         store.close()
 
 
-def job_events(cluster, job_id: int, kind: str):
-    store = Store(cluster.spec.database)
-    try:
-        return [e for e in store.events(limit=500, job_id=job_id) if e.kind == kind]
-    finally:
-        store.close()
-
-
 def report(cluster) -> dict[str, dict]:
     from slurm_plugin.cli.actions_cmd import actions
 
@@ -46,9 +38,6 @@ def report(cluster) -> dict[str, dict]:
 
 def simgpu(args: str) -> bytes:
     return simgpu_script(args, tag="gpupack shadow test")
-
-
-SLEEP = b"#!/bin/sh\nsleep 300\n"
 
 
 @pytest.fixture
@@ -77,7 +66,7 @@ def test_shadow_contention_requeue_leaves_the_newcomer_and_is_judged_when_it_end
     (row,) = wait_for(lambda: ledger_rows(cluster, newcomer, "requeue-contention"), 40, "a shadow contention decision")
     assert row.mode == "shadow" and row.data["hurt"][0]["job_id"] == senior
     assert row.data["hurt"][0]["loss"] > row.data["threshold"]
-    (event,) = job_events(cluster, newcomer, "requeue-contention")
+    (event,) = events(cluster, "requeue-contention", newcomer)
     assert event.detail.startswith("would requeue (observe mode): job") and "lost" in event.detail
     assert cluster.state(newcomer) == "RUNNING" and int(cluster.job(newcomer)["Restarts"]) == 0
     assert cluster.wait(newcomer, {"COMPLETED", "FAILED"}, 90) == "COMPLETED"  # left alone to its end
@@ -86,7 +75,7 @@ def test_shadow_contention_requeue_leaves_the_newcomer_and_is_judged_when_it_end
                       30, "the contention outcome")
     assert row.outcome == "right", row.outcome_detail  # the senior's speed came back
     assert "recovered" in row.outcome_detail and "left_at" in row.data
-    (outcome,) = job_events(cluster, newcomer, "action-outcome")
+    (outcome,) = events(cluster, "action-outcome", newcomer)
     assert "requeue-contention (shadow) was right" in outcome.detail
     contention = report(cluster)["requeue-contention"]
     assert contention["shadow"] >= 1 and contention["right"] >= 1 and contention["precision"] is not None
@@ -105,7 +94,7 @@ def test_a_run_out_of_memory_in_observe_mode_is_in_the_ledger_either_as_a_right_
     (row,) = wait_for(lambda: [r for r in ledger_rows(cluster, job, "restart-memory") if r.outcome], 20, "its row")
     if row.mode == "shadow":
         assert row.outcome == "right", row.outcome_detail
-        (event,) = job_events(cluster, job, "restart-memory")
+        (event,) = events(cluster, "restart-memory", job)
         assert event.detail.startswith("would requeue (observe mode): memory will outgrow shard:1")
     else:
         assert (row.mode, row.outcome) == ("none", "missed") and "no memory restart decided" in row.outcome_detail

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from e2e_support import SLEEP, events, simgpu_script, wait_for
+from e2e_support import events, fill_all_but_one_gpu, simgpu_script, wait_for
 from packer.store import Store
 
 pytestmark = pytest.mark.integration
@@ -30,11 +30,7 @@ def test_silent_newcomer_that_slows_a_silent_neighbour_is_requeued_at_the_head(c
         senior = cluster.submit(["-J", "ctr-senior", "-w", "node1", "--gres=shard:2"],
                                 silent("--workload ResNet18 --mem-start 2GiB --iters 6000 --iter-ms 50"))
         cluster.wait(senior, "RUNNING", 30)
-        cluster.submit(["-J", "ctr-fill", "-w", "node1", "--gres=shard:8"], SLEEP)
-        fillers = {n: cluster.submit(["-J", "ctr-fill", "-w", n, "--gres=gpu:2"], SLEEP) for n in ("node2", "node3")}
-        for job in fillers.values():
-            cluster.wait(job, "RUNNING", 30)
-        waiting = cluster.submit(["-J", "ctr-wait", "--hold", "--gres=gpu:2"], SLEEP)
+        _, waiting = fill_all_but_one_gpu(cluster, "ctr")
 
         def senior_counted():
             got = samples(cluster.state_dir, "node1", senior, latest=True)

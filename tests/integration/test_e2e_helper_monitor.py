@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from e2e_support import SLEEP, events, simgpu_script, wait_for
+from e2e_support import SLEEP, events, fill_all_but_one_gpu, simgpu_script, wait_for
 from packer.store import Store
 
 pytestmark = pytest.mark.integration
@@ -27,15 +27,11 @@ def test_newcomer_that_slows_its_neighbour_is_requeued_next_to_start_and_never_p
         senior = cluster.submit(["-J", "e2e-senior", "-w", "node1", "--gres=shard:2"],
                                 script("--workload ResNet18 --mem-start 2GiB --iters 3000 --iter-ms 50"))
         cluster.wait(senior, "RUNNING", 30)
-        cluster.submit(["-J", "e2e-fill", "-w", "node1", "--gres=shard:8"], SLEEP)
-        fillers = {n: cluster.submit(["-J", "e2e-fill", "-w", n, "--gres=gpu:2"], SLEEP) for n in ("node2", "node3")}
-        for job in fillers.values():
-            cluster.wait(job, "RUNNING", 30)
         # a job that waits for a whole node, submitted before the newcomer (older, higher basic
         # priority). It is held until the newcomer runs: from 23.11 on (24.11 and 26.05 seen)
         # the scheduler does not start the younger shard job beside the senior while the older
         # whole-node job waits (Reason=Resources, with or without time limits); 22.05 did.
-        waiting = cluster.submit(["-J", "e2e-wait", "--hold", "--gres=gpu:2"], SLEEP)
+        fillers, waiting = fill_all_but_one_gpu(cluster, "e2e")
         time.sleep(8)  # the senior's throughput alone, before anyone joins it
         newcomer_script = script("--workload LSTM --mem-start 2GiB --iters 2000 --iter-ms 50")
         newcomer = cluster.submit(["-J", "e2e-newcomer", "--gres=shard:2"], newcomer_script)

@@ -4,7 +4,7 @@ younger neighbour on the same GPU (held), restarts the older one at once on a la
 its node, then releases the neighbour at the head of the queue. Asserted through Slurm itself
 (restart counts, node, GRES, start times) and the event log.
 
-Uses the session fixture `cluster` of tests/integration/conftest.py.
+Uses `idle_cluster` of tests/integration/e2e_support.py (the session's `cluster`, emptied).
 """
 from __future__ import annotations
 
@@ -18,17 +18,8 @@ from slurm_plugin.slurm.runner import SlurmRunner
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def grow_cluster(cluster):
-    cluster.cancel_all()
-    try:
-        yield cluster
-    finally:
-        cluster.cancel_all()
-
-
-def test_the_older_job_grows_in_place_after_its_younger_neighbour_is_evicted(grow_cluster):
-    cluster = grow_cluster
+def test_the_older_job_grows_in_place_after_its_younger_neighbour_is_evicted(idle_cluster):
+    cluster = idle_cluster
     out = run_grow(cluster.env, cluster.workdir, cluster.spec.database, sys.executable, timeout=300)
     kinds = [e["kind"] for e in out.events]
     assert "restart-memory" not in kinds, out.events  # not the plain restart through the queue

@@ -6,7 +6,7 @@ that declared it can be moved (`--requeue`, `--signal=B:USR1@10`) gets its check
 excluded, restarts elsewhere, and the 2-GPU job starts on the freed node. Asserted through
 Slurm itself (states, restart counts, node lists) and the event log.
 
-Uses the session fixture `cluster` of tests/integration/conftest.py.
+Uses `idle_cluster` of tests/integration/e2e_support.py (the session's `cluster`, emptied).
 """
 from __future__ import annotations
 
@@ -18,17 +18,8 @@ from slurm_plugin.slurm.runner import SlurmRunner
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def regroup_cluster(cluster):
-    cluster.cancel_all()
-    try:
-        yield cluster
-    finally:
-        cluster.cancel_all()
-
-
-def test_a_movable_packed_job_is_moved_and_the_two_gpu_job_starts_on_its_node(regroup_cluster):
-    cluster = regroup_cluster
+def test_a_movable_packed_job_is_moved_and_the_two_gpu_job_starts_on_its_node(idle_cluster):
+    cluster = idle_cluster
     out = run_regroup(cluster.env, cluster.workdir, cluster.spec.database, timeout=240)
     kinds = [e["kind"] for e in out.events]
     order = ["regroup-plan", "regroup-signal", "regroup-requeue", "regroup-head-start"]

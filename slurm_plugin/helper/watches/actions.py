@@ -108,18 +108,11 @@ class Actions:
                 changes["AdminComment"] = comment_mod.merge(job.admin_comment, comment)
             if changes:
                 self.runner.update_job(job_id, **changes)
-            if keep_held:
-                priority = 0
-            else:
-                self.runner.release(job_id)
-                priority = head_priority(self.pending_priorities(job_id))
-                self.runner.update_job(job_id, Priority=priority)
+            priority = 0 if keep_held else self._release_at_head(job_id)
         except SlurmError as exc:
             self.store.log_event(kind + "-failed", f"could not requeue: {exc}", job_id, reason=reason)
             log.error("job %d: requeue for %s failed: %s", job_id, kind, exc)
             return False
-        if not keep_held:
-            self.state.heading[job_id] = priority
         self.state.tracks.pop(job_id, None)
         self.store.log_event(kind, reason, job_id, priority=priority, excluded=sorted(exclude), gres=gres, **data)
         log.warning("job %d requeued %s: %s", job_id,
@@ -130,16 +123,22 @@ class Actions:
         """Release a job left held by `requeue_at_head(keep_held=True)` and make it the next
         to start (kept there by the keep-at-head watch). False when Slurm refused."""
         try:
-            self.runner.release(job_id)
-            priority = head_priority(self.pending_priorities(job_id))
-            self.runner.update_job(job_id, Priority=priority)
+            priority = self._release_at_head(job_id)
         except SlurmError as exc:
             self.store.log_event(kind + "-failed", f"could not release: {exc}", job_id, reason=reason)
             log.error("job %d: release for %s failed: %s", job_id, kind, exc)
             return False
-        self.state.heading[job_id] = priority
         self.store.log_event(kind, reason, job_id, priority=priority, **data)
         return True
+
+    def _release_at_head(self, job_id: int) -> int:
+        """Release a held job, give it a priority above every pending job and have the
+        keep-at-head watch keep it there; the priority. Raises SlurmError."""
+        self.runner.release(job_id)
+        priority = head_priority(self.pending_priorities(job_id))
+        self.runner.update_job(job_id, Priority=priority)
+        self.state.heading[job_id] = priority
+        return priority
 
     def pending_priorities(self, exclude_job: int) -> list[int | None]:
         try:

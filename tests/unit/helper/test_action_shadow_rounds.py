@@ -3,68 +3,13 @@ scripted samples, a real SQLite file): decisions, their outcomes, misses, and th
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from pathlib import Path
 
 from click.testing import CliRunner
 
 from packer.action_ledger import ActionLedger
-from packer.config import PackerConfig
-from packer.samples import JobSample
-from packer.store import Store
-from slurm_plugin.helper.monitor import Monitor
-from slurm_plugin.helper.monitor_settings import MonitorSettings
-from slurm_plugin.slurm.fake import FAKE_EPOCH, FakeSlurm
-from slurm_plugin.slurm.runner import SlurmRunner
+from slurm_plugin.slurm.fake import FAKE_EPOCH
 
-GIB = 1024**3
-
-
-@dataclass
-class FakePaths:
-    socket: Path
-    database: Path
-    slurm_conf: Path | None = None
-
-
-class FakeHelper:
-    def __init__(self, tmp_path: Path, mode: str):
-        self.paths = FakePaths(socket=tmp_path / "run" / "helper.sock", database=tmp_path / "gpupack.db")
-        self.store = Store(self.paths.database)
-        self._config = PackerConfig(mode=mode)
-
-    def config(self) -> PackerConfig:
-        return self._config
-
-
-class Samples:
-    """Scripted agent; the monitor's clock follows the newest sample."""
-
-    def __init__(self):
-        self.now: dict[int, JobSample] = {}
-        self.clock = float(FAKE_EPOCH)
-
-    def __call__(self, nodes):
-        return list(self.now.values())
-
-    def put(self, job_id, at, *, throughput=None, mem=GIB, started_at=FAKE_EPOCH, gpu=0):
-        self.clock = max(self.clock, float(at))
-        self.now[job_id] = JobSample(job_id=job_id, node="node1", gpu_index=gpu, at=at, mem_bytes=mem,
-                                     peak_mem_bytes=mem, throughput=throughput, isolation="shard:2",
-                                     started_at=started_at)
-
-
-def make(tmp_path, mode="observe", **settings):
-    fake, helper, samples = FakeSlurm(), FakeHelper(tmp_path, mode), Samples()
-    monitor = Monitor(helper, runner=SlurmRunner(executor=fake), samples=samples,
-                      settings=MonitorSettings(skip_requeue_delay=False, **settings), clock=lambda: samples.clock)
-    return fake, helper, samples, monitor
-
-
-def running(fake, job_id, *, fp, shards=2, start=FAKE_EPOCH):
-    fake.submit(job_id=job_id, state="RUNNING", nodes="node1", gres=f"gres:shard:{shards}",
-                gres_detail=[f"shard:h100:{shards}(IDX:0)"], start_time=start,
-                admin_comment=f"gpupack: packed shard:{shards} fp={fp}")
+from tests.unit.helper.rounds_support import GIB, make, running
 
 
 def ledger(helper) -> ActionLedger:

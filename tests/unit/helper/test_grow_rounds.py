@@ -9,15 +9,9 @@ from packer.config import ConfigError
 from slurm_plugin.helper.monitor_settings import MonitorSettings
 from slurm_plugin.slurm.fake import FAKE_EPOCH
 
-from tests.unit.helper.test_action_shadow_rounds import GIB, make
+from tests.unit.helper.rounds_support import GIB, make, running
 
 # PackerConfig defaults: 8 shares of 10 GiB per GPU, a packed job holds at most 7
-
-
-def running(fake, job_id, *, fp, shards, start, node="node1", gpu=0):
-    fake.submit(job_id=job_id, state="RUNNING", nodes=node, gres=f"gres:shard:{shards}",
-                gres_detail=[f"shard:h100:{shards}(IDX:{gpu})"], start_time=start,
-                admin_comment=f"gpupack: packed shard:{shards} fp={fp}")
 
 
 def put(samples, job_id, t, mem, start, gpu=0):

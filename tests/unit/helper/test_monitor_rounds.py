@@ -1,69 +1,18 @@
 """The monitor's rounds against a stateful fake Slurm and a scripted sample source."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-
 import pytest
 
-from packer.config import PackerConfig
-from packer.samples import JobSample
-from packer.store import Store
-from slurm_plugin.helper.monitor import Monitor
-from slurm_plugin.helper.monitor_settings import MonitorSettings
-from slurm_plugin.slurm.fake import FAKE_EPOCH, FakeSlurm
+from slurm_plugin.slurm.fake import FAKE_EPOCH
 from slurm_plugin.slurm.runner import SlurmRunner
 
-GIB = 1024**3
-
-
-@dataclass
-class FakePaths:
-    socket: Path
-    database: Path
-    slurm_conf: Path | None = None
-
-
-class FakeHelper:
-    def __init__(self, tmp_path: Path, mode: str = "enforce"):
-        self.store = Store()
-        self._config = PackerConfig(mode=mode)
-        self.paths = FakePaths(socket=tmp_path / "run" / "helper.sock", database=tmp_path / "gpupack.db")
-
-    def config(self) -> PackerConfig:
-        return self._config
-
-
-class Samples:
-    """Scripted agent: the test sets what each job reports this round."""
-
-    def __init__(self):
-        self.now: dict[int, JobSample] = {}
-
-    def __call__(self, nodes):
-        return list(self.now.values())
-
-    def put(self, job_id, at, *, node="node1", gpu=0, throughput=None, mem=GIB, started_at=None, isolation="shard:2", util=None,
-            util_source=None):
-        self.now[job_id] = JobSample(job_id=job_id, node=node, gpu_index=gpu, at=at, mem_bytes=mem,
-                                     peak_mem_bytes=mem, throughput=throughput, isolation=isolation,
-                                     started_at=started_at, util_pct=util, util_source=util_source)
+from tests.unit.helper import rounds_support
+from tests.unit.helper.rounds_support import GIB, running
 
 
 def make(tmp_path, mode="enforce", **settings):
-    fake = FakeSlurm()
-    helper = FakeHelper(tmp_path, mode)
-    samples = Samples()
-    clock = {"t": float(FAKE_EPOCH)}
-    monitor = Monitor(helper, runner=SlurmRunner(executor=fake), samples=samples,
-                      settings=MonitorSettings(skip_requeue_delay=False, **settings), clock=lambda: clock["t"])
-    return fake, helper, samples, monitor
-
-
-def running(fake, job_id, *, fp, node="node1", gpu=0, shards=2, start=FAKE_EPOCH):
-    fake.submit(job_id=job_id, state="RUNNING", nodes=node, gres=f"gres:shard:{shards}",
-                gres_detail=[f"shard:h100:{shards}(IDX:{gpu})"], start_time=start,
-                admin_comment=f"gpupack: packed shard:{shards} fp={fp}")
+    """These rounds date only their samples: the monitor's clock stays at FAKE_EPOCH."""
+    return rounds_support.make(tmp_path, mode, fixed_clock=True, **settings)
 
 
 def test_newcomer_that_slows_its_neighbour_is_requeued_at_head_and_the_pair_avoided(tmp_path):
@@ -267,7 +216,6 @@ def test_metrics_text_counts_events_and_is_written_for_the_textfile_collector(tm
     from prometheus_client.parser import text_string_to_metric_families
 
     fake, helper, samples, monitor = make(tmp_path)
-    helper.store = monitor.store = Store(tmp_path / "gpupack.db")
     helper.store.log_event("requeue-contention", "x", 1)
     monitor.tick()
     families = {f.name: f for f in text_string_to_metric_families(monitor.metrics_text())}

@@ -10,7 +10,7 @@ from packer.config import ConfigError
 from slurm_plugin.helper.monitor_settings import MonitorSettings
 from slurm_plugin.slurm.fake import FAKE_EPOCH
 
-from tests.unit.helper.test_action_shadow_rounds import make
+from tests.unit.helper.rounds_support import make
 
 MOVABLE = "#!/bin/bash\n#SBATCH --requeue\n#SBATCH --signal=B:USR1@30\npython train.py\n"
 PLAIN = "#!/bin/bash\npython train.py\n"

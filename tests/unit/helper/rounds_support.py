@@ -1,0 +1,74 @@
+"""What the tests of the monitor's rounds share: a stateful fake Slurm, a helper with a real
+SQLite file, a scripted sample source, and running packed jobs.
+
+(Imported as `tests.unit.helper.rounds_support`; not a test module.)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from packer.config import PackerConfig
+from packer.samples import JobSample
+from packer.store import Store
+from slurm_plugin.helper.monitor import Monitor
+from slurm_plugin.helper.monitor_settings import MonitorSettings
+from slurm_plugin.slurm.fake import FAKE_EPOCH, FakeSlurm
+from slurm_plugin.slurm.runner import SlurmRunner
+
+GIB = 1024**3
+
+
+@dataclass
+class FakePaths:
+    socket: Path
+    database: Path
+    slurm_conf: Path | None = None
+
+
+class FakeHelper:
+    """What the monitor asks of the controller helper: its paths, its store, its config."""
+
+    def __init__(self, tmp_path: Path, mode: str = "enforce"):
+        self.paths = FakePaths(socket=tmp_path / "run" / "helper.sock", database=tmp_path / "gpupack.db")
+        self.store = Store(self.paths.database)
+        self._config = PackerConfig(mode=mode)
+
+    def config(self) -> PackerConfig:
+        return self._config
+
+
+class Samples:
+    """Scripted agent: the test sets what each job reports this round; `clock` follows the
+    newest sample."""
+
+    def __init__(self):
+        self.now: dict[int, JobSample] = {}
+        self.clock = float(FAKE_EPOCH)
+
+    def __call__(self, nodes):
+        return list(self.now.values())
+
+    def put(self, job_id, at, *, node="node1", gpu=0, throughput=None, mem=GIB, started_at=FAKE_EPOCH,
+            isolation="shard:2", util=None, util_source=None):
+        self.clock = max(self.clock, float(at))
+        self.now[job_id] = JobSample(job_id=job_id, node=node, gpu_index=gpu, at=at, mem_bytes=mem,
+                                     peak_mem_bytes=mem, throughput=throughput, isolation=isolation,
+                                     started_at=started_at, util_pct=util, util_source=util_source)
+
+
+def make(tmp_path, mode="enforce", *, fixed_clock=False, **settings):
+    """A monitor over a fake Slurm and scripted samples; its clock follows the newest sample,
+    or stays at FAKE_EPOCH with `fixed_clock`. `settings`: MonitorSettings."""
+    fake, helper, samples = FakeSlurm(), FakeHelper(tmp_path, mode), Samples()
+    clock = (lambda: float(FAKE_EPOCH)) if fixed_clock else (lambda: samples.clock)
+    monitor = Monitor(helper, runner=SlurmRunner(executor=fake), samples=samples,
+                      settings=MonitorSettings(skip_requeue_delay=False, **settings), clock=clock)
+    return fake, helper, samples, monitor
+
+
+def running(fake, job_id, *, fp, shards=2, start=FAKE_EPOCH, node="node1", gpu=0):
+    """Job `job_id` running packed (shard:`shards`) on GPU `gpu` of `node`, fingerprint `fp`."""
+    fake.submit(job_id=job_id, state="RUNNING", nodes=node, gres=f"gres:shard:{shards}",
+                gres_detail=[f"shard:h100:{shards}(IDX:{gpu})"], start_time=start,
+                admin_comment=f"gpupack: packed shard:{shards} fp={fp}")
