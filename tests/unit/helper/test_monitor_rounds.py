@@ -8,7 +8,7 @@ import pytest
 
 from packer.config import PackerConfig
 from packer.samples import JobSample
-from packer.store import Store
+from packer.store import RunRecord, Store
 from slurm_plugin.helper.monitor import Monitor
 from slurm_plugin.helper.monitor_settings import MonitorSettings
 from slurm_plugin.slurm.fake import FAKE_EPOCH, FakeSlurm
@@ -231,6 +231,42 @@ def test_a_requeued_job_is_not_recorded(tmp_path):
     assert helper.store.estimate("hist") is None
 
 
+def test_a_completed_run_with_no_memory_measured_is_not_history(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path)
+    running(fake, 9, fp="hist")
+    for t in range(3):
+        samples.put(9, FAKE_EPOCH + t, mem=0, util=0.0, started_at=FAKE_EPOCH)
+        monitor.tick()
+    fake.jobs[9].state = "COMPLETED"
+    samples.now.clear()
+    monitor.tick()
+    assert helper.store.runs("hist") == [] and helper.store.estimate("hist") is None
+    assert not [e for e in helper.store.events() if e.kind == "history"]
+
+
+def test_a_requeued_job_gets_one_row_for_the_run_that_completed(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path)
+    running(fake, 9, fp="hist")
+    samples.put(9, FAKE_EPOCH, mem=2 * GIB, started_at=FAKE_EPOCH)
+    monitor.tick()
+    fake.jobs[9].state = "PENDING"  # requeued: that run is not history
+    samples.now.clear()
+    monitor.tick()
+    running(fake, 9, fp="hist", start=FAKE_EPOCH + 20)
+    second = FAKE_EPOCH + 20
+    # the Epilog of the second run recorded it first (the agent's start keys the run)
+    helper.store.record_run(RunRecord(job_id=9, fingerprint="hist", peak_mem_bytes=5 * GIB, started_at=second))
+    for t in range(3):
+        samples.put(9, second + t, mem=(5 + t) * GIB, started_at=second)
+        monitor.tick()
+    fake.jobs[9].state = "COMPLETED"
+    samples.now.clear()
+    monitor.tick()
+    (run,) = helper.store.runs("hist")
+    assert run.started_at == second and run.peak_mem_bytes == 7 * GIB
+    assert [e.kind for e in helper.store.events()].count("history") == 0  # no second event for the Epilog's run
+
+
 def test_gpu_given_whole_and_as_shards_requeues_the_late_comer(tmp_path):
     fake, helper, samples, monitor = make(tmp_path)
     fake.submit(job_id=1, state="RUNNING", nodes="node1", gres="gres:gpu:1", gres_detail=["gpu:h100:1(IDX:0)"],
@@ -297,7 +333,7 @@ def test_a_slurm_hiccup_skips_the_round(tmp_path, caplog):
 def test_every_events_option_has_help_and_the_command_reads_the_log(tmp_path):
     from click.testing import CliRunner
 
-    from packer.store import Store
+    from packer.store import RunRecord, Store
     from slurm_plugin.cli.events_cmd import events
 
     db = tmp_path / "g.db"
