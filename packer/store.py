@@ -10,6 +10,7 @@ import json
 import logging
 import sqlite3
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -208,6 +209,25 @@ class Store:
             [fingerprint, fingerprint],
         ).fetchall()
         return {r[0] for r in rows}
+
+    def avoided_with_each(self, fingerprints: Iterable[str]) -> dict[str, set[str]]:
+        """`avoided_with` for many fingerprints in one statement (the steering watch asks
+        for every pending packed job each round); every fingerprint asked for is a key."""
+        wanted = sorted(set(fingerprints))
+        found: dict[str, set[str]] = {fp: set() for fp in wanted}
+        if not wanted:
+            return found
+        rows = self.db.execute(  # one pass over the pairs, each side looked up in the list asked for
+            "select fp_a, fp_b from avoid_pairs where fp_a in (select value from json_each(?1)) "
+            "or fp_b in (select value from json_each(?1))",
+            [json.dumps(wanted)],
+        ).fetchall()
+        for fp_a, fp_b in rows:
+            if fp_a in found:
+                found[fp_a].add(fp_b)
+            if fp_b in found:
+                found[fp_b].add(fp_a)
+        return found
 
     def must_avoid(self, fp_a: str, fp_b: str) -> bool:
         a, b = sorted((fp_a, fp_b))

@@ -173,6 +173,25 @@ def test_pending_packed_job_is_kept_off_the_node_of_an_avoided_partner(tmp_path)
     assert "avoid=" not in fake.jobs[3].admin_comment
 
 
+def test_pending_packed_jobs_partners_are_read_in_one_query_per_round(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path)
+    helper.store.avoid_pair("aaaa", "bbbb", "test")
+    helper.store.avoid_pair("cccc", "bbbb", "test")
+    helper.store.avoid_pair("dddd", "eeee", "test")
+    running(fake, 1, fp="aaaa", node="node2")
+    running(fake, 2, fp="cccc", node="node3")
+    running(fake, 3, fp="eeee", node="node4")
+    for job_id, fp in ((10, "bbbb"), (11, "dddd"), (12, "ffff"), (13, "bbbb")):
+        fake.submit(job_id=job_id, state="PENDING", gres="gres:shard:2", admin_comment=f"gpupack: packed shard:2 fp={fp}")
+    statements: list[str] = []
+    helper.store.db.conn.set_trace_callback(statements.append)
+    monitor.tick()
+    helper.store.db.conn.set_trace_callback(None)
+    assert len([q for q in statements if "from avoid_pairs" in q.lower() or "join avoid_pairs" in q.lower()]) == 1
+    assert {j: set(filter(None, fake.jobs[j].excluded_nodes.split(","))) for j in (10, 11, 12, 13)} == {
+        10: {"node2", "node3"}, 11: {"node4"}, 12: set(), 13: {"node2", "node3"}}
+
+
 def test_observe_mode_only_logs(tmp_path):
     fake, helper, samples, monitor = make(tmp_path, mode="observe")
     running(fake, 1, fp="aaaa")

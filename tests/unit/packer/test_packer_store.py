@@ -86,6 +86,15 @@ def test_bad_observations_are_refused():
         store.record_run(RunRecord(job_id=1, fingerprint="fp", peak_mem_bytes=1, mean_util_pct=140))
 
 
+def test_partners_of_many_fingerprints_are_those_of_each():
+    store = Store()
+    for a, b in (("a", "b"), ("c", "a"), ("d", "d"), ("e", "f")):
+        store.avoid_pair(a, b, "contention")
+    fps = ["a", "b", "d", "f", "z", "a"]
+    assert store.avoided_with_each(fps) == {fp: store.avoided_with(fp) for fp in fps}
+    assert store.avoided_with_each([]) == {}
+
+
 def test_pairs_sizes_and_events_persist(tmp_path):
     path = tmp_path / "db.sqlite"
     store = Store(path)
