@@ -75,6 +75,9 @@ class MonitorSettings:
     regroup_min_net_s: float = 300.0
     regroup_head_wait_s: float = 30.0  # a head waiting less long than this is left to Slurm
     regroup_remaining_s: float = 3600.0  # a running job's remaining time when it has no time limit
+    # a regroup decision was right when the head started by the plan's expected start plus
+    # this (Slurm starts a waiting job at its next scheduling pass: backfill runs every 30 s)
+    regroup_start_slack_s: float = 30.0
     # MPS percentages from measured utilisation
     mps_headroom: float = 0.10
     mps_floor_pct: int = 5
@@ -125,8 +128,10 @@ class MonitorSettings:
             value = getattr(self, key)
             if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
                 raise ConfigError(f'[monitor] {key} must be a list of names, e.g. ["preemptible"]')
-        if self.regroup_head_wait_s < 0 or self.regroup_remaining_s <= 0 or self.regroup_min_net_s < 0:
-            raise ConfigError("[monitor] regroup_head_wait_s and regroup_min_net_s must be >= 0 and "
+        if (self.regroup_head_wait_s < 0 or self.regroup_remaining_s <= 0 or self.regroup_min_net_s < 0
+                or self.regroup_start_slack_s < 0):
+            raise ConfigError("[monitor] regroup_head_wait_s, regroup_min_net_s and regroup_start_slack_s "
+                              "must be >= 0 and "
                               "regroup_remaining_s > 0 (seconds)")
         try:
             self.regroup_settings()
