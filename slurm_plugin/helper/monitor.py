@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from slurm_plugin.helper.monitor_settings import MonitorSettings, load_monitor_settings
+from slurm_plugin.helper.monitor_settings import MonitorSettings, ReloadingActionModes, load_monitor_settings
 from slurm_plugin.helper.sample_source import AgentSamples, SampleSource
 from slurm_plugin.helper.watches.actions import Actions
 from slurm_plugin.helper.watches.at_head import KeepAtHeadWatch
@@ -84,6 +84,9 @@ class Monitor:
         paths = helper.paths
         config_path = getattr(helper.config, "path", None)
         self.settings = settings or load_monitor_settings(config_path)
+        # [monitor.actions] follows edits of the file, as [packer] does (settings given: fixed)
+        self.action_modes = (ReloadingActionModes(Path(config_path), self.settings.actions)
+                             if settings is None and config_path is not None else None)
         if runner is None:
             from slurm_plugin.slurm.runner import SlurmRunner
 
@@ -216,6 +219,8 @@ class Monitor:
     # ------------------------------------------------------------------ one round
     def tick(self) -> None:
         now = self.clock()
+        if self.action_modes is not None:
+            self.actions.modes = self.action_modes()
         listing = self.runner.jobs_in_play(also=self.state.tracks.keys())
         if self.on_jobs is not None:
             try:

@@ -1,6 +1,8 @@
 """The `[monitor]` table of gpupack.toml: how the controller helper watches running jobs."""
 from __future__ import annotations
 
+import logging
+import os
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -10,6 +12,8 @@ from packer.config import ConfigError
 from packer.grow import GrowSettings, PreemptorThreshold
 from packer.regroup_plan import RegroupSettings
 from packer.util_contention import CounterRule
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -169,3 +173,49 @@ def load_monitor_settings(path: Path | None) -> MonitorSettings:
     if unknown:
         raise ConfigError(f"{path}: unknown [monitor] keys {unknown}; known keys: {sorted(known)}")
     return MonitorSettings(**table)
+
+
+def load_action_modes(path: Path) -> dict[str, str]:
+    """`[monitor.actions]` of gpupack.toml alone, checked (`ConfigError` naming the fix)."""
+    try:
+        table = tomllib.loads(Path(path).read_text()).get("monitor", {}).get("actions", {})
+    except (OSError, tomllib.TOMLDecodeError, AttributeError) as exc:
+        raise ConfigError(f"cannot read [monitor.actions] of {path}: {exc}") from exc
+    if not isinstance(table, dict):
+        raise ConfigError('[monitor.actions] must be a table, e.g. restart-memory = "shadow"')
+    check_action_modes(table)
+    return dict(table)
+
+
+class ReloadingActionModes:
+    """`[monitor.actions]`, re-read when gpupack.toml changes (as `ReloadingConfig` re-reads
+    `[packer]`), so an action can be switched off, to shadow or to enforce while the helper
+    runs. A bad edit keeps the modes in force and says why. The rest of `[monitor]` is read
+    when the helper starts."""
+
+    def __init__(self, path: Path, modes: dict[str, str]):
+        self.path = path
+        self._path_text = os.fspath(path)
+        self._mtime = self._stat()
+        self.modes = dict(modes)
+
+    def _stat(self) -> int | None:
+        try:
+            return os.stat(self._path_text).st_mtime_ns
+        except OSError:
+            return None
+
+    def __call__(self) -> dict[str, str]:
+        mtime = self._stat()
+        if mtime == self._mtime:
+            return self.modes
+        self._mtime = mtime
+        try:
+            modes = load_action_modes(self.path)
+        except ConfigError as exc:
+            log.error("keeping the action modes in force %s: %s", self.modes or "(all follow mode)", exc)
+            return self.modes
+        if modes != self.modes:
+            log.info("reloaded %s: [monitor.actions] now %s", self.path, modes or "(all follow mode)")
+            self.modes = modes
+        return self.modes

@@ -427,3 +427,36 @@ def test_a_long_run_near_a_probable_oom_is_kept_when_a_failure_costs_no_more_tha
         if fake.jobs[7].state == "PENDING":
             break
     assert fake.jobs[7].state == "PENDING"
+
+
+def test_action_modes_follow_an_edit_of_the_settings_file(tmp_path, caplog):
+    """`[monitor.actions]` is re-read when gpupack.toml changes, as `[packer]` is."""
+    import os
+
+    from slurm_plugin.helper.settings import ReloadingConfig
+
+    toml = tmp_path / "gpupack.toml"
+
+    def write(actions: str, stamp: int) -> None:
+        toml.write_text(f'[packer]\nmode = "enforce"\n\n[monitor]\ninterval_s = 1.0\n\n[monitor.actions]\n{actions}\n')
+        os.utime(toml, ns=(stamp, stamp))  # a new mtime even within the file system's resolution
+
+    write('restart-memory = "off"', 1_000_000_000)
+    helper = FakeHelper(tmp_path)
+    helper.config = ReloadingConfig(toml)
+    fake = FakeSlurm()
+    monitor = Monitor(helper, runner=SlurmRunner(executor=fake), samples=Samples(), clock=lambda: float(FAKE_EPOCH))
+    monitor.tick()
+    assert monitor.actions.mode_of("restart-memory").mode == "off"
+    assert monitor.actions.mode_of("regroup").mode == "enforce"  # follows mode
+    write('restart-memory = "shadow"\nregroup = "off"', 2_000_000_000)
+    monitor.tick()
+    assert monitor.actions.mode_of("restart-memory").mode == "shadow"
+    assert monitor.actions.mode_of("regroup").mode == "off"
+    write('restart-memory = "maybe"', 3_000_000_000)  # a bad edit keeps the modes in force
+    monitor.tick()
+    assert monitor.actions.mode_of("restart-memory").mode == "shadow"
+    assert "keeping the action modes in force" in caplog.text and "off, shadow, enforce" in caplog.text
+    write("", 4_000_000_000)  # the table emptied: every action follows mode again
+    monitor.tick()
+    assert monitor.actions.mode_of("restart-memory").mode == "enforce"
