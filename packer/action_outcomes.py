@@ -12,8 +12,9 @@
 - **grow by preemption**: right when the grown job then ran past the point it would have run
   out (its peak went over its old share, or it ended out of memory; shadow: the same run left
   alone; enforce: the next run, on the larger share) and every evicted job started again;
-  wrong when that run ended within its old share (the growth and its evictions were not
-  needed); unknown when an evicted job ended without running again.
+  wrong when that run completed within its old share (the growth and its evictions were
+  not needed); unknown when it was cut short (cancelled, timed out) within its old share,
+  or an evicted job ended without running again.
 - **regroup**: right when the head job the plan was for started by the plan's expected time
   (enforce: the moves bought the start; shadow: it was still waiting then, so the moves
   would have); wrong when it started later than that (enforce) or by then without any move
@@ -83,9 +84,11 @@ def judge_growth(old_share_bytes: float, peak_bytes: float, end_state: str | Non
     if not ran_out(peak_bytes, old_share_bytes, end_state):
         if end_state is None:
             return None
+        ended = f"ended {end_state} at {peak_bytes / GIB:.1f}GiB, within its old share of {share}"
+        if end_state != "COMPLETED":  # cut short (cancelled, timed out, requeued): it never showed
+            return Judgement(UNKNOWN, f"{ended}, before it showed whether it needed more")
         why = f" ({len(evicted)} job(s) evicted for nothing)" if evicted else ""
-        return Judgement(WRONG, f"ended {end_state} at {peak_bytes / GIB:.1f}GiB, within its old share of "
-                                f"{share}: the growth was not needed{why}")
+        return Judgement(WRONG, f"{ended}: the growth was not needed{why}")
     if any(restarted is None for _, restarted in evicted):
         return None
     grew = (f"reached {peak_bytes / GIB:.1f}GiB, past its old share of {share}" if peak_bytes > old_share_bytes

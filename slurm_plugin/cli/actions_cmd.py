@@ -56,7 +56,7 @@ def report(config: Path, database: Path | None, as_json: bool) -> None:
               started again; regroup, the head started by the plan's expected start
               (shadow: it still waited then)
     wrong     restart-memory, the run ended below its share; requeue-contention, no hurt
-              neighbour's speed came back; grow-preempt, the grown run ended within its
+              neighbour's speed came back; grow-preempt, the grown run completed within its
               old share; regroup, the head started later (shadow: by then, with no move)
     unknown   nothing left to judge (e.g. the hurt jobs ended first); pending: not yet known
     missed    a run that needed the action with no decision before: it ran out of memory,

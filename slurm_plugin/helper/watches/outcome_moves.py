@@ -36,14 +36,21 @@ def started_since(ctx: RoundContext, job_id: int, since: float) -> bool | None:
     start = job.start_time.timestamp() if job.start_time else None
     if job.state in ACTIVE:
         return True if start is not None and start > since else None
-    if job.is_finished:  # a job cancelled while pending gets a start time too: not a run
-        return start is not None and start > since and job.base_state != "CANCELLED"
+    if job.is_finished:
+        return start is not None and start > since and ran(job)
     return None
+
+
+def ran(job: Job) -> bool:
+    """A finished job ran: a job cancelled while pending gets a start time too, its end time."""
+    if job.base_state != "CANCELLED":
+        return True
+    return job.start_time is not None and job.end_time is not None and job.end_time > job.start_time
 
 
 def head_start(job: Job | None, decided_at: float, now: float) -> float | None:
     """When the head job started, if it has (Slurm's start time: a pending job's is only a guess)."""
-    if job is None or not (job.state in ACTIVE or (job.is_finished and job.base_state != "CANCELLED")):
+    if job is None or not (job.state in ACTIVE or (job.is_finished and ran(job))):
         return None
     start = job.start_time.timestamp() if job.start_time else now
     return start if start >= decided_at - 1.0 else None
@@ -63,6 +70,8 @@ def judge_grow_row(ctx: RoundContext, ledger: ActionLedger, row: LedgerRow) -> J
             return Judgement(UNKNOWN, "the run ended with no samples left to judge it (helper restarted?)")
     elif track is None or track.started_at <= row.run_start + SAME_RUN_S:
         if job is None or job.is_finished:
+            if started_since(ctx, row.job_id, row.run_start):
+                return Judgement(UNKNOWN, "the grown run ended before it was sampled")
             return Judgement(UNKNOWN, "the grower did not run again after its restart")
         return None  # waiting for the grown run
     ended = job is None or job.state not in ACTIVE

@@ -126,12 +126,27 @@ def test_growth_with_an_evicted_job_that_never_ran_again_is_unknown(tmp_path):
     w.tick(FAKE_EPOCH + 1, j7=1.5 * w.share)
     grow_row(w, "enforce", at=FAKE_EPOCH + 2)
     w.fake.jobs[7].state = "PENDING"
-    w.fake.submit(job_id=8, state="CANCELLED", start_time=int(FAKE_EPOCH + 5))  # cancelled while held
+    w.fake.submit(job_id=8, state="CANCELLED", start_time=int(FAKE_EPOCH + 5), end_time=int(FAKE_EPOCH + 5))  # held
     w.tick(FAKE_EPOCH + 3)
     w.run(7, FAKE_EPOCH + 10, shards=4)
     w.tick(FAKE_EPOCH + 11, j7=3 * w.share)
     row = w.row()
     assert row.outcome == "unknown" and "8 ended without running again" in row.outcome_detail
+
+
+def test_a_grown_run_cancelled_before_it_was_sampled_is_unknown_not_a_run_that_never_came(tmp_path):
+    """Seen live: the grower ran again for 3 s and was cancelled before the agent's first
+    sample of that run; the row said "did not run again"."""
+    w = World(tmp_path)
+    w.run(7, FAKE_EPOCH)
+    w.tick(FAKE_EPOCH + 1, j7=1.5 * w.share)
+    grow_row(w, "enforce", at=FAKE_EPOCH + 2, evicted=())
+    w.fake.jobs[7].state = "PENDING"
+    w.tick(FAKE_EPOCH + 3)
+    w.fake.submit(job_id=7, state="CANCELLED", start_time=int(FAKE_EPOCH + 10), end_time=int(FAKE_EPOCH + 13))
+    w.tick(FAKE_EPOCH + 14)
+    row = w.row()
+    assert row.outcome == "unknown" and "ended before it was sampled" in row.outcome_detail
 
 
 def test_a_queued_growers_row_is_judged_against_the_share_of_its_earlier_decision(tmp_path):

@@ -95,6 +95,8 @@ def test_growth_outcome_is_the_grown_run_against_its_old_share_and_the_evicted_j
     wrong = judge_growth(old, 12 * GIB, "COMPLETED", [(9, True), (8, True)])
     assert wrong.outcome == "wrong" and "2 job(s) evicted for nothing" in wrong.detail
     assert judge_growth(old, 25 * GIB, "COMPLETED", [(9, False)]).outcome == "unknown"
+    cut = judge_growth(old, 12 * GIB, "CANCELLED", [(9, True)])  # cut short: it never showed
+    assert cut.outcome == "unknown" and "before it showed" in cut.detail
 
 
 def test_regroup_outcome_is_the_head_start_against_the_plans_time():
