@@ -10,6 +10,7 @@ import json
 import logging
 import sqlite3
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from packer.decision import Estimate
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,11 @@ class RunRecord:
     name: str = ""
     ended_at: float = 0.0
     source: str = "observed"
+    started_at: float = 0.0  # when this run began (0: unknown); a requeued job's next run is a new run
+
+
+class UnmeasuredRun(ValueError):
+    """A run with no GPU memory measured: it would teach the packer a 0-byte job."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +74,16 @@ def _migrate_to_1(db: sqlite_utils.Database) -> None:
     db["events"].create_index(["at"])
 
 
-MIGRATIONS = {1: _migrate_to_1}
+def _migrate_to_2(db: sqlite_utils.Database) -> None:
+    """One row per run, not per job: a requeued job's next run is a run of its own."""
+    db["runs"].add_column("started_at", float, not_null_default=0.0)
+    db.execute("drop index if exists idx_runs_job_id_fingerprint")
+    db.execute("create unique index idx_runs_job_run on runs (job_id, fingerprint, started_at)")
+
+
+MIGRATIONS = {1: _migrate_to_1, 2: _migrate_to_2}
+
+RUN_COLUMNS = tuple(RunRecord.__dataclass_fields__)
 
 
 class StoreError(RuntimeError):
@@ -101,15 +116,44 @@ class Store:
             log.info("migrated %s to schema %d", self.path, target)
 
     # -- history -------------------------------------------------------------------------
-    def record_run(self, run: RunRecord) -> None:
+    def record_run(self, run: RunRecord) -> bool:
+        """Add one run to the history; True when it is new, False when it was recorded already.
+
+        A run is (job, fingerprint, start): the Epilog and the monitor both record the run
+        they saw end, and the second merges into the first's row (the larger peak, the
+        figures it has). A run with no memory measured is refused (`UnmeasuredRun`).
+        """
         if run.peak_mem_bytes < 0:
             raise ValueError(f"job {run.job_id}: peak memory cannot be negative")
+        if run.peak_mem_bytes == 0:
+            raise UnmeasuredRun(f"job {run.job_id}: no GPU memory measured; a run without a peak is not history")
         if run.mean_util_pct is not None and not 0 <= run.mean_util_pct <= 100:
             raise ValueError(f"job {run.job_id}: utilisation {run.mean_util_pct} is not a percentage")
         row = asdict(run)
         row["ended_at"] = run.ended_at or time.time()
-        # a second record for the same job replaces the first (unique job_id, fingerprint)
-        self.db["runs"].insert(row, replace=True)
+        names = ", ".join(RUN_COLUMNS)
+        conn = self.db.conn
+        conn.execute("begin immediate")
+        try:
+            known = conn.execute(
+                "select 1 from runs where job_id = ? and fingerprint = ? and started_at = ?",
+                [run.job_id, run.fingerprint, run.started_at],
+            ).fetchone() is not None
+            conn.execute(
+                f"insert into runs ({names}) values ({', '.join(':' + c for c in RUN_COLUMNS)}) "
+                "on conflict (job_id, fingerprint, started_at) do update set "
+                "peak_mem_bytes = max(peak_mem_bytes, excluded.peak_mem_bytes), "
+                "mean_util_pct = coalesce(excluded.mean_util_pct, mean_util_pct), "
+                "throughput = coalesce(excluded.throughput, throughput), "
+                "user = coalesce(nullif(excluded.user, ''), user), name = coalesce(nullif(excluded.name, ''), name), "
+                "ended_at = max(ended_at, excluded.ended_at)",
+                row,
+            )
+            conn.execute("commit")
+        except BaseException:
+            conn.execute("rollback")
+            raise
+        return not known
 
     def runs(self, fingerprint: str | None = None, limit: int = 100) -> list[RunRecord]:
         where, args = ("fingerprint = ?", [fingerprint]) if fingerprint else (None, [])
@@ -165,6 +209,25 @@ class Store:
             [fingerprint, fingerprint],
         ).fetchall()
         return {r[0] for r in rows}
+
+    def avoided_with_each(self, fingerprints: Iterable[str]) -> dict[str, set[str]]:
+        """`avoided_with` for many fingerprints in one statement (the steering watch asks
+        for every pending packed job each round); every fingerprint asked for is a key."""
+        wanted = sorted(set(fingerprints))
+        found: dict[str, set[str]] = {fp: set() for fp in wanted}
+        if not wanted:
+            return found
+        rows = self.db.execute(  # one pass over the pairs, each side looked up in the list asked for
+            "select fp_a, fp_b from avoid_pairs where fp_a in (select value from json_each(?1)) "
+            "or fp_b in (select value from json_each(?1))",
+            [json.dumps(wanted)],
+        ).fetchall()
+        for fp_a, fp_b in rows:
+            if fp_a in found:
+                found[fp_a].add(fp_b)
+            if fp_b in found:
+                found[fp_b].add(fp_a)
+        return found
 
     def must_avoid(self, fp_a: str, fp_b: str) -> bool:
         a, b = sorted((fp_a, fp_b))

@@ -11,7 +11,7 @@ import time
 
 from packer.comment import parse
 from packer.fingerprint import fingerprint
-from packer.store import RunRecord, Store
+from packer.store import RunRecord, Store, UnmeasuredRun
 from slurm_plugin.slurm.runner import SlurmRunner
 
 log = logging.getLogger(__name__)
@@ -36,13 +36,19 @@ def record_job(
     mean_util_pct: float | None,
     throughput: float | None = None,
     source: str = "observed",
+    started_at: float = 0.0,
 ) -> RunRecord:
+    """Record one run (`started_at`: when it began, the agent's clock) under the job's
+    fingerprint. Raises `UnmeasuredRun` for a run with no GPU memory measured: it is
+    not history. A run the monitor recorded already is merged into its row, without an event."""
+    if peak_mem_bytes <= 0:
+        raise UnmeasuredRun(f"job {job_id}: no GPU memory measured; a run without a peak is not history")
     fp, user, name = job_fingerprint(runner, job_id)
     run = RunRecord(
         job_id=job_id, fingerprint=fp, peak_mem_bytes=int(peak_mem_bytes), mean_util_pct=mean_util_pct,
-        throughput=throughput, user=user, name=name, ended_at=time.time(), source=source,
+        throughput=throughput, user=user, name=name, ended_at=time.time(), source=source, started_at=started_at,
     )
-    store.record_run(run)
-    store.log_event("history", f"recorded peak {peak_mem_bytes / GIB:.2f}GiB util {mean_util_pct}", job_id, fingerprint=fp)
+    if store.record_run(run):
+        store.log_event("history", f"recorded peak {peak_mem_bytes / GIB:.2f}GiB util {mean_util_pct}", job_id, fingerprint=fp)
     log.info("job %d: recorded peak %.2f GiB, util %s under %s", job_id, peak_mem_bytes / GIB, mean_util_pct, fp)
     return run

@@ -32,8 +32,12 @@ def report(config: Path, database: Path | None, as_json: bool) -> None:
     right     the decision was borne out: restart-memory, the run went over the share it had
               (or ended out of memory); requeue-contention, a hurt neighbour's speed came
               back once the newcomer left its GPU (shadow: ended; enforce: requeued)
+              grow-preempt, the grown run went past its old share and the evicted jobs
+              started again; regroup, the head started by the plan's expected start
+              (shadow: it still waited then)
     wrong     restart-memory, the run ended below its share; requeue-contention, no hurt
-              neighbour's speed came back
+              neighbour's speed came back; grow-preempt, the grown run completed within its
+              old share; regroup, the head started later (shadow: by then, with no move)
     unknown   nothing left to judge (e.g. the hurt jobs ended first); pending: not yet known
     missed    a run that needed the action with no decision before: it ran out of memory,
               or its departure let a slowed neighbour's speed recover
@@ -57,7 +61,8 @@ def report(config: Path, database: Path | None, as_json: bool) -> None:
 
 @actions.command(name="list", context_settings=CONTEXT)
 @database_options("the action ledger")
-@click.option("--action", default=None, help="Only this action (requeue-contention, restart-memory).")
+@click.option("--action", default=None,
+              help="Only this action (requeue-contention, restart-memory, grow-preempt, regroup).")
 @click.option("-n", "--limit", default=50, show_default=True, help="How many of the oldest rows.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
 def list_rows(config: Path, database: Path | None, action: str | None, limit: int, as_json: bool) -> None:

@@ -49,10 +49,13 @@ def _record(config: Path, job_id: int, node: str) -> None:
     if not stats or not stats.get("samples"):
         log.info("epilog: job %d on %s has no GPU observation; nothing to record", job_id, node)
         return
+    if not int(stats.get("peak_mem_bytes") or 0):
+        log.info("epilog: job %d on %s used no GPU memory that was measured; nothing to record", job_id, node)
+        return
     runner = SlurmRunner(slurm_conf=str(paths.slurm_conf) if paths.slurm_conf else None, timeout=10)
     store = Store(paths.database)
     try:
         record_job(store, runner, job_id, int(stats["peak_mem_bytes"]), stats.get("mean_util_pct"),
-                   stats.get("mean_throughput"))
+                   stats.get("mean_throughput"), started_at=float(stats.get("started_at") or 0.0))
     finally:
         store.close()

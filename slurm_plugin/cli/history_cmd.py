@@ -61,7 +61,7 @@ def show(as_json: bool, limit: int, config: Path) -> None:
 
 @history.command(context_settings=CTX)
 @click.option("--job-id", type=int, required=True, help="A job Slurm still knows (finished recently).")
-@click.option("--peak-mem-gib", type=click.FloatRange(min=0), required=True, help="Observed peak GPU memory, GiB.")
+@click.option("--peak-mem-gib", type=click.FloatRange(min=0, min_open=True), required=True, help="Observed peak GPU memory, GiB.")
 @click.option("--util", type=click.FloatRange(0, 100), required=True, help="Mean GPU utilisation, percent.")
 @click.option("--throughput", type=click.FloatRange(min=0), default=None, help="Iterations per second.")
 @config_option

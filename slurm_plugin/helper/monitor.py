@@ -45,7 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from packer.rules import SuiteRules
-from slurm_plugin.helper.monitor_settings import MonitorSettings, load_monitor_settings
+from slurm_plugin.helper.monitor_settings import MonitorSettings, ReloadingActionModes, load_monitor_settings
 from slurm_plugin.helper.sample_source import AgentSamples, SampleSource
 from slurm_plugin.helper.watches.actions import Actions
 from slurm_plugin.helper.watches.at_head import KeepAtHeadWatch
@@ -88,6 +88,9 @@ class Monitor:
         # the decisions every watch makes (packer.rules): one object, the simulator's too
         # (`rules`: decide through this object instead, e.g. one a simulator run shares)
         self.rules = rules or self.settings.rules(self.config())
+        # [monitor.actions] follows edits of the file, as [packer] does (settings given: fixed)
+        self.action_modes = (ReloadingActionModes(Path(config_path), self.settings.actions)
+                             if settings is None and config_path is not None else None)
         if runner is None:
             from slurm_plugin.slurm.runner import SlurmRunner
 
@@ -220,6 +223,8 @@ class Monitor:
     # ------------------------------------------------------------------ one round
     def tick(self) -> None:
         now = self.clock()
+        if self.action_modes is not None:
+            self.actions.modes = self.action_modes()
         listing = self.runner.jobs_in_play(also=self.state.tracks.keys())
         if self.on_jobs is not None:
             try:

@@ -1,6 +1,9 @@
 """The `[monitor]` table of gpupack.toml: how the controller helper watches running jobs."""
 from __future__ import annotations
 
+import logging
+import os
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,6 +13,8 @@ from packer.grow import GrowSettings, PreemptorThreshold
 from packer.regroup_plan import RegroupSettings
 from packer.rules import SuiteRules
 from packer.util_contention import CounterRule
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,9 @@ class MonitorSettings:
     regroup_min_net_s: float = 300.0
     regroup_head_wait_s: float = 30.0  # a head waiting less long than this is left to Slurm
     regroup_remaining_s: float = 3600.0  # a running job's remaining time when it has no time limit
+    # a regroup decision was right when the head started by the plan's expected start plus
+    # this (Slurm starts a waiting job at its next scheduling pass: backfill runs every 30 s)
+    regroup_start_slack_s: float = 30.0
     # MPS percentages from measured utilisation
     mps_headroom: float = 0.10
     mps_floor_pct: int = 5
@@ -125,8 +133,10 @@ class MonitorSettings:
             value = getattr(self, key)
             if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
                 raise ConfigError(f'[monitor] {key} must be a list of names, e.g. ["preemptible"]')
-        if self.regroup_head_wait_s < 0 or self.regroup_remaining_s <= 0 or self.regroup_min_net_s < 0:
-            raise ConfigError("[monitor] regroup_head_wait_s and regroup_min_net_s must be >= 0 and "
+        if (self.regroup_head_wait_s < 0 or self.regroup_remaining_s <= 0 or self.regroup_min_net_s < 0
+                or self.regroup_start_slack_s < 0):
+            raise ConfigError("[monitor] regroup_head_wait_s, regroup_min_net_s and regroup_start_slack_s "
+                              "must be >= 0 and "
                               "regroup_remaining_s > 0 (seconds)")
         try:
             self.regroup_settings()
@@ -165,3 +175,49 @@ def load_monitor_settings(path: Path | None) -> MonitorSettings:
     moved = {"metrics_port": "moved to the [metrics] table (watch_port; address, submit_port): "
                              "see docs/operations.md"}
     return MonitorSettings(**read_table(path, "monitor", MonitorSettings, moved))
+
+
+def load_action_modes(path: Path) -> dict[str, str]:
+    """`[monitor.actions]` of gpupack.toml alone, checked (`ConfigError` naming the fix)."""
+    try:
+        table = tomllib.loads(Path(path).read_text()).get("monitor", {}).get("actions", {})
+    except (OSError, tomllib.TOMLDecodeError, AttributeError) as exc:
+        raise ConfigError(f"cannot read [monitor.actions] of {path}: {exc}") from exc
+    if not isinstance(table, dict):
+        raise ConfigError('[monitor.actions] must be a table, e.g. restart-memory = "shadow"')
+    check_action_modes(table)
+    return dict(table)
+
+
+class ReloadingActionModes:
+    """`[monitor.actions]`, re-read when gpupack.toml changes (as `ReloadingConfig` re-reads
+    `[packer]`), so an action can be switched off, to shadow or to enforce while the helper
+    runs. A bad edit keeps the modes in force and says why. The rest of `[monitor]` is read
+    when the helper starts."""
+
+    def __init__(self, path: Path, modes: dict[str, str]):
+        self.path = path
+        self._path_text = os.fspath(path)
+        self._mtime = self._stat()
+        self.modes = dict(modes)
+
+    def _stat(self) -> int | None:
+        try:
+            return os.stat(self._path_text).st_mtime_ns
+        except OSError:
+            return None
+
+    def __call__(self) -> dict[str, str]:
+        mtime = self._stat()
+        if mtime == self._mtime:
+            return self.modes
+        self._mtime = mtime
+        try:
+            modes = load_action_modes(self.path)
+        except ConfigError as exc:
+            log.error("keeping the action modes in force %s: %s", self.modes or "(all follow mode)", exc)
+            return self.modes
+        if modes != self.modes:
+            log.info("reloaded %s: [monitor.actions] now %s", self.path, modes or "(all follow mode)")
+            self.modes = modes
+        return self.modes

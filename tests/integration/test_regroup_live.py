@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import pytest
 
+from packer.action_ledger import ActionLedger
+from packer.store import Store
 from slurm_plugin.cli.demo_regroup import GRACE_S, run_regroup
 from slurm_plugin.slurm.runner import SlurmRunner
 
@@ -44,3 +46,14 @@ def test_a_movable_packed_job_is_moved_and_the_two_gpu_job_starts_on_its_node(id
     # the signal reached its batch shell (a checkpoint line) and it was not cancelled (it ran again)
     assert "checkpoint at" in out.movable_output and "start (restart 1)" in out.movable_output, out.movable_output
     assert out.ok
+
+    # the decision's outcome in the action ledger: judged in the round that saw the head run
+    # (the outcome watch runs before the regroup watch writes regroup-head-start)
+    store = Store(cluster.spec.database)
+    try:
+        rows = [r for r in ActionLedger(store, create=False).rows("regroup")
+                if r.job_id == out.movable and r.data.get("head_job") == out.head]
+    finally:
+        store.close()
+    assert rows and rows[-1].mode == "enforce" and rows[-1].outcome == "right", rows
+    assert "the plan expected it at" in rows[-1].outcome_detail

@@ -1,5 +1,8 @@
 """History: a tracked job that ended COMPLETED has its peak memory, mean utilisation and
-throughput written under its fingerprint (what the submit path estimates from)."""
+throughput written under its fingerprint (what the submit path estimates from).
+
+One row per run (job, fingerprint, start), shared with the Epilog's record of the same run;
+a run with no GPU memory measured is left out (it would teach the packer a 0-byte job)."""
 from __future__ import annotations
 
 import logging
@@ -34,32 +37,47 @@ class HistoryWatch:
                 if state not in REQUEUED:
                     log.info("job %d ended %s: not recorded in the history", job_id, state)
                 continue
-            final = self._final_stats(ctx, track)
-            peak = max(s.peak_mem_bytes for s in track.samples)
-            utils = [s.util_pct for s in track.samples if s.util_pct is not None]
-            thr = [s.throughput for s in track.samples if s.throughput is not None]
-            mean_util = sum(utils) / len(utils) if utils else None
-            mean_thr = sum(thr) / len(thr) if thr else None
-            if final:
-                peak = max(peak, int(final.get("peak_mem_bytes") or 0))
-                mean_util = final.get("mean_util_pct", mean_util) if final.get("mean_util_pct") is not None else mean_util
-                mean_thr = final.get("mean_throughput") if final.get("mean_throughput") is not None else mean_thr
-            if mean_util is not None:
-                mean_util = min(100.0, max(0.0, float(mean_util)))
-            store = ctx.actions.store
-            try:
-                store.record_run(RunRecord(
-                    job_id=job_id, fingerprint=track.fingerprint, peak_mem_bytes=int(peak),
-                    mean_util_pct=mean_util, throughput=mean_thr, user=track.user, name=track.name,
-                    ended_at=ctx.now, source="monitor",
-                ))
-                store.log_event(
-                    "history", f"recorded peak {peak / GIB:.2f}GiB util {mean_util if mean_util is None else round(mean_util)}% "
-                    f"throughput {mean_thr if mean_thr is None else round(mean_thr, 2)}/s", job_id,
-                    fingerprint=track.fingerprint, peak_mem_bytes=int(peak), mean_util_pct=mean_util, throughput=mean_thr,
-                )
-            except ValueError as exc:
-                log.warning("job %d: history not recorded: %s", job_id, exc)
+            self._record(ctx, track)
+
+    def _record(self, ctx: RoundContext, track: Track) -> None:
+        job_id = track.job_id
+        final = self._final_stats(ctx, track)
+        if final and float(final.get("ended_at") or 0) <= track.started_at:
+            final = None  # the summary of an earlier run of this requeued job, not of this one
+        peak = max(s.peak_mem_bytes for s in track.samples)
+        utils = [s.util_pct for s in track.samples if s.util_pct is not None]
+        thr = [s.throughput for s in track.samples if s.throughput is not None]
+        mean_util = sum(utils) / len(utils) if utils else None
+        mean_thr = sum(thr) / len(thr) if thr else None
+        started_at = track.started_at
+        if final:
+            peak = max(peak, int(final.get("peak_mem_bytes") or 0))
+            mean_util = final.get("mean_util_pct") if final.get("mean_util_pct") is not None else mean_util
+            mean_thr = final.get("mean_throughput") if final.get("mean_throughput") is not None else mean_thr
+            started_at = float(final.get("started_at") or started_at)  # the Epilog keys the run by the agent's start
+        if peak <= 0:
+            log.info("job %d completed with no GPU memory measured: not recorded in the history", job_id)
+            return
+        if mean_util is not None:
+            mean_util = min(100.0, max(0.0, float(mean_util)))
+        store = ctx.actions.store
+        try:
+            new = store.record_run(RunRecord(
+                job_id=job_id, fingerprint=track.fingerprint or "", peak_mem_bytes=int(peak),
+                mean_util_pct=mean_util, throughput=mean_thr, user=track.user, name=track.name,
+                ended_at=ctx.now, source="monitor", started_at=started_at,
+            ))
+        except ValueError as exc:
+            log.warning("job %d: history not recorded: %s", job_id, exc)
+            return
+        if not new:
+            log.debug("job %d: this run was recorded already (by the Epilog): merged", job_id)
+            return
+        store.log_event(
+            "history", f"recorded peak {peak / GIB:.2f}GiB util {mean_util if mean_util is None else round(mean_util)}% "
+            f"throughput {mean_thr if mean_thr is None else round(mean_thr, 2)}/s", job_id,
+            fingerprint=track.fingerprint, peak_mem_bytes=int(peak), mean_util_pct=mean_util, throughput=mean_thr,
+        )
 
     def _final_stats(self, ctx: RoundContext, track: Track) -> dict | None:
         try:

@@ -1,5 +1,6 @@
 """Outcomes of the run-time actions: each open decision of the action ledger is judged from
-what happened next (`packer.action_outcomes`), and the runs that needed an action but got
+what happened next (`packer.action_outcomes`; grow-preempt and regroup rows in
+`watches/outcome_moves.py`), and the runs that needed an action but got
 none are recorded as misses. Each outcome is also an event (`action-outcome`).
 
 It runs after the tracks are updated and before the history drops the tracks of jobs that
@@ -15,7 +16,10 @@ from packer.action_ledger import ActionLedger, LedgerRow
 from packer.action_outcomes import MISSED, RIGHT, UNKNOWN, Judgement, judge_memory_run, judge_recovery, ran_out
 from packer.preemption import throughput_loss
 from slurm_plugin.helper.watches.contention import KIND as CONTENTION
+from slurm_plugin.helper.watches.grow import KIND as GROW
 from slurm_plugin.helper.watches.memory import KIND as MEMORY, capacity_of
+from slurm_plugin.helper.watches.outcome_moves import judge_grow_row, judge_regroup_row, run_peak
+from slurm_plugin.helper.watches.regroup import KIND as REGROUP
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.helper.watches.tracks import ACTIVE, Track
 
@@ -36,10 +40,6 @@ class DepartureProbe:
     left_at: float
 
 
-def run_peak(track: Track) -> int:
-    return max((max(s.peak_mem_bytes, s.mem_bytes) for s in track.samples), default=0)
-
-
 class OutcomeWatch:
     name = "outcomes"
 
@@ -54,6 +54,10 @@ class OutcomeWatch:
                 judgement = self._judge_memory(ctx, row)
             elif row.action == CONTENTION:
                 judgement = self._judge_contention(ctx, ledger, row)
+            elif row.action == GROW:
+                judgement = judge_grow_row(ctx, ledger, row)
+            elif row.action == REGROUP:
+                judgement = judge_regroup_row(ctx, row)
             if judgement is not None:
                 self._close(ctx, ledger, row, judgement)
         self._find_misses(ctx, ledger)

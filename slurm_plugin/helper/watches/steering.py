@@ -33,6 +33,11 @@ class SteerWatch:
             for j in jobs.values() if j.state in ACTIVE
         ]
         active_ids = {j.job_id for j in jobs.values() if j.state in ACTIVE}
+        # one query for the partners of every pending packed job, not one per job
+        partners_of = store.avoided_with_each(
+            fp for j in jobs.values()
+            if j.state == "PENDING" and job_shards(j) is not None and (fp := ctx.fingerprint_of(j))
+        )
         for job in jobs.values():
             if job.state != "PENDING":
                 continue
@@ -41,7 +46,7 @@ class SteerWatch:
             want: set[str] = set(ctx.state.kept_off.get(job.job_id, ()))
             fp = ctx.fingerprint_of(job)
             if job_shards(job) is not None and fp:
-                partners = store.avoided_with(fp)  # one query per pending job
+                partners = partners_of[fp]
                 want |= avoid_nodes(fp, running, lambda _me, other: other in partners)
             quirk = quirk_excluded.get(job.job_id)
             if quirk is not None:

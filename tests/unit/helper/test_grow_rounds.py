@@ -76,6 +76,19 @@ def test_the_youngest_neighbour_is_evicted_and_the_grower_restarts_pinned_to_its
     release = next(e for e in helper.store.events() if e.kind == "grow-release")
     assert release.job_id == 9 and "runs again" in release.detail
 
+    # the grown run passes its old share (2 shares, 20 GiB) and the victim starts again: right
+    grower.start_time = FAKE_EPOCH + 100
+    put(samples, 7, 101, 21 * GIB, 100)
+    monitor.tick()
+    assert ActionLedger(helper.store).rows("grow-preempt")[0].outcome is None  # job 9 still waits
+    young.state, young.start_time = "RUNNING", FAKE_EPOCH + 102
+    young.nodes, young.gres_detail = "node1", ["shard:h100:2(IDX:0)"]
+    put(samples, 7, 102, 21 * GIB, 100)
+    put(samples, 9, 102, 3 * GIB, 102)
+    monitor.tick()
+    (row,) = ActionLedger(helper.store).rows("grow-preempt")
+    assert row.outcome == "right" and "past its old share of 20.0GiB" in row.outcome_detail
+
 
 def test_maximum_target_evicts_more_but_never_an_older_job(tmp_path):
     fake, helper, samples, monitor = make(tmp_path, mode="enforce", memory_horizon_s=60,

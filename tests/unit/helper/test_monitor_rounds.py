@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_plugin.slurm.fake import FAKE_EPOCH
+from packer.store import RunRecord
+from slurm_plugin.helper.monitor import Monitor
+from slurm_plugin.slurm.fake import FAKE_EPOCH, FakeSlurm
 from slurm_plugin.slurm.runner import SlurmRunner
 
 from tests.unit.helper import rounds_support
-from tests.unit.helper.rounds_support import GIB, running
+from tests.unit.helper.rounds_support import GIB, FakeHelper, Samples, running
 
 
 def make(tmp_path, mode="enforce", **settings):
@@ -122,6 +124,25 @@ def test_pending_packed_job_is_kept_off_the_node_of_an_avoided_partner(tmp_path)
     assert "avoid=" not in fake.jobs[3].admin_comment
 
 
+def test_pending_packed_jobs_partners_are_read_in_one_query_per_round(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path)
+    helper.store.avoid_pair("aaaa", "bbbb", "test")
+    helper.store.avoid_pair("cccc", "bbbb", "test")
+    helper.store.avoid_pair("dddd", "eeee", "test")
+    running(fake, 1, fp="aaaa", node="node2")
+    running(fake, 2, fp="cccc", node="node3")
+    running(fake, 3, fp="eeee", node="node4")
+    for job_id, fp in ((10, "bbbb"), (11, "dddd"), (12, "ffff"), (13, "bbbb")):
+        fake.submit(job_id=job_id, state="PENDING", gres="gres:shard:2", admin_comment=f"gpupack: packed shard:2 fp={fp}")
+    statements: list[str] = []
+    helper.store.db.conn.set_trace_callback(statements.append)
+    monitor.tick()
+    helper.store.db.conn.set_trace_callback(None)
+    assert len([q for q in statements if "from avoid_pairs" in q.lower() or "join avoid_pairs" in q.lower()]) == 1
+    assert {j: set(filter(None, fake.jobs[j].excluded_nodes.split(","))) for j in (10, 11, 12, 13)} == {
+        10: {"node2", "node3"}, 11: {"node4"}, 12: set(), 13: {"node2", "node3"}}
+
+
 def test_observe_mode_only_logs(tmp_path):
     fake, helper, samples, monitor = make(tmp_path, mode="observe")
     running(fake, 1, fp="aaaa")
@@ -178,6 +199,42 @@ def test_a_requeued_job_is_not_recorded(tmp_path):
     samples.now.clear()
     monitor.tick()
     assert helper.store.estimate("hist") is None
+
+
+def test_a_completed_run_with_no_memory_measured_is_not_history(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path)
+    running(fake, 9, fp="hist")
+    for t in range(3):
+        samples.put(9, FAKE_EPOCH + t, mem=0, util=0.0, started_at=FAKE_EPOCH)
+        monitor.tick()
+    fake.jobs[9].state = "COMPLETED"
+    samples.now.clear()
+    monitor.tick()
+    assert helper.store.runs("hist") == [] and helper.store.estimate("hist") is None
+    assert not [e for e in helper.store.events() if e.kind == "history"]
+
+
+def test_a_requeued_job_gets_one_row_for_the_run_that_completed(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path)
+    running(fake, 9, fp="hist")
+    samples.put(9, FAKE_EPOCH, mem=2 * GIB, started_at=FAKE_EPOCH)
+    monitor.tick()
+    fake.jobs[9].state = "PENDING"  # requeued: that run is not history
+    samples.now.clear()
+    monitor.tick()
+    running(fake, 9, fp="hist", start=FAKE_EPOCH + 20)
+    second = FAKE_EPOCH + 20
+    # the Epilog of the second run recorded it first (the agent's start keys the run)
+    helper.store.record_run(RunRecord(job_id=9, fingerprint="hist", peak_mem_bytes=5 * GIB, started_at=second))
+    for t in range(3):
+        samples.put(9, second + t, mem=(5 + t) * GIB, started_at=second)
+        monitor.tick()
+    fake.jobs[9].state = "COMPLETED"
+    samples.now.clear()
+    monitor.tick()
+    (run,) = helper.store.runs("hist")
+    assert run.started_at == second and run.peak_mem_bytes == 7 * GIB
+    assert [e.kind for e in helper.store.events()].count("history") == 0  # no second event for the Epilog's run
 
 
 def test_gpu_given_whole_and_as_shards_requeues_the_late_comer(tmp_path):
@@ -245,7 +302,7 @@ def test_a_slurm_hiccup_skips_the_round(tmp_path, caplog):
 def test_every_events_option_has_help_and_the_command_reads_the_log(tmp_path):
     from click.testing import CliRunner
 
-    from packer.store import Store
+    from packer.store import RunRecord, Store
     from slurm_plugin.cli.events_cmd import events
 
     db = tmp_path / "g.db"
@@ -320,3 +377,36 @@ def test_a_long_run_near_a_probable_oom_is_kept_when_a_failure_costs_no_more_tha
         if fake.jobs[7].state == "PENDING":
             break
     assert fake.jobs[7].state == "PENDING"
+
+
+def test_action_modes_follow_an_edit_of_the_settings_file(tmp_path, caplog):
+    """`[monitor.actions]` is re-read when gpupack.toml changes, as `[packer]` is."""
+    import os
+
+    from slurm_plugin.helper.settings import ReloadingConfig
+
+    toml = tmp_path / "gpupack.toml"
+
+    def write(actions: str, stamp: int) -> None:
+        toml.write_text(f'[packer]\nmode = "enforce"\n\n[monitor]\ninterval_s = 1.0\n\n[monitor.actions]\n{actions}\n')
+        os.utime(toml, ns=(stamp, stamp))  # a new mtime even within the file system's resolution
+
+    write('restart-memory = "off"', 1_000_000_000)
+    helper = FakeHelper(tmp_path)
+    helper.config = ReloadingConfig(toml)
+    fake = FakeSlurm()
+    monitor = Monitor(helper, runner=SlurmRunner(executor=fake), samples=Samples(), clock=lambda: float(FAKE_EPOCH))
+    monitor.tick()
+    assert monitor.actions.mode_of("restart-memory").mode == "off"
+    assert monitor.actions.mode_of("regroup").mode == "enforce"  # follows mode
+    write('restart-memory = "shadow"\nregroup = "off"', 2_000_000_000)
+    monitor.tick()
+    assert monitor.actions.mode_of("restart-memory").mode == "shadow"
+    assert monitor.actions.mode_of("regroup").mode == "off"
+    write('restart-memory = "maybe"', 3_000_000_000)  # a bad edit keeps the modes in force
+    monitor.tick()
+    assert monitor.actions.mode_of("restart-memory").mode == "shadow"
+    assert "keeping the action modes in force" in caplog.text and "off, shadow, enforce" in caplog.text
+    write("", 4_000_000_000)  # the table emptied: every action follows mode again
+    monitor.tick()
+    assert monitor.actions.mode_of("restart-memory").mode == "enforce"

@@ -72,6 +72,8 @@ def test_a_movable_packed_job_is_signalled_then_requeued_away_from_the_freed_nod
     tick(samples, monitor, 75)
     kinds = [e.kind for e in events(helper)]
     assert kinds[-1] == "regroup-head-start" and kinds.count("regroup-plan") == 1
+    (row,) = ActionLedger(helper.store).rows("regroup")  # planned for +60 s, started at +35 s
+    assert row.outcome == "right" and "the plan expected it at +60s" in row.outcome_detail
     assert monitor.state.kept_off == {}  # it runs again elsewhere: the pin is done
     assert not any(c[0] == "scancel" and c[1:] != ["--signal=USR1", "--batch", "1"] for c in fake.calls)
 
@@ -179,7 +181,8 @@ def test_observe_mode_follows_as_shadow(tmp_path):
 
 
 @pytest.mark.parametrize("bad", [{"regroup_moves_per_hour": -1}, {"regroup_partitions": "gpu"},
-                                 {"regroup_min_gain_ratio": 0.5}, {"actions": {"regroup": "maybe"}}])
+                                 {"regroup_min_gain_ratio": 0.5}, {"actions": {"regroup": "maybe"}},
+                                 {"regroup_start_slack_s": -1}])
 def test_settings_are_checked(bad):
     with pytest.raises(ConfigError, match="regroup"):
         MonitorSettings(**bad)

@@ -5,7 +5,7 @@ import pytest
 
 from packer.action_ledger import ActionLedger
 from packer.action_modes import ACTION_KINDS, action_mode, check_action_modes
-from packer.action_outcomes import judge_memory_run, judge_recovery, ran_out
+from packer.action_outcomes import judge_growth, judge_head_start, judge_memory_run, judge_recovery, ran_out
 from packer.action_report import summarise
 from packer.config import ConfigError
 from packer.store import Store
@@ -82,3 +82,30 @@ def test_a_reader_of_a_database_the_helper_never_wrote_to_sees_no_rows_and_creat
     assert reader.counts() == [] and reader.rows() == []
     assert not store.db["action_ledger"].exists()
     assert [s.precision for s in summarise(reader.counts())] == [None] * len(ACTION_KINDS)
+
+
+def test_growth_outcome_is_the_grown_run_against_its_old_share_and_the_evicted_jobs():
+    old = 20 * GIB
+    assert judge_growth(old, 15 * GIB, None, [(9, True)]) is None  # within its old share so far
+    assert judge_growth(old, 21 * GIB, None, [(9, None)]) is None  # past it; job 9 still waits
+    right = judge_growth(old, 21 * GIB, None, [(9, True)])
+    assert right.outcome == "right" and "past its old share of 20.0GiB" in right.detail
+    assert "9 started again" in right.detail
+    assert judge_growth(old, 19.5 * GIB, "OUT_OF_MEMORY", []).outcome == "right"
+    wrong = judge_growth(old, 12 * GIB, "COMPLETED", [(9, True), (8, True)])
+    assert wrong.outcome == "wrong" and "2 job(s) evicted for nothing" in wrong.detail
+    assert judge_growth(old, 25 * GIB, "COMPLETED", [(9, False)]).outcome == "unknown"
+    cut = judge_growth(old, 12 * GIB, "CANCELLED", [(9, True)])  # cut short: it never showed
+    assert cut.outcome == "unknown" and "before it showed" in cut.detail
+
+
+def test_regroup_outcome_is_the_head_start_against_the_plans_time():
+    at, expected = 1000.0, 1060.0
+    assert judge_head_start(at, expected, 30, None, False, 1050, shadow=False) is None
+    assert judge_head_start(at, expected, 30, 1080, False, 1085, shadow=False).outcome == "right"
+    late = judge_head_start(at, expected, 30, 1095, False, 1100, shadow=False)
+    assert late.outcome == "wrong" and "started at +95s" in late.detail and "+60s" in late.detail
+    assert judge_head_start(at, expected, 30, None, False, 1091, shadow=False).outcome == "wrong"
+    assert judge_head_start(at, expected, 30, None, True, 1020, shadow=False).outcome == "unknown"
+    assert judge_head_start(at, expected, 30, 1010, False, 1012, shadow=True).outcome == "wrong"  # not needed
+    assert judge_head_start(at, expected, 30, None, False, 1091, shadow=True).outcome == "right"

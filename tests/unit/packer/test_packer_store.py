@@ -1,6 +1,6 @@
 import pytest
 
-from packer.store import RunRecord, Store
+from packer.store import RunRecord, Store, UnmeasuredRun
 
 GIB = 1024**3
 
@@ -28,11 +28,54 @@ def test_history_is_the_estimate_and_the_remembered_size_in_one_lookup(tmp_path)
     assert store.history("fp", 3)[0].peak_mem_bytes == 9 * GIB and store.history("other")[1] is None
 
 
-def test_a_second_record_of_a_job_replaces_the_first(tmp_path):
+def test_a_second_record_of_a_run_is_merged_into_its_row(tmp_path):
+    """The Epilog and the monitor both record the run they saw end: one row, the larger peak."""
     store = Store(tmp_path / "db.sqlite")
-    store.record_run(RunRecord(job_id=7, fingerprint="fp", peak_mem_bytes=GIB))
-    store.record_run(RunRecord(job_id=7, fingerprint="fp", peak_mem_bytes=2 * GIB))
-    assert [r.peak_mem_bytes for r in store.runs("fp")] == [2 * GIB]
+    assert store.record_run(RunRecord(job_id=7, fingerprint="fp", peak_mem_bytes=2 * GIB, started_at=50.0, source="observed"))
+    assert not store.record_run(RunRecord(job_id=7, fingerprint="fp", peak_mem_bytes=GIB, mean_util_pct=40.0,
+                                          throughput=3.0, started_at=50.0, source="monitor"))
+    (run,) = store.runs("fp")
+    assert (run.peak_mem_bytes, run.mean_util_pct, run.throughput) == (2 * GIB, 40.0, 3.0)
+    assert store.estimate("fp").runs == 1
+
+
+def test_a_requeued_jobs_next_run_is_a_run_of_its_own(tmp_path):
+    store = Store(tmp_path / "db.sqlite")
+    assert store.record_run(RunRecord(job_id=7, fingerprint="fp", peak_mem_bytes=3 * GIB, started_at=50.0, ended_at=60))
+    assert store.record_run(RunRecord(job_id=7, fingerprint="fp", peak_mem_bytes=5 * GIB, started_at=70.0, ended_at=90))
+    assert [r.started_at for r in store.runs("fp")] == [70.0, 50.0]
+    assert store.estimate("fp").runs == 2
+
+
+def test_a_run_without_measured_memory_is_not_history():
+    """A 0-byte row would make the estimate a 0-byte job and pack it on one share."""
+    store = Store()
+    with pytest.raises(UnmeasuredRun):
+        store.record_run(RunRecord(job_id=1, fingerprint="fp", peak_mem_bytes=0, mean_util_pct=0.0))
+    assert store.estimate("fp") is None and store.runs() == []
+
+
+def test_a_schema_1_database_keeps_its_runs_and_gets_one_row_per_run(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "db.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        "create table runs (id integer primary key, job_id integer, fingerprint text not null, user text, name text, "
+        "peak_mem_bytes integer not null, mean_util_pct float, throughput float, ended_at float, source text);"
+        "create unique index idx_runs_job_id_fingerprint on runs (job_id, fingerprint);"
+        "create table avoid_pairs (fp_a text, fp_b text, reason text, created_at float, primary key (fp_a, fp_b));"
+        "create table sizes (fingerprint text primary key, min_shards integer, reason text, updated_at float);"
+        "create table events (id integer primary key, job_id integer, kind text, detail text, at float, data text);"
+        "insert into runs (job_id, fingerprint, peak_mem_bytes, ended_at) values (7, 'fp', 1073741824, 10);"
+        "pragma user_version = 1;"
+    )
+    conn.close()
+    store = Store(path)
+    assert store.db.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert [(r.job_id, r.started_at) for r in store.runs("fp")] == [(7, 0.0)]
+    assert store.record_run(RunRecord(job_id=7, fingerprint="fp", peak_mem_bytes=GIB, started_at=30.0, ended_at=40))
+    assert len(store.runs("fp")) == 2
 
 
 def test_bad_observations_are_refused():
@@ -41,6 +84,15 @@ def test_bad_observations_are_refused():
         store.record_run(RunRecord(job_id=1, fingerprint="fp", peak_mem_bytes=-1))
     with pytest.raises(ValueError):
         store.record_run(RunRecord(job_id=1, fingerprint="fp", peak_mem_bytes=1, mean_util_pct=140))
+
+
+def test_partners_of_many_fingerprints_are_those_of_each():
+    store = Store()
+    for a, b in (("a", "b"), ("c", "a"), ("d", "d"), ("e", "f")):
+        store.avoid_pair(a, b, "contention")
+    fps = ["a", "b", "d", "f", "z", "a"]
+    assert store.avoided_with_each(fps) == {fp: store.avoided_with(fp) for fp in fps}
+    assert store.avoided_with_each([]) == {}
 
 
 def test_pairs_sizes_and_events_persist(tmp_path):
@@ -55,5 +107,5 @@ def test_pairs_sizes_and_events_persist(tmp_path):
     assert again.remembered_size("a") == 4 and again.remembered_size("z") is None
     (event,) = again.events()
     assert (event.job_id, event.kind, event.data) == (12, "decision", {"shards": 2})
-    assert again.db.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert again.db.execute("PRAGMA user_version").fetchone()[0] == 2
     assert again.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
