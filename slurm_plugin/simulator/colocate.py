@@ -124,87 +124,94 @@ class ColocatePolicy(Policy):
             return self.full.found_none(job, None)
         need = d.shards * int(sim.share_bytes)
         memo = self._newcomer(job, need)
-        new, acc = memo[1], memo[2]
         if not sim.shares.single and not sim.shares.multi:
-            return self.full.found_none(job, acc)
-        free_pack = bf is None or bf.pack_ok
-        if memo[3] == sim.shares.version:  # the same kinds of GPU as last time: same answer
-            cands = memo[4]
-        else:
-            cands = []
-            for key in (*sim.shares.single, *sim.shares.multi) if sim.shares.multi else sim.shares.single:
-                r = acc.get(key)
-                if r is None:  # this kind of GPU, alone: the same rule, memoised per kind
-                    found = self._rank(new, [self._load(key)])
-                    r = acc[key] = found[0] if found else False
-                if r:
-                    cands.append(key)
-            memo[3], memo[4] = sim.shares.version, cands
+            return self.full.found_none(job, memo.qualifies)
+        cands = self._qualifying(memo)
         if not cands:
-            return self.full.found_none(job, acc)
-        if free_pack and memo[5] == sim.shares.version:
+            return self.full.found_none(job, memo.qualifies)
+        free_pack = bf is None or bf.pack_ok
+        if free_pack and memo.chosen_version == sim.shares.version:
             # nothing to veto and the same kinds of GPU: the rule picks the same kind again
             sim.sched.denied = False
-            g = sim.gpus[next(iter(self._group(memo[6])))]
-            base = {x.id: x.rate for x in g.jobs}
-            sim.cluster.start_shared(job, g, now, need, d.shards)
-            job.pack_base = base
-            if sim.cfg.pair_predict:
-                job.pack_pred = self.watch.predict(g)
+            self._start_beside(job, sim.gpus[next(iter(self._group(memo.chosen_kind)))], now, need, d.shards)
             return True
-        picked: dict[str, int] = {}
-
-        def allow(gl: GpuLoad, mine: float, theirs: tuple[float, ...]) -> bool:
-            gids = self._group(self._load_key[gl.gpu_id])
-            if free_pack:
-                picked[gl.gpu_id] = next(iter(gids))
-                return True
-            shadow = bf.shadow
-            run = job.duration / max(mine, 1e-9)  # the newcomer's run beside it
-            new_ok = now + run <= shadow
-            # the job there loses (1 - speed) of its progress while the newcomer runs: its
-            # end moves by run * (1 - speed) at most (fixed in time, so a pass that was
-            # refused stays refused while nothing changes)
-            delay = run * (1.0 - min(theirs))
-            for gid in gids:  # a GPU the reservation does not count on, or one freed in time
-                end = max(x.t_end for x in sim.gpus[gid].jobs)
-                if end > shadow or (new_ok and end + delay <= shadow):
-                    picked[gl.gpu_id] = gid
-                    return True
-            sim.sched.denied = True
+        gid = self._choose(job, now, bf if not free_pack else None, memo, cands)
+        if gid is None:
             return False
-
-        if memo[7] is not cands and memo[7] != cands:  # the rule's order of the qualifying kinds
-            memo[7] = cands
-            rule = sim.rules.corunner_rule  # rank_corunners' order: each kind assessed alone
-            memo[8] = sorted((acc[k] for k in cands), key=lambda r: r.key(rule))
-        # choose_corunner's choice: the best kind the veto lets through (it asks every one)
-        chosen = None
-        for r in memo[8]:
-            if allow(r.gpu, r.mine, r.theirs) and chosen is None:
-                chosen = r.gpu.gpu_id
-                if free_pack:
-                    break
-        if chosen is None:
-            return False
-        if free_pack:
-            memo[5], memo[6] = sim.shares.version, self._load_key[chosen]
         sim.sched.denied = False
-        g = sim.gpus[picked[chosen]]
+        self._start_beside(job, sim.gpus[gid], now, need, d.shards)
+        return True
+
+    def _qualifying(self, memo: "_Memo") -> list[tuple]:
+        """The kinds of busy GPU that qualify for the job (each assessed alone by the rule,
+        memoised per kind; the same kinds of GPU as last time give the same answer)."""
+        sim = self.sim
+        if memo.kinds_version == sim.shares.version:
+            return memo.cands
+        cands = []
+        acc = memo.qualifies
+        for key in (*sim.shares.single, *sim.shares.multi) if sim.shares.multi else sim.shares.single:
+            r = acc.get(key)
+            if r is None:
+                found = self._rank(memo.new, [self._load(key)])
+                r = acc[key] = found[0] if found else False
+            if r:
+                cands.append(key)
+        memo.kinds_version, memo.cands = sim.shares.version, cands
+        return cands
+
+    def _choose(self, job: Job, now: float, bf: Backfill | None, memo: "_Memo",
+                cands: list[tuple]) -> int | None:
+        """choose_corunner's choice: the GPU of the best kind the reservation ``bf`` lets
+        through (None: nothing to honour, the best kind), or None when it lets none."""
+        sim = self.sim
+        if memo.ranked_cands is not cands and memo.ranked_cands != cands:
+            memo.ranked_cands = cands  # rank_corunners' order: each kind assessed alone
+            rule = sim.rules.corunner_rule
+            memo.ranked = sorted((memo.qualifies[k] for k in cands), key=lambda r: r.key(rule))
+        if bf is None:
+            best = memo.ranked[0].gpu.gpu_id
+            memo.chosen_version, memo.chosen_kind = sim.shares.version, self._load_key[best]
+            return next(iter(self._group(self._load_key[best])))
+        chosen = None
+        for r in memo.ranked:  # choose_corunner asks every kind (a refusal marks the pass denied)
+            gid = self._in_time(job, now, bf, r.gpu, r.mine, r.theirs)
+            if chosen is None and gid is not None:
+                chosen = gid
+        return chosen
+
+    def _in_time(self, job: Job, now: float, bf: Backfill, gl: GpuLoad, mine: float,
+                 theirs: tuple[float, ...]) -> int | None:
+        """A GPU of this kind the head's reservation does not count on, or one the pack
+        leaves free in time; None (and the pass marked denied) when there is none."""
+        sim = self.sim
+        shadow = bf.shadow
+        run = job.duration / max(mine, 1e-9)  # the newcomer's run beside it
+        new_ok = now + run <= shadow
+        # the job there loses (1 - speed) of its progress while the newcomer runs: its end
+        # moves by run * (1 - speed) at most (fixed in time, so a pass that was refused
+        # stays refused while nothing changes)
+        delay = run * (1.0 - min(theirs))
+        for gid in self._group(self._load_key[gl.gpu_id]):
+            end = max(x.t_end for x in sim.gpus[gid].jobs)
+            if end > shadow or (new_ok and end + delay <= shadow):
+                return gid
+        sim.sched.denied = True
+        return None
+
+    def _start_beside(self, job: Job, g: Gpu, now: float, need: int, shards: int) -> None:
+        """Start ``job`` on busy GPU ``g``; remember its neighbours' speeds just before (FIG. 4
+        compares with them) and what the rule predicted for the pack."""
+        sim = self.sim
         base = {x.id: x.rate for x in g.jobs}
-        sim.cluster.start_shared(job, g, now, need, d.shards)
+        sim.cluster.start_shared(job, g, now, need, shards)
         job.pack_base = base
         if sim.cfg.pair_predict:
             job.pack_pred = self.watch.predict(g)
-        return True
 
-    def _newcomer(self, job: Job, need: int) -> list:
-        """The co-runner rule's view of a queued job and its memo: [stamp, newcomer, which
-        kinds of GPU (workload, size) qualify for it (kind -> its ``Ranked``, False), the version of the set of kinds, the
-        qualifying kinds then, the version of the set of kinds, the kind the rule chose
-        then with no reservation to honour, the qualifying kinds last ranked and the rule's
-        order of them (the order depends on those kinds alone)]. Valid while no pair is added to avoid and the predictions of
-        its pairs stand."""
+    def _newcomer(self, job: Job, need: int) -> "_Memo":
+        """The co-runner rule's view of a queued job and its memo (:class:`_Memo`). Valid
+        while no pair is added to avoid and the predictions of its pairs stand."""
         sim = self.sim
         # a kind of GPU qualifies by the pairs of this job's workload with those there: they
         # change when the model is refitted or a pair of this workload is observed (with more
@@ -213,11 +220,9 @@ class ColocatePolicy(Policy):
                  sim.know.version if sim.shares.multi_on else sim.know.stamp(job.profile))
         key = (job.profile, need)
         hit = self._corunner_cache.get(key)
-        if hit is None or hit[0] != stamp:
+        if hit is None or hit.stamp != stamp:
             p = sim.profiles[job.profile]
-            hit = self._corunner_cache[key] = [
-                stamp, Newcomer(f"p{job.profile}", p.key, need, p.util_pct), {}, -1, [], -1, None,
-                None, []]
+            hit = self._corunner_cache[key] = _Memo(stamp, Newcomer(f"p{job.profile}", p.key, need, p.util_pct))
         return hit
 
     def _rank(self, new: Newcomer, loads: list[GpuLoad]):
@@ -229,3 +234,21 @@ class ColocatePolicy(Policy):
         sim = self.sim
         return sim.rules.corunners(new, loads, avoid=sim.avoid,
                                    pair_speed=self._pair_speed if sim.cfg.pair_predict else None)
+
+
+class _Memo:
+    """What the co-runner rule found for one kind of queued job (workload, size)."""
+
+    __slots__ = ("stamp", "new", "qualifies", "kinds_version", "cands", "chosen_version",
+                 "chosen_kind", "ranked_cands", "ranked")
+
+    def __init__(self, stamp: tuple, new: Newcomer):
+        self.stamp = stamp  # what the answers rest on (pairs to avoid, pair predictions)
+        self.new = new  # the job as the rule sees it
+        self.qualifies: dict = {}  # kind of GPU -> its ``Ranked``, or False: it does not qualify
+        self.kinds_version = -1  # the version of the set of kinds when ``cands`` was made
+        self.cands: list[tuple] = []  # the kinds that qualified then
+        self.chosen_version = -1  # the version when the rule last chose with nothing to honour
+        self.chosen_kind: tuple | None = None  # the kind it chose then
+        self.ranked_cands: list[tuple] | None = None  # the qualifying kinds last ranked
+        self.ranked: list = []  # the rule's order of them (it depends on those kinds alone)
