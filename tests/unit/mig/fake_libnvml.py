@@ -50,122 +50,16 @@ import pynvml
 
 from mig.catalog import Catalog, Profile, load_catalog
 
-MIB = 1024 * 1024
-
-# --- return codes and constants (values from nvml.h; repeated, not imported) -----------
-SUCCESS = 0
-ERROR_UNINITIALIZED = 1
-ERROR_INVALID_ARGUMENT = 2
-ERROR_NOT_SUPPORTED = 3
-ERROR_NO_PERMISSION = 4
-ERROR_NOT_FOUND = 6
-ERROR_INSUFFICIENT_SIZE = 7
-ERROR_DRIVER_NOT_LOADED = 9
-ERROR_RESET_REQUIRED = 16
-ERROR_IN_USE = 19
-ERROR_INSUFFICIENT_RESOURCES = 23
-ERROR_UNKNOWN = 999
-
-MIG_DISABLE, MIG_ENABLE = 0, 1
-GPU_INSTANCE_PROFILE_COUNT = 0x12  # as in the nvml.h that nvidia-ml-py 12.5xx+ mirrors
-COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED = 0
-# NVML_COMPUTE_INSTANCE_PROFILE_* index -> compute slices (1_SLICE_REV1 and 7_SLICE_NVL
-# are not offered on H100)
-CI_PROFILE_SLICES = {0x0: 1, 0x1: 2, 0x2: 3, 0x3: 4, 0x4: 7, 0x5: 8, 0x6: 6}
-CI_SLICES_OFFERED = (1, 2, 3, 4, 7)  # what `nvidia-smi mig -lcip` lists on Hopper/Ampere
-UINT_MAX = 0xFFFFFFFF
-
-_ERROR_STRINGS = {
-    SUCCESS: b"Success", ERROR_UNINITIALIZED: b"Uninitialized",
-    ERROR_INVALID_ARGUMENT: b"Invalid Argument", ERROR_NOT_SUPPORTED: b"Not Supported",
-    ERROR_NO_PERMISSION: b"Insufficient Permissions", ERROR_NOT_FOUND: b"Not Found",
-    ERROR_INSUFFICIENT_SIZE: b"Insufficient Size",
-    ERROR_DRIVER_NOT_LOADED: b"Driver Not Loaded",
-    ERROR_RESET_REQUIRED: b"GPU requires restart", ERROR_IN_USE: b"In use by another client",
-    ERROR_INSUFFICIENT_RESOURCES: b"Insufficient resources", ERROR_UNKNOWN: b"Unknown Error",
-}
-
-
-# --- nvml.h struct layouts (own copies, so pynvml's are cross-checked) --------------------
-class _GpuInstancePlacement(Structure):
-    _fields_ = [("start", c_uint), ("size", c_uint)]
-
-
-class _GpuInstanceProfileInfo(Structure):  # v1, unversioned
-    _fields_ = [("id", c_uint), ("isP2pSupported", c_uint), ("sliceCount", c_uint),
-                ("instanceCount", c_uint), ("multiprocessorCount", c_uint),
-                ("copyEngineCount", c_uint), ("decoderCount", c_uint),
-                ("encoderCount", c_uint), ("jpegCount", c_uint), ("ofaCount", c_uint),
-                ("memorySizeMB", c_ulonglong)]
-
-
-class _GpuInstanceProfileInfoV2(Structure):
-    _fields_ = [("version", c_uint)] + _GpuInstanceProfileInfo._fields_ + [
-        ("name", c_char * 96)]
-
-
-class _GpuInstanceInfo(Structure):
-    _fields_ = [("device", c_void_p), ("id", c_uint), ("profileId", c_uint),
-                ("placement", _GpuInstancePlacement)]
-
-
-class _ComputeInstancePlacement(Structure):
-    _fields_ = [("start", c_uint), ("size", c_uint)]
-
-
-class _ComputeInstanceProfileInfo(Structure):  # v1
-    _fields_ = [("id", c_uint), ("sliceCount", c_uint), ("instanceCount", c_uint),
-                ("multiprocessorCount", c_uint), ("sharedCopyEngineCount", c_uint),
-                ("sharedDecoderCount", c_uint), ("sharedEncoderCount", c_uint),
-                ("sharedJpegCount", c_uint), ("sharedOfaCount", c_uint)]
-
-
-class _ComputeInstanceProfileInfoV2(Structure):
-    _fields_ = [("version", c_uint)] + _ComputeInstanceProfileInfo._fields_ + [
-        ("name", c_char * 96)]
-
-
-class _ComputeInstanceInfo(Structure):
-    _fields_ = [("device", c_void_p), ("gpuInstance", c_void_p), ("id", c_uint),
-                ("profileId", c_uint), ("placement", _ComputeInstancePlacement)]
-
-
-class _Memory(Structure):
-    _fields_ = [("total", c_ulonglong), ("free", c_ulonglong), ("used", c_ulonglong)]
-
-
-class _ProcessInfoV2(Structure):  # nvmlProcessInfo_v2_t == nvmlProcessInfo_t (v3 API)
-    _fields_ = [("pid", c_uint), ("usedGpuMemory", c_ulonglong), ("gpuInstanceId", c_uint),
-                ("computeInstanceId", c_uint)]
-
-
-def _struct_version(struct: type, ver: int) -> int:
-    """NVML_STRUCT_VERSION(data, ver): sizeof | ver << 24."""
-    return sizeof(struct) | (ver << 24)
-
-
-GI_PROFILE_INFO_V2 = _struct_version(_GpuInstanceProfileInfoV2, 2)
-CI_PROFILE_INFO_V2 = _struct_version(_ComputeInstanceProfileInfoV2, 2)
-
-for _own, _theirs in [
-    (_GpuInstancePlacement, pynvml.c_nvmlGpuInstancePlacement_t),
-    (_GpuInstanceProfileInfo, pynvml.c_nvmlGpuInstanceProfileInfo_t),
-    (_GpuInstanceProfileInfoV2, pynvml.c_nvmlGpuInstanceProfileInfo_v2_t),
-    (_GpuInstanceInfo, pynvml.c_nvmlGpuInstanceInfo_t),
-    (_ComputeInstanceProfileInfoV2, pynvml.c_nvmlComputeInstanceProfileInfo_v2_t),
-    (_ComputeInstanceInfo, pynvml.c_nvmlComputeInstanceInfo_t),
-    (_Memory, pynvml.c_nvmlMemory_t),
-    (_ProcessInfoV2, pynvml.c_nvmlProcessInfo_v3_t),
-]:
-    assert sizeof(_own) == sizeof(_theirs), (_own.__name__, sizeof(_own), sizeof(_theirs))
-assert GI_PROFILE_INFO_V2 == pynvml.nvmlGpuInstanceProfileInfo_v2
-assert CI_PROFILE_INFO_V2 == pynvml.nvmlComputeInstanceProfileInfo_v2
-
-# pointer types of the C prototypes (pynvml's, so ctypes checks what callers pass)
-DEV = pynvml.c_nvmlDevice_t
-GI = pynvml.c_nvmlGpuInstance_t
-CI = pynvml.c_nvmlComputeInstance_t
-P_UINT = POINTER(c_uint)
+from fake_nvml.nvml_h import (  # noqa: F401 (re-exported)
+    CI, CI_PROFILE_INFO_V2, CI_PROFILE_SLICES, CI_SLICES_OFFERED,
+    COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, DEV, ERROR_DRIVER_NOT_LOADED, ERROR_IN_USE,
+    ERROR_INSUFFICIENT_RESOURCES, ERROR_INSUFFICIENT_SIZE, ERROR_INVALID_ARGUMENT,
+    ERROR_NO_PERMISSION, ERROR_NOT_FOUND, ERROR_NOT_SUPPORTED, ERROR_RESET_REQUIRED,
+    ERROR_STRINGS, ERROR_UNINITIALIZED, ERROR_UNKNOWN, GI, GI_PROFILE_INFO_V2,
+    GPU_INSTANCE_PROFILE_COUNT, MIB, MIG_DISABLE, MIG_ENABLE, P_UINT, SUCCESS, UINT_MAX,
+    ComputeInstanceInfo, ComputeInstancePlacement, ComputeInstanceProfileInfo,
+    ComputeInstanceProfileInfoV2, GpuInstanceInfo, GpuInstancePlacement,
+    GpuInstanceProfileInfo, GpuInstanceProfileInfoV2, Memory, ProcessInfoV2, struct_version)
 
 
 class NvmlViolation(AssertionError):
@@ -552,7 +446,7 @@ class FakeNvml:
 
     def _error_string(self, code: int) -> int:
         if code not in self._strings:
-            text = _ERROR_STRINGS.get(code, b"Unknown Error")
+            text = ERROR_STRINGS.get(code, b"Unknown Error")
             self._strings[code] = ctypes.create_string_buffer(text)
         return ctypes.addressof(self._strings[code])
 
@@ -585,7 +479,7 @@ class FakeNvml:
     def _memory_info(self, device, memory) -> int:
         dev = self._device(device)
         self._need(memory, "memory")
-        out = self._out(memory, _Memory)
+        out = self._out(memory, Memory)
         if isinstance(dev, FakeMigDevice):
             total = dev.ci.gi.profile.memory_mib * MIB
             used = sum(p.used_bytes for p in dev.ci.processes)
@@ -655,11 +549,11 @@ class FakeNvml:
         ret, prof = self._gi_profile(device, index)
         if ret:
             return ret
-        self._fill_gi_profile(self._out(info, _GpuInstanceProfileInfo), prof)
+        self._fill_gi_profile(self._out(info, GpuInstanceProfileInfo), prof)
 
     def _gi_profile_v2(self, device, index: int, info) -> int:
         self._need(info, "info")
-        out = self._out(info, _GpuInstanceProfileInfoV2)
+        out = self._out(info, GpuInstanceProfileInfoV2)
         if out.version != GI_PROFILE_INFO_V2:
             raise self._violation(f"info->version {out.version:#x}, expected "
                                   f"nvmlGpuInstanceProfileInfo_v2 {GI_PROFILE_INFO_V2:#x}")
@@ -689,7 +583,7 @@ class FakeNvml:
             if cap is not None and cap < len(starts):
                 raise self._violation(f"placements buffer holds {cap}, profile id "
                                       f"{profile_id} has {len(starts)} placements")
-            arr = cast(placements, POINTER(_GpuInstancePlacement))
+            arr = cast(placements, POINTER(GpuInstancePlacement))
             for k, s in enumerate(starts):
                 arr[k].start, arr[k].size = s, prof.memory_slices
         count[0] = len(starts)
@@ -722,7 +616,7 @@ class FakeNvml:
         prof = dev.profile_by_id(profile_id)
         if prof is None or not placement:
             return ERROR_INVALID_ARGUMENT
-        pl = self._out(placement, _GpuInstancePlacement)
+        pl = self._out(placement, GpuInstancePlacement)
         if pl.start not in prof.placement_starts or pl.size != prof.memory_slices:
             # a placement that nvmlDeviceGetGpuInstancePossiblePlacements_v2 does not list
             return ERROR_INVALID_ARGUMENT
@@ -775,7 +669,7 @@ class FakeNvml:
     def _gi_info(self, gpu_instance, info) -> int:
         gi: FakeGpuInstance = self._lookup(gpu_instance, (FakeGpuInstance,), "gpuInstance")
         self._need(info, "info")
-        out = self._out(info, _GpuInstanceInfo)
+        out = self._out(info, GpuInstanceInfo)
         out.device = gi.gpu.addr
         out.id = gi.id
         out.profileId = gi.profile.profile_id
@@ -785,7 +679,7 @@ class FakeNvml:
     def _ci_profile_v2(self, gpu_instance, profile: int, eng_profile: int, info) -> int:
         gi: FakeGpuInstance = self._lookup(gpu_instance, (FakeGpuInstance,), "gpuInstance")
         self._need(info, "info")
-        out = self._out(info, _ComputeInstanceProfileInfoV2)
+        out = self._out(info, ComputeInstanceProfileInfoV2)
         if out.version != CI_PROFILE_INFO_V2:
             raise self._violation(f"info->version {out.version:#x}, expected "
                                   f"nvmlComputeInstanceProfileInfo_v2 {CI_PROFILE_INFO_V2:#x}")
@@ -867,7 +761,7 @@ class FakeNvml:
         ci: FakeComputeInstance = self._lookup(compute_instance, (FakeComputeInstance,),
                                                "computeInstance")
         self._need(info, "info")
-        out = self._out(info, _ComputeInstanceInfo)
+        out = self._out(info, ComputeInstanceInfo)
         out.device = ci.gi.gpu.addr
         out.gpuInstance = ci.gi.addr
         out.id = ci.id
@@ -976,7 +870,7 @@ class FakeNvml:
         cap = self._capacity(2)
         if cap is not None and cap < capacity:
             raise self._violation(f"infoCount says {capacity} but infos holds {cap}")
-        arr = cast(infos, POINTER(_ProcessInfoV2))
+        arr = cast(infos, POINTER(ProcessInfoV2))
         for k, (p, gi_id, ci_id) in enumerate(rows):
             arr[k].pid, arr[k].usedGpuMemory = p.pid, p.used_bytes
             arr[k].gpuInstanceId, arr[k].computeInstanceId = gi_id, ci_id
