@@ -61,106 +61,12 @@ from fake_nvml.nvml_h import (  # noqa: F401 (re-exported)
     ComputeInstanceProfileInfoV2, GpuInstanceInfo, GpuInstancePlacement,
     GpuInstanceProfileInfo, GpuInstanceProfileInfoV2, Memory, ProcessInfoV2, struct_version)
 
+from fake_nvml.model import (FakeComputeInstance, FakeGpu, FakeGpuInstance,  # noqa: F401
+                             FakeMigDevice, FakeProcess, NvmlObject)
+
 
 class NvmlViolation(AssertionError):
     """A call that real NVML would answer with undefined behaviour or a usage error."""
-
-
-# --- the model ----------------------------------------------------------------------------
-class _Obj:
-    """Something a handle points at; its address is the handle value."""
-
-    def __init__(self) -> None:
-        self._cell = ctypes.create_string_buffer(16)  # real memory, so handles are unique
-
-    @property
-    def addr(self) -> int:
-        return ctypes.addressof(self._cell)
-
-
-@dataclass(eq=False)
-class FakeProcess:
-    pid: int
-    used_bytes: int
-    # utilisation samples the driver holds for it: (timestamp us, smUtil, memUtil)
-    samples: list = field(default_factory=list)
-
-
-class FakeComputeInstance(_Obj):
-    def __init__(self, gi: "FakeGpuInstance", ci_id: int, profile_index: int, slices: int,
-                 start: int, slot: int, uuid: str):
-        super().__init__()
-        self.gi, self.id, self.profile_index, self.slices = gi, ci_id, profile_index, slices
-        self.start, self.slot, self.uuid = start, slot, uuid
-        self.processes: list[FakeProcess] = []
-        self.mig_device = FakeMigDevice(self)
-
-
-class FakeMigDevice(_Obj):
-    """The MIG device (an ``nvmlDevice_t``) of one compute instance."""
-
-    def __init__(self, ci: FakeComputeInstance):
-        super().__init__()
-        self.ci = ci
-
-
-class FakeGpuInstance(_Obj):
-    def __init__(self, gpu: "FakeGpu", gi_id: int, profile: Profile, start: int):
-        super().__init__()
-        self.gpu, self.id, self.profile, self.start = gpu, gi_id, profile, start
-        self.size = profile.memory_slices
-        self.cis: dict[int, FakeComputeInstance] = {}
-
-    @property
-    def mem_mask(self) -> int:
-        return ((1 << self.size) - 1) << self.start
-
-    def ci_profile(self, index: int) -> tuple[int, int] | None:
-        """(slices, instance count) of a compute-instance profile index in this GI."""
-        slices = CI_PROFILE_SLICES.get(index)
-        gi_slices = self.profile.compute_slices
-        if slices is None or slices not in CI_SLICES_OFFERED or slices > gi_slices:
-            return None
-        return slices, gi_slices // slices
-
-
-class FakeGpu(_Obj):
-    def __init__(self, index: int, catalog: Catalog, name: str, mig_enabled: bool):
-        super().__init__()
-        self.index, self.catalog, self.name = index, catalog, name
-        self.uuid = f"GPU-{uuidlib.uuid5(uuidlib.NAMESPACE_OID, f'fake-gpu-{index}')}"
-        self.mig_current = self.mig_pending = MIG_ENABLE if mig_enabled else MIG_DISABLE
-        self.gis: dict[int, FakeGpuInstance] = {}
-        self.processes: list[FakeProcess] = []  # whole-GPU processes (MIG off)
-        self.mig_slots: dict[int, FakeComputeInstance] = {}
-        self.generation = 0
-        self.mig_capable = True
-        self.reset_required = False  # SetMigMode leaves the change pending (VM passthrough)
-
-    @property
-    def mig_on(self) -> bool:
-        return self.mig_current == MIG_ENABLE
-
-    @property
-    def max_mig_devices(self) -> int:
-        return self.catalog.compute_slices if self.mig_on else 0
-
-    def profile_by_index(self, index: int) -> Profile | None:
-        return next((p for p in self.catalog.profiles if p.nvml_profile_index == index), None)
-
-    def profile_by_id(self, pid: int) -> Profile | None:
-        return next((p for p in self.catalog.profiles if p.profile_id == pid), None)
-
-    def gi_id_for(self, start: int, size: int) -> int:
-        """Illustrative GI id: buddy-tree numbering (whole GPU 0, halves 1-2, quarters
-        3-6, eighths 7-14); unique among live GPU instances since they cannot overlap."""
-        total = self.catalog.memory_slices
-        if size and total % size == 0 and start % size == 0 and (total // size) & (
-                total // size - 1) == 0:
-            gid = total // size - 1 + start // size
-            if gid not in self.gis:
-                return gid
-        return next(i for i in range(64) if i not in self.gis)
 
 
 # --- the library ----------------------------------------------------------------------
@@ -322,7 +228,7 @@ class FakeNvml:
     def _addr(ptr) -> int | None:
         return cast(ptr, c_void_p).value
 
-    def _objects(self) -> Iterable[_Obj]:
+    def _objects(self) -> Iterable[NvmlObject]:
         for g in self.gpus:
             yield g
             for gi in g.gis.values():
@@ -365,7 +271,7 @@ class FakeNvml:
         return cast(ptr, POINTER(struct)).contents
 
     @staticmethod
-    def _set_handle(ptr, obj: _Obj) -> None:
+    def _set_handle(ptr, obj: NvmlObject) -> None:
         cast(ptr, POINTER(c_void_p))[0] = obj.addr
 
     @staticmethod
@@ -489,7 +395,7 @@ class FakeNvml:
                 # aggregate information, only if the caller has appropriate privileges."
                 return ERROR_NO_PERMISSION
             total = dev.catalog.memory_mib * MIB
-            used = sum(p.used_bytes for p in self._all_processes(dev))
+            used = sum(p.used_bytes for p in dev.all_processes())
         out.total, out.used, out.free = total, used, total - used
 
     def _get_mig_mode(self, device, current, pending) -> int:
@@ -512,7 +418,7 @@ class FakeNvml:
         dev.mig_pending = mode
         if mode == dev.mig_current:
             status[0] = SUCCESS
-        elif dev.gis or self._all_processes(dev):
+        elif dev.gis or dev.all_processes():
             # "if device unbind fails because the device isn't idle, NVML_ERROR_IN_USE
             # would be returned" in activationStatus; the change stays pending
             status[0] = ERROR_IN_USE
@@ -819,14 +725,6 @@ class FakeNvml:
         self._set_handle(device, dev.ci.gi.gpu)
 
     # -- processes ------------------------------------------------------------------------
-    @staticmethod
-    def _all_processes(gpu: FakeGpu) -> list[FakeProcess]:
-        out = list(gpu.processes)
-        for gi in gpu.gis.values():
-            for ci in gi.cis.values():
-                out.extend(ci.processes)
-        return out
-
     def _process_utilization(self, device, utilization, count, last_seen: int) -> int:
         """nvml.h: samples newer than lastSeenTimeStamp; NULL buffer -> the count and
         INSUFFICIENT_SIZE; NOT_FOUND when there is no sample; not supported in MIG mode."""
