@@ -43,7 +43,7 @@ class ComputeInstanceCalls(NvmlCalls, PrivilegeRules):
     def _create_ci(self, gpu_instance, profile_id: int, compute_instance) -> int:
         gi: FakeGpuInstance = self._lookup(gpu_instance, (FakeGpuInstance,), "gpuInstance")
         self._need(compute_instance, "computeInstance")
-        if not self.privileged:
+        if not self._may_configure():
             return ERROR_NO_PERMISSION
         found = gi.ci_profile(profile_id)
         if found is None:
@@ -67,7 +67,7 @@ class ComputeInstanceCalls(NvmlCalls, PrivilegeRules):
     def _destroy_ci(self, compute_instance) -> int:
         ci: FakeComputeInstance = self._lookup(compute_instance, (FakeComputeInstance,),
                                                "computeInstance")
-        if not self.privileged:
+        if not self._may_configure():
             return ERROR_NO_PERMISSION
         if ci.processes:
             return ERROR_IN_USE  # "processes (e.g. CUDA application) are active"

@@ -79,7 +79,7 @@ class DeviceCalls(NvmlCalls, PrivilegeRules):
             return ERROR_INVALID_ARGUMENT
         if not dev.mig_capable:
             return ERROR_NOT_SUPPORTED
-        if not self.privileged:
+        if not self._may_configure():
             return ERROR_NO_PERMISSION
         dev.mig_pending = mode
         if mode == dev.mig_current:

@@ -109,7 +109,7 @@ class GpuInstanceCalls(NvmlCalls, PrivilegeRules):
         self._need(gpu_instance, "gpuInstance")
         if not dev.mig_on:
             return ERROR_NOT_SUPPORTED
-        if not self.privileged:
+        if not self._may_configure():
             return ERROR_NO_PERMISSION
         prof = dev.profile_by_id(profile_id)
         if prof is None or not placement:
@@ -127,7 +127,7 @@ class GpuInstanceCalls(NvmlCalls, PrivilegeRules):
 
     def _destroy_gi(self, gpu_instance) -> int:
         gi: FakeGpuInstance = self._lookup(gpu_instance, (FakeGpuInstance,), "gpuInstance")
-        if not self.privileged:
+        if not self._may_configure():
             return ERROR_NO_PERMISSION
         if gi.cis:
             # "NVML_ERROR_IN_USE ... if processes (e.g. CUDA application) or compute

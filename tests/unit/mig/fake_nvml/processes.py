@@ -46,9 +46,7 @@ class ProcessCalls(NvmlCalls, PrivilegeRules):
             total = dev.ci.gi.profile.memory_mib * MIB
             used = sum(p.used_bytes for p in dev.ci.processes)
         else:
-            if dev.mig_on and not self.privileged:
-                # nvml.h: "In MIG mode, if device handle is provided, the API returns
-                # aggregate information, only if the caller has appropriate privileges."
+            if not self._may_read_aggregate(dev):
                 return ERROR_NO_PERMISSION
             total = dev.catalog.memory_mib * MIB
             used = sum(p.used_bytes for p in dev.all_processes())
@@ -61,8 +59,8 @@ class ProcessCalls(NvmlCalls, PrivilegeRules):
         if isinstance(dev, FakeMigDevice):
             rows = [(p, dev.ci.gi.id, dev.ci.id) for p in dev.ci.processes]
         elif dev.mig_on:
-            if not self.privileged:
-                return ERROR_NO_PERMISSION  # aggregate information needs privileges
+            if not self._may_read_aggregate(dev):
+                return ERROR_NO_PERMISSION
             rows = [(p, gi.id, ci.id) for gi in dev.gis.values() for ci in gi.cis.values()
                     for p in ci.processes]
         else:
