@@ -20,7 +20,7 @@ class DeviceCalls(NvmlCalls, PrivilegeRules):
     init_error: int | None  # nvmlInitWithFlags returns this code, when set
     _strings: dict[int, ctypes.Array]  # nvmlErrorString's answers stay allocated
 
-    # -- init ----------------------------------------------------------------------
+    # -- init ----------------------------------------------------------------------------
     def _init(self, flags: int) -> int:
         if self.init_error is not None:
             return self.init_error
@@ -37,7 +37,7 @@ class DeviceCalls(NvmlCalls, PrivilegeRules):
             self._strings[code] = ctypes.create_string_buffer(text)
         return ctypes.addressof(self._strings[code])
 
-    # -- devices -------------------------------------------------------------------
+    # -- devices -------------------------------------------------------------------------
     def _get_count(self, count) -> int:
         self._need(count, "deviceCount")
         count[0] = len(self.gpus)
@@ -63,7 +63,7 @@ class DeviceCalls(NvmlCalls, PrivilegeRules):
         return self._write_str(buf, length, dev.ci.uuid if isinstance(dev, FakeMigDevice)
                                else dev.uuid)
 
-    # -- MIG mode ------------------------------------------------------------------
+    # -- MIG mode ------------------------------------------------------------------------
     def _get_mig_mode(self, device, current, pending) -> int:
         dev = self._parent(device)
         self._need(current, "currentMode")

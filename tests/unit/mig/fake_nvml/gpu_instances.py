@@ -20,7 +20,7 @@ class GpuInstanceCalls(NvmlCalls, PrivilegeRules):
     """nvmlDeviceGetGpuInstance*, nvmlDeviceCreateGpuInstanceWithPlacement and
     nvmlGpuInstanceDestroy/GetInfo."""
 
-    # -- GPU-instance profiles and placements --------------------------------------
+    # -- GPU-instance profiles and placements --------------------------------------------
     def _gi_profile(self, device, index: int) -> tuple[int, Profile | None]:
         dev = self._parent(device)
         if index >= GPU_INSTANCE_PROFILE_COUNT:
@@ -103,7 +103,7 @@ class GpuInstanceCalls(NvmlCalls, PrivilegeRules):
             return ERROR_INSUFFICIENT_RESOURCES
         return SUCCESS
 
-    # -- GPU instances -------------------------------------------------------------
+    # -- GPU instances -------------------------------------------------------------------
     def _create_gi(self, device, profile_id: int, placement, gpu_instance) -> int:
         dev = self._parent(device)
         self._need(gpu_instance, "gpuInstance")

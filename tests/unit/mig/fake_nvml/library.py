@@ -53,7 +53,7 @@ class FakeNvml(DeviceCalls, GpuInstanceCalls, ComputeInstanceCalls, MigDeviceCal
         self.lib = Library()
         self._export_all()
 
-    # -- installation into pynvml --------------------------------------------------
+    # -- installation into pynvml --------------------------------------------------------
     def install(self, monkeypatch) -> None:
         """Make the real pynvml use this library (undone by ``monkeypatch``)."""
 
@@ -65,7 +65,7 @@ class FakeNvml(DeviceCalls, GpuInstanceCalls, ComputeInstanceCalls, MigDeviceCal
         monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
         monkeypatch.setattr(pynvml, "_nvmlLib_refcount", 0)
 
-    # -- test helpers --------------------------------------------------------------
+    # -- test helpers --------------------------------------------------------------------
     def gpu(self, index: int) -> FakeGpu:
         return self.gpus[index]
 
@@ -77,11 +77,13 @@ class FakeNvml(DeviceCalls, GpuInstanceCalls, ComputeInstanceCalls, MigDeviceCal
     def called(self, name: str) -> int:
         return sum(1 for n, _ in self.calls if n == name)
 
-    # -- exports -------------------------------------------------------------------
+    # -- exports -------------------------------------------------------------------------
     def _export(self, name: str, argtypes: list, impl: Callable, restype: Any = c_int) -> None:
         setattr(self.lib, name, Export(self, name, restype, argtypes, impl))
 
     def _export_all(self) -> None:
+        """The export table: each C function with its ``nvml.h`` prototype and the method
+        that implements it. A name not listed here is FUNCTION_NOT_FOUND in pynvml."""
         e = self._export
         e("nvmlInitWithFlags", [c_uint], self._init)
         e("nvmlInit_v2", [], lambda: self._init(0))

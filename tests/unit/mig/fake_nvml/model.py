@@ -43,6 +43,8 @@ class NvmlObject:
 
 @dataclass(eq=False)
 class FakeProcess:
+    """A CUDA process on a whole GPU or a compute instance."""
+
     pid: int
     used_bytes: int
     # utilisation samples the driver holds for it: (timestamp us, smUtil, memUtil)
@@ -50,6 +52,8 @@ class FakeProcess:
 
 
 class FakeComputeInstance(NvmlObject):
+    """A compute instance inside a GPU instance, with its MIG device and processes."""
+
     def __init__(self, gi: "FakeGpuInstance", ci_id: int, profile_index: int, slices: int,
                  start: int, slot: int, uuid: str):
         super().__init__()
@@ -68,6 +72,8 @@ class FakeMigDevice(NvmlObject):
 
 
 class FakeGpuInstance(NvmlObject):
+    """A GPU instance of one profile at a placement (``start``, ``size`` in memory slices)."""
+
     def __init__(self, gpu: "FakeGpu", gi_id: int, profile: Profile, start: int):
         super().__init__()
         self.gpu, self.id, self.profile, self.start = gpu, gi_id, profile, start
@@ -88,6 +94,8 @@ class FakeGpuInstance(NvmlObject):
 
 
 class FakeGpu(NvmlObject):
+    """One MIG-capable GPU of a catalogue model: MIG mode, GPU instances, MIG device slots."""
+
     def __init__(self, index: int, catalog: Catalog, name: str, mig_enabled: bool):
         super().__init__()
         self.index, self.catalog, self.name = index, catalog, name

@@ -12,7 +12,7 @@ import pynvml
 
 MIB = 1024 * 1024  # NVML counts memory in bytes, the catalogues in MiB
 
-# --- return codes and constants (values from nvml.h; repeated, not imported) -----------
+# --- return codes and constants (values from nvml.h; repeated, not imported) ------------
 SUCCESS = 0
 ERROR_UNINITIALIZED = 1
 ERROR_INVALID_ARGUMENT = 2
@@ -46,7 +46,7 @@ ERROR_STRINGS = {
 }
 
 
-# --- nvml.h struct layouts (own copies, so pynvml's are cross-checked) --------------------
+# --- nvml.h struct layouts (own copies, so pynvml's are cross-checked) ------------------
 class GpuInstancePlacement(Structure):
     _fields_ = [("start", c_uint), ("size", c_uint)]
 

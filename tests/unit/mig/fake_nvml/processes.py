@@ -17,7 +17,7 @@ class ProcessCalls(NvmlCalls, PrivilegeRules):
 
     _next_pid: int  # the last pid given to a fake process
 
-    # -- test helpers --------------------------------------------------------------
+    # -- test helpers --------------------------------------------------------------------
     def start_process(self, gpu_index: int, gi_id: int | None, used_bytes: int,
                       ci_id: int = 0) -> int:
         """A CUDA process on a MIG device (GI, CI) or, with gi_id None, the whole GPU."""
@@ -37,7 +37,7 @@ class ProcessCalls(NvmlCalls, PrivilegeRules):
             for ci in gi.cis.values():
                 ci.processes.clear()
 
-    # -- C functions ---------------------------------------------------------------
+    # -- C functions ---------------------------------------------------------------------
     def _memory_info(self, device, memory) -> int:
         dev = self._device(device)
         self._need(memory, "memory")

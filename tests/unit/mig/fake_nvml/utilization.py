@@ -17,7 +17,8 @@ class UtilizationCalls(NvmlCalls):
         self._need(count, "processSamplesCount")
         if isinstance(dev, FakeMigDevice) or dev.mig_on:
             return ERROR_NOT_SUPPORTED
-        rows = [(p.pid, ts, sm, mem) for p in dev.processes for ts, sm, mem in p.samples if ts > last_seen]
+        rows = [(p.pid, ts, sm, mem) for p in dev.processes for ts, sm, mem in p.samples
+                if ts > last_seen]
         if not rows:
             count[0] = 0
             return ERROR_NOT_FOUND
