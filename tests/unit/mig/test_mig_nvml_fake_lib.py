@@ -15,7 +15,7 @@ import pynvml
 import pytest
 
 from fake_libnvml import (ERROR_DRIVER_NOT_LOADED, ERROR_INSUFFICIENT_RESOURCES, MIB,
-                          FakeNvml)
+                          MIG_DISABLE, FakeNvml)
 from mig.backend import GpuBackend
 from mig.catalog import diff_catalogs, load_catalog
 from mig.errors import (BackendUnavailableError, InsufficientResourcesError, InUseError,
@@ -292,6 +292,35 @@ def test_no_permission_for_changes_but_reading_works(monkeypatch):
         assert fake.layout(0) == [("1g.10gb", 0)]
     finally:
         be.close()
+    _check_clean(fake)
+
+
+def test_aggregate_queries_on_a_mig_parent_need_privileges(monkeypatch):
+    fake = _make(monkeypatch, models=["H100-80GB", "H100-80GB"])
+    fake.gpu(1).mig_current = fake.gpu(1).mig_pending = MIG_DISABLE
+    pynvml.nvmlInit()
+    try:
+        parent = pynvml.nvmlDeviceGetHandleByIndex(0)
+        placement = pynvml.c_nvmlGpuInstancePlacement_t(0, 1)
+        gi = pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(parent, 19,
+                                                             ctypes.byref(placement))
+        pynvml.nvmlGpuInstanceCreateComputeInstance(gi, 0)
+        gi_id = pynvml.nvmlGpuInstanceGetInfo(gi).id
+        pid = fake.start_process(0, gi_id, 512 * MIB)
+        whole = fake.start_process(1, None, 256 * MIB)
+        fake.privileged = False
+        with pytest.raises(pynvml.NVMLError_NoPermission):
+            pynvml.nvmlDeviceGetMemoryInfo(parent)
+        with pytest.raises(pynvml.NVMLError_NoPermission):
+            pynvml.nvmlDeviceGetComputeRunningProcesses(parent)
+        mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(parent, 0)  # its own queries work
+        assert pynvml.nvmlDeviceGetMemoryInfo(mig).used == 512 * MIB
+        assert [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(mig)] == [pid]
+        mig_off = pynvml.nvmlDeviceGetHandleByIndex(1)  # and so do a GPU's with MIG off
+        assert pynvml.nvmlDeviceGetMemoryInfo(mig_off).used == 256 * MIB
+        assert [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(mig_off)] == [whole]
+    finally:
+        pynvml.nvmlShutdown()
     _check_clean(fake)
 
 
