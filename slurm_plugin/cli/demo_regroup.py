@@ -23,8 +23,8 @@ from pathlib import Path
 
 from slurm_plugin.cli.demo_steps import excluded_by, sbatch, scenario_events, wait_until, write_script
 
-REGROUP_KINDS = ("regroup-plan", "regroup-skip", "regroup-signal", "regroup-signal-failed", "regroup-wait", "regroup-requeue",
-                 "regroup-requeue-failed", "regroup-head-start")
+REGROUP_KINDS = ("regroup-plan", "regroup-skip", "regroup-signal", "regroup-signal-failed", "regroup-wait",
+                 "regroup-requeue", "regroup-requeue-failed", "regroup-head-start")
 GRACE_S = 10
 
 MOVABLE_SCRIPT = f"""#!/bin/sh

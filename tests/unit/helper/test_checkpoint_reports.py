@@ -15,7 +15,8 @@ def sample(job, at, node="node1", **more):
 def test_the_newest_report_of_the_present_run_counts():
     r = CheckpointReports()
     assert r.of(1) is None
-    r.update([sample(1, 100, checkpoint_every_s=60.0), sample(1, 110, last_checkpoint_at=109.0, checkpoint_every_s=60.0)])
+    r.update([sample(1, 100, checkpoint_every_s=60.0),
+              sample(1, 110, last_checkpoint_at=109.0, checkpoint_every_s=60.0)])
     assert r.of(1, run_start=50) == CheckpointReport(109.0, 60.0)
     r.update([sample(1, 105, last_checkpoint_at=104.0)])  # older than what it knows: ignored
     assert r.of(1, run_start=50).last_at == 109.0
