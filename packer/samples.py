@@ -24,6 +24,9 @@ class JobSample:
     # where util_pct came from: the GPU's counters ("nvml-process", "dcgm-gr-active"), the
     # job's own "report", or "unavailable: <why>" (util_pct None)
     util_source: str | None = None
+    # the job's own checkpoint reports: when the agent got the last one, the period it gave
+    last_checkpoint_at: float | None = None
+    checkpoint_every_s: float | None = None
 
     @property
     def counted(self) -> bool:

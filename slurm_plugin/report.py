@@ -8,6 +8,10 @@ helper then judges contention on that instead::
     report(throughput=samples_per_s, iterations=step)
 
 or from a shell, inside the job: ``gpupack report --throughput 812.5 --iterations 1200``.
+A job that checkpoints says so when it has (``report(iterations=step, checkpoint=True,
+checkpoint_every_s=600)``, ``gpupack report --checkpoint --checkpoint-every 600``): a
+regroup move then waits for its checkpoint instead of the signal's whole grace time, and a
+``--requeue`` job that reports its checkpoints may be moved without a ``--signal``.
 It needs the environment the SPANK plugin gives each job step (``GPUPACK_AGENT_SOCKET``,
 ``GPUPACK_REPORT_TOKEN``, ``SLURM_JOB_ID``); the agent checks the token and that the
 calling process belongs to the job, and bounds what it may claim
@@ -25,7 +29,8 @@ class ReportError(RuntimeError):
 
 
 def report(throughput: float | None = None, *, iterations: int = 0, util_pct: float | None = None,
-           workload: str | None = None, env: Mapping[str, str] | None = None, timeout: float = 1.0) -> dict:
+           workload: str | None = None, checkpoint: bool = False, checkpoint_every_s: float | None = None,
+           env: Mapping[str, str] | None = None, timeout: float = 1.0) -> dict:
     """Send one progress report for the current job; returns the agent's answer."""
     from slurm_plugin.agent.client import ask
 
@@ -41,6 +46,10 @@ def report(throughput: float | None = None, *, iterations: int = 0, util_pct: fl
         body["util_pct"] = float(util_pct)
     if workload:
         body["workload"] = workload
+    if checkpoint:
+        body["checkpoint"] = True
+    if checkpoint_every_s is not None:
+        body["checkpoint_every_s"] = float(checkpoint_every_s)
     try:
         answer = ask(socket, body, timeout)
     except OSError as exc:

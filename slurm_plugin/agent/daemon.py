@@ -184,6 +184,11 @@ class NodeAgent:
             a.throughput = ok.throughput if ok.throughput is not None else a.throughput
             a.util_pct = ok.util_pct if ok.util_pct is not None else a.util_pct
             a.workload = ok.workload or a.workload
+            if ok.checkpoint:
+                a.last_checkpoint_at = now
+                a.checkpoints += 1
+            if ok.checkpoint_every_s is not None:
+                a.checkpoint_every_s = ok.checkpoint_every_s
             a.reports += 1
             self._dirty = True
             return {"status": "ok", "neighbours": self.neighbours(a)}

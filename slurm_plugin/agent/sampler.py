@@ -59,7 +59,8 @@ class Sampler:
         sample = JobSample(job_id=a.job_id, node=self.node, gpu_index=a.gpu_index, at=now,
                            mem_bytes=cur, peak_mem_bytes=a.peak_mem_bytes, util_pct=util,
                            throughput=a.throughput, iterations=a.iterations,
-                           isolation=a.isolation, started_at=a.started_at, util_source=source)
+                           isolation=a.isolation, started_at=a.started_at, util_source=source,
+                           last_checkpoint_at=a.last_checkpoint_at, checkpoint_every_s=a.checkpoint_every_s)
         self.recent.setdefault(a.job_id, deque(maxlen=SAMPLES_KEPT)).append(sample)
         return sample
 

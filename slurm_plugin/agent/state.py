@@ -48,6 +48,9 @@ class Assignment:
     throughput: float | None = None
     util_pct: float | None = None
     last_report_at: float | None = None
+    last_checkpoint_at: float | None = None  # the agent's time of its last checkpoint report
+    checkpoint_every_s: float | None = None  # the period it reported
+    checkpoints: int = 0
     reports: int = 0
     rejected_reports: int = 0
     # running totals of the samples

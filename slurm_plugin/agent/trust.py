@@ -7,6 +7,9 @@
   belong to that job (its ``SLURM_JOB_ID`` in ``/proc/<pid>/environ``, read as root).
 - A report's numbers are bounded and checked (:class:`ReportGuard`); memory is never
   taken from a report, only from the GPU's own accounting.
+- A report may say the job just checkpointed (``checkpoint: true``) and how often it does
+  (``checkpoint_every_s``); the checkpoint's time is the agent's clock when the report
+  arrives, never a time the job claims.
 """
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ OPEN_OPS = frozenset({"ping", "report"})
 MAX_ITER_RATE = 10_000.0  # iterations per second a report may claim
 MAX_THROUGHPUT = 10_000.0
 MIN_REPORT_INTERVAL_S = 0.1  # reports closer together than this are dropped
+MIN_CHECKPOINT_EVERY_S = 0.1
+MAX_CHECKPOINT_EVERY_S = 7 * 86400.0  # a week: a longer period is no checkpointing at all
 WORKLOAD_RE = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
 
 
@@ -76,6 +81,8 @@ class Accepted:
     throughput: float | None
     util_pct: float | None
     workload: str | None
+    checkpoint: bool = False  # the job says it has just checkpointed
+    checkpoint_every_s: float | None = None  # how often it says it checkpoints
 
 
 class ReportGuard:
@@ -101,7 +108,12 @@ class ReportGuard:
         workload = report.get("workload")
         if workload is not None and (not isinstance(workload, str) or not WORKLOAD_RE.match(workload)):
             raise ReportRejected("workload must be 1-64 characters of letters, digits, _.+-")
-        return Accepted(it, tput, util, workload)
+        checkpoint = report.get("checkpoint", False)
+        if not isinstance(checkpoint, bool):
+            raise ReportRejected(f"checkpoint must be true or false, got {checkpoint!r}")
+        every = _bounded(report.get("checkpoint_every_s"), MIN_CHECKPOINT_EVERY_S, MAX_CHECKPOINT_EVERY_S,
+                         "checkpoint_every_s")
+        return Accepted(it, tput, util, workload, checkpoint, every)
 
 
 def _bounded(value, lo: float, hi: float, name: str) -> float | None:

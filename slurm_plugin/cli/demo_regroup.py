@@ -9,6 +9,11 @@ it signals the movable job to checkpoint (`regroup-signal`), requeues it after t
 with its node excluded (`regroup-requeue`), and the 2-GPU job starts on the freed node
 (`regroup-head-start`). What happened is
 read back from Slurm and from the event log.
+
+`checkpointing_script` is the movable job as a simulated GPU workload that reports its
+checkpoints to the node agent (`simgpu run --checkpoint-every N`; on the signal it
+checkpoints at once and reports it): the watch then requeues it at that report, long before
+its grace time (`tests/integration/test_regroup_live.py` runs both).
 """
 from __future__ import annotations
 
@@ -18,8 +23,8 @@ from pathlib import Path
 
 from slurm_plugin.cli.demo_steps import excluded_by, sbatch, scenario_events, wait_until, write_script
 
-REGROUP_KINDS = ("regroup-plan", "regroup-skip", "regroup-signal", "regroup-signal-failed", "regroup-requeue",
-                 "regroup-requeue-failed", "regroup-head-start")
+REGROUP_KINDS = ("regroup-plan", "regroup-skip", "regroup-signal", "regroup-signal-failed", "regroup-wait",
+                 "regroup-requeue", "regroup-requeue-failed", "regroup-head-start")
 GRACE_S = 10
 
 MOVABLE_SCRIPT = f"""#!/bin/sh
@@ -32,6 +37,23 @@ trap 'echo "checkpoint at $(date +%s)"' USR1
 i=0
 while [ $i -lt 300 ]; do sleep 1; i=$((i+1)); done
 """
+
+
+def checkpointing_script(python: str, grace_s: int = 60, checkpoint_every: int = 100) -> str:
+    """The movable job as a simulated GPU workload (0.1 s iterations, about 5 minutes alone)
+    that checkpoints every `checkpoint_every` iterations and at once on USR1, and reports
+    each checkpoint to the node agent; `exec`, so the batch shell that gets the signal is it."""
+    return f"""#!/bin/sh
+# gpupack demo: a packed job that can be moved and reports its checkpoints
+#SBATCH --requeue
+#SBATCH --signal=B:USR1@{grace_s}
+#SBATCH --open-mode=append
+echo "start (restart ${{SLURM_RESTART_COUNT:-0}}) on $SLURMD_NODENAME"
+exec {python} -m slurm_plugin simgpu run --iters 3000 --iter-ms 100 --checkpoint-every {checkpoint_every} \
+  --workload ResNet18
+"""
+
+
 PLAIN_SCRIPT = "#!/bin/sh\n# gpupack demo: a packed job that did not say it can be moved\nsleep 300\n"
 HEAD_SCRIPT = "#!/bin/sh\n# gpupack demo: a 2-GPU job\nsleep 60\n"
 
@@ -60,14 +82,16 @@ class RegroupOutcome:
         return asdict(self)
 
 
-def run_regroup(env: dict[str, str], workdir: Path, database: Path, timeout: float = 240) -> RegroupOutcome:
+def run_regroup(env: dict[str, str], workdir: Path, database: Path, timeout: float = 240,
+                movable_script: str = MOVABLE_SCRIPT) -> RegroupOutcome:
     """Run the scenario on the cluster whose Slurm environment is `env` and whose helper
-    writes its events to `database`; the job scripts and outputs go to `workdir`."""
+    writes its events to `database`; the job scripts and outputs go to `workdir`.
+    `movable_script`: the movable job's batch script (e.g. `checkpointing_script(...)`)."""
     from slurm_plugin.slurm.runner import SlurmRunner
 
     runner = SlurmRunner(env=env)
     scripts = {name: write_script(workdir / f"regroup-{name}.sh", text)
-               for name, text in (("movable", MOVABLE_SCRIPT), ("plain", PLAIN_SCRIPT), ("head", HEAD_SCRIPT))}
+               for name, text in (("movable", movable_script), ("plain", PLAIN_SCRIPT), ("head", HEAD_SCRIPT))}
 
     def submit(script: str, name: str, *args: str) -> int:
         return sbatch(env, workdir, scripts[script], name, *args)

@@ -35,8 +35,11 @@ def simgpu() -> None:
 @click.option("--report/--no-report", default=True, show_default=True,
               help="Report progress to the node agent; --no-report behaves like a job that says nothing "
               "(the helper then watches it through the GPU's utilisation counters).")
+@click.option("--checkpoint-every", type=click.IntRange(0), default=0, show_default=True,
+              help="Checkpoint every N iterations and report it to the agent (0: never by itself); on "
+              "SIGUSR1 it checkpoints at once, after the iteration it is in.")
 def run(mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload: str | None, report_every: float,
-        report: bool) -> None:
+        report: bool, checkpoint_every: int) -> None:
     """Run inside a job: allocate on the simulated GPU it was given, grow, report progress.
 
     Dies with `CUDA out of memory` (exit 1) when it outgrows its partition.
@@ -44,7 +47,8 @@ def run(mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload: s
     from slurm_plugin.simgpu.workload import run as run_workload
 
     raise SystemExit(run_workload(mem_start=mem_start, mem_growth=mem_growth, iters=iters, iter_ms=iter_ms,
-                                  workload=workload, report_every_s=report_every, report=report))
+                                  workload=workload, report_every_s=report_every, report=report,
+                                  checkpoint_every=checkpoint_every))
 
 
 @simgpu.command("counters-bench")

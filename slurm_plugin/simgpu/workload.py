@@ -7,6 +7,12 @@ alone times that speed), which is all the GPU's counters ever sample. Reporting 
 to the node agent is optional (``--no-report``: a job that says nothing, like most real
 training jobs).
 
+Checkpoints (``--checkpoint-every N``): every N iterations, and at once on SIGUSR1 (the
+regroup watch's checkpoint signal, ``--signal=B:USR1@T``) after finishing the iteration it
+is in, the workload prints ``simgpu: checkpoint at <unix time> ...`` and reports the
+checkpoint to the agent (``checkpoint: true``, and its period ``checkpoint_every_s`` once
+it has one), so a move waits only as long as the checkpoint takes.
+
 Where it runs comes from the step environment the node agent answered through the SPANK
 plugin (``GPUPACK_SIM_DIR``, ``GPUPACK_NODE``, ``GPUPACK_SIM_DEVICE``,
 ``GPUPACK_MEM_LIMIT_BYTES`` for an MPS share, ``GPUPACK_AGENT_SOCKET``,
@@ -122,6 +128,7 @@ class _Reporter:
         self.last = 0.0
         self.window: tuple[float, int] = (time.monotonic(), 0)
         self.failures = 0
+        self.checkpoint_every_s: float | None = None  # sent with every report once known
         if ask is None:
             from slurm_plugin.agent.client import ask as _ask
 
@@ -138,7 +145,7 @@ class _Reporter:
                 return
             time.sleep(0.3)
 
-    def maybe(self, iterations: int, force: bool = False) -> None:
+    def maybe(self, iterations: int, force: bool = False, checkpoint: bool = False) -> None:
         now = time.monotonic()
         if not force and now - self.last < self.every_s:
             return
@@ -156,6 +163,10 @@ class _Reporter:
                 "util_pct": pairs.workload_util(self.workload)}
         if self.workload:
             body["workload"] = self.workload
+        if checkpoint:
+            body["checkpoint"] = True
+        if self.checkpoint_every_s is not None:
+            body["checkpoint_every_s"] = round(min(max(self.checkpoint_every_s, 0.1), 7 * 86400.0), 3)
         try:
             answer = self._ask(self.target.agent_socket, body, 1.0)
         except OSError as exc:
@@ -171,7 +182,7 @@ class _Reporter:
 
 def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload: str | None,
         env: dict[str, str] | None = None, report_every_s: float = 0.5, report: bool = True,
-        out: TextIO = sys.stdout, err: TextIO = sys.stderr, backend=None) -> int:
+        checkpoint_every: int = 0, out: TextIO = sys.stdout, err: TextIO = sys.stderr, backend=None) -> int:
     """Run the workload; returns the process exit status (0 done, 1 out of memory, 2 setup)."""
     from mig.errors import MigError
 
@@ -190,15 +201,19 @@ def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload
     engines = _Engines(gpu, device, target.owner, workload, default_speed)
     memory = _Memory(gpu, device, target.owner, capacity, gpu_index, err)
     stopping = _StopSignal()
+    checkpoints = _Checkpoints(checkpoint_every, iter_ms, reporter, out)
     old = signal.signal(signal.SIGTERM, stopping)
+    old_usr1 = signal.signal(signal.SIGUSR1, checkpoints.ask)
     print(f"simgpu: job {target.job_id} on {target.node} GPU {gpu_index} device {device} "
           f"({capacity / GIB:.2f} GiB), workload {workload or 'generic'}"
-          f"{'' if report else ', not reporting'}", file=out, flush=True)
+          f"{'' if report else ', not reporting'}"
+          f"{f', checkpoint every {checkpoint_every} iterations' if checkpoint_every else ''}", file=out, flush=True)
     try:
-        return _iterate(memory, engines, reporter, stopping, mem_start=mem_start, mem_growth=mem_growth,
-                        iters=iters, iter_ms=iter_ms, out=out, err=err)
+        return _iterate(memory, engines, reporter, stopping, checkpoints, mem_start=mem_start,
+                        mem_growth=mem_growth, iters=iters, iter_ms=iter_ms, out=out, err=err)
     finally:
         signal.signal(signal.SIGTERM, old)
+        signal.signal(signal.SIGUSR1, old_usr1)
         try:
             engines.stop()
             gpu.free_memory(device, target.owner)
@@ -232,8 +247,9 @@ def _find_device(env: dict[str, str], backend, err: TextIO) -> tuple[Target, Any
     return target, gpu, device
 
 
-def _iterate(memory: _Memory, engines: _Engines, reporter: _Reporter | None, stopping: _StopSignal, *,
-             mem_start: int, mem_growth: int, iters: int, iter_ms: float, out: TextIO, err: TextIO) -> int:
+def _iterate(memory: _Memory, engines: _Engines, reporter: _Reporter | None, stopping: _StopSignal,
+             checkpoints: _Checkpoints, *, mem_start: int, mem_growth: int, iters: int, iter_ms: float,
+             out: TextIO, err: TextIO) -> int:
     """Allocate, then run the iterations (growing and reporting); the exit status."""
     if not memory.alloc(mem_start):
         return 1
@@ -247,6 +263,8 @@ def _iterate(memory: _Memory, engines: _Engines, reporter: _Reporter | None, sto
         time.sleep(iter_ms / 1000.0 / max(engines.speed(), 0.01))
         if mem_growth and not memory.alloc(mem_growth):
             return 1
+        if checkpoints.after(done, time.monotonic() - started):
+            continue  # its report went with the checkpoint
         if reporter is not None:
             reporter.maybe(done)
     if reporter is not None:
@@ -265,6 +283,40 @@ class _StopSignal:
 
     def __call__(self, signum: int, _frame) -> None:
         self.signum = signum
+
+
+class _Checkpoints:
+    """When the workload checkpoints: every `every` iterations (0: only when signalled), and
+    after the iteration it is in when SIGUSR1 arrives. Each checkpoint is a line on `out`
+    and a report to the agent (when reporting)."""
+
+    def __init__(self, every: int, iter_ms: float, reporter: _Reporter | None, out: TextIO):
+        self.every = every
+        self.reporter = reporter
+        self.out = out
+        self.asked = False
+        self.taken = 0
+        if every and reporter is not None:
+            reporter.checkpoint_every_s = every * iter_ms / 1000.0  # alone; measured from the first one
+
+    def ask(self, _signum: int, _frame) -> None:
+        """The SIGUSR1 handler: only notes it (the loop checkpoints after this iteration)."""
+        self.asked = True
+
+    def after(self, done: int, elapsed_s: float) -> bool:
+        """Checkpoint after iteration `done` when due or asked; whether it did."""
+        periodic = bool(self.every) and done % self.every == 0
+        if not (periodic or self.asked):
+            return False
+        why = "on signal USR1" if self.asked else f"every {self.every} iterations"
+        self.asked = False
+        self.taken += 1
+        print(f"simgpu: checkpoint at {time.time():.3f} after {done} iterations ({why})", file=self.out, flush=True)
+        if self.reporter is not None:
+            if self.every and done:
+                self.reporter.checkpoint_every_s = self.every * elapsed_s / done  # its measured period
+            self.reporter.maybe(done, force=True, checkpoint=True)
+        return True
 
 
 class _Memory:

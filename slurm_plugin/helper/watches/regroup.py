@@ -9,10 +9,15 @@ moved are touched, the moves are bounded per plan and per sliding hour (`MoveBud
 earlier start beats the moves' cost. When enforced, each move is:
 
 1. `regroup-signal`: the job's checkpoint signal, `scancel --signal=USR1 --batch JOB` (a
-   signal, never a cancel);
-2. `regroup-requeue`: after the signal's grace time T (`--signal=B:USR1@T`; the time Slurm
-   itself would give it), the job is requeued at the head of the queue with the freed GPUs'
-   node in its ExcNodeList, so it restarts elsewhere from its checkpoint;
+   signal, never a cancel); a job that declared no signal but reports its checkpoints to
+   the node agent gets `regroup-wait` instead (it is waited for, not signalled);
+2. `regroup-requeue`: as soon as the job reports a checkpoint taken after the signal (its
+   own report through the node agent, `checkpoint_reports.py`), else after the signal's
+   grace time T (`--signal=B:USR1@T`; the time Slurm itself would give it); a report-only
+   job at its next reported checkpoint, at the latest by the boundary its period predicts
+   (the model's wait, `Movability.timing`) plus `REPORT_SLACK_S`. The job is requeued at the
+   head of the queue with the freed GPUs' node in its ExcNodeList, so it restarts elsewhere
+   from its checkpoint; the event says what it waited for (`waited`);
 3. `regroup-head-start`: the head job runs on the freed GPUs.
 
 A plan the watch does not run is a `regroup-skip` event (once per head and reason). The action
@@ -29,6 +34,7 @@ from packer.decision import max_shards
 from packer.regroup import PLAN_KIND, SKIP_KIND, RegroupDecision
 from packer.regroup_budget import MoveBudget
 from packer.regroup_plan import RegroupPlan
+from slurm_plugin.helper.watches.checkpoint_reports import CheckpointReports
 from slurm_plugin.helper.watches.regroup_view import CheckpointSignals, cluster_view, head_of_queue, head_view
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.slurm.errors import SlurmError
@@ -40,11 +46,16 @@ KIND = "regroup"
 SIGNAL_KIND = "regroup-signal"
 REQUEUE_KIND = "regroup-requeue"
 HEAD_START_KIND = "regroup-head-start"
+WAIT_KIND = "regroup-wait"
+# a report-only job's report may reach the helper this long after the boundary it predicts
+# (the agent's sample, the next round)
+REPORT_SLACK_S = 5.0
 
 
 @dataclass(frozen=True)
 class PendingMove:
-    """A job signalled to checkpoint, requeued away from `avoid_node` at `due`."""
+    """A job asked to checkpoint (`waits_on`: "signal", "report", or "none"), requeued away
+    from `avoid_node` when it reports a checkpoint taken after `asked_at`, else at `due`."""
 
     job_id: int
     head_job: int
@@ -52,6 +63,8 @@ class PendingMove:
     due: float
     run_start: float
     reason: str
+    asked_at: float = 0.0
+    waits_on: str = "none"
 
 
 class RegroupWatch:
@@ -64,10 +77,13 @@ class RegroupWatch:
         self._said: set[tuple[int, str]] = set()
         self.pending: dict[int, PendingMove] = {}
         self.heads: dict[int, str] = {}  # head job -> the GPUs freed for it, until it starts
+        self.reports = CheckpointReports()
 
     def round(self, ctx: RoundContext) -> None:
         mode = ctx.actions.mode_of(KIND)
         self._now = ctx.now
+        self.reports.update(ctx.samples)
+        self.reports.keep_only({j for j, job in ctx.jobs.items() if job.state == "RUNNING"})
         self._requeue_due(ctx, mode)  # whatever the mode now: a signalled job is not left waiting
         self._heads_started(ctx)
         if mode.mode == "off" or self.pending:
@@ -99,7 +115,8 @@ class RegroupWatch:
             log.warning("no node list (%s): no regrouping this round", exc)
             return None
         view = cluster_view(nodes, ctx.jobs, ctx.now, ctx.settings, self._signals, ctx.config.shares_per_gpu,
-                            max_shards(ctx.config), head=head)
+                            max_shards(ctx.config), head=head,
+                            report_of=lambda job: self.reports.of(job.job_id, _run_start(job, ctx.now)))
         return ctx.rules.regroup(view, head_view(head, ctx.now), ctx.now, self._budget(ctx))
 
     def _skip(self, ctx: RoundContext, head_job: int, reason: str, **data: object) -> None:
@@ -133,21 +150,36 @@ class RegroupWatch:
             run_start = _run_start(job, ctx.now)
             actions.ledger.record(KIND, m.job_id, run_start, "enforce", m.reason, ctx.now, head_job=head.job_id,
                                   **evidence)
-            spec = self._signals(job) if self._signals is not None else None
-            wait = m.wait_s
-            if spec is not None:
-                try:
-                    actions.runner.signal(m.job_id, spec.signal, batch=spec.batch_only)
-                    actions.log_event(SIGNAL_KIND, f"checkpoint signal {spec.signal} sent; requeued in {wait:.0f}s "
-                                      f"(its --signal grace time): {m.reason}", m.job_id, head_job=head.job_id,
-                                      signal=spec.signal, grace_s=wait)
-                except SlurmError as exc:
-                    actions.log_event(SIGNAL_KIND + "-failed", f"could not signal: {exc}; requeued at once",
-                                      m.job_id, head_job=head.job_id)
-                    wait = 0.0
+            wait, waits_on = self._ask_checkpoint(ctx, job, m.wait_s, m.reason, head.job_id, run_start)
             ctx.acted.add(m.job_id)
-            self.pending[m.job_id] = PendingMove(m.job_id, head.job_id, avoid, ctx.now + wait, run_start, m.reason)
+            self.pending[m.job_id] = PendingMove(m.job_id, head.job_id, avoid, ctx.now + wait, run_start, m.reason,
+                                                 ctx.now, waits_on)
         self._requeue_due(ctx, mode)  # moves with nothing to wait for go now
+
+    def _ask_checkpoint(self, ctx: RoundContext, job: Job, wait: float, reason: str, head_job: int,
+                        run_start: float) -> tuple[float, str]:
+        """Signal the job to checkpoint, or wait for its next reported checkpoint; (the
+        longest wait, what it waits on)."""
+        actions = ctx.actions
+        spec = self._signals(job) if self._signals is not None else None
+        if spec is not None:
+            try:
+                actions.runner.signal(job.job_id, spec.signal, batch=spec.batch_only)
+            except SlurmError as exc:
+                actions.log_event(SIGNAL_KIND + "-failed", f"could not signal: {exc}; requeued at once",
+                                  job.job_id, head_job=head_job)
+                return 0.0, "none"
+            actions.log_event(SIGNAL_KIND, f"checkpoint signal {spec.signal} sent; requeued when it reports its "
+                              f"checkpoint, at the latest in {wait:.0f}s (its --signal grace time): {reason}",
+                              job.job_id, head_job=head_job, signal=spec.signal, grace_s=wait)
+            return wait, "signal"
+        report = self.reports.of(job.job_id, run_start)
+        if report is not None and report.every_s is not None:
+            actions.log_event(WAIT_KIND, f"waits for its next checkpoint report (every {report.every_s:.0f}s, "
+                              f"expected in {wait:.0f}s): {reason}", job.job_id, head_job=head_job,
+                              expected_s=round(wait, 1), every_s=report.every_s)
+            return wait + REPORT_SLACK_S, "report"
+        return wait, "none"
 
     def _requeue_due(self, ctx: RoundContext, mode: ActionMode) -> None:
         for job_id, p in list(self.pending.items()):
@@ -158,16 +190,27 @@ class RegroupWatch:
                     ctx.actions.log_event(REQUEUE_KIND + "-dropped", f"job {job_id} ended before its move",
                                           job_id, head_job=p.head_job)
                 continue
-            if ctx.now < p.due:
+            checkpoint = self._checkpoint_after(p)
+            if checkpoint is None and ctx.now < p.due:
                 continue
-            why = (f"moved after its checkpoint to free GPUs on {p.avoid_node} for job {p.head_job} "
-                   f"({p.reason})")
+            how, waited = _how_long(p, ctx.now, checkpoint)
+            why = (f"moved to free GPUs on {p.avoid_node} for job {p.head_job}; {how} ({p.reason})")
             done = ctx.actions.requeue_at_head(job, REQUEUE_KIND, why, exclude=frozenset({p.avoid_node}),
-                                               mode=ActionMode("enforce", mode.label), head_job=p.head_job)
+                                               mode=ActionMode("enforce", mode.label), head_job=p.head_job,
+                                               waited=waited, waited_s=round(ctx.now - p.asked_at, 1))
             self.pending.pop(job_id)
             if done:
                 ctx.acted.add(job_id)
                 ctx.state.kept_off[job_id] = frozenset({p.avoid_node})  # until it starts elsewhere
+
+    def _checkpoint_after(self, p: PendingMove) -> float | None:
+        """When the job reported a checkpoint taken after it was asked; None: not yet."""
+        if p.waits_on == "none":
+            return None
+        report = self.reports.of(p.job_id, p.run_start)
+        if report is None or report.last_at is None or report.last_at <= p.asked_at:
+            return None
+        return report.last_at
 
     def _heads_started(self, ctx: RoundContext) -> None:
         for head_job, frees in list(self.heads.items()):
@@ -178,6 +221,20 @@ class RegroupWatch:
                 self.heads.pop(head_job)
                 ctx.actions.log_event(HEAD_START_KIND, f"job {head_job} runs on {job.nodes} after regrouping "
                                       f"(freed {frees})", head_job, nodes=job.nodes, frees=frees)
+
+
+def _how_long(p: PendingMove, now: float, checkpoint: float | None) -> tuple[str, str]:
+    """What the requeue waited for, in words and as a keyword (the event's `waited`)."""
+    if checkpoint is not None:
+        return (f"requeued {max(0.0, now - checkpoint):.0f}s after its checkpoint report "
+                f"({checkpoint - p.asked_at:.0f}s after the {'signal' if p.waits_on == 'signal' else 'decision'})",
+                "checkpoint-report")
+    if p.waits_on == "signal":
+        return f"requeued after the signal's grace time {p.due - p.asked_at:.0f}s (no checkpoint report)", "grace-time"
+    if p.waits_on == "report":
+        return (f"no checkpoint report by its expected boundary: requeued {now - p.asked_at:.0f}s after the "
+                "decision, losing the work since its last checkpoint", "report-overdue")
+    return "requeued at once (nothing to wait for)", "nothing"
 
 
 def _run_start(job: Job, now: float) -> float:

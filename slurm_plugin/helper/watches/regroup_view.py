@@ -7,8 +7,9 @@
   from the time limit (else `[monitor] regroup_remaining_s`);
 - **who may be moved** (`Movability`): not pinned to its nodes (`-w`), Slurm may requeue it (`requeue`: `--requeue`, or the
   cluster's JobRequeue=1) and its batch script declares a checkpoint signal
-  (`#SBATCH --signal=B:USR1@T`; no Slurm release prints `--signal` in its JSON), or its
-  partition / QOS is listed in `[monitor] regroup_partitions` / `regroup_qos`;
+  (`#SBATCH --signal=B:USR1@T`; no Slurm release prints `--signal` in its JSON) or it
+  reports its checkpoints to the node agent (`checkpoint_reports.py`: the last one and its
+  period), or its partition / QOS is listed in `[monitor] regroup_partitions` / `regroup_qos`;
 - **the head**: the first pending job in priority order that asks for whole GPUs, is not held
   and has waited `regroup_head_wait_s`.
 """
@@ -19,6 +20,7 @@ from collections.abc import Callable
 
 from packer.regroup_model import Cluster, GpuInfo, HeadJob, Holding, Movability, RunningJob, SignalSpec, \
     script_signal
+from slurm_plugin.helper.watches.checkpoint_reports import CheckpointReport
 from slurm_plugin.helper.monitor_settings import MonitorSettings
 from slurm_plugin.slurm.errors import SlurmError
 from slurm_plugin.slurm.gres import expand_hostlist
@@ -70,13 +72,17 @@ def head_of_queue(jobs: dict[int, Job], now: float, wait_s: float) -> Job | None
     return head if now - submitted >= wait_s else None
 
 
-def movability(job: Job, signal: SignalSpec | None, settings: MonitorSettings) -> Movability:
-    """Whether `job` declared it can be moved. A job pinned to its nodes (`-w`) could only
-    come back where it is, so it is never moved."""
+def movability(job: Job, signal: SignalSpec | None, settings: MonitorSettings,
+               report: CheckpointReport | None = None) -> Movability:
+    """Whether `job` declared it can be moved, and how it checkpoints (its signal, its own
+    reports). A job pinned to its nodes (`-w`) could only come back where it is, so it is
+    never moved."""
     if job.required_nodes:
         return Movability()
     admin = (job.partition in settings.regroup_partitions) or (job.qos in settings.regroup_qos)
-    return Movability(requeue=job.requeue is True, signal=signal, admin=bool(admin))
+    return Movability(requeue=job.requeue is True, signal=signal, admin=bool(admin),
+                      last_checkpoint_at=report.last_at if report else None,
+                      checkpoint_every_s=report.every_s if report else None)
 
 
 def _holdings(job: Job, shares: int) -> tuple[Holding, ...]:
@@ -93,8 +99,10 @@ def _holdings(job: Job, shares: int) -> tuple[Holding, ...]:
 
 def cluster_view(nodes: list[Node], jobs: dict[int, Job], now: float, settings: MonitorSettings,
                  signal_of: Callable[[Job], SignalSpec | None], shares_per_gpu: int,
-                 max_packed_shares: int, head: Job | None = None) -> Cluster:
-    """GPUs and running jobs as the planner reads them. The nodes `head` may not use (its
+                 max_packed_shares: int, head: Job | None = None,
+                 report_of: Callable[[Job], CheckpointReport | None] | None = None) -> Cluster:
+    """GPUs and running jobs as the planner reads them (`report_of`: a job's own checkpoint
+    reports, none without it). The nodes `head` may not use (its
     ExcNodeList, e.g. from the 22.05 guard) are left out: nothing is freed there for it, and
     no job is moved onto them (a conservative view)."""
     skip = set(head.excluded_nodes) if head is not None else set()
@@ -111,7 +119,8 @@ def cluster_view(nodes: list[Node], jobs: dict[int, Job], now: float, settings: 
         started = job.start_time.timestamp() if job.start_time else now
         remaining = (max(0.0, started + job.time_limit_s - now) if job.time_limit_s
                      else settings.regroup_remaining_s)
-        move = movability(job, signal_of(job) if job.requeue else None, settings)
+        move = movability(job, signal_of(job) if job.requeue else None, settings,
+                          report_of(job) if report_of is not None else None)
         running.append(RunningJob(job.job_id, holdings, started, remaining, move,
                                   restart_s=settings.restart_cost_s, priority=job.priority or 0))
     return Cluster(gpus, tuple(running), max_packed_shares=max_packed_shares)

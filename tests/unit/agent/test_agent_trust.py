@@ -151,3 +151,61 @@ def test_the_report_client_sends_what_the_job_knows(served, monkeypatch):
     out = CliRunner().invoke(report_cmd, ["--throughput", "900", "--iterations", "8"], env=env)
     assert out.exit_code == 0, out.output
     assert agent.jobs[7].throughput == 900.0
+
+
+def test_guard_reads_checkpoint_reports_and_refuses_odd_ones():
+    g = ReportGuard()
+    ok = g.check({"iterations": 10, "checkpoint": True, "checkpoint_every_s": 600}, None, None, 100.0, 101.0)
+    assert ok.checkpoint is True and ok.checkpoint_every_s == 600.0
+    plain = g.check({"iterations": 10}, None, None, 100.0, 101.0)
+    assert plain.checkpoint is False and plain.checkpoint_every_s is None
+    for body, why in [({"iterations": 6, "checkpoint": "yes"}, "checkpoint must be true or false"),
+                      ({"iterations": 6, "checkpoint": 1}, "checkpoint must be true or false"),
+                      ({"iterations": 6, "checkpoint_every_s": 0}, "outside"),
+                      ({"iterations": 6, "checkpoint_every_s": 10 * 86400}, "outside"),
+                      ({"iterations": 6, "checkpoint_every_s": "60"}, "must be a number")]:
+        with pytest.raises(ReportRejected, match=why):
+            g.check(body, 5, 100.0, 99.0, 101.0)
+
+
+def test_a_checkpoint_report_is_timed_by_the_agent_and_carried_by_its_samples(served, monkeypatch):
+    from packer.samples import JobSample
+
+    agent, server = served
+    clock = [1000.0]
+    agent.clock = lambda: clock[0]
+    a = agent.isolate(7, BATCH_STEP, 0, SHARD1)
+    monkeypatch.setattr("slurm_plugin.agent.trust.job_of_pid", lambda pid, proc="/proc": 7)
+    body = {"op": "report", "job_id": 7, "token": a.token, "iterations": 3, "checkpoint_every_s": 30}
+    assert client.ask(server.socket_path, body)["status"] == "ok"
+    assert agent.jobs[7].checkpoint_every_s == 30.0 and agent.jobs[7].last_checkpoint_at is None
+    clock[0] = 1012.5
+    body.update(iterations=9, checkpoint=True)
+    assert client.ask(server.socket_path, body)["status"] == "ok"
+    assert agent.jobs[7].last_checkpoint_at == 1012.5 and agent.jobs[7].checkpoints == 1
+    clock[0] = 1020.0
+    bad = client.ask(server.socket_path, {**body, "iterations": 10, "checkpoint_every_s": -1})
+    assert bad["status"] == "error" and "checkpoint_every_s" in bad["reason"]
+    assert agent.jobs[7].last_checkpoint_at == 1012.5  # a refused report changes nothing
+
+    agent.tick()
+    sample = agent.samples(7, latest=True)[0]
+    assert sample["last_checkpoint_at"] == 1012.5 and sample["checkpoint_every_s"] == 30.0
+    assert JobSample.from_dict(sample) == agent.recent[7][-1]  # the round trip the helper reads
+    old = {k: v for k, v in sample.items() if k not in ("last_checkpoint_at", "checkpoint_every_s")}
+    parsed = JobSample.from_dict(old)  # an older agent's sample still parses
+    assert parsed.last_checkpoint_at is None and parsed.checkpoint_every_s is None
+
+
+def test_the_report_client_sends_a_checkpoint(served, monkeypatch):
+    from click.testing import CliRunner
+
+    from slurm_plugin.cli.report_cmd import report as report_cmd
+
+    agent, server = served
+    a = agent.isolate(7, BATCH_STEP, 0, SHARD1)
+    monkeypatch.setattr("slurm_plugin.agent.trust.job_of_pid", lambda pid, proc="/proc": 7)
+    env = {"GPUPACK_AGENT_SOCKET": str(server.socket_path), "GPUPACK_REPORT_TOKEN": a.token, "SLURM_JOB_ID": "7"}
+    out = CliRunner().invoke(report_cmd, ["--iterations", "4", "--checkpoint", "--checkpoint-every", "120"], env=env)
+    assert out.exit_code == 0, out.output
+    assert agent.jobs[7].checkpoints == 1 and agent.jobs[7].checkpoint_every_s == 120.0

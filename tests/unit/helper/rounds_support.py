@@ -50,11 +50,12 @@ class Samples:
         return list(self.now.values())
 
     def put(self, job_id, at, *, node="node1", gpu=0, throughput=None, mem=GIB, started_at=FAKE_EPOCH,
-            isolation="shard:2", util=None, util_source=None):
+            isolation="shard:2", util=None, util_source=None, **more):
+        """`more`: other JobSample fields (e.g. the job's checkpoint reports)."""
         self.clock = max(self.clock, float(at))
         self.now[job_id] = JobSample(job_id=job_id, node=node, gpu_index=gpu, at=at, mem_bytes=mem,
                                      peak_mem_bytes=mem, throughput=throughput, isolation=isolation,
-                                     started_at=started_at, util_pct=util, util_source=util_source)
+                                     started_at=started_at, util_pct=util, util_source=util_source, **more)
 
 
 def make(tmp_path, mode="enforce", *, fixed_clock=False, **settings):

@@ -186,3 +186,75 @@ def test_observe_mode_follows_as_shadow(tmp_path):
 def test_settings_are_checked(bad):
     with pytest.raises(ConfigError, match="regroup"):
         MonitorSettings(**bad)
+
+
+# -- the job's own checkpoint reports (the node agent's samples carry them) ----------------------
+def test_a_signalled_job_is_requeued_as_soon_as_it_reports_its_checkpoint(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path, mode="enforce", regroup_head_wait_s=10)
+    fragmented(fake)
+    samples.put(1, FAKE_EPOCH + 39, last_checkpoint_at=FAKE_EPOCH + 20, checkpoint_every_s=600.0)
+    tick(samples, monitor, 40)
+    assert fake.signals == [(1, "USR1", True)]
+    tick(samples, monitor, 42)
+    assert fake.jobs[1].state == "RUNNING"  # its last checkpoint predates the signal: it still waits
+    samples.put(1, FAKE_EPOCH + 44, last_checkpoint_at=FAKE_EPOCH + 43, checkpoint_every_s=600.0)
+    tick(samples, monitor, 45)
+    moved = fake.jobs[1]
+    assert moved.state == "PENDING" and moved.excluded_nodes == "node1"  # 25 s before the grace time's end
+    (req,) = events(helper, "regroup-requeue")
+    assert req.data["waited"] == "checkpoint-report" and req.data["waited_s"] == 5.0
+    assert "requeued 2s after its checkpoint report (3s after the signal)" in req.detail
+
+
+def test_a_signalled_job_that_reports_nothing_waits_the_grace_time(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path, mode="enforce", regroup_head_wait_s=10)
+    fragmented(fake)
+    tick(samples, monitor, 40)
+    samples.put(1, FAKE_EPOCH + 60, throughput=5.0)  # it reports progress, never a checkpoint
+    tick(samples, monitor, 60)
+    assert fake.jobs[1].state == "RUNNING"
+    tick(samples, monitor, 71)
+    assert fake.jobs[1].state == "PENDING"
+    (req,) = events(helper, "regroup-requeue")
+    assert req.data["waited"] == "grace-time" and "after the signal's grace time 30s" in req.detail
+
+
+def test_a_requeue_job_that_reports_checkpoints_is_movable_and_moved_at_its_next_one(tmp_path):
+    # no --signal: movable by its reports (--requeue, a checkpoint every 120 s, the last at +20 s)
+    fake, helper, samples, monitor = make(tmp_path, mode="enforce", regroup_head_wait_s=10)
+    fragmented(fake, movable=False)
+    samples.put(1, FAKE_EPOCH + 39, last_checkpoint_at=FAKE_EPOCH + 20, checkpoint_every_s=120.0)
+    tick(samples, monitor, 40)
+    assert not fake.signals and fake.jobs[1].state == "RUNNING"
+    assert [e.kind for e in events(helper)] == ["regroup-plan", "regroup-wait"]
+    wait = events(helper, "regroup-wait")[0]
+    assert wait.data["expected_s"] == 100.0  # its next boundary, +140 s
+    tick(samples, monitor, 120)
+    assert fake.jobs[1].state == "RUNNING"
+    samples.put(1, FAKE_EPOCH + 141, last_checkpoint_at=FAKE_EPOCH + 140.5, checkpoint_every_s=120.0)
+    tick(samples, monitor, 142)
+    assert fake.jobs[1].state == "PENDING" and fake.jobs[1].excluded_nodes == "node1"
+    (req,) = events(helper, "regroup-requeue")
+    assert req.data["waited"] == "checkpoint-report" and "after the decision" in req.detail
+
+
+def test_a_report_only_job_whose_report_is_overdue_is_requeued_at_the_bound(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path, mode="enforce", regroup_head_wait_s=10)
+    fragmented(fake, movable=False)
+    samples.put(1, FAKE_EPOCH + 39, last_checkpoint_at=FAKE_EPOCH + 20, checkpoint_every_s=120.0)
+    tick(samples, monitor, 40)
+    tick(samples, monitor, 144)  # the boundary (+140 s) and its slack (5 s) not yet past
+    assert fake.jobs[1].state == "RUNNING"
+    tick(samples, monitor, 146)
+    assert fake.jobs[1].state == "PENDING"
+    (req,) = events(helper, "regroup-requeue")
+    assert req.data["waited"] == "report-overdue" and "no checkpoint report by its expected boundary" in req.detail
+
+
+def test_reports_of_an_earlier_run_do_not_make_a_job_movable(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path, mode="enforce", regroup_head_wait_s=10)
+    fragmented(fake, movable=False)
+    # the sample is from before this run started (its earlier run, before a requeue)
+    samples.put(1, FAKE_EPOCH - 50, last_checkpoint_at=FAKE_EPOCH - 60, checkpoint_every_s=120.0)
+    tick(samples, monitor, 40)
+    assert [e.kind for e in events(helper)] == ["regroup-skip"] and fake.jobs[1].state == "RUNNING"
