@@ -207,6 +207,21 @@ class Store:
         )
         return estimate, remembered
 
+    def estimates(self, fingerprints: Iterable[str], window: int = 5) -> dict[str, Estimate]:
+        """`estimate` of many fingerprints in one statement (the steering's pair knowledge
+        asks for every job it weighs each round); a fingerprint with no run is left out."""
+        wanted = sorted(set(fingerprints))
+        if not wanted:
+            return {}
+        rows = self.db.execute(
+            "select fingerprint, max(peak_mem_bytes), avg(mean_util_pct), count(*) from ("
+            "select fingerprint, peak_mem_bytes, mean_util_pct, row_number() over "
+            "(partition by fingerprint order by ended_at desc) as n from runs "
+            "where fingerprint in (select value from json_each(?1))) where n <= ?2 group by fingerprint",
+            [json.dumps(wanted), int(window)],
+        ).fetchall()
+        return {fp: Estimate(peak_mem_bytes=peak, mean_util_pct=util, runs=runs) for fp, peak, util, runs in rows}
+
     # -- remembered sizes (a job restarted for memory keeps its larger size) -------------
     def remember_size(self, fingerprint: str, min_shards: int, reason: str) -> None:
         self.db["sizes"].insert(

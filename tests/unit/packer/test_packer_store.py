@@ -139,3 +139,15 @@ def test_a_schema_2_database_gets_the_pair_speeds_table_and_keeps_its_pairs(tmp_
     assert store.must_avoid("a", "b")
     store.record_pair_speed("a", "b", 0.5)
     assert store.pair_speeds()[("a", "b")].speed == 0.5
+
+
+def test_estimates_of_many_fingerprints_are_each_ones_estimate():
+    store = Store()
+    for i in range(7):
+        store.record_run(RunRecord(job_id=i, fingerprint="a", peak_mem_bytes=(i + 1) * GIB,
+                                   mean_util_pct=10.0 * i if i % 2 else None, ended_at=float(i)))
+    store.record_run(RunRecord(job_id=20, fingerprint="b", peak_mem_bytes=GIB, ended_at=1.0))
+    found = store.estimates(["a", "b", "z", "a"])
+    assert found == {fp: store.estimate(fp) for fp in ("a", "b")}
+    assert found["a"].runs == 5 and found["a"].peak_mem_bytes == 7 * GIB and found["b"].mean_util_pct is None
+    assert store.estimates([]) == {}
