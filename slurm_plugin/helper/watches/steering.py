@@ -44,13 +44,10 @@ class SteerWatch:
             for j in jobs.values() if j.state in ACTIVE
         ]
         active_ids = {j.job_id for j in jobs.values() if j.state in ACTIVE}
-        # one query for the partners of every pending packed job, not one per job
-        partners_of = store.avoided_with_each(
-            fp for j in jobs.values()
-            if j.state == "PENDING" and job_shards(j) is not None and (fp := ctx.fingerprint_of(j))
-        )
         pending_packed = [j for j in jobs.values()
                           if j.state == "PENDING" and job_shards(j) is not None and ctx.fingerprint_of(j)]
+        # one query for the partners of every pending packed job, not one per job
+        partners_of = store.avoided_with_each(ctx.fingerprint_of(j) or "" for j in pending_packed)
         predicted = self._predicted_off(ctx, pending_packed) if ctx.settings.pair_predict else {}
         for job in jobs.values():
             if job.state != "PENDING":
@@ -125,6 +122,8 @@ class SteerWatch:
         out: dict[int, dict[str, str]] = {}
         memo: dict[tuple[str, int], dict[str, str]] = {}  # the same workload and size: the same nodes
         for job in pending:
+            if job.required_nodes:  # pinned with -w: excluding a node it requires would refuse it
+                continue
             fp, shards = ctx.fingerprint_of(job) or "", job_shards(job) or 0
             slow = memo.get((fp, shards))
             if slow is None:

@@ -105,3 +105,14 @@ def test_every_gpu_node_slow_is_not_excluded_and_the_exclusion_lifts_when_a_gpu_
     fake.jobs[2].state = "COMPLETED"  # and node1 has one too: nothing is
     monitor.tick()
     assert fake.jobs[3].excluded_nodes == ""
+
+
+def test_a_job_pinned_with_w_is_not_steered_by_prediction(tmp_path):
+    fake, helper, _, monitor = make(tmp_path)
+    helper.store.record_pair_speed("aaaa", "bbbb", 0.6)
+    running(fake, 1, fp="aaaa", gpu=0)
+    running(fake, 2, fp="aaaa", gpu=1)
+    fake.submit(job_id=3, state="PENDING", gres="gres:shard:2", required_nodes="node1",
+                admin_comment="gpupack: packed shard:2 fp=bbbb")
+    monitor.tick()
+    assert fake.jobs[3].excluded_nodes == ""
