@@ -5,13 +5,19 @@ the node: a pending packed job is kept off every node where a job it must not sh
 with is running (pair avoidance, the patent seed's block 425), or where Slurm 22.05 has
 already put a whole-GPU job and shards on the same GPU (`quirk_nodes`).
 
+A pending packed job is also kept off a node where the co-runner rule (FIG. 3, what the
+simulator's colocate packs by) finds no GPU for it and the pair knowledge predicts a job
+there would lose more than FIG. 4 tolerates (`slow_nodes`).
+
 The user's own `--exclude` is never dropped: what the helper adds is tracked separately
 and `merge_exclusions` lays it over the user's list.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from packer.corunner import GpuLoad, Newcomer, PairSpeed, Ranked, predicted_speeds
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,47 @@ def avoid_nodes(
         if job.fingerprint and job.packed and must_avoid(fingerprint, job.fingerprint):
             out.update(job.nodes)
     return frozenset(out)
+
+
+@dataclass(frozen=True)
+class NodeGpus:
+    """The GPUs of one node a packed job could land on (those not held whole); a GPU with
+    no job is free."""
+
+    node: str
+    gpus: tuple[GpuLoad, ...]
+
+
+def slow_nodes(
+    newcomer: Newcomer,
+    nodes: Iterable[NodeGpus],
+    rank: Callable[[Newcomer, Sequence[GpuLoad]], list[Ranked]],
+    pair_speed: PairSpeed,
+    min_speed: float,
+) -> dict[str, str]:
+    """Nodes to keep `newcomer` off, each with why: every GPU it could land on is busy with
+    packed jobs, none qualifies for it (`rank`: the co-runner rule with the pair prediction
+    and the memory cap), and on at least one a job there is predicted to keep under
+    `min_speed` of its speed (a node full by memory or jobs per GPU alone is left to Slurm's
+    own shard count). A node with a free GPU or a qualifying one stays allowed."""
+    out: dict[str, str] = {}
+    for n in nodes:
+        if not n.gpus or any(not g.jobs for g in n.gpus) or rank(newcomer, n.gpus):
+            continue
+        slow = []
+        for g in n.gpus:
+            pred = predicted_speeds(newcomer, g, pair_speed)
+            if pred is None:
+                continue
+            theirs = pred[1]
+            worst = min(range(len(theirs)), key=theirs.__getitem__)
+            if theirs[worst] < min_speed:
+                j = g.jobs[worst]
+                slow.append(f"GPU {g.gpu_id}: predicted slowdown with job {j.job_id} ({j.workload}): "
+                            f"{theirs[worst]:.2f}")
+        if slow:
+            out[n.node] = "; ".join(slow)
+    return out
 
 
 def submit_exclusion(

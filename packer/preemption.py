@@ -128,18 +128,17 @@ def find_contention(
     counters = counters or CounterRule(threshold=threshold, settle_s=settle_s)
     if not 0 < threshold < 1:
         raise ValueError(f"threshold must be a fraction in (0, 1), got {threshold}")
-    if len(residents) < 2:
+    pack = measure_seniors(residents, settle_s=settle_s, min_before=min_before, min_after=min_after,
+                           counters=counters)
+    if pack is None:
         return None
-    newcomer = max(residents, key=lambda r: (r.started_at, r.job_id))
-    measured: dict[int, tuple[float, float, float, str]] = {}
+    newcomer = pack.newcomer
+    measured = {m.job_id: (m.loss, m.before, m.after, m.signal) for m in pack.seniors}
     sharers = []
     for r in residents:
         before = after = None
-        if r is not newcomer and r.started_at < newcomer.started_at:
-            m = _measure(r, newcomer.started_at, settle_s, min_before, min_after, counters)
-            if m is not None:
-                measured[r.job_id] = m
-                _, before, after, _ = m
+        if r.job_id in measured:
+            _, before, after, _ = measured[r.job_id]
         sharers.append(Sharer(str(r.job_id), r.fingerprint or str(r.job_id), r.started_at, before, after))
     verdict = check_contention(sharers, threshold)
     if verdict.requeue is None or verdict.requeue != str(newcomer.job_id):
@@ -149,6 +148,56 @@ def find_contention(
         Hurt(int(j), by_id[int(j)].fingerprint, *measured[int(j)]) for j in verdict.hurt if int(j) in measured
     )
     return ContentionVerdict(newcomer.job_id, newcomer.fingerprint, hurt, threshold)
+
+
+@dataclass(frozen=True)
+class SeniorMeasure:
+    """A senior's throughput (or utilisation) before and after the newcomer joined its GPU."""
+
+    job_id: int
+    fingerprint: str | None
+    loss: float
+    before: float
+    after: float
+    signal: str  # "throughput" | "utilisation"
+
+    @property
+    def speed(self) -> float:
+        """after / before: its speed beside the newcomer relative to before it came."""
+        return self.after / self.before if self.before > 0 else 1.0
+
+
+@dataclass(frozen=True)
+class PackMeasure:
+    """The newest job on one GPU and every senior measured since it joined (hurt or not)."""
+
+    newcomer: Resident
+    seniors: tuple[SeniorMeasure, ...]
+
+
+def measure_seniors(
+    residents: Sequence[Resident],
+    *,
+    settle_s: float = 2.0,
+    min_before: int = 2,
+    min_after: int = 2,
+    counters: CounterRule | None = None,
+) -> PackMeasure | None:
+    """The seniors of one GPU measured before and after its newest job (the newcomer) started:
+    what :func:`find_contention` judges, hurt or not (the live pair knowledge records each
+    as the senior's speed beside the newcomer). None with fewer than two jobs; a senior
+    without enough samples on either side yet is left out."""
+    counters = counters or CounterRule(settle_s=settle_s)
+    if len(residents) < 2:
+        return None
+    newcomer = max(residents, key=lambda r: (r.started_at, r.job_id))
+    seniors = []
+    for r in residents:
+        if r is not newcomer and r.started_at < newcomer.started_at:
+            m = _measure(r, newcomer.started_at, settle_s, min_before, min_after, counters)
+            if m is not None:
+                seniors.append(SeniorMeasure(r.job_id, r.fingerprint, *m))
+    return PackMeasure(newcomer, tuple(seniors))
 
 
 def _measure(r: Resident, since: float, settle_s: float, min_before: int, min_after: int,

@@ -11,6 +11,8 @@ and gives one method per decision, each delegating to the existing rule unchange
 - :meth:`SuiteRules.contention` (sampled throughput or counters, the live watch,
   ``packer.preemption.find_contention``) and :meth:`SuiteRules.contention_now` (speeds
   already measured, the replay, ``packer.contention.check_contention``): FIG. 4;
+  :meth:`SuiteRules.measure` (every senior measured, hurt or not: what the pair knowledge
+  learns from, ``packer.preemption.measure_seniors``);
 - :meth:`SuiteRules.restart`: restart a job whose memory forecast warns, or keep it
   (``predictor.restart.decide_restart``, priced with ``restart_cost_s`` and ``oom_penalty_s``);
 - :meth:`SuiteRules.grow`: grow by preemption (``packer.grow.plan_growth``);
@@ -32,7 +34,7 @@ from packer.corunner import RULES as CORUNNER_RULES
 from packer.corunner import AvoidSet, GpuLoad, Newcomer, PairSpeed, Ranked, rank_corunners
 from packer.decision import ClusterView, Decision, Estimate, decide, max_shards
 from packer.grow import GpuShares, GrowDecision, GrowSettings, Preemptor, PreemptorThreshold, plan_growth
-from packer.preemption import ContentionVerdict, Resident, find_contention
+from packer.preemption import ContentionVerdict, PackMeasure, Resident, find_contention, measure_seniors
 from packer.regroup import RegroupDecision, plan_regroup
 from packer.regroup_budget import MoveBudget
 from packer.regroup_model import Cluster, HeadJob
@@ -134,6 +136,12 @@ class SuiteRules:
         return find_contention(residents, self.contention_threshold, settle_s=self.settle_s,
                                min_before=self.min_samples_before, min_after=self.min_samples_after,
                                counters=self.counter_rule())
+
+    def measure(self, residents: Sequence[Resident]) -> PackMeasure | None:
+        """Every senior of one GPU measured since its newcomer joined, hurt or not (the
+        samples ``contention`` judges): ``packer.preemption.measure_seniors``."""
+        return measure_seniors(residents, settle_s=self.settle_s, min_before=self.min_samples_before,
+                               min_after=self.min_samples_after, counters=self.counter_rule())
 
     def contention_now(self, sharers: Sequence[Sharer]) -> SharerVerdict:
         """The same verdict from speeds already measured (the replay's agent):

@@ -1,4 +1,5 @@
-"""The packer's SQLite store: run history, pairs to keep apart, remembered sizes, events.
+"""The packer's SQLite store: run history, pairs to keep apart, measured pair speeds,
+remembered sizes, events.
 
 One file, WAL mode, schema versioned with ``PRAGMA user_version``. sqlite-utils does the
 table work; nothing here knows about Slurm. Every method is safe to call from several
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sqlite3
 import time
 from collections.abc import Iterable
@@ -20,7 +22,7 @@ from packer.decision import Estimate
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,17 @@ class RunRecord:
 
 class UnmeasuredRun(ValueError):
     """A run with no GPU memory measured: it would teach the packer a 0-byte job."""
+
+
+@dataclass(frozen=True)
+class PairSpeed:
+    """Workload ``fp_a``'s measured speed beside ``fp_b`` (1.0: as fast as before it joined)."""
+
+    fp_a: str
+    fp_b: str
+    speed: float
+    samples: int
+    updated_at: float
 
 
 @dataclass(frozen=True)
@@ -81,7 +94,16 @@ def _migrate_to_2(db: sqlite_utils.Database) -> None:
     db.execute("create unique index idx_runs_job_run on runs (job_id, fingerprint, started_at)")
 
 
-MIGRATIONS = {1: _migrate_to_1, 2: _migrate_to_2}
+def _migrate_to_3(db: sqlite_utils.Database) -> None:
+    """Measured pair speeds: workload a's speed beside workload b (ordered), the mean of
+    ``samples`` measures (the contention watch's after / before of a senior)."""
+    db["pair_speeds"].create(
+        {"fp_a": str, "fp_b": str, "speed": float, "samples": int, "updated_at": float},
+        pk=("fp_a", "fp_b"), not_null={"speed", "samples"},
+    )
+
+
+MIGRATIONS = {1: _migrate_to_1, 2: _migrate_to_2, 3: _migrate_to_3}
 
 RUN_COLUMNS = tuple(RunRecord.__dataclass_fields__)
 
@@ -185,6 +207,21 @@ class Store:
         )
         return estimate, remembered
 
+    def estimates(self, fingerprints: Iterable[str], window: int = 5) -> dict[str, Estimate]:
+        """`estimate` of many fingerprints in one statement (the steering's pair knowledge
+        asks for every job it weighs each round); a fingerprint with no run is left out."""
+        wanted = sorted(set(fingerprints))
+        if not wanted:
+            return {}
+        rows = self.db.execute(
+            "select fingerprint, max(peak_mem_bytes), avg(mean_util_pct), count(*) from ("
+            "select fingerprint, peak_mem_bytes, mean_util_pct, row_number() over "
+            "(partition by fingerprint order by ended_at desc) as n from runs "
+            "where fingerprint in (select value from json_each(?1))) where n <= ?2 group by fingerprint",
+            [json.dumps(wanted), int(window)],
+        ).fetchall()
+        return {fp: Estimate(peak_mem_bytes=peak, mean_util_pct=util, runs=runs) for fp, peak, util, runs in rows}
+
     # -- remembered sizes (a job restarted for memory keeps its larger size) -------------
     def remember_size(self, fingerprint: str, min_shards: int, reason: str) -> None:
         self.db["sizes"].insert(
@@ -234,6 +271,28 @@ class Store:
         return self.db.execute(
             "select 1 from avoid_pairs where fp_a = ? and fp_b = ?", [a, b]
         ).fetchone() is not None
+
+    # -- measured pair speeds (what the steering's pair knowledge learns from) ---------
+    def record_pair_speed(self, fp_a: str, fp_b: str, speed: float) -> PairSpeed:
+        """Add one measure of ``fp_a``'s speed beside ``fp_b`` (after / before); the row keeps
+        the mean of every measure. Returns the row as it is now."""
+        if not math.isfinite(speed) or speed < 0:
+            raise ValueError(f"pair speed of {fp_a} beside {fp_b} must be a finite ratio >= 0, got {speed}")
+        now = time.time()
+        self.db.execute(
+            "insert into pair_speeds (fp_a, fp_b, speed, samples, updated_at) values (?1, ?2, ?3, 1, ?4) "
+            "on conflict (fp_a, fp_b) do update set speed = (speed * samples + ?3) / (samples + 1), "
+            "samples = samples + 1, updated_at = ?4",
+            [fp_a, fp_b, float(speed), now],
+        )
+        row = self.db.execute("select fp_a, fp_b, speed, samples, updated_at from pair_speeds "
+                              "where fp_a = ? and fp_b = ?", [fp_a, fp_b]).fetchone()
+        return PairSpeed(*row)
+
+    def pair_speeds(self) -> dict[tuple[str, str], PairSpeed]:
+        """Every measured pair, (fp_a, fp_b) -> its row."""
+        rows = self.db.execute("select fp_a, fp_b, speed, samples, updated_at from pair_speeds").fetchall()
+        return {(r[0], r[1]): PairSpeed(*r) for r in rows}
 
     # -- event log ---------------------------------------------------------------------
     def log_event(self, kind: str, detail: str, job_id: int | None = None, **data: object) -> None:

@@ -51,6 +51,11 @@ class MonitorSettings:
     # the Slurm 22.05 gpu+shard collision guard (fixed upstream in 23.11.5): "auto" runs it
     # only on releases that double-book a GPU, or true / false
     quirk_guard: bool | str = "auto"
+    # steering by pair prediction (the simulator's colocate with --pair-knowledge observed):
+    # a pending packed job is kept off a node whose every GPU it could land on is busy with
+    # packed jobs and none qualifies, a job there predicted to keep < 1 - contention_threshold
+    # of its speed (measured pair speeds, else the feature model on the jobs' history)
+    pair_predict: bool = True
     # grow by preemption (patent seed 004, packer.grow): a packed job that must grow requeues
     # younger packed neighbours on its GPU. Running preemptors (a running job whose forecast
     # warns or whose remembered size is above its share) evict until their maximum ("max")
@@ -110,6 +115,8 @@ class MonitorSettings:
             raise ConfigError("[monitor] interval_s must be positive")
         if not 0 < self.max_duty <= 1:
             raise ConfigError("[monitor] max_duty must be a fraction in (0, 1], e.g. 0.25")
+        if not isinstance(self.pair_predict, bool):
+            raise ConfigError("[monitor] pair_predict must be true or false")
         if self.quirk_guard not in ("auto", True, False):
             raise ConfigError('[monitor] quirk_guard must be "auto", true or false')
         if self.mig_layout not in ("in-order", "by-size", "off"):

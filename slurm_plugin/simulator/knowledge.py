@@ -13,7 +13,7 @@ predicted from that same table would be exact by construction. So:
   known exactly; any other pair is predicted by the feature model;
 - ``model``: every pair predicted by the feature model.
 
-The feature model is a ridge regression of a job's speed beside another on features of the
+The feature model (:mod:`packer.pair_knowledge`, the one the live helper's steering uses) is a ridge regression of a job's speed beside another on features of the
 two jobs alone (both utilisations, their product and square, the processor-sharing share
 ``min(1, 100 / (u_a + u_b))``, both memories, both "jumbo" labels), refitted on the pairs
 observed so far whenever their number has grown by a quarter (a site's model learns from
@@ -28,19 +28,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from packer.pair_knowledge import MIN_FIT, N_FEATURES, ObservedPairs, pair_features, prior_speed, ridge_fit, \
+    ridge_predict
 from slurm_plugin.simulator.workload import PairTable, WorkloadProfile
 
 MODES = ("observed", "model", "oracle")
-MIN_FIT = 20  # observed pairs (ordered) before the regression replaces processor sharing
-RIDGE = 1e-2
-FLOOR = 0.05  # no prediction below this speed
-
-
-def _features(a: WorkloadProfile, b: WorkloadProfile) -> list[float]:
-    ua, ub = a.util_pct / 100.0, b.util_pct / 100.0
-    ps = min(1.0, 1.0 / max(ua + ub, 1e-9))
-    return [1.0, ua, ub, ua * ub, ub * ub, ps, a.mem_bytes / 2**30, b.mem_bytes / 2**30,
-            float(a.label >= 2), float(b.label >= 2)]
+__all__ = ["MIN_FIT", "MODES", "PairKnowledge", "PredictionError"]
 
 
 @dataclass
@@ -82,10 +75,9 @@ class PairKnowledge:
         self.profiles = profiles
         self.truth = truth
         n = len(profiles)
-        self._x = np.array([[_features(profiles[a], profiles[b]) for b in range(n)]
-                            for a in range(n)], dtype=float) if n else np.zeros((0, 0, 10))
-        self.seen: dict[tuple[int, int], float] = {}
-        self._fitted_on = 0
+        self._x = np.array([[pair_features(profiles[a], profiles[b]) for b in range(n)]
+                            for a in range(n)], dtype=float) if n else np.zeros((0, 0, N_FEATURES))
+        self.pairs: ObservedPairs[int] = ObservedPairs()
         self._weights: np.ndarray | None = None
         self._model = self._prior()
         self.version = 0  # any prediction changed
@@ -94,8 +86,13 @@ class PairKnowledge:
         self.error = PredictionError()
 
     # ---------------------------------------------------------------- prediction
+    @property
+    def seen(self) -> dict[tuple[int, int], float]:
+        """The pairs observed so far: (a, b) -> speed of a beside b."""
+        return self.pairs.seen
+
     def _prior(self) -> np.ndarray:
-        return np.clip(self._x[..., 5], FLOOR, 1.0) if self._x.size else self._x
+        return prior_speed(self._x) if self._x.size else self._x
 
     def speed(self, a: int, b: int) -> float:
         """Predicted speed of profile ``a`` beside profile ``b`` (1 = as fast as alone)."""
@@ -118,29 +115,24 @@ class PairKnowledge:
     def observe(self, a: int, b: int) -> None:
         """The replay ran ``a`` beside ``b`` alone on a GPU and measured its speed: learn the
         pair (and maybe refit the model)."""
-        truth = self.truth.speed(a, b)
-        if (a, b) in self.seen:
+        if not self.pairs.add(a, b, self.truth.speed(a, b)):
             return
-        self.seen[(a, b)] = truth
         if self.mode == "oracle":
             return
         if self.mode == "observed":
             self.version += 1
             self.profile_version[a] += 1
             self.profile_version[b] += 1
-        n = len(self.seen)
-        if n >= MIN_FIT and n >= self._fitted_on * 1.25:
+        if self.pairs.refit_due():
             self._fit()
 
     def _fit(self) -> None:
         keys = list(self.seen)
         x = np.array([self._x[a, b] for a, b in keys])
         y = np.array([self.seen[k] for k in keys])
-        reg = RIDGE * len(keys) * np.eye(x.shape[1])
-        reg[0, 0] = 0.0
-        self._weights = np.linalg.solve(x.T @ x + reg, x.T @ y)
-        self._model = np.clip(self._x @ self._weights, FLOOR, 1.0)
-        self._fitted_on = len(keys)
+        self._weights = ridge_fit(x, y)
+        self._model = ridge_predict(self._x, self._weights)
+        self.pairs.fitted()
         self.version += 1
         self.model_version += 1
 

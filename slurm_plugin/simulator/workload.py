@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from packer.pair_knowledge import sharing_label
+
 log = logging.getLogger(__name__)
 
 MIB = 1 << 20
@@ -343,9 +345,7 @@ def load_sacct(path: str | Path) -> list[TraceJob]:
             for s, d, g, k, b in rows]
 
 
-def _label(util_pct: float) -> int:
-    """Lucid's sharing label from utilisation alone: tiny, medium, jumbo."""
-    return 0 if util_pct < 40 else 1 if util_pct < 80 else 2
+_label = sharing_label  # Lucid's sharing label from utilisation alone (packer.pair_knowledge)
 
 
 def own_profiles(trace: list[TraceJob], profiles: list[WorkloadProfile], pairs: PairTable

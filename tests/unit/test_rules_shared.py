@@ -45,6 +45,11 @@ class Recorded(SuiteRules):
         self.given.append(("contention", v))
         return v
 
+    def corunners(self, newcomer, gpus, avoid=frozenset(), pair_speed=None):
+        r = super().corunners(newcomer, gpus, avoid, pair_speed)
+        self.given.append(("corunners", r))
+        return r
+
 
 # one configuration both sides can use: the helper's [packer] table for an 80 GiB GPU in 8
 # shares (10 GiB each, as the simulator's A100-80GB), busy jobs packable (the pair decides)
@@ -190,6 +195,36 @@ def test_one_rules_object_judges_contention_live_and_in_the_replay(tmp_path):
         assert len(replayed) == 1 and (replayed[0].requeue == "1") is requeued
         assert bool(live) is requeued and (jobs[1].preemptions == 1) is requeued
         assert (state == "PENDING") is requeued
+
+
+def _live_steering(tmp_path, rules: Recorded) -> str:
+    """Both GPUs of node1 run workload aaaa, measured at 60 % of its speed beside bbbb; a
+    packed bbbb job waits: the nodes it is kept off."""
+    fake, helper, _, monitor = _monitor(tmp_path, rules)
+    helper.store.record_pair_speed("aaaa", "bbbb", 0.6)
+    for job_id, gpu in ((1, 0), (2, 1)):
+        fake.submit(job_id=job_id, state="RUNNING", nodes="node1", gres="gres:shard:2",
+                    gres_detail=[f"shard:h100:2(IDX:{gpu})"], start_time=FAKE_EPOCH,
+                    admin_comment="gpupack: packed shard:2 fp=aaaa")
+    fake.submit(job_id=3, state="PENDING", gres="gres:shard:2", admin_comment="gpupack: packed shard:2 fp=bbbb")
+    monitor.tick()
+    return fake.jobs[3].excluded_nodes
+
+
+def test_one_rules_object_ranks_corunners_live_and_in_the_replay(tmp_path):
+    """A senior that keeps 60 % of its speed beside the newcomer: under a 10 % threshold the
+    replay's colocate does not pack the newcomer beside it and the live steering keeps the
+    newcomer off the node where it could only go beside such seniors; under the same
+    object's 45 % the replay packs it and the steering lets it go there."""
+    for threshold, packs in ((0.10, False), (0.45, True)):
+        rules = Recorded(config=CONFIG, contention_threshold=threshold)
+        _, jobs = _replay(rules, grows=False, senior_speed=0.6, pair_knowledge="oracle")
+        replayed, mark = _decisions(rules, "corunners"), len(rules.given)
+        excluded = _live_steering(tmp_path / str(threshold), rules)
+        live = _decisions(rules, "corunners", mark)
+        assert replayed and live, "both sides asked the one object"
+        assert (jobs[1].first_start == 10.0) is packs and bool(replayed[0]) is packs
+        assert (excluded == "") is packs and (excluded == "node1") is not packs
 
 
 SACCT = """JobID|User|JobName|Submit|Start|End|Elapsed|AllocTRES|State

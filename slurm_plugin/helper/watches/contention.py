@@ -3,13 +3,22 @@
 Per shared GPU, `packer.preemption.find_contention` (through `ctx.rules.contention`); the
 newcomer is requeued at the head of the queue and each (newcomer, hurt job) pair of
 fingerprints is recorded so they are never packed together again.
+
+Every senior measured after a newcomer joined (hurt or not, `ctx.rules.measure`) is recorded
+once per pack in the store's `pair_speeds` as its speed beside the newcomer (after / before):
+what the steering's pair knowledge learns from. Measures are recorded whatever the action's
+mode (they act on no job).
 """
 from __future__ import annotations
+
+import logging
 
 from packer.preemption import Resident
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.helper.watches.tracks import Track
 from slurm_plugin.slurm.gres import expand_hostlist
+
+log = logging.getLogger(__name__)
 
 KIND = "requeue-contention"
 
@@ -18,10 +27,15 @@ class ContentionWatch:
     name = "contention"
 
     def round(self, ctx: RoundContext) -> None:
+        by_gpu = self._residents(ctx, ctx.acted)
+        self._record_pair_speeds(ctx, by_gpu)
         if ctx.actions.mode_of(KIND).mode != "off":
-            ctx.acted |= self._check_contention(ctx, ctx.acted)
+            ctx.acted |= self._check_contention(ctx, by_gpu)
 
-    def _check_contention(self, ctx: RoundContext, skip: set[int]) -> set[int]:
+    @staticmethod
+    def _residents(ctx: RoundContext, skip: set[int]) -> dict[tuple[str, int], list[Resident]]:
+        """The running packed jobs of each shared GPU. A job's reported throughput is
+        preferred; without it, its utilisation as the GPU's counters measured it."""
         jobs = ctx.jobs
         by_gpu: dict[tuple[str, int], list[Track]] = {}
         for t in ctx.tracks.values():
@@ -29,16 +43,40 @@ class ContentionWatch:
             if job is None or job.state != "RUNNING" or not t.packed or t.job_id in skip or t.gpu_index < 0:
                 continue
             by_gpu.setdefault((t.node, t.gpu_index), []).append(t)
+        return {key: [Resident(t.job_id, t.started_at, t.throughput(), t.fingerprint,
+                               utilisation=tuple((x.at, x.util_pct) for x in t.samples if x.counted))
+                      for t in tracks]
+                for key, tracks in by_gpu.items() if len(tracks) > 1}
+
+    @staticmethod
+    def _record_pair_speeds(ctx: RoundContext, by_gpu: dict[tuple[str, int], list[Resident]]) -> None:
+        done = ctx.state.pairs_measured
+        tracks = ctx.tracks
+        done -= {k for k in done if not all(  # both runs still tracked, else forgotten
+            (t := tracks.get(job_id)) is not None and t.started_at == start for job_id, start in (k[:2], k[2:]))}
+        for residents in by_gpu.values():
+            pack = ctx.rules.measure(residents)
+            if pack is None or not pack.newcomer.fingerprint:
+                continue
+            new = pack.newcomer
+            for m in pack.seniors:
+                senior_start = next(r.started_at for r in residents if r.job_id == m.job_id)
+                key = (m.job_id, senior_start, new.job_id, new.started_at)
+                if key in done or not m.fingerprint:
+                    continue
+                done.add(key)
+                row = ctx.actions.store.record_pair_speed(m.fingerprint, new.fingerprint, m.speed)
+                log.info("job %d (%s) runs at %.2f of its %s beside job %d (%s); pair mean %.2f over %d",
+                         m.job_id, m.fingerprint, m.speed, m.signal, new.job_id, new.fingerprint,
+                         row.speed, row.samples)
+
+    def _check_contention(self, ctx: RoundContext, by_gpu: dict[tuple[str, int], list[Resident]]) -> set[int]:
+        jobs = ctx.jobs
         acted: set[int] = set()
         rules = ctx.rules
         actions = ctx.actions
         mode = actions.mode_of(KIND)
-        for (node, gpu), tracks in sorted(by_gpu.items()):
-            # a job's reported throughput is preferred; without it, its utilisation as the
-            # GPU's counters measured it
-            residents = [Resident(t.job_id, t.started_at, t.throughput(), t.fingerprint,
-                                  utilisation=tuple((x.at, x.util_pct) for x in t.samples if x.counted))
-                         for t in tracks]
+        for (node, gpu), residents in sorted(by_gpu.items()):
             verdict = rules.contention(residents)
             if verdict is None:
                 continue

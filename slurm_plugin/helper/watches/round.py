@@ -38,6 +38,8 @@ class WatchState:
     # nodes a pending job is kept off until it starts (a regrouped job: the node freed for the
     # head); steering keeps them in its ExcNodeList instead of lifting them
     kept_off: dict[int, frozenset[str]] = field(default_factory=dict)
+    # (senior, its run start, newcomer, its run start) whose pair speed is recorded: once per pack
+    pairs_measured: set[tuple[int, float, int, float]] = field(default_factory=set)
 
 
 @dataclass

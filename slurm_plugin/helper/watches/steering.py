@@ -1,16 +1,27 @@
 """Steering: pending packed jobs get the nodes of their avoided partners (and of 22.05
 collisions, and the nodes a watch keeps them off: `WatchState.kept_off`) in `ExcNodeList`,
-the user's own exclusions kept."""
+the user's own exclusions kept.
+
+With `[monitor] pair_predict` (default on) a pending packed job is also kept off a node where
+the co-runner rule (`ctx.rules.corunners`, what the simulator's colocate packs by) finds no
+GPU for it: every GPU it could land on is busy with packed jobs, and a job there is predicted
+to keep under `1 - contention_threshold` of its speed beside it (`packer.placement.slow_nodes`;
+pair speeds measured by the contention watch, else the feature model on both jobs' history:
+`pair_view`). A node with a free GPU or a qualifying one stays allowed; never every GPU node
+(Slurm would refuse it: the job then goes where Slurm puts it, and FIG. 4 watches)."""
 from __future__ import annotations
 
 import logging
 
 from packer import comment as comment_mod
-from packer.placement import Running, avoid_nodes, merge_exclusions
+from packer.corunner import GpuLoad, Newcomer, Ranked
+from packer.placement import NodeGpus, Running, avoid_nodes, merge_exclusions, slow_nodes
+from slurm_plugin.helper.watches.pair_view import node_gpus, pair_knowledge, steering_speed
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.helper.watches.tracks import ACTIVE, job_shards, submit_time_exclusion
 from slurm_plugin.slurm.errors import SlurmError
 from slurm_plugin.slurm.gres import expand_hostlist
+from slurm_plugin.slurm.model import Job
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +44,11 @@ class SteerWatch:
             for j in jobs.values() if j.state in ACTIVE
         ]
         active_ids = {j.job_id for j in jobs.values() if j.state in ACTIVE}
+        pending_packed = [j for j in jobs.values()
+                          if j.state == "PENDING" and job_shards(j) is not None and ctx.fingerprint_of(j)]
         # one query for the partners of every pending packed job, not one per job
-        partners_of = store.avoided_with_each(
-            fp for j in jobs.values()
-            if j.state == "PENDING" and job_shards(j) is not None and (fp := ctx.fingerprint_of(j))
-        )
+        partners_of = store.avoided_with_each(ctx.fingerprint_of(j) or "" for j in pending_packed)
+        predicted = self._predicted_off(ctx, pending_packed) if ctx.settings.pair_predict else {}
         for job in jobs.values():
             if job.state != "PENDING":
                 continue
@@ -48,6 +59,8 @@ class SteerWatch:
             if job_shards(job) is not None and fp:
                 partners = partners_of[fp]
                 want |= avoid_nodes(fp, running, lambda _me, other: other in partners)
+            why = predicted.get(job.job_id, {})
+            want |= set(why)
             quirk = quirk_excluded.get(job.job_id)
             if quirk is not None:
                 node, keepers = quirk
@@ -71,8 +84,10 @@ class SteerWatch:
                 ctx.actions.update_job(job.job_id, **update)
                 ours_excluded[job.job_id] = frozenset(want)
                 if want != before:
+                    because = "".join(f"; {node} {reason}" for node, reason in sorted(why.items()))
                     store.log_event("steer", f"excluded nodes now {sorted(want) or 'none'} "
-                                    f"(avoided partners / GPU collisions)", job.job_id, excluded=sorted(want))
+                                    f"(avoided partners / GPU collisions / predicted slowdown{because})",
+                                    job.job_id, excluded=sorted(want), predicted=why)
             except SlurmError as exc:
                 log.info("job %d: could not set its excluded nodes: %s", job.job_id, exc)
         for job_id in list(ours_excluded):
@@ -82,3 +97,44 @@ class SteerWatch:
             job = jobs.get(job_id)
             if job is None or job.is_finished or (job.state == "RUNNING" and job_id not in ctx.acted):
                 ctx.state.kept_off.pop(job_id, None)  # started again (or gone): the pin has done its work
+
+    def _predicted_off(self, ctx: RoundContext, pending: list[Job]) -> dict[int, dict[str, str]]:
+        """Per pending packed job, the nodes the pair prediction keeps it off, with why."""
+        packed_running = [j for j in ctx.jobs.values() if j.state == "RUNNING" and job_shards(j) is not None]
+        if not pending or not packed_running:
+            return {}
+        try:
+            nodes = ctx.actions.runner.nodes()
+        except SlurmError as exc:
+            log.warning("no node list (%s): no steering by pair prediction this round", exc)
+            return {}
+        fps = {fp for j in (*pending, *packed_running) if (fp := ctx.fingerprint_of(j))}
+        know = pair_knowledge(ctx.actions.store, fps)
+        gpus = [NodeGpus(name, loads) for name, loads in
+                node_gpus(nodes, packed_running, ctx.config, ctx.fingerprint_of, know.traits).items()]
+        gpu_nodes = {n.name for n in nodes if n.gpus_total}
+        speed = steering_speed(know)
+        rules = ctx.rules
+
+        def rank(new: Newcomer, loads: list[GpuLoad] | tuple[GpuLoad, ...]) -> list[Ranked]:
+            return rules.corunners(new, loads, pair_speed=speed)
+
+        out: dict[int, dict[str, str]] = {}
+        memo: dict[tuple[str, int], dict[str, str]] = {}  # the same workload and size: the same nodes
+        for job in pending:
+            if job.required_nodes:  # pinned with -w: excluding a node it requires would refuse it
+                continue
+            fp, shards = ctx.fingerprint_of(job) or "", job_shards(job) or 0
+            slow = memo.get((fp, shards))
+            if slow is None:
+                t = know.traits.get(fp)
+                new = Newcomer(str(job.job_id), fp, int(shards * ctx.config.share_bytes), t.util_pct if t else None)
+                slow = memo[(fp, shards)] = slow_nodes(new, gpus, rank, speed, 1.0 - rules.contention_threshold)
+            if not slow:
+                continue
+            if gpu_nodes and gpu_nodes <= set(slow):
+                log.info("job %d: every GPU node is predicted slow for it (%s); not excluded",
+                         job.job_id, "; ".join(f"{n} {r}" for n, r in sorted(slow.items())))
+                continue
+            out[job.job_id] = {node: f"({reason})" for node, reason in slow.items()}
+        return out

@@ -410,3 +410,29 @@ def test_action_modes_follow_an_edit_of_the_settings_file(tmp_path, caplog):
     write("", 4_000_000_000)  # the table emptied: every action follows mode again
     monitor.tick()
     assert monitor.actions.mode_of("restart-memory").mode == "enforce"
+
+
+@pytest.mark.parametrize("mode", ["enforce", "observe"])
+def test_each_measured_senior_is_recorded_once_as_its_speed_beside_the_newcomer(tmp_path, mode):
+    fake, helper, samples, monitor = make(tmp_path, mode)
+    running(fake, 1, fp="aaaa", start=FAKE_EPOCH)
+    running(fake, 3, fp="cccc", start=FAKE_EPOCH, gpu=1)
+    for t in range(10):
+        samples.put(1, FAKE_EPOCH + t, throughput=20.0, started_at=FAKE_EPOCH)
+        samples.put(3, FAKE_EPOCH + t, throughput=10.0, started_at=FAKE_EPOCH, gpu=1)
+        monitor.tick()
+    running(fake, 2, fp="bbbb", start=FAKE_EPOCH + 10)  # hurts job 1 (25 %)
+    running(fake, 4, fp="dddd", start=FAKE_EPOCH + 10, gpu=1)  # job 3 keeps its speed
+    for t in range(10, 16):
+        samples.put(1, FAKE_EPOCH + t, throughput=15.0, started_at=FAKE_EPOCH)
+        samples.put(2, FAKE_EPOCH + t, throughput=30.0, started_at=FAKE_EPOCH + 10)
+        samples.put(3, FAKE_EPOCH + t, throughput=10.0, started_at=FAKE_EPOCH, gpu=1)
+        samples.put(4, FAKE_EPOCH + t, throughput=5.0, started_at=FAKE_EPOCH + 10, gpu=1)
+        monitor.tick()
+    speeds = helper.store.pair_speeds()
+    assert set(speeds) == {("aaaa", "bbbb"), ("cccc", "dddd")}
+    assert speeds[("aaaa", "bbbb")].speed == pytest.approx(0.75)
+    assert speeds[("cccc", "dddd")].speed == pytest.approx(1.0)
+    assert {s.samples for s in speeds.values()} == {1}  # one measure per pack, not one per round
+    assert fake.jobs[4].state == "RUNNING"
+    assert fake.jobs[2].state == ("PENDING" if mode == "enforce" else "RUNNING")

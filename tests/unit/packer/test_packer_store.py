@@ -1,6 +1,6 @@
 import pytest
 
-from packer.store import RunRecord, Store, UnmeasuredRun
+from packer.store import SCHEMA_VERSION, RunRecord, Store, UnmeasuredRun
 
 GIB = 1024**3
 
@@ -72,7 +72,7 @@ def test_a_schema_1_database_keeps_its_runs_and_gets_one_row_per_run(tmp_path):
     )
     conn.close()
     store = Store(path)
-    assert store.db.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert [(r.job_id, r.started_at) for r in store.runs("fp")] == [(7, 0.0)]
     assert store.record_run(RunRecord(job_id=7, fingerprint="fp", peak_mem_bytes=GIB, started_at=30.0, ended_at=40))
     assert len(store.runs("fp")) == 2
@@ -107,5 +107,47 @@ def test_pairs_sizes_and_events_persist(tmp_path):
     assert again.remembered_size("a") == 4 and again.remembered_size("z") is None
     (event,) = again.events()
     assert (event.job_id, event.kind, event.data) == (12, "decision", {"shards": 2})
-    assert again.db.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert again.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert again.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_pair_speeds_keep_the_mean_of_each_ordered_pair(tmp_path):
+    path = tmp_path / "db.sqlite"
+    store = Store(path)
+    assert store.pair_speeds() == {}
+    store.record_pair_speed("a", "b", 0.6)
+    row = store.record_pair_speed("a", "b", 0.8)
+    assert (row.speed, row.samples) == (pytest.approx(0.7), 2)
+    store.record_pair_speed("b", "a", 1.0)  # ordered: b beside a is a pair of its own
+    store.close()
+    speeds = Store(path).pair_speeds()
+    assert set(speeds) == {("a", "b"), ("b", "a")}
+    assert speeds[("a", "b")].speed == pytest.approx(0.7) and speeds[("b", "a")].samples == 1
+    with pytest.raises(ValueError, match="finite ratio"):
+        store.record_pair_speed("a", "b", float("nan"))
+
+
+def test_a_schema_2_database_gets_the_pair_speeds_table_and_keeps_its_pairs(tmp_path):
+    path = tmp_path / "db.sqlite"
+    old = Store(path)
+    old.avoid_pair("a", "b", "contention")
+    old.db.execute("drop table pair_speeds")
+    old.db.execute("pragma user_version = 2")
+    old.close()
+    store = Store(path)
+    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert store.must_avoid("a", "b")
+    store.record_pair_speed("a", "b", 0.5)
+    assert store.pair_speeds()[("a", "b")].speed == 0.5
+
+
+def test_estimates_of_many_fingerprints_are_each_ones_estimate():
+    store = Store()
+    for i in range(7):
+        store.record_run(RunRecord(job_id=i, fingerprint="a", peak_mem_bytes=(i + 1) * GIB,
+                                   mean_util_pct=10.0 * i if i % 2 else None, ended_at=float(i)))
+    store.record_run(RunRecord(job_id=20, fingerprint="b", peak_mem_bytes=GIB, ended_at=1.0))
+    found = store.estimates(["a", "b", "z", "a"])
+    assert found == {fp: store.estimate(fp) for fp in ("a", "b")}
+    assert found["a"].runs == 5 and found["a"].peak_mem_bytes == 7 * GIB and found["b"].mean_util_pct is None
+    assert store.estimates([]) == {}

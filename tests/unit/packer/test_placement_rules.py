@@ -62,3 +62,31 @@ def test_collision_requeues_the_whole_gpu_job_that_came_after_shards():
 def test_no_collision_when_gpus_are_apart():
     holders = gpu_holders([(1, 1.0, "n", "gpu", (0,)), (2, 2.0, "n", "shard", (1,)), (3, 3.0, "m", "shard", (0,))])
     assert quirk_collisions(holders) == []
+
+
+def test_slow_nodes_needs_every_gpu_busy_none_qualifying_and_a_slow_prediction():
+    from packer.corunner import GpuLoad, Newcomer, RunningJob, rank_corunners
+    from packer.placement import NodeGpus, slow_nodes
+
+    G = 1 << 30
+    speeds = {("hog", "new"): 0.5, ("calm", "new"): 0.98}
+
+    def speed(a, b):
+        return speeds.get((a, b), 1.0)
+
+    def gpu(name, *fps, mem=10 * G):
+        return GpuLoad(name, 80 * G, tuple(RunningJob(f"{name}/{fp}", fp, mem) for fp in fps))
+
+    def rank(new, loads):
+        return rank_corunners(new, loads, rule="best-pair", pair_speed=speed, min_corunner_speed=0.9)
+
+    new = Newcomer("9", "new", 10 * G)
+    nodes = [NodeGpus("bad", (gpu("b0", "hog"), gpu("b1", "hog"))),
+             NodeGpus("mixed", (gpu("m0", "hog"), gpu("m1", "calm"))),
+             NodeGpus("free", (gpu("f0", "hog"), gpu("f1"))),
+             NodeGpus("full", (gpu("u0", "calm", mem=75 * G), gpu("u1", "calm", mem=75 * G))),
+             NodeGpus("whole", ())]
+    slow = slow_nodes(new, nodes, rank, speed, min_speed=0.9)
+    assert set(slow) == {"bad"}  # full by memory alone is Slurm's to refuse
+    assert slow["bad"] == ("GPU b0: predicted slowdown with job b0/hog (hog): 0.50; "
+                           "GPU b1: predicted slowdown with job b1/hog (hog): 0.50")

@@ -9,6 +9,7 @@ from packer.preemption import (
     Resident,
     find_contention,
     head_priority,
+    measure_seniors,
     restart_size,
     throughput_loss,
 )
@@ -91,3 +92,21 @@ def test_restart_size_grows_to_what_the_forecast_needs():
 def test_restart_size_falls_back_to_the_whole_gpu():
     size = restart_size(4, 75 * GIB, 10 * GIB, 7)
     assert size.whole_gpu and "whole GPU" in size.reason
+
+
+def test_every_measured_senior_is_returned_hurt_or_not_and_the_verdict_is_unchanged():
+    hurt = Resident(1, 0.0, series(0, 10, 20.0) + series(10, 20, 15.0), "fpA")
+    fine = Resident(2, 1.0, series(1, 10, 10.0) + series(10, 20, 9.8), "fpB")
+    early = Resident(4, 9.5, series(9.5, 10, 5.0) + series(10, 20, 5.0), "fpD")  # one sample before: unmeasured
+    newcomer = Resident(3, 10.0, series(10, 20, 30.0), "fpC")
+    pack = measure_seniors([hurt, fine, early, newcomer], settle_s=2)
+    assert pack is not None and pack.newcomer is newcomer
+    speeds = {m.job_id: (m.fingerprint, round(m.speed, 3), m.signal) for m in pack.seniors}
+    assert speeds == {1: ("fpA", 0.75, "throughput"), 2: ("fpB", 0.98, "throughput")}
+    verdict = find_contention([hurt, fine, early, newcomer], threshold=0.10, settle_s=2)
+    assert verdict is not None and verdict.newcomer == 3 and [h.job_id for h in verdict.hurt] == [1]
+    assert measure_seniors([hurt]) is None
+    # a newcomer beside seniors that are not hurt: measured all the same, no verdict
+    assert find_contention([fine, newcomer], threshold=0.10, settle_s=2) is None
+    (only,) = measure_seniors([fine, newcomer], settle_s=2).seniors
+    assert only.speed == pytest.approx(0.98)
