@@ -1,0 +1,54 @@
+"""etc/gpupack.toml, the documented settings file, read by the helper's own loaders: every key
+it names is accepted, every value it gives is the loader's default ([paths] aside: a site's
+places), and every `[packer]` / `[monitor]` key the loaders accept is documented in it."""
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import fields
+from pathlib import Path
+
+from packer.action_modes import ACTION_KINDS
+from packer.config import PackerConfig, load_config
+from slurm_plugin.helper.monitor_settings import MonitorSettings, load_action_modes, load_monitor_settings
+from slurm_plugin.helper.settings import Paths, load_paths
+from slurm_plugin.metrics.settings import MetricsSettings, load_metrics_settings
+from slurm_plugin.web.settings import WebSettings, load_web_settings
+
+TOML = Path(__file__).resolve().parents[2] / "etc" / "gpupack.toml"
+
+
+def test_every_table_loads_with_the_real_loaders_and_gives_the_defaults():
+    assert load_config(TOML) == PackerConfig()
+    assert load_monitor_settings(TOML) == MonitorSettings()
+    assert load_action_modes(TOML) == {}  # every action commented out: each follows `mode`
+    assert load_metrics_settings(TOML) == MetricsSettings()
+    assert load_web_settings(TOML) == WebSettings()
+
+
+def test_paths_load_and_the_ones_with_a_default_give_it():
+    paths = load_paths(TOML)
+    defaults = Paths()
+    assert (paths.database, paths.socket, paths.kill_switch, paths.slurm_user) == (
+        defaults.database, defaults.socket, defaults.kill_switch, defaults.slurm_user)
+    assert paths.slurm_conf is None  # commented out: $SLURM_CONF, else Slurm's default
+    assert paths.agent_dir == Path("/var/lib/gpupack")  # the agents' default --state-dir
+
+
+def _documented(section: str) -> set[str]:
+    """Keys set in `[section]` of the file, and keys shown there commented out (`# key = ...`)."""
+    text = TOML.read_text()
+    body = re.split(r"^\[", text, flags=re.M)
+    table = next(part for part in body if part.startswith(f"{section}]"))
+    return set(re.findall(r"^#?\s*([a-z][a-z0-9_-]*)\s*=", table, flags=re.M))
+
+
+def test_every_packer_and_monitor_key_is_documented_in_the_file():
+    parsed = tomllib.loads(TOML.read_text())
+    assert {f.name for f in fields(PackerConfig)} == set(parsed["packer"])
+    monitor_keys = {f.name for f in fields(MonitorSettings)} - {"actions"}  # actions: [monitor.actions]
+    assert monitor_keys == set(parsed["monitor"]) - {"actions"}
+    assert set(ACTION_KINDS) <= _documented("monitor.actions")
+    assert {f.name for f in fields(MetricsSettings)} <= _documented("metrics")
+    assert {f.name for f in fields(WebSettings)} <= _documented("web")
+    assert {f.name for f in fields(Paths)} <= _documented("paths")
