@@ -1,1 +1,6 @@
-"""Pure packing decisions: estimates from history, exclusive versus packed, co-runner choice."""
+"""Pure packing decisions: estimates from history, exclusive versus packed, co-runner choice,
+contention, grow by preemption, regrouping, the run-time actions' modes and outcomes.
+
+`rules.SuiteRules` holds the settings and makes every decision the helper and the simulator
+share; `store.Store` is the SQLite store (history, pairs, pair speeds, events, action ledger).
+"""

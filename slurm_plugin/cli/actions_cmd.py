@@ -18,8 +18,8 @@ def _pct(value: float | None) -> str:
 
 @click.group(context_settings=CONTEXT)
 def actions() -> None:
-    """The run-time actions (requeue-contention, restart-memory): what they decided, in
-    shadow or enforce mode (`[monitor.actions]`), and how often they were right."""
+    """The run-time actions (requeue-contention, restart-memory, grow-preempt, regroup): what
+    they decided, in shadow or enforce mode (`[monitor.actions]`), and how often they were right."""
 
 
 @actions.command(context_settings=CONTEXT)

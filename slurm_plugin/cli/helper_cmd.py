@@ -10,7 +10,7 @@ from slurm_plugin.helper.settings import DEFAULT_CONFIG
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", type=click.Path(path_type=Path), default=DEFAULT_CONFIG, show_default=True,
-              help="gpupack.toml with the [packer] and [paths] tables.")
+              help="gpupack.toml: [packer], [paths], [monitor], [metrics].")
 @click.option("--poll-interval", default=2.0, show_default=True, help="Seconds between cluster polls.")
 @click.option("--role", type=click.Choice(["all", "submit", "watch"]), default="all", show_default=True,
               help="all: the submit side, which starts the watcher process itself; submit or watch: "

@@ -22,7 +22,9 @@ each watch of `Monitor.watches`, in this order:
    while the room exists in pieces gets GPUs freed by moving packed jobs that declared they
    can be moved (checkpoint signal, then requeue at the head away from the freed node);
 9. **keep at head** (`watches/at_head.py`): requeued jobs stay the next to start;
-10. **steering** (`watches/steering.py`): pending packed jobs are kept off avoided partners;
+10. **steering** (`watches/steering.py`): pending packed jobs are kept off avoided partners
+    and, with `[monitor] pair_predict`, off nodes where every GPU they could land on holds a
+    job predicted to slow down beside them (`watches/pair_view.py`, `packer.rules`);
 11. **MPS** (`watches/mps.py`): percentages from measured utilisation, for the node agents;
 12. **queue layouts** (`watches/layouts.py`): idle MIG slices follow the pending queue;
 13. **metrics** (`watches/metrics.py`): metrics.prom written (the Watcher serves the registry).

@@ -93,8 +93,8 @@ class MonitorSettings:
     mps_floor_pct: int = 5
     # MIG layouts that follow the queue (thesis 4.3): in-order (FIFO), by-size, or off
     mig_layout: str = "in-order"
-    # `[monitor.actions]`: per run-time action (requeue-contention, restart-memory) off, shadow
-    # or enforce; an action not named follows `mode` (enforce in enforce mode, else shadow)
+    # `[monitor.actions]`: per run-time action (requeue-contention, restart-memory, grow-preempt,
+    # regroup) off, shadow or enforce; an action not named follows `mode` (enforce in enforce mode, else shadow)
     actions: dict[str, str] = field(default_factory=dict)
 
     def counter_rule(self) -> CounterRule:
