@@ -21,4 +21,9 @@ Public API (pure code unless noted)::
     mig.sim_backend.SimGpuBackend(state_dir=None, node="node0", gpus=None)
     mig.nvml_backend.NvmlBackend()                       # NVML (mig/nvml_*.py: the only modules using pynvml)
     mig.errors.MigError and subclasses                   # shared by both backends
+
+Also: ``mig.demand`` (the value of a state under a node's size mix, for ``policy="demand"``),
+``mig.node_layout`` (one GPU's next step toward the queue's layout), ``mig.bench`` (the
+policies compared), ``mig.sim_store`` / ``sim_memory`` / ``sim_counters`` (the simulated
+GPU's state, memory and NVML/DCGM counters).
 """

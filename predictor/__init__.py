@@ -23,4 +23,7 @@ Inside the forecaster: ``predictor.regime`` (the window fitted: regime breaks, p
 ``predictor.trend`` (line, bounds and point forecast on it), ``predictor.reach`` (how far
 ahead certainty is claimed), ``predictor.certainty`` (convergence, the warning and its
 statsmodels confirmation), ``predictor.residuals`` (lag-1 autocorrelation, curvature).
+
+Acting on a warning: ``predictor.restart.decide_restart(...)`` restarts now or keeps the job,
+priced in lost work (the helper's memory watch and the simulator, through ``packer.rules``).
 """
