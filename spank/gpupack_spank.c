@@ -2,7 +2,7 @@
  * gpupack SPANK plugin: put the node agent's isolation answer into each job step.
  *
  * plugstack.conf (one line):
- *   optional /usr/lib/slurm/gpupack_spank-22.05.so socket=/run/gpupack/agent-%n.sock timeout_ms=3000
+ *   optional /usr/lib/slurm/gpupack_spank-22.05.so socket=/var/lib/gpupack/run/agent-%n.sock timeout_ms=3000
  *
  * Arguments:
  *   socket=PATH     the node agent's Unix socket; %n is replaced by the node name
