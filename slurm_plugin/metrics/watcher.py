@@ -32,12 +32,16 @@ class ActionKind:
     label: str  # the `kind` label in that family
 
 
-#: event kind -> how it is counted; the run-time actions of issue 13 (grow by preemption,
-#: regrouping) add their event kinds here when the helper acts on them
+#: event kind -> how it is counted: each is one job requeued or restarted by a run-time
+#: action (a regroup plan in shadow mode moves nothing: its decision is the `regroup-plan`
+#: event, counted in gpupack_events_total)
 ACTIONS: dict[str, ActionKind] = {
     "requeue-contention": ActionKind("requeues", "contention"),
     "requeue-quirk": ActionKind("requeues", "gpu-shard-collision"),
     "restart-memory": ActionKind("restarts", "memory"),
+    "grow-evict": ActionKind("requeues", "grow-evict"),  # a younger neighbour evicted for a grower
+    "grow-restart": ActionKind("restarts", "grow"),  # the grower, restarted bigger in place
+    "regroup-requeue": ActionKind("requeues", "regroup"),  # moved to free GPUs for the head
 }
 
 

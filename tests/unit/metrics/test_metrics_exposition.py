@@ -114,6 +114,24 @@ def test_watcher_counts_actions_by_mode_and_reads_only_new_events(tmp_path):
     assert collector.totals.last_id == first_id + 2
 
 
+def test_grow_and_regroup_moves_count_as_actions(tmp_path):
+    """Grow by preemption and regrouping requeue or restart running jobs: each move counts in
+    gpupack_requeues/restarts_total (enforced) and gpupack_actions_total by mode."""
+    store = Store(tmp_path / "gpupack.db")
+    store.log_event("grow-evict", "evicted for job 3", 4)
+    store.log_event("grow-evict", "would requeue (shadow mode): evicted for job 5", 6, shadow=True)
+    store.log_event("grow-restart", "restarts bigger in place", 3)
+    store.log_event("regroup-requeue", "moved after its checkpoint", 7)
+    store.log_event("regroup-requeue-failed", "could not requeue: boom", 8)
+    f = parse(watcher_text(EventLogCollector(store)))
+    assert value(f, "gpupack_requeues", "_total", kind="grow-evict") == 1
+    assert value(f, "gpupack_restarts", "_total", kind="grow") == 1
+    assert value(f, "gpupack_requeues", "_total", kind="regroup") == 1
+    assert value(f, "gpupack_actions", "_total", action="grow-evict", mode="shadow") == 1
+    assert value(f, "gpupack_actions", "_total", action="grow-evict", mode="enforce") == 1
+    assert value(f, "gpupack_action_failures", "_total", action="regroup-requeue") == 1
+
+
 def test_every_family_is_prefixed_and_has_help(tmp_path):
     store = Store(tmp_path / "gpupack.db")
     f = parse(watcher_text(EventLogCollector(store)))
