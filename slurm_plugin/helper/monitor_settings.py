@@ -93,6 +93,9 @@ class MonitorSettings:
     mps_floor_pct: int = 5
     # MIG layouts that follow the queue (thesis 4.3): in-order (FIFO), by-size, or off
     mig_layout: str = "in-order"
+    # memory curves of ended runs kept per workload (fingerprint) for the web view and
+    # `gpupack history show`; older ones are pruned, 0 keeps none
+    curves_per_fingerprint: int = 20
     # `[monitor.actions]`: per run-time action (requeue-contention, restart-memory) off, shadow
     # or enforce; an action not named follows `mode` (enforce in enforce mode, else shadow)
     actions: dict[str, str] = field(default_factory=dict)
@@ -121,6 +124,8 @@ class MonitorSettings:
             raise ConfigError('[monitor] quirk_guard must be "auto", true or false')
         if self.mig_layout not in ("in-order", "by-size", "off"):
             raise ConfigError("[monitor] mig_layout must be in-order, by-size or off")
+        if not isinstance(self.curves_per_fingerprint, int) or self.curves_per_fingerprint < 0:
+            raise ConfigError("[monitor] curves_per_fingerprint must be a whole number >= 0 (0 keeps no curves)")
         if not isinstance(self.actions, dict):
             raise ConfigError('[monitor.actions] must be a table, e.g. restart-memory = "shadow"')
         check_action_modes(self.actions)
