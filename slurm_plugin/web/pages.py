@@ -157,6 +157,11 @@ def job_fragment(d: JobDetail) -> str:
     if d.node is not None:
         out.append(f"<p>On {_e(d.node)} GPU {d.gpu_index}, isolation <code>{_e(d.isolation)}</code>"
                    f"{'; partition ' + _e(d.capacity_label) + ' = ' + _gib(d.capacity_bytes) if d.capacity_bytes else ''}.</p>")
+    if d.stored is not None:
+        c = d.stored
+        out.append(f'<p id="stored-curve" class="stored">Stored at the run\'s end ({_e(utc(c.ended_at))} UTC, '
+                   f"{_e(c.how_it_ended)}): {len(c.points)} points kept of {c.samples} samples, peak "
+                   f"{_gib(c.peak_bytes)} over {c.duration_s:.0f} s. A finished run has no forecast.</p>")
     out.append(memory_plot(d))
     fc = d.forecast
     if fc is not None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from packer import comment as comment_mod
 from packer.config import PackerConfig
+from packer.curve_store import RunCurves
 from packer.store import Store, StoreError
 from slurm_plugin.helper.monitor_settings import load_monitor_settings
 from slurm_plugin.helper.settings import Paths
@@ -201,9 +202,12 @@ class WebSource:
             if job is not None and job.end_time is not None and started is not None and job.end_time.timestamp() > started:
                 horizon = min(horizon, job.end_time.timestamp() - started)
             forecast = self.forecasts.forecast(job_id, started, capacity[0], horizon, samples)
+        stored = None
+        if job is None or job.state not in ACTIVE:  # its samples went with its run: the curve kept at the end
+            stored = self._with_store(lambda s: RunCurves(s).of_job(job_id))
         detail = assemble_job(job_id, job, samples=samples, started_at=started, estimate=estimate,
                               remembered_shards=remembered, runs=runs, events=events, capacity=capacity,
-                              forecast=forecast)
+                              forecast=forecast, stored=stored)
         html = pages.job_fragment(detail)
         return detail, Rendered(html, _etag(html), now)
 
