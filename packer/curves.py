@@ -37,7 +37,9 @@ class RunCurve:
     fingerprint: str
     started_at: float  # the run's key, as in the history's runs (the node agent's start)
     ended_at: float
-    end_state: str  # the job's state when the helper saw the run end (COMPLETED, PENDING: requeued, ...)
+    # the job's state when the helper saw the run end (COMPLETED, PENDING: requeued, ...), or
+    # "REQUEUED by <action>" when the helper's own action ended it (restart-memory, ...)
+    end_state: str
     node: str
     gpu_index: int
     isolation: str
@@ -58,6 +60,8 @@ class RunCurve:
     @property
     def how_it_ended(self) -> str:
         """"completed", "requeued (PENDING)", "failed", ... from the state seen at its end."""
+        if self.end_state.startswith("REQUEUED by "):  # an action of the helper requeued it
+            return "requeued by " + self.end_state[len("REQUEUED by "):]
         state = self.end_state.upper()
         if state == "COMPLETED":
             return "completed"

@@ -27,6 +27,10 @@ class HistoryWatch:
     name = "history"
 
     def round(self, ctx: RoundContext) -> None:
+        requeued = ctx.state.requeued_tracks
+        while requeued:
+            track, kind = requeued.pop(0)
+            keep_curve(ctx, track, f"REQUEUED by {kind}")
         self._record_finished(ctx)
 
     def _record_finished(self, ctx: RoundContext) -> None:

@@ -498,3 +498,23 @@ def test_curves_per_fingerprint_bounds_what_is_kept(tmp_path):
         monitor.tick()
     assert [c.job_id for c in RunCurves(helper.store).of_fingerprint("w")] == [3, 2]
     assert len(helper.store.runs("w")) == 3  # the history itself is not pruned
+
+
+def test_a_run_restarted_for_memory_keeps_its_curve_and_says_why_it_ended(tmp_path):
+    from packer.curve_store import RunCurves
+
+    fake, helper, samples, monitor = make(tmp_path, memory_horizon_s=60)
+    running(fake, 7, fp="grow", shards=1)  # one share = 10 GiB
+    for t in range(40):
+        samples.put(7, FAKE_EPOCH + t, mem=int(2 * GIB + t * 0.3 * GIB), started_at=FAKE_EPOCH)
+        monitor.tick()
+        if fake.jobs[7].state == "PENDING":
+            break
+    assert RunCurves(helper.store).of_job(7) is None  # stored by the history watch, on its next turn
+    samples.now.clear()
+    monitor.tick()
+    curve = RunCurves(helper.store).of_job(7)
+    assert curve is not None and curve.end_state == "REQUEUED by restart-memory"
+    assert curve.how_it_ended == "requeued by restart-memory" and len(curve.points) == t + 1
+    assert curve.capacity_label == "shard:1" and curve.peak_bytes == int(2 * GIB + t * 0.3 * GIB)
+    assert len(RunCurves(helper.store).of_fingerprint("grow")) == 1  # one run, one curve (not again as PENDING)
