@@ -68,9 +68,14 @@ class RunCurves:
 
     def of_job(self, job_id: int) -> RunCurve | None:
         """The curve of the job's latest stored run (a requeued job has one per run)."""
-        row = self.conn.execute(f"select {', '.join(COLUMNS)} from run_curves where job_id = ? "
-                                "order by ended_at desc limit 1", [job_id]).fetchone()
-        return _curve(row) if row else None
+        found = self.runs_of_job(job_id, limit=1)
+        return found[0] if found else None
+
+    def runs_of_job(self, job_id: int, limit: int = 10) -> list[RunCurve]:
+        """The stored curves of the job's runs, the latest first."""
+        rows = self.conn.execute(f"select {', '.join(COLUMNS)} from run_curves where job_id = ? "
+                                 "order by ended_at desc limit ?", [job_id, int(limit)]).fetchall()
+        return [_curve(r) for r in rows]
 
     def of_fingerprint(self, fingerprint: str | None = None, limit: int = 100) -> list[RunCurve]:
         """The stored curves of one fingerprint (None: of every one), newest first."""

@@ -4,7 +4,7 @@ its partition (a finished job: the curve stored at its run's end, no forecast), 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from packer import comment as comment_mod
 from packer.curves import CurvePoint, RunCurve
@@ -15,7 +15,7 @@ from predictor.forecast import Forecast
 from slurm_plugin.slurm.model import Job
 from slurm_plugin.web.model import ACTIVE, EventRow, JobRow, job_row
 
-__all__ = ["CurvePoint", "JobDetail", "assemble_job", "capacity_of", "curve_of", "this_run"]
+__all__ = ["CurvePoint", "JobDetail", "as_stored", "assemble_job", "capacity_of", "curve_of", "this_run"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,7 @@ class JobDetail:
     forecast: Forecast | None
     events: tuple[EventRow, ...]
     stored: RunCurve | None = None  # a job not running: its latest run's curve, stored at the run's end
+    earlier: tuple[RunCurve, ...] = ()  # the stored curves of its earlier runs (restarted, requeued), latest first
 
     @property
     def running(self) -> bool:
@@ -77,13 +78,14 @@ def this_run(samples: Iterable[JobSample]) -> tuple[list[JobSample], float | Non
 def assemble_job(job_id: int, job: Job | None, *, samples: Sequence[JobSample], started_at: float | None,
                  estimate: Estimate | None, remembered_shards: int | None, runs: Iterable[RunRecord],
                  events: Iterable[EventRow], capacity: tuple[float | None, str],
-                 forecast: Forecast | None, stored: RunCurve | None = None) -> JobDetail:
+                 forecast: Forecast | None, stored: RunCurve | None = None,
+                 earlier: Iterable[RunCurve] = ()) -> JobDetail:
     """`stored`: a job without samples (not running) shows its latest run's stored curve,
-    with the partition that run had and no forecast."""
+    with the partition that run had and no forecast. `earlier`: its earlier runs' curves."""
     record = comment_mod.parse(job.admin_comment) if job is not None else None
     if stored is not None and not samples:
         return _finished(job_id, job, record, stored, estimate=estimate, remembered_shards=remembered_shards,
-                         runs=runs, events=events)
+                         runs=runs, events=events, earlier=tuple(earlier))
     last = samples[-1] if samples else None
     return JobDetail(
         job_id=job_id,
@@ -101,11 +103,13 @@ def assemble_job(job_id: int, job: Job | None, *, samples: Sequence[JobSample], 
         capacity_label=capacity[1],
         forecast=forecast,
         events=tuple(events),
+        earlier=tuple(earlier),
     )
 
 
 def _finished(job_id: int, job: Job | None, record, stored: RunCurve, *, estimate: Estimate | None,
-              remembered_shards: int | None, runs: Iterable[RunRecord], events: Iterable[EventRow]) -> JobDetail:
+              remembered_shards: int | None, runs: Iterable[RunRecord], events: Iterable[EventRow],
+              earlier: tuple[RunCurve, ...]) -> JobDetail:
     return JobDetail(
         job_id=job_id,
         row=job_row(job) if job is not None else None,
@@ -123,4 +127,12 @@ def _finished(job_id: int, job: Job | None, record, stored: RunCurve, *, estimat
         forecast=None,
         events=tuple(events),
         stored=stored,
+        earlier=earlier,
     )
+
+
+def as_stored(d: JobDetail, curve: RunCurve) -> JobDetail:
+    """`d` with `curve` as its stored curve (an earlier run's plot on the job's page)."""
+    return replace(d, node=curve.node, gpu_index=curve.gpu_index, isolation=curve.isolation, curve=curve.points,
+                   capacity_bytes=curve.capacity_bytes, capacity_label=curve.capacity_label, forecast=None,
+                   stored=curve, earlier=())

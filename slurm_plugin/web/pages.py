@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from html import escape
 
-from slurm_plugin.web.jobview import JobDetail
+from slurm_plugin.web.jobview import JobDetail, as_stored
 from slurm_plugin.web.model import EventRow, JobRow, Overview
 from slurm_plugin.web.svg import GIB, gpu_bar, memory_plot
 
@@ -171,5 +171,13 @@ def job_fragment(d: JobDetail) -> str:
                    f"over {fc.samples} samples: <b>{verdict}</b>. <span class=\"why\">{_e(fc.reason)}</span></p>")
     out.append('<p class="legend"><span class="k-mem">in use</span> <span class="k-peak">peak</span> '
                '<span class="k-fc">forecast and upper bound</span> <span class="k-part">partition</span></p>')
+    if d.earlier:
+        out.append(f'</section><section class="earlier-runs"><h2>Earlier runs of this job ({len(d.earlier)})</h2>')
+        for c in d.earlier:
+            part = f"; partition {_e(c.capacity_label)} = {_gib(c.capacity_bytes)}" if c.capacity_bytes else ""
+            out.append(f'<div class="earlier-run" data-started="{c.started_at:.3f}" data-end="{_e(c.end_state)}">'
+                       f"<p>Ended {_e(utc(c.ended_at))} UTC, {_e(c.how_it_ended)}, on {_e(c.node)} GPU {c.gpu_index}"
+                       f"{part}: {len(c.points)} points kept of {c.samples} samples, peak {_gib(c.peak_bytes)} "
+                       f"over {c.duration_s:.0f} s.</p>{memory_plot(as_stored(d, c), 'memplot earlier')}</div>")
     out.append(f'</section><section class="job-events"><h2>Events</h2>{_events_table(d.events)}</section>')
     return "".join(out)

@@ -59,9 +59,10 @@ def _thin(points: list, limit: int = 600) -> list:
     return [points[int(i * step)] for i in range(limit)] + [points[-1]]
 
 
-def memory_plot(d: JobDetail) -> str:
+def memory_plot(d: JobDetail, cls: str = "memplot") -> str:
     """The job's memory (in use and peak) against seconds since its start; its partition's
-    size; the forecast peak at the horizon with its upper bound (a band)."""
+    size; the forecast peak at the horizon with its upper bound (a band). `cls`: the svg's
+    class (an earlier run's plot: "memplot earlier")."""
     if not d.curve:
         if d.finished:
             return ('<p class="no-plot" id="no-stored-curve">No memory curve was stored for this job: the helper '
@@ -89,7 +90,7 @@ def memory_plot(d: JobDetail) -> str:
         return TOP + ih * (1 - min(max(b, 0.0), y_max) / y_max)
 
     source = "stored" if d.stored is not None else "live"
-    out = [f'<svg class="memplot" data-source="{source}" viewBox="0 0 {PLOT_W} {PLOT_H}" width="{PLOT_W}" '
+    out = [f'<svg class="{_a(cls)}" data-source="{source}" viewBox="0 0 {PLOT_W} {PLOT_H}" width="{PLOT_W}" '
            f'height="{PLOT_H}" role="img" aria-label="memory of job {d.job_id}{" (stored)" if d.stored else ""}">',
            f'<rect class="plot-bg" x="{LEFT}" y="{TOP}" width="{iw}" height="{ih}"/>']
     for k in range(5):  # y grid in GiB

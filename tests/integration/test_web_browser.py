@@ -156,6 +156,11 @@ def test_nodes_a_packed_job_in_its_slice_a_live_requeue_event_and_the_job_plot(c
         curve = wait_until(browser, "the restarted run's stored curve", restarted_curve, timeout=30)
         assert curve.how_it_ended == "requeued by restart-memory"
         assert curve.capacity_label == "MIG 1g.10gb" and curve.peak_bytes > 6 * GIB
+        browser.get(web + f"job/{job}")  # its page, running again or waiting: that run's curve is on it
+        earlier = wait_until(browser, "the restarted run on the job's page",
+                             lambda d: css(d, 'div.earlier-run[data-end="REQUEUED by restart-memory"] svg.memplot.earlier')
+                             or css(d, 'svg.memplot[data-source="stored"]'))
+        assert int(earlier[0].find_element("css selector", "polyline.mem").get_attribute("data-points")) == len(curve.points)
     finally:
         cluster.cancel_all()
         cluster.reset_options()

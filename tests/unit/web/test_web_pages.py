@@ -176,3 +176,23 @@ def test_a_running_jobs_live_samples_win_over_a_stored_curve():
                      events=[], capacity=(None, ""), forecast=None, stored=stored_curve())
     html = pages.job_fragment(d)
     assert d.stored is None and 'data-source="live"' in html and "stored-curve" not in html
+
+
+def test_a_restarted_jobs_page_draws_each_earlier_runs_stored_curve():
+    from dataclasses import replace
+
+    restarted = replace(stored_curve(n=25), end_state="REQUEUED by restart-memory", ended_at=1_700_000_100.0)
+    samples = samples_growing(10, started=500.0)
+    run, started = this_run(samples)
+    job = Job(7, "grow", "alice", "RUNNING", nodes="node1", restart_cnt=1)
+    d = assemble_job(7, job, samples=run, started_at=started, estimate=None, remembered_shards=None, runs=[],
+                     events=[], capacity=(None, ""), forecast=None, earlier=[restarted])
+    html = pages.job_fragment(d)
+    tags = parse(html).tags
+    plots = [a for t, a in tags if t == "svg" and "memplot" in a.get("class", "")]
+    assert [(p["class"], p["data-source"]) for p in plots] == [("memplot", "live"), ("memplot earlier", "stored")]
+    (div,) = [a for t, a in tags if t == "div" and a.get("class") == "earlier-run"]
+    assert div["data-end"] == "REQUEUED by restart-memory"
+    assert "requeued by restart-memory, on node2 GPU 1; partition MIG 1g.10gb = 9.75 GiB: 25 points kept" in html
+    mems = [a for t, a in tags if t == "polyline" and a.get("class") == "mem"]
+    assert [m["data-points"] for m in mems] == ["10", "25"]
