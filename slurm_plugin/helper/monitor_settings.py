@@ -88,14 +88,14 @@ class MonitorSettings:
     # a regroup decision was right when the head started by the plan's expected start plus
     # this (Slurm starts a waiting job at its next scheduling pass: backfill runs every 30 s)
     regroup_start_slack_s: float = 30.0
+    # memory curves of ended runs kept per workload (fingerprint) for the web view and
+    # `gpupack history show`; older ones are pruned, 0 keeps none
+    curves_per_fingerprint: int = 20
     # MPS percentages from measured utilisation
     mps_headroom: float = 0.10
     mps_floor_pct: int = 5
     # MIG layouts that follow the queue (thesis 4.3): in-order (FIFO), by-size, or off
     mig_layout: str = "in-order"
-    # memory curves of ended runs kept per workload (fingerprint) for the web view and
-    # `gpupack history show`; older ones are pruned, 0 keeps none
-    curves_per_fingerprint: int = 20
     # `[monitor.actions]`: per run-time action (requeue-contention, restart-memory) off, shadow
     # or enforce; an action not named follows `mode` (enforce in enforce mode, else shadow)
     actions: dict[str, str] = field(default_factory=dict)
