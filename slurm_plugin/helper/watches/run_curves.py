@@ -39,13 +39,14 @@ def curve_of_track(ctx: RoundContext, track: Track, end_state: str, started_at: 
 
 def keep_curve(ctx: RoundContext, track: Track, end_state: str, started_at: float | None = None) -> None:
     """Store the ended run's curve (`[monitor] curves_per_fingerprint` of each workload are
-    kept). A failure to store is logged: the curve is for the admin, nothing depends on it."""
+    kept); a run with no GPU memory measured leaves none (it would only push a real curve out).
+    A failure to store is logged: the curve is for the admin, nothing depends on it."""
     keep = ctx.settings.curves_per_fingerprint
     if keep <= 0:
         return
     curve = curve_of_track(ctx, track, end_state, track.started_at if started_at is None else started_at)
-    if curve is None:
-        return
+    if curve is None or curve.peak_bytes <= 0:
+        return  # no GPU memory measured (a run cancelled as it started): nothing to show
     try:
         RunCurves(ctx.actions.store).save(curve, keep)
     except (sqlite3.Error, ValueError) as exc:

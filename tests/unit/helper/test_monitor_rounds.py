@@ -518,3 +518,16 @@ def test_a_run_restarted_for_memory_keeps_its_curve_and_says_why_it_ended(tmp_pa
     assert curve.how_it_ended == "requeued by restart-memory" and len(curve.points) == t + 1
     assert curve.capacity_label == "shard:1" and curve.peak_bytes == int(2 * GIB + t * 0.3 * GIB)
     assert len(RunCurves(helper.store).of_fingerprint("grow")) == 1  # one run, one curve (not again as PENDING)
+
+
+def test_a_run_with_no_memory_measured_leaves_no_curve(tmp_path):
+    from packer.curve_store import RunCurves
+
+    fake, helper, samples, monitor = make(tmp_path)
+    running(fake, 9, fp="hist")
+    samples.put(9, FAKE_EPOCH, mem=0, started_at=FAKE_EPOCH)
+    monitor.tick()
+    fake.jobs[9].state = "CANCELLED"
+    samples.now.clear()
+    monitor.tick()
+    assert RunCurves(helper.store).of_job(9) is None
