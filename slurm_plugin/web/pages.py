@@ -169,8 +169,9 @@ def job_fragment(d: JobDetail) -> str:
         out.append(f'<p id="forecast" class="forecast-{"warn" if fc.warn else "ok"}">Forecast at {fc.horizon:.0f} s: '
                    f"peak {_gib(fc.predicted_peak_bytes)} (upper bound {_gib(fc.upper_bytes)}), observed {_gib(fc.observed_peak_bytes)} "
                    f"over {fc.samples} samples: <b>{verdict}</b>. <span class=\"why\">{_e(fc.reason)}</span></p>")
+    fc_key = "" if d.stored is not None else '<span class="k-fc">forecast and upper bound</span> '
     out.append('<p class="legend"><span class="k-mem">in use</span> <span class="k-peak">peak</span> '
-               '<span class="k-fc">forecast and upper bound</span> <span class="k-part">partition</span></p>')
+               f'{fc_key}<span class="k-part">partition</span></p>')
     if d.earlier:
         out.append(f'</section><section class="earlier-runs"><h2>Earlier runs of this job ({len(d.earlier)})</h2>')
         for c in d.earlier:
