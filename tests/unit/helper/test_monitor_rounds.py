@@ -531,3 +531,14 @@ def test_a_run_with_no_memory_measured_leaves_no_curve(tmp_path):
     samples.now.clear()
     monitor.tick()
     assert RunCurves(helper.store).of_job(9) is None
+
+
+def test_curves_per_fingerprint_must_be_a_count(tmp_path):
+    from packer.config import ConfigError
+    from slurm_plugin.helper.monitor_settings import MonitorSettings, load_monitor_settings
+
+    with pytest.raises(ConfigError, match="curves_per_fingerprint must be a whole number >= 0"):
+        MonitorSettings(curves_per_fingerprint=-1)
+    toml = tmp_path / "gpupack.toml"
+    toml.write_text("[monitor]\ncurves_per_fingerprint = 0\n")
+    assert load_monitor_settings(toml).curves_per_fingerprint == 0
