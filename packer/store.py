@@ -1,5 +1,6 @@
 """The packer's SQLite store: run history, pairs to keep apart, measured pair speeds,
-remembered sizes, events.
+remembered sizes, events (and the tables of finished runs' memory curves, which
+`packer.curve_store` reads and writes).
 
 One file, WAL mode, schema versioned with ``PRAGMA user_version``. sqlite-utils does the
 table work; nothing here knows about Slurm. Every method is safe to call from several
@@ -22,7 +23,7 @@ from packer.decision import Estimate
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,22 @@ def _migrate_to_3(db: sqlite_utils.Database) -> None:
     )
 
 
-MIGRATIONS = {1: _migrate_to_1, 2: _migrate_to_2, 3: _migrate_to_3}
+def _migrate_to_4(db: sqlite_utils.Database) -> None:
+    """Memory curves of finished runs (`packer.curve_store`), keyed like the runs; `points`
+    is JSON, [[seconds since start, bytes in use, peak bytes], ...]."""
+    db["run_curves"].create(
+        {
+            "job_id": int, "fingerprint": str, "started_at": float, "ended_at": float, "end_state": str,
+            "node": str, "gpu_index": int, "isolation": str, "shards": int, "capacity_bytes": float,
+            "capacity_label": str, "samples": int, "points": str,
+        },
+        pk=("job_id", "fingerprint", "started_at"), not_null={"ended_at", "points"},
+    )
+    db["run_curves"].create_index(["fingerprint", "ended_at"])
+    db["run_curves"].create_index(["job_id", "ended_at"])
+
+
+MIGRATIONS = {1: _migrate_to_1, 2: _migrate_to_2, 3: _migrate_to_3, 4: _migrate_to_4}
 
 RUN_COLUMNS = tuple(RunRecord.__dataclass_fields__)
 

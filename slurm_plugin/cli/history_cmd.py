@@ -32,31 +32,59 @@ def history() -> None:
     """Show or record the observed usage of finished jobs (what estimates come from)."""
 
 
+def _curve_summary(curve) -> dict:
+    return {"points": len(curve.points), "samples": curve.samples, "peak_mem_bytes": curve.peak_bytes,
+            "duration_s": round(curve.duration_s, 2), "end_state": curve.end_state, "ended_at": curve.ended_at,
+            "capacity_bytes": curve.capacity_bytes, "capacity_label": curve.capacity_label}
+
+
 @history.command(context_settings=CTX)
+@click.argument("fingerprint", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--limit", default=100, show_default=True, help="At most this many runs.")
 @config_option
-def show(as_json: bool, limit: int, config: Path) -> None:
-    """List recorded runs, newest first, with the estimate each fingerprint gives."""
+def show(fingerprint: str | None, as_json: bool, limit: int, config: Path) -> None:
+    """List recorded runs (of FINGERPRINT, or all), newest first, with the estimate each
+    fingerprint gives and the summary of each run's stored memory curve (points, peak,
+    duration). With FINGERPRINT, the curves of its runs that are not history (requeued,
+    failed) follow."""
+    from packer.curve_store import RunCurves
+
     store = _store(config)
-    runs = store.runs(limit=limit)
+    runs = store.runs(fingerprint, limit=limit)
+    curves = RunCurves(store).of_fingerprint(fingerprint, limit=max(limit, 1) * 4)
+    by_run = {(c.job_id, c.fingerprint, c.started_at): c for c in curves}
+    matched = [by_run.pop((r.job_id, r.fingerprint, r.started_at), None) for r in runs]
+    others = sorted(by_run.values(), key=lambda c: -c.ended_at) if fingerprint else []
     if as_json:
         out = []
-        for run in runs:
+        for run, curve in zip(runs, matched):
             item = asdict(run)
             est = store.estimate(run.fingerprint)
             item["estimate"] = asdict(est) if est else None
+            item["curve"] = _curve_summary(curve) if curve else None
             out.append(item)
+        if fingerprint:
+            out += [{"job_id": c.job_id, "fingerprint": c.fingerprint, "started_at": c.started_at,
+                     "history": False, "curve": _curve_summary(c)} for c in others]
         click.echo(json.dumps(out, indent=1))
         return
-    if not runs:
-        click.echo("no history yet: jobs are profiled on their first run")
+    if not runs and not others:
+        click.echo(f"no history of {fingerprint} yet" if fingerprint
+                   else "no history yet: jobs are profiled on their first run")
         return
-    click.echo(f"{'JOBID':>7}  {'FINGERPRINT':16}  {'USER':10} {'NAME':16} {'PEAK':>9} {'UTIL':>5}  SOURCE")
-    for r in runs:
+    if runs:
+        click.echo(f"{'JOBID':>7}  {'FINGERPRINT':16}  {'USER':10} {'NAME':16} {'PEAK':>9} {'UTIL':>5}  SOURCE")
+    for r, curve in zip(runs, matched):
         util = f"{r.mean_util_pct:.0f}%" if r.mean_util_pct is not None else "-"
         click.echo(f"{r.job_id:>7}  {r.fingerprint:16}  {r.user[:10]:10} {r.name[:16]:16} "
                    f"{r.peak_mem_bytes / GIB:>7.2f}Gi {util:>5}  {r.source}")
+        if curve is not None:
+            click.echo(f"{'':9}curve: {curve.summary()}")
+    if others:
+        click.echo(f"runs of {fingerprint} that are not history, with their curve:")
+        for c in others:
+            click.echo(f"{c.job_id:>7}  curve: {c.summary()}")
 
 
 @history.command(context_settings=CTX)

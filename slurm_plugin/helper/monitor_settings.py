@@ -88,6 +88,9 @@ class MonitorSettings:
     # a regroup decision was right when the head started by the plan's expected start plus
     # this (Slurm starts a waiting job at its next scheduling pass: backfill runs every 30 s)
     regroup_start_slack_s: float = 30.0
+    # memory curves of ended runs kept per workload (fingerprint) for the web view and
+    # `gpupack history show`; older ones are pruned, 0 keeps none
+    curves_per_fingerprint: int = 20
     # MPS percentages from measured utilisation
     mps_headroom: float = 0.10
     mps_floor_pct: int = 5
@@ -121,6 +124,8 @@ class MonitorSettings:
             raise ConfigError('[monitor] quirk_guard must be "auto", true or false')
         if self.mig_layout not in ("in-order", "by-size", "off"):
             raise ConfigError("[monitor] mig_layout must be in-order, by-size or off")
+        if not isinstance(self.curves_per_fingerprint, int) or self.curves_per_fingerprint < 0:
+            raise ConfigError("[monitor] curves_per_fingerprint must be a whole number >= 0 (0 keeps no curves)")
         if not isinstance(self.actions, dict):
             raise ConfigError('[monitor.actions] must be a table, e.g. restart-memory = "shadow"')
         check_action_modes(self.actions)

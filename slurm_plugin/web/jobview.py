@@ -1,25 +1,21 @@
 """What a job's page shows, assembled from plain data (no I/O here): its decision, the
 history estimate its decision came from, its memory curve with the forecast and the size of
-its partition, and its events."""
+its partition (a finished job: the curve stored at its run's end, no forecast), and its events."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from packer import comment as comment_mod
+from packer.curves import CurvePoint, RunCurve
 from packer.decision import Estimate
 from packer.samples import JobSample
 from packer.store import RunRecord
 from predictor.forecast import Forecast
 from slurm_plugin.slurm.model import Job
-from slurm_plugin.web.model import EventRow, JobRow, job_row
+from slurm_plugin.web.model import ACTIVE, EventRow, JobRow, job_row
 
-
-@dataclass(frozen=True)
-class CurvePoint:
-    t: float  # seconds since the run started
-    mem_bytes: int
-    peak_bytes: int
+__all__ = ["CurvePoint", "JobDetail", "as_stored", "assemble_job", "capacity_of", "curve_of", "this_run"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +35,17 @@ class JobDetail:
     capacity_label: str
     forecast: Forecast | None
     events: tuple[EventRow, ...]
+    stored: RunCurve | None = None  # a job not running: its latest run's curve, stored at the run's end
+    earlier: tuple[RunCurve, ...] = ()  # the stored curves of its earlier runs (restarted, requeued), latest first
+
+    @property
+    def running(self) -> bool:
+        return self.row is not None and self.row.state in ACTIVE
+
+    @property
+    def finished(self) -> bool:
+        """Slurm forgot it, or it is neither running nor waiting for its first run."""
+        return self.row is None or (self.row.state not in ACTIVE and self.row.state != "PENDING")
 
 
 def capacity_of(isolation: str | None, shards: int | None, share_bytes: float,
@@ -71,8 +78,14 @@ def this_run(samples: Iterable[JobSample]) -> tuple[list[JobSample], float | Non
 def assemble_job(job_id: int, job: Job | None, *, samples: Sequence[JobSample], started_at: float | None,
                  estimate: Estimate | None, remembered_shards: int | None, runs: Iterable[RunRecord],
                  events: Iterable[EventRow], capacity: tuple[float | None, str],
-                 forecast: Forecast | None) -> JobDetail:
+                 forecast: Forecast | None, stored: RunCurve | None = None,
+                 earlier: Iterable[RunCurve] = ()) -> JobDetail:
+    """`stored`: a job without samples (not running) shows its latest run's stored curve,
+    with the partition that run had and no forecast. `earlier`: its earlier runs' curves."""
     record = comment_mod.parse(job.admin_comment) if job is not None else None
+    if stored is not None and not samples:
+        return _finished(job_id, job, record, stored, estimate=estimate, remembered_shards=remembered_shards,
+                         runs=runs, events=events, earlier=tuple(earlier))
     last = samples[-1] if samples else None
     return JobDetail(
         job_id=job_id,
@@ -90,4 +103,36 @@ def assemble_job(job_id: int, job: Job | None, *, samples: Sequence[JobSample], 
         capacity_label=capacity[1],
         forecast=forecast,
         events=tuple(events),
+        earlier=tuple(earlier),
     )
+
+
+def _finished(job_id: int, job: Job | None, record, stored: RunCurve, *, estimate: Estimate | None,
+              remembered_shards: int | None, runs: Iterable[RunRecord], events: Iterable[EventRow],
+              earlier: tuple[RunCurve, ...]) -> JobDetail:
+    return JobDetail(
+        job_id=job_id,
+        row=job_row(job) if job is not None else None,
+        admin_comment=(job.admin_comment or "") if job is not None else "",
+        record_fields=dict(record.fields) if record is not None else {},
+        estimate=estimate,
+        remembered_shards=remembered_shards,
+        runs=tuple(runs),
+        node=stored.node,
+        gpu_index=stored.gpu_index,
+        isolation=stored.isolation,
+        curve=stored.points,
+        capacity_bytes=stored.capacity_bytes,
+        capacity_label=stored.capacity_label,
+        forecast=None,
+        events=tuple(events),
+        stored=stored,
+        earlier=earlier,
+    )
+
+
+def as_stored(d: JobDetail, curve: RunCurve) -> JobDetail:
+    """`d` with `curve` as its stored curve (an earlier run's plot on the job's page)."""
+    return replace(d, node=curve.node, gpu_index=curve.gpu_index, isolation=curve.isolation, curve=curve.points,
+                   capacity_bytes=curve.capacity_bytes, capacity_label=curve.capacity_label, forecast=None,
+                   stored=curve, earlier=())

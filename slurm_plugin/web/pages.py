@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from html import escape
 
-from slurm_plugin.web.jobview import JobDetail
+from slurm_plugin.web.jobview import JobDetail, as_stored
 from slurm_plugin.web.model import EventRow, JobRow, Overview
 from slurm_plugin.web.svg import GIB, gpu_bar, memory_plot
 
@@ -157,6 +157,11 @@ def job_fragment(d: JobDetail) -> str:
     if d.node is not None:
         out.append(f"<p>On {_e(d.node)} GPU {d.gpu_index}, isolation <code>{_e(d.isolation)}</code>"
                    f"{'; partition ' + _e(d.capacity_label) + ' = ' + _gib(d.capacity_bytes) if d.capacity_bytes else ''}.</p>")
+    if d.stored is not None:
+        c = d.stored
+        out.append(f'<p id="stored-curve" class="stored">Stored at the run\'s end ({_e(utc(c.ended_at))} UTC, '
+                   f"{_e(c.how_it_ended)}): {len(c.points)} points kept of {c.samples} samples, peak "
+                   f"{_gib(c.peak_bytes)} over {c.duration_s:.0f} s. A finished run has no forecast.</p>")
     out.append(memory_plot(d))
     fc = d.forecast
     if fc is not None:
@@ -164,7 +169,16 @@ def job_fragment(d: JobDetail) -> str:
         out.append(f'<p id="forecast" class="forecast-{"warn" if fc.warn else "ok"}">Forecast at {fc.horizon:.0f} s: '
                    f"peak {_gib(fc.predicted_peak_bytes)} (upper bound {_gib(fc.upper_bytes)}), observed {_gib(fc.observed_peak_bytes)} "
                    f"over {fc.samples} samples: <b>{verdict}</b>. <span class=\"why\">{_e(fc.reason)}</span></p>")
+    fc_key = "" if d.stored is not None else '<span class="k-fc">forecast and upper bound</span> '
     out.append('<p class="legend"><span class="k-mem">in use</span> <span class="k-peak">peak</span> '
-               '<span class="k-fc">forecast and upper bound</span> <span class="k-part">partition</span></p>')
+               f'{fc_key}<span class="k-part">partition</span></p>')
+    if d.earlier:
+        out.append(f'</section><section class="earlier-runs"><h2>Earlier runs of this job ({len(d.earlier)})</h2>')
+        for c in d.earlier:
+            part = f"; partition {_e(c.capacity_label)} = {_gib(c.capacity_bytes)}" if c.capacity_bytes else ""
+            out.append(f'<div class="earlier-run" data-started="{c.started_at:.3f}" data-end="{_e(c.end_state)}">'
+                       f"<p>Ended {_e(utc(c.ended_at))} UTC, {_e(c.how_it_ended)}, on {_e(c.node)} GPU {c.gpu_index}"
+                       f"{part}: {len(c.points)} points kept of {c.samples} samples, peak {_gib(c.peak_bytes)} "
+                       f"over {c.duration_s:.0f} s.</p>{memory_plot(as_stored(d, c), 'memplot earlier')}</div>")
     out.append(f'</section><section class="job-events"><h2>Events</h2>{_events_table(d.events)}</section>')
     return "".join(out)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from packer import comment as comment_mod
 from packer.config import PackerConfig
+from packer.curve_store import RunCurves
 from packer.store import Store, StoreError
 from slurm_plugin.helper.monitor_settings import load_monitor_settings
 from slurm_plugin.helper.settings import Paths
@@ -33,6 +34,7 @@ from slurm_plugin.web.settings import WebSettings
 log = logging.getLogger(__name__)
 
 AGENT_TIMEOUT_S = 1.0
+EARLIER_RUNS = 3  # a job page draws the curves of this many earlier runs (a job restarted, requeued)
 AGENT_THREADS = 16  # node agents asked at once (a silent one costs AGENT_TIMEOUT_S, not N of them)
 
 
@@ -201,9 +203,13 @@ class WebSource:
             if job is not None and job.end_time is not None and started is not None and job.end_time.timestamp() > started:
                 horizon = min(horizon, job.end_time.timestamp() - started)
             forecast = self.forecasts.forecast(job_id, started, capacity[0], horizon, samples)
+        # the curves stored at each run's end (a job that is not running: its samples went with its run)
+        ended = self._with_store(lambda s: RunCurves(s).runs_of_job(job_id, limit=EARLIER_RUNS + 1))
+        stored = ended[0] if ended and (job is None or job.state not in ACTIVE) else None
         detail = assemble_job(job_id, job, samples=samples, started_at=started, estimate=estimate,
                               remembered_shards=remembered, runs=runs, events=events, capacity=capacity,
-                              forecast=forecast)
+                              forecast=forecast, stored=stored,
+                              earlier=[c for c in ended if c is not stored][:EARLIER_RUNS])
         html = pages.job_fragment(detail)
         return detail, Rendered(html, _etag(html), now)
 

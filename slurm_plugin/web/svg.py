@@ -59,10 +59,16 @@ def _thin(points: list, limit: int = 600) -> list:
     return [points[int(i * step)] for i in range(limit)] + [points[-1]]
 
 
-def memory_plot(d: JobDetail) -> str:
+def memory_plot(d: JobDetail, cls: str = "memplot") -> str:
     """The job's memory (in use and peak) against seconds since its start; its partition's
-    size; the forecast peak at the horizon with its upper bound (a band)."""
+    size; the forecast peak at the horizon with its upper bound (a band). `cls`: the svg's
+    class (an earlier run's plot: "memplot earlier")."""
     if not d.curve:
+        if d.finished:
+            return ('<p class="no-plot" id="no-stored-curve">No memory curve was stored for this job: the helper '
+                    "stores a run's curve when it sees the run end, so this run ended unwatched (no samples, "
+                    "or the helper was down), or its curve was pruned (only the newest runs of each workload keep "
+                    "theirs: <code>[monitor] curves_per_fingerprint</code>).</p>")
         return '<p class="no-plot">No memory samples: the job is not running (or its node agent did not answer).</p>'
     t_last = d.curve[-1].t
     fc = d.forecast
@@ -83,8 +89,9 @@ def memory_plot(d: JobDetail) -> str:
     def Y(b: float) -> float:
         return TOP + ih * (1 - min(max(b, 0.0), y_max) / y_max)
 
-    out = [f'<svg class="memplot" viewBox="0 0 {PLOT_W} {PLOT_H}" width="{PLOT_W}" height="{PLOT_H}" role="img" '
-           f'aria-label="memory of job {d.job_id}">',
+    source = "stored" if d.stored is not None else "live"
+    out = [f'<svg class="{_a(cls)}" data-source="{source}" viewBox="0 0 {PLOT_W} {PLOT_H}" width="{PLOT_W}" '
+           f'height="{PLOT_H}" role="img" aria-label="memory of job {d.job_id}{" (stored)" if d.stored else ""}">',
            f'<rect class="plot-bg" x="{LEFT}" y="{TOP}" width="{iw}" height="{ih}"/>']
     for k in range(5):  # y grid in GiB
         b = y_max * k / 4

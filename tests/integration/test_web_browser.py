@@ -2,8 +2,9 @@
 `chromium-driver`) driven by Selenium, against the real test cluster and its `gpupack web`.
 
 It checks what an admin looks for: every node, a packed job running in its MIG slice, the
-event of a requeue appearing on the open page without a reload, and the job's page with its
-memory plot (curve, partition line, forecast).
+event of a requeue appearing on the open page without a reload, the job's page with its
+memory plot (curve, partition line, forecast), the restarted run's curve kept, and a
+finished packed job's page with the curve stored at its run's end.
 """
 from __future__ import annotations
 
@@ -141,6 +142,64 @@ def test_nodes_a_packed_job_in_its_slice_a_live_requeue_event_and_the_job_plot(c
         assert browser.execute_script("return window.loadedOnce") == "yes"
         assert int(browser.execute_script("return document.body.dataset.updates || '0'")) >= 1
         assert "live" in browser.find_element("id", "live-status").text
+
+        # the restarted run left its curve: an admin sees later why it was restarted
+        from packer.curve_store import RunCurves
+
+        def restarted_curve(_d):
+            store = Store(cluster.spec.database)
+            try:
+                return RunCurves(store).of_job(job)
+            finally:
+                store.close()
+
+        curve = wait_until(browser, "the restarted run's stored curve", restarted_curve, timeout=30)
+        assert curve.how_it_ended == "requeued by restart-memory"
+        assert curve.capacity_label == "MIG 1g.10gb" and curve.peak_bytes > 6 * GIB
+        browser.get(web + f"job/{job}")  # its page, running again or waiting: that run's curve is on it
+        earlier = wait_until(browser, "the restarted run on the job's page",
+                             lambda d: css(d, 'div.earlier-run[data-end="REQUEUED by restart-memory"] svg.memplot.earlier')
+                             or css(d, 'svg.memplot[data-source="stored"]'))
+        assert int(earlier[0].find_element("css selector", "polyline.mem").get_attribute("data-points")) == len(curve.points)
+    finally:
+        cluster.cancel_all()
+        cluster.reset_options()
+
+
+def test_a_finished_packed_jobs_page_shows_the_curve_stored_at_its_end(cluster, web, browser):
+    from packer.curve_store import RunCurves
+
+    cluster.set_option("pack_only_when_no_idle_gpu", "false")
+    body = (f"#!/bin/sh\n# gpupack stored curve test {RUN}\nexec {sys.executable} -m slurm_plugin simgpu run "
+            "--workload ResNet18 --mem-start 2GiB --mem-growth 20MiB --iters 100 --iter-ms 100\n").encode()
+    fp = fingerprint("root", "web-done", body)
+    store = Store(cluster.spec.database)  # its history says 3 GiB: packed on one share (MIG 1g.10gb)
+    store.record_run(RunRecord(job_id=810000 + RUN % 99999, fingerprint=fp, peak_mem_bytes=3 * GIB, mean_util_pct=30.0))
+    store.close()
+    try:
+        job = cluster.submit(["-J", "web-done", "-t", "2", "--gres=gpu:1"], body)
+        record = parse(cluster.job(job)["AdminComment"])
+        assert record is not None and record.verdict == "packed" and record.shards == 1
+        assert cluster.wait(job, {"COMPLETED", "FAILED"}, 90) == "COMPLETED"
+
+        browser.get(web + f"job/{job}")
+        wait_until(browser, "the stored curve", lambda d: css(d, 'svg.memplot[data-source="stored"] polyline.mem'))
+        stored = browser.find_element("id", "stored-curve").text
+        assert "Stored at the run's end" in stored and "completed" in stored
+        (part,) = css(browser, "svg.memplot g.partition")
+        assert int(part.get_attribute("data-bytes")) == pytest.approx(9.75 * GIB, rel=0.01)  # MIG 1g.10gb
+        assert not css(browser, "svg.memplot g.forecast")
+        points = int(css(browser, "svg.memplot polyline.mem")[0].get_attribute("data-points"))
+
+        store = Store(cluster.spec.database)
+        curve = RunCurves(store).of_job(job)
+        (run,) = [r for r in store.runs(fp) if r.job_id == job]
+        store.close()
+        assert curve is not None and curve.started_at == run.started_at and curve.end_state == "COMPLETED"
+        assert points == len(curve.points) >= 3 and curve.peak_bytes >= 2 * GIB
+        out = subprocess.run([sys.executable, "-m", "slurm_plugin", "history", "show", fp, "--config",
+                              str(cluster.spec.gpupack_toml)], capture_output=True, text=True, timeout=60, env=cluster.env)
+        assert f"curve: {len(curve.points)} points" in out.stdout, out.stdout + out.stderr
     finally:
         cluster.cancel_all()
         cluster.reset_options()

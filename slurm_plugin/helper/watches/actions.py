@@ -113,7 +113,9 @@ class Actions:
             self.store.log_event(kind + "-failed", f"could not requeue: {exc}", job_id, reason=reason)
             log.error("job %d: requeue for %s failed: %s", job_id, kind, exc)
             return False
-        self.state.tracks.pop(job_id, None)
+        track = self.state.tracks.pop(job_id, None)
+        if track is not None:  # the run ended here: its curve is kept (the history watch)
+            self.state.requeued_tracks.append((track, kind))
         self.store.log_event(kind, reason, job_id, priority=priority, excluded=sorted(exclude), gres=gres, **data)
         log.warning("job %d requeued %s: %s", job_id,
                     "and held" if keep_held else f"at the head (priority {priority})", reason)

@@ -2,13 +2,16 @@
 throughput written under its fingerprint (what the submit path estimates from).
 
 One row per run (job, fingerprint, start), shared with the Epilog's record of the same run;
-a run with no GPU memory measured is left out (it would teach the packer a 0-byte job)."""
+a run with no GPU memory measured is left out (it would teach the packer a 0-byte job).
+Every run that ends (whatever its end) also leaves its memory curve (`run_curves`), under
+the same key when it is history."""
 from __future__ import annotations
 
 import logging
 
 from packer.store import RunRecord
 from slurm_plugin.helper.watches.round import RoundContext
+from slurm_plugin.helper.watches.run_curves import keep_curve
 from slurm_plugin.helper.watches.tracks import ACTIVE, Track
 
 log = logging.getLogger(__name__)
@@ -18,11 +21,16 @@ REQUEUED = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")
 
 
 class HistoryWatch:
-    """Drops the tracks of jobs that left; records the runs that completed."""
+    """Drops the tracks of jobs that left; records the runs that completed; keeps every ended
+    run's memory curve."""
 
     name = "history"
 
     def round(self, ctx: RoundContext) -> None:
+        requeued = ctx.state.requeued_tracks
+        while requeued:
+            track, kind = requeued.pop(0)
+            keep_curve(ctx, track, f"REQUEUED by {kind}")
         self._record_finished(ctx)
 
     def _record_finished(self, ctx: RoundContext) -> None:
@@ -33,13 +41,17 @@ class HistoryWatch:
             if state in ACTIVE:
                 continue
             del tracks[job_id]
+            started_at = None
             if state != "COMPLETED" or not track.fingerprint or not track.samples:
                 if state not in REQUEUED:
                     log.info("job %d ended %s: not recorded in the history", job_id, state)
-                continue
-            self._record(ctx, track)
+            else:
+                started_at = self._record(ctx, track)
+            keep_curve(ctx, track, state, started_at)
 
-    def _record(self, ctx: RoundContext, track: Track) -> None:
+    def _record(self, ctx: RoundContext, track: Track) -> float:
+        """Record the completed run; returns its key's start (the Epilog's, when the agent's
+        summary gives it)."""
         job_id = track.job_id
         final = self._final_stats(ctx, track)
         if final and float(final.get("ended_at") or 0) <= track.started_at:
@@ -57,7 +69,7 @@ class HistoryWatch:
             started_at = float(final.get("started_at") or started_at)  # the Epilog keys the run by the agent's start
         if peak <= 0:
             log.info("job %d completed with no GPU memory measured: not recorded in the history", job_id)
-            return
+            return started_at
         if mean_util is not None:
             mean_util = min(100.0, max(0.0, float(mean_util)))
         store = ctx.actions.store
@@ -69,15 +81,16 @@ class HistoryWatch:
             ))
         except ValueError as exc:
             log.warning("job %d: history not recorded: %s", job_id, exc)
-            return
+            return started_at
         if not new:
             log.debug("job %d: this run was recorded already (by the Epilog): merged", job_id)
-            return
+            return started_at
         store.log_event(
             "history", f"recorded peak {peak / GIB:.2f}GiB util {mean_util if mean_util is None else round(mean_util)}% "
             f"throughput {mean_thr if mean_thr is None else round(mean_thr, 2)}/s", job_id,
             fingerprint=track.fingerprint, peak_mem_bytes=int(peak), mean_util_pct=mean_util, throughput=mean_thr,
         )
+        return started_at
 
     def _final_stats(self, ctx: RoundContext, track: Track) -> dict | None:
         try:

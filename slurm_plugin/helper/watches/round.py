@@ -40,6 +40,9 @@ class WatchState:
     kept_off: dict[int, frozenset[str]] = field(default_factory=dict)
     # (senior, its run start, newcomer, its run start) whose pair speed is recorded: once per pack
     pairs_measured: set[tuple[int, float, int, float]] = field(default_factory=set)
+    # tracks of runs an action requeued (track, the action's kind): the history watch stores
+    # their memory curves on its next turn
+    requeued_tracks: list[tuple[Track, str]] = field(default_factory=list)
 
 
 @dataclass

@@ -103,6 +103,10 @@ class TrackWatch:
             started = sample.started_at or (job.start_time.timestamp() if job.start_time else sample.at)
             if track is None or abs(track.started_at - started) > 0.5:
                 # first sight, or a new run of a requeued job: start over
+                if track is not None:  # the earlier run ended between two rounds: keep its curve
+                    from slurm_plugin.helper.watches.run_curves import keep_curve
+
+                    keep_curve(ctx, track, "REQUEUED")
                 track = Track(
                     job_id=job.job_id, fingerprint=ctx.fingerprint_of(job), node=sample.node,
                     gpu_index=sample.gpu_index, isolation=sample.isolation, started_at=started,

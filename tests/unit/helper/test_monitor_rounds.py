@@ -436,3 +436,109 @@ def test_each_measured_senior_is_recorded_once_as_its_speed_beside_the_newcomer(
     assert {s.samples for s in speeds.values()} == {1}  # one measure per pack, not one per round
     assert fake.jobs[4].state == "RUNNING"
     assert fake.jobs[2].state == ("PENDING" if mode == "enforce" else "RUNNING")
+
+
+def test_a_completed_runs_curve_is_stored_under_the_runs_key(tmp_path):
+    from packer.curve_store import RunCurves
+
+    fake, helper, samples, monitor = make(tmp_path)
+    running(fake, 9, fp="hist", shards=2)
+    for t in range(5):
+        samples.put(9, FAKE_EPOCH + t, mem=(3 + t) * GIB, util=40.0, started_at=FAKE_EPOCH)
+        monitor.tick()
+    fake.jobs[9].state = "COMPLETED"
+    samples.now.clear()
+    monitor.tick()
+    (run,) = helper.store.runs("hist")
+    curve = RunCurves(helper.store).of_job(9)
+    assert curve is not None and (curve.fingerprint, curve.started_at) == ("hist", run.started_at)
+    assert [p.mem_bytes for p in curve.points] == [(3 + t) * GIB for t in range(5)]
+    assert [p.t for p in curve.points] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert curve.end_state == "COMPLETED" and curve.peak_bytes == run.peak_mem_bytes == 7 * GIB
+    assert curve.capacity_label == "shard:2" and curve.capacity_bytes == 2 * helper.config().share_bytes
+
+
+def test_a_requeued_runs_curve_is_stored_though_it_is_not_history(tmp_path):
+    from packer.curve_store import RunCurves
+
+    fake, helper, samples, monitor = make(tmp_path)
+    running(fake, 9, fp="hist")
+    for t in range(3):
+        samples.put(9, FAKE_EPOCH + t, mem=(2 + t) * GIB, started_at=FAKE_EPOCH)
+        monitor.tick()
+    fake.jobs[9].state = "PENDING"  # requeued
+    samples.now.clear()
+    monitor.tick()
+    assert helper.store.runs("hist") == []
+    curve = RunCurves(helper.store).of_job(9)
+    assert curve.end_state == "PENDING" and "requeued" in curve.summary() and len(curve.points) == 3
+    # it runs again before a round saw it wait: the first run's curve is kept all the same
+    second = FAKE_EPOCH + 20
+    running(fake, 9, fp="hist", start=second)
+    samples.put(9, second, mem=GIB, started_at=second)
+    monitor.tick()
+    third = FAKE_EPOCH + 40
+    running(fake, 9, fp="hist", start=third)
+    samples.put(9, third, mem=GIB, started_at=third)
+    monitor.tick()
+    assert [c.started_at for c in RunCurves(helper.store).of_fingerprint("hist")] == [second, FAKE_EPOCH]
+
+
+def test_curves_per_fingerprint_bounds_what_is_kept(tmp_path):
+    from packer.curve_store import RunCurves
+
+    fake, helper, samples, monitor = make(tmp_path, curves_per_fingerprint=2)
+    for job_id in (1, 2, 3):
+        start = FAKE_EPOCH + 10 * job_id
+        running(fake, job_id, fp="w", start=start)
+        samples.put(job_id, start, mem=GIB, started_at=start)
+        monitor.tick()
+        fake.jobs[job_id].state = "COMPLETED"
+        samples.now.clear()
+        monitor.tick()
+    assert [c.job_id for c in RunCurves(helper.store).of_fingerprint("w")] == [3, 2]
+    assert len(helper.store.runs("w")) == 3  # the history itself is not pruned
+
+
+def test_a_run_restarted_for_memory_keeps_its_curve_and_says_why_it_ended(tmp_path):
+    from packer.curve_store import RunCurves
+
+    fake, helper, samples, monitor = make(tmp_path, memory_horizon_s=60)
+    running(fake, 7, fp="grow", shards=1)  # one share = 10 GiB
+    for t in range(40):
+        samples.put(7, FAKE_EPOCH + t, mem=int(2 * GIB + t * 0.3 * GIB), started_at=FAKE_EPOCH)
+        monitor.tick()
+        if fake.jobs[7].state == "PENDING":
+            break
+    assert RunCurves(helper.store).of_job(7) is None  # stored by the history watch, on its next turn
+    samples.now.clear()
+    monitor.tick()
+    curve = RunCurves(helper.store).of_job(7)
+    assert curve is not None and curve.end_state == "REQUEUED by restart-memory"
+    assert curve.how_it_ended == "requeued by restart-memory" and len(curve.points) == t + 1
+    assert curve.capacity_label == "shard:1" and curve.peak_bytes == int(2 * GIB + t * 0.3 * GIB)
+    assert len(RunCurves(helper.store).of_fingerprint("grow")) == 1  # one run, one curve (not again as PENDING)
+
+
+def test_a_run_with_no_memory_measured_leaves_no_curve(tmp_path):
+    from packer.curve_store import RunCurves
+
+    fake, helper, samples, monitor = make(tmp_path)
+    running(fake, 9, fp="hist")
+    samples.put(9, FAKE_EPOCH, mem=0, started_at=FAKE_EPOCH)
+    monitor.tick()
+    fake.jobs[9].state = "CANCELLED"
+    samples.now.clear()
+    monitor.tick()
+    assert RunCurves(helper.store).of_job(9) is None
+
+
+def test_curves_per_fingerprint_must_be_a_count(tmp_path):
+    from packer.config import ConfigError
+    from slurm_plugin.helper.monitor_settings import MonitorSettings, load_monitor_settings
+
+    with pytest.raises(ConfigError, match="curves_per_fingerprint must be a whole number >= 0"):
+        MonitorSettings(curves_per_fingerprint=-1)
+    toml = tmp_path / "gpupack.toml"
+    toml.write_text("[monitor]\ncurves_per_fingerprint = 0\n")
+    assert load_monitor_settings(toml).curves_per_fingerprint == 0

@@ -132,10 +132,11 @@ def test_a_schema_2_database_gets_the_pair_speeds_table_and_keeps_its_pairs(tmp_
     old = Store(path)
     old.avoid_pair("a", "b", "contention")
     old.db.execute("drop table pair_speeds")
+    old.db.execute("drop table run_curves")  # schema 4's
     old.db.execute("pragma user_version = 2")
     old.close()
     store = Store(path)
-    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     assert store.must_avoid("a", "b")
     store.record_pair_speed("a", "b", 0.5)
     assert store.pair_speeds()[("a", "b")].speed == 0.5

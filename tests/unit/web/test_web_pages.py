@@ -103,7 +103,7 @@ def test_job_page_without_samples_says_why_there_is_no_plot():
     d = assemble_job(8, None, samples=[], started_at=None, estimate=None, remembered_shards=None, runs=[],
                      events=[], capacity=(None, ""), forecast=None)
     html = pages.job_fragment(d)
-    assert "memplot" not in html and "No memory samples" in html and "no longer knows job 8" in html
+    assert "memplot" not in html and "No memory curve was stored" in html and "no longer knows job 8" in html
 
 
 def test_this_run_keeps_only_the_latest_run_of_a_requeued_job():
@@ -128,3 +128,71 @@ def test_an_isolation_slurm_does_not_list_as_running_is_not_drawn():
     ov = assemble([Node("n1", ("MIXED",), (GresItem("gpu", None, 1),))], [gone], [AgentJob(4, "n1", 0, "mig:3g.40gb@0"),
                   AgentJob(5, "n1", 0, "mig:1g.10gb@4")], [], taken_at=0.0, shares_per_gpu=8, profile_slices={"3g.40gb": 4}.get)
     assert ov.nodes[0].gpus[0].slices == ()
+
+
+def stored_curve(job_id: int = 7, n: int = 40):
+    from packer.curves import CurvePoint, RunCurve
+
+    pts = tuple(CurvePoint(float(i), int(2 * GIB + 0.2 * GIB * i), int(2 * GIB + 0.2 * GIB * i)) for i in range(n))
+    return RunCurve(job_id=job_id, fingerprint="ff", started_at=100.0, ended_at=1_700_000_000.0,
+                    end_state="PENDING", node="node2", gpu_index=1, isolation="mig:1g.10gb@6", shards=1,
+                    capacity_bytes=9984 * 1024.0**2, capacity_label="MIG 1g.10gb", samples=600, points=pts)
+
+
+def test_a_finished_jobs_page_draws_its_stored_curve_with_its_partition_and_no_forecast():
+    job = Job(7, "grow", "alice", "COMPLETED", nodes="node2", admin_comment="gpupack: packed shard:1 fp=ff")
+    d = assemble_job(7, job, samples=[], started_at=None, estimate=None, remembered_shards=None, runs=[],
+                     events=[], capacity=(None, ""), forecast=None, stored=stored_curve())
+    html = pages.job_fragment(d)
+    tags = parse(html).tags
+    (plot,) = [a for t, a in tags if t == "svg" and a.get("class") == "memplot"]
+    assert plot["data-source"] == "stored"
+    (mem,) = [a for t, a in tags if t == "polyline" and a.get("class") == "mem"]
+    assert mem["data-points"] == "40" and len(mem["points"].split()) == 40
+    (part,) = [a for t, a in tags if t == "g" and a.get("class") == "partition"]
+    assert int(part["data-bytes"]) == 9984 * 1024**2
+    assert not [a for t, a in tags if t == "g" and a.get("class") == "forecast"]
+    assert "Stored at the run's end (2023-11-14 22:13:20 UTC, requeued (PENDING)): 40 points kept of 600 samples" in html
+    assert "On node2 GPU 1, isolation <code>mig:1g.10gb@6</code>; partition MIG 1g.10gb = 9.75 GiB" in html
+
+
+def test_a_finished_job_without_a_stored_curve_says_so():
+    for job in (Job(7, "x", "u", "COMPLETED", nodes="node2"), None):
+        d = assemble_job(7, job, samples=[], started_at=None, estimate=None, remembered_shards=None, runs=[],
+                         events=[], capacity=(None, ""), forecast=None, stored=None)
+        html = pages.job_fragment(d)
+        assert "memplot" not in html and 'id="no-stored-curve"' in html and "No memory curve was stored" in html
+    pending = Job(8, "x", "u", "PENDING", state_reason="Priority")
+    d = assemble_job(8, pending, samples=[], started_at=None, estimate=None, remembered_shards=None, runs=[],
+                     events=[], capacity=(None, ""), forecast=None)
+    assert "No memory samples: the job is not running" in pages.job_fragment(d)
+
+
+def test_a_running_jobs_live_samples_win_over_a_stored_curve():
+    samples = samples_growing(10)
+    run, started = this_run(samples)
+    job = Job(7, "grow", "alice", "RUNNING", nodes="node1")
+    d = assemble_job(7, job, samples=run, started_at=started, estimate=None, remembered_shards=None, runs=[],
+                     events=[], capacity=(None, ""), forecast=None, stored=stored_curve())
+    html = pages.job_fragment(d)
+    assert d.stored is None and 'data-source="live"' in html and "stored-curve" not in html
+
+
+def test_a_restarted_jobs_page_draws_each_earlier_runs_stored_curve():
+    from dataclasses import replace
+
+    restarted = replace(stored_curve(n=25), end_state="REQUEUED by restart-memory", ended_at=1_700_000_100.0)
+    samples = samples_growing(10, started=500.0)
+    run, started = this_run(samples)
+    job = Job(7, "grow", "alice", "RUNNING", nodes="node1", restart_cnt=1)
+    d = assemble_job(7, job, samples=run, started_at=started, estimate=None, remembered_shards=None, runs=[],
+                     events=[], capacity=(None, ""), forecast=None, earlier=[restarted])
+    html = pages.job_fragment(d)
+    tags = parse(html).tags
+    plots = [a for t, a in tags if t == "svg" and "memplot" in a.get("class", "")]
+    assert [(p["class"], p["data-source"]) for p in plots] == [("memplot", "live"), ("memplot earlier", "stored")]
+    (div,) = [a for t, a in tags if t == "div" and a.get("class") == "earlier-run"]
+    assert div["data-end"] == "REQUEUED by restart-memory"
+    assert "requeued by restart-memory, on node2 GPU 1; partition MIG 1g.10gb = 9.75 GiB: 25 points kept" in html
+    mems = [a for t, a in tags if t == "polyline" and a.get("class") == "mem"]
+    assert [m["data-points"] for m in mems] == ["10", "25"]

@@ -103,6 +103,34 @@ def test_json_api_and_job_page(served):
     assert status == 200 and "no longer knows job 999" in page
 
 
+def test_a_finished_jobs_page_shows_the_curve_stored_at_its_end(served, tmp_path):
+    from packer.curve_store import RunCurves
+    from packer.curves import CurvePoint, RunCurve
+
+    server, fake = served()
+    fake.jobs[1].state = "COMPLETED"
+    fake.submit(job_id=3, name="gone", state="FAILED", nodes="node2", admin_comment="gpupack: packed shard:1 fp=abc")
+    store = Store(tmp_path / "gpupack.db")
+    pts = tuple(CurvePoint(float(t), (4 + t) * 2**30, (4 + t) * 2**30) for t in range(6))
+    RunCurves(store).save(RunCurve(job_id=1, fingerprint="abc", started_at=50.0, ended_at=60.0, end_state="COMPLETED",
+                                   node="node1", gpu_index=0, isolation="shard:2", shards=2, capacity_bytes=20.0 * 2**30,
+                                   capacity_label="shard:2", samples=6, points=pts))
+    RunCurves(store).save(RunCurve(job_id=1, fingerprint="abc", started_at=10.0, ended_at=20.0,
+                                   end_state="REQUEUED by restart-memory", node="node1", gpu_index=0,
+                                   isolation="shard:1", shards=1, capacity_bytes=10.0 * 2**30, capacity_label="shard:1",
+                                   samples=3, points=pts[:3]))
+    store.close()
+    status, _h, page = get(server.url + "job/1")
+    assert status == 200 and 'data-source="stored"' in page and 'data-points="6"' in page
+    assert "Earlier runs of this job (1)" in page and 'data-end="REQUEUED by restart-memory"' in page
+    assert "Stored at the run's end" in page and "peak 9.00 GiB over 5 s" in page
+    assert f'data-bytes="{20 * 2**30}"' in page and 'class="forecast"' not in page
+    doc = json.loads(get(server.url + "api/job/1.json")[2])
+    assert doc["stored"]["end_state"] == "COMPLETED" and len(doc["curve"]) == 6
+    status, _h, page = get(server.url + "job/3")
+    assert status == 200 and "No memory curve was stored" in page and "memplot" not in page
+
+
 def test_unknown_paths_and_static_files(served):
     server, _fake = served()
     assert get(server.url + "nope")[0] == 404

@@ -1,0 +1,55 @@
+"""A run's memory curve, stored when the monitor sees the run end (however it ended: completed,
+failed, requeued for memory or contention), so the job's web page and `gpupack history show`
+still have it after the node agent dropped the job's samples."""
+from __future__ import annotations
+
+import logging
+import sqlite3
+
+from packer.curve_store import RunCurves
+from packer.curves import CurvePoint, RunCurve, downsample
+from slurm_plugin.helper.watches.memory import capacity_of
+from slurm_plugin.helper.watches.round import RoundContext
+from slurm_plugin.helper.watches.tracks import Track
+
+log = logging.getLogger(__name__)
+
+
+def curve_of_track(ctx: RoundContext, track: Track, end_state: str, started_at: float) -> RunCurve | None:
+    """The track's samples as a stored curve (downsampled), keyed by `started_at` (the run's
+    key in the history); None when it has no samples."""
+    if not track.samples:
+        return None
+    points = [CurvePoint(s.at - track.started_at, int(s.mem_bytes), int(max(s.peak_mem_bytes, s.mem_bytes)))
+              for s in track.samples]
+    capacity = capacity_of(track, ctx.config.share_bytes, ctx.gpu_model)
+    if not capacity:
+        label = ""
+    elif track.isolation.startswith("mig:"):
+        label = "MIG " + track.isolation[4:].split("@", 1)[0]
+    else:
+        label = f"shard:{track.shards}"
+    return RunCurve(
+        job_id=track.job_id, fingerprint=track.fingerprint or "", started_at=started_at, ended_at=ctx.now,
+        end_state=end_state, node=track.node, gpu_index=track.gpu_index, isolation=track.isolation,
+        shards=track.shards, capacity_bytes=capacity, capacity_label=label, samples=len(points),
+        points=downsample(points),
+    )
+
+
+def keep_curve(ctx: RoundContext, track: Track, end_state: str, started_at: float | None = None) -> None:
+    """Store the ended run's curve (`[monitor] curves_per_fingerprint` of each workload are
+    kept); a run with no GPU memory measured leaves none (it would only push a real curve out).
+    A failure to store is logged: the curve is for the admin, nothing depends on it."""
+    keep = ctx.settings.curves_per_fingerprint
+    if keep <= 0:
+        return
+    curve = curve_of_track(ctx, track, end_state, track.started_at if started_at is None else started_at)
+    if curve is None or curve.peak_bytes <= 0:
+        return  # no GPU memory measured (a run cancelled as it started): nothing to show
+    try:
+        RunCurves(ctx.actions.store).save(curve, keep)
+    except (sqlite3.Error, ValueError) as exc:
+        log.warning("job %d: memory curve not stored: %s", track.job_id, exc)
+        return
+    log.debug("job %d: stored its run's memory curve (%s)", track.job_id, curve.summary())
