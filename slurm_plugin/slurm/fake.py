@@ -37,7 +37,7 @@ class FakeSlurm:
         self.calls: list[list[str]] = []
         self.envs: list[dict[str, str]] = []
         self._next_id = 1
-        self._commands = FakeJobCommands(self.jobs, self.modern)
+        self._commands = FakeJobCommands(self.jobs, self.modern, replaces_gres=(major, minor) >= (23, 2))
         self._json = FakeJson(release, self.modern)
 
     @property

@@ -24,13 +24,24 @@ _UPDATE_KEYS = {
 }
 
 
+def _kinds(tres: str | None) -> set[str]:
+    """The GRES names in a TRES request (`gres:shard:2` -> {"shard"}, `gpu:1` -> {"gpu"})."""
+    names = set()
+    for item in (tres or "").split(","):
+        parts = item.replace("gres/", "").replace("gres:", "", 1).split(":")
+        if parts and parts[0]:
+            names.add(parts[0])
+    return names
+
+
 class FakeJobCommands:
     """Changes ``jobs`` (shared with the fake) the way slurmctld does; ``modern``: Slurm
     23.11+ (TRES written gres/...). ``signals`` records what scancel --signal sent."""
 
-    def __init__(self, jobs: dict[int, FakeJob], modern: bool) -> None:
+    def __init__(self, jobs: dict[int, FakeJob], modern: bool, replaces_gres: bool = True) -> None:
         self.jobs = jobs
         self.modern = modern
+        self.replaces_gres = replaces_gres  # False: 22.05 (a shard job's GRES cannot become gpu)
         self._saved_priority: dict[int, int] = {}
         self.signals: list[tuple[int, str, bool]] = []  # (job, signal, batch only) sent by scancel --signal
 
@@ -76,6 +87,9 @@ class FakeJobCommands:
                     return 1, "", f"Invalid Priority value: {value}\nRequest aborted\n"
                 changes[attr] = int(value)
             elif attr.startswith("tres_per_") and value and not value.startswith("gres"):
+                if not self.replaces_gres and key == "Gres" and _kinds(job.tres_per_node) != _kinds(value):
+                    # 22.05 merges the new GRES into the job's request: shard and gpu together
+                    return 1, "", f"Invalid generic resource (gres) specification for job {job.job_id}\n"
                 changes[attr] = ("gres/" if self.modern else "gres:") + value
             else:
                 changes[attr] = value

@@ -77,6 +77,16 @@ class SlurmVersion:
         return self.tuple < (23, 11, 5)
 
     @property
+    def replaces_gres_on_update(self) -> bool:
+        """`scontrol update JobId=N Gres=gpu:1` replaces a pending job's GRES request from 23.02
+        on (24.11 seen). 22.05 validates the new GRES against a copy of the job's request
+        (job_mgr.c `_update_job`), so a job that asked for shards keeps its shard record and
+        the update is refused ("Invalid generic resource (gres) specification", seen on
+        22.05.8; clearing with `Gres=` first does not help): there a shard job cannot become
+        a whole-GPU job, only change its share count."""
+        return (self.major, self.minor) >= (23, 2)
+
+    @property
     def has_scontrol_json(self) -> bool:
         """`scontrol --json show ...` exists from 23.02 on (22.05 rejects the option)."""
         return (self.major, self.minor) >= (23, 2)

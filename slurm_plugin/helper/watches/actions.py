@@ -97,29 +97,56 @@ class Actions:
         ours_excluded = self.state.ours_excluded
         try:
             self.runner.requeue(job_id, hold=True)
-            changes: dict[str, object] = {}
-            if gres is not None:
-                changes["Gres"] = gres
-            if exclude:
-                ours = ours_excluded.get(job_id, frozenset()) | exclude
-                changes["ExcNodeList"] = merge_exclusions(job.excluded_nodes, ours_excluded.get(job_id, ()), ours)
-                ours_excluded[job_id] = ours
-            if comment is not None:
-                changes["AdminComment"] = comment_mod.merge(job.admin_comment, comment)
+        except SlurmError as exc:  # still running as it was: nothing lost
+            self.store.log_event(kind + "-failed", f"could not requeue: {exc}", job_id, reason=reason)
+            log.error("job %d: requeue for %s failed: %s", job_id, kind, exc)
+            return False
+        changes: dict[str, object] = {}
+        if gres is not None:
+            changes["Gres"] = gres
+        if exclude:
+            ours = ours_excluded.get(job_id, frozenset()) | exclude
+            changes["ExcNodeList"] = merge_exclusions(job.excluded_nodes, ours_excluded.get(job_id, ()), ours)
+            ours_excluded[job_id] = ours
+        if comment is not None:
+            changes["AdminComment"] = comment_mod.merge(job.admin_comment, comment)
+        try:
             if changes:
                 self.runner.update_job(job_id, **changes)
             priority = 0 if keep_held else self._release_at_head(job_id)
         except SlurmError as exc:
-            self.store.log_event(kind + "-failed", f"could not requeue: {exc}", job_id, reason=reason)
-            log.error("job %d: requeue for %s failed: %s", job_id, kind, exc)
+            # requeued and held, but Slurm refused the change: never leave it held for good;
+            # it goes back to the head of the queue as it was (a grow eviction stays held
+            # for its grower, whose release watch lets it go)
+            released = keep_held or self._release_unchanged(job_id)
+            self.store.log_event(kind + "-failed", f"requeued, but Slurm refused the change ({exc}); "
+                                 + ("released at the head as it was" if released and not keep_held
+                                    else "left held for its grower" if keep_held
+                                    else "could not release it either: `scontrol release` it by hand"),
+                                 job_id, reason=reason, changes={k: str(v) for k, v in changes.items()})
+            log.error("job %d: requeued for %s but not changed: %s", job_id, kind, exc)
+            self._end_run(job_id, kind)
             return False
-        track = self.state.tracks.pop(job_id, None)
-        if track is not None:  # the run ended here: its curve is kept (the history watch)
-            self.state.requeued_tracks.append((track, kind))
+        self._end_run(job_id, kind)
         self.store.log_event(kind, reason, job_id, priority=priority, excluded=sorted(exclude), gres=gres, **data)
         log.warning("job %d requeued %s: %s", job_id,
                     "and held" if keep_held else f"at the head (priority {priority})", reason)
         return True
+
+    def _end_run(self, job_id: int, kind: str) -> None:
+        """The job's run ended with this requeue: its curve is kept (the history watch)."""
+        track = self.state.tracks.pop(job_id, None)
+        if track is not None:
+            self.state.requeued_tracks.append((track, kind))
+
+    def _release_unchanged(self, job_id: int) -> bool:
+        """Release a requeued job whose change Slurm refused, at the head of the queue."""
+        try:
+            self._release_at_head(job_id)
+            return True
+        except SlurmError as exc:
+            log.error("job %d: could not release it after a refused change: %s", job_id, exc)
+            return False
 
     def release_to_head(self, job_id: int, kind: str, reason: str, **data: object) -> bool:
         """Release a job left held by `requeue_at_head(keep_held=True)` and make it the next

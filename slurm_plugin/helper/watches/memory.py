@@ -10,6 +10,7 @@ from packer.decision import max_shards
 from packer.preemption import restart_size
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.helper.watches.tracks import Track
+from slurm_plugin.slurm.errors import SlurmError
 
 GIB = 1024**3
 KIND = "restart-memory"
@@ -109,6 +110,15 @@ class MemoryWatch:
                       f"by {fc.horizon:.0f}s after its start; restart with {gres}; {priced.reason}")
             if t.fingerprint and mode.acts:
                 actions.store.remember_size(t.fingerprint, remembered, "memory-restart")
+            if size.whole_gpu and not _shard_job_may_become_gpu_job(ctx):
+                if not t.kept_reported:  # a requeue would bring it back on the same share
+                    t.kept_reported = True
+                    actions.log_event("keep-memory", f"job {t.job_id} kept: it needs a whole GPU (forecast "
+                                      f"{forecast.predicted_peak_bytes / GIB:.1f}GiB) and Slurm "
+                                      f"{actions.runner.version()} cannot turn a shard job into a GPU job; "
+                                      "its next run of this workload is exclusive (size remembered)",
+                                      t.job_id, to=gres, from_shards=t.shards)
+                continue
             record = (comment_mod.render("exclusive", reason="memory-restart", fp=t.fingerprint)
                       if size.whole_gpu else
                       comment_mod.render("packed", shards=size.shards, reason="memory-restart", fp=t.fingerprint))
@@ -124,3 +134,12 @@ class MemoryWatch:
                               predicted_peak_bytes=forecast.predicted_peak_bytes):
                 acted.add(t.job_id)
         return acted
+
+
+def _shard_job_may_become_gpu_job(ctx: RoundContext) -> bool:
+    """Whether `scontrol update Gres=gpu:1` works on a requeued shard job (not on 22.05);
+    when the release is unknown, try (a refused change is released unchanged)."""
+    try:
+        return ctx.actions.runner.version().replaces_gres_on_update
+    except SlurmError:
+        return True

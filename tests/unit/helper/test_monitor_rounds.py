@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from packer.decision import max_shards
 from packer.store import RunRecord
 from slurm_plugin.helper.monitor import Monitor
 from slurm_plugin.slurm.fake import FAKE_EPOCH, FakeSlurm
@@ -174,6 +175,55 @@ def test_growing_job_is_restarted_on_a_larger_size_and_the_size_remembered(tmp_p
     assert helper.store.remembered_size("grow") == int(job.tres_per_node.rsplit(":", 1)[1])
     assert "memory-restart" in job.admin_comment
     assert [e.kind for e in helper.store.events()].count("restart-memory") == 1
+
+
+def _outgrow_every_share(tmp_path, release):
+    """A shard:4 job (40 GiB) growing 1.5 GiB/s from 30 GiB: the restart it needs is a whole GPU."""
+    fake, helper, samples, monitor = make(tmp_path, memory_horizon_s=60, release=release)
+    running(fake, 7, fp="big", shards=4)
+    for t in range(8):
+        samples.put(7, FAKE_EPOCH + t, mem=int(30 * GIB + t * 1.5 * GIB), started_at=FAKE_EPOCH)
+        monitor.tick()
+        if fake.jobs[7].state == "PENDING":
+            break
+    return fake, helper
+
+
+def test_a_job_that_needs_a_whole_gpu_is_restarted_on_one_where_slurm_can_change_its_gres(tmp_path):
+    fake, helper = _outgrow_every_share(tmp_path, "24.11.5")
+    assert fake.jobs[7].state == "PENDING" and fake.jobs[7].tres_per_node == "gres/gpu:1"
+    assert fake.jobs[7].priority > 0  # released at the head, not left held
+    (event,) = [e for e in helper.store.events() if e.kind == "restart-memory"]
+    assert event.data["to"] == "gpu:1"
+
+
+def test_on_2205_a_shard_job_that_needs_a_whole_gpu_keeps_running_and_its_next_run_is_exclusive(tmp_path):
+    """22.05 refuses `Gres=gpu:1` on a requeued shard job: a requeue would only bring it back
+    on the same share (or leave it held), so it keeps running and its size is remembered."""
+    fake, helper = _outgrow_every_share(tmp_path, "22.05.8")
+    assert fake.jobs[7].state == "RUNNING"
+    (kept,) = [e for e in helper.store.events() if e.kind == "keep-memory"]
+    assert "cannot turn a shard job into a GPU job" in kept.detail and "22.05.8" in kept.detail
+    assert not [e for e in helper.store.events() if e.kind.startswith("restart-memory")]
+    assert helper.store.remembered_size("big") > max_shards(helper.config())
+
+
+def test_a_requeued_job_whose_change_slurm_refuses_goes_back_to_the_head_as_it_was(tmp_path):
+    """Never left held for good: the refused change is an event and the job is released."""
+    fake, helper, samples, monitor = make(tmp_path)  # 22.05: a shard job cannot become a gpu job
+    running(fake, 7, fp="big", shards=4)
+    monitor.tick()
+    done = monitor.actions.requeue_at_head(fake_job(monitor, 7), "restart-memory", "test", gres="gpu:1")
+    assert done is False
+    job = fake.jobs[7]
+    assert job.state == "PENDING" and job.priority > 0 and job.tres_per_node == "gres:shard:4"
+    (failed,) = [e for e in helper.store.events() if e.kind == "restart-memory-failed"]
+    assert "released at the head as it was" in failed.detail and "Invalid generic resource" in failed.detail
+
+
+def fake_job(monitor, job_id):
+    (job,) = monitor.actions.runner.jobs([job_id])
+    return job
 
 
 def test_history_is_recorded_when_a_tracked_job_completes(tmp_path):
@@ -368,8 +418,9 @@ def test_a_long_run_near_a_probable_oom_is_kept_when_a_failure_costs_no_more_tha
     assert len(kept) == 1 and "costs less than a restart" in kept[0].detail
     assert kept[0].data["lose_now_s"] >= 100_000
     assert not [e for e in helper.store.events() if e.kind == "restart-memory"]
-    # the default price of a failure (its user resubmits it) restarts the same job
-    fake, helper, samples, monitor = make(tmp_path / "priced", memory_horizon_s=10**6)
+    # the default price of a failure (its user resubmits it) restarts the same job (on a whole
+    # GPU, the far horizon's size: on 24.11, where a shard job's GRES can become gpu:1)
+    fake, helper, samples, monitor = make(tmp_path / "priced", memory_horizon_s=10**6, release="24.11.5")
     running(fake, 7, fp="grow", shards=1, start=start)
     for t in range(27):
         samples.put(7, FAKE_EPOCH + t, mem=int(2 * GIB + t * 0.3 * GIB), started_at=start)
