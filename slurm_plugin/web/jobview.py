@@ -83,11 +83,9 @@ def assemble_job(job_id: int, job: Job | None, *, samples: Sequence[JobSample], 
     """`stored`: a job without samples (not running) shows its latest run's stored curve,
     with the partition that run had and no forecast. `earlier`: its earlier runs' curves."""
     record = comment_mod.parse(job.admin_comment) if job is not None else None
-    if stored is not None and not samples:
-        return _finished(job_id, job, record, stored, estimate=estimate, remembered_shards=remembered_shards,
-                         runs=runs, events=events, earlier=tuple(earlier))
+    earlier = tuple(earlier)
     last = samples[-1] if samples else None
-    return JobDetail(
+    d = JobDetail(
         job_id=job_id,
         row=job_row(job) if job is not None else None,
         admin_comment=(job.admin_comment or "") if job is not None else "",
@@ -103,32 +101,11 @@ def assemble_job(job_id: int, job: Job | None, *, samples: Sequence[JobSample], 
         capacity_label=capacity[1],
         forecast=forecast,
         events=tuple(events),
-        earlier=tuple(earlier),
-    )
-
-
-def _finished(job_id: int, job: Job | None, record, stored: RunCurve, *, estimate: Estimate | None,
-              remembered_shards: int | None, runs: Iterable[RunRecord], events: Iterable[EventRow],
-              earlier: tuple[RunCurve, ...]) -> JobDetail:
-    return JobDetail(
-        job_id=job_id,
-        row=job_row(job) if job is not None else None,
-        admin_comment=(job.admin_comment or "") if job is not None else "",
-        record_fields=dict(record.fields) if record is not None else {},
-        estimate=estimate,
-        remembered_shards=remembered_shards,
-        runs=tuple(runs),
-        node=stored.node,
-        gpu_index=stored.gpu_index,
-        isolation=stored.isolation,
-        curve=stored.points,
-        capacity_bytes=stored.capacity_bytes,
-        capacity_label=stored.capacity_label,
-        forecast=None,
-        events=tuple(events),
-        stored=stored,
         earlier=earlier,
     )
+    if stored is not None and not samples:
+        return replace(as_stored(d, stored), earlier=earlier)
+    return d
 
 
 def as_stored(d: JobDetail, curve: RunCurve) -> JobDetail:

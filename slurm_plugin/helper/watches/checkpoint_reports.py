@@ -30,24 +30,24 @@ class CheckpointReports:
     """Each job's newest sample per node (only what it says about its checkpoints)."""
 
     def __init__(self) -> None:
-        self._newest: dict[tuple[int, str], JobSample] = {}
+        self._newest: dict[int, dict[str, JobSample]] = {}  # job -> node -> its newest sample
 
     def update(self, samples: Iterable[JobSample]) -> None:
         for s in samples:
-            key = (s.job_id, s.node)
-            old = self._newest.get(key)
+            per_node = self._newest.setdefault(s.job_id, {})
+            old = per_node.get(s.node)
             if old is None or s.at >= old.at:
-                self._newest[key] = s
+                per_node[s.node] = s
 
     def keep_only(self, job_ids: set[int]) -> None:
         """Forget the jobs that are no longer running."""
-        for key in [k for k in self._newest if k[0] not in job_ids]:
-            del self._newest[key]
+        for job_id in [j for j in self._newest if j not in job_ids]:
+            del self._newest[job_id]
 
     def of(self, job_id: int, run_start: float | None = None) -> CheckpointReport | None:
         """What the run of `job_id` that started at `run_start` reported; None when nothing."""
         since = (run_start - CLOCK_SLACK_S) if run_start is not None else float("-inf")
-        mine = [s for (j, _), s in self._newest.items() if j == job_id and s.at >= since]
+        mine = [s for s in self._newest.get(job_id, {}).values() if s.at >= since]
         lasts = [s.last_checkpoint_at for s in mine if s.last_checkpoint_at is not None
                  and s.last_checkpoint_at >= since]
         periods = [s.checkpoint_every_s for s in mine if s.checkpoint_every_s is not None]
