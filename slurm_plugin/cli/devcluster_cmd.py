@@ -55,19 +55,25 @@ def devcluster() -> None:
               help="Packer mode; the dev cluster defaults to enforce so the demo shows packing.")
 @click.option("--port", default=DEFAULT_PORT, show_default=True,
               help="slurmctld's port; node i listens on PORT+100+i (env GPUPACK_DEVCLUSTER_PORT).")
+@click.option("--multi-host/--one-host", "multi_host", default=False, show_default=True,
+              help="Each node a host of its own (network, hostname and mount namespaces on a bridge; "
+                   "docs/multi-host.md), or every daemon on this machine's one host.")
 @state_dir_option
-def up(nodes: int, gpus_per_node: int, gpu_model: str, mode: str, port: int, state_dir: Path) -> None:
+def up(nodes: int, gpus_per_node: int, gpu_model: str, mode: str, port: int, multi_host: bool, state_dir: Path) -> None:
     """Bring the cluster up (installs missing Debian packages as root). Idempotent."""
     from slurm_plugin.devcluster.manager import DevClusterError
+    from slurm_plugin.devcluster.topology import MULTI_HOST, ONE_HOST
 
     try:
-        cluster = _cluster(state_dir, nodes=nodes, gpus_per_node=gpus_per_node, gpu_model=gpu_model, mode=mode, port=port)
+        cluster = _cluster(state_dir, nodes=nodes, gpus_per_node=gpus_per_node, gpu_model=gpu_model, mode=mode,
+                           port=port, topology=MULTI_HOST if multi_host else ONE_HOST)
+        state_dir.mkdir(parents=True, exist_ok=True)  # written first: `down` must know what to take away
+        (state_dir / "spec.json").write_text(json.dumps(cluster.spec.to_json(), indent=1))
         statuses = cluster.up()
     except (DevClusterError, ValueError, KeyError) as exc:
         raise click.ClickException(str(exc)) from exc
-    (state_dir / "spec.json").write_text(json.dumps(cluster.spec.to_json(), indent=1))
     for st in statuses:
-        click.echo(f"{st.role:10} {st.name:10} pid={st.pid:<8} {'ok' if st.healthy else 'UNHEALTHY'}  {st.detail}")
+        click.echo(f"{st.role:10} {st.name:10} {st.host:10} pid={st.pid:<8} {'ok' if st.healthy else 'UNHEALTHY'}  {st.detail}")
     click.echo(f"\nUse it from a shell with:  eval \"$(gpupack devcluster env{_where(state_dir)})\"")
 
 
@@ -85,7 +91,7 @@ def down(state_dir: Path) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @state_dir_option
 def status(as_json: bool, state_dir: Path) -> None:
-    """Every process the cluster started, with its role, pid, health and metrics URL."""
+    """Every process the cluster started: role, name, host, pid, health, where it listens, metrics URL."""
     statuses = _cluster(state_dir).status()
     if as_json:
         click.echo(json.dumps([asdict(s) for s in statuses], indent=1))
@@ -95,7 +101,7 @@ def status(as_json: bool, state_dir: Path) -> None:
         for st in statuses:
             metrics = f"  metrics {st.metrics_url}" if st.metrics_url else ""
             metrics += f"  url {st.url}" if st.url else ""
-            click.echo(f"{st.role:10} {st.name:10} pid={st.pid:<8} {'ok' if st.healthy else 'UNHEALTHY'}  {st.detail}{metrics}")
+            click.echo(f"{st.role:10} {st.name:10} {st.host:10} pid={st.pid:<8} {'ok' if st.healthy else 'UNHEALTHY'}  {st.detail}{metrics}")
     if statuses and not all(s.healthy for s in statuses):
         sys.exit(1)
 

@@ -3,9 +3,11 @@ status``), node states, where the helper's metrics and the web view answer."""
 from __future__ import annotations
 
 import logging
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from slurm_plugin.devcluster.commands import run_slurm
 from slurm_plugin.devcluster.processes import Process, ProcessRegistry, child_with
@@ -26,8 +28,9 @@ class ProcessStatus:
     alive: bool
     healthy: bool
     detail: str
-    metrics_url: str = ""  # its Prometheus endpoint ("" for Slurm's and munge's daemons)
-    url: str | None = None  # where a role that serves HTTP answers (the web view)
+    metrics_url: str | None = None  # its Prometheus endpoint (None for Slurm's and munge's daemons)
+    url: str | None = None  # where it listens: http:// (web view), tcp:// (Slurm), unix: (a socket)
+    host: str = ""  # the host it runs on: the machine's name (the controller's host) or a node's
 
 
 class ClusterHealth:
@@ -70,7 +73,7 @@ class ClusterHealth:
         view = self.spec.helper_socket.parent / "cluster-view.json"
         return view.exists() and time.time() - view.stat().st_mtime < VIEW_FRESH_S
 
-    def metrics_url(self, role: str, name: str) -> str:
+    def metrics_url(self, role: str, name: str) -> str | None:
         """Where a daemon of this cluster serves its metrics: the same rule the daemon follows
         (gpupack.toml [metrics], else a port derived from this cluster's slurm.conf)."""
         from slurm_plugin.metrics.settings import MetricsOverride
@@ -81,8 +84,24 @@ class ClusterHealth:
         if role == "watcher":
             return MetricsOverride().watch(s.gpupack_toml, s.slurm_conf).url
         if role == "agent":
-            return MetricsOverride().agent(s.gpupack_toml, s.slurm_conf, name).url
-        return ""
+            address = MetricsOverride().agent(s.gpupack_toml, s.slurm_conf, name)
+            if s.multi_host and address.host in ("0.0.0.0", "::", ""):  # on the node's own address
+                return f"http://{s.node_address(name)}:{address.port}/metrics"
+            return address.url
+        return None
+
+    def listen_url(self, role: str, name: str) -> str | None:
+        """Where a process listens (the web view's is read from its gpupack.toml)."""
+        from slurm_plugin.agent.paths import socket_path
+
+        s = self.spec
+        urls = {"slurmctld": f"tcp://{s.controller_address}:{s.port}", "munged": f"unix:{s.munge_socket}",
+                "helper": f"unix:{s.helper_socket}"}
+        if role == "slurmd" and name in s.node_names:
+            return f"tcp://{s.node_address(name)}:{s.node_port(s.node_names.index(name) + 1)}"
+        if role == "agent":
+            return f"unix:{socket_path(s.state_dir, name)}"  # on the node's host
+        return self.web_url() if role == "web" else urls.get(role)
 
     def web_url(self) -> str | None:
         """Where the cluster's web view answers, as its gpupack.toml says (the file the
@@ -104,6 +123,7 @@ class ClusterHealth:
     def _process_status(self, p: Process, alive: bool, states: dict[str, str]) -> list[ProcessStatus]:
         """The rows of one process: its own, and the watcher's after the helper's."""
         healthy, detail = alive, "running" if alive else "not running"
+        host = p.host or socket.gethostname()
         extra: list[ProcessStatus] = []
         if alive and p.role == "slurmctld":
             ping = run_slurm(self.spec, "scontrol", "ping")
@@ -118,11 +138,14 @@ class ClusterHealth:
         elif alive and p.role == "web":
             url = self.web_url()
             healthy, detail = web_ok(url) if url else (False, "no [web] port in the cluster's gpupack.toml")
-            return [ProcessStatus(p.role, p.name, p.pid, alive, healthy, detail, url=url)]
         elif alive and p.role == "munged":
-            healthy = self.spec.munge_socket.exists()
-            detail = f"socket {self.spec.munge_socket}"
-        return [*extra, ProcessStatus(p.role, p.name, p.pid, alive, healthy, detail, self.metrics_url(p.role, p.name))]
+            socket_here = Path(f"/proc/{p.pid}/root") / self.spec.munge_socket.relative_to("/")
+            healthy = socket_here.exists()
+            detail = f"socket {self.spec.munge_socket}" + (f" on {p.host}" if p.host else "")
+        elif alive and p.role == "host":
+            detail = f"namespaces of {p.name}: address {self.spec.node_address(p.name)}, netns {self.spec.network.netns(p.name)}"
+        return [*extra, ProcessStatus(p.role, p.name, p.pid, alive, healthy, detail, self.metrics_url(p.role, p.name),
+                                      self.listen_url(p.role, p.name), host)]
 
     def _watcher_status(self, helper_pid: int) -> ProcessStatus:
         """The helper's watcher process (the helper starts it): alive, and its view fresh?"""
@@ -135,7 +158,7 @@ class ClusterHealth:
         fresh = age is not None and age < VIEW_FRESH_S
         detail = f"cluster view {age:.1f} s old" if age is not None else "no cluster view yet"
         return ProcessStatus("watcher", "helper", pid or 0, pid is not None, pid is not None and fresh, detail,
-                             self.metrics_url("watcher", "helper"))
+                             self.metrics_url("watcher", "helper"), None, socket.gethostname())
 
 
 def web_ok(url: str) -> tuple[bool, str]:

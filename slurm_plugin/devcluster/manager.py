@@ -16,11 +16,13 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from slurm_plugin.devcluster.commands import cluster_env, run_slurm
 from slurm_plugin.devcluster.errors import DevClusterError
 from slurm_plugin.devcluster.files import slurm_release, write_files
 from slurm_plugin.devcluster.health import ClusterHealth, ProcessStatus, node_usable, web_ok
+from slurm_plugin.devcluster.hosts import NodeHosts, forward_filter_note
 from slurm_plugin.devcluster.install import install_packages
 from slurm_plugin.devcluster.processes import Process, ProcessRegistry, check_started, started_pid, terminate
 from slurm_plugin.devcluster.spec import ClusterSpec
@@ -30,17 +32,19 @@ log = logging.getLogger(__name__)
 __all__ = ["DevCluster", "DevClusterError", "Process", "ProcessStatus", "slurm_release"]
 
 READY_TIMEOUT_S = 60
-STOP_ORDER = {"web": 0, "helper": 0, "agent": 0, "slurmd": 1, "slurmctld": 2, "munged": 3}
+STOP_ORDER = {"web": 0, "helper": 0, "agent": 0, "slurmd": 1, "slurmctld": 2, "munged": 3, "host": 4}
 
 
 class DevCluster:
     """Starts and stops the cluster's processes: munged, slurmctld, one slurmd per node,
-    the helper, the node agents and the web view."""
+    the helper, the node agents and the web view. Multi-host: each node's host first (its
+    namespaces, see :mod:`~slurm_plugin.devcluster.hosts`), and its munged, slurmd and agent in it."""
 
     def __init__(self, spec: ClusterSpec):
         self.spec = spec
         self.registry = ProcessRegistry(spec.run / "processes.json")
         self.health = ClusterHealth(spec, self.registry)
+        self.hosts = NodeHosts(spec) if spec.multi_host else None
 
     def env(self) -> dict[str, str]:
         return cluster_env(self.spec)
@@ -64,27 +68,44 @@ class DevCluster:
         running = self.registry.running()
         if config_changed and running:
             log.warning("the cluster's configuration changed: restarting its daemons")
-            self.down(keep=("munged",))
+            self.down(keep=("munged", "host"))
             running = self.registry.running()
         procs = list(running.values())
+        if self.hosts:
+            self.hosts.start(running, procs, self.registry.save)
         for start in (self._start_munged, self._start_slurmctld, self._start_slurmds, self._start_gpupack):
             start(running, procs)
         self._wait_ready()
         return self.status()
 
+    def _on(self, node: str) -> list[str]:
+        """The command prefix that runs a program on ``node``'s host (none on one host)."""
+        return self.hosts.enter(node) if self.hosts and node else []
+
+    def _seen_here(self, node: str, path: Path) -> Path:
+        """A path on ``node``'s host, as this (the controller's) host reads it."""
+        return self.hosts.path_on(node, path) if self.hosts and node else path
+
     def _start_munged(self, running: dict[tuple[str, str], Process], procs: list[Process]) -> None:
-        if ("munged", "munged") in running:
-            return
+        """One munged per host, all with the cluster's key, each at the same socket path
+        (on a node, in its own private run folder)."""
         s = self.spec
-        pidfile = s.run / "munge" / "munged.pid"
-        pidfile.unlink(missing_ok=True)
-        check_started(subprocess.run(
-            ["runuser", "-u", "munge", "--", "/usr/sbin/munged", f"--socket={s.munge_socket}",
-             f"--key-file={s.etc / 'munge.key'}", f"--pid-file={pidfile}",
-             f"--log-file={s.run / 'munge' / 'munged.log'}", f"--seed-file={s.run / 'munge' / 'seed'}"],
-            capture_output=True, text=True), "munged")
-        procs.append(Process("munged", "munged", started_pid(pidfile, self._marker, "munged", s.run / "munge"), self._marker))
-        self.registry.save(procs)
+        for name in ["munged", *(s.node_names if self.hosts else [])]:
+            if ("munged", name) in running:
+                continue
+            node = "" if name == "munged" else name
+            logfile = s.run / "munge" / "munged.log"  # munged wants a folder only munge writes in
+            pidfile = s.run / "munge" / "munged.pid"
+            seen = self._seen_here(node, pidfile)
+            seen.unlink(missing_ok=True)
+            check_started(subprocess.run(
+                [*self._on(node), "runuser", "-u", "munge", "--", "/usr/sbin/munged",
+                 f"--socket={s.munge_socket}", f"--key-file={s.etc / 'munge.key'}", f"--pid-file={pidfile}",
+                 f"--log-file={logfile}", f"--seed-file={s.run / 'munge' / 'seed'}"],
+                capture_output=True, text=True), f"munged {node}".strip())
+            pid = started_pid(seen, self._marker, f"munged {node}".strip(), self._seen_here(node, logfile.parent))
+            procs.append(Process("munged", name, pid, self._marker, str(seen) if node else "", host=node))
+            self.registry.save(procs)
 
     def _start_slurmctld(self, running: dict[tuple[str, str], Process], procs: list[Process]) -> None:
         if ("slurmctld", "slurmctld") in running:
@@ -101,10 +122,13 @@ class DevCluster:
         for node in s.node_names:
             if ("slurmd", node) in running:
                 continue
-            pidfile = s.run / f"slurmd-{node}.pid"
+            pidfile = self._seen_here(node, s.run / f"slurmd-{node}.pid")
             pidfile.unlink(missing_ok=True)
-            check_started(subprocess.run(["/usr/sbin/slurmd", "-f", str(s.slurm_conf), "-N", node], capture_output=True, text=True), f"slurmd {node}")
-            procs.append(Process("slurmd", node, started_pid(pidfile, self._marker, f"slurmd {node}", s.log), self._marker, str(pidfile)))
+            # on its own host slurmd finds its NodeName from the host's name, as on a real node
+            argv = [*self._on(node), "/usr/sbin/slurmd", "-f", str(s.slurm_conf), *([] if self.hosts else ["-N", node])]
+            check_started(subprocess.run(argv, capture_output=True, text=True), f"slurmd {node}")
+            pid = started_pid(pidfile, self._marker, f"slurmd {node}", s.log)
+            procs.append(Process("slurmd", node, pid, self._marker, str(pidfile), host=node if self.hosts else ""))
             self.registry.save(procs)
 
     def _start_gpupack(self, running: dict[tuple[str, str], Process], procs: list[Process]) -> None:
@@ -123,13 +147,15 @@ class DevCluster:
         return str(self.spec.state_dir)
 
     def _spawn(self, role: str, name: str, args: list[str]) -> Process:
+        """Start a gpupack daemon; an agent on its node's host (nsenter execs, so the pid is the agent's)."""
+        node = name if role == "agent" and self.hosts else ""
         logfile = open(self.spec.log / f"{name}.log", "ab")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "slurm_plugin", *args],
+            [*self._on(node), sys.executable, "-m", "slurm_plugin", *args],
             stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env={**os.environ, **self.env()}, start_new_session=True,
         )
-        return Process(role, name, proc.pid, self._marker)
+        return Process(role, name, proc.pid, self._marker, host=node)
 
     # -- ready ---------------------------------------------------------------------------
     def _wait_ready(self) -> None:
@@ -140,7 +166,9 @@ class DevCluster:
             if not last:
                 return
             time.sleep(pause)
-        raise DevClusterError(f"the cluster did not become ready in {READY_TIMEOUT_S}s ({last}); logs: {self.spec.log}")
+        note = forward_filter_note(self.spec.network.bridge) if self.hosts else ""
+        raise DevClusterError(f"the cluster did not become ready in {READY_TIMEOUT_S}s ({last}); logs: {self.spec.log}"
+                              + (f"\n{note}" if note else ""))
 
     def _not_ready(self) -> tuple[str, float]:
         """What the cluster still waits for ("" when ready) and how long to wait before
@@ -171,7 +199,8 @@ class DevCluster:
 
     # -- down ----------------------------------------------------------------------------
     def down(self, keep: tuple[str, ...] = ()) -> list[str]:
-        """Stop the processes `up` started (except roles in `keep`); returns what was stopped."""
+        """Stop the processes `up` started (except roles in `keep`), then, with the nodes'
+        hosts, their network (bridge, veths, netns names); returns what was stopped."""
         stopped, kept = [], []
         for p in sorted(self._load(), key=lambda p: STOP_ORDER.get(p.role, 0)):
             if p.role in keep:
@@ -182,6 +211,8 @@ class DevCluster:
                 terminate(pid, p.marker)
                 stopped.append(f"{p.role}:{p.name}")
         self.registry.save(kept)
+        if self.hosts and "host" not in keep:
+            stopped += self.hosts.remove_network()
         return stopped
 
 

@@ -25,6 +25,7 @@ class Process:
     pid: int
     marker: str  # a string our command line contains (the state dir)
     pidfile: str = ""  # where a Slurm daemon writes its pid (it changes when 23.11+ re-executes)
+    host: str = ""  # the node whose host it runs on (multi-host); "" for the controller's host
 
     def live_pid(self) -> int | None:
         """The pid running now: the recorded one, or the one the daemon wrote after re-executing.

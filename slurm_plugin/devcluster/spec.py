@@ -5,10 +5,13 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from slurm_plugin.devcluster import topology as topo
+
 DEFAULT_STATE_DIR = Path(os.environ.get("GPUPACK_DEVCLUSTER_DIR", "/var/lib/gpupack/devcluster"))
 DEFAULT_PORT = int(os.environ.get("GPUPACK_DEVCLUSTER_PORT", "16817"))
 CRED_EXPIRE_S = 10  # how long a requeued job waits before it may start again
 WEB_PORT_OFFSET = 80  # the web view listens on the cluster's port + 80 (nodes use port + 101...)
+SRUN_PORT_OFFSETS = (400, 449)  # multi-host: srun's ports on the controller host, reachable from the nodes
 
 
 @dataclass(frozen=True)
@@ -21,9 +24,11 @@ class ClusterSpec:
     cpus_per_node: int = 16
     memory_mb_per_node: int = 16000
     cluster_name: str = "gpupack"
-    port: int = DEFAULT_PORT  # slurmctld; node i listens on port + 100 + i
+    port: int = DEFAULT_PORT  # slurmctld; node i listens on port + 100 + i (multi-host: all on port + 101)
+    topology: str = topo.ONE_HOST  # or multi-host: each node a host of its own (docs/multi-host.md)
 
     def __post_init__(self) -> None:
+        topo.check_topology(self.topology)
         if not 1 <= self.nodes <= 64:
             raise ValueError(f"--nodes must be between 1 and 64, got {self.nodes}")
         if not 1 <= self.gpus_per_node <= 16:
@@ -33,8 +38,28 @@ class ClusterSpec:
     def node_names(self) -> list[str]:
         return [f"node{i}" for i in range(1, self.nodes + 1)]
 
+    @property
+    def multi_host(self) -> bool:
+        return self.topology == topo.MULTI_HOST
+
     def node_port(self, index: int) -> int:
-        return self.port + 100 + index
+        """Node ``index``'s slurmd port: one per node on one host, the same on every host."""
+        return self.port + 101 if self.multi_host else self.port + 100 + index
+
+    @property
+    def network(self) -> topo.Network:
+        return topo.Network(self.port)
+
+    @property
+    def controller_address(self) -> str:
+        """SlurmctldHost's address: on the cluster's bridge (multi-host), else loopback."""
+        return self.network.controller_address if self.multi_host else topo.LOOPBACK
+
+    def node_address(self, node: str) -> str:
+        """A node's NodeAddr: its own on the bridge (multi-host), else loopback."""
+        if not self.multi_host:
+            return topo.LOOPBACK
+        return self.network.node_address(self.node_names.index(node) + 1)
 
     @property
     def web_port(self) -> int:
@@ -105,7 +130,7 @@ def slurm_conf(spec: ClusterSpec, hostname: str, slurm_user: str, epilog: Path, 
     lines = [
         "# Written by `gpupack devcluster up`; edit the spec, not this file.",
         f"ClusterName={s.cluster_name}",
-        f"SlurmctldHost={hostname}(127.0.0.1)",
+        f"SlurmctldHost={hostname}({s.controller_address})",
         f"SlurmctldPort={s.port}",
         f"SlurmUser={slurm_user}",
         "AuthType=auth/munge",
@@ -139,14 +164,24 @@ def slurm_conf(spec: ClusterSpec, hostname: str, slurm_user: str, epilog: Path, 
         "InactiveLimit=0",
         "SlurmdTimeout=30",
     ]
-    for i, node in enumerate(s.node_names, start=1):
-        lines.append(
-            f"NodeName={node} NodeHostname={hostname} NodeAddr=127.0.0.1 Port={s.node_port(i)} "
-            f"CPUs={s.cpus_per_node} RealMemory={s.memory_mb_per_node} "
-            f"Gres=gpu:{s.gres_type}:{s.gpus_per_node},shard:{s.gres_type}:{shards}"
-        )
+    lines += node_lines(s, hostname, shards)
     lines.append("PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
+
+
+def node_lines(s: ClusterSpec, hostname: str, shards: int) -> list[str]:
+    """slurm.conf's node lines: on one host every slurmd has its own port on 127.0.0.1 and
+    the machine's name; on many hosts each node is its own host (its name, its bridge
+    address), all on one SlurmdPort, and sruns on the controller listen on SrunPortRange."""
+    lines = []
+    if s.multi_host:
+        lines += [f"SlurmdPort={s.node_port(1)}", f"SrunPortRange={s.port + SRUN_PORT_OFFSETS[0]}-{s.port + SRUN_PORT_OFFSETS[1]}"]
+    for i, node in enumerate(s.node_names, start=1):
+        where = (f"NodeHostname={node} NodeAddr={s.node_address(node)}" if s.multi_host
+                 else f"NodeHostname={hostname} NodeAddr=127.0.0.1 Port={s.node_port(i)}")
+        lines.append(f"NodeName={node} {where} CPUs={s.cpus_per_node} RealMemory={s.memory_mb_per_node} "
+                     f"Gres=gpu:{s.gres_type}:{s.gpus_per_node},shard:{s.gres_type}:{shards}")
+    return lines
 
 
 def cgroup_conf(release: tuple[int, int, int]) -> str:
@@ -206,4 +241,6 @@ def gpupack_toml(spec: ClusterSpec, shares_per_gpu: int, gpu_memory_gib: float) 
         'bind = "127.0.0.1"\n'
         f"port = {spec.web_port}\n"
         "refresh_s = 2.0\n"
+        + ("\n[metrics]\n# each node agent's metrics on its node's address (the bridge), for the controller's Prometheus\n"
+           'agent_address = "0.0.0.0"\n' if spec.multi_host else "")
     )
