@@ -6,6 +6,7 @@ what is missing from Debian's packages, like the demo does.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -22,6 +23,8 @@ from slurm_plugin.slurm.runner import SlurmRunner
 
 STATE_DIR = Path(os.environ.get("GPUPACK_TEST_CLUSTER_DIR", "/var/tmp/gpupack-test-cluster"))
 PORT = int(os.environ.get("GPUPACK_TEST_CLUSTER_PORT", "17817"))
+#: one-host (every daemon on this machine's host) or multi-host (each node a host of its own)
+TOPOLOGY = os.environ.get("GPUPACK_TEST_TOPOLOGY", "one-host")
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
 
 
@@ -119,15 +122,23 @@ class Cluster:
             time.sleep(0.25)
 
 
+def start_cluster(spec: ClusterSpec, workdir: Path) -> Cluster:
+    """Bring the cluster of ``spec`` up (its spec saved, as `devcluster up` does, so the
+    command line's `devcluster status/down --state-dir` find it)."""
+    dev = DevCluster(spec)
+    spec.state_dir.mkdir(parents=True, exist_ok=True)
+    (spec.state_dir / "spec.json").write_text(json.dumps(spec.to_json(), indent=1))
+    dev.up()
+    return Cluster(dev=dev, workdir=workdir, env={**os.environ, **dev.env()})
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory) -> Cluster:
     if os.geteuid() != 0:
         pytest.fail("the integration tests need root (they run a real Slurm cluster); run them as CI does: `make test` as root")
-    spec = ClusterSpec(state_dir=STATE_DIR, nodes=3, gpus_per_node=2, gpu_model="H100-80GB", mode="enforce", port=PORT)
-    dev = DevCluster(spec)
-    dev.up()
-    env = {**os.environ, **dev.env()}
-    c = Cluster(dev=dev, workdir=tmp_path_factory.mktemp("jobs"), env=env)
+    spec = ClusterSpec(state_dir=STATE_DIR, nodes=3, gpus_per_node=2, gpu_model="H100-80GB", mode="enforce", port=PORT,
+                       topology=TOPOLOGY)
+    c = start_cluster(spec, tmp_path_factory.mktemp("jobs"))
     c.cancel_all()
     yield c
     c.cancel_all()
