@@ -12,7 +12,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["APT_PACKAGES", "REQUIRED_FILES", "install_packages", "missing_packages"]
 
-APT_PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge", "libslurm-dev", "lua-socket", "liblua5.1-0", "gcc", "make", "libc6-dev"]
+APT_PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge", "libslurm-dev", "lua-socket", "liblua5.1-0", "gcc", "make", "libc6-dev", "iproute2", "util-linux"]
 REQUIRED_FILES = {
     "slurmctld": "/usr/sbin/slurmctld",
     "slurmd": "/usr/sbin/slurmd",
@@ -22,6 +22,8 @@ REQUIRED_FILES = {
     "lua-socket": "/usr/share/lua/5.1/socket.lua",
     "gcc": "/usr/bin/gcc",
     "make": "/usr/bin/make",
+    "iproute2": "/usr/bin/ip",  # the multi-host layout's bridge and veths
+    "util-linux": "/usr/bin/nsenter",  # and its nodes' namespaces (unshare, nsenter)
 }
 
 

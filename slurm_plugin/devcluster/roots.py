@@ -47,7 +47,7 @@ VENV = "/opt/gpupack-venv"
 #: and the Python libraries Debian ships (pip adds only what these do not satisfy).
 DEBIAN_PACKAGES = [
     "slurmctld", "slurmd", "slurm-client", "munge", "libslurm-dev", "lua-socket", "liblua5.1-0", "lua5.1",
-    "gcc", "make", "libc6-dev", "procps", "ca-certificates",
+    "gcc", "make", "libc6-dev", "procps", "ca-certificates", "iproute2", "util-linux",
     "python3", "python3-pip", "python3-venv", "python3-click", "sqlite-utils", "python3-prometheus-client", "python3-numpy", "python3-scipy", "python3-statsmodels",
     "python3-pytest", "python3-pytest-mock", "python3-hypothesis", "python3-matplotlib",
 ]

@@ -24,8 +24,9 @@ def test_status_lists_every_process_healthy_including_the_helpers_watcher(cluste
     cluster.dev.up()  # an earlier test may have restarted the helper
     rows = json.loads(gpupack(cluster, "status", "--json").stdout)
     roles = Counter(r["role"] for r in rows)
-    assert roles == Counter({"munged": 1, "slurmctld": 1, "slurmd": 3, "helper": 1, "watcher": 1, "agent": 3,
-                            "web": 1})
+    hosts = 3 if cluster.spec.multi_host else 0  # multi-host: each node's host, and a munged on each
+    assert roles == Counter({"munged": 1 + hosts, "slurmctld": 1, "slurmd": 3, "helper": 1, "watcher": 1, "agent": 3,
+                            "web": 1, **({"host": hosts} if hosts else {})})
     bad = [r for r in rows if not (r["alive"] and r["healthy"])]
     assert not bad, bad
     watcher = next(r for r in rows if r["role"] == "watcher")
@@ -66,12 +67,13 @@ def test_daemons_are_followed_through_reconfigure_and_down_stops_exactly_them(cl
     cluster.dev.up()
     marker = str(cluster.spec.state_dir)
     before = {(r.role, r.name): r.pid for r in cluster.dev.status() if r.role in ("slurmctld", "slurmd")}
+    daemons = 5 + (3 if cluster.spec.multi_host else 0)  # multi-host: a munged on each node's host too
     cluster.run("scontrol", "reconfigure")
     deadline = time.time() + 30
     rows = []
     while time.time() < deadline:
         rows = [r for r in cluster.dev.status() if r.role in ("munged", "slurmctld", "slurmd")]
-        if len(rows) == 5 and all(r.alive and r.healthy for r in rows) and len(_daemon_pids(marker)) == 5:
+        if len(rows) == daemons and all(r.alive and r.healthy for r in rows) and len(_daemon_pids(marker)) == daemons:
             break
         time.sleep(0.5)
     assert all(r.alive and r.healthy for r in rows), rows
