@@ -122,7 +122,7 @@ class NodeHosts:
         _ip_batch(lines)
         for node in nodes:
             index = self.spec.node_names.index(node) + 1
-            _ip_batch(topology.ip_batch_node_inside(self.net, index), netns=self.net.netns(node))
+            _ip_batch(topology.ip_batch_node_inside(self.net, index), inside=self.holders[node])
 
     def _check_subnet_free(self) -> None:
         import ipaddress
@@ -138,9 +138,10 @@ class NodeHosts:
 
     def _clear(self, nodes: list[str]) -> None:
         """What a crashed run left of these nodes: their netns name and veth."""
-        lines = [f"netns delete {self.net.netns(n)}" for n in nodes if (NETNS_DIR / self.net.netns(n)).exists()]
+        for n in nodes:
+            _unname_netns(self.net.netns(n))
         links = _link_names()
-        lines += [f"link del {self.net.veth(self.spec.node_names.index(n) + 1)}" for n in nodes
+        lines = [f"link del {self.net.veth(self.spec.node_names.index(n) + 1)}" for n in nodes
                   if self.net.veth(self.spec.node_names.index(n) + 1) in links]
         if lines:
             _ip_batch(lines, force=True)
@@ -157,7 +158,9 @@ class NodeHosts:
         veth_prefix = self.net.veth(1)[:-1]
         links = _link_names()
         veths = sorted(n for n in links if n.startswith(veth_prefix) and n[len(veth_prefix):].isdigit())
-        lines = [f"netns delete {n}" for n in names] + [f"link del {v}" for v in veths]
+        for name in names:
+            _unname_netns(name)
+        lines = [f"link del {v}" for v in veths]
         lines += [f"link del {self.net.bridge}"] if self.net.bridge in links else []
         if lines:
             _ip_batch(lines, force=True)
@@ -215,13 +218,24 @@ def _name_netns(name: str, pid: int) -> None:
         raise DevClusterError(f"naming network namespace {name} failed: {result.stderr.strip()}")
 
 
-def _ip_batch(lines: list[str], netns: str | None = None, force: bool = False) -> None:
+def _unname_netns(name: str) -> None:
+    """Take ``name`` out of ``ip netns`` (as `ip netns delete` does, without its remount of /)."""
+    target = NETNS_DIR / name
+    if target.exists():
+        subprocess.run(["umount", "-l", str(target)], capture_output=True)
+        target.unlink(missing_ok=True)
+
+
+def _ip_batch(lines: list[str], inside: int | None = None, force: bool = False) -> None:
+    """Run ``ip -batch`` lines, in the network namespace of process ``inside`` when given
+    (through nsenter: `ip -n` remounts / and fails in a Debian root)."""
     if not lines:
         return
-    argv = ["ip", *(["-n", netns] if netns else []), *(["-force"] if force else []), "-batch", "-"]
+    enter = ["nsenter", "-t", str(inside), "--net", "--"] if inside else []
+    argv = [*enter, "ip", *(["-force"] if force else []), "-batch", "-"]
     result = subprocess.run(argv, input="\n".join(lines) + "\n", capture_output=True, text=True)
     if result.returncode != 0 and not force:
-        where = f" in {netns}" if netns else ""
+        where = f" in node host {inside}" if inside else ""
         raise DevClusterError(f"ip{where} failed: {result.stderr.strip()[-800:]} (commands: {'; '.join(lines)})")
 
 

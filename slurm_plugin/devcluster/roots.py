@@ -311,6 +311,10 @@ def _mounted(path: Path) -> bool:
 def _bind_points(root: SlurmRoot, mount_repo: bool) -> list[tuple[str, Path]]:
     points = [("/proc", root.path / "proc"), ("/sys", root.path / "sys"), ("/dev", root.path / "dev"),
               ("/dev/pts", root.path / "dev/pts")]
+    if mount_repo and Path("/etc/hosts").is_file():
+        # the machine's own names: slurmctld in the root must resolve the machine's hostname
+        # (srun's host; seen unresolved on 24.11: steps stuck completing)
+        points.append(("/etc/hosts", root.path / "etc/hosts"))
     if mount_repo:
         points.append((str(REPO), root.path / str(REPO).lstrip("/")))
         shared = REPO.parent / "shared"
@@ -336,7 +340,10 @@ def mount(root: SlurmRoot, *, mount_repo: bool = True) -> None:
                 continue
             log.warning("%s in the %s root is an old copy of %s: mounting it again", target, root.suite, source)
             subprocess.run(["umount", "-l", str(target)], capture_output=True)
-        target.mkdir(parents=True, exist_ok=True)
+        if Path(source).is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        else:
+            target.touch()  # a file is bound onto a file
         # /sys with what is mounted below it: slurmd 22.05 finds the host's /sys/fs/cgroup
         # there, as on the host (it knows no CgroupPlugin=disabled)
         how = "--rbind" if source == "/sys" else "--bind"
