@@ -32,6 +32,7 @@ NETNS_DIR = Path("/run/netns")
 #: A node's own folders (tmpfs in its mount namespace, mode), relative to the state folder.
 PRIVATE = {"run": "755", "agent": "755", "mps": "755", "simgpu": "777"}
 SHARED_RO = ("etc", "spank")  # the cluster's configuration and the SPANK build, as a site installs them
+BRIDGE_NF_CALL = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
 SHARED_RW = ("log",)  # the logs stay in one place, as a site's central logging would have them
 
 
@@ -175,16 +176,18 @@ class NodeHosts:
         return sorted(names + links)
 
 
-def forward_filter_note(bridge: str) -> str:
+def forward_filter_note(bridge: str, sysctl: Path = BRIDGE_NF_CALL, drops=None) -> str:
     """A sentence when bridged packets between nodes may be dropped by the firewall
-    (``br_netfilter`` loaded and a FORWARD policy of DROP), "" when they are not."""
+    (``br_netfilter`` loaded and a FORWARD policy of DROP), "" when they are not.
+    ``drops`` says whether the FORWARD policy drops (True/False, None: unknown); read
+    from iptables or nft when not given."""
     try:
-        calls = Path("/proc/sys/net/bridge/bridge-nf-call-iptables").read_text().strip()
+        calls = sysctl.read_text().strip()
     except OSError:
         return ""  # br_netfilter not loaded: bridged packets bypass iptables
     if calls != "1":
         return ""
-    drop = _forward_drops()
+    drop = _forward_drops() if drops is None else drops
     if drop is False:
         return ""
     what = "the FORWARD chain's policy is DROP" if drop else "the FORWARD policy could not be read (no iptables or nft)"

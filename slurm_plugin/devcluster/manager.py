@@ -66,6 +66,10 @@ class DevCluster:
         build_node_side(self.spec)  # before the configs: plugstack.conf names what it built
         config_changed = write_files(self.spec)
         running = self.registry.running()
+        if not self.hosts and any(p.role == "host" for p in running.values()):
+            log.warning("the cluster ran on many hosts and is asked for one: taking it down first")
+            self.down()
+            running = self.registry.running()
         if config_changed and running:
             log.warning("the cluster's configuration changed: restarting its daemons")
             self.down(keep=("munged", "host"))
@@ -202,7 +206,9 @@ class DevCluster:
         """Stop the processes `up` started (except roles in `keep`), then, with the nodes'
         hosts, their network (bridge, veths, netns names); returns what was stopped."""
         stopped, kept = [], []
-        for p in sorted(self._load(), key=lambda p: STOP_ORDER.get(p.role, 0)):
+        procs = self._load()
+        hosts = self.hosts or (NodeHosts(self.spec) if any(p.role == "host" for p in procs) else None)
+        for p in sorted(procs, key=lambda p: STOP_ORDER.get(p.role, 0)):
             if p.role in keep:
                 kept.append(p)
                 continue
@@ -211,8 +217,8 @@ class DevCluster:
                 terminate(pid, p.marker)
                 stopped.append(f"{p.role}:{p.name}")
         self.registry.save(kept)
-        if self.hosts and "host" not in keep:
-            stopped += self.hosts.remove_network()
+        if hosts and "host" not in keep:
+            stopped += hosts.remove_network()
         return stopped
 
 

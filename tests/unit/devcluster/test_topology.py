@@ -120,3 +120,16 @@ def test_a_node_sees_only_its_own_private_and_device_folders():
     # nothing of the controller (store, ctld state, the run folder underneath) nor of other nodes
     assert not any(p.startswith(("ctld", "dev/node1", "spool/node1", "gpupack.db")) for p in shown)
     assert "169.254." in plan["hosts"] and "ctlhost" in plan["hosts"]
+
+
+def test_forward_filter_note_speaks_only_when_bridged_packets_may_be_dropped(tmp_path):
+    from slurm_plugin.devcluster.hosts import forward_filter_note
+
+    sysctl = tmp_path / "bridge-nf-call-iptables"
+    assert forward_filter_note("gpk1", sysctl, drops=True) == ""  # br_netfilter not loaded
+    sysctl.write_text("0\n")
+    assert forward_filter_note("gpk1", sysctl, drops=True) == ""
+    sysctl.write_text("1\n")
+    assert forward_filter_note("gpk1", sysctl, drops=False) == ""
+    note = forward_filter_note("gpk1", sysctl, drops=True)
+    assert "br_netfilter" in note and "DROP" in note and "iptables -I FORWARD -i gpk1 -o gpk1 -j ACCEPT" in note
