@@ -9,11 +9,13 @@ new mount namespace on every call, so the cluster itself never starts a daemon t
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
 import select
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -80,11 +82,12 @@ class NodeHosts:
         self._check_subnet_free()
         self._clear(new)
         started = {node: self._spawn_holder(node) for node in new}
+        for node, proc in started.items():  # registered at once: `down` stops them if one fails
+            procs.append(Process("host", node, proc.pid, self._marker, host=node))
+        save(procs)
         for node, proc in started.items():
             self._await_ready(node, proc)
             self.holders[node] = proc.pid
-            procs.append(Process("host", node, proc.pid, self._marker, host=node))
-            save(procs)
         self._wire(new)
 
     @property
@@ -92,8 +95,6 @@ class NodeHosts:
         return str(self.spec.state_dir)
 
     def _spawn_holder(self, node: str) -> subprocess.Popen:
-        import socket
-
         plan = self.spec.run / "hosts" / f"{node}.json"
         plan.parent.mkdir(parents=True, exist_ok=True)
         plan.write_text(json.dumps(node_plan(self.spec, node, socket.gethostname()), indent=1))
@@ -126,8 +127,6 @@ class NodeHosts:
             _ip_batch(topology.ip_batch_node_inside(self.net, index), inside=self.holders[node])
 
     def _check_subnet_free(self) -> None:
-        import ipaddress
-
         for link in _ip_json("addr"):
             for info in link.get("addr_info", []):
                 if info.get("family") != "inet" or link["ifname"] == self.net.bridge:
