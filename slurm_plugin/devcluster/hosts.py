@@ -73,9 +73,7 @@ class NodeHosts:
     def start(self, running: dict[tuple[str, str], Process], procs: list[Process], save) -> None:
         """Bring up the bridge and every node's host not already running (registered as
         role ``host``, so `down` stops them); ``save`` writes the registry."""
-        for node in self.spec.node_names:
-            if ("host", node) in running:
-                self.holders[node] = running[("host", node)].pid
+        self.holders = {n: running[("host", n)].pid for n in self.spec.node_names if ("host", n) in running}
         new = [n for n in self.spec.node_names if n not in self.holders]
         if not new and self._link_exists(self.net.bridge):
             return
@@ -153,6 +151,7 @@ class NodeHosts:
     # -- down ----------------------------------------------------------------------------
     def remove_network(self) -> list[str]:
         """Remove the cluster's netns names, veths and bridge (after its holders stopped)."""
+        self.holders = {}
         prefix = self.net.netns_prefix
         names = sorted(p.name for p in NETNS_DIR.glob(prefix + "*")) if NETNS_DIR.is_dir() else []
         veth_prefix = self.net.veth(1)[:-1]
