@@ -40,7 +40,9 @@ def test_every_daemon_serves_gpupack_metrics_and_the_submit_histogram_counts_a_s
     cluster.dev.up()  # an earlier test may have restarted the helper
     rows = status_rows(cluster)
     urls = {(r["role"], r["name"]): r["metrics_url"] for r in rows if r["role"] in ("helper", "watcher", "agent")}
-    assert len(urls) == 2 + cluster.spec.nodes and all(u.startswith("http://127.0.0.1:") for u in urls.values())
+    # the helper's on the controller's loopback; an agent's on its node's address (multi-host)
+    hosts = {key: cluster.spec.node_address(key[1]) if key[0] == "agent" else "127.0.0.1" for key in urls}
+    assert len(urls) == 2 + cluster.spec.nodes and all(u.startswith(f"http://{hosts[k]}:") for k, u in urls.items())
     assert len(set(urls.values())) == len(urls)  # one endpoint per daemon
     assert all(not r["metrics_url"] for r in rows if r["role"] in ("munged", "slurmctld", "slurmd"))
 
