@@ -11,6 +11,7 @@ import click
 
 from slurm_plugin.cli.slurm_choice import slurm_option
 from slurm_plugin.devcluster.spec import DEFAULT_PORT, DEFAULT_STATE_DIR, ClusterSpec
+from slurm_plugin.devcluster.topology import DEFAULT_TOPOLOGY, MULTI_HOST
 
 CTX = {"help_option_names": ["-h", "--help"]}
 state_dir_option = click.option(
@@ -55,14 +56,14 @@ def devcluster() -> None:
               help="Packer mode; the dev cluster defaults to enforce so the demo shows packing.")
 @click.option("--port", default=DEFAULT_PORT, show_default=True,
               help="slurmctld's port; node i listens on PORT+100+i (env GPUPACK_DEVCLUSTER_PORT).")
-@click.option("--multi-host/--one-host", "multi_host", default=False, show_default=True,
+@click.option("--multi-host/--one-host", "multi_host", default=DEFAULT_TOPOLOGY == MULTI_HOST, show_default=True,
               help="Each node a host of its own (network, hostname and mount namespaces on a bridge; "
                    "docs/multi-host.md), or every daemon on this machine's one host.")
 @state_dir_option
 def up(nodes: int, gpus_per_node: int, gpu_model: str, mode: str, port: int, multi_host: bool, state_dir: Path) -> None:
     """Bring the cluster up (installs missing Debian packages as root). Idempotent."""
     from slurm_plugin.devcluster.manager import DevClusterError
-    from slurm_plugin.devcluster.topology import MULTI_HOST, ONE_HOST
+    from slurm_plugin.devcluster.topology import ONE_HOST
 
     try:
         cluster = _cluster(state_dir, nodes=nodes, gpus_per_node=gpus_per_node, gpu_model=gpu_model, mode=mode,

@@ -19,12 +19,13 @@ import pytest
 from e2e_support import idle_cluster  # noqa: F401 (its fixture, for every test of this folder)
 from slurm_plugin.devcluster.manager import DevCluster, slurm_release
 from slurm_plugin.devcluster.spec import ClusterSpec
+from slurm_plugin.devcluster.topology import DEFAULT_TOPOLOGY
 from slurm_plugin.slurm.runner import SlurmRunner
 
 STATE_DIR = Path(os.environ.get("GPUPACK_TEST_CLUSTER_DIR", "/var/tmp/gpupack-test-cluster"))
 PORT = int(os.environ.get("GPUPACK_TEST_CLUSTER_PORT", "17817"))
 #: one-host (every daemon on this machine's host) or multi-host (each node a host of its own)
-TOPOLOGY = os.environ.get("GPUPACK_TEST_TOPOLOGY", "one-host")
+TOPOLOGY = os.environ.get("GPUPACK_TEST_TOPOLOGY", DEFAULT_TOPOLOGY)
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
 
 
