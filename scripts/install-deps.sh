@@ -7,9 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# iproute2 and util-linux (ip, unshare, nsenter): the multi-host dev cluster's hosts and bridge
-PKGS=(slurmctld slurmd slurm-client munge libslurm-dev lua-socket liblua5.1-0 lua5.1 gcc make libc6-dev iproute2 util-linux chromium chromium-driver)
+PKGS=(slurmctld slurmd slurm-client munge libslurm-dev lua-socket liblua5.1-0 lua5.1 gcc make libc6-dev chromium chromium-driver)
 missing=()
+PKGS+=(iproute2 util-linux)  # ip, unshare, nsenter: the multi-host dev cluster's hosts and bridge
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done

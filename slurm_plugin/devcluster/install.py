@@ -12,7 +12,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["APT_PACKAGES", "REQUIRED_FILES", "install_packages", "missing_packages"]
 
-APT_PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge", "libslurm-dev", "lua-socket", "liblua5.1-0", "gcc", "make", "libc6-dev", "iproute2", "util-linux"]
+APT_PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge", "libslurm-dev", "lua-socket", "liblua5.1-0", "gcc", "make", "libc6-dev"]
 REQUIRED_FILES = {
     "slurmctld": "/usr/sbin/slurmctld",
     "slurmd": "/usr/sbin/slurmd",
@@ -25,6 +25,7 @@ REQUIRED_FILES = {
     "iproute2": "/usr/bin/ip",  # the multi-host layout's bridge and veths
     "util-linux": "/usr/bin/nsenter",  # and its nodes' namespaces (unshare, nsenter)
 }
+APT_PACKAGES += ["iproute2", "util-linux"]  # the multi-host layout (docs/multi-host.md)
 
 
 def missing_packages() -> list[str]:

@@ -11,7 +11,7 @@ DEFAULT_STATE_DIR = Path(os.environ.get("GPUPACK_DEVCLUSTER_DIR", "/var/lib/gpup
 DEFAULT_PORT = int(os.environ.get("GPUPACK_DEVCLUSTER_PORT", "16817"))
 CRED_EXPIRE_S = 10  # how long a requeued job waits before it may start again
 WEB_PORT_OFFSET = 80  # the web view listens on the cluster's port + 80 (nodes use port + 101...)
-SRUN_PORT_OFFSETS = (400, 449)  # multi-host: srun's ports on the controller host, reachable from the nodes
+SRUN_PORT_OFFSETS = (470, 499)  # multi-host: srun's ports on the controller host, reachable from the nodes
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,7 @@ def test_multi_host_slurm_conf_puts_the_controller_and_every_node_on_bridge_addr
     assert f"SlurmctldHost=ctlhost({net.controller_address})" in conf
     for i, node in enumerate(m.node_names, start=1):
         assert f"NodeName={node} NodeHostname={node} NodeAddr={net.node_address(i)} " in conf
-    assert "SrunPortRange=19217-19266" in conf and "127.0.0.1" not in conf
+    assert "SrunPortRange=19287-19316" in conf and "127.0.0.1" not in conf
     path = tmp_path / "slurm.conf"
     path.write_text(conf)
     # the metrics ports read the same file: the same slurmd (and agent metrics) port on every node
