@@ -11,7 +11,6 @@ DEFAULT_STATE_DIR = Path(os.environ.get("GPUPACK_DEVCLUSTER_DIR", "/var/lib/gpup
 DEFAULT_PORT = int(os.environ.get("GPUPACK_DEVCLUSTER_PORT", "16817"))
 CRED_EXPIRE_S = 10  # how long a requeued job waits before it may start again
 WEB_PORT_OFFSET = 80  # the web view listens on the cluster's port + 80 (nodes use port + 101...)
-SRUN_PORT_OFFSETS = (470, 499)  # multi-host: srun's ports on the controller host, reachable from the nodes
 
 
 @dataclass(frozen=True)
@@ -175,7 +174,7 @@ def node_lines(s: ClusterSpec, hostname: str, shards: int) -> list[str]:
     address), all on one SlurmdPort, and sruns on the controller listen on SrunPortRange."""
     lines = []
     if s.multi_host:
-        lines += [f"SlurmdPort={s.node_port(1)}", f"SrunPortRange={s.port + SRUN_PORT_OFFSETS[0]}-{s.port + SRUN_PORT_OFFSETS[1]}"]
+        lines += [f"SlurmdPort={s.node_port(1)}", f"SrunPortRange={s.port + topo.SRUN_PORT_OFFSETS[0]}-{s.port + topo.SRUN_PORT_OFFSETS[1]}"]
     for i, node in enumerate(s.node_names, start=1):
         where = (f"NodeHostname={node} NodeAddr={s.node_address(node)}" if s.multi_host
                  else f"NodeHostname={hostname} NodeAddr=127.0.0.1 Port={s.node_port(i)}")

@@ -30,6 +30,7 @@ LOOPBACK = "127.0.0.1"
 PREFIX_LEN = 24
 CONTROLLER_HOST_PART = 1
 NODE_HOST_BASE = 100  # node i is .(100 + i)
+SRUN_PORT_OFFSETS = (470, 499)  # srun's ports on the controller host (SrunPortRange), reached by the nodes
 IFNAME_MAX = 15  # Linux interface names: IFNAMSIZ - 1
 #: The third octets a cluster's subnet may take: not 0 or 255 (reserved by RFC 3927), not 169
 #: (169.254.169.254 is the cloud metadata service: routing it to the bridge would cut it off).
