@@ -43,6 +43,15 @@ class Cluster:
     def spec(self) -> ClusterSpec:
         return self.dev.spec
 
+    def node_view(self, node: str) -> Path:
+        """The state folder as ``node`` sees it, read from here (multi-host: through its
+        host's holder; one host: the folder itself). Its agent's socket answers there too."""
+        return self.dev.hosts.path_on(node, self.state_dir) if self.dev.hosts else self.state_dir
+
+    def on_node(self, node: str) -> list[str]:
+        """The command prefix that runs a program on ``node``'s host (none on one host)."""
+        return self.dev.hosts.enter(node) if self.dev.hosts else []
+
     @property
     def release(self) -> tuple[int, int, int]:
         """The Slurm release the cluster runs, e.g. (24, 11, 5)."""

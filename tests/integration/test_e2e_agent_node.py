@@ -57,7 +57,7 @@ def test_packed_step_shows_the_mig_device_the_agent_chose(cluster):
     assert env["CUDA_VISIBLE_DEVICES"].startswith("MIG-"), env
     assert env["GPUPACK_ISOLATION"].startswith("mig:1g.20gb@")
     node = env["GPUPACK_NODE"]
-    final = client.final_stats(cluster.state_dir, node, job)
+    final = client.final_stats(cluster.node_view(node), node, job)
     assert final["isolation"] == env["GPUPACK_ISOLATION"] and final["iterations"] == 20
     assert final["peak_mem_bytes"] >= (2 << 30) + 20 * (10 << 20)
     assert final["workload"] == "ResNet18" and final["mean_throughput"] > 0
@@ -114,17 +114,17 @@ def test_agent_killed_mid_job_and_restarted_loses_no_job(cluster):
 
     for j in (long_job, newcomer):
         assert cluster.wait(j, DONE, timeout=60) == "COMPLETED", output(wd, j)
-    final_long = client.final_stats(cluster.state_dir, node, long_job)
+    final_long = client.final_stats(cluster.node_view(node), node, long_job)
     assert final_long["iterations"] == 300 and final_long["peak_mem_bytes"] >= (1 << 30) + 300 * (1 << 20)
     # the job that ended while the agent was away was found and freed: by the agent's own
     # reconciliation with Slurm, or (whichever comes first) by the helper asking for its summary
     deadline = time.time() + 15
     final_short = None
     while time.time() < deadline and final_short is None:
-        final_short = client.final_stats(cluster.state_dir, node, short_job, wait_s=0.5)
+        final_short = client.final_stats(cluster.node_view(node), node, short_job, wait_s=0.5)
     assert final_short is not None, "the short job's summary was never written"
     assert final_short["end_reason"] in ("job no longer running in Slurm", "asked by uid 0"), final_short
-    status = client.ask(cluster.state_dir / "run" / f"agent-{node}.sock", {"op": "status"})
+    status = client.ask(cluster.node_view(node) / "run" / f"agent-{node}.sock", {"op": "status"})
     assert not {long_job, short_job, newcomer} & {int(j) for j in status["jobs"]}
     sim = SimGpuBackend(cluster.spec.simgpu_dir, node)
     held = {i.owner for g in sim.list_gpus() for i in sim.list_instances(g.index)}
@@ -153,10 +153,10 @@ def test_mps_shares_come_from_measured_utilisation(cluster):
     (_, _, args), = [p for p in node_side.processes(cluster.spec) if p[1] == node]
     args = [*args[: args.index("--isolation")], "--isolation", "mps"]
     log = open(wd / "mps-agent.log", "wb")
-    mps_agent = subprocess.Popen([sys.executable, "-m", "slurm_plugin", *args], env=cluster.env,
+    mps_agent = subprocess.Popen([*cluster.on_node(node), sys.executable, "-m", "slurm_plugin", *args], env=cluster.env,
                                  stdout=log, stderr=subprocess.STDOUT)
     try:
-        sock = cluster.state_dir / "run" / f"agent-{node}.sock"
+        sock = cluster.node_view(node) / "run" / f"agent-{node}.sock"
         deadline = time.time() + 20
         while time.time() < deadline and not (sock.exists() and client.ask(sock, {"op": "ping"}).get("status") == "ok"):
             time.sleep(0.2)
