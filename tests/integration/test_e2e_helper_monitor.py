@@ -121,7 +121,8 @@ def test_idle_mig_slices_follow_the_pending_queue(cluster):
                 store.close()
 
         wait_for(changes, 20, "a layout change on node1")
-        backend = SimGpuBackend(cluster.spec.simgpu_dir, "node1")
+        # node1's simulated GPUs, as node1 sees them (its own on the multi-host layout)
+        backend = SimGpuBackend(cluster.node_view("node1") / cluster.spec.simgpu_dir.relative_to(cluster.state_dir), "node1")
         instances = [i for g in (0, 1) for i in backend.list_instances(g)]
         held = [i for i in instances if i.owner == str(holder)]
         assert len(held) == 1 and held[0].profile == "3g.40gb"  # the running job's slice is untouched
