@@ -24,7 +24,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 MAX_LINE_CHARS = 100_000  # below csv's field limit (131,072): a field can never exceed it
-_DRAIN_CHARS = 1 << 20  # a too-long line is skipped in pieces of this size
+_DRAIN_CHARS = 4 << 20  # a too-long line is skipped in pieces of this size
 BAD_ROWS = ("refuse", "skip")
 
 
@@ -92,9 +92,9 @@ class RowReader:
                 return
             n += 1
             if len(text) > cap and not text.endswith("\n"):
+                yield n, None  # refused here, or (skipped) the rest is read and dropped:
                 while text and not text.endswith("\n"):
                     text = fh.readline(_DRAIN_CHARS)
-                yield n, None
                 continue
             yield n, text.rstrip("\r\n")
 
