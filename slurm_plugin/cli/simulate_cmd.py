@@ -435,8 +435,11 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
                out_dir, gpus_list, target_alloc, seed_list, as_json, actions, site,
                inputs=inputs, offered_loads=offered_loads, plots=not no_plots)
         return
+    from slurm_plugin.simulator import LoadReport
+
+    report = LoadReport()
     specs, profiles, pairs = _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction,
-                                   data_dir, inputs)
+                                   data_dir, inputs, report)
     configs = [
         _named_config(n, gpus, gpu_model, bf_depth, corunner_rule, mig_static_layout,
                       mig_static_fraction, pair_predict, pair_knowledge, max_jobs_per_gpu,
@@ -446,6 +449,7 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
     workload = {"trace": trace, "jobs": len(specs), "gpus": gpus, "gpu_model": gpu_model,
                 "time_scale": time_scale, "seed": seed, "growing_fraction": growing_fraction,
                 "truth": truth or "colocation_pairs.csv (measured)",
+                "trace_load": report.as_dict(),
                 **({"site_config": config_path} if config_path else {})}
     out = run_compare(configs, specs, profiles, pairs, out_dir, workload=workload,
                       plots=not no_plots, progress=lambda m: click.echo(m, err=True))
@@ -495,6 +499,7 @@ def _sweep(names, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_frac
     truth = (inputs or {}).get("truth") or "colocation_pairs.csv (measured)"
     out = sweep(configs, workloads, counts, out_dir, loads=loads, progress=say,
                 about={"trace": trace, "truth": truth, "gpu_model": gpu_model,
+                       "jobs_replayed": len(workloads[seeds[0]][0]),
                        "trace_load": report.as_dict()}, plots=plots)
     if as_json:
         click.echo(json.dumps(out["table"], allow_nan=False))

@@ -196,9 +196,11 @@ def markdown(rows: list[dict], loads: dict[int, str], seeds: list[int], about: d
         lines += [f"Trace {about.get('trace', '?')}; truth (pair speeds the replay slows jobs "
                   f"by): {about.get('truth', '?')}; GPU {about.get('gpu_model', '?')}."]
         if tl:
-            lines += [f"Trace load: {tl.get('jobs', 0)} jobs kept of {tl.get('rows', 0)} rows; "
-                      f"skipped {tl.get('skipped_total', 0)} {tl.get('skipped') or ''}; never "
-                      f"started in the trace {tl.get('never_ran', 0)}; shares of one GPU "
+            why = ", ".join(f"{n} {r}" for r, n in (tl.get("skipped") or {}).items())
+            lines += [f"Trace load: {tl.get('jobs', 0)} jobs kept of {tl.get('rows', 0)} rows "
+                      f"(the first {about.get('jobs_replayed', '?')} replayed); skipped "
+                      f"{tl.get('skipped_total', 0)}{f' ({why})' if why else ''}; never started "
+                      f"in the trace {tl.get('never_ran', 0)}; shares of one GPU "
                       f"{tl.get('shares', 0)}; timestamps {tl.get('timestamps', '?')}."]
         lines.append("")
     lines += [f"Mean over seeds {', '.join(map(str, seeds))} ± the half-width of a 95 % "
