@@ -24,12 +24,14 @@ class ProcessCalls(NvmlCalls, PrivilegeRules):
 
     # -- test helpers --------------------------------------------------------------------
     def start_process(self, gpu_index: int, gi_id: int | None, used_bytes: int,
-                      ci_id: int = 0, mps: bool = False) -> int:
+                      ci_id: int = 0, mps: bool = False, pid: int | None = None) -> int:
         """A CUDA process on a MIG device (GI, CI) or, with gi_id None, the whole GPU
-        (``mps``: as an MPS client)."""
+        (``mps``: as an MPS client; ``pid``: a real process's, else a made-up one)."""
         g = self.gpus[gpu_index]
-        self._next_pid += 1
-        proc = FakeProcess(self._next_pid, used_bytes, mps=mps)
+        if pid is None:
+            self._next_pid += 1
+            pid = self._next_pid
+        proc = FakeProcess(pid, used_bytes, mps=mps)
         if gi_id is None:
             g.processes.append(proc)
         else:
