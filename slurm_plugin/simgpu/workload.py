@@ -184,7 +184,7 @@ class _Reporter:
 
 
 def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload: str | None,
-        env: dict[str, str] | None = None, report_every_s: float = 0.5, report: bool = True,
+        grow_iters: int | None = None, env: dict[str, str] | None = None, report_every_s: float = 0.5, report: bool = True,
         checkpoint_every: int = 0, out: TextIO = sys.stdout, err: TextIO = sys.stderr, backend=None) -> int:
     """Run the workload; returns the process exit status (0 done, 1 out of memory, 2 setup)."""
     from mig.errors import MigError
@@ -213,7 +213,8 @@ def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload
           f"{f', checkpoint every {checkpoint_every} iterations' if checkpoint_every else ''}", file=out, flush=True)
     try:
         return _iterate(memory, engines, reporter, stopping, checkpoints, mem_start=mem_start,
-                        mem_growth=mem_growth, iters=iters, iter_ms=iter_ms, out=out, err=err)
+                        mem_growth=mem_growth, grow_iters=iters if grow_iters is None else grow_iters,
+                        iters=iters, iter_ms=iter_ms, out=out, err=err)
     finally:
         signal.signal(signal.SIGTERM, old)
         signal.signal(signal.SIGUSR1, old_usr1)
@@ -251,8 +252,8 @@ def _find_device(env: dict[str, str], backend, err: TextIO) -> tuple[Target, Any
 
 
 def _iterate(memory: _Memory, engines: _Engines, reporter: _Reporter | None, stopping: _StopSignal,
-             checkpoints: _Checkpoints, *, mem_start: int, mem_growth: int, iters: int, iter_ms: float,
-             out: TextIO, err: TextIO) -> int:
+             checkpoints: _Checkpoints, *, mem_start: int, mem_growth: int, grow_iters: int, iters: int,
+             iter_ms: float, out: TextIO, err: TextIO) -> int:
     """Make the process (its CUDA context), allocate, then run the iterations (growing and
     reporting); the exit status."""
     engines.start()
@@ -265,7 +266,7 @@ def _iterate(memory: _Memory, engines: _Engines, reporter: _Reporter | None, sto
             print(f"simgpu: stopped by signal {stopping.signum} after {done - 1} iterations", file=err)
             return 128 + stopping.signum
         time.sleep(iter_ms / 1000.0 / max(engines.speed(), 0.01))
-        if mem_growth and not memory.alloc(mem_growth):
+        if mem_growth and done <= grow_iters and not memory.alloc(mem_growth):
             return 1
         if checkpoints.after(done, time.monotonic() - started):
             continue  # its report went with the checkpoint
