@@ -75,6 +75,7 @@ class SimulatedNvml(FakeNvml):
         write = name in CHANGING
         with self.store.document(write=write) as doc:
             rows = sorted(doc["gpus"], key=lambda g: g["index"])
+            self._activity = {}
             for gpu, g in zip(self.gpus, rows):
                 self._load(gpu, g)
             yield
@@ -99,7 +100,6 @@ class SimulatedNvml(FakeNvml):
                 gi = gpu.gis[gi_id] = FakeGpuInstance(gpu, gi_id, gpu.catalog.profile(rec["profile"]),
                                                       rec["start"])
             self._load_cis(gpu, gi, rec)
-        self._activity = {k: v for k, v in self._activity.items() if k[0] != gpu.uuid}
         gpu.processes = self._processes(g, gpu.uuid)
         for gi in gpu.gis.values():
             for ci in gi.cis.values():
