@@ -10,6 +10,7 @@ import pytest
 
 from mig.errors import CountersUnavailableError, InUseError
 from mig.nvml_backend import NvmlBackend
+from mig.sim_counters import NVML_PERIOD_S, sm_sample
 from mig.sim_backend import SimGpuBackend
 from slurm_plugin.simgpu.nvml.shared import SimulatedNvml
 
@@ -80,7 +81,10 @@ def test_utilisation_samples_on_a_whole_gpu(tmp_path, monkeypatch):
     time.sleep(0.5)
     samples = backend.process_utilization(0)
     assert samples and {s.owner for s in samples} == {ME}
-    assert 40 <= sum(s.sm_pct for s in samples) / len(samples) <= 100
+    # each sample is the simulated GPU's counter for that tick (what its workload keeps busy)
+    for s in samples:
+        tick = round(s.at_us / 1e6 / NVML_PERIOD_S)
+        assert (s.sm_pct, s.mem_pct) == sm_sample(80.0, sim.noise, uuid, ME, tick)
 
 
 def test_mps_clients_are_listed_only_by_the_mps_call(tmp_path, monkeypatch):
