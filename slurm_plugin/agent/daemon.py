@@ -28,6 +28,7 @@ from slurm_plugin.agent import isolation as iso
 from slurm_plugin.agent.counters import CounterReader
 from slurm_plugin.agent.finals import free_memory_of, job_summary
 from slurm_plugin.agent.isolator import Isolator
+from slurm_plugin.agent.journal import SliceJournal
 from slurm_plugin.agent.mig_manager import MigManager
 from slurm_plugin.agent.paths import AgentError, AgentPaths, final_path, socket_path
 from slurm_plugin.agent.reconcile import RECONCILE_GRACE_S, JobLister, Reconciler
@@ -61,14 +62,16 @@ class NodeAgent:
         self.clock = clock
         self.guard = ReportGuard()
         self.store = StateFile(self.paths.home)
+        self.journal = SliceJournal(self.paths.home)
         self.lock = threading.RLock()
         self.jobs: dict[int, Assignment] = self.store.load()
         self._dirty = False
-        self.mig = MigManager(backend, policy, lambda: self.jobs.values())
+        self.mig = MigManager(backend, policy, lambda: self.jobs.values(), journal=self.journal)
         self.isolator = Isolator(self.paths, backend, self.mig, mode=isolation_mode,
                                  shares_per_gpu=shares_per_gpu, sim_dir=sim_dir, clock=clock)
         self.sampler = Sampler(node, backend)
-        self.reconciler = Reconciler(node, backend, self._running_jobs, self._finish, clock)
+        self.reconciler = Reconciler(node, backend, self._running_jobs, self._finish, clock,
+                                     journal=self.journal, unsure=self.mig.unsure)
 
     # -- what the collaborators hold ------------------------------------------------------
     @property
@@ -113,6 +116,7 @@ class NodeAgent:
                             job_id, grant.gpu_indexes, a.gpu_index)
                 self._finish(a, reason="moved")
             a = self.isolator.make(job_id, uid, grant)
+            self.journal.assign(a)  # durable before the step is told where it runs
             a.steps.append(step_id)
             a.env = {**a.env, **self.isolator.base_env(a)}
             self.jobs[job_id] = a
@@ -153,7 +157,7 @@ class NodeAgent:
         write_json_atomic(final_path(self.paths.state_dir, self.node, a.job_id), summary)
         if a.device_uuid:
             free_memory_of(self.backend, a.owner)
-        self.mig.release(a)
+        self.journal.release(a, kept=self.mig.release(a))
         if hasattr(self.backend, "forget"):
             self.backend.forget(a.owner)
         self.jobs.pop(a.job_id, None)
@@ -228,6 +232,7 @@ class NodeAgent:
                                   "iterations": a.iterations, "peak_mem_bytes": a.peak_mem_bytes}
                          for k, a in sorted(self.jobs.items())},
                 "instances": self.mig.instances(),
+                "unsure_slices": sorted(self.mig.unsure),
             }
 
     def run_loops(self, stop: threading.Event, sample_interval: float = 1.0,

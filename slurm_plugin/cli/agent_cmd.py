@@ -35,10 +35,14 @@ def _slurm_user_uid(explicit: str | None) -> int | None:
 @click.option("--node", default=None, help="The Slurm node name this agent serves (slurmd -N). Required.")
 @click.option("--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE_DIR, show_default=True,
               help="Holds run/agent-<node>.sock, agent/<node>/state.json and final/<job>.json.")
-@click.option("--backend", type=click.Choice(["sim", "nvml"]), default="sim", show_default=True,
-              help="The GPU backend: the simulated GPU, or NVML on real GPUs.")
+@click.option("--backend", type=click.Choice(["auto", "nvml", "sim"]), default="auto", show_default=True,
+              help="The GPU backend: auto = NVML where libnvidia-ml loads, refusing to start otherwise; "
+                   "nvml; sim = the simulated-GPU backend (unit tests, offline simulator).")
+@click.option("--nvml-library", default=None, envvar="GPUPACK_NVML_LIBRARY", metavar="PATH|simulated:DIR",
+              help="The libnvidia-ml NVML calls: a path, or simulated:DIR for this node's simulated GPU "
+                   "kept in DIR (the dev cluster) [env GPUPACK_NVML_LIBRARY; default: the driver's].")
 @click.option("--sim-dir", type=click.Path(path_type=Path), default=None,
-              help="Simulated GPU state directory [default: STATE_DIR/simgpu].")
+              help="State directory of --backend sim [default: STATE_DIR/simgpu].")
 @click.option("--gpus", default=2, show_default=True, help="Simulated GPUs to create when the node has none yet.")
 @click.option("--gpu-model", default="H100-80GB", show_default=True, help="Catalogue model of the simulated GPUs.")
 @click.option("--isolation", "isolation_mode", type=click.Choice(["mig", "mps"]), default="mig", show_default=True,
@@ -55,7 +59,8 @@ def _slurm_user_uid(explicit: str | None) -> int | None:
               help="Prometheus port, 0 for none [default: [metrics] agent_port, else the node's slurmd "
                    "port + 200, from slurm.conf].")
 @click.pass_context
-def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, sim_dir: Path | None, gpus: int,
+def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, nvml_library: str | None,
+          sim_dir: Path | None, gpus: int,
           gpu_model: str, isolation_mode: str, shares_per_gpu: int | None, policy: str,
           slurm_user: str | None, sample_interval: float, metrics_address: str | None,
           metrics_port: int | None) -> None:
@@ -67,26 +72,18 @@ def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, sim_dir:
     metrics_at = _metrics_address(node, metrics_address, metrics_port)
     import logging
 
-    from mig.errors import MigError
+    from slurm_plugin.agent.backends import BackendChoiceError, open_backend
     from slurm_plugin.agent.daemon import NodeAgent, socket_path
     from slurm_plugin.agent.server import AgentServer
     from slurm_plugin.agent.slurm_jobs import running_jobs_lister
 
     logging.getLogger().setLevel(min(logging.getLogger().level, logging.INFO))
-    sim_dir = sim_dir or state_dir / "simgpu"
     try:
-        if backend == "sim":
-            from mig.sim_backend import SimGpuBackend
-
-            gpu_backend = SimGpuBackend(sim_dir, node, gpus=[gpu_model] * gpus,
-                                        mig_enabled=isolation_mode == "mig")
-        else:
-            from mig.nvml_backend import NvmlBackend  # type: ignore[attr-defined]
-
-            gpu_backend = NvmlBackend()
-            sim_dir = None
-    except (MigError, ImportError) as exc:
-        raise click.ClickException(f"cannot open the {backend} GPU backend: {exc}") from exc
+        opened = open_backend(backend, nvml_library, node, sim_dir or state_dir / "simgpu",
+                              [gpu_model] * gpus, mig_enabled=isolation_mode == "mig")
+    except BackendChoiceError as exc:
+        raise click.ClickException(str(exc)) from exc
+    gpu_backend, sim_dir = opened.backend, opened.sim_dir
     allowed = {0}
     uid = _slurm_user_uid(slurm_user)
     if uid is not None:
@@ -105,8 +102,8 @@ def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, sim_dir:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    logging.getLogger(__name__).info("agent of %s serving %s (mode %s, uids %s)", node,
-                                     server.socket_path, isolation_mode, sorted(allowed))
+    logging.getLogger(__name__).info("agent of %s serving %s (backend %s, mode %s, uids %s)", node,
+                                     server.socket_path, opened.name, isolation_mode, sorted(allowed))
     try:
         daemon.run_loops(stop, sample_interval=sample_interval)
     finally:

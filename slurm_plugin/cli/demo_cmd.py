@@ -21,11 +21,12 @@ FINISHED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NOD
 def _train_script(python: str) -> str:
     return (
         "#!/bin/sh\n"
-        "# A training job on a (simulated) GPU: 2 GiB at start, growing to ~4.3 GiB.\n"
+        "# A training job on a (simulated) GPU: 2 GiB at start, growing to ~4.3 GiB in its first\n"
+        "# 60 iterations, then training at that peak (the node agent samples it through NVML).\n"
         "echo \"node=$SLURMD_NODENAME CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES "
         "MPS=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE\"\n"
         f"exec {python} -m slurm_plugin simgpu run --mem-start 2GiB --mem-growth 40MiB "
-        "--iters 60 --iter-ms 50 --workload ResNet18\n"
+        "--grow-iters 60 --iters 120 --iter-ms 50 --workload ResNet18\n"
     )
 
 
@@ -103,6 +104,9 @@ def demo(state_dir: Path, scenario: str, as_json: bool) -> None:
     d.wait([first])
     click.echo(f"   job {first} {d.state(first)}; the Epilog recorded what it used:")
     click.echo("   " + d.sh(sys.executable, "-m", "slurm_plugin", "history", "show").replace("\n", "\n   ").rstrip())
+    own = [line for line in _output(d.workdir, first).splitlines() if line.startswith("simgpu: done")]
+    if own:
+        click.echo(f"   what the job counted itself: {own[-1][len('simgpu: '):]}")
 
     gpus = d.cluster.spec.nodes * d.cluster.spec.gpus_per_node
     click.echo(f"\n2. Other teams take all {gpus} GPUs (unknown jobs, so exclusive).")
@@ -124,13 +128,21 @@ def demo(state_dir: Path, scenario: str, as_json: bool) -> None:
     click.echo("   squeue --state=all -O JobID,Name:12,State:10,tres-per-node:16,admin_comment:80")
     click.echo(d.sh("squeue", "--state=all", "-j", ",".join(str(j) for j in [first, *second]),
                     "-O", "JobID,Name:12,State:10,tres-per-node:16,admin_comment:80"))
-    out = sorted(d.workdir.glob(f"train-{second[0]}.out"))
+    out = _output(d.workdir, second[0])
     if out:
         click.echo(f"   Step environment and output of packed job {second[0]}:")
-        click.echo("   " + out[0].read_text(errors="replace").strip().replace("\n", "\n   ")[-1500:])
+        click.echo("   " + out.strip().replace("\n", "\n   ")[-1500:])
     packed = [j for j in second if "packed" in d.comment(j)]
     click.echo(f"\n{len(packed)} of 3 second runs were packed; all jobs finished: "
                + json.dumps({j: d.state(j) for j in [first, *fillers, *second]}))
+
+
+def _output(workdir: Path, job_id: int) -> str:
+    """What a demo job printed ("" before it wrote anything)."""
+    try:
+        return (workdir / f"train-{job_id}.out").read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def _grow(d: "_Demo", as_json: bool) -> None:

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 
 from slurm_plugin.devcluster.commands import run_slurm
+from slurm_plugin.devcluster.node_side import agent_backend
 from slurm_plugin.devcluster.processes import Process, ProcessRegistry, child_with
 from slurm_plugin.devcluster.spec import ClusterSpec
 
@@ -28,6 +29,7 @@ class ProcessStatus:
     detail: str
     metrics_url: str = ""  # its Prometheus endpoint ("" for Slurm's and munge's daemons)
     url: str | None = None  # where a role that serves HTTP answers (the web view)
+    backend: str | None = None  # an agent's GPU backend ("nvml" in the dev cluster)
 
 
 class ClusterHealth:
@@ -122,7 +124,9 @@ class ClusterHealth:
         elif alive and p.role == "munged":
             healthy = self.spec.munge_socket.exists()
             detail = f"socket {self.spec.munge_socket}"
-        return [*extra, ProcessStatus(p.role, p.name, p.pid, alive, healthy, detail, self.metrics_url(p.role, p.name))]
+        backend = agent_backend(p.pid) if alive and p.role == "agent" else None
+        return [*extra, ProcessStatus(p.role, p.name, p.pid, alive, healthy, detail,
+                                      self.metrics_url(p.role, p.name), backend=backend)]
 
     def _watcher_status(self, helper_pid: int) -> ProcessStatus:
         """The helper's watcher process (the helper starts it): alive, and its view fresh?"""

@@ -38,6 +38,15 @@ def test_silent_newcomer_that_slows_a_silent_neighbour_is_requeued_at_the_head(c
             return (got and got[0].util_source == "dcgm-gr-active" and got[0].throughput is None
                     and got[0].mem_bytes > 0 and got[0])
 
+        def senior_sampled():
+            got = samples(cluster.state_dir, "node1", senior, latest=True)
+            return got and got[0].mem_bytes > 0 and got[0]
+
+        seen = wait_for(senior_sampled, 20, "a sample of the senior's memory")
+        if (seen.util_source or "").startswith("unavailable") and "DCGM" in seen.util_source:
+            # NVML gives no activity per MIG instance; DCGM's profiling field does (issue 21
+            # item 4: a DCGM source, real or simulated, is not there yet)
+            pytest.skip(f"the agent reads no per-instance activity through NVML: {seen.util_source}")
         first = wait_for(senior_counted, 20, "the senior's utilisation from the GPU's counters")
         time.sleep(15)  # the senior's utilisation alone, before anyone joins it
         # ResNet18 alone keeps ~69 % of its slice busy. One sample may fall in one of the
