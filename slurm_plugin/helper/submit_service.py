@@ -16,9 +16,9 @@ from typing import Callable
 
 from packer.comment import merge
 from packer.config import PackerConfig
-from packer.decision import ClusterView, Decision
+from packer.decision import ClusterView, Decision, packed_type
 from packer.fingerprint import fingerprint
-from packer.request import Candidate, JobFacts, classify, shard_request
+from packer.request import NO_VAL, Candidate, JobFacts, classify, shard_request
 from packer.rules import SuiteRules
 from packer.store import Store
 from slurm_plugin.metrics.submit import SubmitMetrics
@@ -36,9 +36,12 @@ class SubmitAnswer:
     mode: str
     admin_comment: str = ""  # new AdminComment to set ("" = leave as is)
     rewrite: str = ""  # new tres_per_node ("" = leave the request as is)
-    clear_field: str = ""  # tres field that held the GPU request and must be cleared
+    clear_field: str = ""  # fields to clear with the rewrite, comma-separated (the one that held
+    #                        the GPU request; --mem-per-gpu's and --cpus-per-gpu's, made job-level)
     fingerprint: str = ""
     exclude: str = ""  # nodes to add to the job's excluded nodes (pair avoidance)
+    min_mem_per_node: int | None = None  # MB: what --mem-per-gpu meant for the job's one GPU
+    min_cpus: int | None = None  # what --cpus-per-gpu meant for the job's one GPU
 
     def to_wire(self) -> dict[str, str]:
         return {
@@ -51,6 +54,8 @@ class SubmitAnswer:
             "clear": self.clear_field,
             "fp": self.fingerprint,
             "exclude": self.exclude,
+            "min_mem_per_node": "" if self.min_mem_per_node is None else str(self.min_mem_per_node),
+            "min_cpus": "" if self.min_cpus is None else str(self.min_cpus),
         }
 
 
@@ -96,7 +101,39 @@ def job_facts(fields: dict[str, bytes], text: dict[str, str] | None = None) -> J
         num_tasks=_number(text.get("num_tasks")),
         shared=_number(text.get("shared")),
         partition=text.get("partition"),
+        tres_per_socket=text.get("tres_per_socket"),
+        mem_per_tres=text.get("mem_per_tres"),
+        cpus_per_tres=text.get("cpus_per_tres"),
+        tres_freq=text.get("tres_freq"),
+        tres_bind=text.get("tres_bind"),
+        ntasks_per_node=_number(text.get("ntasks_per_node")),
+        requeue=_number(text.get("requeue")),
+        het_job_offset=_number(text.get("het_job_offset")),
+        batch=text.get("batch", "1") != "0",
+        min_mem_per_node=_number(text.get("min_mem_per_node")),
+        min_mem_per_cpu=_number(text.get("min_mem_per_cpu")),
+        cpus_per_task=_number(text.get("cpus_per_task")),
+        min_cpus=_number(text.get("min_cpus")),
     )
+
+
+def _rewrite(answer: SubmitAnswer, request: Candidate, decision: Decision, config: PackerConfig,
+             facts: JobFacts) -> None:
+    """The packed request, meaning what the user asked (docs/request-forms.md): K shards of
+    the GPU's type, and what was per GPU made per job (the job had exactly one GPU)."""
+    answer.rewrite = shard_request(decision.shards or 1, request.dialect, packed_type(request, config))
+    answer.exclude = ",".join(decision.avoid_nodes)
+    clear = [request.field] if request.field != "tres_per_node" else []
+    if request.mem_per_gpu_mb is not None:
+        clear.append("mem_per_tres")
+        answer.min_mem_per_node = request.mem_per_gpu_mb
+    if request.cpus_per_gpu is not None:
+        clear.append("cpus_per_tres")
+        asked = facts.min_cpus if facts.min_cpus is not None and 0 < facts.min_cpus < NO_VAL else 0
+        answer.min_cpus = max(request.cpus_per_gpu, asked)
+    if request.gpu_bind:
+        clear.append("tres_bind")
+    answer.clear_field = ",".join(clear)
 
 
 class SubmitService:
@@ -160,10 +197,7 @@ class SubmitService:
             advised = config.mode == "advise"
             answer.admin_comment = merge(site_comment, decision.comment(advised=advised))
         if config.mode == "enforce" and decision.verdict == "packed" and isinstance(request, Candidate):
-            answer.rewrite = shard_request(decision.shards or 1, request.dialect)
-            answer.exclude = ",".join(decision.avoid_nodes)
-            if request.field != "tres_per_node":
-                answer.clear_field = request.field
+            _rewrite(answer, request, decision, config, facts)
         decided_s = time.perf_counter() - started
         decided_ms = decided_s * 1000
 

@@ -61,6 +61,15 @@ def job_shards(job: Job) -> int | None:
     return None
 
 
+def job_gpu_type(job: Job) -> str | None:
+    """The GPU type a job asked for or holds (`shard:h100:2` -> h100): a restart or a grow asks
+    for that type again, so the job never comes back on another model. None: untyped."""
+    for item in (*job.gres, *job.gres_detail):
+        if item.name in ("shard", "gpu") and item.type:
+            return item.type
+    return None
+
+
 def wants_whole_gpu(job: Job) -> bool:
     return any(item.name == "gpu" for item in job.gres)
 

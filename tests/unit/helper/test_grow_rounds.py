@@ -144,7 +144,7 @@ def test_a_remembered_size_above_the_share_makes_a_preemptor_at_once(tmp_path):
         put(samples, job_id, 5, 3 * GIB, start)
     monitor.tick()
     assert fake.jobs[9].state == "PENDING" and fake.jobs[8].state == "RUNNING"
-    assert fake.jobs[7].tres_per_node.endswith("shard:4")
+    assert fake.jobs[7].tres_per_node.endswith("shard:h100:4")  # the model it ran on (issue 21 item 7)
     restart = next(e for e in helper.store.events() if e.kind == "grow-restart")
     assert "remembered size 4" in " ".join(restart.data["steps"])
 

@@ -171,7 +171,8 @@ def test_growing_job_is_restarted_on_a_larger_size_and_the_size_remembered(tmp_p
     job = fake.jobs[7]
     assert job.state == "PENDING", "restarted before it reached its 10 GiB"
     assert t < 27  # 2 + 0.3 t reaches 10 GiB at t = 27
-    assert job.tres_per_node in ("gres:shard:2", "gres:shard:3", "gres:shard:4")
+    # the type of the GPU it held is kept (issue 21 item 7: never back on another model)
+    assert job.tres_per_node in ("gres:shard:h100:2", "gres:shard:h100:3", "gres:shard:h100:4")
     assert helper.store.remembered_size("grow") == int(job.tres_per_node.rsplit(":", 1)[1])
     assert "memory-restart" in job.admin_comment
     assert [e.kind for e in helper.store.events()].count("restart-memory") == 1
@@ -191,10 +192,10 @@ def _outgrow_every_share(tmp_path, release):
 
 def test_a_job_that_needs_a_whole_gpu_is_restarted_on_one_where_slurm_can_change_its_gres(tmp_path):
     fake, helper = _outgrow_every_share(tmp_path, "24.11.5")
-    assert fake.jobs[7].state == "PENDING" and fake.jobs[7].tres_per_node == "gres/gpu:1"
+    assert fake.jobs[7].state == "PENDING" and fake.jobs[7].tres_per_node == "gres/gpu:h100:1"  # its model kept
     assert fake.jobs[7].priority > 0  # released at the head, not left held
     (event,) = [e for e in helper.store.events() if e.kind == "restart-memory"]
-    assert event.data["to"] == "gpu:1"
+    assert event.data["to"] == "gpu:h100:1"
 
 
 def test_on_2205_a_shard_job_that_needs_a_whole_gpu_keeps_running_and_its_next_run_is_exclusive(tmp_path):
