@@ -61,6 +61,7 @@ class JobFacts:
     min_mem_per_cpu: int | None = None  # --mem-per-cpu (MB)
     cpus_per_task: int | None = None
     min_cpus: int | None = None
+    unreadable: tuple[str, ...] = ()  # number fields that were not whole numbers (never from Slurm)
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,8 @@ def classify(job: JobFacts) -> Candidate | NotCandidate:
         return NotCandidate("already-shared")
     if not found:
         return NotCandidate("no-gpu")
+    if job.unreadable:
+        return NotCandidate("unclear")
     if job.het_job_offset is not None and job.het_job_offset != NO_VAL:  # 0 is the first component
         return NotCandidate("heterogeneous")
     if not job.batch:

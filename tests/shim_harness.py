@@ -14,6 +14,7 @@ import subprocess
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Callable
 
 from packer.config import PackerConfig
 from packer.decision import ClusterView
@@ -50,12 +51,23 @@ def lua_literal(value: object) -> str:
         return repr(value)
     if isinstance(value, (str, bytes)):
         data = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
-        return '"' + "".join(chr(b) if 32 <= b < 127 and chr(b) not in '"\\' else f"\\{b}" for b in data) + '"'
+        return '"' + "".join(chr(b) if 32 <= b < 127 and chr(b) not in '"\\' else f"\\{b:03d}" for b in data) + '"'
     if isinstance(value, dict):
         return "{" + ",".join(f"[{lua_literal(k)}]={lua_literal(v)}" for k, v in value.items()) + "}"
     if isinstance(value, (list, tuple)):
         return "{" + ",".join(lua_literal(v) for v in value) + "}"
     raise TypeError(f"no Lua literal for {type(value).__name__}")
+
+
+def _bytes_back(value: object) -> object:
+    """jsonenc.lua writes each byte above 127 as one code point: the strings as Lua had them."""
+    if isinstance(value, str):
+        return value.encode("latin-1").decode("utf-8", "surrogateescape")
+    if isinstance(value, dict):
+        return {k: _bytes_back(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_bytes_back(v) for v in value]
+    return value
 
 
 @dataclass
@@ -77,7 +89,9 @@ class ShimRig:
     """One helper and one shim folder; `run` sends job_desc tables through the shim."""
 
     def __init__(self, folder: Path, config: PackerConfig, store: Store | None = None,
-                 view: ClusterView = ClusterView(0), timeout_ms: object = 1000):
+                 view: ClusterView = ClusterView(0), timeout_ms: object = 1000,
+                 handler: Callable[[dict[str, bytes]], dict[str, str]] | None = None):
+        """`handler`: answer the shim with it instead of the real service (a helper that misbehaves)."""
         if LUA is None:
             raise RuntimeError("lua5.1 is not installed (Debian: apt-get install lua5.1 lua-socket)")
         self.folder = folder
@@ -93,7 +107,7 @@ class ShimRig:
             answer, after = self.service.respond(fields)
             return Reply(answer.to_wire(), after=after)
 
-        self.server = HelperServer(self.socket, {"submit": submit}, set())
+        self.server = HelperServer(self.socket, {"submit": handler or submit}, set())
         self.server.serve_in_thread()
 
     def write_conf(self, **settings: object) -> None:
@@ -111,7 +125,7 @@ class ShimRig:
         lines = done.stdout.decode("utf-8").splitlines()
         if len(lines) != len(cases):
             raise AssertionError(f"{len(cases)} cases, {len(lines)} answers: {done.stderr.decode(errors='replace')}")
-        return [ShimResult(**json.loads(line)) for line in lines]
+        return [ShimResult(**_bytes_back(json.loads(line))) for line in lines]
 
     def close(self) -> None:
         self.server.shutdown()

@@ -6,6 +6,7 @@ server loop: any surprise becomes a pass-through answer with its reason.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pwd
 import time
@@ -76,19 +77,31 @@ def _decoded(fields: dict[str, bytes]) -> dict[str, str]:
     return {k: v.decode("utf-8", "replace") for k, v in fields.items() if v and k != "script"}
 
 
+_NUMBER_FIELDS = ("min_nodes", "max_nodes", "num_tasks", "shared", "ntasks_per_node", "requeue", "het_job_offset",
+                  "min_mem_per_node", "min_mem_per_cpu", "cpus_per_task", "min_cpus")
+
+
 def _number(text: str | None) -> int | None:
+    """A whole, finite, non-negative number as slurmctld gives it (`4294967294`, `2`); None
+    when it is not one (`inf`, `nan`, `-1`, `0.5`, text)."""
     if text is None:
         return None
     try:
-        return int(float(text))
+        value = float(text)
     except ValueError:
         return None
+    if not math.isfinite(value) or value < 0 or value != int(value):
+        return None
+    return int(value)
 
 
 def job_facts(fields: dict[str, bytes], text: dict[str, str] | None = None) -> JobFacts:
-    """What the shim sent, as JobFacts (`text`: the fields already decoded, if at hand)."""
+    """What the shim sent, as JobFacts (`text`: the fields already decoded, if at hand). A
+    number field that is not a whole number is named in `unreadable` (the job is not packed)."""
     text = _decoded(fields) if text is None else text
     uid = _number(text.get("uid"))
+    numbers = {k: _number(text.get(k)) for k in _NUMBER_FIELDS}
+    unreadable = tuple(k for k in _NUMBER_FIELDS if numbers[k] is None and text.get(k) is not None)
     return JobFacts(
         user=text.get("user_name") or (_user_name(uid) if uid is not None else ""),
         name=text.get("name", ""),
@@ -96,24 +109,15 @@ def job_facts(fields: dict[str, bytes], text: dict[str, str] | None = None) -> J
         tres_per_node=text.get("tres_per_node"),
         tres_per_job=text.get("tres_per_job"),
         tres_per_task=text.get("tres_per_task"),
-        min_nodes=_number(text.get("min_nodes")),
-        max_nodes=_number(text.get("max_nodes")),
-        num_tasks=_number(text.get("num_tasks")),
-        shared=_number(text.get("shared")),
         partition=text.get("partition"),
         tres_per_socket=text.get("tres_per_socket"),
         mem_per_tres=text.get("mem_per_tres"),
         cpus_per_tres=text.get("cpus_per_tres"),
         tres_freq=text.get("tres_freq"),
         tres_bind=text.get("tres_bind"),
-        ntasks_per_node=_number(text.get("ntasks_per_node")),
-        requeue=_number(text.get("requeue")),
-        het_job_offset=_number(text.get("het_job_offset")),
         batch=text.get("batch", "1") != "0",
-        min_mem_per_node=_number(text.get("min_mem_per_node")),
-        min_mem_per_cpu=_number(text.get("min_mem_per_cpu")),
-        cpus_per_task=_number(text.get("cpus_per_task")),
-        min_cpus=_number(text.get("min_cpus")),
+        unreadable=unreadable,
+        **numbers,
     )
 
 
@@ -191,9 +195,14 @@ class SubmitService:
             fp, estimate, remembered = None, None, None
         decision = self._rules_for(config).admit(request, estimate, self._cluster_view(), fp, remembered)
         decision = self._avoid_partners(decision, text.get("req_nodes"))
-        answer = SubmitAnswer(decision.verdict, decision.reason, config.mode, fingerprint=fp or "")
         site_comment = text.get("admin_comment")
-        if config.mode != "observe" and decision.reason != "no-gpu":
+        writable = not (site_comment and any(c in site_comment for c in "\t\n\r"))
+        if not writable and decision.reason != "no-gpu":
+            # the answer is one line of tab-separated fields: a comment the site set with a tab
+            # or newline cannot travel back in it, and a packed job needs its record
+            decision = Decision("untouched", "site-comment-unwritable", fingerprint=decision.fingerprint)
+        answer = SubmitAnswer(decision.verdict, decision.reason, config.mode, fingerprint=fp or "")
+        if config.mode != "observe" and decision.reason != "no-gpu" and writable:
             advised = config.mode == "advise"
             answer.admin_comment = merge(site_comment, decision.comment(advised=advised))
         if config.mode == "enforce" and decision.verdict == "packed" and isinstance(request, Candidate):

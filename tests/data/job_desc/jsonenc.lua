@@ -12,8 +12,9 @@ local function quote(s)
 end
 
 local function number(n)
-  if n ~= n then return '"nan"' end
-  if n == math.huge then return '"inf"' elseif n == -math.huge then return '"-inf"' end
+  -- as Python's json module reads them (not strict JSON; test tooling only)
+  if n ~= n then return "NaN" end
+  if n == math.huge then return "Infinity" elseif n == -math.huge then return "-Infinity" end
   if n == math.floor(n) and math.abs(n) < 2^53 then return string.format("%d", n) end
   return string.format("%.17g", n)
 end
