@@ -72,7 +72,8 @@ class Candidate:
     gpu_type: str | None
     dialect: str
     mem_per_gpu_mb: int | None = None  # --mem-per-gpu: becomes the job's memory when packed
-    cpus_per_gpu: int | None = None  # --cpus-per-gpu: becomes the job's CPU count when packed
+    cpus_per_gpu: int | None = None  # --cpus-per-gpu: becomes the job's CPUs (per task) when packed
+    tasks: int = 1
     gpu_bind: bool = False  # a GPU binding: moot for a job with one GPU, cleared when packed
 
 
@@ -206,8 +207,15 @@ def classify(job: JobFacts) -> Candidate | NotCandidate:
         return NotCandidate("unclear")
     if mem is not None and not (_unset(job.min_mem_per_node) and _unset(job.min_mem_per_cpu)):
         return NotCandidate("unclear")  # two memory requests: Slurm refuses one of them itself
+    if cpus is not None:
+        # the job's CPUs become CPUs per task (Slurm refused min_cpus above tasks x cpus_per_task
+        # when -n was given): they must split evenly, and agree with a -c sbatch may have set
+        tasks = 1 if _unset(job.num_tasks) else job.num_tasks
+        if cpus % tasks or not (_unset(job.cpus_per_task, NO_VAL16) or job.cpus_per_task == cpus // tasks):
+            return NotCandidate("unclear")
     return Candidate(field=field_name, gpu_type=item.type, dialect=item.dialect,
-                     mem_per_gpu_mb=mem, cpus_per_gpu=cpus, gpu_bind=bool(job.tres_bind and "gpu" in job.tres_bind))
+                     mem_per_gpu_mb=mem, cpus_per_gpu=cpus, tasks=1 if _unset(job.num_tasks) else job.num_tasks,
+                     gpu_bind=bool(job.tres_bind and "gpu" in job.tres_bind))
 
 
 def shard_request(k: int, dialect: str, gpu_type: str | None = None) -> str:

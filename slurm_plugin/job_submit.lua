@@ -15,7 +15,7 @@ A number out of its range (timeout_ms: 1 to 1000; not inf, nan or negative) is a
 slurmctld's log, and the default is kept.
 
 What it may change, and only as the helper says: tres_per_node (to gres shards), the fields of
-CLEARABLE (cleared), min_mem_per_node and min_cpus (whole numbers in range), exc_nodes (a
+CLEARABLE (cleared), the numbers of SETTABLE (whole numbers in range), exc_nodes (a
 hostlist added) and admin_comment. The request forms: docs/request-forms.md.
 --]]
 
@@ -24,8 +24,8 @@ local DEFAULT_TIMEOUT_MS = 50
 local MAX_TIMEOUT_MS = 1000  -- slurmctld waits for the answer holding its job write lock
 local CLEARABLE = { tres_per_job = true, tres_per_task = true, mem_per_tres = true, cpus_per_tres = true,
                    tres_bind = true }
--- numbers the helper may set, with their ranges (MB; CPUs)
-local SETTABLE = { min_mem_per_node = { 1, 2 ^ 40 }, min_cpus = { 1, 2 ^ 20 } }
+-- numbers the helper may set, with their ranges (MB; CPUs; CPUs, a 16-bit field below NO_VAL16)
+local SETTABLE = { min_mem_per_node = { 1, 2 ^ 40 }, min_cpus = { 1, 2 ^ 20 }, cpus_per_task = { 1, 65533 } }
 local FIELDS = {
   "name", "script", "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket",
   "min_nodes", "max_nodes", "num_tasks", "ntasks_per_node", "shared", "partition", "admin_comment",

@@ -19,7 +19,7 @@ from packer.comment import merge
 from packer.config import PackerConfig
 from packer.decision import ClusterView, Decision, packed_type
 from packer.fingerprint import fingerprint
-from packer.request import NO_VAL, Candidate, JobFacts, classify, shard_request
+from packer.request import Candidate, JobFacts, classify, shard_request
 from packer.rules import SuiteRules
 from packer.store import Store
 from slurm_plugin.metrics.submit import SubmitMetrics
@@ -42,7 +42,8 @@ class SubmitAnswer:
     fingerprint: str = ""
     exclude: str = ""  # nodes to add to the job's excluded nodes (pair avoidance)
     min_mem_per_node: int | None = None  # MB: what --mem-per-gpu meant for the job's one GPU
-    min_cpus: int | None = None  # what --cpus-per-gpu meant for the job's one GPU
+    min_cpus: int | None = None  # what --cpus-per-gpu meant for the job's one GPU ...
+    cpus_per_task: int | None = None  # ... split over its tasks (classify checked it splits evenly)
 
     def to_wire(self) -> dict[str, str]:
         return {
@@ -57,6 +58,7 @@ class SubmitAnswer:
             "exclude": self.exclude,
             "min_mem_per_node": "" if self.min_mem_per_node is None else str(self.min_mem_per_node),
             "min_cpus": "" if self.min_cpus is None else str(self.min_cpus),
+            "cpus_per_task": "" if self.cpus_per_task is None else str(self.cpus_per_task),
         }
 
 
@@ -133,8 +135,8 @@ def _rewrite(answer: SubmitAnswer, request: Candidate, decision: Decision, confi
         answer.min_mem_per_node = request.mem_per_gpu_mb
     if request.cpus_per_gpu is not None:
         clear.append("cpus_per_tres")
-        asked = facts.min_cpus if facts.min_cpus is not None and 0 < facts.min_cpus < NO_VAL else 0
-        answer.min_cpus = max(request.cpus_per_gpu, asked)
+        answer.min_cpus = request.cpus_per_gpu
+        answer.cpus_per_task = request.cpus_per_gpu // request.tasks
     if request.gpu_bind:
         clear.append("tres_bind")
     answer.clear_field = ",".join(clear)

@@ -16,7 +16,7 @@ DOC = Path(__file__).resolve().parents[3] / "docs" / "request-forms.md"
 # every candidate is packed (one share: 8 GiB default estimate), typed for the dev cluster's GPUs
 CONFIG = PackerConfig(mode="enforce", pack_unknown=True, pack_only_when_no_idle_gpu=False, gpu_type="h100")
 CHANGED_BY_REWRITE = {"tres_per_node", "tres_per_job", "tres_per_task", "mem_per_tres", "cpus_per_tres",
-                      "tres_bind", "min_mem_per_node", "pn_min_memory", "min_cpus", "admin_comment"}
+                      "tres_bind", "min_mem_per_node", "pn_min_memory", "min_cpus", "cpus_per_task", "admin_comment"}
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,10 @@ def test_each_request_form_does_what_the_table_says(results, release, form):
             assert (after["min_mem_per_node"], after["pn_min_memory"]) == (2048, 2048)
         else:
             assert after.get("pn_min_memory") == before.get("pn_min_memory")
-        assert after["min_cpus"] == (2 if form.modifier == "cpus-per-gpu" else before["min_cpus"])
+        if form.modifier == "cpus-per-gpu":  # one task: -c 2 (Slurm refused min_cpus alone with -n1)
+            assert (after["min_cpus"], after["cpus_per_task"]) == (2, 2)
+        else:
+            assert (after["min_cpus"], after["cpus_per_task"]) == (before["min_cpus"], before["cpus_per_task"])
 
 
 def test_the_recordings_name_their_source_and_cover_every_form():

@@ -54,7 +54,7 @@ PACKED = {"status": "ok", "verdict": "packed", "reason": "fits", "mode": "enforc
 
 @pytest.mark.parametrize("extra", [
     {"min_cpus": "inf"}, {"min_cpus": "-1"}, {"min_cpus": "0"}, {"min_cpus": "2.5"}, {"min_cpus": "9" * 30},
-    {"min_cpus": "nan"}, {"min_mem_per_node": "1e3"}, {"min_mem_per_node": str(2**41)}, {"clear": "script"},
+    {"min_cpus": "nan"}, {"min_mem_per_node": "1e3"}, {"cpus_per_task": "65534"}, {"min_mem_per_node": str(2**41)}, {"clear": "script"},
     {"clear": "tres_per_job,partition"}, {"rewrite": "gres:gpu:8"}, {"rewrite": "gres:shard:h100:1,gres:gpu:1"},
     {"rewrite": "gres:shard:h1 00:1"}, {"exclude": "node1;rm"},
 ], ids=lambda e: "-".join(f"{k}={v[:12]}" for k, v in e.items()))

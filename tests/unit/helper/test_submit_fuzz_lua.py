@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(LUA is None, reason="lua5.1 is not installed")
 CONFIG = PackerConfig(mode="enforce", pack_unknown=True, pack_only_when_no_idle_gpu=False, gpu_type="h100")
 NO_VAL16 = 0xFFFE
 MAY_CHANGE = {"tres_per_node", "tres_per_job", "tres_per_task", "mem_per_tres", "cpus_per_tres", "tres_bind",
-              "min_mem_per_node", "pn_min_memory", "min_cpus", "admin_comment", "exc_nodes"}
+              "min_mem_per_node", "pn_min_memory", "min_cpus", "cpus_per_task", "admin_comment", "exc_nodes"}
 SHARD_RE = re.compile(r"^gres[:/]shard:(?:[A-Za-z0-9_][A-Za-z0-9_.\-]*:)?(\d+)$")
 DRAWN: list[int] = []  # job_desc tables run, for the count in the report
 REWRITTEN: list[int] = []
@@ -97,7 +97,7 @@ def check(before: dict, after: dict, logs: list[str]) -> None:
     for field in ("min_nodes", "max_nodes"):
         assert not (_set(before.get(field)) and before[field] > 1), (field, before[field])
     assert before.get("shared") not in (0, 2, 3)
-    for field, high in (("min_mem_per_node", 2**40), ("min_cpus", 2**20)):
+    for field, high in (("min_mem_per_node", 2**40), ("min_cpus", 2**20), ("cpus_per_task", 65533)):
         if field in changed:
             value = after[field]
             assert isinstance(value, (int, float)) and value == int(value) and 1 <= value <= high, (field, value)
