@@ -94,9 +94,10 @@ MODIFIER_REASON: dict[str, str | None] = {
 #: several gets the first.
 PRECEDENCE = ("heterogeneous", "interactive", "no-requeue", "gpu-freq", "multi-gpu", "per-socket",
               "multi-node", "exclusive")
-#: Forms Slurm's own client refuses before any job_submit plugin sees them.
-REFUSED_BY_SLURM = {("gpus", "two-nodes"): "sbatch: Invalid generic resource (gres) specification "
-                    "(--gpus=1 cannot cover 2 nodes)"}
+#: Forms Slurm's own client refuses before any job_submit plugin sees them, on which releases
+#: (as recorded: `sbatch: error: Invalid generic resource (gres) specification`).
+REFUSED_BY_SLURM = {("gpus", "two-nodes"): ("22.05", "24.11", "26.05"),  # --gpus=1 cannot cover 2 nodes
+                    ("gpus", "spread"): ("24.11", "26.05")}  # nor 2 tasks one per node (22.05 let it through)
 
 
 @dataclass(frozen=True)
@@ -113,12 +114,20 @@ class Outcome:
             return f"untouched: {self.reason}"
         return "refused by Slurm"
 
+    def cell(self, others: "dict[str, Outcome]") -> str:
+        """The table cell: this outcome, and where another release differs, that one too."""
+        text = self.text()
+        for release, other in others.items():
+            if other != self:
+                text += f" ({release}+: {other.text()})"
+        return text
 
-def expected(form: Form) -> Outcome:
-    """What the suite promises for a form (docs/request-forms.md), from the rules, not the code."""
-    refused = REFUSED_BY_SLURM.get((form.base, form.modifier))
-    if refused:
-        return Outcome("refused", refused)
+
+def expected(form: Form, release: str = "22.05") -> Outcome:
+    """What the suite promises for a form on a release (docs/request-forms.md), from the rules,
+    not the code."""
+    if release in REFUSED_BY_SLURM.get((form.base, form.modifier), ()):
+        return Outcome("refused", "Invalid generic resource (gres) specification")
     reasons = set()
     if MODIFIER_REASON[form.modifier]:
         reasons.add(MODIFIER_REASON[form.modifier])
@@ -155,6 +164,9 @@ def render_table() -> str:
         label = {"sbatch": " ".join(options) or "(nothing)", "sbatch-het": "hetjob: `A : A`"}.get(launcher, launcher)
         if launcher == "sbatch" and options:
             label = f"`{label}`"
-        cells = [expected(by_id[f"{b}{'-typed' if t else ''}+{modifier}"]).text() for b, t in columns]
+        cells = []
+        for b, t in columns:
+            form = by_id[f"{b}{'-typed' if t else ''}+{modifier}"]
+            cells.append(expected(form).cell({"24.11": expected(form, "24.11")}))
         lines.append("| " + " | ".join([label, *cells]) + " |")
     return "\n".join(lines) + "\n"
