@@ -29,6 +29,13 @@ from slurm_plugin.devcluster.manager import slurm_release  # noqa: E402
 SCRIPT = b"#!/bin/sh\ntrue\n"
 
 
+def dumps(doc: dict) -> str:
+    """The recording as JSON, one form to a line (diffs stay readable)."""
+    forms = ",\n".join(f" {json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in sorted(doc["forms"].items()))
+    head = {k: v for k, v in doc.items() if k != "forms"}
+    return json.dumps(head, sort_keys=True)[:-1] + ', "forms": {\n' + forms + "\n}}\n"
+
+
 def main(state_dir: str) -> None:
     etc = Path(state_dir) / "etc"
     shim = etc / "job_submit.lua"
@@ -60,7 +67,7 @@ def main(state_dir: str) -> None:
     release = f"{major}.{minor:02d}"
     path = HERE / f"slurm-{release}.json"
     doc = {"release": f"{release}.{slurm_release()[2]}", "source": "recorded", "forms": recorded}
-    path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    path.write_text(dumps(doc))
     print(f"{len(recorded)} forms -> {path}")
 
 
