@@ -151,6 +151,16 @@ def test_rewritten_forms_are_accepted_mean_the_same_and_run(packing, args, memor
     packing.wait(job_id, "RUNNING", timeout=30)
 
 
+@pytest.mark.parametrize("launcher", ["salloc", "srun"])
+def test_interactive_allocations_are_left_alone(packing, launcher):
+    """salloc/srun jobs have no batch script and Slurm never requeues them: untouched."""
+    result = packing.run(launcher, "-J", "interactive", "--gres=gpu:1", "sh", "-c", "echo $SLURM_JOB_ID", timeout=120)
+    job_id = int(result.stdout.split()[-1])
+    record = record_of(packing, job_id)
+    assert (record.verdict, record.reason) == ("untouched", "interactive")
+    assert packing.job(job_id)["TresPerNode"] == packing.tres("gpu:1")
+
+
 def test_a_request_slurm_refuses_is_refused_by_slurm_not_the_shim(packing):
     """Refused by Slurm: --gpus=1 over two nodes never reaches the plugin; nothing of ours fails."""
     result = packing.run("sbatch", "--parsable", "-o", "/dev/null", "--gpus=1", "-N2", input=script("refused"),
