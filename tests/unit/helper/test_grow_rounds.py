@@ -144,7 +144,7 @@ def test_a_remembered_size_above_the_share_makes_a_preemptor_at_once(tmp_path):
         put(samples, job_id, 5, 3 * GIB, start)
     monitor.tick()
     assert fake.jobs[9].state == "PENDING" and fake.jobs[8].state == "RUNNING"
-    assert fake.jobs[7].tres_per_node.endswith("shard:h100:4")  # the model it ran on (issue 21 item 7)
+    assert fake.jobs[7].tres_per_node.endswith("shard:4")
     restart = next(e for e in helper.store.events() if e.kind == "grow-restart")
     assert "remembered size 4" in " ".join(restart.data["steps"])
 
@@ -214,3 +214,14 @@ def test_a_victim_goes_back_after_the_hold_limit_when_the_grower_does_not_start(
     assert fake.jobs[9].priority > 0 and fake.jobs[7].state == "PENDING"
     (release,) = [e for e in helper.store.events() if e.kind == "grow-release"]
     assert "did not start within 30s" in release.detail
+
+
+def test_a_typed_grower_keeps_its_gpu_type(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path, mode="enforce")
+    helper.store.remember_size("grow", 4, "oom")
+    three_on_one_gpu(fake)
+    fake.jobs[7].tres_per_node = "gres:shard:h100:1"  # as the submit path writes it
+    for job_id, start in ((7, 0), (8, 2), (9, 4)):
+        put(samples, job_id, 5, 3 * GIB, start)
+    monitor.tick()
+    assert fake.jobs[7].tres_per_node == "gres:shard:h100:4"

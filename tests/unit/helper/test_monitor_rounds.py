@@ -171,8 +171,7 @@ def test_growing_job_is_restarted_on_a_larger_size_and_the_size_remembered(tmp_p
     job = fake.jobs[7]
     assert job.state == "PENDING", "restarted before it reached its 10 GiB"
     assert t < 27  # 2 + 0.3 t reaches 10 GiB at t = 27
-    # the type of the GPU it held is kept (issue 21 item 7: never back on another model)
-    assert job.tres_per_node in ("gres:shard:h100:2", "gres:shard:h100:3", "gres:shard:h100:4")
+    assert job.tres_per_node in ("gres:shard:2", "gres:shard:3", "gres:shard:4")
     assert helper.store.remembered_size("grow") == int(job.tres_per_node.rsplit(":", 1)[1])
     assert "memory-restart" in job.admin_comment
     assert [e.kind for e in helper.store.events()].count("restart-memory") == 1
@@ -192,10 +191,10 @@ def _outgrow_every_share(tmp_path, release):
 
 def test_a_job_that_needs_a_whole_gpu_is_restarted_on_one_where_slurm_can_change_its_gres(tmp_path):
     fake, helper = _outgrow_every_share(tmp_path, "24.11.5")
-    assert fake.jobs[7].state == "PENDING" and fake.jobs[7].tres_per_node == "gres/gpu:h100:1"  # its model kept
+    assert fake.jobs[7].state == "PENDING" and fake.jobs[7].tres_per_node == "gres/gpu:1"
     assert fake.jobs[7].priority > 0  # released at the head, not left held
     (event,) = [e for e in helper.store.events() if e.kind == "restart-memory"]
-    assert event.data["to"] == "gpu:h100:1"
+    assert event.data["to"] == "gpu:1"
 
 
 def test_on_2205_a_shard_job_that_needs_a_whole_gpu_keeps_running_and_its_next_run_is_exclusive(tmp_path):
@@ -594,3 +593,17 @@ def test_curves_per_fingerprint_must_be_a_count(tmp_path):
     toml = tmp_path / "gpupack.toml"
     toml.write_text("[monitor]\ncurves_per_fingerprint = 0\n")
     assert load_monitor_settings(toml).curves_per_fingerprint == 0
+
+
+def test_a_typed_job_is_restarted_on_its_own_gpu_type(tmp_path):
+    """Issue 21 item 7: `shard:h100:1` is restarted as `shard:h100:K` (it never comes back on
+    another model); an untyped request stays untyped (22.05 refuses an update that types it)."""
+    fake, helper, samples, monitor = make(tmp_path, memory_horizon_s=60)
+    running(fake, 7, fp="typed", shards=1)
+    fake.jobs[7].tres_per_node = "gres:shard:h100:1"  # as the submit path writes it
+    for t in range(40):
+        samples.put(7, FAKE_EPOCH + t, mem=int(2 * GIB + t * 0.3 * GIB), started_at=FAKE_EPOCH)
+        monitor.tick()
+        if fake.jobs[7].state == "PENDING":
+            break
+    assert fake.jobs[7].tres_per_node in ("gres:shard:h100:2", "gres:shard:h100:3", "gres:shard:h100:4")
