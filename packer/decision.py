@@ -61,6 +61,12 @@ class Decision:
         return render(self.verdict, shards=self.shards, advised=advised, **extra)
 
 
+def packed_type(request: Candidate, config: PackerConfig) -> str | None:
+    """The GPU type a packed job's shards are asked on: the job's own, else the one the
+    shares are sized for (an untyped job becomes shares of that model only), else any."""
+    return request.gpu_type or config.gpu_type or None
+
+
 def shards_needed(peak_mem_bytes: int, config: PackerConfig) -> int:
     """Shares of the GPU that hold the peak plus headroom."""
     headroom = max(peak_mem_bytes * config.headroom_fraction, config.min_headroom_gib * GIB)
@@ -87,6 +93,9 @@ def decide(
     """
     if isinstance(request, NotCandidate):
         return Decision("untouched", request.reason)
+    if request.gpu_type and config.gpu_type and request.gpu_type.lower() != config.gpu_type.lower():
+        # the shares are sized for another model: K shards of this one would be guesswork
+        return Decision("exclusive", "other-gpu-type", fingerprint=fingerprint)
     if estimate is None:
         if not config.pack_unknown:
             return Decision("exclusive", "no-history", fingerprint=fingerprint)

@@ -194,6 +194,7 @@ def gpupack_toml(spec: ClusterSpec, shares_per_gpu: int, gpu_memory_gib: float) 
         f'mode = "{spec.mode}"\n'
         f"shares_per_gpu = {shares_per_gpu}\n"
         f"gpu_memory_gib = {gpu_memory_gib:.2f}\n"
+        f'gpu_type = "{spec.gres_type}"\n'
         "\n[paths]\n"
         f'database = "{spec.database}"\n'
         f'socket = "{spec.helper_socket}"\n'

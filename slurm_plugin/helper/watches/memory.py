@@ -8,8 +8,9 @@ from __future__ import annotations
 from packer import comment as comment_mod
 from packer.decision import max_shards
 from packer.preemption import restart_size
+from packer.request import gres_text
 from slurm_plugin.helper.watches.round import RoundContext
-from slurm_plugin.helper.watches.tracks import Track
+from slurm_plugin.helper.watches.tracks import Track, job_gpu_type
 from slurm_plugin.slurm.errors import SlurmError
 
 GIB = 1024**3
@@ -103,7 +104,7 @@ class MemoryWatch:
                 continue
             need = max(forecast.upper_bytes, forecast.predicted_peak_bytes)
             size = restart_size(t.shards, need, config.share_bytes, max_shards(config))
-            gres = "gpu:1" if size.whole_gpu else f"shard:{size.shards}"
+            gres = gres_text("gpu", 1, job_gpu_type(job)) if size.whole_gpu else gres_text("shard", size.shards, job_gpu_type(job))
             remembered = size.shards if size.shards is not None else max_shards(config) + 1
             reason = (f"memory will outgrow shard:{t.shards} ({capacity / GIB:.1f}GiB): forecast "
                       f"{forecast.predicted_peak_bytes / GIB:.1f}GiB (upper {forecast.upper_bytes / GIB:.1f}GiB) "

@@ -593,3 +593,17 @@ def test_curves_per_fingerprint_must_be_a_count(tmp_path):
     toml = tmp_path / "gpupack.toml"
     toml.write_text("[monitor]\ncurves_per_fingerprint = 0\n")
     assert load_monitor_settings(toml).curves_per_fingerprint == 0
+
+
+def test_a_typed_job_is_restarted_on_its_own_gpu_type(tmp_path):
+    """Issue 21 item 7: `shard:h100:1` is restarted as `shard:h100:K` (it never comes back on
+    another model); an untyped request stays untyped (22.05 refuses an update that types it)."""
+    fake, helper, samples, monitor = make(tmp_path, memory_horizon_s=60)
+    running(fake, 7, fp="typed", shards=1)
+    fake.jobs[7].tres_per_node = "gres:shard:h100:1"  # as the submit path writes it
+    for t in range(40):
+        samples.put(7, FAKE_EPOCH + t, mem=int(2 * GIB + t * 0.3 * GIB), started_at=FAKE_EPOCH)
+        monitor.tick()
+        if fake.jobs[7].state == "PENDING":
+            break
+    assert fake.jobs[7].tres_per_node in ("gres:shard:h100:2", "gres:shard:h100:3", "gres:shard:h100:4")

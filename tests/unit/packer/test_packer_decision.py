@@ -104,3 +104,21 @@ def test_config_file(tmp_path):
     path.write_text('[packer]\nmodee = "advise"\n')
     with pytest.raises(ConfigError, match="unknown"):
         load_config(path)
+
+
+def test_shares_are_sized_for_one_gpu_type():
+    """Issue 21 item 7: K shares are sized for `gpu_type`; an untyped job is typed to it, a job
+    typed for another model keeps its whole GPU."""
+    from packer.decision import packed_type
+
+    config = PackerConfig(mode="enforce", gpu_type="h100", pack_only_when_no_idle_gpu=False)
+    known = Estimate(int(7 * GIB), 30.0, 3)
+    other = decide(Candidate("tres_per_node", "a100", "22.05"), known, ClusterView(0), config)
+    assert (other.verdict, other.reason) == ("exclusive", "other-gpu-type")
+    same = Candidate("tres_per_node", "H100", "22.05")
+    assert decide(same, known, ClusterView(0), config).verdict == "packed"
+    assert packed_type(same, config) == "H100"
+    assert packed_type(Candidate("tres_per_node", None, "22.05"), config) == "h100"
+    assert packed_type(Candidate("tres_per_node", None, "22.05"), PackerConfig()) is None
+    with pytest.raises(ConfigError):
+        PackerConfig(gpu_type="h 100")
