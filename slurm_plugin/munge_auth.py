@@ -241,7 +241,7 @@ class NonceCache:
         return len(self._seen)
 
 
-def _decode(munge: Munge, header: str | None, who: str) -> tuple[Decoded, Claim]:
+def _decode(munge: Munge, header: str | None, who: str) -> Decoded:
     if not header or not header.startswith(SCHEME):
         raise CredentialRefused(401, f"{who} carries no MUNGE credential")
     try:
@@ -249,7 +249,7 @@ def _decode(munge: Munge, header: str | None, who: str) -> tuple[Decoded, Claim]
     except MungeError as exc:
         status = 503 if exc.code == EMUNGE_SOCKET else 401
         raise CredentialRefused(status, f"{who}'s credential refused: {exc}") from None
-    return decoded, Claim.decode(decoded.payload)
+    return decoded
 
 
 class RequestVerifier:
@@ -268,10 +268,11 @@ class RequestVerifier:
         self.nonces = NonceCache(2 * max_age_s)
 
     def verify(self, header: str | None, method: str, path: str, body: bytes) -> tuple[Decoded, Claim]:
-        decoded, claim = _decode(self.munge, header, "the request")
+        decoded = _decode(self.munge, header, "the request")
         if decoded.uid not in self.allowed_uids:
             raise CredentialRefused(403, f"uid {decoded.uid} may not command this agent "
                                          f"(root and the SlurmUser only)")
+        claim = Claim.decode(decoded.payload)
         if claim.node != self.node:
             raise CredentialRefused(403, f"the credential was made for node {claim.node!r}, this is {self.node!r}")
         if claim.method != method or claim.path != path:
@@ -296,12 +297,52 @@ def sign_answer(munge: Munge, request: Claim, body: bytes, clock=time.time) -> s
 def check_answer(munge: Munge, header: str | None, request: Claim, body: bytes, signers: set[int]) -> Decoded:
     """The helper's checks of an answer: signed by root or the SlurmUser, for this request
     (node, path, nonce), over this body."""
-    decoded, claim = _decode(munge, header, "the answer")
+    decoded = _decode(munge, header, "the answer")
     if decoded.uid not in set(signers) | {0}:
         raise CredentialRefused(403, f"the answer is signed by uid {decoded.uid}, not by root or the SlurmUser")
+    claim = Claim.decode(decoded.payload)
     if (claim.node, claim.method, claim.path, claim.nonce) != (request.node, "answer", request.path, request.nonce):
         raise CredentialRefused(401, f"the answer's credential is for {claim.node} {claim.path} "
                                      f"nonce {claim.nonce[:8]}, not this request")
     if claim.body_sha256 != body_hash(body):
         raise CredentialRefused(401, "the answer's body does not match its credential (tampered?)")
     return decoded
+
+
+class PrivateMunged:
+    """A munged of its own with a fresh key in a temporary folder (tests, `gpupack bench link`):
+    ``with PrivateMunged() as m: Munge(m.socket)``. Needs root (munged --force) or the munge user."""
+
+    def __init__(self) -> None:
+        import tempfile
+
+        self.dir = Path(tempfile.mkdtemp(prefix="gpupack-munged-"))
+        self.dir.chmod(0o755)  # other uids may reach the socket (tests of non-root callers)
+        self.socket = self.dir / "munge.socket"
+        self.pid: int | None = None
+
+    def __enter__(self) -> "PrivateMunged":
+        import os
+
+        key = self.dir / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o600)
+        pidfile = self.dir / "munged.pid"
+        run = subprocess.run([shutil.which("munged") or "/usr/sbin/munged", f"--socket={self.socket}", f"--key-file={key}", f"--pid-file={pidfile}",
+                              f"--log-file={self.dir / 'munged.log'}", f"--seed-file={self.dir / 'seed'}", "--force"],
+                             capture_output=True, text=True, timeout=30)
+        if run.returncode:
+            raise MungeError(f"cannot start a private munged: {run.stderr.strip()}")
+        self.pid = int(pidfile.read_text().split()[0])
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import os
+        import signal
+
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(self.dir, ignore_errors=True)
