@@ -143,6 +143,26 @@ def test_pending_packed_job_is_kept_off_the_node_of_an_avoided_partner(tmp_path)
     assert "avoid=" not in fake.jobs[3].admin_comment
 
 
+def test_pending_packed_job_is_kept_off_a_stale_node_until_it_is_fresh(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path)
+    fake.submit(job_id=3, state="PENDING", gres="gres:shard:2", admin_comment="gpupack: packed shard:2 fp=bbbb")
+    fake.submit(job_id=4, state="PENDING", gres="gres:gpu:1", admin_comment="gpupack: exclusive fp=cccc")
+    samples.stale = {"node2": "its agent does not answer"}
+    monitor.tick()
+    assert fake.jobs[3].excluded_nodes == "node2" and fake.jobs[4].excluded_nodes == ""
+    (event,) = [e for e in helper.store.events() if e.kind == "steer"]
+    assert "stale" in event.detail
+    samples.stale = {"node1": "x", "node2": "y"}  # every node stale: excluding all would refuse the job
+    monitor.tick()
+    assert fake.jobs[3].excluded_nodes == ""
+    samples.stale = {"node2": "its agent does not answer"}
+    monitor.tick()
+    assert fake.jobs[3].excluded_nodes == "node2"
+    samples.stale = {}  # its agent answers again: the exclusion we added is lifted
+    monitor.tick()
+    assert fake.jobs[3].excluded_nodes == ""
+
+
 def test_pending_packed_jobs_partners_are_read_in_one_query_per_round(tmp_path):
     fake, helper, samples, monitor = make(tmp_path)
     helper.store.avoid_pair("aaaa", "bbbb", "test")
