@@ -72,3 +72,30 @@ def test_a_killed_agent_makes_its_node_stale_nothing_is_packed_there_and_it_reco
         cluster.cancel_all()
         cluster.reset_options()
         time.sleep(0.1)
+
+
+def test_each_run_of_a_requeued_job_leaves_a_final_kept_until_the_helper_acks_it(cluster):
+    from slurm_plugin.agent.client import ack_finals, collect_finals
+
+    link = cluster.link
+    try:
+        job = cluster.submit(["-J", "link-finals", "-w", "node1", "--gres=shard:1", "--requeue"],
+                             b"#!/bin/sh\nsleep 6\n")
+        cluster.wait(job, "RUNNING", 30)
+        time.sleep(2)  # its batch step is isolated on node1
+        cluster.run("scontrol", "requeue", str(job))
+        assert cluster.wait(job, {"COMPLETED", "FAILED"}, 120) == "COMPLETED"
+
+        def runs():
+            return sorted((f for f in collect_finals(link, "node1") if f["job_id"] == job),
+                          key=lambda f: f["started_at"] or 0)
+
+        first, second = wait_for(lambda: len(runs()) == 2 and runs(), 30, "both runs' finals over the link")
+        assert first["run"] != second["run"] and first["ended_at"] <= second["ended_at"]
+        assert first["end_reason"] == second["end_reason"] == "batch step ended" and second["gaps"] == 0.0
+        assert ack_finals(link, "node1", [first["run"]]) == 1
+        assert [f["run"] for f in runs()] == [second["run"]]  # the other is kept until acknowledged
+        assert ack_finals(link, "node1", [job]) == 1 and runs() == []
+        assert ack_finals(link, "node1", [job]) == 0  # again: nothing, and no error
+    finally:
+        cluster.cancel_all()
