@@ -60,10 +60,10 @@ class _Handler(BaseHTTPRequestHandler):
         except CredentialRefused as exc:
             log.warning("refused %s %s from %s: %s", self.command, self.path, self.client_address[0], exc.reason)
             return self._answer(exc.status, {"status": "refused", "reason": exc.reason}, None)
-        status, answer = self._run(claim, body, Peer(0, caller.uid, caller.gid))
+        status, answer = self._run(body, Peer(0, caller.uid, caller.gid))
         self._answer(status, answer, claim)
 
-    def _run(self, claim: Claim, body: bytes, peer: Peer) -> tuple[int, dict]:
+    def _run(self, body: bytes, peer: Peer) -> tuple[int, dict]:
         op = self.path[len(PREFIX):] if self.path.startswith(PREFIX) else ""
         if self.command != "POST" or op not in LINK_OPS:
             return 404, {"status": "error", "reason": f"no such command: {self.command} {self.path}"}
