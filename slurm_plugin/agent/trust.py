@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from slurm_plugin.agent.pid_jobs import job_of_environ
 from slurm_plugin.unix_socket import peer_credentials
 
-PRIVILEGED_OPS = frozenset({"isolate", "step_end", "samples", "finish", "status", "layout"})
+PRIVILEGED_OPS = frozenset({"isolate", "step_end", "samples", "finish", "status", "layout", "jobs", "finals",
+                            "ack_finals", "mps_plan"})
 OPEN_OPS = frozenset({"ping", "report"})
 MAX_ITER_RATE = 10_000.0  # iterations per second a report may claim
 MAX_THROUGHPUT = 10_000.0

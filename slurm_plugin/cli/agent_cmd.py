@@ -58,12 +58,17 @@ def _slurm_user_uid(explicit: str | None) -> int | None:
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Prometheus port, 0 for none [default: [metrics] agent_port, else the node's slurmd "
                    "port + 200, from slurm.conf].")
+@click.option("--link-address", default=None, metavar="HOST",
+              help="Bind the MUNGE-authenticated command endpoint here [default: gpupack.toml [agents] "
+                   "entry of the node, else its NodeAddr in slurm.conf].")
+@click.option("--link-port", type=click.IntRange(0, 65535), default=None,
+              help="Its port, 0 for none [default: [agents] entry, else [agent] port, 6820].")
 @click.pass_context
 def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, nvml_library: str | None,
           sim_dir: Path | None, gpus: int,
           gpu_model: str, isolation_mode: str, shares_per_gpu: int | None, policy: str,
           slurm_user: str | None, sample_interval: float, metrics_address: str | None,
-          metrics_port: int | None) -> None:
+          metrics_port: int | None, link_address: str | None, link_port: int | None) -> None:
     """Run the node agent for one node (or ask a running one: `status`, `samples`)."""
     ctx.obj = {"node": node, "state_dir": state_dir}
     if ctx.invoked_subcommand is not None:
@@ -75,7 +80,7 @@ def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, nvml_lib
     from slurm_plugin.agent.backends import BackendChoiceError, open_backend
     from slurm_plugin.agent.daemon import NodeAgent, socket_path
     from slurm_plugin.agent.server import AgentServer
-    from slurm_plugin.agent.slurm_jobs import running_jobs_lister
+    from slurm_plugin.agent.slurm_jobs import PushedJobs
 
     logging.getLogger().setLevel(min(logging.getLogger().level, logging.INFO))
     try:
@@ -90,11 +95,12 @@ def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, nvml_lib
         allowed.add(uid)
     daemon = NodeAgent(node, state_dir, gpu_backend, isolation_mode=isolation_mode,
                        shares_per_gpu=shares_per_gpu, policy=policy,
-                       list_running_jobs=running_jobs_lister(node), sim_dir=sim_dir)
+                       list_running_jobs=PushedJobs(), sim_dir=sim_dir)
     for line in daemon.reconcile(at_start=True):
         click.echo(f"reconciled: {line}", err=True)
     server = AgentServer(socket_path(state_dir, node), daemon, allowed)
     server.serve_in_thread()
+    link = _link_server(node, daemon, allowed, link_address, link_port)
     from slurm_plugin.metrics.agent import agent_registry
     from slurm_plugin.metrics.endpoint import serve
 
@@ -102,15 +108,45 @@ def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, nvml_lib
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    logging.getLogger(__name__).info("agent of %s serving %s (backend %s, mode %s, uids %s)", node,
-                                     server.socket_path, opened.name, isolation_mode, sorted(allowed))
+    logging.getLogger(__name__).info("agent of %s serving %s and %s (backend %s, mode %s, uids %s)", node,
+                                     server.socket_path, link.url if link else "no network link",
+                                     opened.name, isolation_mode, sorted(allowed))
     try:
         daemon.run_loops(stop, sample_interval=sample_interval)
     finally:
         server.shutdown()
         server.server_close()
+        if link is not None:
+            link.shutdown()
+            link.server_close()
         if endpoint is not None:
             endpoint.stop()
+
+
+def _link_server(node: str, daemon, allowed: set[int], host: str | None, port: int | None):
+    """The MUNGE-authenticated command endpoint for the helper (None with port 0)."""
+    from packer.config import ConfigError
+    from slurm_plugin.agent.directory import load_agent_settings
+    from slurm_plugin.agent.link_server import AgentLinkServer
+    from slurm_plugin.helper.settings import DEFAULT_CONFIG
+    from slurm_plugin.munge_auth import Munge, MungeError, RequestVerifier
+
+    try:
+        settings = load_agent_settings(DEFAULT_CONFIG)
+        own = settings.own_address(node, None)
+        munge = Munge(settings.munge_socket)
+    except (ConfigError, MungeError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    port = own.port if port is None else port
+    if port == 0:
+        return None
+    verifier = RequestVerifier(munge, node, allowed, settings.max_age_s)
+    try:
+        server = AgentLinkServer((host or own.host, port), daemon, verifier)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host or own.host}:{port} for the helper: {exc}") from exc
+    server.serve_in_thread()
+    return server
 
 
 def _metrics_address(node: str, host: str | None, port: int | None):
@@ -155,10 +191,17 @@ def status(obj: dict) -> None:
 def samples(obj: dict, job_id: int | None, latest: bool) -> None:
     """The agent's samples (JSON lines, one JobSample each)."""
     _need_node(obj["node"])
-    from slurm_plugin.agent import client
+    from slurm_plugin.agent.client import AgentUnavailable, ask
+    from slurm_plugin.agent.daemon import socket_path
 
+    req: dict = {"op": "samples", "latest": latest}
+    if job_id is not None:
+        req["job_id"] = job_id
     try:
-        for s in client.samples(obj["state_dir"], obj["node"], job_id, latest=latest):
-            click.echo(json.dumps(s.to_dict()))
-    except (client.AgentUnavailable, PermissionError) as exc:
+        answer = ask(socket_path(obj["state_dir"], obj["node"]), req)
+    except AgentUnavailable as exc:
         raise click.ClickException(str(exc)) from exc
+    if answer.get("status") != "ok":
+        raise click.ClickException(f"the agent refused: {answer.get('reason')}")
+    for s in answer.get("samples", []):
+        click.echo(json.dumps(s))

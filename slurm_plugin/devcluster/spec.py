@@ -9,6 +9,7 @@ DEFAULT_STATE_DIR = Path(os.environ.get("GPUPACK_DEVCLUSTER_DIR", "/var/lib/gpup
 DEFAULT_PORT = int(os.environ.get("GPUPACK_DEVCLUSTER_PORT", "16817"))
 CRED_EXPIRE_S = 10  # how long a requeued job waits before it may start again
 WEB_PORT_OFFSET = 80  # the web view listens on the cluster's port + 80 (nodes use port + 101...)
+AGENT_PORT_OFFSET = 400  # one-host: node i's agent link listens on port + 400 + i (metrics: + 300 + i)
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,19 @@ class ClusterSpec:
 
     def node_port(self, index: int) -> int:
         return self.port + 100 + index
+
+    def agent_port(self, index: int) -> int:
+        """The command port of node ``index``'s agent (1-based). All agents share 127.0.0.1 on one
+        host, so each has its own port, derived from the cluster's."""
+        return self.port + AGENT_PORT_OFFSET + index
+
+    def node_address(self, node: str) -> str:
+        """The address of ``node``'s host (all nodes are this host, 127.0.0.1)."""
+        return "127.0.0.1"
+
+    def agent_address(self, node: str) -> str:
+        """"host:port" of ``node``'s agent, as gpupack.toml's [agents] names it."""
+        return f"{self.node_address(node)}:{self.agent_port(self.node_names.index(node) + 1)}"
 
     @property
     def web_port(self) -> int:
@@ -202,7 +216,13 @@ def gpupack_toml(spec: ClusterSpec, shares_per_gpu: int, gpu_memory_gib: float) 
         f'slurm_conf = "{spec.slurm_conf}"\n'
         f'simgpu_dir = "{spec.simgpu_dir}"\n'
         f'agent_dir = "{spec.state_dir}"\n'
-        "\n[web]\n"
+        "\n[agent]\n"
+        "# the helper reaches each node agent over HTTP, every request MUNGE-authenticated\n"
+        f'munge_socket = "{spec.munge_socket}"\n'
+        "\n[agents]\n"
+        "# one host: every agent on 127.0.0.1, a port each (a real cluster: NodeAddr + [agent] port)\n"
+        + "".join(f'{node} = "{spec.agent_address(node)}"\n' for node in spec.node_names)
+        + "\n[web]\n"
         '# the read-only web view (`gpupack web`): localhost only, on the cluster\'s port + 80\n'
         'bind = "127.0.0.1"\n'
         f"port = {spec.web_port}\n"

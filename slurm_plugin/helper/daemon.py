@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 from packer.decision import Decision
-from packer.placement import submit_exclusion
 from packer.request import JobFacts
 from packer.store import Store
+from slurm_plugin.helper.cluster_view import packing_exclusion
 from slurm_plugin.helper.server import HelperServer, Reply
 from slurm_plugin.helper.settings import Paths, ReloadingConfig, load_paths
 from slurm_plugin.helper.submit_service import SubmitService
@@ -80,14 +80,15 @@ class Helper:
         return Reply(answer.to_wire(), after=after)
 
     def _avoid_nodes(self, fingerprint: str) -> frozenset[str] | None:
-        """Nodes running a job this fingerprint must never share a GPU with (pairs in SQLite);
-        None when that is every GPU node."""
+        """Nodes a job about to be packed must be kept off: those running a job this
+        fingerprint must never share a GPU with (pairs in SQLite), and those whose agent's
+        figures are stale (nothing is packed where it cannot be watched); None when that is
+        every GPU node."""
         snap = self.view.snapshot()
         if snap is None:
             return frozenset()
-        gpu_nodes = [n.name for n in snap.nodes if n.gpus > 0 and n.usable]
         partners = self.store.avoided_with(fingerprint)  # one query, not one per running job
-        return submit_exclusion(fingerprint, snap.running, lambda _me, other: other in partners, gpu_nodes)
+        return packing_exclusion(snap, fingerprint, partners)
 
     def _on_decision(self, facts: JobFacts, decision: Decision) -> None:
         if decision.verdict == "exclusive":

@@ -68,7 +68,8 @@ class Watcher:
         """Publish the view from a job listing the monitor already has, plus the nodes."""
         from slurm_plugin.helper.slurm_poll import snapshot_from
 
-        publish(self.view_file, snapshot_from(self.runner.nodes(), jobs, taken_at))
+        stale = self.monitor.stale_nodes if self.monitor is not None else {}
+        publish(self.view_file, snapshot_from(self.runner.nodes(), jobs, taken_at, stale))
 
     def run(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self._done.set())

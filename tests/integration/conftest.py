@@ -40,6 +40,13 @@ class Cluster:
         return self.dev.spec
 
     @property
+    def link(self):
+        """The helper's link to the agents, as the cluster's gpupack.toml gives it (root signs)."""
+        from slurm_plugin.agent.client import link_from_config
+
+        return link_from_config(self.spec.gpupack_toml, {0})
+
+    @property
     def release(self) -> tuple[int, int, int]:
         """The Slurm release the cluster runs, e.g. (24, 11, 5)."""
         return slurm_release()

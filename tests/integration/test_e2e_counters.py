@@ -33,7 +33,7 @@ def test_silent_newcomer_that_slows_a_silent_neighbour_is_requeued_at_the_head(c
         _, waiting = fill_all_but_one_gpu(cluster, "ctr")
 
         def senior_counted():
-            got = samples(cluster.state_dir, "node1", senior, latest=True)
+            got = samples(cluster.link, "node1", senior, latest=True)
             # a sample taken before the workload began (no memory yet) shows an idle instance
             return (got and got[0].util_source == "dcgm-gr-active" and got[0].throughput is None
                     and got[0].mem_bytes > 0 and got[0])
@@ -52,7 +52,7 @@ def test_silent_newcomer_that_slows_a_silent_neighbour_is_requeued_at_the_head(c
         # ResNet18 alone keeps ~69 % of its slice busy. One sample may fall in one of the
         # simulated GPU's 3 s pauses (15 % activity, as a checkpoint would): judge the median
         # of the samples counted while it ran alone, not the first one.
-        alone = sorted(s.util_pct for s in samples(cluster.state_dir, "node1", senior, since=first.at)
+        alone = sorted(s.util_pct for s in samples(cluster.link, "node1", senior, since=first.at)
                        if s.util_source == "dcgm-gr-active" and s.util_pct is not None)
         assert len(alone) >= 5 and 40 < alone[len(alone) // 2] < 100, alone
         newcomer = cluster.submit(["-J", "ctr-newcomer", "--gres=shard:2"],

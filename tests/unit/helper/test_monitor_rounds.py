@@ -43,6 +43,24 @@ def test_newcomer_that_slows_its_neighbour_is_requeued_at_head_and_the_pair_avoi
     assert not any("scancel" in c for c in fake.calls)
 
 
+def test_no_action_is_taken_on_a_stale_nodes_figures_and_the_event_says_so(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path)
+    running(fake, 1, fp="aaaa", start=FAKE_EPOCH)
+    for t in range(10):
+        samples.put(1, FAKE_EPOCH + t, throughput=20.0, started_at=FAKE_EPOCH)
+        monitor.tick()
+    running(fake, 2, fp="bbbb", start=FAKE_EPOCH + 10)
+    samples.stale = {"node1": "its agent does not answer (connection refused)"}  # as AgentSamples reports it
+    for t in range(10, 16):  # the same slowdown that gets the newcomer requeued when fresh
+        samples.put(1, FAKE_EPOCH + t, throughput=15.0, started_at=FAKE_EPOCH)
+        samples.put(2, FAKE_EPOCH + t, throughput=30.0, started_at=FAKE_EPOCH + 10)
+        monitor.tick()
+    assert fake.jobs[2].state == "RUNNING" and not helper.store.must_avoid("aaaa", "bbbb")
+    (event,) = [e for e in helper.store.events() if e.kind == "requeue-contention-stale"]  # once, not per round
+    assert event.job_id == 2 and "stale" in event.detail and "connection refused" in event.detail
+    assert not [e for e in helper.store.events() if e.kind == "requeue-contention"]
+
+
 def test_two_copies_of_one_workload_that_slow_each_other_are_kept_apart(tmp_path):
     """Found live: identical jobs were requeued beside each other every ~10 s, since a pair of
     one fingerprint was never recorded; the next copy must be steered off the running one's node."""
@@ -123,6 +141,26 @@ def test_pending_packed_job_is_kept_off_the_node_of_an_avoided_partner(tmp_path)
     restarted.tick()
     assert fake.jobs[3].excluded_nodes == "node9"
     assert "avoid=" not in fake.jobs[3].admin_comment
+
+
+def test_pending_packed_job_is_kept_off_a_stale_node_until_it_is_fresh(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path)
+    fake.submit(job_id=3, state="PENDING", gres="gres:shard:2", admin_comment="gpupack: packed shard:2 fp=bbbb")
+    fake.submit(job_id=4, state="PENDING", gres="gres:gpu:1", admin_comment="gpupack: exclusive fp=cccc")
+    samples.stale = {"node2": "its agent does not answer"}
+    monitor.tick()
+    assert fake.jobs[3].excluded_nodes == "node2" and fake.jobs[4].excluded_nodes == ""
+    (event,) = [e for e in helper.store.events() if e.kind == "steer"]
+    assert "stale" in event.detail
+    samples.stale = {"node1": "x", "node2": "y"}  # every node stale: excluding all would refuse the job
+    monitor.tick()
+    assert fake.jobs[3].excluded_nodes == ""
+    samples.stale = {"node2": "its agent does not answer"}
+    monitor.tick()
+    assert fake.jobs[3].excluded_nodes == "node2"
+    samples.stale = {}  # its agent answers again: the exclusion we added is lifted
+    monitor.tick()
+    assert fake.jobs[3].excluded_nodes == ""
 
 
 def test_pending_packed_jobs_partners_are_read_in_one_query_per_round(tmp_path):
@@ -305,7 +343,22 @@ def test_gpu_given_whole_and_as_shards_requeues_the_late_comer(tmp_path):
 
 
 def test_mps_shares_follow_measured_utilisation(tmp_path):
+    from slurm_plugin.agent.client import AgentUnavailable
+
     fake, helper, samples, monitor = make(tmp_path)
+    sent: list[tuple] = []
+
+    class Link:  # the agents, as the MPS watch reaches them (AgentLink.call)
+        down = True
+
+        def call(self, node, op, request=None, timeout=None):
+            if self.down:
+                raise AgentUnavailable("connection refused")
+            if op == "mps_plan":
+                sent.append((node, op, request))
+            return {"status": "ok", "changes": []}
+
+    monitor.agents = link = Link()
     running(fake, 1, fp="m1")
     running(fake, 2, fp="m2", start=FAKE_EPOCH + 1)
     samples.put(1, FAKE_EPOCH + 2, isolation="mps:50", util=30.0, started_at=FAKE_EPOCH)
@@ -313,10 +366,14 @@ def test_mps_shares_follow_measured_utilisation(tmp_path):
     monitor.tick()
     plan = monitor.mps_plan[("node1", 0)]
     assert sum(plan.values()) == 100 and plan[2] > plan[1] >= 33
-    (tmp_path / "run").mkdir(exist_ok=True)
-    monitor.mps_plan = {}
+    assert sent == []  # the agent did not answer: sent on a later round
+    link.down = False
     monitor.tick()
-    assert (tmp_path / "run" / "mps-plan-node1.json").exists()
+    ((node, op, request),) = sent
+    assert (node, op) == ("node1", "mps_plan") and request["plan"] == {"0": {"1": plan[1], "2": plan[2]}}
+    assert request["generation"] >= FAKE_EPOCH * 1000
+    monitor.tick()
+    assert len(sent) == 1  # unchanged: not sent again
 
 
 def test_metrics_text_counts_events_and_is_written_for_the_textfile_collector(tmp_path):
