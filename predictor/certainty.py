@@ -46,6 +46,7 @@ def judge(
     first_warning: bool,
     opts: ForecasterOptions,
     known_lower: float = -math.inf,
+    known_upper: float = math.inf,
 ) -> Verdict:
     """The verdict on one forecast: ``est`` the combined estimate, ``raw`` the memory's own
     (``ifit`` the inverse reuse ratio's, in reuse mode), ``points`` the point forecasts so
@@ -58,14 +59,18 @@ def judge(
     between the observed peak and the point forecast. ``will_exceed`` is that bound above
     the capacity, so the two never disagree. ``known_lower``: a lower bound from outside the
     samples (the workload's earlier runs, :mod:`predictor.prior`); it needs no convergence of
-    this run's own trend, so it warns from the first sample."""
+    this run's own trend, so it warns from the first sample. ``known_upper``: the highest the
+    earlier runs say this run goes (lifted by how far it is above them): a trend that would
+    carry it past the capacity while every earlier run, so lifted, stays under is not
+    believed (the earlier runs have seen where this run goes; a run that leaves them lifts
+    this bound with it)."""
     already = observed > capacity
     confident = already or (ready and converged(points, opts))
     lower = est.lower_reach if (ready and est is not None) else -math.inf
     if lower > capacity and not already and confident and first_warning and opts.confirm_with_statsmodels:
         if raw is not None:
             lower = min(lower, confirm(raw, ifit, capacity, opts.confidence))
-    lower = max(min(max(lower, known_lower), predicted), observed)
+    lower = max(min(max(min(lower, known_upper), known_lower), predicted), observed)
     will_exceed = lower > capacity
     foreseen = known_lower > capacity  # the earlier runs all went past it: nothing to converge
     may_exceed = already or ((ready or foreseen) and upper > capacity)

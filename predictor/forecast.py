@@ -252,12 +252,14 @@ class Forecaster:
             self._points.append(observed)
         predicted, upper = _clamped(est, observed)
         history = self._history(step, at)
-        if history is not None:  # the earlier runs raise the forecast, never lower it
-            predicted, upper = max(predicted, history.point), max(upper, history.upper, history.point)
+        if history is not None:  # the earlier runs bound the estimate; the upper bound only rises
+            predicted = max(min(predicted, history.upper), history.point, observed)
+            upper = max(upper, history.upper, predicted)
         verdict = judge(
             observed=observed, predicted=predicted, upper=upper, capacity=self.capacity_bytes, ready=ready, est=est, raw=raw,
             ifit=ifit, points=self._points.view(), first_warning=self._warn_step is None, opts=opts,
             known_lower=history.lower if history is not None else -math.inf,
+            known_upper=history.upper if history is not None else math.inf,
         )
         crossing = _within(est.crossing if est is not None else None, at)
         if history is not None and history.crossing is not None and verdict.will_exceed:

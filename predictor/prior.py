@@ -29,7 +29,11 @@ forecaster warns when ``lower`` is above the capacity: every earlier run, aligne
 one, went past this share. So a run whose earlier runs all grew past its share is warned at
 its first sample, and a run that rises above its earlier runs is warned as soon as the rise
 carries every one of them past the share; a run below what its history reached is never
-warned by the history alone. ``crossing``: the step by which every aligned earlier run has
+warned by the history alone. Nor by its own trend while every earlier run, lifted by this
+run's excess, stays under the share (``upper``): a warm-up or a filling cache that the
+trend would extrapolate past the share is what the earlier runs have already seen level
+off; a run that leaves them lifts ``upper`` with it. The point forecast is the trend's,
+kept between the runs' median and their ``upper``. ``crossing``: the step by which every aligned earlier run has
 crossed. With no earlier run there is no prior, and the forecaster is what it was.
 """
 from __future__ import annotations
