@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from predictor.linfit import statsmodels_bounds
+from predictor.linfit import statsmodels_bounds, t_quantile
 from predictor.options import ForecasterOptions
 from predictor.trend import Estimate
 
@@ -65,7 +65,8 @@ def judge(
     believed (the earlier runs have seen where this run goes; a run that leaves them lifts
     this bound with it)."""
     already = observed > capacity
-    confident = already or (ready and converged(points, opts))
+    error = t_quantile(opts.confidence, max(1, raw.window - 2)) * raw.point_se if raw is not None else 0.0
+    confident = already or (ready and converged(points, opts, error if opts.converge_by_error else 0.0))
     lower = est.lower_reach if (ready and est is not None) else -math.inf
     if lower > capacity and not already and confident and first_warning and opts.confirm_with_statsmodels:
         if raw is not None:
@@ -80,10 +81,11 @@ def judge(
     )
 
 
-def converged(points: np.ndarray, opts: ForecasterOptions) -> bool:
+def converged(points: np.ndarray, opts: ForecasterOptions, error: float = 0.0) -> bool:
     """Whether the point forecasts ``points`` (one per update) moved by at most
-    ``converge_tol`` (relative) over the last ``converge_fraction`` of them and at least
-    ``converge_updates``."""
+    ``converge_tol`` (relative), or by at most ``error`` (the current forecast's own
+    sampling error: a movement the noise explains is no instability), over the last
+    ``converge_fraction`` of them and at least ``converge_updates``."""
     n = points.shape[0]
     span = max(opts.converge_updates, int(math.ceil(opts.converge_fraction * n)))
     if span > n:
@@ -91,7 +93,7 @@ def converged(points: np.ndarray, opts: ForecasterOptions) -> bool:
     recent = points[n - span :]
     current = float(recent[-1])
     scale = max(abs(current), 1.0)
-    return float(np.max(np.abs(recent - current))) <= opts.converge_tol * scale
+    return float(np.max(np.abs(recent - current))) <= max(opts.converge_tol * scale, error)
 
 
 def confirm(raw: Estimate, ifit: Estimate | None, capacity: float, confidence: float) -> float:

@@ -16,8 +16,9 @@ horizon as
     forecast_r = peak_r(from t to the horizon) + max(0, L - level_r(t))
 
 the height the earlier run still reached, raised by how far this run is above it now
-(``level_r(t)`` is the earlier run's highest value within one sampling interval of ``t``:
-alignment is not exact, and a steep load ramp must not read as an excess). A run that is
+(``level_r(t)`` is the highest the earlier run had been by ``t``, one sampling interval
+allowed for the alignment: memory that wanders out of phase with its earlier run, or a
+load ramp a little ahead of it, is no rise above it). A run that is
 *below* its earlier runs is still forecast to reach their peak: that is what the workload did.
 An earlier run known to have gone *past* a share (it ran out of memory there, or was
 restarted for it: ``PriorRun.exceeded``) has a peak above that share, whatever its curve
@@ -137,8 +138,9 @@ class HistoryPrior:
 
 
 def _level_near(xs: np.ndarray, ys: np.ndarray, at: float, tol: float) -> float:
-    """The earlier run's memory at ``at``: the highest of its interpolated value there and
-    its samples within ``tol`` of it."""
+    """The highest the earlier run had been by ``at`` (its samples up to ``at + tol``, and its
+    interpolated value at ``at``): this run rises above it only by going higher than it had
+    gone by then, so a wandering level out of phase with its earlier run is no rise."""
     value = float(np.interp(at, xs, ys))
-    near = ys[(xs >= at - tol) & (xs <= at + tol)]
-    return max(value, float(near.max())) if near.size else value
+    seen = ys[xs <= at + tol]
+    return max(value, float(seen.max())) if seen.size else value
