@@ -111,3 +111,52 @@ def test_decide_takes_a_prior():
     d = decide(list(zip(steps, values)), 10 * GIB, 99, prior=HistoryPrior([PriorRun(*ramp(100, 1, 0.11))]))
     assert d.warn_step == 0 and d.will_exceed and d.exceed_text == "yes"
     assert decide(list(zip(steps, values)), 10 * GIB, 99).warn_step is None
+
+
+def test_cli_run_with_priors_and_bench_with_a_prior_per_series(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from predictor.series import write_series
+    from slurm_plugin.cli.predict_cmd import predict
+
+    steps, values = ramp(60, 1, 0.1)  # this run reaches 6.9 GiB; its earlier runs went to 11.9
+    write_series(tmp_path / "now.csv", zip(steps, values))
+    (tmp_path / "priors").mkdir()
+    write_series(tmp_path / "priors" / "run1.csv", zip(*ramp(100, 1, 0.11)))
+    write_series(tmp_path / "priors" / "run2.csv", zip(*ramp(100, 1, 0.12)))
+    args = ["run", str(tmp_path / "now.csv"), "--capacity-gib", "10", "--horizon", "99", "--json"]
+    plain = json.loads(CliRunner().invoke(predict, args).output)
+    r = CliRunner().invoke(predict, [*args, "--prior", str(tmp_path / "priors" / "run1.csv"),
+                                     "--prior", str(tmp_path / "priors" / "run2.csv")])
+    assert r.exit_code == 0, r.output
+    assert plain["warn_step"] is None and json.loads(r.output)["warn_step"] == 0
+    r = CliRunner().invoke(predict, [*args, "--prior", str(tmp_path / "nope.csv")])
+    assert r.exit_code == 1 and "nope.csv: no such file" in r.output
+
+    (tmp_path / "now.json").write_text(json.dumps({"capacity_gib": 10, "horizon": 99,
+                                                   "prior": ["priors/run1.csv", "priors/run2.csv"]}))
+    d = json.loads(CliRunner().invoke(predict, ["bench", str(tmp_path), "--json"]).output)
+    (row,) = d["series"]
+    assert row["prior_runs"] == 2 and row["warn_step"] == 0 and row["false_alarm"]  # it never crossed itself
+    d = json.loads(CliRunner().invoke(predict, ["bench", str(tmp_path), "--json", "--no-prior"]).output)
+    assert d["series"][0]["prior_runs"] == 0 and d["series"][0]["warn_step"] is None
+    (tmp_path / "now.json").write_text(json.dumps({"capacity_gib": 10, "prior": "priors/run1.csv"}))
+    r = CliRunner().invoke(predict, ["bench", str(tmp_path)])
+    assert r.exit_code == 1 and '"prior" must be a list' in r.output
+
+
+def test_converging_within_the_forecasts_own_error_warns_a_noisy_line_earlier():
+    """A line with 3 % noise: its forecast at the horizon moves by more than 5 % between
+    updates by noise alone; counted within its own sampling error, it has converged."""
+    import random
+
+    from predictor.options import ForecasterOptions
+
+    rng = random.Random(7)  # stress.py's lin_noise0.03_7 (its 1 % series drawn first)
+    for noise in (0.01, 0.03):
+        rows = [(i, 4 * GIB + 0.01 * GIB * i + rng.gauss(0, noise * 4 * GIB)) for i in range(1000)]
+    strict = decide(rows, 10 * GIB, 999)
+    relaxed = decide(rows, 10 * GIB, 999, options=ForecasterOptions(converge_by_error=True))
+    assert strict.warn_step > 60 and relaxed.warn_step <= 60  # 10 % of the way to the crossing at 600
