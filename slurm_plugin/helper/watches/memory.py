@@ -35,15 +35,17 @@ def capacity_of(track: Track, share_bytes: float, gpu_model: str) -> float | Non
 def track_forecast(ctx: RoundContext, t: Track, job, capacity: float):
     """The run's memory forecast, brought up to date with every sample since the last round
     (oldest first); one forecaster per run, shared by the watches that read it (grow, memory).
-    None before the first sample."""
+    Its prior is the workload's earlier runs' stored curves (`run_curves.history_prior`), read
+    once per run. None before the first sample."""
     from predictor.forecast import Forecaster
+    from slurm_plugin.helper.watches.run_curves import history_prior
 
     if t.forecaster is None:
         # forecast to the job's end (its time limit) when Slurm knows it
         horizon = ctx.settings.memory_horizon_s
         if job.end_time is not None and job.end_time.timestamp() > t.started_at:
             horizon = min(horizon, job.end_time.timestamp() - t.started_at)
-        t.forecaster = Forecaster(capacity, horizon)
+        t.forecaster = Forecaster(capacity, horizon, prior=history_prior(ctx, t))
     fc = t.forecaster
     fc.set_act_within(ctx.act_s)  # seconds since the job started are its steps
     for sample in t.samples:
