@@ -61,6 +61,8 @@ class Assignment:
     throughput_n: int = 0
     peak_mem_bytes: int = 0
     last_mem_bytes: int = 0
+    last_sampled_at: float | None = None
+    gap_s: float = 0.0  # seconds without samples (the agent was down): the summary's `gaps`
     notes: list[str] = field(default_factory=list)
 
     @property
