@@ -1,37 +1,58 @@
-"""History: a tracked job that ended COMPLETED has its peak memory, mean utilisation and
-throughput written under its fingerprint (what the submit path estimates from).
+"""History: every run the monitor saw end is recorded under its fingerprint, as a measurement
+(it completed, and its samples cover it) or as a lower bound (it failed, was cancelled, ran
+out of memory, was requeued by Slurm or by one of the suite's actions, or its samples have a
+gap: its agent was down), by `slurm_plugin.history_recorder` (`packer.run_truth`).
 
-One row per run (job, fingerprint, start), shared with the Epilog's record of the same run;
-a run with no GPU memory measured is left out (it would teach the packer a 0-byte job).
-Every run that ends (whatever its end) also leaves its memory curve (`run_curves`), under
-the same key when it is history."""
+One row per run (job, fingerprint, the agent's start), shared with the other paths that see
+it end (the sweep of the agents' final summaries, the controller's epilog); a run with no GPU
+memory measured is left out (it would teach the packer a 0-byte job). Every `finals.SWEEP_S`
+this watch also sweeps every GPU node's unacknowledged final summaries: the runs nobody
+recorded (the watcher was down, the agent was down and is back). Every run that ends
+(whatever its end) also leaves its memory curve (`run_curves`), under the same key."""
 from __future__ import annotations
 
 import logging
 
-from packer.store import RunRecord
+from packer.run_truth import GAP_TOLERANCE_S, RunEnd, sample_gaps
+from slurm_plugin.helper.finals import SWEEP_S, FinalsSource, FinalsSweep, LocalFinals
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.helper.watches.run_curves import keep_curve
 from slurm_plugin.helper.watches.tracks import ACTIVE, Track
+from slurm_plugin.history_recorder import NOT_FINISHED, HistoryRecorder, RunFigures, run_end
+from slurm_plugin.slurm.errors import SlurmError
+from slurm_plugin.slurm.model import Job
 
 log = logging.getLogger(__name__)
 
-GIB = 1024**3
 REQUEUED = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")
 
 
 class HistoryWatch:
-    """Drops the tracks of jobs that left; records the runs that completed; keeps every ended
-    run's memory curve."""
+    """Records the runs that ended; keeps every ended run's memory curve; sweeps the agents'
+    final summaries now and then."""
 
     name = "history"
 
+    def __init__(self, finals: FinalsSource | None = None, sweep_s: float = SWEEP_S):
+        self.finals = finals  # None: the agents' final files under the round's agent_state_dir
+        self.sweep_s = sweep_s
+        self._next_sweep = 0.0
+
     def round(self, ctx: RoundContext) -> None:
+        if self.finals is None:
+            self.finals = LocalFinals(ctx.agent_state_dir)
         requeued = ctx.state.requeued_tracks
         while requeued:
             track, kind = requeued.pop(0)
-            keep_curve(ctx, track, f"REQUEUED by {kind}")
+            started_at = self._record(ctx, track, ctx.jobs.get(track.job_id), kind)
+            keep_curve(ctx, track, f"REQUEUED by {kind}", started_at)
         self._record_finished(ctx)
+        if ctx.now >= self._next_sweep:
+            self._next_sweep = ctx.now + self.sweep_s
+            self._sweep(ctx)
+
+    def _recorder(self, ctx: RoundContext, source: str) -> HistoryRecorder:
+        return HistoryRecorder(ctx.actions.store, ctx.actions.runner, source)
 
     def _record_finished(self, ctx: RoundContext) -> None:
         tracks = ctx.state.tracks
@@ -41,64 +62,80 @@ class HistoryWatch:
             if state in ACTIVE:
                 continue
             del tracks[job_id]
-            started_at = None
-            if state != "COMPLETED" or not track.fingerprint or not track.samples:
-                if state not in REQUEUED:
-                    log.info("job %d ended %s: not recorded in the history", job_id, state)
-            else:
-                started_at = self._record(ctx, track)
+            started_at = self._record(ctx, track, job) if track.fingerprint and track.samples else None
             keep_curve(ctx, track, state, started_at)
 
-    def _record(self, ctx: RoundContext, track: Track) -> float:
-        """Record the completed run; returns its key's start (the Epilog's, when the agent's
-        summary gives it)."""
-        job_id = track.job_id
-        final = self._final_stats(ctx, track)
-        if final and float(final.get("ended_at") or 0) <= track.started_at:
-            final = None  # the summary of an earlier run of this requeued job, not of this one
-        peak = max(s.peak_mem_bytes for s in track.samples)
-        utils = [s.util_pct for s in track.samples if s.util_pct is not None]
-        thr = [s.throughput for s in track.samples if s.throughput is not None]
-        mean_util = sum(utils) / len(utils) if utils else None
-        mean_thr = sum(thr) / len(thr) if thr else None
-        started_at = track.started_at
-        if final:
-            peak = max(peak, int(final.get("peak_mem_bytes") or 0))
-            mean_util = final.get("mean_util_pct") if final.get("mean_util_pct") is not None else mean_util
-            mean_thr = final.get("mean_throughput") if final.get("mean_throughput") is not None else mean_thr
-            started_at = float(final.get("started_at") or started_at)  # the Epilog keys the run by the agent's start
-        if peak <= 0:
-            log.info("job %d completed with no GPU memory measured: not recorded in the history", job_id)
-            return started_at
-        if mean_util is not None:
-            mean_util = min(100.0, max(0.0, float(mean_util)))
-        store = ctx.actions.store
+    def _record(self, ctx: RoundContext, track: Track, job: Job | None, ended_by: str = "") -> float | None:
+        """Record the ended run of `track`; returns its key's start (the agent's)."""
+        if not track.fingerprint or not track.samples:
+            return None
+        end_at = job.end_time.timestamp() if job is not None and job.end_time is not None and not ended_by else ctx.now
+        tolerance = max(GAP_TOLERANCE_S, 2 * ctx.settings.interval_s)
+        figures = _track_figures(track, sample_gaps([s.at for s in track.samples], end_at, tolerance))
+        summary = self._summary(track)
+        if summary is not None:
+            figures = _merged(figures, summary)
+        if job is not None:
+            end = run_end(job, figures.started_at, ended_by)
+        else:  # Slurm forgot it between two rounds: how it ended is not known
+            end = RunEnd("GONE", ended_by=ended_by)
+        if end is None:
+            end = RunEnd(job.base_state or "GONE", ended_by=ended_by)  # a track ends only when its run did
         try:
-            new = store.record_run(RunRecord(
-                job_id=job_id, fingerprint=track.fingerprint or "", peak_mem_bytes=int(peak),
-                mean_util_pct=mean_util, throughput=mean_thr, user=track.user, name=track.name,
-                ended_at=ctx.now, source="monitor", started_at=started_at,
-            ))
-        except ValueError as exc:
-            log.warning("job %d: history not recorded: %s", job_id, exc)
-            return started_at
-        if not new:
-            log.debug("job %d: this run was recorded already (by the Epilog): merged", job_id)
-            return started_at
-        store.log_event(
-            "history", f"recorded peak {peak / GIB:.2f}GiB util {mean_util if mean_util is None else round(mean_util)}% "
-            f"throughput {mean_thr if mean_thr is None else round(mean_thr, 2)}/s", job_id,
-            fingerprint=track.fingerprint, peak_mem_bytes=int(peak), mean_util_pct=mean_util, throughput=mean_thr,
-        )
-        return started_at
+            outcome = self._recorder(ctx, "monitor").record(
+                figures, job, (track.fingerprint, track.user, track.name), end)
+        except (SlurmError, ValueError) as exc:
+            log.warning("job %d: history not recorded: %s", track.job_id, exc)
+            return figures.started_at
+        if summary is not None and outcome != NOT_FINISHED:
+            self.finals.ack(track.node, [track.job_id])
+        return figures.started_at
 
-    def _final_stats(self, ctx: RoundContext, track: Track) -> dict | None:
+    def _summary(self, track: Track) -> dict | None:
+        """The agent's final summary of the track's run, when it has one already."""
         try:
-            from slurm_plugin.agent.client import final_stats
-        except ImportError:
+            summaries = self.finals.collect(track.node)
+        except (OSError, ValueError) as exc:  # the agent is away: the track is all there is
+            log.debug("job %d: no final summary from %s: %s", track.job_id, track.node, exc)
             return None
+        for s in summaries:
+            if s.get("job_id") == track.job_id and float(s.get("ended_at") or 0) > track.started_at:
+                return s  # not an earlier run's of this requeued job
+        return None
+
+    def _sweep(self, ctx: RoundContext) -> None:
         try:
-            return final_stats(ctx.agent_state_dir, track.node, track.job_id, wait_s=0.5)
-        except Exception as exc:  # the agent's summary is a bonus; our samples suffice
-            log.debug("job %d: no final summary from the agent: %s", track.job_id, exc)
-            return None
+            nodes = [n.name for n in ctx.actions.runner.nodes() if n.gpus_total > 0]
+        except SlurmError as exc:
+            log.info("history sweep skipped, Slurm did not answer: %s", exc)
+            return
+        tracked = set(ctx.state.tracks)  # running: their summaries are for the round that sees them end
+        sweep = FinalsSweep(self.finals, self._recorder(ctx, "sweep"))
+        for node in nodes:
+            sweep.node(node, only=lambda job_id: job_id not in tracked)
+
+
+def _track_figures(track: Track, gaps_s: float) -> RunFigures:
+    samples = track.samples
+    utils = [s.util_pct for s in samples if s.util_pct is not None]
+    thr = [s.throughput for s in samples if s.throughput is not None]
+    return RunFigures(
+        job_id=track.job_id, node=track.node, started_at=track.started_at,
+        peak_mem_bytes=max(max(s.peak_mem_bytes, s.mem_bytes) for s in samples),
+        mean_util_pct=sum(utils) / len(utils) if utils else None,
+        throughput=sum(thr) / len(thr) if thr else None, gaps_s=gaps_s,
+    )
+
+
+def _merged(track: RunFigures, summary: dict) -> RunFigures:
+    """The track and the agent's summary of one run: the larger peak, the agent's means and
+    start (the run's key), and the smaller gap (the run is whole if either saw it whole)."""
+    agent = RunFigures.from_summary(summary)
+    gaps = [g for g in (track.gaps_s, agent.gaps_s) if g is not None]
+    return RunFigures(
+        job_id=track.job_id, node=track.node, started_at=agent.started_at or track.started_at,
+        peak_mem_bytes=max(track.peak_mem_bytes, agent.peak_mem_bytes),
+        mean_util_pct=agent.mean_util_pct if agent.mean_util_pct is not None else track.mean_util_pct,
+        throughput=agent.throughput if agent.throughput is not None else track.throughput,
+        gaps_s=min(gaps) if gaps else None,
+    )

@@ -1,0 +1,180 @@
+"""The agents' final summaries, brought to the controller's history.
+
+A node agent keeps each finished job's summary until the helper acknowledges it
+(`FinalsSource`). Two controller-side paths collect them, both through `HistoryRecorder`,
+so a run seen by several is still one row and one event:
+
+- `FinalsSweep.sweep` (the watcher, every `SWEEP_S`): every GPU node's summaries not yet
+  acknowledged: the runs nobody recorded (the helper was down at their end, the controller's
+  epilog was lost, the agent was down and is back);
+- `EndedJobs` (the submit side): the controller's epilog (`gpupack ctld-epilog`) says which
+  job ended on which nodes; a thread of the helper collects those nodes' summaries at once.
+
+A summary is acknowledged once its run is settled (recorded, merged, or with no memory to
+record); a run whose job Slurm still shows finishing is left for a later pass, and one whose
+job Slurm forgot is acknowledged with a warning (nothing can attribute it to a workload).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Protocol
+
+from packer.store import Store
+from slurm_plugin.history_recorder import NOT_FINISHED, UNATTRIBUTED, HistoryRecorder, RunFigures
+from slurm_plugin.slurm.errors import SlurmError
+
+log = logging.getLogger(__name__)
+
+SWEEP_S = 30.0  # the watcher's sweep of every node's unacknowledged summaries
+KEEP_S = 86400.0  # the local source looks at summaries written in the last day
+EPILOG_WAIT_S = 15.0  # the collector waits this long for a summary the epilog announced
+
+
+class FinalsSource(Protocol):
+    """Where the helper reads the agents' final summaries (`agent.finals.job_summary` + `gaps`)."""
+
+    def collect(self, node: str) -> list[dict]: ...
+
+    def ack(self, node: str, job_ids: Iterable[int]) -> None: ...
+
+
+class LocalFinals:
+    """`FinalsSource` over the agents' final files (`agent_dir/agent/<node>/final/<job>.json`),
+    where the controller sees them; acknowledged ones are skipped until they change."""
+
+    def __init__(self, state_dir: Path, keep_s: float = KEEP_S):
+        self.state_dir, self.keep_s = Path(state_dir), keep_s
+        self._acked: dict[Path, float] = {}  # file -> its mtime when acknowledged
+
+    def _files(self, node: str) -> list[Path]:
+        from slurm_plugin.agent.paths import AgentPaths
+
+        return sorted(AgentPaths(self.state_dir, node).finals.glob("*.json"))
+
+    def collect(self, node: str) -> list[dict]:
+        out, horizon = [], time.time() - self.keep_s
+        for path in self._files(node):
+            try:
+                mtime = path.stat().st_mtime
+                if mtime < horizon or self._acked.get(path) == mtime:
+                    continue
+                out.append(json.loads(path.read_text()))
+            except (OSError, ValueError) as exc:
+                log.info("final summary %s unreadable: %s", path, exc)
+        return out
+
+    def ack(self, node: str, job_ids: Iterable[int]) -> None:
+        from slurm_plugin.agent.paths import final_path
+
+        for job_id in job_ids:
+            path = final_path(self.state_dir, node, job_id)
+            try:
+                self._acked[path] = path.stat().st_mtime
+            except OSError:
+                pass
+
+
+class FinalsSweep:
+    """Records what the agents' unacknowledged summaries hold, node by node."""
+
+    def __init__(self, source: FinalsSource, recorder: HistoryRecorder):
+        self.source = source
+        self.recorder = recorder
+        self.counts: dict[str, int] = {}  # outcome -> runs, since the start (for logs and tests)
+
+    def node(self, node: str, only: Callable[[int], bool] = lambda _j: True) -> dict[int, str]:
+        """Record the summaries `node` holds (those of the jobs `only` accepts); returns
+        job -> outcome. An agent that does not answer is logged, never raised."""
+        try:
+            summaries = self.source.collect(node)
+        except (OSError, PermissionError, ValueError) as exc:
+            log.info("no final summaries from %s now: %s", node, exc)
+            return {}
+        done: dict[int, str] = {}
+        for summary in summaries:
+            try:
+                figures = RunFigures.from_summary(summary)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("a final summary from %s is malformed (%s): %r", node, exc, summary)
+                continue
+            if not only(figures.job_id):
+                continue
+            try:
+                done[figures.job_id] = self.recorder.record(figures)
+            except SlurmError as exc:
+                log.info("job %d: Slurm did not answer (%s); its summary waits for the next sweep", figures.job_id, exc)
+                continue
+            self.counts[done[figures.job_id]] = self.counts.get(done[figures.job_id], 0) + 1
+        settled = [j for j, outcome in done.items() if outcome != NOT_FINISHED]
+        if settled:
+            self.source.ack(node, settled)
+        for job_id in (j for j, outcome in done.items() if outcome == UNATTRIBUTED):
+            log.warning("job %d's summary on %s dropped: Slurm no longer knows the job", job_id, node)
+        return done
+
+    def sweep(self, nodes: Iterable[str]) -> dict[int, str]:
+        done: dict[int, str] = {}
+        for node in sorted(set(nodes)):
+            done.update(self.node(node))
+        return done
+
+
+class EndedJobs:
+    """The submit side's collector: `ended(job, nodes)` (from the controller's epilog) is
+    answered at once; a thread of its own waits for the job's summaries and records them."""
+
+    def __init__(self, make_sweep: Callable[[], FinalsSweep], wait_s: float = EPILOG_WAIT_S):
+        self._make_sweep = make_sweep  # built in the thread: its own store connection
+        self.wait_s = wait_s
+        self._queue: queue.Queue[tuple[int, tuple[str, ...]] | None] = queue.Queue(maxsize=10000)
+        self._thread: threading.Thread | None = None
+        self.results: dict[int, str] = {}  # job -> outcome, the latest 1,000
+
+    def ended(self, job_id: int, nodes: tuple[str, ...]) -> bool:
+        try:
+            self._queue.put_nowait((job_id, nodes))
+            return True
+        except queue.Full:  # the sweep finds it later
+            return False
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="gpupack-ended-jobs", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        sweep = self._make_sweep()
+        while (item := self._queue.get()) is not None:
+            job_id, nodes = item
+            deadline = time.monotonic() + self.wait_s
+            while True:
+                try:
+                    outcomes = [sweep.node(n, only=lambda j: j == job_id).get(job_id) for n in nodes]
+                except Exception:  # the sweep records it later; this thread must live on
+                    log.exception("job %d: recording its end failed", job_id)
+                    break
+                found = [o for o in outcomes if o is not None and o != NOT_FINISHED]
+                if found or time.monotonic() >= deadline:
+                    self.results[job_id] = found[0] if found else "not-collected"
+                    break
+                time.sleep(0.5)  # the agent writes the summary as the job's node epilog runs
+            while len(self.results) > 1000:
+                self.results.pop(next(iter(self.results)))
+
+
+def open_sweep(database: Path, agent_dir: Path, slurm_conf: Path | None, source: str) -> FinalsSweep:
+    """A sweep with its own store connection and Slurm runner (for a thread of its own)."""
+    from slurm_plugin.slurm.runner import SlurmRunner
+
+    runner = SlurmRunner(slurm_conf=str(slurm_conf) if slurm_conf else None, timeout=10)
+    return FinalsSweep(LocalFinals(agent_dir), HistoryRecorder(Store(database), runner, source))
