@@ -22,6 +22,7 @@ from packer.decision import Decision
 from packer.placement import submit_exclusion
 from packer.request import JobFacts
 from packer.store import Store
+from slurm_plugin.helper.finals import EndedJobs, open_sweep
 from slurm_plugin.helper.server import HelperServer, Reply
 from slurm_plugin.helper.settings import Paths, ReloadingConfig, load_paths
 from slurm_plugin.helper.submit_service import SubmitService
@@ -29,6 +30,7 @@ from slurm_plugin.helper.view_file import PublishedView, view_path
 from slurm_plugin.metrics.endpoint import new_registry, serve
 from slurm_plugin.metrics.settings import MetricsOverride
 from slurm_plugin.metrics.submit import SubmitMetrics
+from slurm_plugin.slurm.gres import expand_hostlist
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +68,16 @@ class Helper:
             self.config, self.store, self.view.view, self.paths.kill_switch, self._on_decision,
             avoid=self._avoid_nodes, metrics=self.metrics,
         )
+        # the controller's epilog (`gpupack ctld-epilog`) names a job that ended: its runs are
+        # collected from its nodes' agents by a thread of their own, off the submit path
+        agent_dir = Path(os.environ.get("GPUPACK_AGENT_STATE_DIR") or self.paths.agent_dir
+                         or Path(self.paths.database).parent)
+        self.ended_jobs = EndedJobs(lambda: open_sweep(self.paths.database, agent_dir, self.paths.slurm_conf,
+                                                       "ctld-epilog"))
         self.server = HelperServer(
             self.paths.socket,
-            {"submit": self._submit, "ping": lambda _f: {"status": "ok", "reason": "pong"}},
+            {"submit": self._submit, "ping": lambda _f: {"status": "ok", "reason": "pong"},
+             "job-ended": self._job_ended},
             slurm_user_uid(self.paths.slurm_user),
         )
         self._done = threading.Event()
@@ -78,6 +87,19 @@ class Helper:
     def _submit(self, fields: dict[str, bytes]) -> Reply:
         answer, after = self.service.respond(fields)
         return Reply(answer.to_wire(), after=after)
+
+    def _job_ended(self, fields: dict[str, bytes]) -> dict[str, str]:
+        """`job_id`, `nodes` (a Slurm hostlist): the job's runs are recorded from its nodes."""
+        try:
+            job_id = int(fields.get("job_id", b"").decode("ascii"))
+            nodes = expand_hostlist(fields.get("nodes", b"").decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            return {"status": "error", "reason": f"bad-request: {exc}"[:200].replace("\t", " ").replace("\n", " ")}
+        if job_id <= 0 or not nodes:
+            return {"status": "error", "reason": "bad-request: a job id and its nodes are needed"}
+        if not self.ended_jobs.ended(job_id, nodes):
+            return {"status": "error", "reason": "busy: the sweep records it later"}
+        return {"status": "ok", "reason": "queued"}
 
     def _avoid_nodes(self, fingerprint: str) -> frozenset[str] | None:
         """Nodes running a job this fingerprint must never share a GPU with (pairs in SQLite);
@@ -110,6 +132,7 @@ class Helper:
         gc.collect()
         gc.freeze()
         self.metrics_endpoint = serve(self.metrics_address, self.metrics.registry, "submit side")
+        self.ended_jobs.start()
         self.server.serve_in_thread()
         log.info("helper listening on %s (mode=%s)", self.paths.socket, self.config().mode)
         while not self._done.wait(1.0):
@@ -122,6 +145,7 @@ class Helper:
             self.metrics_endpoint.stop()
         if self.watcher is not None:
             self.watcher.stop()
+        self.ended_jobs.stop()
         self.store.close()
 
 

@@ -1,0 +1,209 @@
+"""The agents' final summaries reach the controller's history: the sweep, the collector the
+controller's epilog wakes, and the rules they record by (issue 20 item 3, issue 23 item 7)."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from packer.store import Store
+from slurm_plugin.agent.paths import final_path
+from slurm_plugin.helper.finals import EndedJobs, FinalsSweep, LocalFinals
+from slurm_plugin.history_recorder import (MERGED, NOT_FINISHED, RECORDED, UNATTRIBUTED, HistoryRecorder,
+                                           RunFigures)
+from slurm_plugin.slurm.fake import FAKE_EPOCH, FakeSlurm
+from slurm_plugin.slurm.runner import SlurmRunner
+
+from tests.unit.helper import rounds_support
+from tests.unit.helper.rounds_support import GIB, running
+
+START = FAKE_EPOCH + 1.5  # the agent's start of the run: a little after Slurm's
+
+
+def summary(job_id, peak_gib=3.0, *, started_at=START, gaps=0.0, node="node1", **more) -> dict:
+    out = {"job_id": job_id, "node": node, "gpu_index": 0, "isolation": "mig:1g.20gb@0", "shards": 2,
+           "workload": None, "peak_mem_bytes": int(peak_gib * GIB), "mean_util_pct": 40.0,
+           "mean_throughput": 5.0, "iterations": 10, "samples": 30, "started_at": started_at,
+           "ended_at": started_at + 30, "end_reason": "batch step ended", "rejected_reports": 0, "gaps": gaps}
+    out.update(more)
+    if out["gaps"] is None:
+        del out["gaps"]
+    return out
+
+
+def leave(tmp_path, s: dict) -> None:
+    """The agent of `s`'s node writes its final summary (as `agent.daemon` does)."""
+    path = final_path(tmp_path, s["node"], s["job_id"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(s))
+
+
+@pytest.fixture
+def world(tmp_path):
+    fake = FakeSlurm()
+    store = Store(tmp_path / "gpupack.db")
+    sweep = FinalsSweep(LocalFinals(tmp_path), HistoryRecorder(store, SlurmRunner(executor=fake), "sweep"))
+    return fake, store, sweep, tmp_path
+
+
+def ended(fake, job_id, state="COMPLETED", fp="fp1", start=FAKE_EPOCH):
+    running(fake, job_id, fp=fp, start=start)
+    fake.jobs[job_id].state, fake.jobs[job_id].end_time = state, start + 31
+
+
+def test_a_completed_run_is_recorded_once_however_often_it_is_swept(world):
+    fake, store, sweep, tmp = world
+    ended(fake, 5)
+    leave(tmp, summary(5))
+    assert sweep.sweep(["node1", "node2"]) == {5: RECORDED}
+    (run,) = store.runs("fp1")
+    assert (run.peak_mem_bytes, run.lower_bound, run.source, run.started_at) == (3 * GIB, False, "sweep", START)
+    assert sweep.sweep(["node1"]) == {}  # acknowledged: not collected again
+    sweep.source = LocalFinals(tmp)  # a restarted watcher sees it again: merged, not recorded twice
+    assert sweep.sweep(["node1"]) == {5: MERGED}
+    assert len(store.runs("fp1")) == 1 and [e.kind for e in store.events()] == ["history"]
+
+
+@pytest.mark.parametrize("state, gaps, why", [
+    ("COMPLETED", 45.0, "gaps 45s without samples"),  # the agent was down 45 s of it
+    ("COMPLETED", None, "samples do not cover the run"),  # an agent that does not count its gaps
+    ("CANCELLED", 0.0, "cancelled"),
+    ("FAILED", 0.0, "failed"),
+    ("OUT_OF_MEMORY", 0.0, "out of memory"),
+])
+def test_runs_that_do_not_tell_the_whole_truth_are_lower_bounds(world, state, gaps, why):
+    fake, store, sweep, tmp = world
+    ended(fake, 5, state)
+    leave(tmp, summary(5, 5.0, gaps=gaps))
+    assert sweep.sweep(["node1"]) == {5: RECORDED}
+    (run,) = store.runs("fp1")
+    assert run.lower_bound and run.end_state == why and run.peak_mem_bytes == 5 * GIB
+    est = store.estimate("fp1")
+    assert est.source == "lower-bound" and not est.measured
+
+
+def test_the_summary_of_an_earlier_run_of_a_requeued_job_is_a_lower_bound(world):
+    fake, store, sweep, tmp = world
+    ended(fake, 5, start=FAKE_EPOCH + 100)  # its second run completed
+    leave(tmp, summary(5, started_at=START))  # the first run's summary, found late
+    sweep.sweep(["node1"])
+    (run,) = store.runs("fp1")
+    assert run.lower_bound and run.end_state == "requeued (a later run started)"
+
+
+def test_a_job_still_finishing_waits_and_a_forgotten_job_is_dropped(world):
+    fake, store, sweep, tmp = world
+    running(fake, 5, fp="fp1")
+    fake.jobs[5].state = "COMPLETING"
+    leave(tmp, summary(5))
+    leave(tmp, summary(77))  # Slurm no longer knows job 77
+    assert sweep.sweep(["node1"]) == {5: NOT_FINISHED, 77: UNATTRIBUTED}
+    assert store.runs() == []
+    fake.jobs[5].state = "COMPLETED"
+    assert sweep.sweep(["node1"]) == {5: RECORDED}  # 77 was acknowledged, 5 was not
+
+
+def test_the_watcher_sweeps_the_runs_it_never_tracked(tmp_path):
+    """The watcher was down during job 5's run: its summary is found by the next sweep."""
+    fake, helper, samples, monitor = rounds_support.make(tmp_path)
+    monitor.agent_state_dir = tmp_path
+    ended(fake, 5)
+    leave(tmp_path, summary(5))
+    monitor.tick()
+    (run,) = helper.store.runs("fp1")
+    assert run.source == "sweep" and not run.lower_bound
+    monitor.tick()
+    assert len(helper.store.runs("fp1")) == 1
+
+
+def test_a_tracked_run_ending_while_its_agent_is_down_is_a_lower_bound_merged_with_the_agents_summary(tmp_path):
+    fake, helper, samples, monitor = rounds_support.make(tmp_path)
+    monitor.agent_state_dir = tmp_path
+    running(fake, 9, fp="hist")
+    for t in range(5):
+        samples.put(9, START + t, mem=(1 + t) * GIB, started_at=START)
+        monitor.tick()
+    samples.now.clear()  # the agent is killed; the job ends 40 s later
+    fake.jobs[9].state, fake.jobs[9].end_time = "COMPLETED", int(START) + 44
+    samples.clock = START + 45
+    monitor.tick()
+    (run,) = helper.store.runs("hist")
+    assert run.lower_bound and run.peak_mem_bytes == 5 * GIB and run.source == "monitor"
+    # the agent is back: it finishes the job with the gap it could not sample, and a bit more memory
+    leave(tmp_path, summary(9, 6.0, gaps=41.0))
+    samples.clock = START + 45 + 31
+    monitor.tick()
+    (run,) = helper.store.runs("hist")
+    assert run.lower_bound and run.peak_mem_bytes == 6 * GIB
+    assert [e.kind for e in helper.store.events()].count("history") == 1
+
+
+def test_the_epilog_woken_collector_records_the_job_it_names(world):
+    fake, store, sweep, tmp = world
+    ended(fake, 5)
+    ended(fake, 6)
+    leave(tmp, summary(6))
+    collector = EndedJobs(lambda: sweep, wait_s=5.0)
+    collector.start()
+    try:
+        assert collector.ended(5, ("node1",)) and collector.ended(6, ("node2", "node1"))
+        time.sleep(0.3)
+        leave(tmp, summary(5, 4.0))  # the agent writes job 5's summary a moment after its epilog
+        deadline = time.time() + 5
+        while time.time() < deadline and len(collector.results) < 2:
+            time.sleep(0.05)
+    finally:
+        collector.stop()
+    assert collector.results == {6: RECORDED, 5: RECORDED}
+    assert sorted(r.job_id for r in store.runs("fp1")) == [5, 6]
+
+
+def test_figures_from_a_summary_keep_an_unknown_gap_unknown():
+    assert RunFigures.from_summary(summary(5, gaps=None)).gaps_s is None
+    assert RunFigures.from_summary(summary(5, gaps=3.0)).gaps_s == 3.0
+
+
+def test_the_helper_takes_a_job_end_on_its_socket_and_answers_at_once(tmp_path):
+    from slurm_plugin.helper.daemon import Helper
+    from slurm_plugin.helper.server import ask
+
+    toml = tmp_path / "gpupack.toml"
+    toml.write_text(f'[packer]\nmode = "enforce"\n[paths]\ndatabase = "{tmp_path}/gpupack.db"\n'
+                    f'socket = "{tmp_path}/helper.sock"\nagent_dir = "{tmp_path}"\n')
+    helper = Helper(toml, spawn_watcher=False)
+    taken = []
+    helper.ended_jobs.ended = lambda job_id, nodes: taken.append((job_id, nodes)) or True
+    helper.server.serve_in_thread()
+    try:
+        ok = ask(tmp_path / "helper.sock", {"op": "job-ended", "job_id": "5", "nodes": "node[1-2]"})
+        bad = ask(tmp_path / "helper.sock", {"op": "job-ended", "job_id": "x", "nodes": "node1"})
+        none = ask(tmp_path / "helper.sock", {"op": "job-ended", "job_id": "6", "nodes": ""})
+    finally:
+        helper.server.shutdown()
+        helper.server.server_close()
+    assert ok == {"status": "ok", "reason": "queued"} and taken == [(5, ("node1", "node2"))]
+    assert bad["status"] == none["status"] == "error" and "bad-request" in bad["reason"]
+
+
+def test_the_controller_epilog_tells_the_helper_and_never_fails(tmp_path, monkeypatch):
+    from slurm_plugin import ctld_epilog
+    from slurm_plugin.helper.server import HelperServer
+
+    toml = tmp_path / "gpupack.toml"
+    toml.write_text(f'[paths]\nsocket = "{tmp_path}/helper.sock"\n')
+    assert "not told to the helper" in ctld_epilog.run(str(toml), 5, "node1")  # no helper: a line, no error
+    taken = []
+    server = HelperServer(tmp_path / "helper.sock", {"job-ended": lambda f: taken.append(f) or {"status": "ok"}}, set())
+    server.serve_in_thread()
+    try:
+        monkeypatch.setenv("SLURM_JOB_ID", "42")
+        monkeypatch.setenv("SLURM_JOB_NODELIST", "node[1-2]")
+        assert ctld_epilog.main(["--config", str(toml)]) == 0
+        assert ctld_epilog.run(str(toml), 0, "").startswith("no job id")
+        toml.write_text("[paths\n")  # a broken file: said, not raised
+        assert "not told" in ctld_epilog.run(str(toml), 5, "node1")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert taken == [{"job_id": b"42", "nodes": b"node[1-2]"}]
