@@ -98,13 +98,18 @@ class HistoryRecorder:
         if figures.peak_mem_bytes <= 0:
             log.info("job %d: no GPU memory measured: not history", figures.job_id)
             return UNMEASURED
+        known = self.store.run_of(figures.job_id, figures.started_at) if fp is None and figures.started_at else None
+        if known is not None:  # recorded already by another path: its workload, without asking Slurm
+            fp = (known.fingerprint, known.user, known.name)
         try:
             job = job or self.runner.job(figures.job_id)
             fp = fp or job_fingerprint(self.runner, figures.job_id, job)
         except JobNotFoundError:
-            log.warning("job %d is gone from Slurm: its run (peak %.2f GiB) cannot be attributed to a workload",
-                        figures.job_id, figures.peak_mem_bytes / GIB)
-            return UNATTRIBUTED
+            if fp is None:
+                log.warning("job %d is gone from Slurm: its run (peak %.2f GiB) cannot be attributed to a "
+                            "workload", figures.job_id, figures.peak_mem_bytes / GIB)
+                return UNATTRIBUTED
+            end = end or RunEnd("GONE")  # how it ended is not known: at most a lower bound
         end = end or run_end(job, figures.started_at)
         if end is None:
             return NOT_FINISHED

@@ -207,3 +207,18 @@ def test_the_controller_epilog_tells_the_helper_and_never_fails(tmp_path, monkey
         server.shutdown()
         server.server_close()
     assert taken == [{"job_id": b"42", "nodes": b"node[1-2]"}]
+
+
+def test_a_summary_of_a_run_recorded_already_merges_without_asking_slurm_for_its_workload(world):
+    """A job without `fp=` in its record (it asked for shards itself): once it has ended Slurm
+    may no longer give its batch script, or know it at all; the run recorded by the monitor
+    names its workload."""
+    fake, store, sweep, tmp = world
+    monitor = HistoryRecorder(store, SlurmRunner(executor=fake), "monitor")
+    ended(fake, 5)
+    assert monitor.record(RunFigures(5, "node1", START, 2 * GIB, gaps_s=30.0), fp=("fpx", "root", "j")) == RECORDED
+    del fake.jobs[5]  # forgotten by Slurm (MinJobAge)
+    leave(tmp, summary(5, 3.0, gaps=31.0))
+    assert sweep.sweep(["node1"]) == {5: MERGED}
+    (run,) = store.runs("fpx")
+    assert run.peak_mem_bytes == 3 * GIB and run.lower_bound
