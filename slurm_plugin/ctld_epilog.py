@@ -3,7 +3,7 @@
 slurmctld runs it as SlurmUser, for every job, on the controller host: it must start fast and
 need nothing but the Python standard library (SlurmUser's `/usr/bin/python3` has none of the
 suite's dependencies), so it reads gpupack.toml with `tomllib` and speaks the helper's wire
-format (`slurm_plugin.helper.protocol`, standard library only) over the helper's local socket.
+format (`slurm_plugin.helper.server.ask`, standard library only) over the helper's local socket.
 It never fails: a failing EpilogSlurmctld would hold the job in COMPLETING, and a job the
 helper is not told about is found by its sweep of the agents' final summaries.
 
@@ -14,11 +14,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import socket
 import sys
 import tomllib
 
-from slurm_plugin.helper.protocol import decode_response, encode_request
+from slurm_plugin.helper.server import ask
 
 log = logging.getLogger("slurm_plugin.ctld_epilog")
 DEFAULT_SOCKET = "/run/gpupack/helper.sock"  # as slurm_plugin.helper.settings.Paths
@@ -34,27 +33,12 @@ def helper_socket(config: str) -> str:
         return DEFAULT_SOCKET
 
 
-def tell(sock_path: str, job_id: int, nodes: str, timeout: float = TIMEOUT_S) -> dict[str, str]:
-    """Send `job-ended` for the job and its nodes (a Slurm hostlist); the helper's answer."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        sock.connect(sock_path)
-        sock.sendall(encode_request({"op": "job-ended", "job_id": str(job_id), "nodes": nodes}))
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = sock.recv(4096)
-            if not chunk:
-                break
-            data += chunk
-    return decode_response(data)
-
-
 def run(config: str, job_id: int, nodes: str) -> str:
     """Tell the helper; returns what happened, one line (also logged). Never raises."""
     if job_id <= 0 or not nodes:
         return "no job id or nodes (SLURM_JOB_ID/SLURM_JOB_NODELIST unset): nothing to tell"
     try:
-        answer = tell(helper_socket(config), job_id, nodes)
+        answer = ask(helper_socket(config), {"op": "job-ended", "job_id": str(job_id), "nodes": nodes}, TIMEOUT_S)
     except (OSError, ValueError, tomllib.TOMLDecodeError) as exc:
         return f"job {job_id} not told to the helper (its sweep records it later): {exc}"
     if answer.get("status") != "ok":

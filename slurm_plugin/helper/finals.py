@@ -90,39 +90,54 @@ class FinalsSweep:
 
     def node(self, node: str, only: Callable[[int], bool] = lambda _j: True) -> dict[int, str]:
         """Record the summaries `node` holds (those of the jobs `only` accepts); returns
-        job -> outcome. An agent that does not answer is logged, never raised."""
+        job -> outcome."""
+        return self.sweep([node], only)
+
+    def sweep(self, nodes: Iterable[str], only: Callable[[int], bool] = lambda _j: True) -> dict[int, str]:
+        """Record every unacknowledged summary of `nodes`: their jobs looked up in one listing
+        (on 22.05 one job costs a whole listing too). An agent that does not answer is logged,
+        never raised; a Slurm that does not answer leaves every summary for the next sweep."""
+        found: list[tuple[str, RunFigures]] = []
+        for node in sorted(set(nodes)):
+            found += [(node, f) for f in self._collect(node) if only(f.job_id)]
+        if not found:
+            return {}
+        try:
+            jobs = {j.job_id: j for j in self.recorder.runner.jobs({f.job_id for _, f in found})}
+        except SlurmError as exc:
+            log.info("Slurm did not answer (%s); %d final summaries wait for the next sweep", exc, len(found))
+            return {}
+        done: dict[int, str] = {}
+        settled: dict[str, list[int]] = {}
+        for node, figures in found:
+            try:
+                outcome = self.recorder.record(figures, jobs.get(figures.job_id))
+            except SlurmError as exc:
+                log.info("job %d: Slurm did not answer (%s); its summary waits", figures.job_id, exc)
+                continue
+            done[figures.job_id] = outcome
+            self.counts[outcome] = self.counts.get(outcome, 0) + 1
+            if outcome != NOT_FINISHED:
+                settled.setdefault(node, []).append(figures.job_id)
+            if outcome == UNATTRIBUTED:
+                log.warning("job %d's summary on %s dropped: Slurm no longer knows the job", figures.job_id, node)
+        for node, job_ids in settled.items():
+            self.source.ack(node, job_ids)
+        return done
+
+    def _collect(self, node: str) -> list[RunFigures]:
         try:
             summaries = self.source.collect(node)
         except (OSError, PermissionError, ValueError) as exc:
             log.info("no final summaries from %s now: %s", node, exc)
-            return {}
-        done: dict[int, str] = {}
+            return []
+        out = []
         for summary in summaries:
             try:
-                figures = RunFigures.from_summary(summary)
+                out.append(RunFigures.from_summary(summary))
             except (KeyError, TypeError, ValueError) as exc:
                 log.warning("a final summary from %s is malformed (%s): %r", node, exc, summary)
-                continue
-            if not only(figures.job_id):
-                continue
-            try:
-                done[figures.job_id] = self.recorder.record(figures)
-            except SlurmError as exc:
-                log.info("job %d: Slurm did not answer (%s); its summary waits for the next sweep", figures.job_id, exc)
-                continue
-            self.counts[done[figures.job_id]] = self.counts.get(done[figures.job_id], 0) + 1
-        settled = [j for j, outcome in done.items() if outcome != NOT_FINISHED]
-        if settled:
-            self.source.ack(node, settled)
-        for job_id in (j for j, outcome in done.items() if outcome == UNATTRIBUTED):
-            log.warning("job %d's summary on %s dropped: Slurm no longer knows the job", job_id, node)
-        return done
-
-    def sweep(self, nodes: Iterable[str]) -> dict[int, str]:
-        done: dict[int, str] = {}
-        for node in sorted(set(nodes)):
-            done.update(self.node(node))
-        return done
+        return out
 
 
 class EndedJobs:

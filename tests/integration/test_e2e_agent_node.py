@@ -85,7 +85,7 @@ def _profiled_then_packed(cluster):
     env = step_env(cluster.workdir, second)
     if "SLURM_SHARDS_ON_NODE" not in env:
         comment = cluster.job(second).get("AdminComment", "")
-        pytest.skip(f"the second run was not packed (history from the epilog not recorded yet?): {comment!r}")
+        pytest.skip(f"the second run was not packed (the first run not in the controller's history yet?): {comment!r}")
     assert env["CUDA_VISIBLE_DEVICES"].startswith("MIG-") and env["GPUPACK_ISOLATION"].startswith("mig:")
 
 

@@ -110,9 +110,7 @@ class HistoryWatch:
             log.info("history sweep skipped, Slurm did not answer: %s", exc)
             return
         tracked = set(ctx.state.tracks)  # running: their summaries are for the round that sees them end
-        sweep = FinalsSweep(self.finals, self._recorder(ctx, "sweep"))
-        for node in nodes:
-            sweep.node(node, only=lambda job_id: job_id not in tracked)
+        FinalsSweep(self.finals, self._recorder(ctx, "sweep")).sweep(nodes, only=lambda job_id: job_id not in tracked)
 
 
 def _track_figures(track: Track, gaps_s: float) -> RunFigures:

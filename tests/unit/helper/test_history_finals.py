@@ -222,3 +222,13 @@ def test_a_summary_of_a_run_recorded_already_merges_without_asking_slurm_for_its
     assert sweep.sweep(["node1"]) == {5: MERGED}
     (run,) = store.runs("fpx")
     assert run.peak_mem_bytes == 3 * GIB and run.lower_bound
+
+
+def test_a_sweep_looks_its_jobs_up_in_one_listing(world):
+    fake, store, sweep, tmp = world
+    for job_id, node in ((5, "node1"), (6, "node1"), (7, "node2")):
+        ended(fake, job_id)
+        leave(tmp, summary(job_id, node=node))
+    fake.calls.clear()
+    assert sweep.sweep(["node1", "node2"]) == {5: RECORDED, 6: RECORDED, 7: RECORDED}
+    assert len([c for c in fake.calls if c[0] in ("squeue", "scontrol") and "--version" not in c]) == 1
