@@ -102,8 +102,9 @@ class FinalsSweep:
             found += [(node, f) for f in self._collect(node) if only(f.job_id)]
         if not found:
             return {}
-        try:
-            jobs = {j.job_id: j for j in self.recorder.runner.jobs({f.job_id for _, f in found})}
+        ids = {f.job_id for _, f in found}
+        try:  # one job: the recorder asks for it alone (`scontrol show job ID` from 23.02)
+            jobs = {j.job_id: j for j in self.recorder.runner.jobs(ids)} if len(ids) > 1 else {}
         except SlurmError as exc:
             log.info("Slurm did not answer (%s); %d final summaries wait for the next sweep", exc, len(found))
             return {}
@@ -182,7 +183,7 @@ class EndedJobs:
                 if found or time.monotonic() >= deadline:
                     self.results[job_id] = found[0] if found else "not-collected"
                     break
-                time.sleep(0.5)  # the agent writes the summary as the job's node epilog runs
+                time.sleep(1.0)  # the agent writes the summary as the job's node epilog runs
             while len(self.results) > 1000:
                 self.results.pop(next(iter(self.results)))
 
