@@ -232,3 +232,21 @@ def test_a_sweep_looks_its_jobs_up_in_one_listing(world):
     fake.calls.clear()
     assert sweep.sweep(["node1", "node2"]) == {5: RECORDED, 6: RECORDED, 7: RECORDED}
     assert len([c for c in fake.calls if c[0] in ("squeue", "scontrol") and "--version" not in c]) == 1
+
+
+def test_the_node_epilog_asks_its_agent_to_finish_the_job_and_writes_no_sqlite_nor_asks_slurm(tmp_path, monkeypatch):
+    """Issue 20: a node Epilog never writes SQLite; issue 23: it costs O(1) in the controller's jobs."""
+    from click.testing import CliRunner
+
+    from slurm_plugin.agent import client
+    from slurm_plugin.cli.epilog_cmd import epilog
+    from slurm_plugin.slurm import runner as runner_mod
+
+    toml = tmp_path / "gpupack.toml"
+    toml.write_text(f'[paths]\ndatabase = "{tmp_path}/db/gpupack.db"\nagent_dir = "{tmp_path}"\n')
+    asked = []
+    monkeypatch.setattr(client, "final_stats", lambda d, node, job, wait_s: asked.append((str(d), node, job)) or {})
+    monkeypatch.setattr(runner_mod.SlurmRunner, "run", lambda *a, **k: pytest.fail("the node Epilog asked Slurm"))
+    out = CliRunner().invoke(epilog, ["--config", str(toml), "--job-id", "5", "--node", "node1"])
+    assert out.exit_code == 0 and asked == [(str(tmp_path), "node1", 5)]
+    assert not (tmp_path / "db").exists()
