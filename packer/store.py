@@ -193,7 +193,8 @@ class Store:
         controller's epilog, the sweep of the agents' final summaries) records it, and the
         later ones merge into the first's row (the larger peak, the figures it has). It stays a
         lower bound only if every record of it is one: a record that saw the whole run (no gap
-        in its samples) makes it a measurement. ``event`` (kind, detail, data) is logged in the
+        in its samples) makes it a measurement. Its end is the earliest any record gives (a
+        later record does not make an old run recent again). ``event`` (kind, detail, data) is logged in the
         same transaction, only when the run is new. A run with no memory measured is refused
         (`UnmeasuredRun`)."""
         if run.peak_mem_bytes < 0:
@@ -220,7 +221,7 @@ class Store:
                 "mean_util_pct = coalesce(excluded.mean_util_pct, mean_util_pct), "
                 "throughput = coalesce(excluded.throughput, throughput), "
                 "user = coalesce(nullif(excluded.user, ''), user), name = coalesce(nullif(excluded.name, ''), name), "
-                "ended_at = max(ended_at, excluded.ended_at), "
+                "ended_at = min(ended_at, excluded.ended_at), "
                 "end_state = case when lower_bound and not excluded.lower_bound then excluded.end_state "
                 "else coalesce(nullif(end_state, ''), excluded.end_state) end, "
                 "lower_bound = min(lower_bound, excluded.lower_bound)",

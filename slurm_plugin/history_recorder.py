@@ -47,6 +47,7 @@ class RunFigures:
     mean_util_pct: float | None = None
     throughput: float | None = None
     gaps_s: float | None = 0.0  # seconds without samples (None: the source cannot tell)
+    ended_at: float = 0.0  # when the run ended, as this source knows it (0: not known, now)
 
     @classmethod
     def from_summary(cls, summary: dict) -> RunFigures:
@@ -58,6 +59,7 @@ class RunFigures:
             started_at=float(summary.get("started_at") or 0.0),
             peak_mem_bytes=int(summary.get("peak_mem_bytes") or 0), mean_util_pct=summary.get("mean_util_pct"),
             throughput=summary.get("mean_throughput"), gaps_s=None if gaps is None else float(gaps),
+            ended_at=float(summary.get("ended_at") or 0.0),
         )
 
 
@@ -118,7 +120,8 @@ class HistoryRecorder:
         util = None if util is None else min(100.0, max(0.0, float(util)))
         run = RunRecord(
             job_id=figures.job_id, fingerprint=fp[0], peak_mem_bytes=int(figures.peak_mem_bytes), mean_util_pct=util,
-            throughput=figures.throughput, user=fp[1], name=fp[2], ended_at=time.time(), source=self.source,
+            throughput=figures.throughput, user=fp[1], name=fp[2], ended_at=figures.ended_at or time.time(),
+            source=self.source,
             started_at=figures.started_at, lower_bound=verdict.lower_bound, end_state=verdict.why,
         )
         kind = "lower bound" if verdict.lower_bound else "peak"

@@ -62,7 +62,10 @@ class LocalFinals:
         for path in self._files(node):
             try:
                 mtime = path.stat().st_mtime
-                if mtime < horizon or self._acked.get(path) == mtime:
+                if mtime < horizon:
+                    self._acked.pop(path, None)
+                    continue
+                if self._acked.get(path) == mtime:
                     continue
                 out.append(json.loads(path.read_text()))
             except (OSError, ValueError) as exc:

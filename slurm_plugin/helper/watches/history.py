@@ -71,7 +71,7 @@ class HistoryWatch:
             return None
         end_at = job.end_time.timestamp() if job is not None and job.end_time is not None and not ended_by else ctx.now
         tolerance = max(GAP_TOLERANCE_S, 2 * ctx.settings.interval_s)
-        figures = _track_figures(track, sample_gaps([s.at for s in track.samples], end_at, tolerance))
+        figures = _track_figures(track, sample_gaps([s.at for s in track.samples], end_at, tolerance), end_at)
         summary = self._summary(track)
         if summary is not None:
             figures = _merged(figures, summary)
@@ -113,7 +113,7 @@ class HistoryWatch:
         FinalsSweep(self.finals, self._recorder(ctx, "sweep")).sweep(nodes, only=lambda job_id: job_id not in tracked)
 
 
-def _track_figures(track: Track, gaps_s: float) -> RunFigures:
+def _track_figures(track: Track, gaps_s: float, ended_at: float) -> RunFigures:
     samples = track.samples
     utils = [s.util_pct for s in samples if s.util_pct is not None]
     thr = [s.throughput for s in samples if s.throughput is not None]
@@ -121,13 +121,14 @@ def _track_figures(track: Track, gaps_s: float) -> RunFigures:
         job_id=track.job_id, node=track.node, started_at=track.started_at,
         peak_mem_bytes=max(max(s.peak_mem_bytes, s.mem_bytes) for s in samples),
         mean_util_pct=sum(utils) / len(utils) if utils else None,
-        throughput=sum(thr) / len(thr) if thr else None, gaps_s=gaps_s,
+        throughput=sum(thr) / len(thr) if thr else None, gaps_s=gaps_s, ended_at=ended_at,
     )
 
 
 def _merged(track: RunFigures, summary: dict) -> RunFigures:
     """The track and the agent's summary of one run: the larger peak, the agent's means and
-    start (the run's key), and the smaller gap (the run is whole if either saw it whole)."""
+    start (the run's key), the earlier end and the smaller gap (the run is whole if either saw
+    it whole)."""
     agent = RunFigures.from_summary(summary)
     gaps = [g for g in (track.gaps_s, agent.gaps_s) if g is not None]
     return RunFigures(
@@ -135,5 +136,5 @@ def _merged(track: RunFigures, summary: dict) -> RunFigures:
         peak_mem_bytes=max(track.peak_mem_bytes, agent.peak_mem_bytes),
         mean_util_pct=agent.mean_util_pct if agent.mean_util_pct is not None else track.mean_util_pct,
         throughput=agent.throughput if agent.throughput is not None else track.throughput,
-        gaps_s=min(gaps) if gaps else None,
+        gaps_s=min(gaps) if gaps else None, ended_at=min((t for t in (track.ended_at, agent.ended_at) if t), default=0.0),
     )

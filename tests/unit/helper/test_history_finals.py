@@ -59,6 +59,7 @@ def test_a_completed_run_is_recorded_once_however_often_it_is_swept(world):
     assert sweep.sweep(["node1", "node2"]) == {5: RECORDED}
     (run,) = store.runs("fp1")
     assert (run.peak_mem_bytes, run.lower_bound, run.source, run.started_at) == (3 * GIB, False, "sweep", START)
+    assert run.ended_at == START + 30  # when the run ended, not when it was swept
     assert sweep.sweep(["node1"]) == {}  # acknowledged: not collected again
     sweep.source = LocalFinals(tmp)  # a restarted watcher sees it again: merged, not recorded twice
     assert sweep.sweep(["node1"]) == {5: MERGED}

@@ -211,3 +211,12 @@ def test_a_run_and_its_event_are_one_transaction(tmp_path):
     with pytest.raises(TypeError):  # the event cannot be written: the run is not kept either
         store.record_run(RunRecord(job_id=1, fingerprint="fp", peak_mem_bytes=GIB), ("history", "x", {"bad": object()}))
     assert store.runs("fp") == [] and store.events() == []
+
+
+def test_a_later_record_of_an_old_run_does_not_make_it_recent_again(tmp_path):
+    """The window of recent runs is by end: a sweep after a restart re-records old runs."""
+    store = Store(tmp_path / "db.sqlite")
+    store.record_run(RunRecord(job_id=1, fingerprint="fp", peak_mem_bytes=9 * GIB, started_at=5.0, ended_at=10))
+    store.record_run(RunRecord(job_id=2, fingerprint="fp", peak_mem_bytes=3 * GIB, started_at=15.0, ended_at=20))
+    store.record_run(RunRecord(job_id=1, fingerprint="fp", peak_mem_bytes=9 * GIB, started_at=5.0, ended_at=99))
+    assert [r.job_id for r in store.runs("fp")] == [2, 1] and store.estimate("fp", window=1).peak_mem_bytes == 3 * GIB
