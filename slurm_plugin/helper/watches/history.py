@@ -69,7 +69,8 @@ class HistoryWatch:
         """Record the ended run of `track`; returns its key's start (the agent's)."""
         if not track.fingerprint or not track.samples:
             return None
-        end_at = job.end_time.timestamp() if job is not None and job.end_time is not None and not ended_by else ctx.now
+        finished = job is not None and job.is_finished and job.end_time is not None and not ended_by
+        end_at = min(job.end_time.timestamp(), ctx.now) if finished else ctx.now  # Slurm's end, else now
         tolerance = max(GAP_TOLERANCE_S, 2 * ctx.settings.interval_s)
         figures = _track_figures(track, sample_gaps([s.at for s in track.samples], end_at, tolerance), end_at)
         summary = self._summary(track)
