@@ -22,11 +22,12 @@ from packer.fingerprint import fingerprint
 from packer.run_truth import RunEnd, judge
 from packer.store import RunRecord, Store, UnmeasuredRun
 from slurm_plugin.slurm.errors import JobNotFoundError
-from slurm_plugin.slurm.model import Job
+from slurm_plugin.slurm.model import FINISHED_JOB_STATES, Job
 from slurm_plugin.slurm.runner import SlurmRunner
 
 log = logging.getLogger(__name__)
 GIB = 1024**3
+REQUEUED_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")  # the run ended, the job waits again
 #: an agent's start of a run may precede Slurm's start of it by this much (clocks, rounding)
 START_SKEW_S = 5.0
 
@@ -79,7 +80,9 @@ def run_end(job: Job, started_at: float, ended_by: str = "") -> RunEnd | None:
     begun = job.start_time.timestamp() if job.start_time is not None else None
     latest = not (started_at and begun is not None and started_at < begun - START_SKEW_S)
     state = job.base_state or job.state or "GONE"
-    if latest and not job.is_finished and state not in ("PENDING",) and not ended_by:
+    # a job still COMPLETING has ended when Slurm shows its base state (23.11+); 22.05 shows
+    # only COMPLETING then, and its end is known once it is COMPLETED
+    if latest and state not in FINISHED_JOB_STATES and state not in REQUEUED_STATES and not ended_by:
         return None
     return RunEnd(state=state, latest_run=latest, ended_by=ended_by)
 
@@ -98,7 +101,7 @@ class HistoryRecorder:
         view of the job (looked up when None), `fp` its (fingerprint, user, name), `end`
         how the run ended (from `job` when None; its `gaps_s` is taken from `figures`)."""
         if figures.peak_mem_bytes <= 0:
-            log.info("job %d: no GPU memory measured: not history", figures.job_id)
+            log.debug("job %d: no GPU memory measured: not history", figures.job_id)
             return UNMEASURED
         known = self.store.run_of(figures.job_id, figures.started_at) if fp is None and figures.started_at else None
         if known is not None:  # recorded already by another path: its workload, without asking Slurm

@@ -22,7 +22,7 @@ from packer.decision import Decision
 from packer.placement import submit_exclusion
 from packer.request import JobFacts
 from packer.store import Store
-from slurm_plugin.helper.finals import EndedJobs, open_sweep
+from slurm_plugin.helper.finals import FinalsCollector, agent_dir_of, open_sweep
 from slurm_plugin.helper.server import HelperServer, Reply
 from slurm_plugin.helper.settings import Paths, ReloadingConfig, load_paths
 from slurm_plugin.helper.submit_service import SubmitService
@@ -70,10 +70,8 @@ class Helper:
         )
         # the controller's epilog (`gpupack ctld-epilog`) names a job that ended: its runs are
         # collected from its nodes' agents by a thread of their own, off the submit path
-        agent_dir = Path(os.environ.get("GPUPACK_AGENT_STATE_DIR") or self.paths.agent_dir
-                         or Path(self.paths.database).parent)
-        self.ended_jobs = EndedJobs(lambda: open_sweep(self.paths.database, agent_dir, self.paths.slurm_conf,
-                                                       "ctld-epilog"))
+        self.ended_jobs = FinalsCollector(lambda: open_sweep(self.paths.database, agent_dir_of(self.paths),
+                                                             self.paths.slurm_conf, "ctld-epilog"))
         self.server = HelperServer(
             self.paths.socket,
             {"submit": self._submit, "ping": lambda _f: {"status": "ok", "reason": "pong"},

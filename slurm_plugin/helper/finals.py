@@ -4,11 +4,14 @@ A node agent keeps each finished job's summary until the helper acknowledges it
 (`FinalsSource`). Two controller-side paths collect them, both through `HistoryRecorder`,
 so a run seen by several is still one row and one event:
 
-- `FinalsSweep.sweep` (the watcher, every `SWEEP_S`): every GPU node's summaries not yet
-  acknowledged: the runs nobody recorded (the helper was down at their end, the controller's
-  epilog was lost, the agent was down and is back);
-- `EndedJobs` (the submit side): the controller's epilog (`gpupack ctld-epilog`) says which
-  job ended on which nodes; a thread of the helper collects those nodes' summaries at once.
+- the sweep (a `FinalsCollector` thread of the watcher process, every `SWEEP_S`, outside the
+  monitor's rounds): every GPU node's summaries not yet acknowledged: the runs nobody
+  recorded (the helper was down at their end, the controller's epilog was lost, the agent
+  was down and is back);
+- the controller's epilog (`gpupack ctld-epilog`) says which job ended on which nodes; a
+  `FinalsCollector` thread of the submit side collects those nodes' summaries at once.
+
+The monitor records each run it tracked from its own samples; the summaries merge into it.
 
 A summary is acknowledged once its run is settled (recorded, merged, or with no memory to
 record); a run whose job Slurm still shows finishing is left for a later pass, and one whose
@@ -144,16 +147,20 @@ class FinalsSweep:
         return out
 
 
-class EndedJobs:
-    """The submit side's collector: `ended(job, nodes)` (from the controller's epilog) is
-    answered at once; a thread of its own waits for the job's summaries and records them."""
+class FinalsCollector:
+    """A thread that records the agents' summaries off every latency-sensitive path: the jobs
+    the controller's epilog names (`ended(job, nodes)`, answered at once; their summaries are
+    waited for up to `wait_s`), and, with `sweep_s`, every GPU node's every `sweep_s`."""
 
-    def __init__(self, make_sweep: Callable[[], FinalsSweep], wait_s: float = EPILOG_WAIT_S):
+    def __init__(self, make_sweep: Callable[[], FinalsSweep], wait_s: float = EPILOG_WAIT_S,
+                 sweep_s: float | None = None):
         self._make_sweep = make_sweep  # built in the thread: its own store connection
         self.wait_s = wait_s
+        self.sweep_s = sweep_s
         self._queue: queue.Queue[tuple[int, tuple[str, ...]] | None] = queue.Queue(maxsize=10000)
         self._thread: threading.Thread | None = None
         self.results: dict[int, str] = {}  # job -> outcome, the latest 1,000
+        self.sweeps = 0
 
     def ended(self, job_id: int, nodes: tuple[str, ...]) -> bool:
         try:
@@ -163,7 +170,7 @@ class EndedJobs:
             return False
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="gpupack-ended-jobs", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="gpupack-finals", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -173,22 +180,52 @@ class EndedJobs:
 
     def _run(self) -> None:
         sweep = self._make_sweep()
-        while (item := self._queue.get()) is not None:
-            job_id, nodes = item
-            deadline = time.monotonic() + self.wait_s
-            while True:
-                try:
-                    outcomes = [sweep.node(n, only=lambda j: j == job_id).get(job_id) for n in nodes]
-                except Exception:  # the sweep records it later; this thread must live on
-                    log.exception("job %d: recording its end failed", job_id)
-                    break
-                found = [o for o in outcomes if o is not None and o != NOT_FINISHED]
-                if found or time.monotonic() >= deadline:
-                    self.results[job_id] = found[0] if found else "not-collected"
-                    break
-                time.sleep(1.0)  # the agent writes the summary as the job's node epilog runs
-            while len(self.results) > 1000:
-                self.results.pop(next(iter(self.results)))
+        next_sweep = time.monotonic()
+        while True:
+            timeout = None if self.sweep_s is None else max(0.0, next_sweep - time.monotonic())
+            try:
+                item = self._queue.get(timeout=timeout)
+            except queue.Empty:
+                next_sweep = time.monotonic() + (self.sweep_s or 0.0)
+                self._guarded(lambda: sweep.sweep(gpu_nodes(sweep)), "the sweep of the agents' summaries")
+                self.sweeps += 1
+                continue
+            if item is None:
+                return
+            self._guarded(lambda: self._one(sweep, *item), f"recording job {item[0]}'s end")
+
+    @staticmethod
+    def _guarded(work: Callable[[], object], what: str) -> None:
+        try:
+            work()
+        except SlurmError as exc:
+            log.info("%s: Slurm did not answer (%s); tried again later", what, exc)
+        except Exception:  # the next pass records it; this thread must live on
+            log.exception("%s failed", what)
+
+    def _one(self, sweep: FinalsSweep, job_id: int, nodes: tuple[str, ...]) -> None:
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            outcome = sweep.sweep(nodes, only=lambda j: j == job_id).get(job_id)
+            if (outcome is not None and outcome != NOT_FINISHED) or time.monotonic() >= deadline:
+                self.results[job_id] = outcome if outcome is not None else "not-collected"
+                break
+            time.sleep(1.0)  # the agent writes the summary as the job's node epilog runs
+        while len(self.results) > 1000:
+            self.results.pop(next(iter(self.results)))
+
+
+def gpu_nodes(sweep: FinalsSweep) -> list[str]:
+    """Every node with GPUs, as Slurm lists them now."""
+    return [n.name for n in sweep.recorder.runner.nodes() if n.gpus_total > 0]
+
+
+def agent_dir_of(paths) -> Path:
+    """Where the agents keep their final summaries, as the controller sees them: $GPUPACK_AGENT_STATE_DIR,
+    else `[paths] agent_dir`, else the database's folder."""
+    import os
+
+    return Path(os.environ.get("GPUPACK_AGENT_STATE_DIR") or paths.agent_dir or Path(paths.database).parent)
 
 
 def open_sweep(database: Path, agent_dir: Path, slurm_conf: Path | None, source: str) -> FinalsSweep:

@@ -54,6 +54,12 @@ class Watcher:
         self.runner = SlurmRunner(slurm_conf=str(self.paths.slurm_conf) if self.paths.slurm_conf else None,
                                   timeout=10)
         self._done = threading.Event()
+        # the sweep of the agents' final summaries (the runs the monitor did not see end), in
+        # a thread of its own: never in the monitor's rounds
+        from slurm_plugin.helper.finals import SWEEP_S, FinalsCollector, agent_dir_of, open_sweep
+
+        self.finals = FinalsCollector(lambda: open_sweep(self.paths.database, agent_dir_of(self.paths),
+                                                         self.paths.slurm_conf, "sweep"), sweep_s=SWEEP_S)
         self.monitor = _load_monitor(self)
         # with the monitor, its one job listing per round also feeds the view (one squeue a
         # round, not two); without it, a poller of its own
@@ -81,6 +87,7 @@ class Watcher:
             self.poller.start()
         if self.monitor is not None:
             self.monitor.start()
+        self.finals.start()
         endpoint = self._serve_metrics()
         log.info("watcher publishing the cluster view to %s", self.view_file)
         self._done.wait()
@@ -91,6 +98,7 @@ class Watcher:
             self.monitor.stop()
         if self.poller is not None:
             self.poller.stop()
+        self.finals.stop()
         self.store.close()
 
     def _serve_metrics(self):

@@ -9,7 +9,7 @@ import pytest
 
 from packer.store import Store
 from slurm_plugin.agent.paths import final_path
-from slurm_plugin.helper.finals import EndedJobs, FinalsSweep, LocalFinals
+from slurm_plugin.helper.finals import FinalsCollector, FinalsSweep, LocalFinals
 from slurm_plugin.history_recorder import (MERGED, NOT_FINISHED, RECORDED, UNATTRIBUTED, HistoryRecorder,
                                            RunFigures)
 from slurm_plugin.slurm.fake import FAKE_EPOCH, FakeSlurm
@@ -105,22 +105,27 @@ def test_a_job_still_finishing_waits_and_a_forgotten_job_is_dropped(world):
     assert sweep.sweep(["node1"]) == {5: RECORDED}  # 77 was acknowledged, 5 was not
 
 
-def test_the_watcher_sweeps_the_runs_it_never_tracked(tmp_path):
-    """The watcher was down during job 5's run: its summary is found by the next sweep."""
-    fake, helper, samples, monitor = rounds_support.make(tmp_path)
-    monitor.agent_state_dir = tmp_path
+def test_the_sweep_thread_records_the_runs_nobody_saw_end_off_the_monitors_rounds(world):
+    """The watcher was down during job 5's run: its summary is found by the next sweep, a
+    thread of the watcher process (a slow sweep must never hold up a round)."""
+    fake, store, sweep, tmp = world
     ended(fake, 5)
-    leave(tmp_path, summary(5))
-    monitor.tick()
-    (run,) = helper.store.runs("fp1")
-    assert run.source == "sweep" and not run.lower_bound
-    monitor.tick()
-    assert len(helper.store.runs("fp1")) == 1
+    leave(tmp, summary(5))
+    collector = FinalsCollector(lambda: sweep, sweep_s=0.2)
+    collector.start()
+    try:
+        wait = time.time() + 5
+        while time.time() < wait and collector.sweeps < 3:
+            time.sleep(0.05)
+    finally:
+        collector.stop()
+    (run,) = store.runs("fp1")
+    assert run.source == "sweep" and not run.lower_bound and collector.sweeps >= 3
+    assert [e.kind for e in store.events()] == ["history"]
 
 
 def test_a_tracked_run_ending_while_its_agent_is_down_is_a_lower_bound_merged_with_the_agents_summary(tmp_path):
     fake, helper, samples, monitor = rounds_support.make(tmp_path)
-    monitor.agent_state_dir = tmp_path
     running(fake, 9, fp="hist")
     for t in range(5):
         samples.put(9, START + t, mem=(1 + t) * GIB, started_at=START)
@@ -132,11 +137,11 @@ def test_a_tracked_run_ending_while_its_agent_is_down_is_a_lower_bound_merged_wi
     (run,) = helper.store.runs("hist")
     assert run.lower_bound and run.peak_mem_bytes == 5 * GIB and run.source == "monitor"
     # the agent is back: it finishes the job with the gap it could not sample, and a bit more memory
-    leave(tmp_path, summary(9, 6.0, gaps=41.0))
-    samples.clock = START + 45 + 31
-    monitor.tick()
+    leave(tmp_path, summary(9, 6.0, gaps=41.0, ended_at=START + 50))
+    sweep = FinalsSweep(LocalFinals(tmp_path), HistoryRecorder(helper.store, SlurmRunner(executor=fake), "sweep"))
+    assert sweep.sweep(["node1"]) == {9: MERGED}
     (run,) = helper.store.runs("hist")
-    assert run.lower_bound and run.peak_mem_bytes == 6 * GIB
+    assert run.lower_bound and run.peak_mem_bytes == 6 * GIB and run.ended_at == int(START) + 44
     assert [e.kind for e in helper.store.events()].count("history") == 1
 
 
@@ -145,7 +150,7 @@ def test_the_epilog_woken_collector_records_the_job_it_names(world):
     ended(fake, 5)
     ended(fake, 6)
     leave(tmp, summary(6))
-    collector = EndedJobs(lambda: sweep, wait_s=5.0)
+    collector = FinalsCollector(lambda: sweep, wait_s=5.0)
     collector.start()
     try:
         assert collector.ended(5, ("node1",)) and collector.ended(6, ("node2", "node1"))
@@ -251,3 +256,18 @@ def test_the_node_epilog_asks_its_agent_to_finish_the_job_and_writes_no_sqlite_n
     out = CliRunner().invoke(epilog, ["--config", str(toml), "--job-id", "5", "--node", "node1"])
     assert out.exit_code == 0 and asked == [(str(tmp_path), "node1", 5)]
     assert not (tmp_path / "db").exists()
+
+
+def test_how_a_run_ended_is_known_once_slurm_shows_its_base_state():
+    from datetime import datetime, timezone
+
+    from slurm_plugin.history_recorder import run_end
+    from slurm_plugin.slurm.model import Job
+
+    began = datetime.fromtimestamp(FAKE_EPOCH, tz=timezone.utc)
+    assert run_end(Job(5, state="COMPLETING", start_time=began), START) is None  # 22.05: not yet
+    assert run_end(Job(5, state="COMPLETING", state_flags=("CANCELLED",), start_time=began), START).state == "CANCELLED"
+    assert run_end(Job(5, state="RUNNING", start_time=began), START) is None
+    assert run_end(Job(5, state="REQUEUED", state_flags=("PENDING",), start_time=began), START).state == "PENDING"
+    end = run_end(Job(5, state="RUNNING", start_time=began), START - 60)  # an earlier run of the job
+    assert end is not None and not end.latest_run
