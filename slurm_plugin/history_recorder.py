@@ -96,10 +96,11 @@ class HistoryRecorder:
         self.source = source
 
     def record(self, figures: RunFigures, job: Job | None = None, fp: tuple[str, str, str] | None = None,
-               end: RunEnd | None = None) -> str:
+               end: RunEnd | None = None, source: str | None = None) -> str:
         """Record one run; returns what was done (RECORDED, MERGED, ...). `job` is Slurm's
         view of the job (looked up when None), `fp` its (fingerprint, user, name), `end`
-        how the run ended (from `job` when None; its `gaps_s` is taken from `figures`)."""
+        how the run ended (from `job` when None; its `gaps_s` is taken from `figures`),
+        `source` the path that brought it (default: the recorder's)."""
         if figures.peak_mem_bytes <= 0:
             log.debug("job %d: no GPU memory measured: not history", figures.job_id)
             return UNMEASURED
@@ -124,8 +125,7 @@ class HistoryRecorder:
         run = RunRecord(
             job_id=figures.job_id, fingerprint=fp[0], peak_mem_bytes=int(figures.peak_mem_bytes), mean_util_pct=util,
             throughput=figures.throughput, user=fp[1], name=fp[2], ended_at=figures.ended_at or time.time(),
-            source=self.source,
-            started_at=figures.started_at, lower_bound=verdict.lower_bound, end_state=verdict.why,
+            source=source or self.source, started_at=figures.started_at, lower_bound=verdict.lower_bound, end_state=verdict.why,
         )
         kind = "lower bound" if verdict.lower_bound else "peak"
         detail = (f"recorded {kind} {run.peak_mem_bytes / GIB:.2f}GiB ({verdict.why}) util "
@@ -133,7 +133,7 @@ class HistoryRecorder:
                   f"{run.throughput if run.throughput is None else round(run.throughput, 2)}/s")
         data = {"fingerprint": fp[0], "peak_mem_bytes": run.peak_mem_bytes, "mean_util_pct": util,
                 "throughput": run.throughput, "lower_bound": verdict.lower_bound, "why": verdict.why,
-                "source": self.source, "node": figures.node}
+                "source": source or self.source, "node": figures.node}
         try:
             new = self.store.record_run(run, ("history", detail, data))
         except UnmeasuredRun:

@@ -22,7 +22,7 @@ from packer.decision import Decision
 from packer.placement import submit_exclusion
 from packer.request import JobFacts
 from packer.store import Store
-from slurm_plugin.helper.finals import FinalsCollector, agent_dir_of, open_sweep
+from slurm_plugin.helper.finals import EndedSpool, spool_path
 from slurm_plugin.helper.server import HelperServer, Reply
 from slurm_plugin.helper.settings import Paths, ReloadingConfig, load_paths
 from slurm_plugin.helper.submit_service import SubmitService
@@ -68,10 +68,9 @@ class Helper:
             self.config, self.store, self.view.view, self.paths.kill_switch, self._on_decision,
             avoid=self._avoid_nodes, metrics=self.metrics,
         )
-        # the controller's epilog (`gpupack ctld-epilog`) names a job that ended: its runs are
-        # collected from its nodes' agents by a thread of their own, off the submit path
-        self.ended_jobs = FinalsCollector(lambda: open_sweep(self.paths.database, agent_dir_of(self.paths),
-                                                             self.paths.slurm_conf, "ctld-epilog"))
+        # the controller's epilog (`gpupack ctld-epilog`) names a job that ended: the watcher
+        # collects its runs from its nodes' agents (no Slurm call, no SQLite on this side)
+        self.ended_jobs = EndedSpool(spool_path(self.paths.socket))
         self.server = HelperServer(
             self.paths.socket,
             {"submit": self._submit, "ping": lambda _f: {"status": "ok", "reason": "pong"},
@@ -86,18 +85,25 @@ class Helper:
         answer, after = self.service.respond(fields)
         return Reply(answer.to_wire(), after=after)
 
-    def _job_ended(self, fields: dict[str, bytes]) -> dict[str, str]:
-        """`job_id`, `nodes` (a Slurm hostlist): the job's runs are recorded from its nodes."""
+    def _job_ended(self, fields: dict[str, bytes]) -> dict[str, str] | Reply:
+        """`job_id`, `nodes` (a Slurm hostlist): handed to the watcher, which records the job's
+        runs from its nodes' agents."""
         try:
             job_id = int(fields.get("job_id", b"").decode("ascii"))
-            nodes = expand_hostlist(fields.get("nodes", b"").decode("utf-8"))
+            hostlist = fields.get("nodes", b"").decode("ascii")
+            nodes = expand_hostlist(hostlist)
         except (UnicodeDecodeError, ValueError) as exc:
             return {"status": "error", "reason": f"bad-request: {exc}"[:200].replace("\t", " ").replace("\n", " ")}
-        if job_id <= 0 or not nodes:
-            return {"status": "error", "reason": "bad-request: a job id and its nodes are needed"}
-        if not self.ended_jobs.ended(job_id, nodes):
-            return {"status": "error", "reason": "busy: the sweep records it later"}
-        return {"status": "ok", "reason": "queued"}
+        if job_id <= 0 or not nodes or any(c.isspace() for c in hostlist):
+            return {"status": "error", "reason": "bad-request: a job id and its nodes (a hostlist) are needed"}
+
+        def hand_over() -> None:
+            try:
+                self.ended_jobs.append(job_id, hostlist)
+            except OSError as exc:  # the sweep records it later
+                log.warning("job %d's end not handed to the watcher: %s", job_id, exc)
+
+        return Reply({"status": "ok", "reason": "queued"}, after=hand_over)
 
     def _avoid_nodes(self, fingerprint: str) -> frozenset[str] | None:
         """Nodes running a job this fingerprint must never share a GPU with (pairs in SQLite);
@@ -130,7 +136,6 @@ class Helper:
         gc.collect()
         gc.freeze()
         self.metrics_endpoint = serve(self.metrics_address, self.metrics.registry, "submit side")
-        self.ended_jobs.start()
         self.server.serve_in_thread()
         log.info("helper listening on %s (mode=%s)", self.paths.socket, self.config().mode)
         while not self._done.wait(1.0):
@@ -143,7 +148,6 @@ class Helper:
             self.metrics_endpoint.stop()
         if self.watcher is not None:
             self.watcher.stop()
-        self.ended_jobs.stop()
         self.store.close()
 
 

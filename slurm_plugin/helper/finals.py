@@ -8,8 +8,9 @@ so a run seen by several is still one row and one event:
   monitor's rounds): every GPU node's summaries not yet acknowledged: the runs nobody
   recorded (the helper was down at their end, the controller's epilog was lost, the agent
   was down and is back);
-- the controller's epilog (`gpupack ctld-epilog`) says which job ended on which nodes; a
-  `FinalsCollector` thread of the submit side collects those nodes' summaries at once.
+- the controller's epilog (`gpupack ctld-epilog`) tells the submit side which job ended on
+  which nodes; it hands the job to the watcher (`EndedSpool`), whose `FinalsCollector`
+  collects those nodes' summaries within a second.
 
 The monitor records each run it tracked from its own samples; the summaries merge into it.
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
-import queue
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -31,12 +32,13 @@ from typing import Protocol
 from packer.store import Store
 from slurm_plugin.history_recorder import NOT_FINISHED, UNATTRIBUTED, HistoryRecorder, RunFigures
 from slurm_plugin.slurm.errors import SlurmError
+from slurm_plugin.slurm.gres import expand_hostlist
 
 log = logging.getLogger(__name__)
 
 SWEEP_S = 30.0  # the watcher's sweep of every node's unacknowledged summaries
 KEEP_S = 86400.0  # the local source looks at summaries written in the last day
-EPILOG_WAIT_S = 15.0  # the collector waits this long for a summary the epilog announced
+EPILOG_WAIT_S = 15.0  # the collector looks this long for a summary the epilog announced
 
 
 class FinalsSource(Protocol):
@@ -99,7 +101,8 @@ class FinalsSweep:
         job -> outcome."""
         return self.sweep([node], only)
 
-    def sweep(self, nodes: Iterable[str], only: Callable[[int], bool] = lambda _j: True) -> dict[int, str]:
+    def sweep(self, nodes: Iterable[str], only: Callable[[int], bool] = lambda _j: True,
+              source: str | None = None) -> dict[int, str]:
         """Record every unacknowledged summary of `nodes`: their jobs looked up in one listing
         (on 22.05 one job costs a whole listing too). An agent that does not answer is logged,
         never raised; a Slurm that does not answer leaves every summary for the next sweep."""
@@ -118,7 +121,7 @@ class FinalsSweep:
         settled: dict[str, list[int]] = {}
         for node, figures in found:
             try:
-                outcome = self.recorder.record(figures, jobs.get(figures.job_id))
+                outcome = self.recorder.record(figures, jobs.get(figures.job_id), source=source)
             except SlurmError as exc:
                 log.info("job %d: Slurm did not answer (%s); its summary waits", figures.job_id, exc)
                 continue
@@ -147,72 +150,108 @@ class FinalsSweep:
         return out
 
 
-class FinalsCollector:
-    """A thread that records the agents' summaries off every latency-sensitive path: the jobs
-    the controller's epilog names (`ended(job, nodes)`, answered at once; their summaries are
-    waited for up to `wait_s`), and, with `sweep_s`, every GPU node's every `sweep_s`."""
+class EndedSpool:
+    """The jobs the controller's epilog named, handed from the submit side to the watcher: one
+    line each (`<job> <hostlist>`) appended to a file beside the helper's socket (a write of a
+    few bytes on the submit path, no Slurm call, no SQLite), taken by the watcher's collector.
+    Lost lines (a crash) are found by the sweep."""
 
-    def __init__(self, make_sweep: Callable[[], FinalsSweep], wait_s: float = EPILOG_WAIT_S,
-                 sweep_s: float | None = None):
-        self._make_sweep = make_sweep  # built in the thread: its own store connection
-        self.wait_s = wait_s
-        self.sweep_s = sweep_s
-        self._queue: queue.Queue[tuple[int, tuple[str, ...]] | None] = queue.Queue(maxsize=10000)
-        self._thread: threading.Thread | None = None
-        self.results: dict[int, str] = {}  # job -> outcome, the latest 1,000
-        self.sweeps = 0
+    def __init__(self, path: Path):
+        self.path = Path(path)
 
-    def ended(self, job_id: int, nodes: tuple[str, ...]) -> bool:
+    def append(self, job_id: int, nodes: str) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            self._queue.put_nowait((job_id, nodes))
-            return True
-        except queue.Full:  # the sweep finds it later
-            return False
+            os.write(fd, f"{int(job_id)} {nodes}\n".encode())
+        finally:
+            os.close(fd)
+
+    def take(self) -> list[tuple[int, tuple[str, ...]]]:
+        """The jobs appended since the last call (the file is renamed away, then read)."""
+        taking = self.path.with_name(self.path.name + ".taking")
+        try:
+            os.replace(self.path, taking)
+        except FileNotFoundError:
+            return []
+        out = []
+        for line in taking.read_text(errors="replace").splitlines():
+            job, _, hostlist = line.partition(" ")
+            if job.isdigit() and expand_hostlist(hostlist):
+                out.append((int(job), expand_hostlist(hostlist)))
+        taking.unlink(missing_ok=True)
+        return out
+
+
+def spool_path(socket: Path) -> Path:
+    return Path(socket).with_name("ended-jobs")
+
+
+class FinalsCollector:
+    """A thread of the watcher process that records the agents' summaries, off every
+    latency-sensitive path: every `tick_s`, the jobs the controller's epilog named (`spool`),
+    whose summaries it waits for up to `wait_s`; every `sweep_s`, every GPU node's."""
+
+    def __init__(self, make_sweep: Callable[[], FinalsSweep], spool: EndedSpool | None = None,
+                 wait_s: float = EPILOG_WAIT_S, sweep_s: float = SWEEP_S, tick_s: float = 1.0):
+        self._make_sweep = make_sweep  # built in the thread: its own store connection
+        self.spool = spool
+        self.wait_s, self.sweep_s, self.tick_s = wait_s, sweep_s, tick_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.results: dict[int, str] = {}  # job named by the epilog -> outcome, the latest 1,000
+        self.sweeps = 0
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="gpupack-finals", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
+        self._stop.set()
         if self._thread is not None:
-            self._queue.put(None)
             self._thread.join(timeout=10)
 
     def _run(self) -> None:
         sweep = self._make_sweep()
+        pending: dict[int, tuple[tuple[str, ...], float]] = {}  # job -> (its nodes, until when)
         next_sweep = time.monotonic()
         while True:
-            timeout = None if self.sweep_s is None else max(0.0, next_sweep - time.monotonic())
-            try:
-                item = self._queue.get(timeout=timeout)
-            except queue.Empty:
-                next_sweep = time.monotonic() + (self.sweep_s or 0.0)
+            if self.spool is not None:
+                for job_id, nodes in self._guarded(self.spool.take, "reading the ended jobs") or []:
+                    pending[job_id] = (nodes, time.monotonic() + self.wait_s)
+            if pending:
+                self._guarded(lambda: self._named(sweep, pending), "recording the jobs the epilog named")
+            if time.monotonic() >= next_sweep:
+                next_sweep = time.monotonic() + self.sweep_s
                 self._guarded(lambda: sweep.sweep(gpu_nodes(sweep)), "the sweep of the agents' summaries")
                 self.sweeps += 1
-                continue
-            if item is None:
+            if self._stop.wait(self.tick_s):
                 return
-            self._guarded(lambda: self._one(sweep, *item), f"recording job {item[0]}'s end")
+
+    def _named(self, sweep: FinalsSweep, pending: dict[int, tuple[tuple[str, ...], float]]) -> None:
+        nodes = {n for job_nodes, _ in pending.values() for n in job_nodes}
+        done = sweep.sweep(nodes, only=lambda j: j in pending, source="ctld-epilog")
+        now = time.monotonic()
+        for job_id in list(pending):
+            outcome = done.get(job_id)
+            if outcome is not None and outcome != NOT_FINISHED:
+                self.results[job_id] = outcome
+            elif now >= pending[job_id][1]:
+                self.results[job_id] = "not-collected"  # the sweep records it once its summary is there
+            else:
+                continue
+            del pending[job_id]
+        while len(self.results) > 1000:
+            self.results.pop(next(iter(self.results)))
 
     @staticmethod
-    def _guarded(work: Callable[[], object], what: str) -> None:
+    def _guarded(work: Callable[[], object], what: str) -> object:
         try:
-            work()
+            return work()
         except SlurmError as exc:
             log.info("%s: Slurm did not answer (%s); tried again later", what, exc)
         except Exception:  # the next pass records it; this thread must live on
             log.exception("%s failed", what)
-
-    def _one(self, sweep: FinalsSweep, job_id: int, nodes: tuple[str, ...]) -> None:
-        deadline = time.monotonic() + self.wait_s
-        while True:
-            outcome = sweep.sweep(nodes, only=lambda j: j == job_id).get(job_id)
-            if (outcome is not None and outcome != NOT_FINISHED) or time.monotonic() >= deadline:
-                self.results[job_id] = outcome if outcome is not None else "not-collected"
-                break
-            time.sleep(1.0)  # the agent writes the summary as the job's node epilog runs
-        while len(self.results) > 1000:
-            self.results.pop(next(iter(self.results)))
+        return None
 
 
 def gpu_nodes(sweep: FinalsSweep) -> list[str]:
@@ -223,8 +262,6 @@ def gpu_nodes(sweep: FinalsSweep) -> list[str]:
 def agent_dir_of(paths) -> Path:
     """Where the agents keep their final summaries, as the controller sees them: $GPUPACK_AGENT_STATE_DIR,
     else `[paths] agent_dir`, else the database's folder."""
-    import os
-
     return Path(os.environ.get("GPUPACK_AGENT_STATE_DIR") or paths.agent_dir or Path(paths.database).parent)
 
 

@@ -54,12 +54,13 @@ class Watcher:
         self.runner = SlurmRunner(slurm_conf=str(self.paths.slurm_conf) if self.paths.slurm_conf else None,
                                   timeout=10)
         self._done = threading.Event()
-        # the sweep of the agents' final summaries (the runs the monitor did not see end), in
-        # a thread of its own: never in the monitor's rounds
-        from slurm_plugin.helper.finals import SWEEP_S, FinalsCollector, agent_dir_of, open_sweep
+        # the agents' final summaries of the jobs the controller's epilog names, and the sweep
+        # of the rest (runs the monitor did not see end): a thread of its own, never in a round
+        from slurm_plugin.helper.finals import EndedSpool, FinalsCollector, agent_dir_of, open_sweep, spool_path
 
         self.finals = FinalsCollector(lambda: open_sweep(self.paths.database, agent_dir_of(self.paths),
-                                                         self.paths.slurm_conf, "sweep"), sweep_s=SWEEP_S)
+                                                         self.paths.slurm_conf, "sweep"),
+                                      EndedSpool(spool_path(self.paths.socket)))
         self.monitor = _load_monitor(self)
         # with the monitor, its one job listing per round also feeds the view (one squeue a
         # round, not two); without it, a poller of its own

@@ -9,7 +9,7 @@ import pytest
 
 from packer.store import Store
 from slurm_plugin.agent.paths import final_path
-from slurm_plugin.helper.finals import FinalsCollector, FinalsSweep, LocalFinals
+from slurm_plugin.helper.finals import EndedSpool, FinalsCollector, FinalsSweep, LocalFinals
 from slurm_plugin.history_recorder import (MERGED, NOT_FINISHED, RECORDED, UNATTRIBUTED, HistoryRecorder,
                                            RunFigures)
 from slurm_plugin.slurm.fake import FAKE_EPOCH, FakeSlurm
@@ -111,7 +111,7 @@ def test_the_sweep_thread_records_the_runs_nobody_saw_end_off_the_monitors_round
     fake, store, sweep, tmp = world
     ended(fake, 5)
     leave(tmp, summary(5))
-    collector = FinalsCollector(lambda: sweep, sweep_s=0.2)
+    collector = FinalsCollector(lambda: sweep, sweep_s=0.2, tick_s=0.05)
     collector.start()
     try:
         wait = time.time() + 5
@@ -145,24 +145,44 @@ def test_a_tracked_run_ending_while_its_agent_is_down_is_a_lower_bound_merged_wi
     assert [e.kind for e in helper.store.events()].count("history") == 1
 
 
-def test_the_epilog_woken_collector_records_the_job_it_names(world):
+def test_the_jobs_the_epilog_names_are_recorded_by_the_watchers_collector(world):
     fake, store, sweep, tmp = world
     ended(fake, 5)
     ended(fake, 6)
     leave(tmp, summary(6))
-    collector = FinalsCollector(lambda: sweep, wait_s=5.0)
+    spool = EndedSpool(tmp / "ended-jobs")
+    spool.append(5, "node1")
+    spool.append(6, "node[1-2]")
+    collector = FinalsCollector(lambda: sweep, spool, wait_s=5.0, sweep_s=3600, tick_s=0.05)
     collector.start()
     try:
-        assert collector.ended(5, ("node1",)) and collector.ended(6, ("node2", "node1"))
-        time.sleep(0.3)
-        leave(tmp, summary(5, 4.0))  # the agent writes job 5's summary a moment after its epilog
         deadline = time.time() + 5
+        while time.time() < deadline and collector.sweeps < 1:
+            time.sleep(0.05)
+        leave(tmp, summary(5, 4.0))  # the agent writes job 5's summary a moment after the epilog
         while time.time() < deadline and len(collector.results) < 2:
             time.sleep(0.05)
     finally:
         collector.stop()
     assert collector.results == {6: RECORDED, 5: RECORDED}
-    assert sorted(r.job_id for r in store.runs("fp1")) == [5, 6]
+    assert sorted((r.job_id, r.source) for r in store.runs("fp1")) == [(5, "ctld-epilog"), (6, "ctld-epilog")]
+    assert spool.take() == []  # taken once
+
+
+def test_a_job_whose_summary_never_comes_is_left_to_the_sweep(world):
+    fake, store, sweep, tmp = world
+    ended(fake, 5)
+    spool = EndedSpool(tmp / "ended-jobs")
+    spool.append(5, "node1")
+    collector = FinalsCollector(lambda: sweep, spool, wait_s=0.2, sweep_s=3600, tick_s=0.05)
+    collector.start()
+    try:
+        deadline = time.time() + 5
+        while time.time() < deadline and not collector.results:
+            time.sleep(0.05)
+    finally:
+        collector.stop()
+    assert collector.results == {5: "not-collected"} and store.runs() == []
 
 
 def test_figures_from_a_summary_keep_an_unknown_gap_unknown():
@@ -170,7 +190,7 @@ def test_figures_from_a_summary_keep_an_unknown_gap_unknown():
     assert RunFigures.from_summary(summary(5, gaps=3.0)).gaps_s == 3.0
 
 
-def test_the_helper_takes_a_job_end_on_its_socket_and_answers_at_once(tmp_path):
+def test_the_helper_takes_a_job_end_on_its_socket_and_hands_it_to_the_watcher(tmp_path):
     from slurm_plugin.helper.daemon import Helper
     from slurm_plugin.helper.server import ask
 
@@ -178,18 +198,18 @@ def test_the_helper_takes_a_job_end_on_its_socket_and_answers_at_once(tmp_path):
     toml.write_text(f'[packer]\nmode = "enforce"\n[paths]\ndatabase = "{tmp_path}/gpupack.db"\n'
                     f'socket = "{tmp_path}/helper.sock"\nagent_dir = "{tmp_path}"\n')
     helper = Helper(toml, spawn_watcher=False)
-    taken = []
-    helper.ended_jobs.ended = lambda job_id, nodes: taken.append((job_id, nodes)) or True
     helper.server.serve_in_thread()
     try:
         ok = ask(tmp_path / "helper.sock", {"op": "job-ended", "job_id": "5", "nodes": "node[1-2]"})
         bad = ask(tmp_path / "helper.sock", {"op": "job-ended", "job_id": "x", "nodes": "node1"})
         none = ask(tmp_path / "helper.sock", {"op": "job-ended", "job_id": "6", "nodes": ""})
+        spaced = ask(tmp_path / "helper.sock", {"op": "job-ended", "job_id": "7", "nodes": "node1 8 node2"})
     finally:
         helper.server.shutdown()
         helper.server.server_close()
-    assert ok == {"status": "ok", "reason": "queued"} and taken == [(5, ("node1", "node2"))]
-    assert bad["status"] == none["status"] == "error" and "bad-request" in bad["reason"]
+    assert ok == {"status": "ok", "reason": "queued"}
+    assert bad["status"] == none["status"] == spaced["status"] == "error" and "bad-request" in bad["reason"]
+    assert EndedSpool(tmp_path / "ended-jobs").take() == [(5, ("node1", "node2"))]
 
 
 def test_the_controller_epilog_tells_the_helper_and_never_fails(tmp_path, monkeypatch):
