@@ -51,26 +51,21 @@ class FinalsSource(Protocol):
 
 class LocalFinals:
     """`FinalsSource` over the agents' final files (`agent_dir/agent/<node>/final/<job>.json`),
-    where the controller sees them; acknowledged ones are skipped until they change."""
+    where the controller sees them (one host). Acknowledging one leaves a marker beside it
+    (`<job>.acked`), so a restarted watcher does not read them all again; a summary the agent
+    writes anew (the job's next run) is newer than its marker and is collected again."""
 
     def __init__(self, state_dir: Path, keep_s: float = KEEP_S):
         self.state_dir, self.keep_s = Path(state_dir), keep_s
-        self._acked: dict[Path, float] = {}  # file -> its mtime when acknowledged
-
-    def _files(self, node: str) -> list[Path]:
-        from slurm_plugin.agent.paths import AgentPaths
-
-        return sorted(AgentPaths(self.state_dir, node).finals.glob("*.json"))
 
     def collect(self, node: str) -> list[dict]:
+        from slurm_plugin.agent.paths import AgentPaths
+
         out, horizon = [], time.time() - self.keep_s
-        for path in self._files(node):
+        for path in sorted(AgentPaths(self.state_dir, node).finals.glob("*.json")):
             try:
                 mtime = path.stat().st_mtime
-                if mtime < horizon:
-                    self._acked.pop(path, None)
-                    continue
-                if self._acked.get(path) == mtime:
+                if mtime < horizon or _mtime(path.with_suffix(".acked")) >= mtime:
                     continue
                 out.append(json.loads(path.read_text()))
             except (OSError, ValueError) as exc:
@@ -81,11 +76,14 @@ class LocalFinals:
         from slurm_plugin.agent.paths import final_path
 
         for job_id in job_ids:
-            path = final_path(self.state_dir, node, job_id)
-            try:
-                self._acked[path] = path.stat().st_mtime
-            except OSError:
-                pass
+            final_path(self.state_dir, node, job_id).with_suffix(".acked").touch()
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return -1.0
 
 
 class FinalsSweep:

@@ -61,9 +61,14 @@ def test_a_completed_run_is_recorded_once_however_often_it_is_swept(world):
     assert (run.peak_mem_bytes, run.lower_bound, run.source, run.started_at) == (3 * GIB, False, "sweep", START)
     assert run.ended_at == START + 30  # when the run ended, not when it was swept
     assert sweep.sweep(["node1"]) == {}  # acknowledged: not collected again
-    sweep.source = LocalFinals(tmp)  # a restarted watcher sees it again: merged, not recorded twice
+    sweep.source = LocalFinals(tmp)  # nor by a restarted watcher
+    assert sweep.sweep(["node1"]) == {}
+    final_path(tmp, "node1", 5).with_suffix(".acked").unlink()  # an acknowledgement lost: merged, not recorded twice
     assert sweep.sweep(["node1"]) == {5: MERGED}
     assert len(store.runs("fp1")) == 1 and [e.kind for e in store.events()] == ["history"]
+    time.sleep(0.01)
+    leave(tmp, summary(5, started_at=START + 100))  # the agent writes the job's next run's summary
+    assert 5 in sweep.sweep(["node1"])
 
 
 @pytest.mark.parametrize("state, gaps, why", [
