@@ -21,7 +21,7 @@ def job_summary(a: Assignment, node: str, ended_at: float, reason: str) -> dict:
         "iterations": a.iterations, "samples": a.samples,
         "started_at": a.started_at, "ended_at": ended_at, "end_reason": reason,
         "rejected_reports": a.rejected_reports,
-        "gaps": round(a.gap_s, 3),
+        "gaps": round(a.gap_s, 3),  # seconds without samples: a run with gaps is a lower bound
         "run": run_key(a),
     }
 

@@ -19,7 +19,7 @@ from slurm_plugin.agent.state import Assignment
 log = logging.getLogger(__name__)
 
 SAMPLES_KEPT = 3600  # per job, in memory
-GAP_AFTER_S = 5.0  # samples further apart than this leave a gap in the job's figures
+GAP_AFTER_S = 10.0  # a longer stretch between two samples of a job is a gap (the agent was away)
 
 
 class Sampler:
@@ -70,12 +70,12 @@ class Sampler:
         """One sample of the job; its utilisation from the GPU's counters when they gave
         one this round (``counted``), else what the job reported (``util_source``)."""
         cur, peak = self.memory(a)
-        a.last_mem_bytes = cur
-        a.peak_mem_bytes = max(a.peak_mem_bytes, peak, cur)
-        a.samples += 1
         if a.last_sampled_at is not None and now - a.last_sampled_at > GAP_AFTER_S:
             a.gap_s += now - a.last_sampled_at
         a.last_sampled_at = now
+        a.last_mem_bytes = cur
+        a.peak_mem_bytes = max(a.peak_mem_bytes, peak, cur)
+        a.samples += 1
         if counted is not None and counted.util_pct is not None:
             util, source = counted.util_pct, counted.source
         elif a.util_pct is not None:

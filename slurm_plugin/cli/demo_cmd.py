@@ -67,6 +67,15 @@ class _Demo:
             time.sleep(1)
         raise click.ClickException(f"jobs {job_ids} did not finish in {timeout:.0f}s (squeue shows why)")
 
+    def wait_recorded(self, job_id: int, timeout: float = 60) -> None:
+        """Until the helper has the job's run in its history (moments after the job ends)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            runs = json.loads(self.sh(sys.executable, "-m", "slurm_plugin", "history", "show", "--json"))
+            if any(r.get("job_id") == job_id for r in runs):
+                return
+            time.sleep(1)
+
 
 @click.command(context_settings=CTX)
 @slurm_option
@@ -102,7 +111,8 @@ def demo(state_dir: Path, scenario: str, as_json: bool) -> None:
     first = d.submit(script, "train")
     click.echo(f"   job {first}: {d.comment(first)}")
     d.wait([first])
-    click.echo(f"   job {first} {d.state(first)}; the Epilog recorded what it used:")
+    d.wait_recorded(first)
+    click.echo(f"   job {first} {d.state(first)}; the controller helper recorded what it used:")
     click.echo("   " + d.sh(sys.executable, "-m", "slurm_plugin", "history", "show").replace("\n", "\n   ").rstrip())
     own = [line for line in _output(d.workdir, first).splitlines() if line.startswith("simgpu: done")]
     if own:

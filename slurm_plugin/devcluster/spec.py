@@ -146,6 +146,7 @@ def slurm_conf(spec: ClusterSpec, hostname: str, slurm_user: str, epilog: Path, 
         "JobSubmitPlugins=lua",
         f"PlugStackConfig={s.etc}/plugstack.conf",
         f"Epilog={epilog}",
+        f"EpilogSlurmctld={s.etc}/ctld-epilog.sh",  # tells the helper a job ended (its history)
         "ReturnToService=2",
         "SlurmdParameters=config_overrides",
         "MinJobAge=600",

@@ -278,7 +278,8 @@ def test_history_is_recorded_when_a_tracked_job_completes(tmp_path):
     assert helper.store.runs("hist")[0].throughput == pytest.approx(12.0)
 
 
-def test_a_requeued_job_is_not_recorded(tmp_path):
+def test_a_failed_run_is_only_a_lower_bound(tmp_path):
+    """Issue 23: a failed run's peak is what it reached before it failed, not what it needs."""
     fake, helper, samples, monitor = make(tmp_path)
     running(fake, 9, fp="hist")
     samples.put(9, FAKE_EPOCH, mem=GIB, started_at=FAKE_EPOCH)
@@ -286,7 +287,42 @@ def test_a_requeued_job_is_not_recorded(tmp_path):
     fake.jobs[9].state = "FAILED"
     samples.now.clear()
     monitor.tick()
-    assert helper.store.estimate("hist") is None
+    (run,) = helper.store.runs("hist")
+    assert run.lower_bound and run.end_state == "failed" and run.peak_mem_bytes == GIB
+    assert not helper.store.estimate("hist").measured
+    (event,) = [e for e in helper.store.events() if e.kind == "history"]
+    assert "lower bound 1.00GiB (failed)" in event.detail and event.data["lower_bound"] is True
+
+
+@pytest.mark.parametrize("state", ["CANCELLED", "OUT_OF_MEMORY", "TIMEOUT"])
+def test_a_cancelled_or_out_of_memory_run_is_never_a_measurement(tmp_path, state):
+    fake, helper, samples, monitor = make(tmp_path)
+    running(fake, 9, fp="hist")
+    for t in range(3):
+        samples.put(9, FAKE_EPOCH + t, mem=2 * GIB, started_at=FAKE_EPOCH)
+        monitor.tick()
+    fake.jobs[9].state = state
+    samples.now.clear()
+    monitor.tick()
+    (run,) = helper.store.runs("hist")
+    assert run.lower_bound and run.peak_mem_bytes == 2 * GIB
+
+
+def test_a_completed_run_whose_samples_stop_before_its_end_is_a_lower_bound(tmp_path):
+    """Its node agent went away 30 s before the job ended: what it did then nobody saw."""
+    fake, helper, samples, monitor = rounds_support.make(tmp_path)  # the clock follows the samples
+    running(fake, 9, fp="hist")
+    for t in range(5):
+        samples.put(9, FAKE_EPOCH + t, mem=(3 + t) * GIB, started_at=FAKE_EPOCH)
+        monitor.tick()
+    samples.now.clear()  # the agent is down: no samples
+    samples.clock = FAKE_EPOCH + 34
+    monitor.tick()
+    fake.jobs[9].state, fake.jobs[9].end_time = "COMPLETED", FAKE_EPOCH + 34
+    monitor.tick()
+    (run,) = helper.store.runs("hist")
+    assert run.lower_bound and run.end_state == "gaps 30s without samples" and run.peak_mem_bytes == 7 * GIB
+    assert not helper.store.estimate("hist").measured
 
 
 def test_a_completed_run_with_no_memory_measured_is_not_history(tmp_path):
@@ -307,12 +343,12 @@ def test_a_requeued_job_gets_one_row_for_the_run_that_completed(tmp_path):
     running(fake, 9, fp="hist")
     samples.put(9, FAKE_EPOCH, mem=2 * GIB, started_at=FAKE_EPOCH)
     monitor.tick()
-    fake.jobs[9].state = "PENDING"  # requeued: that run is not history
+    fake.jobs[9].state = "PENDING"  # requeued: that run is a lower bound
     samples.now.clear()
     monitor.tick()
     running(fake, 9, fp="hist", start=FAKE_EPOCH + 20)
     second = FAKE_EPOCH + 20
-    # the Epilog of the second run recorded it first (the agent's start keys the run)
+    # the controller's epilog recorded the second run first (the agent's start keys the run)
     helper.store.record_run(RunRecord(job_id=9, fingerprint="hist", peak_mem_bytes=5 * GIB, started_at=second))
     for t in range(3):
         samples.put(9, second + t, mem=(5 + t) * GIB, started_at=second)
@@ -320,9 +356,11 @@ def test_a_requeued_job_gets_one_row_for_the_run_that_completed(tmp_path):
     fake.jobs[9].state = "COMPLETED"
     samples.now.clear()
     monitor.tick()
-    (run,) = helper.store.runs("hist")
-    assert run.started_at == second and run.peak_mem_bytes == 7 * GIB
-    assert [e.kind for e in helper.store.events()].count("history") == 0  # no second event for the Epilog's run
+    run, first = helper.store.runs("hist")
+    assert run.started_at == second and run.peak_mem_bytes == 7 * GIB and not run.lower_bound
+    assert first.started_at == FAKE_EPOCH and first.lower_bound and first.end_state == "requeued"
+    # one event, the first run's: none for the second, recorded already
+    assert [e.kind for e in helper.store.events()].count("history") == 1
 
 
 def test_gpu_given_whole_and_as_shards_requeues_the_late_comer(tmp_path):
@@ -566,7 +604,7 @@ def test_a_completed_runs_curve_is_stored_under_the_runs_key(tmp_path):
     assert curve.capacity_label == "shard:2" and curve.capacity_bytes == 2 * helper.config().share_bytes
 
 
-def test_a_requeued_runs_curve_is_stored_though_it_is_not_history(tmp_path):
+def test_a_requeued_runs_curve_is_stored_and_its_run_is_a_lower_bound(tmp_path):
     from packer.curve_store import RunCurves
 
     fake, helper, samples, monitor = make(tmp_path)
@@ -577,7 +615,8 @@ def test_a_requeued_runs_curve_is_stored_though_it_is_not_history(tmp_path):
     fake.jobs[9].state = "PENDING"  # requeued
     samples.now.clear()
     monitor.tick()
-    assert helper.store.runs("hist") == []
+    (run,) = helper.store.runs("hist")
+    assert run.lower_bound and run.peak_mem_bytes == 4 * GIB
     curve = RunCurves(helper.store).of_job(9)
     assert curve.end_state == "PENDING" and "requeued" in curve.summary() and len(curve.points) == 3
     # it runs again before a round saw it wait: the first run's curve is kept all the same
@@ -625,6 +664,8 @@ def test_a_run_restarted_for_memory_keeps_its_curve_and_says_why_it_ended(tmp_pa
     assert curve is not None and curve.end_state == "REQUEUED by restart-memory"
     assert curve.how_it_ended == "requeued by restart-memory" and len(curve.points) == t + 1
     assert curve.capacity_label == "shard:1" and curve.peak_bytes == int(2 * GIB + t * 0.3 * GIB)
+    (run,) = helper.store.runs("grow")  # what it reached before the restart: a lower bound
+    assert run.lower_bound and run.end_state == "requeued by restart-memory" and run.started_at == curve.started_at
     assert len(RunCurves(helper.store).of_fingerprint("grow")) == 1  # one run, one curve (not again as PENDING)
 
 
