@@ -40,6 +40,7 @@ from typing import Any
 
 from mig.backend import GpuInfo, InstanceActivity, MigInstance, ProcessMemory, ProcessUtilization, partition_state_of
 from mig.catalog import Catalog
+from mig.errors import MigDisabledError
 from mig.fsm import PartitionState
 from mig.nvml_catalog import NvmlCatalogReader, static_catalog
 from mig.nvml_counters import NvmlCounters
@@ -111,8 +112,20 @@ class NvmlBackend:
         return self._reader.read(gpu_index)
 
     def catalog(self, gpu_index: int) -> Catalog:
-        if gpu_index not in self._catalogs:
-            self._catalogs[gpu_index] = self.read_catalog(gpu_index)
+        """The GPU's catalogue: as NVML reports it in MIG mode; with MIG off (an MPS or
+        whole-GPU node) NVML reports no profiles, so the static table of its model."""
+        if gpu_index in self._catalogs:
+            return self._catalogs[gpu_index]
+        s = self.session
+        h = s.handle(gpu_index)
+        if not s.mig_on(h, gpu_index):
+            name = text(s.call(self.nv.nvmlDeviceGetName, h, what=f"GPU {gpu_index}: read its name"))
+            static = static_catalog(name)
+            if static is None:
+                raise MigDisabledError(f"GPU {gpu_index} ({name}) is not in MIG mode and has no "
+                                       f"static catalogue (mig/data); enable MIG mode to read its profiles")
+            return static
+        self._catalogs[gpu_index] = self.read_catalog(gpu_index)
         return self._catalogs[gpu_index]
 
     # -- instances ------------------------------------------------------------------------

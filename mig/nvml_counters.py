@@ -41,7 +41,7 @@ class NvmlCounters:
             targets = [(h, uuid)]
         out = []
         for handle, uuid in targets:
-            for p in s.processes(handle, f"GPU {gpu_index}: processes on {uuid}"):
+            for p in s.processes(handle, f"GPU {gpu_index}: processes on {uuid}", mps_clients=True):
                 used = getattr(p, "usedGpuMemory", None)
                 out.append(ProcessMemory(uuid, str(p.pid), int(used or 0)))
         return out

@@ -128,7 +128,20 @@ class NvmlSession:
                 f"GPU {gpu_index}: cannot {what}: MIG mode is off; enable it with "
                 f"`nvidia-smi -i {gpu_index} -mig 1` as root (may need a GPU reset)")
 
-    def processes(self, handle, what: str) -> list:
-        """The compute processes on a whole GPU or a MIG device."""
-        return list(self.call(self.nv.nvmlDeviceGetComputeRunningProcesses, handle, what=what)
-                    or [])
+    def processes(self, handle, what: str, mps_clients: bool = False) -> list:
+        """The compute processes on a whole GPU or a MIG device; with ``mps_clients`` also
+        the MPS clients, which NVML lists only through its MPS call (the plain call shows
+        the MPS server instead)."""
+        out = list(self.call(self.nv.nvmlDeviceGetComputeRunningProcesses, handle, what=what) or [])
+        if mps_clients:
+            nv = self.nv
+            try:
+                clients = nv.nvmlDeviceGetMPSComputeRunningProcesses(handle) or []
+            except nv.NVMLError as exc:
+                if getattr(exc, "value", None) not in (nv.NVML_ERROR_NOT_SUPPORTED,
+                                                       nv.NVML_ERROR_FUNCTION_NOT_FOUND):
+                    raise self.translate(exc, f"{what} (MPS clients)") from exc
+                clients = []  # an older driver: no MPS call
+            seen = {int(p.pid) for p in out}
+            out += [p for p in clients if int(p.pid) not in seen]
+        return out

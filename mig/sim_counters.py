@@ -105,12 +105,14 @@ class SimCounters:
     ``_require_mig``, ``clock``, ``noise`` and ``node``)."""
 
     def start_process(self, device_uuid: str, owner: str, workload: str | None = None,
-                      busy_pct: float = 0.0) -> None:
-        """A process of ``owner`` starts computing on a device (it made its CUDA context)."""
+                      busy_pct: float = 0.0, mps: bool = False) -> None:
+        """A process of ``owner`` (its pid, for the simulated NVML library) starts computing
+        on a device (it made its CUDA context); ``mps``: as an MPS client."""
         with self._txn(write=True) as doc:
             _, _, g, _ = self._locate(doc, device_uuid)
             g.setdefault("processes", {}).setdefault(device_uuid, {})[owner] = {
-                "workload": workload, "busy_pct": float(busy_pct), "since": self.clock()}
+                "workload": workload, "busy_pct": float(busy_pct), "since": self.clock(),
+                "mps": bool(mps)}
 
     def set_busy(self, device_uuid: str, owner: str, busy_pct: float) -> None:
         """How busy the process keeps the engines now (what the counters will sample)."""

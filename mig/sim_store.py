@@ -147,6 +147,11 @@ class SimGpuStore:
             if write:
                 self._write(doc)
 
+    def document(self, write: bool = False):
+        """The state document in a transaction, for the simulated NVML library
+        (:mod:`slurm_plugin.simgpu.nvml.shared`), which keeps its own model of it."""
+        return self._txn(write)
+
     def snapshot(self) -> dict:
         """A copy of the whole state document."""
         with self._txn() as doc:

@@ -1,6 +1,7 @@
 """The packer's settings, with the documented defaults (see etc/gpupack.toml)."""
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
@@ -9,6 +10,7 @@ from typing import Any
 
 MODES = ("observe", "advise", "enforce")
 GIB = 1024**3
+_GRES_TYPE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 
 
 class ConfigError(ValueError):
@@ -35,6 +37,10 @@ class PackerConfig:
     # Shares per GPU (Slurm shards); by default one share = one MIG memory slice.
     shares_per_gpu: int = 8
     gpu_memory_gib: float = 80.0
+    # The Slurm GRES type of the GPUs the shares above are sized for (gres.conf Type=, e.g.
+    # "h100"). Set: a packed job gets shards of that type only (an untyped gpu:1 is typed, a
+    # job typed for another model keeps its whole GPU). "": every GPU node has this model.
+    gpu_type: str = ""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -45,6 +51,8 @@ class PackerConfig:
             raise ConfigError("shares_per_gpu must be at least 1")
         if self.gpu_memory_gib <= 0:
             raise ConfigError("gpu_memory_gib must be positive")
+        if self.gpu_type and not _GRES_TYPE_RE.match(self.gpu_type):
+            raise ConfigError(f"gpu_type={self.gpu_type!r} is not a GRES type name (gres.conf Type=, e.g. \"h100\")")
         if self.history_window < 1:
             raise ConfigError("history_window must be at least 1")
 

@@ -209,7 +209,9 @@ def _assess(newcomer: Newcomer, gpus: Sequence[GpuLoad], max_fraction: float,
                     continue
             else:
                 mine, theirs = pred
-                if mine < min_newcomer_speed or min(theirs) < min_corunner_speed:
+                # a pair known to make no progress together (speed 0) never qualifies
+                if (mine < min_newcomer_speed or min(theirs) < min_corunner_speed
+                        or min(mine, *theirs) <= 0.0):
                     counts["slow"] += 1
                     continue
             gain = mine + sum(theirs)

@@ -15,18 +15,29 @@ from packer.config import GIB, PackerConfig
 from packer.request import Candidate, NotCandidate
 
 
+#: `Estimate.source` of a workload whose recent runs are all lower bounds (`packer.run_truth`)
+LOWER_BOUND_SOURCE = "lower-bound"
+
+
 @dataclass(frozen=True)
 class Estimate:
     """What history says about a workload."""
 
-    peak_mem_bytes: int
+    peak_mem_bytes: int  # the largest recent measured peak, raised to the largest recent lower bound
     mean_util_pct: float | None
     runs: int
     source: str = "history"
+    lower_bound_bytes: int = 0  # a recent lower bound above every measured peak (0: none)
 
     @property
     def source_label(self) -> str:
-        return f"{self.source}({self.runs})"
+        raised = "+bound" if self.lower_bound_bytes and self.source != LOWER_BOUND_SOURCE else ""
+        return f"{self.source}({self.runs}){raised}"
+
+    @property
+    def measured(self) -> bool:
+        """Whether a run measured the workload whole (not only lower bounds)."""
+        return self.source != LOWER_BOUND_SOURCE
 
 
 @dataclass(frozen=True)
@@ -61,6 +72,12 @@ class Decision:
         return render(self.verdict, shards=self.shards, advised=advised, **extra)
 
 
+def packed_type(request: Candidate, config: PackerConfig) -> str | None:
+    """The GPU type a packed job's shards are asked on: the job's own, else the one the
+    shares are sized for (an untyped job becomes shares of that model only), else any."""
+    return request.gpu_type or config.gpu_type or None
+
+
 def shards_needed(peak_mem_bytes: int, config: PackerConfig) -> int:
     """Shares of the GPU that hold the peak plus headroom."""
     headroom = max(peak_mem_bytes * config.headroom_fraction, config.min_headroom_gib * GIB)
@@ -83,14 +100,21 @@ def decide(
     """The verdict for one submission. Pure; never raises for any input it is given.
 
     `remembered_shards` is a size learnt the hard way (the job was restarted for memory):
-    the job never gets fewer shares than that again.
+    the job never gets fewer shares than that again. An estimate of lower bounds only (no
+    run measured the workload whole) is no history: the job stays exclusive and is measured,
+    or with `pack_unknown` gets the default size, or more when a lower bound says so.
     """
     if isinstance(request, NotCandidate):
         return Decision("untouched", request.reason)
-    if estimate is None:
+    if request.gpu_type and config.gpu_type and request.gpu_type.lower() != config.gpu_type.lower():
+        # the shares are sized for another model: K shards of this one would be guesswork
+        return Decision("exclusive", "other-gpu-type", fingerprint=fingerprint)
+    if estimate is None or not estimate.measured:
         if not config.pack_unknown:
-            return Decision("exclusive", "no-history", fingerprint=fingerprint)
-        estimate = Estimate(int(config.unknown_estimate_gib * GIB), None, 0, source="default")
+            return Decision("exclusive", "no-history", estimate=estimate, fingerprint=fingerprint)
+        bound = estimate.peak_mem_bytes if estimate is not None else 0
+        estimate = Estimate(max(int(config.unknown_estimate_gib * GIB), bound), None, 0, source="default",
+                            lower_bound_bytes=bound)
     if estimate.mean_util_pct is not None and estimate.mean_util_pct > config.max_util_pct:
         return Decision("exclusive", "high-util", estimate=estimate, fingerprint=fingerprint)
     k = max(shards_needed(estimate.peak_mem_bytes, config), remembered_shards or 0)

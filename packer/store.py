@@ -19,11 +19,11 @@ from pathlib import Path
 
 import sqlite_utils
 
-from packer.decision import Estimate
+from packer.decision import LOWER_BOUND_SOURCE, Estimate
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,10 @@ class RunRecord:
     ended_at: float = 0.0
     source: str = "observed"
     started_at: float = 0.0  # when this run began (0: unknown); a requeued job's next run is a new run
+    # the workload needed at least peak_mem_bytes: the run did not complete, or its samples
+    # have a gap (`packer.run_truth`); never taken for the workload's size
+    lower_bound: bool = False
+    end_state: str = ""  # why it is what it is: "completed", "cancelled", "gaps 40s without samples"
 
 
 class UnmeasuredRun(ValueError):
@@ -119,9 +123,37 @@ def _migrate_to_4(db: sqlite_utils.Database) -> None:
     db["run_curves"].create_index(["job_id", "ended_at"])
 
 
-MIGRATIONS = {1: _migrate_to_1, 2: _migrate_to_2, 3: _migrate_to_3, 4: _migrate_to_4}
+def _migrate_to_5(db: sqlite_utils.Database) -> None:
+    """Runs that did not tell the whole truth (failed, cancelled, requeued, gaps in their
+    samples) are lower bounds, kept apart from measurements (`packer.run_truth`)."""
+    db["runs"].add_column("lower_bound", int, not_null_default=0)
+    db["runs"].add_column("end_state", str, not_null_default="")
+    db.execute("create index if not exists idx_runs_fp_bound_ended on runs (fingerprint, lower_bound, ended_at)")
+
+
+MIGRATIONS = {1: _migrate_to_1, 2: _migrate_to_2, 3: _migrate_to_3, 4: _migrate_to_4, 5: _migrate_to_5}
 
 RUN_COLUMNS = tuple(RunRecord.__dataclass_fields__)
+
+
+def _run(row: dict) -> RunRecord:
+    values = {k: v for k, v in row.items() if k != "id"}
+    values["lower_bound"] = bool(values.get("lower_bound"))
+    return RunRecord(**values)
+
+
+def _estimate(measured: list[tuple[int, float | None]], bounds: list[tuple[int, float | None]]) -> Estimate | None:
+    """The estimate from recent measured runs and recent lower bounds, (peak, util) each."""
+    bound = max((peak for peak, _ in bounds), default=0)
+    if not measured:
+        if not bounds:
+            return None
+        return Estimate(peak_mem_bytes=bound, mean_util_pct=None, runs=len(bounds), source=LOWER_BOUND_SOURCE,
+                        lower_bound_bytes=bound)
+    peak = max(p for p, _ in measured)
+    utils = [u for _, u in measured if u is not None]
+    return Estimate(peak_mem_bytes=max(peak, bound), mean_util_pct=sum(utils) / len(utils) if utils else None,
+                    runs=len(measured), lower_bound_bytes=bound if bound > peak else 0)
 
 
 class StoreError(RuntimeError):
@@ -154,13 +186,17 @@ class Store:
             log.info("migrated %s to schema %d", self.path, target)
 
     # -- history -------------------------------------------------------------------------
-    def record_run(self, run: RunRecord) -> bool:
+    def record_run(self, run: RunRecord, event: tuple[str, str, dict] | None = None) -> bool:
         """Add one run to the history; True when it is new, False when it was recorded already.
 
-        A run is (job, fingerprint, start): the Epilog and the monitor both record the run
-        they saw end, and the second merges into the first's row (the larger peak, the
-        figures it has). A run with no memory measured is refused (`UnmeasuredRun`).
-        """
+        A run is (job, fingerprint, start): every path that saw it end (the monitor, the
+        controller's epilog, the sweep of the agents' final summaries) records it, and the
+        later ones merge into the first's row (the larger peak, the figures it has). It stays a
+        lower bound only if every record of it is one: a record that saw the whole run (no gap
+        in its samples) makes it a measurement. Its end is the earliest any record gives (a
+        later record does not make an old run recent again). ``event`` (kind, detail, data) is logged in the
+        same transaction, only when the run is new. A run with no memory measured is refused
+        (`UnmeasuredRun`)."""
         if run.peak_mem_bytes < 0:
             raise ValueError(f"job {run.job_id}: peak memory cannot be negative")
         if run.peak_mem_bytes == 0:
@@ -169,6 +205,7 @@ class Store:
             raise ValueError(f"job {run.job_id}: utilisation {run.mean_util_pct} is not a percentage")
         row = asdict(run)
         row["ended_at"] = run.ended_at or time.time()
+        row["lower_bound"] = int(run.lower_bound)
         names = ", ".join(RUN_COLUMNS)
         conn = self.db.conn
         conn.execute("begin immediate")
@@ -184,19 +221,30 @@ class Store:
                 "mean_util_pct = coalesce(excluded.mean_util_pct, mean_util_pct), "
                 "throughput = coalesce(excluded.throughput, throughput), "
                 "user = coalesce(nullif(excluded.user, ''), user), name = coalesce(nullif(excluded.name, ''), name), "
-                "ended_at = max(ended_at, excluded.ended_at)",
+                "ended_at = min(ended_at, excluded.ended_at), "
+                "end_state = case when lower_bound and not excluded.lower_bound then excluded.end_state "
+                "else coalesce(nullif(end_state, ''), excluded.end_state) end, "
+                "lower_bound = min(lower_bound, excluded.lower_bound)",
                 row,
             )
+            if event is not None and not known:
+                kind, detail, data = event
+                self._insert_event(kind, detail, run.job_id, data)
             conn.execute("commit")
         except BaseException:
             conn.execute("rollback")
             raise
         return not known
 
+    def run_of(self, job_id: int, started_at: float) -> RunRecord | None:
+        """The recorded run of `job_id` that began at `started_at` (whatever its fingerprint)."""
+        rows = list(self.db["runs"].rows_where("job_id = ? and started_at = ?", [job_id, started_at], limit=1))
+        return _run(rows[0]) if rows else None
+
     def runs(self, fingerprint: str | None = None, limit: int = 100) -> list[RunRecord]:
         where, args = ("fingerprint = ?", [fingerprint]) if fingerprint else (None, [])
         rows = self.db["runs"].rows_where(where, args, order_by="ended_at desc", limit=limit)
-        return [RunRecord(**{k: v for k, v in r.items() if k != "id"}) for r in rows]
+        return [_run(r) for r in rows]
 
     def estimate(self, fingerprint: str, window: int = 5) -> Estimate | None:
         """Recent peak (max of the last `window` runs) and mean utilisation."""
@@ -204,24 +252,23 @@ class Store:
 
     def history(self, fingerprint: str, window: int = 5) -> tuple[Estimate | None, int | None]:
         """`estimate` and `remembered_size` together, in one statement (one read
-        transaction, indexed): the submit path asks for both on every candidate job."""
+        transaction, indexed): the submit path asks for both on every candidate job.
+
+        The estimate is the largest peak of the last `window` measured runs, raised to the
+        largest of the last `window` lower bounds (`packer.run_truth`): a run that reached
+        6 GiB before it failed means the next run needs more than 6 GiB, whatever an older
+        completed run measured. A workload with lower bounds only has no measurement: its
+        estimate says so (`source` "lower-bound") and the packer treats it as unknown."""
         rows = self.db.conn.execute(
             "select 0, min_shards, null from sizes where fingerprint = ?1 "
             "union all select * from (select 1, peak_mem_bytes, mean_util_pct from runs "
-            "where fingerprint = ?1 order by ended_at desc limit ?2)",
+            "where fingerprint = ?1 and lower_bound = 0 order by ended_at desc limit ?2) "
+            "union all select * from (select 2, peak_mem_bytes, mean_util_pct from runs "
+            "where fingerprint = ?1 and lower_bound = 1 order by ended_at desc limit ?2)",
             [fingerprint, int(window)],
         ).fetchall()
         remembered = next((row[1] for row in rows if row[0] == 0), None)
-        recent = [(peak, util) for kind, peak, util in rows if kind == 1]
-        if not recent:
-            return None, remembered
-        utils = [util for _, util in recent if util is not None]
-        estimate = Estimate(
-            peak_mem_bytes=max(peak for peak, _ in recent),
-            mean_util_pct=sum(utils) / len(utils) if utils else None,
-            runs=len(recent),
-        )
-        return estimate, remembered
+        return _estimate([r[1:] for r in rows if r[0] == 1], [r[1:] for r in rows if r[0] == 2]), remembered
 
     def estimates(self, fingerprints: Iterable[str], window: int = 5) -> dict[str, Estimate]:
         """`estimate` of many fingerprints in one statement (the steering's pair knowledge
@@ -230,13 +277,17 @@ class Store:
         if not wanted:
             return {}
         rows = self.db.execute(
-            "select fingerprint, max(peak_mem_bytes), avg(mean_util_pct), count(*) from ("
-            "select fingerprint, peak_mem_bytes, mean_util_pct, row_number() over "
-            "(partition by fingerprint order by ended_at desc) as n from runs "
-            "where fingerprint in (select value from json_each(?1))) where n <= ?2 group by fingerprint",
+            "select fingerprint, lower_bound, peak_mem_bytes, mean_util_pct from ("
+            "select fingerprint, lower_bound, peak_mem_bytes, mean_util_pct, row_number() over "
+            "(partition by fingerprint, lower_bound order by ended_at desc) as n from runs "
+            "where fingerprint in (select value from json_each(?1))) where n <= ?2",
             [json.dumps(wanted), int(window)],
         ).fetchall()
-        return {fp: Estimate(peak_mem_bytes=peak, mean_util_pct=util, runs=runs) for fp, peak, util, runs in rows}
+        grouped: dict[str, tuple[list, list]] = {}
+        for fp, bound, peak, util in rows:
+            grouped.setdefault(fp, ([], []))[1 if bound else 0].append((peak, util))
+        out = {fp: _estimate(measured, bounds) for fp, (measured, bounds) in grouped.items()}
+        return {fp: est for fp, est in out.items() if est is not None}
 
     # -- remembered sizes (a job restarted for memory keeps its larger size) -------------
     def remember_size(self, fingerprint: str, min_shards: int, reason: str) -> None:
@@ -312,9 +363,11 @@ class Store:
 
     # -- event log ---------------------------------------------------------------------
     def log_event(self, kind: str, detail: str, job_id: int | None = None, **data: object) -> None:
-        self.db["events"].insert(
-            {"job_id": job_id, "kind": kind, "detail": detail, "at": time.time(), "data": json.dumps(data)}
-        )
+        self._insert_event(kind, detail, job_id, data)
+
+    def _insert_event(self, kind: str, detail: str, job_id: int | None, data: dict) -> None:
+        self.db.conn.execute("insert into events (job_id, kind, detail, at, data) values (?, ?, ?, ?, ?)",
+                             [job_id, kind, detail, time.time(), json.dumps(data)])
 
     def events(self, limit: int = 200, job_id: int | None = None) -> list[Event]:
         where, args = ("job_id = ?", [job_id]) if job_id is not None else (None, [])

@@ -21,9 +21,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from predictor.checks import checked_horizon, positive_finite
 from predictor.decision import H100_80GB_PARTITIONS_GIB, gib_sizes
 from predictor.forecast import Forecaster, ForecasterOptions
-from predictor.series import Series, read_series
+from predictor.prior import HistoryPrior
+from predictor.series import Series, read_prior, read_series
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,7 @@ class SeriesResult:
     update_ms_p99: float
     update_ms_max: float
     update_cpu_ms_p99: float  # CPU time of this process: immune to a busy machine's preemption
+    prior_runs: int = 0  # earlier runs of the workload given as a prior
 
 
 @dataclass
@@ -106,15 +109,20 @@ def bench_series(
     horizon: float | None = None,
     partition_sizes: tuple[int, ...] | None = None,
     options: ForecasterOptions | None = None,
+    prior: HistoryPrior | None = None,
 ) -> SeriesResult:
     steps, values = series.steps, series.bytes
     first, last = steps[0], steps[-1]
-    horizon = float(last if horizon is None else horizon)
+    capacity_bytes = positive_finite(f"{series.name}: capacity", capacity_bytes)
+    try:
+        horizon = checked_horizon(horizon, first, last)
+    except ValueError as exc:
+        raise ValueError(f"{series.name}: {exc}") from None
     sizes = partition_sizes or gib_sizes(H100_80GB_PARTITIONS_GIB)
     crossing = next((s for s, b in zip(steps, values) if b > capacity_bytes), None)
     cut = first + 0.1 * (last - first)
 
-    fc = Forecaster(capacity_bytes, horizon, partition_sizes=sizes, options=options)
+    fc = Forecaster(capacity_bytes, horizon, partition_sizes=sizes, options=options, prior=prior)
     durations: list[float] = []
     cpu: list[float] = []
     at_10 = None
@@ -153,7 +161,18 @@ def bench_series(
         update_ms_p99=1e3 * sorted(durations)[min(len(durations) - 1, int(0.99 * len(durations)))],
         update_ms_max=1e3 * max(durations),
         update_cpu_ms_p99=1e3 * sorted(cpu)[min(len(cpu) - 1, int(0.99 * len(cpu)))],
+        prior_runs=len(prior) if prior is not None else 0,
     )
+
+
+def _prior_of(root: Path, meta: dict, meta_path: Path) -> HistoryPrior | None:
+    """The earlier runs a sidecar names (None when it names none)."""
+    names = meta.get("prior") or []
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{meta_path}: \"prior\" must be a list of CSV paths relative to {root}")
+    if not names:
+        return None
+    return HistoryPrior([read_prior(root / n) for n in names], meta.get("prior_align", "step"))
 
 
 def run_bench(
@@ -161,8 +180,11 @@ def run_bench(
     default_capacity_bytes: float | None = None,
     partition_sizes: tuple[int, ...] | None = None,
     options: ForecasterOptions | None = None,
+    priors: bool = True,
 ) -> BenchReport:
-    """Benchmark every ``*.csv`` in ``directory`` (sorted by name)."""
+    """Benchmark every ``*.csv`` in ``directory`` (sorted by name); with ``priors``, each
+    series with the earlier runs its sidecar names (``"prior": [paths relative to the
+    directory]``, ``"prior_align"``)."""
     root = Path(directory)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: not a directory")
@@ -176,9 +198,9 @@ def run_bench(
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{meta_path}: not valid JSON ({exc})") from None
         if "capacity_bytes" in meta:
-            capacity = float(meta["capacity_bytes"])
+            capacity = positive_finite(f"{meta_path}: capacity_bytes", meta["capacity_bytes"])
         elif "capacity_gib" in meta:
-            capacity = float(meta["capacity_gib"]) * GIB
+            capacity = positive_finite(f"{meta_path}: capacity_gib", meta["capacity_gib"]) * GIB
         elif default_capacity_bytes is not None:
             capacity = float(default_capacity_bytes)
         else:
@@ -186,7 +208,8 @@ def run_bench(
             continue
         series = read_series(path)
         series = Series(series.steps, series.bytes, series.reuse_ratio, path.name)
-        result = bench_series(series, capacity, meta.get("horizon"), partition_sizes, options)
+        prior = _prior_of(root, meta, meta_path) if priors else None
+        result = bench_series(series, capacity, meta.get("horizon"), partition_sizes, options, prior)
         log.info("bench %s: %s", path.name, result)
         report.series.append(result)
     if not report.series and not report.skipped:

@@ -6,7 +6,9 @@ import logging
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
+from predictor.checks import checked_horizon, positive_finite
 from predictor.forecast import Forecast, Forecaster, ForecasterOptions
+from predictor.prior import HistoryPrior
 from predictor.series import Series
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,18 @@ class Decision:
     crossing_step: float | None
     reason: str
 
+    @property
+    def exceed_text(self) -> str:
+        """"yes" / "no" / "not certain (...)": what the printed estimate and bounds say about
+        the capacity, in words that cannot contradict them."""
+        if self.will_exceed:
+            return "yes"
+        if self.predicted_peak_bytes > self.capacity_bytes:
+            return "not certain (the estimate is above the capacity, its lower bound is not)"
+        if self.upper_bytes > self.capacity_bytes:
+            return "not certain (only the upper bound is above the capacity)"
+        return "no"
+
     def to_dict(self) -> dict:
         d = asdict(self)
         for key in ("warn_step", "crossing_step", "horizon"):
@@ -70,21 +84,23 @@ def decide(
     horizon: float | None = None,
     partition_sizes: Iterable[int] | None = None,
     options: ForecasterOptions | None = None,
+    prior: HistoryPrior | None = None,
 ) -> Decision:
     """Replay ``series`` (``(step, bytes)`` or ``(step, bytes, reuse_ratio)`` rows, or a
     :class:`Series`) through a fresh forecaster and decide.
 
     ``horizon`` is the step the job runs to (total iterations when known, else its time
     limit); when None, the last step of the series. ``partition_sizes`` in bytes; default
-    :data:`H100_80GB_PARTITIONS_GIB`.
+    :data:`H100_80GB_PARTITIONS_GIB`. ``prior``: the workload's earlier runs
+    (:mod:`predictor.prior`).
     """
     rows = list(_as_samples(series))
     if not rows:
         raise ValueError("an empty series has nothing to decide on")
-    if horizon is None:
-        horizon = float(rows[-1][0])
+    capacity_bytes = positive_finite("capacity", capacity_bytes)
+    horizon = checked_horizon(horizon, rows[0][0], rows[-1][0])
     sizes = tuple(partition_sizes) if partition_sizes is not None else gib_sizes(H100_80GB_PARTITIONS_GIB)
-    forecaster = Forecaster(capacity_bytes, horizon, partition_sizes=sizes, options=options)
+    forecaster = Forecaster(capacity_bytes, horizon, partition_sizes=sizes, options=options, prior=prior)
     last = replay(rows, forecaster)[-1]
     decision = Decision(
         capacity_bytes=int(capacity_bytes),

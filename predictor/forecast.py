@@ -74,7 +74,9 @@ On that window, with ``x`` the step and ``y`` the memory:
   the reach above if nearer) is above the capacity, or the job already is; before the first
   warning, that bound is recomputed with statsmodels (``OLS.get_prediction(...)
   .summary_frame(alpha)["obs_ci_lower"]``, :func:`predictor.linfit.statsmodels_bounds`) on
-  the same samples and the more conservative of the two decides. ``warn`` = ``will_exceed``
+  the same samples and the more conservative of the two decides. That deciding bound is
+  the one reported (``lower_bytes``), so "will exceed" always agrees with the bounds shown;
+  ``crossing_step`` is reported only when it lies within the horizon. ``warn`` = ``will_exceed``
   on a confident forecast; ``warn_step`` = the first such step. ``may_exceed`` (upper bound
   above capacity) is the thesis' criterion, kept for sizing.
 
@@ -94,9 +96,12 @@ import numpy as np
 
 from predictor.buffer import Buffer
 from predictor.certainty import Verdict, judge
+from predictor.checks import partition_sizes as checked_sizes
+from predictor.checks import positive_finite
 from predictor.linfit import t_quantile
 from predictor.options import ForecasterOptions
 from predictor.partitions import next_partition_for
+from predictor.prior import HistoryPrior, PriorView
 from predictor.trend import Estimate, fit_trend
 
 log = logging.getLogger(__name__)
@@ -114,7 +119,7 @@ class Forecast:
     horizon: float  # step the forecast is for (never before the latest sample)
     observed_peak_bytes: int
     predicted_peak_bytes: int  # point forecast of the peak at the horizon (>= observed peak)
-    lower_bytes: int  # one-sided lower bound at the horizon (>= observed peak)
+    lower_bytes: int  # one-sided lower bound of the peak by the horizon, from the trend as far as it is trusted; will_exceed == (lower_bytes > capacity)
     upper_bytes: int  # one-sided upper bound at the horizon (>= predicted peak)
     ready: bool  # enough samples for a forecast
     confident: bool  # the forecast has converged
@@ -122,7 +127,7 @@ class Forecast:
     may_exceed: bool  # the upper bound exceeds the capacity (the thesis' criterion)
     warn: bool  # will_exceed on a confident forecast
     warn_step: float | None  # first step at which warn was true, sticky
-    crossing_step: float | None  # where the fitted trend reaches the capacity, if it rises
+    crossing_step: float | None  # where the fitted trend reaches the capacity, if it does by the horizon
     next_partition: int | None  # smallest partition size holding upper_bytes (None: none does)
     window: int  # samples in the fit
     slope_bytes_per_step: float
@@ -151,17 +156,17 @@ class Forecaster:
         *,
         partition_sizes: tuple[int, ...] | list[int] | None = None,
         options: ForecasterOptions | None = None,
+        prior: HistoryPrior | None = None,
         **option_overrides,
     ):
-        if capacity_bytes <= 0:
-            raise ValueError(f"capacity_bytes must be positive, got {capacity_bytes}")
-        if not math.isfinite(horizon):
-            raise ValueError(f"horizon must be finite, got {horizon}")
+        capacity_bytes = positive_finite("capacity_bytes", capacity_bytes)
+        horizon = positive_finite("horizon", horizon)
         base = options or ForecasterOptions()
         self.options = ForecasterOptions(**{**asdict(base), **option_overrides}) if option_overrides else base
         self.capacity_bytes = float(capacity_bytes)
         self.horizon = float(horizon)
-        self.partition_sizes = tuple(sorted(int(s) for s in partition_sizes)) if partition_sizes else None
+        self.partition_sizes = checked_sizes(partition_sizes)
+        self.prior = prior if prior else None  # the workload's earlier runs (predictor.prior)
         self._steps = Buffer()
         self._raw = Buffer()  # the memory series as sampled
         self._inv = Buffer()  # inverse reuse ratio (reuse mode only)
@@ -245,11 +250,21 @@ class Forecaster:
             self._points.append(max(raw.point, observed))
         else:
             self._points.append(observed)
-        predicted, lower, upper = _clamped(est, observed)
+        predicted, upper = _clamped(est, observed)
+        history = self._history(step, at)
+        if history is not None:  # the earlier runs bound the estimate; the upper bound only rises
+            predicted = max(min(predicted, history.upper), history.point, observed)
+            upper = max(upper, history.upper, predicted)
         verdict = judge(
-            observed=observed, upper=upper, capacity=self.capacity_bytes, ready=ready, est=est, raw=raw,
+            observed=observed, predicted=predicted, upper=upper, capacity=self.capacity_bytes, ready=ready, est=est, raw=raw,
             ifit=ifit, points=self._points.view(), first_warning=self._warn_step is None, opts=opts,
+            known_lower=history.lower if history is not None else -math.inf,
+            known_upper=history.upper if history is not None else math.inf,
         )
+        crossing = _within(est.crossing if est is not None else None, at)
+        if history is not None and history.crossing is not None and verdict.will_exceed:
+            crossing = history.crossing if crossing is None else min(crossing, history.crossing)
+        notes = [est.note if est is not None else "", history.note if history is not None else ""]
         return Forecast(
             step=step,
             samples=n,
@@ -257,7 +272,7 @@ class Forecaster:
             horizon=at,
             observed_peak_bytes=int(round(observed)),
             predicted_peak_bytes=int(round(predicted)),
-            lower_bytes=int(round(lower)),
+            lower_bytes=int(math.ceil(verdict.lower)),  # ceil: > an integral capacity exactly when will_exceed
             upper_bytes=int(math.ceil(upper)),
             ready=ready,
             confident=verdict.confident,
@@ -265,12 +280,23 @@ class Forecaster:
             may_exceed=verdict.may_exceed,
             warn=verdict.warn,
             warn_step=self._warn_step,
-            crossing_step=est.crossing if est is not None else None,
-            next_partition=next_partition_for(upper, self.partition_sizes) if ready else None,
+            crossing_step=crossing,
+            next_partition=next_partition_for(upper, self.partition_sizes) if ready or history else None,
             window=est.window if est is not None else n,
             slope_bytes_per_step=est.slope if est is not None else 0.0,
-            reason=self._reason(n, at, ready, predicted, lower, upper, verdict, est.note if est is not None else ""),
+            reason=self._reason(n, at, ready, predicted, verdict.lower, upper, verdict, "; ".join(filter(None, notes))),
         )
+
+    def _history(self, step: float, at: float) -> PriorView | None:
+        """What the earlier runs say now (None without them): this run holds the lower of its
+        last two samples (one noisy sample is not a level), aligned within one sampling
+        interval."""
+        if self.prior is None:
+            return None
+        y, x = self._raw.view(), self._steps.view()
+        level = float(np.min(y[-2:]))
+        interval = float(x[-1] - x[-2]) if x.shape[0] >= 2 else 0.0
+        return self.prior.view(step, level, interval, self.capacity_bytes, at)
 
     def _estimate(self, at: float) -> tuple[Estimate, Estimate | None, Estimate]:
         """(the memory's own fit, the inverse reuse ratio's or None, the combined estimate)
@@ -318,7 +344,7 @@ class Forecaster:
         observed, capacity = self._observed_peak, self.capacity_bytes
         if observed > capacity:
             return f"observed peak {observed:.0f} already above capacity {capacity:.0f}"
-        if not ready:
+        if not ready and not verdict.warn:
             return f"{n} of {opts.min_samples} samples needed before a forecast"
         reason = (
             f"peak at step {at:g}: {predicted:.0f} bytes, {opts.confidence:.0%} bounds "
@@ -340,12 +366,19 @@ def _to_physical(estimates: list[Estimate], ifit: Estimate) -> None:
         e.excursion = e.excursion / ipoint
 
 
-def _clamped(est: Estimate | None, observed: float) -> tuple[float, float, float]:
-    """(predicted, lower, upper) at the horizon, none of them below the observed peak
-    (the observed peak for all three before the first fit)."""
+def _within(crossing: float | None, at: float) -> float | None:
+    """The step where the trend reaches the capacity, only when it lies within the forecast
+    (not after the horizon ``at``): a nearly flat line meets any capacity at some absurd
+    step that is no forecast at all."""
+    if crossing is None or not math.isfinite(crossing) or crossing > at:
+        return None
+    return crossing
+
+
+def _clamped(est: Estimate | None, observed: float) -> tuple[float, float]:
+    """(predicted, upper) at the horizon, neither below the observed peak (the observed
+    peak for both before the first fit). The lower bound is the verdict's."""
     if est is None:
-        return observed, observed, observed
+        return observed, observed
     predicted = max(est.point, observed)
-    lower = max(min(est.lower, predicted), observed)
-    upper = max(est.upper, predicted)
-    return predicted, lower, upper
+    return predicted, max(est.upper, predicted)

@@ -53,6 +53,11 @@ class LineFit:
     def predict(self, x0: float) -> float:
         return self.slope * x0 + self.intercept
 
+    def mean_se(self, x0: float, noise_floor: float = 0.0) -> float:
+        """Standard error of the line itself at ``x0`` (of the mean, not of a new observation)."""
+        s = max(self.s, noise_floor)
+        return s * math.sqrt(1.0 / self.n + (x0 - self.xbar) ** 2 / self.sxx)
+
     def obs_se(self, x0: float, noise_floor: float = 0.0) -> float:
         """Standard error of a new observation at ``x0``."""
         s = max(self.s, noise_floor)

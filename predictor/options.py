@@ -22,6 +22,7 @@ class ForecasterOptions:
     converge_tol: float = 0.05  # relative movement of the point forecast that still counts as stable
     converge_fraction: float = 0.25  # ... over this share of the samples seen so far
     converge_updates: int = 3  # ... and at least this many updates
+    converge_by_error: bool = False  # ... or by no more than the line's own sampling error at the horizon (off: see stress.py --converge-by-error)
     noise_floor_bytes: float = 0.0  # lower limit on the residual spread (measurement resolution)
     regime_breaks: bool = True  # fit from the last significant break (BIC); see the module docstring
     max_break_fraction: float = 0.5  # ... found in this first share of the window (the rest is kept)

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Series", "SeriesFormatError", "read_series", "parse_series", "write_series"]
+__all__ = ["Series", "SeriesFormatError", "read_prior", "read_series", "parse_series", "write_series"]
 
 
 class SeriesFormatError(ValueError):
@@ -102,6 +102,17 @@ def read_series(path: str | Path) -> Series:
     except UnicodeDecodeError:
         raise SeriesFormatError(f"{p}: not a text file") from None
     return parse_series(text, str(p))
+
+
+def read_prior(path: str | Path):
+    """An earlier run's curve (a series file, ``step,bytes``) as a
+    :class:`predictor.prior.PriorRun` named after the file."""
+    from predictor.prior import PriorRun
+
+    series = read_series(path)
+    if series.reuse_ratio:
+        raise SeriesFormatError(f"{path}: an earlier run's curve is step,bytes of the memory used (no reuse_ratio)")
+    return PriorRun(series.steps, series.bytes, name=str(path))
 
 
 def write_series(path: str | Path, rows, comments: list[str] | None = None, reuse: bool = False) -> None:

@@ -35,6 +35,7 @@ class Estimate:
     ys: np.ndarray | None = None
     kept_from: int = 0
     excursion: float = 0.0  # largest sample above the fitted line in the window
+    point_se: float = 0.0  # standard error of the line at the horizon (its sampling error)
 
 
 def fit_trend(
@@ -68,7 +69,7 @@ def fit_trend(
     crossing = (capacity - fit.intercept) / fit.slope if fit.slope > 0 else None
     estimate = Estimate(
         fit.predict(at), lower, upper, fit.slope, fit.n, crossing, note, lower_reach, reach, xs, ys,
-        win.kept_from,
+        win.kept_from, point_se=fit.mean_se(at, floor),
     )
     if point:
         _set_point(estimate, fit, xs, ys, floor)

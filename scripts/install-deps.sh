@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS=(slurmctld slurmd slurm-client munge libslurm-dev lua-socket liblua5.1-0 lua5.1 gcc make libc6-dev chromium chromium-driver)
+PKGS=(slurmctld slurmd slurm-client munge libmunge2 libslurm-dev lua-socket liblua5.1-0 lua5.1 gcc make libc6-dev chromium chromium-driver)
 missing=()
 PKGS+=(iproute2 util-linux)  # ip, unshare, nsenter: the multi-host dev cluster's hosts and bridge
 for p in "${PKGS[@]}"; do

@@ -11,17 +11,31 @@ It never returns an error to slurmctld and never evaluates or opens anything a u
 
 Settings come from gpupack_shim.conf next to this file (key=value):
   socket=/path/to/helper.sock   timeout_ms=50   kill_switch=/path/to/file
+A number out of its range (timeout_ms: 1 to 1000; not inf, nan or negative) is an error in
+slurmctld's log, and the default is kept.
+
+What it may change, and only as the helper says: tres_per_node (to gres shards), the fields of
+CLEARABLE (cleared), the numbers of SETTABLE (whole numbers in range), exc_nodes (a
+hostlist added) and admin_comment. The request forms: docs/request-forms.md.
 --]]
 
 local CONF_REFRESH_S = 10
-local CLEARABLE = { tres_per_job = true, tres_per_task = true }
+local DEFAULT_TIMEOUT_MS = 50
+local MAX_TIMEOUT_MS = 1000  -- slurmctld waits for the answer holding its job write lock
+local CLEARABLE = { tres_per_job = true, tres_per_task = true, mem_per_tres = true, cpus_per_tres = true,
+                   tres_bind = true }
+-- numbers the helper may set, with their ranges (MB; CPUs; CPUs, a 16-bit field below NO_VAL16)
+local SETTABLE = { min_mem_per_node = { 1, 2 ^ 40 }, min_cpus = { 1, 2 ^ 20 }, cpus_per_task = { 1, 65533 } }
 local FIELDS = {
-  "name", "script", "tres_per_node", "tres_per_job", "tres_per_task",
-  "min_nodes", "max_nodes", "num_tasks", "shared", "partition", "admin_comment", "user_name",
-  "req_nodes",
+  "name", "script", "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket",
+  "min_nodes", "max_nodes", "num_tasks", "ntasks_per_node", "shared", "partition", "admin_comment",
+  "user_name", "req_nodes", "mem_per_tres", "cpus_per_tres", "tres_freq", "requeue",
+  "het_job_offset", "min_mem_per_node", "min_mem_per_cpu", "cpus_per_task", "min_cpus", "tres_bind",
 }
+local GPU_FIELDS = { "tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket" }
 
-local conf = { socket = "/run/gpupack/helper.sock", timeout_ms = 50, kill_switch = "/etc/slurm/gpupack.disable" }
+local conf = { socket = "/run/gpupack/helper.sock", timeout_ms = DEFAULT_TIMEOUT_MS,
+               kill_switch = "/etc/slurm/gpupack.disable" }
 local conf_loaded_at = -1
 local luasocket, unix_ctor, load_error
 -- slurmctld keeps this Lua state between submissions (and calls it under a lock, one job at
@@ -30,6 +44,15 @@ local luasocket, unix_ctor, load_error
 local conn, conn_path
 
 local function log_info(fmt, ...) slurm.log_info("gpupack: " .. fmt, ...) end
+local function log_error(fmt, ...) slurm.log_error("gpupack: " .. fmt, ...) end
+
+-- `text` as a number within [low, high], or nil and why not (nan, inf and huge values are out)
+local function bounded(text, low, high)
+  local n = tonumber(text)
+  if n == nil then return nil, "is not a number" end
+  if n ~= n or n < low or n > high then return nil, "is out of range [" .. low .. ", " .. high .. "]" end
+  return n
+end
 
 local function here()
   local src = debug.getinfo(1, "S").source
@@ -44,7 +67,10 @@ local function load_conf()
   if not f then return end
   for line in f:lines() do
     local k, v = line:match("^%s*([%w_]+)%s*=%s*(.-)%s*$")
-    if k == "timeout_ms" then conf.timeout_ms = tonumber(v) or conf.timeout_ms
+    if k == "timeout_ms" then
+      local n, why = bounded(v, 1, MAX_TIMEOUT_MS)
+      if n then conf.timeout_ms = n
+      else log_error("gpupack_shim.conf: timeout_ms=%s %s; keeping %s", v, why, tostring(conf.timeout_ms)) end
     elseif k == "socket" or k == "kill_switch" then conf[k] = v end
   end
   f:close()
@@ -71,7 +97,7 @@ local function file_exists(path)
 end
 
 local function wants_gpu(job_desc)
-  for _, k in ipairs({ "tres_per_node", "tres_per_job", "tres_per_task" }) do
+  for _, k in ipairs(GPU_FIELDS) do
     local v = job_desc[k]
     if type(v) == "string" and v:find("gpu", 1, true) then return true end
   end
@@ -88,6 +114,8 @@ local function encode(job_desc, submit_uid)
   add("op", "submit")
   add("uid", submit_uid)
   for _, k in ipairs(FIELDS) do add(k, job_desc[k]) end
+  -- salloc and srun allocations have no script (and Slurm never requeues them)
+  add("batch", job_desc.script ~= nil and "1" or "0")
   parts[#parts + 1] = "END\n"
   return table.concat(parts)
 end
@@ -143,37 +171,67 @@ local function ask_helper(request)
   return nil, "helper closed the connection twice"
 end
 
+-- What the answer asks to change, checked in full before anything is changed; nil and why
+-- when any part of it is not what the helper may ask.
+local function plan(answer)
+  local p = { clear = {}, set = {} }
+  if not (answer.rewrite and answer.rewrite ~= "") then return p end
+  if not (answer.rewrite:match("^gres[:/]shard:%d+$") or answer.rewrite:match("^gres[:/]shard:[%w_][%w_%.%-]*:%d+$")) then
+    return nil, "refused the rewrite " .. answer.rewrite
+  end
+  p.rewrite = answer.rewrite
+  p.exclude = answer.exclude or ""
+  if p.exclude ~= "" and not p.exclude:match("^[%w%-%._,%[%]]+$") then
+    return nil, "refused the exclude list"
+  end
+  for field in (answer.clear or ""):gmatch("[^,]+") do
+    if not CLEARABLE[field] then return nil, "refused to clear " .. field end
+    p.clear[#p.clear + 1] = field
+  end
+  for field, range in pairs(SETTABLE) do
+    local text = answer[field]
+    if text and text ~= "" then
+      local n = text:match("^%d+$") and bounded(text, range[1], range[2])
+      if not n then return nil, "refused " .. field .. "=" .. text end
+      p.set[field] = n
+    end
+  end
+  return p
+end
+
 local function apply(job_desc, answer)
   if answer.status ~= "ok" then return "not applied (" .. tostring(answer.reason) .. ")" end
+  local p, why = plan(answer)
+  if not p then return why .. "; request left as is" end
   local applied = {}
   if answer.admin_comment and answer.admin_comment ~= "" then
     job_desc.admin_comment = answer.admin_comment
     applied[#applied + 1] = "comment"
   end
-  if answer.rewrite and answer.rewrite:match("^gres[:/]shard:%d+$") then
-    local exclude = answer.exclude or ""
-    if exclude ~= "" and not exclude:match("^[%w%-%._,%[%]]+$") then
-      return "refused the exclude list; request left as is"
+  if p.rewrite then
+    for _, field in ipairs(p.clear) do job_desc[field] = "" end
+    job_desc.tres_per_node = p.rewrite
+    applied[#applied + 1] = "rewrite=" .. p.rewrite
+    for field, n in pairs(p.set) do
+      job_desc[field] = n
+      applied[#applied + 1] = field .. "=" .. string.format("%d", n)
     end
-    if answer.clear and answer.clear ~= "" then
-      if not CLEARABLE[answer.clear] then return "refused to clear " .. answer.clear end
-      job_desc[answer.clear] = ""
-    end
-    job_desc.tres_per_node = answer.rewrite
-    applied[#applied + 1] = "rewrite=" .. answer.rewrite
     -- pair avoidance: node names only (a hostlist), added to what the user excluded
-    if exclude ~= "" then
+    if p.exclude ~= "" then
       local mine = job_desc.exc_nodes
       if type(mine) == "string" and mine ~= "" then
-        job_desc.exc_nodes = mine .. "," .. exclude
+        job_desc.exc_nodes = mine .. "," .. p.exclude
       else
-        job_desc.exc_nodes = exclude
+        job_desc.exc_nodes = p.exclude
       end
-      applied[#applied + 1] = "exclude=" .. exclude
+      applied[#applied + 1] = "exclude=" .. p.exclude
     end
   end
   return (#applied > 0) and table.concat(applied, ",") or "nothing"
 end
+
+local RESTORABLE = { "admin_comment", "tres_per_node", "exc_nodes", "tres_per_job", "tres_per_task",
+                     "mem_per_tres", "cpus_per_tres", "tres_bind" }
 
 local function submit(job_desc, submit_uid)
   load_conf()
@@ -193,16 +251,13 @@ local function submit(job_desc, submit_uid)
     log_info("uid=%s passed through: %s elapsed_ms=%.3f", tostring(submit_uid), err, elapsed_ms)
     return
   end
-  local snapshot = { admin_comment = job_desc.admin_comment, tres_per_node = job_desc.tres_per_node,
-                     exc_nodes = job_desc.exc_nodes }
+  local snapshot = {}
+  for _, k in ipairs(RESTORABLE) do snapshot[k] = job_desc[k] end
   local ok, result = pcall(apply, job_desc, answer)
   if not ok then
-    -- put back what a half-applied answer may have changed
-    pcall(function()
-      job_desc.admin_comment = snapshot.admin_comment or ""
-      job_desc.tres_per_node = snapshot.tres_per_node or ""
-      job_desc.exc_nodes = snapshot.exc_nodes or ""
-    end)
+    -- put back the text fields a half-applied answer may have changed (the answer was checked
+    -- in full first: only slurmctld itself refusing an assignment gets here)
+    for _, k in ipairs(RESTORABLE) do pcall(function() job_desc[k] = snapshot[k] or "" end) end
     result = "apply failed: " .. tostring(result)
   end
   log_info("uid=%s verdict=%s reason=%s mode=%s fp=%s applied=%s elapsed_ms=%.3f",

@@ -1,6 +1,7 @@
 """Robustness sweep of the forecaster over generated series (none of them is stored).
 
-    python predictor/data/stress.py [--max-extrapolation K] [--no-deceleration-test] [--json]
+    python predictor/data/stress.py [--max-extrapolation K] [--no-deceleration-test] [--converge-by-error]
+                                    [--history] [--only CATEGORIES] [--json]
 
 The benchmark folder holds nine series; this sweep runs the same measurements
 (:func:`predictor.bench.bench_series`) over 184 more, made with the models of
@@ -22,7 +23,10 @@ shapes, to see whether a change to the forecaster generalises or only fits the n
 - ``flat``: 6 GiB with 3 % noise, capacity 7 GiB; ``spike``: three samples at 1.5 x then
   flat, capacity 10 GiB; ``stairs``: 0.25 GiB steps every 25 samples crossing 10 GiB;
 - ``saturating``: ``10 - 4 exp(-t / 100)`` GiB with 1 % noise, capacity 11 GiB. Like
-  ``serving_c115``, early on it is indistinguishable from linear growth. Reported, not a goal.
+  ``serving_c115``, early on it is indistinguishable from linear growth. Reported, not a goal;
+- ``stairs_coarse`` (issue 24): 0.5-1 GiB steps every 40-100 samples crossing 10 GiB (goal:
+  warned by 25 % of the way); ``level_shift``: one jump to 70-95 % of a 10 GiB capacity, then
+  flat (must not warn).
 """
 from __future__ import annotations
 
@@ -43,6 +47,7 @@ import make_series as ms  # noqa: E402
 
 from predictor.bench import bench_series  # noqa: E402
 from predictor.forecast import ForecasterOptions  # noqa: E402
+from predictor.prior import HistoryPrior, PriorRun  # noqa: E402
 from predictor.kvmodel import GIB, LLAMA3_8B, QWEN2_7B, DecodeScenario, decode_series  # noqa: E402
 from predictor.series import Series  # noqa: E402
 
@@ -193,13 +198,43 @@ def _issue12() -> Iterator[Case]:
         yield "warmup_growth", f"warmup_growth_{seed}", rows, cap, horizon, True
 
 
+def _issue24() -> Iterator[Case]:
+    """Issue 24: coarser staircases (a step of 0.5-1 GiB every 40-100 samples, crossing
+    10 GiB; must warn, goal by 25 % of the way) and level shifts (one jump to 70-95 % of the
+    capacity at a random step, then flat; must not warn)."""
+    for seed in range(1, 9):
+        rng = random.Random(2400 + seed)
+        every, rise = rng.randint(40, 100), rng.uniform(0.5, 1.0)
+        steps_to_cross = math.ceil(6 / rise) + 1
+        n = every * (steps_to_cross + 3)
+        rows = [(i, (4 + (i // every) * rise) * GIB + rng.gauss(0, 0.002 * GIB)) for i in range(n)]
+        yield "stairs_coarse", f"stairs_coarse_{seed}", rows, 10 * GIB, n - 1, True
+        at, low = rng.randint(20, 400), rng.uniform(2, 6)
+        high, noise = rng.uniform(0.7, 0.95) * 10, rng.choice((0.002, 0.01))
+        rows = [(i, (low if i < at else high) * GIB * (1 + rng.gauss(0, noise))) for i in range(at + rng.randint(300, 1500))]
+        yield "level_shift", f"level_shift_{seed}", rows, 10 * GIB, rows[-1][0], False
+
+
 def cases() -> Iterator[Case]:
-    for make in (_serving, _lora, _decode, _synthetic, _issue12):
+    for make in (_serving, _lora, _decode, _synthetic, _issue12, _issue24):
         yield from make()
 
 
-def run(options: ForecasterOptions | None = None, only: set[str] | None = None) -> dict:
-    """Per category: series, false alarms, misses, warn/N, peak error at 10 %."""
+def earlier_runs(name: str, rows: list[Row], count: int = 2) -> HistoryPrior:
+    """``count`` earlier runs of the same workload, made from this series (a model, stated so
+    it can be challenged): each 0-5 % slower or faster and using 0-3 % less or more memory,
+    drawn from a seed of the series' name."""
+    rng = random.Random(name)
+    runs = []
+    for k in range(count):
+        speed, size = rng.uniform(0.95, 1.05), rng.uniform(0.97, 1.03)
+        runs.append(PriorRun(tuple(s * speed for s, _ in rows), tuple(b * size for _, b in rows), f"{name}#{k}"))
+    return HistoryPrior(runs)
+
+
+def run(options: ForecasterOptions | None = None, only: set[str] | None = None, history: bool = False) -> dict:
+    """Per category: series, false alarms, misses, warn/N, peak error at 10 %. With
+    ``history``, each series has two earlier runs (:func:`earlier_runs`) as its prior."""
     out: dict[str, dict] = collections.defaultdict(
         lambda: {"series": 0, "false_alarms": [], "missed": [], "warn_fraction": [], "peak_error_at_10pct": []}
     )
@@ -207,7 +242,8 @@ def run(options: ForecasterOptions | None = None, only: set[str] | None = None) 
         if only and category not in only:
             continue
         series = Series(tuple(float(s) for s, _ in rows), tuple(float(b) for _, b in rows), None, name)
-        r = bench_series(series, capacity, horizon, options=options)
+        prior = earlier_runs(name, rows) if history else None
+        r = bench_series(series, capacity, horizon, options=options, prior=prior)
         if (r.crossing_step is not None) != crosses:
             raise AssertionError(f"{name}: generated series {'does not cross' if crosses else 'crosses'}")
         c = out[category]
@@ -241,6 +277,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--no-deceleration-test", action="store_true", help="extrapolate concave windows too (the rule before it)"
     )
+    parser.add_argument(
+        "--converge-by-error", action="store_true",
+        help="count a forecast as converged when it moves within its own sampling error (earlier linear warnings, more false alarms)",
+    )
+    parser.add_argument(
+        "--history", action="store_true",
+        help="give each series two earlier runs of its workload as a prior (the series 0-5 %% slower/faster, 0-3 %% smaller/larger)",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--only", default=None, help="comma-separated categories to run (default: all)")
     args = parser.parse_args(argv[1:])
@@ -249,8 +293,10 @@ def main(argv: list[str]) -> int:
         overrides["max_extrapolation"] = args.max_extrapolation
     if args.no_deceleration_test:
         overrides["deceleration_test"] = False
+    if args.converge_by_error:
+        overrides["converge_by_error"] = True
     options = ForecasterOptions(**overrides)
-    summary = run(options, set(args.only.split(",")) if args.only else None)
+    summary = run(options, set(args.only.split(",")) if args.only else None, args.history)
     if args.json:
         print(json.dumps(summary, sort_keys=True))
         return 0

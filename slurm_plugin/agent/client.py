@@ -1,21 +1,195 @@
-"""Talking to a node agent: for the workload, the epilog, the helper and tools."""
+"""Talking to node agents.
+
+- The helper (watcher, web view) reaches every agent only through the functions below that
+  take an :class:`AgentLink`: HTTP/JSON to the agent's command endpoint on its node, every
+  request carrying a MUNGE credential for that node, every answer checked against the agent's
+  own credential (:mod:`slurm_plugin.munge_auth`). One function per operation.
+- On the node itself (jobs' reports, the SPANK plugin's C twin, the Epilog, `gpupack agent
+  status`): :func:`ask` over the agent's Unix socket, peers checked by SO_PEERCRED.
+"""
 from __future__ import annotations
 
+import http.client
 import json
 import socket
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from packer.samples import JobSample
+from slurm_plugin.agent.directory import AgentAddress
 from slurm_plugin.agent.paths import final_path, socket_path
+from slurm_plugin.munge_auth import (
+    ANSWER_HEADER, HEADER, SCHEME, CredentialRefused, Munge, MungeError, check_answer, new_claim,
+)
 
 
 class AgentUnavailable(OSError):
-    """The agent's socket does not answer."""
+    """The agent does not answer (or its answer cannot be believed)."""
 
 
+class AgentRefused(PermissionError):
+    """The agent answered, and refused (the reason is its own)."""
+
+
+# -- the network link (the helper) ------------------------------------------------------
+class AgentLink:
+    """The helper's link to every agent: where each listens (``directory``), this host's munged,
+    and the uids whose credentials may sign an agent's answer (root and the SlurmUser).
+    Keeps one HTTP connection per agent and thread open (a request costs no TCP handshake)."""
+
+    def __init__(self, directory: Callable[[str], AgentAddress | None], munge: Munge,
+                 signers: set[int] = frozenset({0}), timeout: float = 2.0):
+        self.directory = directory
+        self.munge = munge
+        self.signers = set(signers) | {0}
+        self.timeout = timeout
+        self._local = threading.local()
+
+    def _connection(self, address: AgentAddress, timeout: float) -> http.client.HTTPConnection:
+        pool = self._local.__dict__.setdefault("pool", {})
+        conn = pool.get(address)
+        if conn is None:
+            conn = pool[address] = http.client.HTTPConnection(address.host, address.port, timeout=timeout)
+        conn.timeout = timeout
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)
+        return conn
+
+    def _drop(self, address: AgentAddress) -> None:
+        conn = self._local.__dict__.get("pool", {}).pop(address, None)
+        if conn is not None:
+            conn.close()
+
+    def call(self, node: str, op: str, request: dict | None = None, timeout: float | None = None) -> dict:
+        """POST /v1/<op> to the agent of ``node``; its answer (status ok) or an exception."""
+        address = self.directory(node)
+        if address is None:
+            raise AgentUnavailable(f"no address known for the agent of {node} (not in [agents], "
+                                   f"and Slurm gives no NodeAddr)")
+        path = f"/v1/{op}"
+        body = json.dumps(request or {}).encode()
+        claim = new_claim(node, "POST", path, body)
+        try:
+            cred = self.munge.encode(claim.encode())
+        except MungeError as exc:
+            raise AgentUnavailable(f"cannot make a MUNGE credential for {node}: {exc}") from exc
+        headers = {HEADER: SCHEME + cred, "Content-Type": "application/json"}
+        status, signature, data = self._exchange(address, path, body, headers, timeout or self.timeout, node)
+        if status in (401, 403) and signature is None:
+            raise AgentRefused(f"agent of {node} at {address} refused our credential ({status}): "
+                               f"{_reason(data)}")
+        try:
+            check_answer(self.munge, signature, claim, data, self.signers)
+        except CredentialRefused as exc:
+            raise AgentUnavailable(f"answer of {address} for {node} not believed: {exc.reason}") from exc
+        try:
+            answer = json.loads(data)
+        except ValueError as exc:
+            raise AgentUnavailable(f"agent of {node} answered garbage: {data[:200]!r}") from exc
+        if status != 200 or answer.get("status") != "ok":
+            raise AgentRefused(f"agent of {node} refused {op}: {answer.get('reason')}")
+        return answer
+
+    def _exchange(self, address: AgentAddress, path: str, body: bytes, headers: dict, timeout: float,
+                  node: str) -> tuple[int, str | None, bytes]:
+        for attempt in (1, 2):  # a kept connection the agent closed meanwhile: once more, anew
+            conn = self._connection(address, timeout)
+            fresh = conn.sock is None
+            try:
+                conn.request("POST", path, body, headers)
+                response = conn.getresponse()
+                data = response.read()
+                if response.getheader("Connection", "").lower() == "close":
+                    self._drop(address)
+                return response.status, response.getheader(ANSWER_HEADER), data
+            except (OSError, http.client.HTTPException) as exc:
+                self._drop(address)
+                if fresh or attempt == 2:
+                    raise AgentUnavailable(f"agent of {node} at {address}: {exc}") from exc
+        raise AssertionError("unreachable")
+
+
+def _reason(data: bytes) -> str:
+    try:
+        return str(json.loads(data).get("reason"))
+    except (ValueError, AttributeError):
+        return data[:200].decode(errors="replace")
+
+
+@dataclass(frozen=True)
+class SampleBatch:
+    """An agent's samples, and its own clock: when it last sampled, and now."""
+
+    samples: list[JobSample]
+    sampled_at: float | None
+    agent_now: float
+
+    @property
+    def age_s(self) -> float | None:
+        """Seconds since the agent's last sampling round, by its own clock (None: never)."""
+        return None if self.sampled_at is None else max(0.0, self.agent_now - self.sampled_at)
+
+
+def sample_batch(link: AgentLink, node: str, job_id: int | None = None, *, latest: bool = False,
+                 since: float | None = None, timeout: float | None = None) -> SampleBatch:
+    req: dict = {"latest": latest}
+    if job_id is not None:
+        req["job_id"] = int(job_id)
+    if since is not None:
+        req["since"] = since
+    answer = link.call(node, "samples", req, timeout)
+    sampled_at = answer.get("sampled_at")
+    return SampleBatch([JobSample.from_dict(s) for s in answer.get("samples", [])],
+                       float(sampled_at) if isinstance(sampled_at, (int, float)) else None,
+                       float(answer.get("now") or time.time()))
+
+
+def samples(link: AgentLink, node: str, job_id: int | None = None, *, latest: bool = False,
+            since: float | None = None, timeout: float | None = None) -> list[JobSample]:
+    """The agent's samples; ``latest`` gives the newest per job, ``since`` those newer."""
+    return sample_batch(link, node, job_id, latest=latest, since=since, timeout=timeout).samples
+
+
+def status(link: AgentLink, node: str, timeout: float | None = None) -> dict:
+    """What the agent holds: its jobs' isolation and its MIG instances."""
+    return link.call(node, "status", {}, timeout)
+
+
+def push_jobs(link: AgentLink, node: str, job_ids: list[int], generation: int) -> None:
+    """The jobs Slurm runs on ``node`` now (the agent frees the isolation of the others)."""
+    link.call(node, "jobs", {"job_ids": sorted(int(j) for j in job_ids), "generation": int(generation)})
+
+
+def send_layout(link: AgentLink, node: str, policy: str, pending_shards: list[int], generation: int) -> list[dict]:
+    """The pending queue's needs for the agent's idle MIG slices; the changes it made."""
+    answer = link.call(node, "layout", {"policy": policy, "pending_shards": pending_shards,
+                                        "generation": int(generation)})
+    return list(answer.get("changes") or [])
+
+
+def send_mps_plan(link: AgentLink, node: str, plan: dict[str, dict[str, int]], generation: int) -> None:
+    """MPS percentages for the node's jobs, ``{gpu: {job: percent}}``."""
+    link.call(node, "mps_plan", {"plan": plan, "generation": int(generation)})
+
+
+def collect_finals(link: AgentLink, node: str) -> list[dict]:
+    """Finished runs' summaries the agent keeps until acknowledged (`finals.job_summary` with
+    ``gaps``: seconds the run went without samples, and ``run``: the run's key)."""
+    return list(link.call(node, "finals").get("finals") or [])
+
+
+def ack_finals(link: AgentLink, node: str, job_ids: list[int | str]) -> int:
+    """The agent may forget these runs' summaries (job ids: every kept run of the job; run keys:
+    that run). Idempotent. Returns how many it forgot."""
+    return int(link.call(node, "ack_finals", {"runs": list(job_ids)}).get("forgotten") or 0)
+
+
+# -- the node-local Unix socket ---------------------------------------------------------
 def ask(path: Path | str, request: dict, timeout: float = 2.0) -> dict:
-    """Send one request (a JSON object), return the agent's JSON answer."""
+    """Send one request (a JSON object) to the agent's Unix socket, return its JSON answer."""
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
@@ -35,28 +209,10 @@ def ask(path: Path | str, request: dict, timeout: float = 2.0) -> dict:
         raise AgentUnavailable(f"node agent at {path} answered garbage: {data[:200]!r}") from exc
 
 
-def samples(state_dir: Path | str, node: str, job_id: int | None = None, *, latest: bool = False,
-            since: float | None = None, timeout: float = 2.0) -> list[JobSample]:
-    """The agent's samples (root or SlurmUser only); ``latest`` gives the newest per job."""
-    req: dict = {"op": "samples", "latest": latest}
-    if job_id is not None:
-        req["job_id"] = int(job_id)
-    if since is not None:
-        req["since"] = since
-    answer = ask(socket_path(Path(state_dir), node), req, timeout)
-    if answer.get("status") != "ok":
-        raise PermissionError(f"agent of {node} refused samples: {answer.get('reason')}")
-    return [JobSample.from_dict(s) for s in answer.get("samples", [])]
-
-
 def final_stats(state_dir: Path | str, node: str, job_id: int, wait_s: float = 3.0) -> dict | None:
-    """The job's final summary on ``node`` (None when the agent never isolated it).
-
-    Keys: job_id, node, gpu_index, isolation, shards, workload, peak_mem_bytes,
-    mean_util_pct, mean_throughput, iterations, samples, started_at, ended_at, end_reason.
-    The agent writes it when the job's batch step ends (before the Epilog runs). If it is
-    not there yet, this asks the agent to finish the job now, and waits up to ``wait_s``.
-    """
+    """The job's final summary on ``node``, read on the node itself (None when the agent never
+    isolated it). The agent writes it when the job's batch step ends; if it is not there yet,
+    this asks the agent to finish the job now, and waits up to ``wait_s``."""
     path = final_path(Path(state_dir), node, job_id)
     deadline = time.monotonic() + wait_s
     asked = False
@@ -76,3 +232,25 @@ def final_stats(state_dir: Path | str, node: str, job_id: int, wait_s: float = 3
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.1)
+
+
+def link_from_config(config_path: Path | None, signer_uids: set[int],
+                     node_addrs: Callable[[], dict[str, str]] | None = None) -> AgentLink:
+    """The helper's AgentLink as gpupack.toml says (``[agent]``, ``[agents]``); ``node_addrs``
+    gives NodeAddr per node (from ``scontrol show node``) for nodes the map does not name."""
+    from slurm_plugin.agent.directory import AgentDirectory, load_agent_settings
+
+    settings = load_agent_settings(config_path)
+    return AgentLink(AgentDirectory(settings, node_addrs), Munge(settings.munge_socket), signer_uids,
+                     settings.timeout_s)
+
+
+def helper_link(config_path: Path | None, paths, runner: Callable[[], object]) -> AgentLink:
+    """The helper's (and the web view's) link: root and the SlurmUser (``[paths] slurm_user``)
+    may sign answers; NodeAddr from ``runner().nodes()`` for nodes ``[agents]`` does not name."""
+    from slurm_plugin.helper.daemon import slurm_user_uid
+
+    def node_addrs() -> dict[str, str]:
+        return {n.name: n.address or n.name for n in runner().nodes()}
+
+    return link_from_config(config_path, slurm_user_uid(getattr(paths, "slurm_user", "slurm")), node_addrs)

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 from mig.errors import CountersUnavailableError, MigError
 from slurm_plugin.agent.state import Assignment
-from slurm_plugin.agent.trust import job_of_pid
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +38,7 @@ class CounterReading:
 class CounterReader:
     """Reads the counters of the GPUs that hold jobs; remembers NVML's last-seen timestamp."""
 
-    def __init__(self, backend, pid_to_job: Callable[[int], int | None] = job_of_pid):
+    def __init__(self, backend, pid_to_job: Callable[[int], int | None] | None = None):
         self.backend = backend
         # on real GPUs NVML names processes by pid; the simulated GPU names them by job
         self.owners_are_pids = bool(getattr(backend, "owners_are_pids", False))
@@ -84,7 +83,7 @@ class CounterReader:
     def _job_of(self, owner: str, by_owner: dict[str, int]) -> int | None:
         if not self.owners_are_pids:
             return by_owner.get(owner)
-        job = self.pid_to_job(int(owner)) if owner.isdigit() else None
+        job = self.pid_to_job(int(owner)) if owner.isdigit() and self.pid_to_job else None
         return job if job in by_owner.values() else None
 
     def _instances(self, gpu: int, assigned: list[Assignment]) -> dict[int, CounterReading]:

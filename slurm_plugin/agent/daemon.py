@@ -12,7 +12,7 @@ is answered under one lock by its collaborators,
 Which profile and where it goes are decided by :mod:`slurm_plugin.agent.isolation` and
 :mod:`mig.policies`; the GPU is reached only through a :class:`mig.backend.GpuBackend`
 (the simulated GPU here, NVML on real GPUs), and Slurm only through ``list_running_jobs``
-(squeue, via the Slurm adapter).
+(the job list the helper pushes over the link, :mod:`.slurm_jobs`).
 """
 from __future__ import annotations
 
@@ -26,10 +26,12 @@ from typing import Callable
 from packer.samples import JobSample
 from slurm_plugin.agent import isolation as iso
 from slurm_plugin.agent.counters import CounterReader
-from slurm_plugin.agent.finals import free_memory_of, job_summary
+from slurm_plugin.agent.finals import KeptFinals, free_memory_of, job_summary
 from slurm_plugin.agent.isolator import Isolator
+from slurm_plugin.agent.journal import SliceJournal
 from slurm_plugin.agent.mig_manager import MigManager
 from slurm_plugin.agent.paths import AgentError, AgentPaths, final_path, socket_path
+from slurm_plugin.agent.plans import Generations, MpsPlanFile
 from slurm_plugin.agent.reconcile import RECONCILE_GRACE_S, JobLister, Reconciler
 from slurm_plugin.agent.sampler import SAMPLES_KEPT, Sampler
 from slurm_plugin.agent.state import BATCH_STEP, EXTERN_STEP, Assignment, StateFile, write_json_atomic
@@ -61,14 +63,20 @@ class NodeAgent:
         self.clock = clock
         self.guard = ReportGuard()
         self.store = StateFile(self.paths.home)
+        self.journal = SliceJournal(self.paths.home)
         self.lock = threading.RLock()
         self.jobs: dict[int, Assignment] = self.store.load()
         self._dirty = False
-        self.mig = MigManager(backend, policy, lambda: self.jobs.values())
+        self.mig = MigManager(backend, policy, lambda: self.jobs.values(), journal=self.journal)
         self.isolator = Isolator(self.paths, backend, self.mig, mode=isolation_mode,
                                  shares_per_gpu=shares_per_gpu, sim_dir=sim_dir, clock=clock)
         self.sampler = Sampler(node, backend)
-        self.reconciler = Reconciler(node, backend, self._running_jobs, self._finish, clock)
+        self.kept_finals = KeptFinals(self.paths.kept_finals)  # until the helper acknowledges them
+        self.generations = Generations()  # of the helper's per-node plans (layouts, job lists)
+        self.mps_plan = MpsPlanFile(self.paths.mps_plan)
+        self.sampled_at: float | None = None  # the agent's time of its last sampling round
+        self.reconciler = Reconciler(node, backend, self._running_jobs, self._finish, clock,
+                                     journal=self.journal, unsure=self.mig.unsure)
 
     # -- what the collaborators hold ------------------------------------------------------
     @property
@@ -113,6 +121,7 @@ class NodeAgent:
                             job_id, grant.gpu_indexes, a.gpu_index)
                 self._finish(a, reason="moved")
             a = self.isolator.make(job_id, uid, grant)
+            self.journal.assign(a)  # durable before the step is told where it runs
             a.steps.append(step_id)
             a.env = {**a.env, **self.isolator.base_env(a)}
             self.jobs[job_id] = a
@@ -151,9 +160,10 @@ class NodeAgent:
         self.sampler.sample(a, self.clock())
         summary = self.summary(a, reason)
         write_json_atomic(final_path(self.paths.state_dir, self.node, a.job_id), summary)
+        self.kept_finals.put(summary)
         if a.device_uuid:
             free_memory_of(self.backend, a.owner)
-        self.mig.release(a)
+        self.journal.release(a, kept=self.mig.release(a))
         if hasattr(self.backend, "forget"):
             self.backend.forget(a.owner)
         self.jobs.pop(a.job_id, None)
@@ -200,7 +210,8 @@ class NodeAgent:
     def tick(self) -> None:
         """Sample every job once."""
         with self.lock:
-            self.sampler.sample_all(self.jobs.values(), self.clock())
+            self.sampled_at = self.clock()
+            self.sampler.sample_all(self.jobs.values(), self.sampled_at)
             if self.jobs:
                 self._save()
 
@@ -228,6 +239,7 @@ class NodeAgent:
                                   "iterations": a.iterations, "peak_mem_bytes": a.peak_mem_bytes}
                          for k, a in sorted(self.jobs.items())},
                 "instances": self.mig.instances(),
+                "unsure_slices": sorted(self.mig.unsure),
             }
 
     def run_loops(self, stop: threading.Event, sample_interval: float = 1.0,

@@ -1,7 +1,13 @@
 """What a job leaves behind when it ends: its summary (the final file), its memory records."""
 from __future__ import annotations
 
-from slurm_plugin.agent.state import Assignment
+import json
+import logging
+from pathlib import Path
+
+from slurm_plugin.agent.state import Assignment, write_json_atomic
+
+log = logging.getLogger(__name__)
 
 
 def job_summary(a: Assignment, node: str, ended_at: float, reason: str) -> dict:
@@ -15,7 +21,15 @@ def job_summary(a: Assignment, node: str, ended_at: float, reason: str) -> dict:
         "iterations": a.iterations, "samples": a.samples,
         "started_at": a.started_at, "ended_at": ended_at, "end_reason": reason,
         "rejected_reports": a.rejected_reports,
+        "gaps": round(a.gap_s, 3),  # seconds without samples: a run with gaps is a lower bound
+        "run": run_key(a),
     }
+
+
+def run_key(a: Assignment) -> str:
+    """One run of a job on this node: its id and when the agent isolated it (a requeued job
+    that comes back is another run)."""
+    return f"{a.job_id}.{int(a.created_at * 1000)}"
 
 
 def free_memory_of(backend, owner: str) -> None:
@@ -27,3 +41,36 @@ def free_memory_of(backend, owner: str) -> None:
         return
     for dev in mem_of(owner):
         backend.free_memory(dev, owner)
+
+
+class KeptFinals:
+    """Finished runs' summaries, kept on the node until the helper acknowledges them (one JSON
+    file per run, so an agent restart loses none)."""
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+
+    def put(self, summary: dict) -> None:
+        write_json_atomic(self.directory / f"{summary['run']}.json", summary)
+
+    def pending(self) -> list[dict]:
+        out = []
+        for path in sorted(self.directory.glob("*.json")):
+            try:
+                out.append(json.loads(path.read_text()))
+            except (OSError, ValueError) as exc:
+                log.warning("unreadable kept final %s (%s): left for a look", path, exc)
+        return out
+
+    def ack(self, keys: list) -> int:
+        """Forget the runs named by ``keys``: a run key ("job.ms"), or a job id for every kept run
+        of that job. Acknowledging what is gone already is no error (the helper may retry)."""
+        jobs = {int(k) for k in keys if isinstance(k, int) and not isinstance(k, bool)}
+        runs = {k for k in keys if isinstance(k, str)}
+        gone = 0
+        for path in self.directory.glob("*.json"):
+            run = path.stem
+            if run in runs or int(run.split(".", 1)[0]) in jobs:
+                path.unlink(missing_ok=True)
+                gone += 1
+        return gone

@@ -128,10 +128,10 @@ class Isolator:
 
     def planned_pct(self, gpu_index: int, job_id: int) -> int | None:
         """The helper's MPS percentage for this job, from the GPU's measured utilisations
-        (`run/mps-plan-<node>.json`: {gpu: {job: percent}}); None when it has none."""
+        (sent over the link, kept at `agent/<node>/mps-plan.json`); None when it has none."""
         try:
             doc = json.loads(self.paths.mps_plan.read_text())
-            pct = doc.get(str(gpu_index), {}).get(str(job_id))
+            pct = doc.get("plan", {}).get(str(gpu_index), {}).get(str(job_id))
         except (OSError, ValueError, AttributeError):
             return None
         if isinstance(pct, int) and not isinstance(pct, bool) and 1 <= pct <= 100:

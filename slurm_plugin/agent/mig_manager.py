@@ -16,6 +16,7 @@ from mig.node_layout import LAYOUT_POLICIES, layout_step
 from mig.planner import plan_merge_split
 from mig.policies import choose
 from slurm_plugin.agent import isolation as iso
+from slurm_plugin.agent.journal import SliceJournal
 from slurm_plugin.agent.paths import AgentError
 from slurm_plugin.agent.state import Assignment
 
@@ -25,10 +26,15 @@ log = logging.getLogger(__name__)
 class MigManager:
     """The MIG instances of this node's GPUs; counts every instance created or destroyed."""
 
-    def __init__(self, backend, policy: str, assignments: Callable[[], Iterable[Assignment]]):
+    def __init__(self, backend, policy: str, assignments: Callable[[], Iterable[Assignment]],
+                 journal: SliceJournal | None = None):
         self.backend = backend
         self.policy = policy
         self._assignments = assignments
+        self.journal = journal
+        # slices no journal line accounts for (made by an agent that died before writing
+        # it, or by hand): left alone until no unknown job can hold them (see reconcile)
+        self.unsure: set[str] = set()
         # the helper's layout policy, as last pushed ("off" until it says otherwise): with a
         # policy, a finished job's slice stays (idle) for the next job of that size
         self.layout_policy = "off"
@@ -72,11 +78,11 @@ class MigManager:
         except MigError as exc:
             raise AgentError(f"GPU {gpu_index} is in MIG mode and cannot leave it: {exc}") from exc
 
-    def release(self, a: Assignment) -> None:
+    def release(self, a: Assignment) -> bool:
         """A job ended: its instance is destroyed, or kept idle for the next job of its size
-        while a layout policy is on."""
+        while a layout policy is on (returns whether it was kept)."""
         if a.kind not in ("mig", "whole") or a.gi_id is None or not a.created_instance:
-            return
+            return False
         keep = a.kind == "mig" and self.layout_policy != "off"  # left idle for the next job of its size
         try:
             if hasattr(self.backend, "set_owner"):
@@ -86,20 +92,24 @@ class MigManager:
                 self.reconfigurations += 1
         except MigError as exc:
             log.error("job %d: could not free its %s on GPU %d: %s", a.job_id, a.profile, a.gpu_index, exc)
+        return keep
 
     # -- placement and idle instances ---------------------------------------------------------
     def place(self, gpu_index: int, profile: str) -> int | None:
         state = self.backend.partition_state(gpu_index)
         return choose(state, profile, self.policy).start
 
-    def _held_gi_ids(self, gpu_index: int) -> set[int]:
-        return {a.gi_id for a in self._assignments() if a.gpu_index == gpu_index and a.gi_id is not None}
+    def _held(self, gpu_index: int) -> tuple[set[int], set[str]]:
+        mine = [a for a in self._assignments() if a.gpu_index == gpu_index and a.gi_id is not None]
+        return {a.gi_id for a in mine}, {a.device_uuid for a in mine if a.device_uuid}
 
     def idle(self, gpu_index: int) -> list[MigInstance]:
-        """Instances no job holds: not owned, no memory in use, in no assignment of ours."""
-        held = self._held_gi_ids(gpu_index)
+        """Instances no job holds: not owned, no process on them, in no assignment of ours,
+        and not one we are unsure of."""
+        gi_ids, uuids = self._held(gpu_index)
         return [i for i in self.backend.list_instances(gpu_index)
-                if not i.busy and not i.owner and i.gi_id not in held]
+                if not i.busy and not i.owner and i.gi_id not in gi_ids and i.uuid not in uuids
+                and i.uuid not in self.unsure]
 
     def idle_instance(self, gpu_index: int, profile: str) -> MigInstance | None:
         return next((i for i in self.idle(gpu_index) if i.profile == profile), None)
@@ -163,11 +173,13 @@ class MigManager:
             changes.append({"gpu": gpu_index, "op": "destroy", "profile": p.profile, "start": p.start})
         for p in step.create:
             try:
-                self.backend.create_instance(gpu_index, p.profile, p.start, owner=None)
+                made = self.backend.create_instance(gpu_index, p.profile, p.start, owner=None)
             except MigError as exc:
                 log.warning("GPU %d: could not create %s@%s for the queue: %s", gpu_index, p.profile, p.start, exc)
                 break
             self.reconfigurations += 1
+            if self.journal is not None:
+                self.journal.idle(made.uuid)
             changes.append({"gpu": gpu_index, "op": "create", "profile": p.profile, "start": p.start})
         if changes:
             log.info("GPU %d layout (%s): %s", gpu_index, step.reason,

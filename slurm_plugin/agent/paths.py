@@ -31,9 +31,15 @@ class AgentPaths:
         return self.state_dir / "mps" / self.node
 
     @property
+    def kept_finals(self) -> Path:
+        """Finished runs' summaries the helper has not acknowledged yet."""
+        return self.home / "unacked"
+
+    @property
     def mps_plan(self) -> Path:
-        """The helper's MPS percentages for this node's jobs (``{gpu: {job: percent}}``)."""
-        return self.state_dir / "run" / f"mps-plan-{self.node}.json"
+        """The helper's MPS percentages for this node's jobs, as sent over the link
+        (``{"generation": g, "plan": {gpu: {job: percent}}}``)."""
+        return self.home / "mps-plan.json"
 
 
 def socket_path(state_dir: Path, node: str) -> Path:

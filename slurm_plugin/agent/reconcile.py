@@ -5,7 +5,13 @@
 - at start, an assignment whose MIG instance is gone is noted, and one whose instance lost
   its owner mark is marked again;
 - at start, an instance held by a job the state does not know (the agent died mid-isolate)
-  is adopted when Slurm still runs the job, and destroyed when it does not.
+  is adopted when Slurm still runs the job, and destroyed when it does not (simulated-GPU
+  backend: its instances carry an owner mark);
+- at start, the slice journal (:mod:`.journal`) gives back the slices of running jobs that
+  ``state.json`` lost (NVML keeps no owner, and a job between two steps has no process on its
+  slice); a journaled slice gone from the GPU (a node reboot, a driver reload) is closed;
+  a slice no journal line accounts for is left alone and said so ("unsure"), until Slurm
+  shows that no job of this node is unknown to the agent and nothing runs on it.
 """
 from __future__ import annotations
 
@@ -14,7 +20,9 @@ import secrets
 from collections.abc import Callable
 
 from mig.backend import MigInstance
+from mig.errors import MigError
 from slurm_plugin.agent.finals import free_memory_of
+from slurm_plugin.agent.journal import SliceJournal
 from slurm_plugin.agent.state import Assignment
 
 log = logging.getLogger(__name__)
@@ -28,20 +36,28 @@ class Reconciler:
     """Compares the assignments with the GPU and with the jobs Slurm runs on this node."""
 
     def __init__(self, node: str, backend, running_jobs: JobLister, finish: Finisher,
-                 clock: Callable[[], float]):
+                 clock: Callable[[], float], journal: SliceJournal | None = None,
+                 unsure: set[str] | None = None):
         self.node = node
         self.backend = backend
         self.running_jobs = running_jobs
         self.finish = finish
         self.clock = clock
+        self.journal = journal
+        self.unsure = unsure if unsure is not None else set()
 
     def run(self, jobs: dict[int, Assignment], at_start: bool = False) -> list[str]:
         """Reconcile ``jobs`` (changed in place); returns what was done, one line each."""
         done: list[str] = []
         if at_start:
+            done += self.from_journal(jobs)
             done += self.gpu(jobs)
         running = self.running_jobs()
         if running is None:
+            if at_start and self.unsure:
+                done.append("Slurm does not answer: slices no journal accounts for stay untouched")
+            for line in done:
+                log.info("reconcile: %s", line)
             return done
         now = self.clock()
         for a in list(jobs.values()):
@@ -51,6 +67,7 @@ class Reconciler:
             done.append(f"job {a.job_id}: gone from Slurm, isolation freed")
         if at_start:
             done += self.orphans(jobs, running)
+        done += self.settle_unsure(jobs, running)
         for line in done:
             log.info("reconcile: %s", line)
         return done
@@ -64,11 +81,74 @@ class Reconciler:
             insts = {i.gi_id: i for i in self.backend.list_instances(a.gpu_index)}
             inst = insts.get(a.gi_id)
             if inst is None or inst.uuid != a.device_uuid:
-                a.notes.append("MIG instance missing after agent restart")
+                a.notes.append("MIG instance missing after agent restart (node reboot or driver reload?)")
                 done.append(f"job {a.job_id}: its {a.profile}@{a.start} is gone from GPU {a.gpu_index}")
+                if self.journal is not None:
+                    self.journal.release(a, kept=False)
+                # never destroy by a GI id that a new instance may have taken
+                a.gi_id, a.created_instance = None, False
             elif inst.owner != a.owner and hasattr(self.backend, "set_owner"):
                 self.backend.set_owner(a.gpu_index, a.gi_id, a.owner)
                 done.append(f"job {a.job_id}: re-marked its {a.profile}@{a.start} as held")
+        return done
+
+    def _live(self) -> dict[str, MigInstance]:
+        """Every MIG instance on the node's MIG-mode GPUs, by MIG device UUID."""
+        return {i.uuid: i for g in self.backend.list_gpus() if g.mig_enabled
+                for i in self.backend.list_instances(g.index) if i.uuid}
+
+    def from_journal(self, jobs: dict[int, Assignment]) -> list[str]:
+        """Slices the journal says are held, checked against the GPU; what no one accounts for."""
+        if self.journal is None:
+            return []
+        view = self.journal.replay()
+        live = self._live()
+        done = [f"slice journal: {view.skipped} unreadable line(s) skipped"] if view.skipped else []
+        for uuid, a in sorted(view.held.items(), key=lambda kv: kv[1].job_id):
+            if a.job_id in jobs:
+                continue  # state.json has the job
+            if uuid not in live:
+                self.journal.release(a, kept=False)
+                done.append(f"job {a.job_id}: its {a.profile}@{a.start} on GPU {a.gpu_index} is gone "
+                            f"(node reboot or driver reload); journal entry closed")
+                continue
+            a.notes.append("restored from the slice journal (state.json lost)")
+            jobs[a.job_id] = a
+            done.append(f"job {a.job_id}: {a.profile}@{a.start} on GPU {a.gpu_index} is its slice again "
+                        f"(from the journal; state.json had lost it)")
+        held = {a.device_uuid for a in jobs.values() if a.device_uuid}
+        for uuid, inst in sorted(live.items()):
+            if uuid not in held and uuid not in view.idle and not inst.owner:
+                self.unsure.add(uuid)
+                done.append(f"GPU {inst.gpu_index}: {inst.profile}@{inst.start} ({uuid}) is in no journal "
+                            f"line: left alone until no unknown job can hold it")
+        self.journal.forget_gone(set(live))
+        return done
+
+    def settle_unsure(self, jobs: dict[int, Assignment], running: set[int]) -> list[str]:
+        """Slices left alone become idle once every job Slurm runs here is one the agent knows
+        and no process is on them."""
+        if not self.unsure:
+            return []
+        unknown = running - set(jobs)
+        if unknown:
+            return []
+        try:
+            live = self._live()
+        except MigError as exc:
+            log.info("cannot list MIG instances to settle unsure slices: %s", exc)
+            return []
+        done = []
+        for uuid in sorted(self.unsure):
+            inst = live.get(uuid)
+            if inst is not None and inst.busy:
+                continue
+            self.unsure.discard(uuid)
+            if inst is not None:
+                if self.journal is not None:
+                    self.journal.idle(uuid)
+                done.append(f"GPU {inst.gpu_index}: {inst.profile}@{inst.start} is idle (every job "
+                            f"Slurm runs here is known, nothing runs on it)")
         return done
 
     def orphans(self, jobs: dict[int, Assignment], running: set[int]) -> list[str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from slurm_plugin.agent import isolation as iso
 from slurm_plugin.agent.daemon import NodeAgent
+from slurm_plugin.agent.ops import dispatch
 from slurm_plugin.agent.paths import AgentError
 from slurm_plugin.agent.trust import Peer, ReportRejected, may_call, peer_of
 from slurm_plugin.unix_socket import PeerCheckedUnixServer
@@ -21,13 +22,6 @@ log = logging.getLogger(__name__)
 
 MAX_REQUEST_BYTES = 64 * 1024
 READ_TIMEOUT_S = 2.0
-
-
-def _int(body: dict, key: str, default: int | None = None) -> int:
-    value = body.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{key} must be a non-negative integer")
-    return value
 
 
 class _Handler(socketserver.BaseRequestHandler):
@@ -94,42 +88,4 @@ class AgentServer(socketserver.ThreadingMixIn, PeerCheckedUnixServer):
         super().__init__(path, _Handler, allowed_uids)
 
     def dispatch(self, op: str, body: dict, peer: Peer) -> dict:
-        agent = self.agent
-        if op == "ping":
-            return {"status": "ok", "node": agent.node}
-        if op == "isolate":
-            env = body.get("env") or {}
-            if not isinstance(env, dict):
-                raise ValueError("env must be an object")
-            env = {str(k): str(v) for k, v in env.items()}
-            node = body.get("node")
-            if node and node != agent.node:
-                raise AgentError(f"this is the agent of {agent.node}, asked for node {node}")
-            uid = body.get("uid")
-            a = agent.isolate(_int(body, "job_id"), _int(body, "step_id"),
-                              uid if isinstance(uid, int) else None, env)
-            return {"status": "ok", "isolation": a.isolation, "env": a.env}
-        if op == "step_end":
-            summary = agent.step_end(_int(body, "job_id"), _int(body, "step_id"))
-            return {"status": "ok", "isolation": "ended" if summary else "running", "env": {},
-                    "summary": summary}
-        if op == "samples":
-            job = body.get("job_id")
-            since = body.get("since")
-            return {"status": "ok", "node": agent.node,
-                    "samples": agent.samples(_int(body, "job_id") if job is not None else None,
-                                             float(since) if isinstance(since, (int, float)) else None,
-                                             bool(body.get("latest")))}
-        if op == "finish":
-            return {"status": "ok", "summary": agent.finish(_int(body, "job_id"), "asked by uid %d" % peer.uid)}
-        if op == "status":
-            return {"status": "ok", **agent.status()}
-        if op == "report":
-            return agent.report(_int(body, "job_id"), peer, body)
-        if op == "layout":
-            shards = body.get("pending_shards") or []
-            if not isinstance(shards, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in shards):
-                raise ValueError("pending_shards must be a list of integers")
-            changes = agent.follow_queue(str(body.get("policy", "off")), shards)
-            return {"status": "ok", "node": agent.node, "changes": changes}
-        raise ValueError(f"unknown op {op!r}")
+        return dispatch(self.agent, op, body, peer)

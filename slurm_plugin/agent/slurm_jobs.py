@@ -1,28 +1,43 @@
-"""The one Slurm question the node agent asks: which jobs still hold this node."""
+"""Which jobs hold this node: told by the helper over the link (the agent never asks slurmctld).
+
+The helper lists every job once per round (one `squeue` for the whole cluster) and pushes each
+node's job ids to its agent with a generation number (the helper's clock in milliseconds); an
+older generation than the last one taken is refused. When no list came for
+:data:`PUSHED_JOBS_MAX_AGE_S` (the helper is down or cut off) the agent knows nothing, and
+frees nothing until a list comes again.
+"""
 from __future__ import annotations
 
-import logging
-from typing import Callable
+import threading
+import time
+from collections.abc import Callable
 
-from slurm_plugin.slurm.errors import SlurmError
-
-log = logging.getLogger(__name__)
-
+PUSHED_JOBS_MAX_AGE_S = 60.0
 
 
-def running_jobs_lister(node: str, runner=None) -> Callable[[], "set[int] | None"]:
-    """A function returning the ids of jobs that hold ``node`` now (None: Slurm did not answer)."""
+class PushedJobs:
+    """The last job list the helper pushed; callable as the agent's ``list_running_jobs``."""
 
-    def lister() -> set[int] | None:
-        nonlocal runner
-        if runner is None:
-            from slurm_plugin.slurm.runner import SlurmRunner
+    def __init__(self, max_age_s: float = PUSHED_JOBS_MAX_AGE_S, clock: Callable[[], float] = time.monotonic):
+        self.max_age_s = max_age_s
+        self.clock = clock
+        self.generation = -1
+        self._jobs: set[int] | None = None
+        self._at = 0.0
+        self._lock = threading.Lock()
 
-            runner = SlurmRunner(timeout=10.0)
-        try:
-            return runner.job_ids_on_node(node)
-        except (SlurmError, OSError, ValueError) as exc:
-            log.warning("cannot list jobs from Slurm (%s); freeing nothing until it answers", exc)
-            return None
+    def update(self, job_ids: list[int], generation: int) -> bool:
+        """Take a pushed list; False (and nothing taken) when ``generation`` is older than the last."""
+        with self._lock:
+            if generation < self.generation:
+                return False
+            self.generation = generation
+            self._jobs = set(job_ids)
+            self._at = self.clock()
+            return True
 
-    return lister
+    def __call__(self) -> set[int] | None:
+        with self._lock:
+            if self._jobs is None or self.clock() - self._at > self.max_age_s:
+                return None
+            return set(self._jobs)

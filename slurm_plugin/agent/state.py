@@ -62,6 +62,8 @@ class Assignment:
     peak_mem_bytes: int = 0
     last_mem_bytes: int = 0
     notes: list[str] = field(default_factory=list)
+    last_sampled_at: float | None = None  # the agent's time of its newest sample of the job
+    gap_s: float = 0.0  # seconds the job ran without samples (the agent was down or stuck)
 
     @property
     def owner(self) -> str:

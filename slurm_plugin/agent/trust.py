@@ -17,9 +17,12 @@ import hmac
 import re
 import socket
 from dataclasses import dataclass
+
+from slurm_plugin.agent.pid_jobs import job_of_environ
 from slurm_plugin.unix_socket import peer_credentials
 
-PRIVILEGED_OPS = frozenset({"isolate", "step_end", "samples", "finish", "status", "layout"})
+PRIVILEGED_OPS = frozenset({"isolate", "step_end", "samples", "finish", "status", "layout", "jobs", "finals",
+                            "ack_finals", "mps_plan"})
 OPEN_OPS = frozenset({"ping", "report"})
 MAX_ITER_RATE = 10_000.0  # iterations per second a report may claim
 MAX_THROUGHPUT = 10_000.0
@@ -54,14 +57,9 @@ def job_of_pid(pid: int, proc: str = "/proc") -> int | None:
     """The SLURM_JOB_ID in a process's environment (None when absent or unreadable)."""
     try:
         with open(f"{proc}/{pid}/environ", "rb") as fh:
-            data = fh.read(1 << 20)
+            return job_of_environ(fh.read(1 << 20))
     except OSError:
         return None
-    for item in data.split(b"\0"):
-        if item.startswith(b"SLURM_JOB_ID="):
-            value = item.split(b"=", 1)[1]
-            return int(value) if value.isdigit() else None
-    return None
 
 
 def check_reporter(job_id: int, token: str, expected_token: str, peer: Peer,

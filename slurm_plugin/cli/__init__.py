@@ -33,6 +33,7 @@ SUBCOMMANDS: dict[str, str] = {
     "actions": "slurm_plugin.cli.actions_cmd:actions",
     "simulate": "slurm_plugin.cli.simulate_cmd:simulate",
     "epilog": "slurm_plugin.cli.epilog_cmd:epilog",
+    "ctld-epilog": "slurm_plugin.cli.epilog_cmd:ctld_epilog",
     "root": "slurm_plugin.cli.root_cmd:root",
     "web": "slurm_plugin.cli.web_cmd:web",
 }

@@ -35,10 +35,14 @@ def _slurm_user_uid(explicit: str | None) -> int | None:
 @click.option("--node", default=None, help="The Slurm node name this agent serves (slurmd -N). Required.")
 @click.option("--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE_DIR, show_default=True,
               help="Holds run/agent-<node>.sock, agent/<node>/state.json and final/<job>.json.")
-@click.option("--backend", type=click.Choice(["sim", "nvml"]), default="sim", show_default=True,
-              help="The GPU backend: the simulated GPU, or NVML on real GPUs.")
+@click.option("--backend", type=click.Choice(["auto", "nvml", "sim"]), default="auto", show_default=True,
+              help="The GPU backend: auto = NVML where libnvidia-ml loads, refusing to start otherwise; "
+                   "nvml; sim = the simulated-GPU backend (unit tests, offline simulator).")
+@click.option("--nvml-library", default=None, envvar="GPUPACK_NVML_LIBRARY", metavar="PATH|simulated:DIR",
+              help="The libnvidia-ml NVML calls: a path, or simulated:DIR for this node's simulated GPU "
+                   "kept in DIR (the dev cluster) [env GPUPACK_NVML_LIBRARY; default: the driver's].")
 @click.option("--sim-dir", type=click.Path(path_type=Path), default=None,
-              help="Simulated GPU state directory [default: STATE_DIR/simgpu].")
+              help="State directory of --backend sim [default: STATE_DIR/simgpu].")
 @click.option("--gpus", default=2, show_default=True, help="Simulated GPUs to create when the node has none yet.")
 @click.option("--gpu-model", default="H100-80GB", show_default=True, help="Catalogue model of the simulated GPUs.")
 @click.option("--isolation", "isolation_mode", type=click.Choice(["mig", "mps"]), default="mig", show_default=True,
@@ -54,11 +58,17 @@ def _slurm_user_uid(explicit: str | None) -> int | None:
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Prometheus port, 0 for none [default: [metrics] agent_port, else the node's slurmd "
                    "port + 200, from slurm.conf].")
+@click.option("--link-address", default=None, metavar="HOST",
+              help="Bind the MUNGE-authenticated command endpoint here [default: gpupack.toml [agents] "
+                   "entry of the node, else its NodeAddr in slurm.conf].")
+@click.option("--link-port", type=click.IntRange(0, 65535), default=None,
+              help="Its port, 0 for none [default: [agents] entry, else [agent] port, 6820].")
 @click.pass_context
-def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, sim_dir: Path | None, gpus: int,
+def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, nvml_library: str | None,
+          sim_dir: Path | None, gpus: int,
           gpu_model: str, isolation_mode: str, shares_per_gpu: int | None, policy: str,
           slurm_user: str | None, sample_interval: float, metrics_address: str | None,
-          metrics_port: int | None) -> None:
+          metrics_port: int | None, link_address: str | None, link_port: int | None) -> None:
     """Run the node agent for one node (or ask a running one: `status`, `samples`)."""
     ctx.obj = {"node": node, "state_dir": state_dir}
     if ctx.invoked_subcommand is not None:
@@ -67,37 +77,30 @@ def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, sim_dir:
     metrics_at = _metrics_address(node, metrics_address, metrics_port)
     import logging
 
-    from mig.errors import MigError
+    from slurm_plugin.agent.backends import BackendChoiceError, open_backend
     from slurm_plugin.agent.daemon import NodeAgent, socket_path
     from slurm_plugin.agent.server import AgentServer
-    from slurm_plugin.agent.slurm_jobs import running_jobs_lister
+    from slurm_plugin.agent.slurm_jobs import PushedJobs
 
     logging.getLogger().setLevel(min(logging.getLogger().level, logging.INFO))
-    sim_dir = sim_dir or state_dir / "simgpu"
     try:
-        if backend == "sim":
-            from mig.sim_backend import SimGpuBackend
-
-            gpu_backend = SimGpuBackend(sim_dir, node, gpus=[gpu_model] * gpus,
-                                        mig_enabled=isolation_mode == "mig")
-        else:
-            from mig.nvml_backend import NvmlBackend  # type: ignore[attr-defined]
-
-            gpu_backend = NvmlBackend()
-            sim_dir = None
-    except (MigError, ImportError) as exc:
-        raise click.ClickException(f"cannot open the {backend} GPU backend: {exc}") from exc
+        opened = open_backend(backend, nvml_library, node, sim_dir or state_dir / "simgpu",
+                              [gpu_model] * gpus, mig_enabled=isolation_mode == "mig")
+    except BackendChoiceError as exc:
+        raise click.ClickException(str(exc)) from exc
+    gpu_backend, sim_dir = opened.backend, opened.sim_dir
     allowed = {0}
     uid = _slurm_user_uid(slurm_user)
     if uid is not None:
         allowed.add(uid)
     daemon = NodeAgent(node, state_dir, gpu_backend, isolation_mode=isolation_mode,
                        shares_per_gpu=shares_per_gpu, policy=policy,
-                       list_running_jobs=running_jobs_lister(node), sim_dir=sim_dir)
+                       list_running_jobs=PushedJobs(), sim_dir=sim_dir)
     for line in daemon.reconcile(at_start=True):
         click.echo(f"reconciled: {line}", err=True)
     server = AgentServer(socket_path(state_dir, node), daemon, allowed)
     server.serve_in_thread()
+    link = _link_server(node, daemon, allowed, link_address, link_port)
     from slurm_plugin.metrics.agent import agent_registry
     from slurm_plugin.metrics.endpoint import serve
 
@@ -105,15 +108,45 @@ def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, sim_dir:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    logging.getLogger(__name__).info("agent of %s serving %s (mode %s, uids %s)", node,
-                                     server.socket_path, isolation_mode, sorted(allowed))
+    logging.getLogger(__name__).info("agent of %s serving %s and %s (backend %s, mode %s, uids %s)", node,
+                                     server.socket_path, link.url if link else "no network link",
+                                     opened.name, isolation_mode, sorted(allowed))
     try:
         daemon.run_loops(stop, sample_interval=sample_interval)
     finally:
         server.shutdown()
         server.server_close()
+        if link is not None:
+            link.shutdown()
+            link.server_close()
         if endpoint is not None:
             endpoint.stop()
+
+
+def _link_server(node: str, daemon, allowed: set[int], host: str | None, port: int | None):
+    """The MUNGE-authenticated command endpoint for the helper (None with port 0)."""
+    from packer.config import ConfigError
+    from slurm_plugin.agent.directory import load_agent_settings
+    from slurm_plugin.agent.link_server import AgentLinkServer
+    from slurm_plugin.helper.settings import DEFAULT_CONFIG
+    from slurm_plugin.munge_auth import Munge, MungeError, RequestVerifier
+
+    try:
+        settings = load_agent_settings(DEFAULT_CONFIG)
+        own = settings.own_address(node, None)
+        munge = Munge(settings.munge_socket)
+    except (ConfigError, MungeError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    port = own.port if port is None else port
+    if port == 0:
+        return None
+    verifier = RequestVerifier(munge, node, allowed, settings.max_age_s)
+    try:
+        server = AgentLinkServer((host or own.host, port), daemon, verifier)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host or own.host}:{port} for the helper: {exc}") from exc
+    server.serve_in_thread()
+    return server
 
 
 def _metrics_address(node: str, host: str | None, port: int | None):
@@ -158,10 +191,17 @@ def status(obj: dict) -> None:
 def samples(obj: dict, job_id: int | None, latest: bool) -> None:
     """The agent's samples (JSON lines, one JobSample each)."""
     _need_node(obj["node"])
-    from slurm_plugin.agent import client
+    from slurm_plugin.agent.client import AgentUnavailable, ask
+    from slurm_plugin.agent.daemon import socket_path
 
+    req: dict = {"op": "samples", "latest": latest}
+    if job_id is not None:
+        req["job_id"] = job_id
     try:
-        for s in client.samples(obj["state_dir"], obj["node"], job_id, latest=latest):
-            click.echo(json.dumps(s.to_dict()))
-    except (client.AgentUnavailable, PermissionError) as exc:
+        answer = ask(socket_path(obj["state_dir"], obj["node"]), req)
+    except AgentUnavailable as exc:
         raise click.ClickException(str(exc)) from exc
+    if answer.get("status") != "ok":
+        raise click.ClickException(f"the agent refused: {answer.get('reason')}")
+    for s in answer.get("samples", []):
+        click.echo(json.dumps(s))

@@ -21,11 +21,12 @@ FINISHED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NOD
 def _train_script(python: str) -> str:
     return (
         "#!/bin/sh\n"
-        "# A training job on a (simulated) GPU: 2 GiB at start, growing to ~4.3 GiB.\n"
+        "# A training job on a (simulated) GPU: 2 GiB at start, growing to ~4.3 GiB in its first\n"
+        "# 60 iterations, then training at that peak (the node agent samples it through NVML).\n"
         "echo \"node=$SLURMD_NODENAME CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES "
         "MPS=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE\"\n"
         f"exec {python} -m slurm_plugin simgpu run --mem-start 2GiB --mem-growth 40MiB "
-        "--iters 60 --iter-ms 50 --workload ResNet18\n"
+        "--grow-iters 60 --iters 120 --iter-ms 50 --workload ResNet18\n"
     )
 
 
@@ -66,6 +67,15 @@ class _Demo:
             time.sleep(1)
         raise click.ClickException(f"jobs {job_ids} did not finish in {timeout:.0f}s (squeue shows why)")
 
+    def wait_recorded(self, job_id: int, timeout: float = 60) -> None:
+        """Until the helper has the job's run in its history (moments after the job ends)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            runs = json.loads(self.sh(sys.executable, "-m", "slurm_plugin", "history", "show", "--json"))
+            if any(r.get("job_id") == job_id for r in runs):
+                return
+            time.sleep(1)
+
 
 @click.command(context_settings=CTX)
 @slurm_option
@@ -101,8 +111,12 @@ def demo(state_dir: Path, scenario: str, as_json: bool) -> None:
     first = d.submit(script, "train")
     click.echo(f"   job {first}: {d.comment(first)}")
     d.wait([first])
-    click.echo(f"   job {first} {d.state(first)}; the Epilog recorded what it used:")
+    d.wait_recorded(first)
+    click.echo(f"   job {first} {d.state(first)}; the controller helper recorded what it used:")
     click.echo("   " + d.sh(sys.executable, "-m", "slurm_plugin", "history", "show").replace("\n", "\n   ").rstrip())
+    own = [line for line in _output(d.workdir, first).splitlines() if line.startswith("simgpu: done")]
+    if own:
+        click.echo(f"   what the job counted itself: {own[-1][len('simgpu: '):]}")
 
     gpus = d.cluster.spec.nodes * d.cluster.spec.gpus_per_node
     click.echo(f"\n2. Other teams take all {gpus} GPUs (unknown jobs, so exclusive).")
@@ -124,13 +138,21 @@ def demo(state_dir: Path, scenario: str, as_json: bool) -> None:
     click.echo("   squeue --state=all -O JobID,Name:12,State:10,tres-per-node:16,admin_comment:80")
     click.echo(d.sh("squeue", "--state=all", "-j", ",".join(str(j) for j in [first, *second]),
                     "-O", "JobID,Name:12,State:10,tres-per-node:16,admin_comment:80"))
-    out = sorted(d.workdir.glob(f"train-{second[0]}.out"))
+    out = _output(d.workdir, second[0])
     if out:
         click.echo(f"   Step environment and output of packed job {second[0]}:")
-        click.echo("   " + out[0].read_text(errors="replace").strip().replace("\n", "\n   ")[-1500:])
+        click.echo("   " + out.strip().replace("\n", "\n   ")[-1500:])
     packed = [j for j in second if "packed" in d.comment(j)]
     click.echo(f"\n{len(packed)} of 3 second runs were packed; all jobs finished: "
                + json.dumps({j: d.state(j) for j in [first, *fillers, *second]}))
+
+
+def _output(workdir: Path, job_id: int) -> str:
+    """What a demo job printed ("" before it wrote anything)."""
+    try:
+        return (workdir / f"train-{job_id}.out").read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def _grow(d: "_Demo", as_json: bool) -> None:

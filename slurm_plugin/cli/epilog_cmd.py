@@ -1,4 +1,16 @@
-"""`gpupack epilog`: Slurm's Epilog hook; records what a finished job used on its GPU."""
+"""Slurm's two epilogs. Neither writes the history: only the controller helper does.
+
+- `gpupack ctld-epilog` (slurm.conf `EpilogSlurmctld`, on the controller host, as SlurmUser):
+  tells the helper over its local socket which job ended on which nodes; the helper collects
+  the job's final summaries from those nodes' agents and records the run.
+- `gpupack epilog` (slurm.conf `Epilog`, on the GPU node): asks the node's agent to finish
+  the job now (write its final summary, free its MIG instance or MPS share), so the summary
+  is there when the helper comes for it. Optional: the agent finishes it by itself at the
+  batch step's end, or when it sees Slurm no longer runs the job.
+
+Both are quick and never fail: every problem is logged and they exit 0 (a failing Epilog
+drains the node; a failing EpilogSlurmctld holds the job in COMPLETING).
+"""
 from __future__ import annotations
 
 import logging
@@ -10,52 +22,56 @@ import click
 from slurm_plugin.helper.settings import DEFAULT_CONFIG
 
 log = logging.getLogger(__name__)
+CTX = {"help_option_names": ["-h", "--help"]}
+AGENT_WAIT_S = 2.0
+
+config_option = click.option(
+    "--config", type=click.Path(path_type=Path), default=DEFAULT_CONFIG, show_default=True, envvar="GPUPACK_CONFIG",
+    help="gpupack.toml ([paths] socket for the helper, agent_dir for the node's agent).")
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--config", type=click.Path(path_type=Path), default=DEFAULT_CONFIG, show_default=True,
-              envvar="GPUPACK_CONFIG", help="gpupack.toml naming the database and the agents' folder.")
+@click.command(context_settings=CTX)
+@config_option
+@click.option("--job-id", type=int, default=None, help="The job (default: $SLURM_JOB_ID, as Slurm sets it).")
+@click.option("--nodes", default=None, help="Its nodes, a Slurm hostlist (default: $SLURM_JOB_NODELIST).")
+def ctld_epilog(config: Path, job_id: int | None, nodes: str | None) -> None:
+    """Run from slurm.conf's EpilogSlurmctld: tell the controller helper that a job ended.
+
+    slurm.conf may run `python3 -m slurm_plugin.ctld_epilog` instead: the same, with the
+    standard library only (for a SlurmUser whose Python lacks the suite's dependencies)."""
+    from slurm_plugin.ctld_epilog import run
+
+    job_id = job_id or _int(os.environ.get("SLURM_JOB_ID"))
+    nodes = nodes if nodes is not None else os.environ.get("SLURM_JOB_NODELIST", "")
+    log.warning("ctld-epilog: %s", run(str(config), job_id, nodes))
+
+
+@click.command(context_settings=CTX)
+@config_option
 @click.option("--job-id", type=int, default=None, help="The job (default: $SLURM_JOB_ID, as Slurm sets it).")
 @click.option("--node", default=None, help="The node (default: $SLURMD_NODENAME).")
 def epilog(config: Path, job_id: int | None, node: str | None) -> None:
-    """Run from Slurm's Epilog: record the job's observed peak memory and utilisation.
-
-    It asks the node agent for the job's final summary and stores it under the job's
-    fingerprint, so the next run of the same job can be packed. It never fails the node:
-    every problem is logged and it exits 0.
-    """
+    """Run from Slurm's node Epilog: have the node agent finish the job now."""
     logging.getLogger().setLevel(min(logging.getLogger().level, logging.INFO))
-    try:
-        _record(config, job_id or int(os.environ.get("SLURM_JOB_ID", "0")), node or os.environ.get("SLURMD_NODENAME", ""))
-    except Exception as exc:  # an Epilog that fails drains the node: log and go on
-        log.error("epilog: nothing recorded: %s", exc)
-
-
-def _record(config: Path, job_id: int, node: str) -> None:
-    from packer.store import Store
-    from slurm_plugin.agent.client import final_stats
-    from slurm_plugin.helper.settings import load_paths
-    from slurm_plugin.history_recorder import record_job
-    from slurm_plugin.slurm.runner import SlurmRunner
-
+    job_id = job_id or _int(os.environ.get("SLURM_JOB_ID"))
+    node = node or os.environ.get("SLURMD_NODENAME", "")
     if not job_id or not node:
         log.error("epilog: no job id or node name (SLURM_JOB_ID/SLURMD_NODENAME unset)")
         return
-    paths = load_paths(config)
-    if paths.agent_dir is None:
-        log.error("epilog: [paths] agent_dir is not set in %s", config)
-        return
-    stats = final_stats(paths.agent_dir, node, job_id)
-    if not stats or not stats.get("samples"):
-        log.info("epilog: job %d on %s has no GPU observation; nothing to record", job_id, node)
-        return
-    if not int(stats.get("peak_mem_bytes") or 0):
-        log.info("epilog: job %d on %s used no GPU memory that was measured; nothing to record", job_id, node)
-        return
-    runner = SlurmRunner(slurm_conf=str(paths.slurm_conf) if paths.slurm_conf else None, timeout=10)
-    store = Store(paths.database)
     try:
-        record_job(store, runner, job_id, int(stats["peak_mem_bytes"]), stats.get("mean_util_pct"),
-                   stats.get("mean_throughput"), started_at=float(stats.get("started_at") or 0.0))
-    finally:
-        store.close()
+        from slurm_plugin.agent.client import final_stats
+        from slurm_plugin.helper.settings import load_paths
+
+        paths = load_paths(config)
+        agent_dir = paths.agent_dir or Path(paths.database).parent
+        if final_stats(agent_dir, node, job_id, wait_s=AGENT_WAIT_S) is None:
+            log.info("epilog: job %d on %s left no summary (the agent never isolated it, or is down)", job_id, node)
+    except Exception as exc:  # an Epilog that fails drains the node: log and go on
+        log.error("epilog: job %d on %s not finished by its agent: %s", job_id, node, exc)
+
+
+def _int(text: str | None) -> int:
+    try:
+        return int(text or 0)
+    except ValueError:
+        return 0

@@ -60,6 +60,22 @@ def workload_options(fn):
         click.option("--data-dir", type=click.Path(file_okay=False), default=None,
                      help="Folder with philly_jobs.csv, workload_profiles.csv, "
                           "colocation_pairs.csv (default: $GPUPACK_DATA_DIR or shared/data/traces)."),
+        click.option("--truth", type=click.Path(exists=True, dir_okay=False), default=None,
+                     metavar="PAIRS.csv",
+                     help="The pair speeds the replay slows packed jobs by (default: the "
+                          "measured colocation_pairs.csv of --data-dir); the policies only "
+                          "learn them by running pairs. Columns workload,beside,speed (or "
+                          "Lucid's layout); speed 0: the pair cannot run together. See "
+                          "docs/simulator.md and `simulate stress-pairs`."),
+        click.option("--timezone", default=None, metavar="ZONE",
+                     help="Zone of trace timestamps that carry none (sacct prints the "
+                          "cluster's local time), e.g. Europe/Berlin. Default: UTC, whatever "
+                          "this machine's zone."),
+        click.option("--bad-rows", type=click.Choice(["refuse", "skip"]), default="refuse",
+                     show_default=True,
+                     help="A trace row that cannot be read (negative or NaN duration, GPUs "
+                          "not a number, a short row, ...): refuse the trace, naming its line "
+                          "and column, or skip it and count it in the summary."),
         click.option("--bf-depth", type=click.IntRange(min=0), default=100, show_default=True,
                      help="Queued jobs the backfill pass looks at (Slurm's bf_max_job_test)."),
         click.option("--corunner", "corunner_rule",
@@ -187,14 +203,21 @@ def _named_config(name, gpus, gpu_model, bf_depth, corunner_rule, mig_static_lay
     return replace(cfg, grow_preempt=sw["grow_preempt"], regroup=sw["regroup"], **(actions or {}))
 
 
-def _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction, data_dir):
+def _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction, data_dir, inputs=None,
+          report=None):
+    """(specs, profiles, pairs); ``inputs``: the --truth/--timezone/--bad-rows values
+    (:func:`_inputs`); ``report`` (a LoadReport) is filled with what the load skipped."""
     from mig.catalog import load_catalog
     from slurm_plugin.simulator import load_workload
 
     cat = load_catalog(gpu_model)
     return load_workload(trace, data_dir=data_dir, seed=seed, jobs=n_jobs,
                          time_scale=time_scale, growing_fraction=growing_fraction,
-                         gpu_memory_bytes=cat.memory_mib << 20)
+                         gpu_memory_bytes=cat.memory_mib << 20, report=report, **(inputs or {}))
+
+
+def _inputs(truth, timezone, bad_rows) -> dict:
+    return {"truth": truth, "timezone": timezone, "bad_rows": bad_rows}
 
 
 def _config(policy, predictor, gpus, gpu_model, bf_depth, corunner_rule, mig_static_layout,
@@ -230,13 +253,19 @@ def _int_list(text: str) -> list[int]:
     return out
 
 
+def _reasons(skipped: dict | None) -> str:
+    return (": " + ", ".join(f"{n} {why}" for why, n in skipped.items())) if skipped else ""
+
+
 def _human(s: dict) -> str:
     h = 3600.0
     lines = [
         f"{s['policy']} (predictor {s['predictor']}) on {s['gpus']} x {s['gpu_model']}: "
-        f"{s['jobs']} jobs ({s['jobs_skipped']} skipped: more GPUs than the cluster; "
-        f"{s['jobs_unfinished']} never ran; {s['jobs_with_own_figures']} with their own GPU "
-        f"figures from sacct)",
+        f"{s['jobs']} jobs ({s['jobs_skipped']} skipped{_reasons(s.get('skipped'))}; "
+        f"{s.get('jobs_never_ran', s['jobs_unfinished'])} never ran ({s['jobs_unfinished']} in "
+        f"the replay, {s.get('trace_load', {}).get('never_ran', 0)} never started in the "
+        f"trace); {s['jobs_with_own_figures']} with their own GPU figures from sacct; "
+        f"{s.get('trace_load', {}).get('shares', 0)} asked for a share of one GPU)",
         f"  makespan {s['makespan_s'] / h:.1f} h; JCT avg {s['avg_jct_s'] / h:.2f} h, "
         f"p95 {s['p95_jct_s'] / h:.2f} h; queueing avg {s['avg_queue_s'] / h:.2f} h, "
         f"p95 {s['p95_queue_s'] / h:.2f} h",
@@ -246,7 +275,11 @@ def _human(s: dict) -> str:
         f"{s['oom_restarts']}, early restarts (predictor) {s['predictive_restarts']} "
         f"({s['memory_warnings_kept']} warnings kept running: a restart priced higher), MIG "
         f"reconfigurations {s['mig_reconfigurations']}",
-        f"  slowdown vs alone: avg {s['avg_slowdown']:.3f}, p95 {s['p95_slowdown']:.3f}, max "
+        f"  jobs failed {s['jobs_failed']} ({s['pair_failures']} attempts beside a pair that "
+        f"cannot run together), restarted {s['jobs_restarted']}, work lost "
+        f"{s['lost_gpu_h']:.1f} GPU-h",
+        f"  slowdown vs alone: avg {s['avg_slowdown']:.3f}, p50 {s['p50_slowdown']:.3f}, "
+        f"p95 {s['p95_slowdown']:.3f}, max "
         f"{s['run_slowdown_max']:.3f}; {s['jobs_shared']} jobs shared a GPU "
         f"({s['jobs_in_unmeasured_pairs']} in unmeasured pairs); within measured pair speeds: "
         f"{'yes' if s['pair_bound_ok'] else 'NO'} (worst slowdown / bound "
@@ -283,7 +316,7 @@ def _human(s: dict) -> str:
 @click.pass_context
 @_errors
 def simulate(ctx, policy, predictor, grow_preempt, regroup, trace, gpus, gpu_model, n_jobs,
-             time_scale, seed, growing_fraction, data_dir, bf_depth, corunner_rule, pair_predict,
+             time_scale, seed, growing_fraction, data_dir, truth, timezone, bad_rows, bf_depth, corunner_rule, pair_predict,
              pair_knowledge, max_jobs_per_gpu, contention_threshold, mig_static_layout,
              mig_static_fraction, movable_fraction, regroup_moves_per_plan,
              regroup_moves_per_hour, config_path, jobs_csv, as_json):
@@ -305,10 +338,12 @@ def simulate(ctx, policy, predictor, grow_preempt, regroup, trace, gpus, gpu_mod
         return
     if policy is None:
         raise click.UsageError("give --policy NAME (or a sub-command, e.g. `compare`)")
-    from slurm_plugin.simulator import run_policy, write_jobs_csv
+    from slurm_plugin.simulator import LoadReport, run_policy, write_jobs_csv
+    from slurm_plugin.simulator.metrics import with_load
 
+    report = LoadReport()
     specs, profiles, pairs = _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction,
-                                   data_dir)
+                                   data_dir, _inputs(truth, timezone, bad_rows), report)
     name = policy + "".join(f"+{k}" for k, v in (("pred", predictor), ("grow", grow_preempt),
                                                   ("regroup", regroup)) if v == "on")
     site, contention_threshold, actions = _site(
@@ -318,12 +353,14 @@ def simulate(ctx, policy, predictor, grow_preempt, regroup, trace, gpus, gpu_mod
                         mig_static_fraction, pair_predict, pair_knowledge, max_jobs_per_gpu,
                         contention_threshold, actions, site)
     summ, res = run_policy(cfg, specs, profiles, pairs)
+    summ = with_load(summ, report)
     summ["trace"] = trace
+    summ["truth"] = truth or "colocation_pairs.csv (measured)"
     summ["site_config"] = config_path
     if jobs_csv:
         write_jobs_csv(res, jobs_csv)
     if as_json:
-        click.echo(json.dumps(summ, sort_keys=False))
+        click.echo(json.dumps(summ, sort_keys=False, allow_nan=False))
     else:
         click.echo(_human(summ))
 
@@ -343,16 +380,21 @@ def simulate(ctx, policy, predictor, grow_preempt, regroup, trace, gpus, gpu_mod
 @click.option("--target-alloc", default=None, metavar="P1,P2,…",
               help="Loads: the GPU counts at which exclusive keeps these percentages of its GPUs "
                    "allocated (found by bisection), e.g. 70,85,95.")
+@click.option("--offered-loads", default=None, metavar="R1,R2,…",
+              help="Loads: offered load per GPU (GPU-seconds the trace asks for per second of "
+                   "its span, over the cluster's GPUs): below 1 the queue drains, above 1 it "
+                   "grows; each becomes a GPU count, e.g. 0.6,0.9,1.2,1.5.")
 @click.option("--seeds", "seed_list", default=None, metavar="S1,S2,…",
               help="Loads: seeds of the profile draw to average over (95 % intervals); "
                    "default: --seed alone.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
 @_errors
 def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_fraction,
-            data_dir, bf_depth, corunner_rule, pair_predict, pair_knowledge, max_jobs_per_gpu,
+            data_dir, truth, timezone, bad_rows, bf_depth, corunner_rule, pair_predict,
+            pair_knowledge, max_jobs_per_gpu,
             contention_threshold, mig_static_layout, mig_static_fraction, movable_fraction,
             regroup_moves_per_plan, regroup_moves_per_hour, config_path, out_dir, no_plots,
-            gpus_list, target_alloc,
+            gpus_list, target_alloc, offered_loads,
             seed_list, as_json):
     """Run several policies on one workload; write a Markdown report with PNG plots.
 
@@ -368,10 +410,16 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
     gpupack simulate compare --gpu-model H100-80GB --gpus 450 --out sim-grow/ --policies \
         colocate+pred,colocate+pred+grow,colocate+pred+regroup,colocate+pred+grow+regroup
 
-    With --gpus-list, --target-alloc or --seeds, every policy runs at every load on every
-    seed instead, and sweep.md gives means with 95 % intervals of average JCT, queueing
-    delay, work lost to restarts and prediction error, and the best baseline over the best
-    suite policy per load.
+    gpupack simulate compare --gpu-model H100-80GB --jobs 3000 --offered-loads 0.6,0.9,1.2,1.5 \
+        --seeds 0,1,2 --policies exclusive,shard-fixed,colocate+pred --out sim-sweep/
+    gpupack simulate compare --truth stress.csv --jobs 3000 --offered-loads 0.6,1.2 --seeds 0,1
+
+    With --gpus-list, --target-alloc, --offered-loads or --seeds, every policy runs at every
+    load on every seed instead, and sweep.md gives means with 95 % intervals and the range
+    over seeds of average and p95 JCT, per-job slowdown (p50, p95), jobs failed and
+    restarted, work lost to restarts and prediction error, the best baseline over the best
+    suite policy per load, and (matplotlib) sweep_jct.png: average JCT against cluster size
+    for every policy.
     """
     from slurm_plugin.simulator.report import compare as run_compare
 
@@ -379,14 +427,19 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
     site, contention_threshold, actions = _site(
         config_path, contention_threshold,
         _actions(movable_fraction, regroup_moves_per_plan, regroup_moves_per_hour))
-    if gpus_list or target_alloc or seed_list:
+    inputs = _inputs(truth, timezone, bad_rows)
+    if gpus_list or target_alloc or seed_list or offered_loads:
         _sweep(names, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_fraction,
                data_dir, bf_depth, corunner_rule, pair_predict, pair_knowledge,
                max_jobs_per_gpu, contention_threshold, mig_static_layout, mig_static_fraction,
-               out_dir, gpus_list, target_alloc, seed_list, as_json, actions, site)
+               out_dir, gpus_list, target_alloc, seed_list, as_json, actions, site,
+               inputs=inputs, offered_loads=offered_loads, plots=not no_plots)
         return
+    from slurm_plugin.simulator import LoadReport
+
+    report = LoadReport()
     specs, profiles, pairs = _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction,
-                                   data_dir)
+                                   data_dir, inputs, report)
     configs = [
         _named_config(n, gpus, gpu_model, bf_depth, corunner_rule, mig_static_layout,
                       mig_static_fraction, pair_predict, pair_knowledge, max_jobs_per_gpu,
@@ -395,11 +448,13 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
     ]
     workload = {"trace": trace, "jobs": len(specs), "gpus": gpus, "gpu_model": gpu_model,
                 "time_scale": time_scale, "seed": seed, "growing_fraction": growing_fraction,
+                "truth": truth or "colocation_pairs.csv (measured)",
+                "trace_load": report.as_dict(),
                 **({"site_config": config_path} if config_path else {})}
     out = run_compare(configs, specs, profiles, pairs, out_dir, workload=workload,
                       plots=not no_plots, progress=lambda m: click.echo(m, err=True))
     if as_json:
-        click.echo(json.dumps(out["results"]))
+        click.echo(json.dumps(out["results"], allow_nan=False))
     else:
         click.echo(out["table"])
         click.echo(f"report: {out['report']}")
@@ -411,18 +466,26 @@ def _sweep(names, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_frac
            bf_depth, corunner_rule, pair_predict, pair_knowledge, max_jobs_per_gpu,
            contention_threshold, mig_static_layout, mig_static_fraction, out_dir, gpus_list,
            target_alloc, seed_list,
-           as_json, actions=None, site=None):
-    from slurm_plugin.simulator.sweep import gpus_for_alloc, sweep
+           as_json, actions=None, site=None, inputs=None, offered_loads=None, plots=True):
+    from slurm_plugin.simulator import LoadReport
+    from slurm_plugin.simulator.sweep import gpus_for_alloc, gpus_for_load, sweep
 
     say = functools.partial(click.echo, err=True)
     seeds = [int(x) for x in seed_list.split(",") if x.strip()] if seed_list else [seed]
-    workloads = {sd: _load(trace, gpu_model, n_jobs, time_scale, sd, growing_fraction, data_dir)
-                 for sd in seeds}
+    report = LoadReport()  # the trace is the same for every seed: the first load's report
+    workloads = {sd: _load(trace, gpu_model, n_jobs, time_scale, sd, growing_fraction, data_dir,
+                           inputs, report if i == 0 else None)
+                 for i, sd in enumerate(seeds)}
     counts = _int_list(gpus_list) if gpus_list else []
     loads: dict[int, str] = {}
     for pct in (_int_list(target_alloc) if target_alloc else []):
         g, got = gpus_for_alloc(pct / 100.0, *workloads[seeds[0]], gpu_model, progress=say)
         loads[g] = f"exclusive {got:.1%} allocated, target {pct} %"
+        counts.append(g)
+    for rho in _float_list(offered_loads) if offered_loads else []:
+        g = gpus_for_load(rho, workloads[seeds[0]][0])
+        loads[g] = f"offered load {rho:g} per GPU" + (
+            f"; {loads[g]}" if g in loads else "")
         counts.append(g)
     if not counts:
         counts = [gpus]
@@ -433,11 +496,27 @@ def _sweep(names, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_frac
                       contention_threshold, actions, site)
         for n in names
     ]
-    out = sweep(configs, workloads, counts, out_dir, loads=loads, progress=say)
+    truth = (inputs or {}).get("truth") or "colocation_pairs.csv (measured)"
+    out = sweep(configs, workloads, counts, out_dir, loads=loads, progress=say,
+                about={"trace": trace, "truth": truth, "gpu_model": gpu_model,
+                       "jobs_replayed": len(workloads[seeds[0]][0]),
+                       "trace_load": report.as_dict()}, plots=plots)
     if as_json:
-        click.echo(json.dumps(out["table"]))
+        click.echo(json.dumps(out["table"], allow_nan=False))
     else:
         click.echo(out["markdown"])
+    for w in out["warnings"]:
+        say(f"warning: {w}")
+
+
+def _float_list(text: str) -> list[float]:
+    try:
+        out = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        out = []
+    if not out or not all(0 < x < 1e6 for x in out):
+        raise click.BadParameter(f"{text!r}: give positive numbers separated by commas")
+    return out
 
 
 @simulate.command(context_settings=CONTEXT_SETTINGS)
@@ -454,7 +533,7 @@ def _sweep(names, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_frac
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as one JSON object.")
 @_errors
 def scaling(policies, jobs_list, gpus_list, trace, gpus, gpu_model, n_jobs, time_scale, seed,
-            growing_fraction, data_dir, bf_depth, corunner_rule, pair_predict, pair_knowledge,
+            growing_fraction, data_dir, truth, timezone, bad_rows, bf_depth, corunner_rule, pair_predict, pair_knowledge,
             max_jobs_per_gpu, contention_threshold, mig_static_layout, mig_static_fraction, out_dir, as_json):
     """Time the simulator against the number of jobs and of GPUs.
 
@@ -467,7 +546,7 @@ def scaling(policies, jobs_list, gpus_list, trace, gpus, gpu_model, n_jobs, time
     names = _policy_names(policies)
     job_counts, gpu_counts = _int_list(jobs_list), _int_list(gpus_list)
     specs, profiles, pairs = _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction,
-                                   data_dir)
+                                   data_dir, _inputs(truth, timezone, bad_rows))
     job_counts = sorted({min(n, len(specs)) for n in job_counts})
     configs = [
         _named_config(n, gpus, gpu_model, bf_depth, corunner_rule, mig_static_layout,
@@ -478,6 +557,15 @@ def scaling(policies, jobs_list, gpus_list, trace, gpus, gpu_model, n_jobs, time
     out = run_scaling(configs, specs, profiles, pairs, job_counts, gpu_counts, out_dir,
                       progress=lambda m: click.echo(m, err=True))
     if as_json:
-        click.echo(json.dumps(out["rows"]))
+        click.echo(json.dumps(out["rows"], allow_nan=False))
     else:
         click.echo(out["markdown"])
+
+
+def _register() -> None:
+    from slurm_plugin.cli.simulate_stress import stress_pairs
+
+    simulate.add_command(stress_pairs)
+
+
+_register()

@@ -17,6 +17,8 @@ from slurm_plugin.devcluster.spec import ClusterSpec
 
 __all__ = ["plugstack_conf", "slurm_release", "write_files"]
 
+CTLD_PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+
 
 def write_files(s: ClusterSpec) -> bool:
     """Write every config; True when slurm.conf or gres.conf changed (daemons must restart)."""
@@ -24,7 +26,10 @@ def write_files(s: ClusterSpec) -> bool:
     _make_dirs(s, slurm_user)
     shares, mem_gib = _shares_and_memory(s)
     epilog = s.etc / "epilog.sh"
-    _write(epilog, _epilog_script(s), mode=0o755)
+    _write(epilog, _epilog_script(s, "epilog", f'"{sys.executable}" -m slurm_plugin epilog'), mode=0o755)
+    # slurmctld runs it as SlurmUser, whose Python is the system's: the standard-library module
+    _write(s.etc / "ctld-epilog.sh", _epilog_script(s, "ctld-epilog", f'"{CTLD_PYTHON}" -m slurm_plugin.ctld_epilog'),
+           mode=0o755)
     changed = _write(
         s.slurm_conf, specmod.slurm_conf(s, socket.gethostname(), slurm_user, epilog, shares)
     )
@@ -100,15 +105,17 @@ def _make_devices(s: ClusterSpec) -> None:
                 os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(195, g))
 
 
-def _epilog_script(spec: ClusterSpec) -> str:
-    # slurmd runs the Epilog with a bare environment: name where this code lives, so the same
-    # checkout answers in a Debian root (where it is not pip-installed) as on the host
+def _epilog_script(spec: ClusterSpec, name: str, command: str) -> str:
+    # slurmd and slurmctld run their epilogs with a bare environment: name where this code
+    # lives, so the same checkout answers in a Debian root (where it is not pip-installed) as on
+    # the host. The log is used when the epilog's user may write it.
     code = Path(__file__).resolve().parents[2]
+    log = f"{spec.log}/{name}.log"
     return (
         "#!/bin/sh\n"
-        "# gpupack dev cluster epilog: record what the job used. It never fails the node.\n"
-        f'PYTHONPATH="{code}${{PYTHONPATH:+:$PYTHONPATH}}" "{sys.executable}" -m slurm_plugin epilog '
-        f'--config "{spec.gpupack_toml}" >>"{spec.log}/epilog.log" 2>&1 || true\n'
+        f"# gpupack dev cluster {name} (see `gpupack {name} -h`). It never fails.\n"
+        f'LOG="{log}"; [ -w "$LOG" ] || [ -w "{spec.log}" ] || LOG=/dev/null\n'
+        f'PYTHONPATH="{code}${{PYTHONPATH:+:$PYTHONPATH}}" {command} --config "{spec.gpupack_toml}" >>"$LOG" 2>&1 || true\n'
         "exit 0\n"
     )
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_plugin.devcluster.commands import run_slurm
+from slurm_plugin.devcluster.node_side import agent_backend
 from slurm_plugin.devcluster.processes import Process, ProcessRegistry, child_with
 from slurm_plugin.devcluster.spec import ClusterSpec
 
@@ -30,6 +31,7 @@ class ProcessStatus:
     detail: str
     metrics_url: str | None = None  # its Prometheus endpoint (None for Slurm's and munge's daemons)
     url: str | None = None  # where it listens: http:// (web view), tcp:// (Slurm), unix: (a socket)
+    backend: str | None = None  # an agent's GPU backend ("nvml" in the dev cluster)
     host: str = ""  # the host it runs on: the machine's name (the controller's host) or a node's
 
 
@@ -144,8 +146,9 @@ class ClusterHealth:
             detail = f"socket {self.spec.munge_socket}" + (f" on {p.host}" if p.host else "")
         elif alive and p.role == "host":
             detail = f"namespaces of {p.name}: address {self.spec.node_address(p.name)}, netns {self.spec.network.netns(p.name)}"
+        backend = agent_backend(p.pid) if alive and p.role == "agent" else None
         return [*extra, ProcessStatus(p.role, p.name, p.pid, alive, healthy, detail, self.metrics_url(p.role, p.name),
-                                      self.listen_url(p.role, p.name), host)]
+                                      self.listen_url(p.role, p.name), backend=backend, host=host)]
 
     def _watcher_status(self, helper_pid: int) -> ProcessStatus:
         """The helper's watcher process (the helper starts it): alive, and its view fresh?"""
@@ -158,7 +161,7 @@ class ClusterHealth:
         fresh = age is not None and age < VIEW_FRESH_S
         detail = f"cluster view {age:.1f} s old" if age is not None else "no cluster view yet"
         return ProcessStatus("watcher", "helper", pid or 0, pid is not None, pid is not None and fresh, detail,
-                             self.metrics_url("watcher", "helper"), None, socket.gethostname())
+                             self.metrics_url("watcher", "helper"), host=socket.gethostname())
 
 
 def web_ok(url: str) -> tuple[bool, str]:

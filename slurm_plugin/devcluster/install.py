@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import sysconfig
 from pathlib import Path
 
 from slurm_plugin.devcluster.errors import DevClusterError
@@ -12,12 +13,14 @@ log = logging.getLogger(__name__)
 
 __all__ = ["APT_PACKAGES", "REQUIRED_FILES", "install_packages", "missing_packages"]
 
-APT_PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge", "libslurm-dev", "lua-socket", "liblua5.1-0", "gcc", "make", "libc6-dev"]
+APT_PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge", "libmunge2", "libslurm-dev", "lua-socket", "liblua5.1-0", "gcc", "make", "libc6-dev"]
 REQUIRED_FILES = {
     "slurmctld": "/usr/sbin/slurmctld",
     "slurmd": "/usr/sbin/slurmd",
     "slurm-client": "/usr/bin/sbatch",
     "munge": "/usr/sbin/munged",
+    # the helper <-> agent link loads it (ctypes); Debian's multiarch folder, e.g. x86_64-linux-gnu
+    "libmunge2": f"/usr/lib/{sysconfig.get_config_var('MULTIARCH') or 'x86_64-linux-gnu'}/libmunge.so.2",
     "libslurm-dev": "/usr/include/slurm/spank.h",
     "lua-socket": "/usr/share/lua/5.1/socket.lua",
     "gcc": "/usr/bin/gcc",

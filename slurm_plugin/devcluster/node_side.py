@@ -13,6 +13,7 @@ from slurm_plugin.devcluster.spec import ClusterSpec
 SPANK_SRC = Path(__file__).resolve().parents[2] / "spank"
 AGENT_TIMEOUT_MS = 3000
 ISOLATION = "mig"  # the dev cluster's nodes isolate packed jobs with MIG instances
+BACKEND = "nvml"  # as on a real node; NVML reaches the simulated GPU
 
 
 class SpankBuildError(RuntimeError):
@@ -43,12 +44,28 @@ def build(spec: ClusterSpec) -> Path:
 
 
 def processes(spec: ClusterSpec) -> list[tuple[str, str, list[str]]]:
+    """The node agents: the agent a real node runs (NVML), its NVML library the simulated
+    GPU of the node (``--nvml-library simulated:DIR``, GPUs created on first start)."""
     return [
         ("agent", node, ["agent", "--node", node, "--state-dir", str(spec.state_dir),
-                         "--sim-dir", str(spec.simgpu_dir), "--gpus", str(spec.gpus_per_node),
-                         "--gpu-model", spec.gpu_model, "--isolation", ISOLATION])
+                         "--backend", BACKEND, "--nvml-library", f"simulated:{spec.simgpu_dir}",
+                         "--gpus", str(spec.gpus_per_node), "--gpu-model", spec.gpu_model,
+                         "--isolation", ISOLATION])
         for node in spec.node_names
     ]
+
+
+def agent_backend(pid: int) -> str | None:
+    """The GPU backend a running agent was started with (``--backend``; ``auto`` when not
+    given), from its command line; None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            args = fh.read().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+    if "--backend" in args[:-1]:
+        return args[args.index("--backend") + 1]
+    return next((a.split("=", 1)[1] for a in args if a.startswith("--backend=")), "auto")
 
 
 def plugstack_lines(spec: ClusterSpec) -> list[str]:

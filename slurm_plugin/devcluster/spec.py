@@ -11,6 +11,7 @@ DEFAULT_STATE_DIR = Path(os.environ.get("GPUPACK_DEVCLUSTER_DIR", "/var/lib/gpup
 DEFAULT_PORT = int(os.environ.get("GPUPACK_DEVCLUSTER_PORT", "16817"))
 CRED_EXPIRE_S = 10  # how long a requeued job waits before it may start again
 WEB_PORT_OFFSET = 80  # the web view listens on the cluster's port + 80 (nodes use port + 101...)
+AGENT_PORT_OFFSET = 400  # one-host: node i's agent link listens on port + 400 + i (metrics: + 300 + i)
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,9 @@ class ClusterSpec:
     memory_mb_per_node: int = 16000
     cluster_name: str = "gpupack"
     port: int = DEFAULT_PORT  # slurmctld; node i listens on port + 100 + i (multi-host: all on port + 101)
-    topology: str = topo.ONE_HOST  # or multi-host: each node a host of its own (docs/multi-host.md)
+    # multi-host: each node a host of its own (docs/multi-host.md); one-host here, as a
+    # spec.json written before there was a choice means (`devcluster up` says which)
+    topology: str = topo.ONE_HOST
 
     def __post_init__(self) -> None:
         topo.check_topology(self.topology)
@@ -59,6 +62,15 @@ class ClusterSpec:
         if not self.multi_host:
             return topo.LOOPBACK
         return self.network.node_address(self.node_names.index(node) + 1)
+
+    def agent_port(self, index: int) -> int:
+        """The command port of node ``index``'s agent (1-based): one each on one host (all share
+        127.0.0.1), the same on every node on many (each on its own address)."""
+        return self.port + AGENT_PORT_OFFSET + (1 if self.multi_host else index)
+
+    def agent_address(self, node: str) -> str:
+        """"host:port" of ``node``'s agent, as gpupack.toml's [agents] names it."""
+        return f"{self.node_address(node)}:{self.agent_port(self.node_names.index(node) + 1)}"
 
     @property
     def web_port(self) -> int:
@@ -156,6 +168,7 @@ def slurm_conf(spec: ClusterSpec, hostname: str, slurm_user: str, epilog: Path, 
         "JobSubmitPlugins=lua",
         f"PlugStackConfig={s.etc}/plugstack.conf",
         f"Epilog={epilog}",
+        f"EpilogSlurmctld={s.etc}/ctld-epilog.sh",  # tells the helper a job ended (its history)
         "ReturnToService=2",
         "SlurmdParameters=config_overrides",
         "MinJobAge=600",
@@ -228,6 +241,7 @@ def gpupack_toml(spec: ClusterSpec, shares_per_gpu: int, gpu_memory_gib: float) 
         f'mode = "{spec.mode}"\n'
         f"shares_per_gpu = {shares_per_gpu}\n"
         f"gpu_memory_gib = {gpu_memory_gib:.2f}\n"
+        f'gpu_type = "{spec.gres_type}"\n'
         "\n[paths]\n"
         f'database = "{spec.database}"\n'
         f'socket = "{spec.helper_socket}"\n'
@@ -235,7 +249,14 @@ def gpupack_toml(spec: ClusterSpec, shares_per_gpu: int, gpu_memory_gib: float) 
         f'slurm_conf = "{spec.slurm_conf}"\n'
         f'simgpu_dir = "{spec.simgpu_dir}"\n'
         f'agent_dir = "{spec.state_dir}"\n'
-        "\n[web]\n"
+        "\n[agent]\n"
+        "# the helper reaches each node agent over HTTP, every request MUNGE-authenticated\n"
+        f'munge_socket = "{spec.munge_socket}"\n'
+        "\n[agents]\n"
+        "# every agent on its node's address (one host: all on 127.0.0.1, a port each);\n"
+        "# a real cluster: NodeAddr + [agent] port\n"
+        + "".join(f'{node} = "{spec.agent_address(node)}"\n' for node in spec.node_names)
+        + "\n[web]\n"
         '# the read-only web view (`gpupack web`): localhost only, on the cluster\'s port + 80\n'
         'bind = "127.0.0.1"\n'
         f"port = {spec.web_port}\n"

@@ -22,9 +22,8 @@ from dataclasses import dataclass
 ONE_HOST = "one-host"
 MULTI_HOST = "multi-host"
 TOPOLOGIES = (ONE_HOST, MULTI_HOST)
-#: What `devcluster up` and the test cluster use unless told: one host until the helper
-#: reaches the node agents over the network (issue 20 item 2), then multi-host.
-DEFAULT_TOPOLOGY = ONE_HOST
+#: What `devcluster up` and the test cluster use unless told (`--one-host`, GPUPACK_TEST_TOPOLOGY).
+DEFAULT_TOPOLOGY = MULTI_HOST
 
 LOOPBACK = "127.0.0.1"
 PREFIX_LEN = 24

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from packer.decision import ClusterView
-from packer.placement import Running
+from packer.placement import Running, submit_exclusion
 
 log = logging.getLogger(__name__)
 
+STALE = "STALE"  # not Slurm's: the node's agent is down, cut off or behind (nothing is packed there)
 UNUSABLE_STATES = {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING", "FUTURE", "MAINTENANCE", "RESERVED", "POWERED_DOWN", "POWERING_DOWN", "INVALID_REG"}
 
 
@@ -50,6 +51,19 @@ class Snapshot:
 def idle_gpus(snapshot: Snapshot, reservations: int = 0) -> int:
     free = sum(node.idle for node in snapshot.nodes)
     return max(0, free - snapshot.pending_whole_gpu_jobs - reservations)
+
+
+def packing_exclusion(snapshot: Snapshot, fingerprint: str, partners: set[str]) -> frozenset[str] | None:
+    """The nodes a job about to be packed is kept off: those running a job of a fingerprint in
+    ``partners`` (never share a GPU) and those whose agent's figures are stale; None when that
+    is every usable GPU node (the job is better kept whole)."""
+    gpu_nodes = [n.name for n in snapshot.nodes if n.gpus > 0 and n.usable]
+    avoid = submit_exclusion(fingerprint, snapshot.running, lambda _me, other: other in partners, gpu_nodes)
+    stale = {n.name for n in snapshot.nodes if STALE in n.states and n.name in gpu_nodes}
+    if avoid is None or not stale:
+        return avoid
+    avoid = frozenset(avoid) | stale
+    return None if not set(gpu_nodes) - avoid else avoid
 
 
 class ClusterViewPoller:

@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 
 from packer.decision import Decision
-from packer.placement import submit_exclusion
 from packer.request import JobFacts
 from packer.store import Store
+from slurm_plugin.helper.cluster_view import packing_exclusion
+from slurm_plugin.helper.finals import EndedSpool, spool_path
 from slurm_plugin.helper.server import HelperServer, Reply
 from slurm_plugin.helper.settings import Paths, ReloadingConfig, load_paths
 from slurm_plugin.helper.submit_service import SubmitService
@@ -29,6 +30,7 @@ from slurm_plugin.helper.view_file import PublishedView, view_path
 from slurm_plugin.metrics.endpoint import new_registry, serve
 from slurm_plugin.metrics.settings import MetricsOverride
 from slurm_plugin.metrics.submit import SubmitMetrics
+from slurm_plugin.slurm.gres import expand_hostlist
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +68,13 @@ class Helper:
             self.config, self.store, self.view.view, self.paths.kill_switch, self._on_decision,
             avoid=self._avoid_nodes, metrics=self.metrics,
         )
+        # the controller's epilog (`gpupack ctld-epilog`) names a job that ended: the watcher
+        # collects its runs from its nodes' agents (no Slurm call, no SQLite on this side)
+        self.ended_jobs = EndedSpool(spool_path(self.paths.socket))
         self.server = HelperServer(
             self.paths.socket,
-            {"submit": self._submit, "ping": lambda _f: {"status": "ok", "reason": "pong"}},
+            {"submit": self._submit, "ping": lambda _f: {"status": "ok", "reason": "pong"},
+             "job-ended": self._job_ended},
             slurm_user_uid(self.paths.slurm_user),
         )
         self._done = threading.Event()
@@ -79,15 +85,36 @@ class Helper:
         answer, after = self.service.respond(fields)
         return Reply(answer.to_wire(), after=after)
 
+    def _job_ended(self, fields: dict[str, bytes]) -> dict[str, str] | Reply:
+        """`job_id`, `nodes` (a Slurm hostlist): handed to the watcher, which records the job's
+        runs from its nodes' agents."""
+        try:
+            job_id = int(fields.get("job_id", b"").decode("ascii"))
+            hostlist = fields.get("nodes", b"").decode("ascii")
+            nodes = expand_hostlist(hostlist)
+        except (UnicodeDecodeError, ValueError) as exc:
+            return {"status": "error", "reason": f"bad-request: {exc}"[:200].replace("\t", " ").replace("\n", " ")}
+        if job_id <= 0 or not nodes or any(c.isspace() for c in hostlist):
+            return {"status": "error", "reason": "bad-request: a job id and its nodes (a hostlist) are needed"}
+
+        def hand_over() -> None:
+            try:
+                self.ended_jobs.append(job_id, hostlist)
+            except OSError as exc:  # the sweep records it later
+                log.warning("job %d's end not handed to the watcher: %s", job_id, exc)
+
+        return Reply({"status": "ok", "reason": "queued"}, after=hand_over)
+
     def _avoid_nodes(self, fingerprint: str) -> frozenset[str] | None:
-        """Nodes running a job this fingerprint must never share a GPU with (pairs in SQLite);
-        None when that is every GPU node."""
+        """Nodes a job about to be packed must be kept off: those running a job this
+        fingerprint must never share a GPU with (pairs in SQLite), and those whose agent's
+        figures are stale (nothing is packed where it cannot be watched); None when that is
+        every GPU node."""
         snap = self.view.snapshot()
         if snap is None:
             return frozenset()
-        gpu_nodes = [n.name for n in snap.nodes if n.gpus > 0 and n.usable]
         partners = self.store.avoided_with(fingerprint)  # one query, not one per running job
-        return submit_exclusion(fingerprint, snap.running, lambda _me, other: other in partners, gpu_nodes)
+        return packing_exclusion(snap, fingerprint, partners)
 
     def _on_decision(self, facts: JobFacts, decision: Decision) -> None:
         if decision.verdict == "exclusive":

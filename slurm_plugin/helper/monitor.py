@@ -25,9 +25,14 @@ each watch of `Monitor.watches`, in this order:
 10. **steering** (`watches/steering.py`): pending packed jobs are kept off avoided partners
     and, with `[monitor] pair_predict`, off nodes where every GPU they could land on holds a
     job predicted to slow down beside them (`watches/pair_view.py`, `packer.rules`);
-11. **MPS** (`watches/mps.py`): percentages from measured utilisation, for the node agents;
+11. **MPS** (`watches/mps.py`): percentages from measured utilisation, sent to the node agents;
 12. **queue layouts** (`watches/layouts.py`): idle MIG slices follow the pending queue;
 13. **metrics** (`watches/metrics.py`): metrics.prom written (the Watcher serves the registry).
+
+Each round also pushes every node's job list to its agent and takes its samples over the
+MUNGE-authenticated link (`sample_source.AgentSamples`); a node whose agent is down, cut off or
+behind is stale (`Monitor.stale_nodes`): the published cluster view says so (nothing is packed
+there) and `Actions` takes no run-time action on its jobs, logging why.
 
 Watches read a `RoundContext` and act only through `Actions` (requeue at the head, update
 a job, log an event). The run-time actions (contention requeue, memory restart, grow by
@@ -47,6 +52,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from packer.rules import SuiteRules
+from slurm_plugin.agent.client import helper_link
+from slurm_plugin.agent.directory import load_agent_settings
 from slurm_plugin.helper.monitor_settings import MonitorSettings, ReloadingActionModes, load_monitor_settings
 from slurm_plugin.helper.sample_source import AgentSamples, SampleSource
 from slurm_plugin.helper.watches.actions import Actions
@@ -97,11 +104,14 @@ class Monitor:
             from slurm_plugin.slurm.runner import SlurmRunner
 
             runner = SlurmRunner(slurm_conf=str(paths.slurm_conf) if paths.slurm_conf else None, timeout=10)
-        # the agents' sockets are <state>/run/agent-<node>.sock, with <state> [paths] agent_dir
-        # (else the database's folder); GPUPACK_AGENT_STATE_DIR overrides both
+        # node-local files of the agents, where a tool still reads them ([paths] agent_dir, else
+        # the database's folder; GPUPACK_AGENT_STATE_DIR overrides both)
         self.agent_state_dir = Path(os.environ.get("GPUPACK_AGENT_STATE_DIR") or getattr(paths, "agent_dir", None)
                                     or Path(paths.database).parent)
-        self.samples_source: SampleSource = samples or AgentSamples(self.agent_state_dir)
+        # every agent is reached over the MUNGE-authenticated link ([agent], [agents] of gpupack.toml)
+        self.agents = helper_link(config_path, paths, lambda: self.actions.runner)
+        self.samples_source: SampleSource = samples or AgentSamples(
+            self.agents, load_agent_settings(config_path).stale_after_s)
         self.clock = clock
         self.on_jobs = on_jobs  # called with each round's job listing and when it was asked for
         self.state = WatchState()
@@ -160,6 +170,11 @@ class Monitor:
     @mps_plan.setter
     def mps_plan(self, plan: dict[tuple[str, int], dict[int, int]]) -> None:
         self.mps_watch.mps_plan = plan
+
+    @property
+    def stale_nodes(self) -> dict[str, str]:
+        """Nodes whose agent's figures are not trusted now, with the reason."""
+        return dict(getattr(self.samples_source, "stale", {}))
 
     @property
     def _heading(self) -> dict[int, int]:
@@ -228,13 +243,23 @@ class Monitor:
         if self.action_modes is not None:
             self.actions.modes = self.action_modes()
         listing = self.runner.jobs_in_play(also=self.state.tracks.keys())
+        jobs_by_node: dict[str, list[int]] = {}
+        for j in listing:
+            if j.state in ACTIVE:
+                for n in expand_hostlist(j.nodes):
+                    jobs_by_node.setdefault(n, []).append(j.job_id)
+        tell = getattr(self.samples_source, "tell_jobs", None)
+        if tell is not None:  # the agents learn their jobs from this listing, never from slurmctld
+            tell(jobs_by_node)
+            samples = self.samples_source(jobs_by_node)
+        else:
+            samples = self.samples_source(jobs_by_node) if jobs_by_node else []
+        self.actions.stale_nodes = dict(self.stale_nodes)
         if self.on_jobs is not None:
             try:
                 self.on_jobs(listing, now)
             except Exception:  # publishing the view must not stop the watching
                 log.exception("publishing the cluster view failed")
-        running_nodes = {n for j in listing if j.state in ACTIVE for n in expand_hostlist(j.nodes)}
-        samples = self.samples_source(running_nodes) if running_nodes else []
         ctx = self._context(now, listing, samples)
         for watch in self.watches:
             watch.round(ctx)
@@ -247,7 +272,7 @@ class Monitor:
         return RoundContext(
             now=now, jobs={job.job_id: job for job in listing}, samples=samples, settings=self.settings,
             config=config, rules=self.rules, state=self.state, actions=self.actions, fingerprint_of=self.fingerprint_of,
-            agent_state_dir=self.agent_state_dir,
+            agent_state_dir=self.agent_state_dir, agents=self.agents, stale_nodes=self.stale_nodes,
             gpu_model=getattr(self.helper.paths, "gpu_model", None) or "H100-80GB",
             act_s=self.settings.memory_act_s + (self.cycle_s or self.settings.interval_s),
         )

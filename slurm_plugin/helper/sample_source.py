@@ -1,22 +1,35 @@
-"""Where the monitor gets its JobSamples: the node agents, or anything with the same shape.
+"""Where the monitor gets its JobSamples, and which nodes' figures are stale.
 
-`SampleSource` is a callable taking the nodes that run jobs and returning their samples;
-the real one asks each node agent over its socket (`run/agent-<node>.sock`, root or the
-SlurmUser only): the newest sample of each job the first time, then every sample taken
-since the newest it has seen from that node, so a round stretched by a slow Slurm loses
-no agent sample (the counters' contention check counts samples, not rounds). A node whose agent does not answer is skipped with a warning
-(once per outage), never an exception into the monitor loop.
+`SampleSource` is a callable taking the nodes that run jobs and returning their samples. The
+real one, :class:`AgentSamples`, asks every node's agent over the MUNGE-authenticated link
+(:mod:`slurm_plugin.agent.client`), in parallel, once per round:
+
+1. it pushes the node's job list (the jobs Slurm runs there, from the round's one listing),
+   so agents never ask slurmctld themselves;
+2. it takes the newest sample of each job the first time, then every sample taken since the
+   newest it has seen from that node, so a round stretched by a slow Slurm loses no agent
+   sample (the counters' contention check counts samples, not rounds).
+
+A node is **stale** while its agent does not answer (down, cut off, refused, an answer that
+is not believed) or its newest sampling round is older than ``stale_after_s`` by the agent's own
+clock; ``stale`` maps each such node to the reason. Nothing is packed onto a stale node and no
+run-time action is taken on its jobs (the monitor passes ``stale`` on); it recovers when the
+agent answers again with fresh samples. A failure is logged once per outage, never raised
+into the monitor loop.
 """
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from pathlib import Path
+import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from packer.samples import JobSample
 
 log = logging.getLogger(__name__)
+
+AGENT_THREADS = 16
 
 
 class SampleSource(Protocol):
@@ -25,32 +38,58 @@ class SampleSource(Protocol):
 
 class AgentSamples:
     """Every job's samples since the last call (the newest only, the first time), from each
-    node's agent; oldest first."""
+    node's agent over the link; oldest first. ``tell_jobs`` sets the job lists the next call
+    pushes."""
 
-    def __init__(self, state_dir: Path, timeout: float = 1.0):
-        self.state_dir = Path(state_dir)
-        self.timeout = timeout
-        self._down: set[str] = set()
+    def __init__(self, link, stale_after_s: float = 15.0, clock=time.time):
+        self.link = link
+        self.stale_after_s = stale_after_s
+        self.clock = clock
+        self.stale: dict[str, str] = {}  # node -> why its figures are not trusted
         self._seen: dict[str, float] = {}  # node -> newest sample time it sent (its own clock)
+        self._jobs: Mapping[str, list[int]] = {}
+        self._generation = 0
+        self._pool = ThreadPoolExecutor(max_workers=AGENT_THREADS, thread_name_prefix="agent-link")
+
+    def tell_jobs(self, jobs_by_node: Mapping[str, list[int]]) -> None:
+        """The jobs Slurm runs on each node now; pushed to every agent on the next call."""
+        self._jobs = dict(jobs_by_node)
+        self._generation = max(self._generation + 1, int(self.clock() * 1000))
+
+    def known_nodes(self) -> list[str]:
+        nodes = getattr(self.link.directory, "nodes", None)
+        return list(nodes()) if nodes else []
 
     def __call__(self, nodes: Iterable[str]) -> list[JobSample]:
-        try:
-            from slurm_plugin.agent.client import AgentUnavailable, samples
-        except ImportError:  # the agent is not installed on this host
-            return []
+        every = sorted(set(nodes) | set(self.known_nodes()) | set(self._jobs))
         out: list[JobSample] = []
-        for node in sorted(set(nodes)):
-            try:
-                since = self._seen.get(node)
-                got = samples(self.state_dir, node, latest=since is None, since=since, timeout=self.timeout)
-                if got:
-                    self._seen[node] = max(x.at for x in got)
-                out.extend(sorted(got, key=lambda x: x.at))
-                if node in self._down:
-                    self._down.discard(node)
-                    log.info("node agent of %s answers again", node)
-            except (AgentUnavailable, PermissionError, OSError, ValueError, TypeError) as exc:
-                if node not in self._down:
-                    self._down.add(node)
-                    log.warning("no samples from the node agent of %s: %s", node, exc)
+        for node, got in zip(every, self._pool.map(self._one, every)):
+            out.extend(got)
         return out
+
+    def _one(self, node: str) -> list[JobSample]:
+        from slurm_plugin.agent.client import AgentRefused, AgentUnavailable, push_jobs, sample_batch
+
+        try:
+            push_jobs(self.link, node, self._jobs.get(node, []), self._generation)
+            since = self._seen.get(node)
+            batch = sample_batch(self.link, node, latest=since is None, since=since)
+        except (AgentUnavailable, AgentRefused, OSError, ValueError, TypeError) as exc:
+            self._mark(node, f"its agent does not answer ({exc})")
+            return []
+        if batch.samples:
+            self._seen[node] = max(x.at for x in batch.samples)
+        age = batch.age_s
+        if age is None or age > self.stale_after_s:
+            self._mark(node, "its agent has not sampled yet" if age is None
+                       else f"its agent's newest samples are {age:.0f} s old")
+        elif node in self.stale:
+            log.info("node agent of %s answers again with fresh samples (was stale: %s)", node,
+                     self.stale.pop(node))
+        return sorted(batch.samples, key=lambda x: x.at)
+
+    def _mark(self, node: str, reason: str) -> None:
+        if node not in self.stale:
+            log.warning("node %s is stale: %s; nothing is packed there and no action is taken on its jobs",
+                        node, reason)
+        self.stale[node] = reason

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 from packer import comment
 from packer.placement import Running
-from slurm_plugin.helper.cluster_view import NodeGpus, Snapshot
+from slurm_plugin.helper.cluster_view import STALE, NodeGpus, Snapshot
 from slurm_plugin.slurm.gres import expand_hostlist
 from slurm_plugin.slurm.model import Job, Node
 
@@ -14,13 +15,15 @@ ACTIVE = ("RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING")
 from slurm_plugin.slurm.runner import SlurmRunner
 
 
-def node_gpus(node: Node) -> NodeGpus:
-    """A GPU is busy when Slurm shows it held whole (gpu) or in part (shard)."""
+def node_gpus(node: Node, stale: bool = False) -> NodeGpus:
+    """A GPU is busy when Slurm shows it held whole (gpu) or in part (shard); a node whose
+    agent's figures are stale carries the state STALE (nothing is packed onto it)."""
     busy: set[int] = set()
     for item in node.gres_used:
         if item.name in ("gpu", "shard") and item.indexes:
             busy.update(item.indexes)
-    return NodeGpus(node.name, frozenset(s.upper() for s in node.state), node.gpus_total, frozenset(busy))
+    states = frozenset(s.upper() for s in node.state) | ({STALE} if stale else frozenset())
+    return NodeGpus(node.name, states, node.gpus_total, frozenset(busy))
 
 
 def pending_whole_gpus(jobs: list[Job]) -> int:
@@ -54,7 +57,10 @@ def fetch_snapshot(slurm_conf: Path | None, runner: SlurmRunner | None = None) -
     return snapshot_from(nodes, runner.jobs(), started)
 
 
-def snapshot_from(nodes: list[Node], jobs: list[Job], taken_at: float) -> Snapshot:
-    """The view from what Slurm said; `taken_at`: when the job listing was asked for."""
-    return Snapshot(nodes=tuple(node_gpus(n) for n in nodes), pending_whole_gpu_jobs=pending_whole_gpus(jobs),
+def snapshot_from(nodes: list[Node], jobs: list[Job], taken_at: float,
+                  stale: Collection[str] = ()) -> Snapshot:
+    """The view from what Slurm said; `taken_at`: when the job listing was asked for; `stale`:
+    nodes whose agent's figures are stale (the monitor's)."""
+    return Snapshot(nodes=tuple(node_gpus(n, n.name in stale) for n in nodes),
+                    pending_whole_gpu_jobs=pending_whole_gpus(jobs),
                     taken_at=taken_at, running=running_jobs(jobs))

@@ -6,6 +6,7 @@ server loop: any surprise becomes a pass-through answer with its reason.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pwd
 import time
@@ -16,7 +17,7 @@ from typing import Callable
 
 from packer.comment import merge
 from packer.config import PackerConfig
-from packer.decision import ClusterView, Decision
+from packer.decision import ClusterView, Decision, packed_type
 from packer.fingerprint import fingerprint
 from packer.request import Candidate, JobFacts, classify, shard_request
 from packer.rules import SuiteRules
@@ -36,9 +37,13 @@ class SubmitAnswer:
     mode: str
     admin_comment: str = ""  # new AdminComment to set ("" = leave as is)
     rewrite: str = ""  # new tres_per_node ("" = leave the request as is)
-    clear_field: str = ""  # tres field that held the GPU request and must be cleared
+    clear_field: str = ""  # fields to clear with the rewrite, comma-separated (the one that held
+    #                        the GPU request; --mem-per-gpu's and --cpus-per-gpu's, made job-level)
     fingerprint: str = ""
     exclude: str = ""  # nodes to add to the job's excluded nodes (pair avoidance)
+    min_mem_per_node: int | None = None  # MB: what --mem-per-gpu meant for the job's one GPU
+    min_cpus: int | None = None  # what --cpus-per-gpu meant for the job's one GPU ...
+    cpus_per_task: int | None = None  # ... split over its tasks (classify checked it splits evenly)
 
     def to_wire(self) -> dict[str, str]:
         return {
@@ -51,6 +56,9 @@ class SubmitAnswer:
             "clear": self.clear_field,
             "fp": self.fingerprint,
             "exclude": self.exclude,
+            "min_mem_per_node": "" if self.min_mem_per_node is None else str(self.min_mem_per_node),
+            "min_cpus": "" if self.min_cpus is None else str(self.min_cpus),
+            "cpus_per_task": "" if self.cpus_per_task is None else str(self.cpus_per_task),
         }
 
 
@@ -71,19 +79,31 @@ def _decoded(fields: dict[str, bytes]) -> dict[str, str]:
     return {k: v.decode("utf-8", "replace") for k, v in fields.items() if v and k != "script"}
 
 
+_NUMBER_FIELDS = ("min_nodes", "max_nodes", "num_tasks", "shared", "ntasks_per_node", "requeue", "het_job_offset",
+                  "min_mem_per_node", "min_mem_per_cpu", "cpus_per_task", "min_cpus")
+
+
 def _number(text: str | None) -> int | None:
+    """A whole, finite, non-negative number as slurmctld gives it (`4294967294`, `2`); None
+    when it is not one (`inf`, `nan`, `-1`, `0.5`, text)."""
     if text is None:
         return None
     try:
-        return int(float(text))
+        value = float(text)
     except ValueError:
         return None
+    if not math.isfinite(value) or value < 0 or value != int(value):
+        return None
+    return int(value)
 
 
 def job_facts(fields: dict[str, bytes], text: dict[str, str] | None = None) -> JobFacts:
-    """What the shim sent, as JobFacts (`text`: the fields already decoded, if at hand)."""
+    """What the shim sent, as JobFacts (`text`: the fields already decoded, if at hand). A
+    number field that is not a whole number is named in `unreadable` (the job is not packed)."""
     text = _decoded(fields) if text is None else text
     uid = _number(text.get("uid"))
+    numbers = {k: _number(text.get(k)) for k in _NUMBER_FIELDS}
+    unreadable = tuple(k for k in _NUMBER_FIELDS if numbers[k] is None and text.get(k) is not None)
     return JobFacts(
         user=text.get("user_name") or (_user_name(uid) if uid is not None else ""),
         name=text.get("name", ""),
@@ -91,12 +111,35 @@ def job_facts(fields: dict[str, bytes], text: dict[str, str] | None = None) -> J
         tres_per_node=text.get("tres_per_node"),
         tres_per_job=text.get("tres_per_job"),
         tres_per_task=text.get("tres_per_task"),
-        min_nodes=_number(text.get("min_nodes")),
-        max_nodes=_number(text.get("max_nodes")),
-        num_tasks=_number(text.get("num_tasks")),
-        shared=_number(text.get("shared")),
         partition=text.get("partition"),
+        tres_per_socket=text.get("tres_per_socket"),
+        mem_per_tres=text.get("mem_per_tres"),
+        cpus_per_tres=text.get("cpus_per_tres"),
+        tres_freq=text.get("tres_freq"),
+        tres_bind=text.get("tres_bind"),
+        batch=text.get("batch", "1") != "0",
+        unreadable=unreadable,
+        **numbers,
     )
+
+
+def _rewrite(answer: SubmitAnswer, request: Candidate, decision: Decision, config: PackerConfig,
+             facts: JobFacts) -> None:
+    """The packed request, meaning what the user asked (docs/request-forms.md): K shards of
+    the GPU's type, and what was per GPU made per job (the job had exactly one GPU)."""
+    answer.rewrite = shard_request(decision.shards or 1, request.dialect, packed_type(request, config))
+    answer.exclude = ",".join(decision.avoid_nodes)
+    clear = [request.field] if request.field != "tres_per_node" else []
+    if request.mem_per_gpu_mb is not None:
+        clear.append("mem_per_tres")
+        answer.min_mem_per_node = request.mem_per_gpu_mb
+    if request.cpus_per_gpu is not None:
+        clear.append("cpus_per_tres")
+        answer.min_cpus = request.cpus_per_gpu
+        answer.cpus_per_task = request.cpus_per_gpu // request.tasks
+    if request.gpu_bind:
+        clear.append("tres_bind")
+    answer.clear_field = ",".join(clear)
 
 
 class SubmitService:
@@ -154,16 +197,18 @@ class SubmitService:
             fp, estimate, remembered = None, None, None
         decision = self._rules_for(config).admit(request, estimate, self._cluster_view(), fp, remembered)
         decision = self._avoid_partners(decision, text.get("req_nodes"))
-        answer = SubmitAnswer(decision.verdict, decision.reason, config.mode, fingerprint=fp or "")
         site_comment = text.get("admin_comment")
-        if config.mode != "observe" and decision.reason != "no-gpu":
+        writable = not (site_comment and any(c in site_comment for c in "\t\n\r"))
+        if not writable and decision.reason != "no-gpu":
+            # the answer is one line of tab-separated fields: a comment the site set with a tab
+            # or newline cannot travel back in it, and a packed job needs its record
+            decision = Decision("untouched", "site-comment-unwritable", fingerprint=decision.fingerprint)
+        answer = SubmitAnswer(decision.verdict, decision.reason, config.mode, fingerprint=fp or "")
+        if config.mode != "observe" and decision.reason != "no-gpu" and writable:
             advised = config.mode == "advise"
             answer.admin_comment = merge(site_comment, decision.comment(advised=advised))
         if config.mode == "enforce" and decision.verdict == "packed" and isinstance(request, Candidate):
-            answer.rewrite = shard_request(decision.shards or 1, request.dialect)
-            answer.exclude = ",".join(decision.avoid_nodes)
-            if request.field != "tres_per_node":
-                answer.clear_field = request.field
+            _rewrite(answer, request, decision, config, facts)
         decided_s = time.perf_counter() - started
         decided_ms = decided_s * 1000
 

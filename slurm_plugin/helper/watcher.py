@@ -54,6 +54,15 @@ class Watcher:
         self.runner = SlurmRunner(slurm_conf=str(self.paths.slurm_conf) if self.paths.slurm_conf else None,
                                   timeout=10)
         self._done = threading.Event()
+        # the agents' final summaries of the jobs the controller's epilog names, and the sweep
+        # of the rest (runs the monitor did not see end): a thread of its own, never in a round
+        from slurm_plugin.agent.client import helper_link
+        from slurm_plugin.helper.finals import EndedSpool, FinalsCollector, LinkFinals, open_sweep, spool_path
+
+        finals_link = helper_link(config_path, self.paths, lambda: self.runner)  # the agents, over the link
+        self.finals = FinalsCollector(lambda: open_sweep(self.paths.database, LinkFinals(finals_link),
+                                                         self.paths.slurm_conf, "sweep"),
+                                      EndedSpool(spool_path(self.paths.socket)))
         self.monitor = _load_monitor(self)
         # with the monitor, its one job listing per round also feeds the view (one squeue a
         # round, not two); without it, a poller of its own
@@ -68,7 +77,8 @@ class Watcher:
         """Publish the view from a job listing the monitor already has, plus the nodes."""
         from slurm_plugin.helper.slurm_poll import snapshot_from
 
-        publish(self.view_file, snapshot_from(self.runner.nodes(), jobs, taken_at))
+        stale = self.monitor.stale_nodes if self.monitor is not None else {}
+        publish(self.view_file, snapshot_from(self.runner.nodes(), jobs, taken_at, stale))
 
     def run(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self._done.set())
@@ -81,6 +91,7 @@ class Watcher:
             self.poller.start()
         if self.monitor is not None:
             self.monitor.start()
+        self.finals.start()
         endpoint = self._serve_metrics()
         log.info("watcher publishing the cluster view to %s", self.view_file)
         self._done.wait()
@@ -91,6 +102,7 @@ class Watcher:
             self.monitor.stop()
         if self.poller is not None:
             self.poller.stop()
+        self.finals.stop()
         self.store.close()
 
     def _serve_metrics(self):

@@ -17,8 +17,10 @@ Where it runs comes from the step environment the node agent answered through th
 plugin (``GPUPACK_SIM_DIR``, ``GPUPACK_NODE``, ``GPUPACK_SIM_DEVICE``,
 ``GPUPACK_MEM_LIMIT_BYTES`` for an MPS share, ``GPUPACK_AGENT_SOCKET``,
 ``GPUPACK_REPORT_TOKEN``); without ``GPUPACK_SIM_DEVICE`` it falls back to a ``MIG-…``
-in ``CUDA_VISIBLE_DEVICES`` or to the GPU index there. Its memory is accounted on the
-simulated GPU under the job id (``SLURM_JOB_ID``), exactly where the agent samples it.
+in ``CUDA_VISIBLE_DEVICES`` or to the GPU index there. Like a CUDA process, it is known to
+the GPU by its own pid: its process and memory are registered on the simulated GPU under
+it (an MPS client when ``CUDA_MPS_PIPE_DIRECTORY`` is set), and the node agent, reading
+them through NVML, maps the pid to the job as it does on real GPUs.
 """
 from __future__ import annotations
 
@@ -51,11 +53,12 @@ class Target:
     node: str
     device_uuid: str | None
     gpu_index: int | None
-    owner: str
+    owner: str  # the process's pid: what NVML names a process by
     job_id: int | None
     mem_limit_bytes: int | None
     agent_socket: str | None
     token: str | None
+    mps: bool = False  # an MPS client (the agent gave the step an MPS pipe directory)
 
 
 def target_from_env(env: dict[str, str]) -> Target:
@@ -75,10 +78,10 @@ def target_from_env(env: dict[str, str]) -> Target:
         gpu_index = int(idx)
     job = env.get("SLURM_JOB_ID", "")
     limit = env.get("GPUPACK_MEM_LIMIT_BYTES", "")
-    return Target(Path(sim_dir), node, device, gpu_index,
-                  job if job.isdigit() else f"pid{os.getpid()}", int(job) if job.isdigit() else None,
-                  int(limit) if limit.isdigit() else None,
-                  env.get("GPUPACK_AGENT_SOCKET"), env.get("GPUPACK_REPORT_TOKEN"))
+    return Target(Path(sim_dir), node, device, gpu_index, str(os.getpid()),
+                  int(job) if job.isdigit() else None, int(limit) if limit.isdigit() else None,
+                  env.get("GPUPACK_AGENT_SOCKET"), env.get("GPUPACK_REPORT_TOKEN"),
+                  mps=bool(env.get("CUDA_MPS_PIPE_DIRECTORY")))
 
 
 def _sim_dir_from_config(config: str | None) -> str | None:
@@ -181,7 +184,7 @@ class _Reporter:
 
 
 def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload: str | None,
-        env: dict[str, str] | None = None, report_every_s: float = 0.5, report: bool = True,
+        grow_iters: int | None = None, env: dict[str, str] | None = None, report_every_s: float = 0.5, report: bool = True,
         checkpoint_every: int = 0, out: TextIO = sys.stdout, err: TextIO = sys.stderr, backend=None) -> int:
     """Run the workload; returns the process exit status (0 done, 1 out of memory, 2 setup)."""
     from mig.errors import MigError
@@ -198,7 +201,7 @@ def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload
         capacity = min(capacity, target.mem_limit_bytes)
     default_speed = float(env.get("GPUPACK_SIM_DEFAULT_PAIR_SPEED", pairs.DEFAULT_PAIR_SPEED))
     reporter = _Reporter(target, workload, report_every_s) if report else None
-    engines = _Engines(gpu, device, target.owner, workload, default_speed)
+    engines = _Engines(gpu, device, target.owner, workload, default_speed, target.mps)
     memory = _Memory(gpu, device, target.owner, capacity, gpu_index, err)
     stopping = _StopSignal()
     checkpoints = _Checkpoints(checkpoint_every, iter_ms, reporter, out)
@@ -210,7 +213,8 @@ def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload
           f"{f', checkpoint every {checkpoint_every} iterations' if checkpoint_every else ''}", file=out, flush=True)
     try:
         return _iterate(memory, engines, reporter, stopping, checkpoints, mem_start=mem_start,
-                        mem_growth=mem_growth, iters=iters, iter_ms=iter_ms, out=out, err=err)
+                        mem_growth=mem_growth, grow_iters=iters if grow_iters is None else grow_iters,
+                        iters=iters, iter_ms=iter_ms, out=out, err=err)
     finally:
         signal.signal(signal.SIGTERM, old)
         signal.signal(signal.SIGUSR1, old_usr1)
@@ -248,12 +252,13 @@ def _find_device(env: dict[str, str], backend, err: TextIO) -> tuple[Target, Any
 
 
 def _iterate(memory: _Memory, engines: _Engines, reporter: _Reporter | None, stopping: _StopSignal,
-             checkpoints: _Checkpoints, *, mem_start: int, mem_growth: int, iters: int, iter_ms: float,
-             out: TextIO, err: TextIO) -> int:
-    """Allocate, then run the iterations (growing and reporting); the exit status."""
+             checkpoints: _Checkpoints, *, mem_start: int, mem_growth: int, grow_iters: int, iters: int,
+             iter_ms: float, out: TextIO, err: TextIO) -> int:
+    """Make the process (its CUDA context), allocate, then run the iterations (growing and
+    reporting); the exit status."""
+    engines.start()
     if not memory.alloc(mem_start):
         return 1
-    engines.start()
     done = 0
     started = time.monotonic()
     for done in range(1, iters + 1):
@@ -261,7 +266,7 @@ def _iterate(memory: _Memory, engines: _Engines, reporter: _Reporter | None, sto
             print(f"simgpu: stopped by signal {stopping.signum} after {done - 1} iterations", file=err)
             return 128 + stopping.signum
         time.sleep(iter_ms / 1000.0 / max(engines.speed(), 0.01))
-        if mem_growth and not memory.alloc(mem_growth):
+        if mem_growth and done <= grow_iters and not memory.alloc(mem_growth):
             return 1
         if checkpoints.after(done, time.monotonic() - started):
             continue  # its report went with the checkpoint
@@ -346,8 +351,9 @@ class _Engines:
     """The workload's process on the simulated GPU: how fast it runs beside its neighbours,
     and how busy it keeps the engines (what the GPU's counters sample)."""
 
-    def __init__(self, gpu, device: str, owner: str, workload: str | None, default_speed: float):
-        self.gpu, self.device, self.owner = gpu, device, owner
+    def __init__(self, gpu, device: str, owner: str, workload: str | None, default_speed: float,
+                 mps: bool = False):
+        self.gpu, self.device, self.owner, self.mps = gpu, device, owner, mps
         self.workload = workload
         self.default_speed = default_speed
         self.alone_util = pairs.workload_util(workload)
@@ -355,7 +361,7 @@ class _Engines:
         self.checked = 0.0
 
     def start(self) -> None:
-        self.gpu.start_process(self.device, self.owner, self.workload, self.alone_util)
+        self.gpu.start_process(self.device, self.owner, self.workload, self.alone_util, mps=self.mps)
         self.checked = 0.0
 
     def speed(self) -> float:

@@ -92,8 +92,9 @@ class Cluster:
         elif len(g.jobs) == 1:
             g.jobs[0].room = g.jobs[0].cap
         rates = shared_rates(g.jobs, sim.pairs)
+        sim.pair_failures.arm(g, rates, now)  # a pair that cannot run together: the newest fails
         for j, rate, measured in rates:
-            if measured and len(rates) > 1:
+            if measured and len(rates) > 1 and rate > 0.0:
                 j.max_pair_slow = max(j.max_pair_slow, 1.0 / rate)
             sim.progress.set_rate(j, now, rate)
 

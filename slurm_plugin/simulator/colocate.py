@@ -36,6 +36,7 @@ class ColocatePolicy(Policy):
 
     name = "colocate"
     packs = True
+    learns_pairs = True  # the co-runner rule keeps apart sim.avoid
 
     def __init__(self, sim: "Simulator"):
         super().__init__(sim)

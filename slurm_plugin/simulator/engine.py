@@ -41,11 +41,12 @@ from packer.config import GIB, PackerConfig
 from packer.rules import SuiteRules
 from slurm_plugin.simulator.cluster import Cluster
 from slurm_plugin.simulator.config import SimConfig
-from slurm_plugin.simulator.events import CHECK, FINISH, OOM, WARN, EventLoop
+from slurm_plugin.simulator.events import CHECK, FINISH, OOM, PAIR_FAIL, WARN, EventLoop
 from slurm_plugin.simulator.growth import GrowPreemption
 from slurm_plugin.simulator.knowledge import PairKnowledge
 from slurm_plugin.simulator.memory import MemoryRestarts
 from slurm_plugin.simulator.mig_state import MigState
+from slurm_plugin.simulator.pair_failure import PairFailures
 from slurm_plugin.simulator.progress import Progress
 from slurm_plugin.simulator.regrouping import Regrouper
 from slurm_plugin.simulator.registry import make_policy
@@ -99,6 +100,7 @@ class Simulator:
         # the MIG side of the cluster (MIG policies only)
         self.mig = MigState(cfg, self.catalog, self.gpus, self.idle) if self.policy.uses_mig else None
         self.memory = MemoryRestarts(cfg, self.rules, self.gpu_mem, self.mig)
+        self.pair_failures = PairFailures(self)  # pairs that cannot run together (speed 0)
         n_whole = self.mig.n_whole if self.mig else cfg.gpus
         self.skipped = 0
         self.jobs: list[Job] = []
@@ -119,6 +121,7 @@ class Simulator:
             OOM: lambda job, t: self.restart_memory(job, t, predicted=False),
             WARN: lambda job, t: self.restart_memory(job, t, predicted=True),
             CHECK: self.policy.check,
+            PAIR_FAIL: self.pair_failures.fail,
         }
         self.loop.run(arrivals, self.usage.advance, handlers, self.sched.arrive, self.sched.run_pass)
         use = self.usage
@@ -142,7 +145,7 @@ class Simulator:
             rules=self.rules.settings())
 
     def _actions_summary(self) -> dict:
-        out = self.memory.summary()
+        out = {**self.memory.summary(), "pair_failures": self.pair_failures.count}
         for part in (self.grow, self.regrouper):
             out.update(part.summary() if part is not None else {})
         return out

@@ -5,8 +5,9 @@ On a real cluster nobody hands the packer a table of every pair's slowdown. It l
 pair's speeds after it has run that pair (the node agent measures each job's throughput
 against its history), and it has to guess the others from what it knows of each job alone
 (utilisation, memory, Lucid's sharing label). The simulator's replay slows jobs by the
-measured pair table (:class:`~slurm_plugin.simulator.workload.PairTable`); a policy that
-predicted from that same table would be exact by construction. So:
+measured pair table (:class:`~slurm_plugin.simulator.workload.PairTable`, or the table
+``--truth`` gives: :mod:`slurm_plugin.simulator.truth`); a policy that predicted from that
+same table would be exact by construction. So:
 
 - ``oracle``: the truth table: an upper bound, not what a site gets;
 - ``observed`` (default): a pair the replay has run (and watched for ``monitor_s``) is

@@ -10,12 +10,16 @@
 - ``pair_bound_ok``: every job that shared a GPU ran no slower than its worst measured pair
   allows (its shared-run slowdown <= 1 / lowest measured pair speed, within 1e-6);
   ``pair_bound_worst`` is the largest ratio of that slowdown to that bound (<= 1 when it
-  holds; jobs restarted or in unmeasured pairs are not judged);
+  holds; jobs restarted, in unmeasured pairs or held at speed 0 beside a pair that cannot
+  run together are not judged);
   ``jobs_in_unmeasured_pairs`` counts jobs that shared with a pair the data does not cover
   (their speed is the documented fallback).
 - ``lost_gpu_s``: work lost to restarts (out-of-memory, early restarts, contention
-  requeues, grow evictions, regroup moves), in seconds of the jobs' runs; ``lost_gpu_h``
-  the same in GPU-hours.
+  requeues, grow evictions, regroup moves, pairs that cannot run together), in seconds of
+  the jobs' runs; ``lost_gpu_h`` the same in GPU-hours. ``jobs_failed``: jobs with an
+  attempt that failed (out of memory, or beside a pair that cannot run together:
+  ``pair_failures`` counts those attempts); ``jobs_restarted``: jobs restarted at least once
+  for any reason. ``p50_slowdown``/``p95_slowdown``: per-job slowdown percentiles.
 - ``multi_gpu_avg_queue_s``: the average queueing delay (submit to first start) of the
   multi-GPU jobs, the jobs that wait at the head for whole GPUs.
 - Issue 13's actions (zero when switched off): ``grow_preemptions`` (younger packed jobs
@@ -59,7 +63,8 @@ def summary(res: SimResult) -> dict:
     shared = [j for j in done if j.shared_with]
     # A shared job with no restart: its run time over its duration is bounded by the
     # worst pair it was in; restarts add lost work, which the bound does not cover.
-    clean = [j for j in shared if not (j.oom_restarts or j.pred_restarts or j.preemptions or j.moves)]
+    clean = [j for j in shared if not (j.oom_restarts or j.pred_restarts or j.preemptions or j.moves
+                                       or j.pair_failures or j.min_rate <= 0.0)]
     judged = [((j.end - j.first_start) / j.duration) / j.max_pair_slow
               for j in clean if not j.unmeasured]
     over = [r for r in judged if r > 1.0 + 1e-6]
@@ -91,6 +96,9 @@ def summary(res: SimResult) -> dict:
         "oom_restarts": sum(j.oom_restarts for j in res.jobs),
         "predictive_restarts": sum(j.pred_restarts for j in res.jobs),
         "lost_gpu_s": round(sum(j.lost_work for j in res.jobs), 1),
+        "jobs_failed": sum(1 for j in res.jobs if j.oom_restarts or j.pair_failures),
+        "jobs_restarted": sum(1 for j in res.jobs if j.oom_restarts or j.pair_failures
+                              or j.pred_restarts or j.preemptions or j.moves),
         "mig_reconfigurations": res.reconfig_creates + res.reconfig_destroys,
         "mig_creates": res.reconfig_creates,
         "mig_destroys": res.reconfig_destroys,
@@ -98,6 +106,7 @@ def summary(res: SimResult) -> dict:
         "jobs_in_unmeasured_pairs": sum(1 for j in shared if j.unmeasured),
         "avoided_pairs": res.avoided_pairs,
         "avg_slowdown": round(sum(slow) / len(slow), 4) if slow else 0.0,
+        "p50_slowdown": round(percentile(slow, 50), 4),
         "p95_slowdown": round(percentile(slow, 95), 4),
         "run_slowdown_max": round(max(slow), 4) if slow else 0.0,
         "pair_bound_ok": not over,
@@ -117,9 +126,21 @@ def summary(res: SimResult) -> dict:
     }
 
 
+def with_load(summ: dict, report) -> dict:
+    """The run's summary with what the trace load left out (a ``LoadReport``): ``skipped``
+    by reason (jobs with more GPUs than the cluster among them), ``jobs_skipped`` their
+    total, ``jobs_never_ran`` (never started in the trace, or never in the replay) and the
+    load's own figures under ``trace_load``."""
+    skipped = {"more GPUs than the cluster": summ["jobs_skipped"]} if summ["jobs_skipped"] else {}
+    skipped.update(sorted(report.skipped.items()))
+    return {**summ, "jobs_skipped": sum(skipped.values()), "skipped": skipped,
+            "jobs_never_ran": report.never_ran + summ["jobs_unfinished"],
+            "trace_load": report.as_dict()}
+
+
 JOB_COLUMNS = ("id", "submit", "gpus", "workload", "duration", "first_start", "end", "jct",
                "queue", "slowdown", "min_speed", "shared", "unmeasured_pair", "preemptions",
-               "oom_restarts", "predictive_restarts", "lost_s")
+               "oom_restarts", "predictive_restarts", "pair_failures", "lost_s")
 
 
 def job_rows(res: SimResult):
@@ -136,6 +157,7 @@ def job_rows(res: SimResult):
             "min_speed": round(j.min_rate, 4), "shared": int(bool(j.shared_with)),
             "unmeasured_pair": int(j.unmeasured), "preemptions": j.preemptions,
             "oom_restarts": j.oom_restarts, "predictive_restarts": j.pred_restarts,
+            "pair_failures": j.pair_failures,
             "lost_s": round(j.lost_work, 1),
         }
 

@@ -35,6 +35,7 @@ class Policy:
     name: ClassVar[str] = ""
     packs: ClassVar[bool] = False  # puts one-GPU jobs beside others without isolation or MIG
     uses_mig: ClassVar[bool] = False  # one-GPU jobs run on MIG instances
+    learns_pairs: ClassVar[bool] = False  # keeps apart the pairs to avoid (``sim.avoid``)
 
     def __init__(self, sim: "Simulator"):
         self.sim = sim

@@ -3,14 +3,17 @@
 A job's progress rate is its speed relative to running alone: 1 alone; the measured pair
 speed when shared (:mod:`~slurm_plugin.simulator.sharing`); on a MIG instance with a
 fraction ``f`` of the compute, ``min(1, f / util)`` where ``util`` is its measured GPU
-utilisation alone. Its next event is the earliest of its end, the predictor's warning and
-the out-of-memory its room on the GPU gives it (:mod:`~slurm_plugin.simulator.memory`).
+utilisation alone. Its next event is the earliest of its end, the predictor's warning,
+the out-of-memory its room on the GPU gives it (:mod:`~slurm_plugin.simulator.memory`) and
+its failure beside a pair that cannot run together (``fail_at``,
+:mod:`~slurm_plugin.simulator.pair_failure`). A job at speed 0 has no end event.
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
-from slurm_plugin.simulator.events import FINISH, OOM, WARN
+from slurm_plugin.simulator.events import FINISH, OOM, PAIR_FAIL, WARN
 
 if TYPE_CHECKING:
     from slurm_plugin.simulator.engine import Simulator
@@ -36,6 +39,7 @@ class Progress:
         job.pack_pred = None
         job.warn_work = None
         job.warn_next = None
+        job.fail_at = None
         if self.predictor and job.mem1 > cap:
             self.sim.memory.plan_warning(job)
 
@@ -52,25 +56,32 @@ class Progress:
         sim = self.sim
         job.token += 1
         remaining = job.duration - job.done
-        t_fin = now + remaining / job.rate
-        job.t_end = t_fin
+        rate = job.rate
+        if rate <= 0.0:  # beside a pair that cannot run together: no progress until it fails
+            job.t_end = now + self.oom_startup_s + remaining  # an estimate, for the reservations
+        else:
+            job.t_end = now + remaining / rate
         sim.sched.dirty = True
         for gid in job.gpu_ids:
             sim.releases.touch(sim.gpus[gid])
-        kind, t = FINISH, t_fin
-        if job.mem1 > job.mem0:
+        kind, t = (FINISH, job.t_end) if rate > 0.0 else (FINISH, math.inf)
+        if job.mem1 > job.mem0 and rate > 0.0:
             if job.warn_work is not None and job.warn_work > job.done:
-                tw = now + (job.warn_work - job.done) / job.rate
+                tw = now + (job.warn_work - job.done) / rate
                 if tw < t:
                     kind, t = WARN, tw
             if job.mem1 > job.room >= job.mem0:
                 w_oom = (job.room - job.mem0) / (job.mem1 - job.mem0) * job.duration
                 if w_oom >= job.done:
-                    to = now + (w_oom - job.done) / job.rate
+                    to = now + (w_oom - job.done) / rate
                     if to < t:
                         kind, t = OOM, to
         if job.mem0 > job.room and job.done == 0.0:  # cannot even get its starting memory
-            to = now + min(self.oom_startup_s, remaining / job.rate)
+            to = now + (self.oom_startup_s if rate <= 0.0 else min(self.oom_startup_s, remaining / rate))
             if to < t:
                 kind, t = OOM, to
+        if job.fail_at is not None and job.fail_at < t:
+            kind, t = PAIR_FAIL, job.fail_at
+        if t == math.inf:
+            return
         sim.loop.push(t, kind, job, job.token)

@@ -172,7 +172,7 @@ def compare(configs: list[SimConfig], specs, profiles, pairs, out_dir: str | Pat
     report = out / "report.md"
     report.write_text("\n".join(lines))
     (out / "results.json").write_text(json.dumps({"workload": workload, "results": results},
-                                                 indent=1))
+                                                 indent=1, allow_nan=False))
     return {"results": results, "table": table, "report": str(report), "warnings": warnings,
             "plots": files}
 

@@ -16,7 +16,7 @@ class Job:
         "gpu_ids", "cap", "shards", "inst", "remembered", "min_rate", "oom_restarts",
         "pred_restarts", "preemptions", "lost_work", "warn_work", "warn_next", "shared_with",
         "unmeasured", "max_pair_slow", "packed_at", "t_end", "room", "pack_pred", "pack_base",
-        "moves",
+        "moves", "fail_at", "pair_failures",
     )
 
     def __init__(self, spec: SimJobSpec, prof: WorkloadProfile):
@@ -59,6 +59,8 @@ class Job:
         self.pack_pred: tuple[dict[int, float], bool] | None = None  # speeds predicted at pack
         self.pack_base: dict[int, float] = {}  # its neighbours' speeds just before it joined
         self.moves = 0  # times regrouping moved it
+        self.fail_at: float | None = None  # when it fails beside a pair that cannot run together
+        self.pair_failures = 0  # attempts that failed so (slurm_plugin.simulator.pair_failure)
 
 
 class Gpu:

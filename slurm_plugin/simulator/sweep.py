@@ -1,11 +1,14 @@
 """Policies at several loads and seeds, with confidence intervals.
 
-A load is a GPU count. :func:`gpus_for_alloc` finds the GPU count at which ``exclusive``
-keeps a target share of the GPUs allocated (bisection; allocation falls as GPUs are added).
-Each seed draws the profiles (and growing jobs) anew over the same arrivals. For every
-(load, policy) the mean over seeds and a 95 % Student interval are given for average JCT,
-queueing delay and work lost to restarts; for each load, the ratio of the best baseline's
-average JCT to the best suite policy's, per seed, with its interval.
+A load is a GPU count. :func:`gpus_for_load` turns an offered load per GPU into one (below
+1 the queue drains, above 1 it grows); :func:`gpus_for_alloc` finds the GPU count at which
+``exclusive`` keeps a target share of the GPUs allocated (bisection; allocation falls as
+GPUs are added). Each seed draws the profiles (and growing jobs) anew over the same
+arrivals. For every (load, policy) the mean over seeds, a 95 % Student interval and the
+range (min, max) are given for each of :data:`METRICS` (average and p95 JCT, queueing,
+per-job slowdown p50/p95, jobs failed and restarted, work lost, ...); for each load, the
+ratio of the best baseline's average JCT to the best suite policy's, per seed, with its
+interval; with matplotlib, ``sweep_jct.png`` plots JCT against cluster size per policy.
 """
 from __future__ import annotations
 
@@ -20,9 +23,9 @@ from slurm_plugin.simulator.config import BASELINES, SimConfig
 from slurm_plugin.simulator.engine import simulate
 from slurm_plugin.simulator.metrics import summary
 
-METRICS = ("avg_jct_s", "avg_queue_s", "p95_jct_s", "lost_gpu_h", "gpu_util", "pred_mae",
-           "pred_unseen_mae", "sim_wall_s")
-
+METRICS = ("avg_jct_s", "p95_jct_s", "avg_queue_s", "p50_slowdown", "p95_slowdown",
+           "jobs_failed", "jobs_restarted", "lost_gpu_h", "jobs_unfinished", "gpu_util",
+           "pred_mae", "pred_unseen_mae", "sim_wall_s")
 
 def interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
     """(mean, half-width of the Student interval); half-width 0 for fewer than 2 values."""
@@ -48,6 +51,15 @@ def offered_gpus(specs) -> float:
         return 0.0
     span = max(s.submit for s in specs) - min(s.submit for s in specs)
     return sum(s.duration * s.gpus for s in specs) / span if span > 0 else 0.0
+
+
+def gpus_for_load(load: float, specs) -> int:
+    """The GPU count at which the trace offers ``load`` (GPU-seconds asked per second of its
+    submission window, per GPU): 0.5 a cluster twice what the trace asks for, 2 half of it."""
+    if not load > 0 or not math.isfinite(load):
+        raise ValueError(f"an offered load is a positive number (1 = the GPUs the trace asks "
+                         f"for), not {load!r}")
+    return max(1, math.ceil(offered_gpus(specs) / load))
 
 
 def gpus_for_alloc(target: float, specs, profiles, pairs, gpu_model: str,
@@ -89,11 +101,14 @@ def gpus_for_alloc(target: float, specs, profiles, pairs, gpu_model: str,
 
 def sweep(configs: list[SimConfig], workloads: dict[int, tuple], gpu_counts: list[int],
           out_dir: str | Path, loads: dict[int, str] | None = None,
-          progress: Callable[[str], None] | None = None) -> dict:
+          progress: Callable[[str], None] | None = None, about: dict | None = None,
+          plots: bool = True) -> dict:
     """Run every config at every GPU count on every seed's workload.
 
     ``workloads``: seed -> (specs, profiles, pairs). ``loads``: GPU count -> how it was
-    chosen (e.g. "exclusive 85 % allocated"). Writes ``sweep.md`` and ``sweep.json``."""
+    chosen (e.g. "exclusive 85 % allocated"). ``about``: what the report names (trace,
+    truth table, the trace load's skips). Writes ``sweep.md``, ``sweep.json`` and, with
+    ``plots`` and matplotlib, ``sweep_jct.png``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     runs: list[dict] = []
@@ -106,11 +121,24 @@ def sweep(configs: list[SimConfig], workloads: dict[int, tuple], gpu_counts: lis
                 if progress:
                     progress(f"{g} GPUs, seed {seed}, {s['label']}: avg JCT "
                              f"{s['avg_jct_s'] / 3600:.2f} h ({s['sim_wall_s']:.1f} s)")
-    table = aggregate(runs, [label(c) for c in configs], gpu_counts)
-    text = markdown(table, loads or {}, sorted(workloads))
+    labels = [label(c) for c in configs]
+    table = aggregate(runs, labels, gpu_counts)
+    warnings: list[str] = []
+    files: list[str] = []
+    if plots:
+        try:
+            from slurm_plugin.simulator.sweep_plot import plot_jct
+
+            files = [plot_jct(table, labels, out / "sweep_jct.png")]
+        except ImportError:
+            warnings.append("matplotlib is not installed: no plot (pip install "
+                            "'slurm-gpu-packer[plots]')")
+    text = markdown(table, loads or {}, sorted(workloads), about or {}, labels, files)
     (out / "sweep.md").write_text(text)
-    (out / "sweep.json").write_text(json.dumps({"runs": runs, "table": table}, indent=1))
-    return {"runs": runs, "table": table, "markdown": text}
+    (out / "sweep.json").write_text(json.dumps({"about": about or {}, "runs": runs,
+                                                "table": table}, indent=1, allow_nan=False))
+    return {"runs": runs, "table": table, "markdown": text, "warnings": warnings,
+            "plots": files}
 
 
 def aggregate(runs: list[dict], labels: list[str], gpu_counts: list[int]) -> list[dict]:
@@ -125,6 +153,7 @@ def aggregate(runs: list[dict], labels: list[str], gpu_counts: list[int]) -> lis
                 vals = [r[k] for r in mine if r.get(k) is not None]
                 if vals:
                     row[k], row[k + "_ci"] = interval(vals)
+                    row[k + "_min"], row[k + "_max"] = min(vals), max(vals)
             rows.append(row)
         # best suite policy against the best baseline, seed by seed
         seeds = sorted({r["seed"] for r in here})
@@ -142,33 +171,67 @@ def aggregate(runs: list[dict], labels: list[str], gpu_counts: list[int]) -> lis
     return rows
 
 
-def markdown(rows: list[dict], loads: dict[int, str], seeds: list[int]) -> str:
-    lines = ["## Policies at several loads", "",
-             f"Mean over seeds {', '.join(map(str, seeds))} with the half-width of a 95 % "
-             "Student interval. Times in hours; lost: work lost to restarts (out-of-memory, "
-             "early restarts, contention requeues), GPU-hours; pred MAE: mean absolute error "
-             "of the speeds colocate predicted for its packs (unseen: packs of pairs it had "
-             "not yet run).", ""]
-    for g in sorted({r["gpus"] for r in rows}):
+COLUMNS = (  # (metric, header, scale, format)
+    ("avg_jct_s", "avg JCT h", 3600, "{:.2f}"), ("p95_jct_s", "p95 JCT h", 3600, "{:.2f}"),
+    ("avg_queue_s", "avg queue h", 3600, "{:.2f}"),
+    ("p50_slowdown", "slowdown p50", 1, "{:.3f}"), ("p95_slowdown", "slowdown p95", 1, "{:.3f}"),
+    ("jobs_failed", "failed", 1, "{:.0f}"), ("jobs_restarted", "restarted", 1, "{:.0f}"),
+    ("lost_gpu_h", "lost GPU-h", 1, "{:.0f}"), ("gpu_util", "GPU util %", 0.01, "{:.1f}"),
+    ("pred_mae", "pred MAE", 1, "{:.3f}"), ("sim_wall_s", "sim s", 1, "{:.1f}"),
+)
+
+
+def _cell(r: dict, k: str, scale: float, fmt: str) -> str:
+    if k not in r:
+        return "-"
+    return fmt.format(r[k] / scale) + " ± " + fmt.format(r[k + "_ci"] / scale)
+
+
+def markdown(rows: list[dict], loads: dict[int, str], seeds: list[int], about: dict | None = None,
+             labels: list[str] | None = None, plots: list[str] | None = None) -> str:
+    about = about or {}
+    lines = ["## Policies at several loads", ""]
+    if about:
+        tl = about.get("trace_load") or {}
+        lines += [f"Trace {about.get('trace', '?')}; truth (pair speeds the replay slows jobs "
+                  f"by): {about.get('truth', '?')}; GPU {about.get('gpu_model', '?')}."]
+        if tl:
+            why = ", ".join(f"{n} {r}" for r, n in (tl.get("skipped") or {}).items())
+            lines += [f"Trace load: {tl.get('jobs', 0)} jobs kept of {tl.get('rows', 0)} rows "
+                      f"(the first {about.get('jobs_replayed', '?')} replayed); skipped "
+                      f"{tl.get('skipped_total', 0)}{f' ({why})' if why else ''}; never started "
+                      f"in the trace {tl.get('never_ran', 0)}; shares of one GPU "
+                      f"{tl.get('shares', 0)}; timestamps {tl.get('timestamps', '?')}."]
+        lines.append("")
+    lines += [f"Mean over seeds {', '.join(map(str, seeds))} ± the half-width of a 95 % "
+              "Student interval (sweep.json also has each metric's min and max over seeds). "
+              "Times in hours; slowdown: a job's first start to end over its duration alone; "
+              "failed: jobs with an attempt that ran out of memory or failed beside a pair that "
+              "cannot run together; restarted: jobs restarted for any reason; lost: work lost "
+              "to restarts, GPU-hours; pred MAE: mean absolute error of the speeds colocate "
+              "predicted for its packs.", ""]
+    labels = labels or list(dict.fromkeys(r["policy"] for r in rows if "ratio" not in r))
+    sizes = sorted({r["gpus"] for r in rows})
+    lines += ["### Average JCT (h) by cluster size", "",
+              "| GPUs | load | " + " | ".join(labels) + " |", "|---|---|" + "---|" * len(labels)]
+    for g in sizes:
+        cells = [_cell(next((r for r in rows if r["gpus"] == g and r["policy"] == lab), {}),
+                       "avg_jct_s", 3600, "{:.2f}") for lab in labels]
+        lines.append(f"| {g} | {loads.get(g, '')} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for f in plots or []:
+        lines += [f"![{f}]({f})", ""]
+    for g in sizes:
         why = f" ({loads[g]})" if g in loads else ""
         lines += [f"### {g} GPUs{why}", "",
-                  "| policy | avg JCT h | avg queue h | p95 JCT h | lost GPU-h | GPU util | "
-                  "pred MAE | unseen MAE | sim s |", "|---|---|---|---|---|---|---|---|---|"]
+                  "| policy | " + " | ".join(c[1] for c in COLUMNS) + " |",
+                  "|---|" + "---|" * len(COLUMNS)]
         for r in rows:
             if r["gpus"] != g or "ratio" in r:
                 continue
-
-            def cell(k, scale=1.0, fmt="{:.2f}"):
-                if k not in r:
-                    return "-"
-                return (fmt.format(r[k] / scale) + " ± " + fmt.format(r[k + "_ci"] / scale))
-
-            lines.append(f"| {r['policy']}{'' if not r['baseline'] else ' (baseline)'} | "
-                         f"{cell('avg_jct_s', 3600)} | {cell('avg_queue_s', 3600)} | "
-                         f"{cell('p95_jct_s', 3600)} | {cell('lost_gpu_h', 1, '{:.0f}')} | "
-                         f"{cell('gpu_util', 0.01, '{:.1f}')} % | {cell('pred_mae', 1, '{:.3f}')} | "
-                         f"{cell('pred_unseen_mae', 1, '{:.3f}')} | "
-                         f"{cell('sim_wall_s', 1, '{:.1f}')} |")
+            name = r["policy"] + (" (baseline)" if r["baseline"] else "")
+            lines.append(f"| {name} | " + " | ".join(_cell(r, *c[:1], *c[2:]) for c in COLUMNS)
+                         + " |")
         for r in rows:
             if r["gpus"] == g and "ratio" in r:
                 lines += ["", f"Best baseline's average JCT over the best suite policy's: "

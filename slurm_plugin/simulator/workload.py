@@ -38,18 +38,15 @@ import math
 import os
 import random
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 from packer.pair_knowledge import sharing_label
+from slurm_plugin.simulator.rows import WorkloadError  # noqa: F401 (re-exported)
+from slurm_plugin.simulator.truth import profile_key, read_pair_table
 
 log = logging.getLogger(__name__)
 
 MIB = 1 << 20
-
-
-class WorkloadError(ValueError):
-    """A trace or data file that cannot be used; the message names the file and the fix."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +69,7 @@ class TraceJob:
     workload: str = ""  # user/name when the trace has them
     mem_bytes: int | None = None  # its own peak GPU memory (sacct gres/gpumem)
     util_pct: float | None = None  # its own mean GPU utilisation (sacct gres/gpuutil)
+    share: float | None = None  # asked for this share (< 1) of one GPU: gres/gpu=0.5
 
 
 @dataclass(frozen=True)
@@ -167,182 +165,25 @@ def _data_file(data_dir: Path | None, name: str) -> Path:
     return Path(d) / name
 
 
-def _pkey(model: str, dataset: str, batch: str, amp: str) -> str:
-    return f"{model}/{dataset}/bs{int(float(batch))}/amp{int(float(amp))}"
-
-
-def load_profiles(data_dir: Path | None = None) -> tuple[list[WorkloadProfile], PairTable]:
-    """The measured profiles and the pair table."""
+def load_profiles(data_dir: Path | None = None, truth: str | Path | None = None
+                  ) -> tuple[list[WorkloadProfile], PairTable]:
+    """The measured profiles and the pair table the replay slows packed jobs by: ``truth``
+    (:mod:`slurm_plugin.simulator.truth`), else the measured ``colocation_pairs.csv``."""
     path = _data_file(data_dir, "workload_profiles.csv")
     profiles: list[WorkloadProfile] = []
     with open(path, newline="") as fh:
         for row in csv.DictReader(fh):
             profiles.append(WorkloadProfile(
                 index=len(profiles),
-                key=_pkey(row["model"], row["dataset"], row["batchsize"], row["amp"]),
+                key=profile_key(row["model"], row["dataset"], row["batchsize"], row["amp"]),
                 mem_bytes=int(float(row["gmem"]) * MIB),
                 util_pct=float(row["gpu_util"]),
                 throughput=float(row["speed"]),
                 label=int(row["label"]),
             ))
-    by_key = {p.key: p.index for p in profiles}
-    sums: dict[tuple[int, int], list[float]] = {}
-    with open(_data_file(data_dir, "colocation_pairs.csv"), newline="") as fh:
-        for row in csv.DictReader(fh):
-            a = by_key.get(_pkey(row["model1"], row["dataset1"], row["batchsize1"], row["amp1"]))
-            b = by_key.get(_pkey(row["model2"], row["dataset2"], row["batchsize2"], row["amp2"]))
-            if a is None or b is None:
-                continue
-            for x, y, s in ((a, b, row["speed1"]), (b, a, row["speed2"])):
-                sums.setdefault((x, y), []).append(min(1.0, float(s)))
-    measured = {k: sum(v) / len(v) for k, v in sums.items()}
+    table = Path(truth) if truth else _data_file(data_dir, "colocation_pairs.csv")
+    measured = read_pair_table(table, [p.key for p in profiles])
     return profiles, PairTable(profiles, measured, impute=True)
-
-
-def load_philly(data_dir: Path | None = None, path: Path | None = None) -> list[TraceJob]:
-    """Philly jobs, submit times in seconds from the first submission, in submit order."""
-    path = path or _data_file(data_dir, "philly_jobs.csv")
-    rows = []
-    with open(path, newline="") as fh:
-        for n, row in enumerate(csv.DictReader(fh), start=2):
-            try:
-                ts = datetime.strptime(row["timestamp"], "%Y-%m-%d %H:%M:%S").timestamp()
-                rows.append((ts, float(row["duration"]), int(row["num_gpus"])))
-            except (KeyError, ValueError) as exc:
-                raise WorkloadError(f"{path}:{n}: cannot read job ({exc}); expected columns "
-                                    f"timestamp,duration,num_gpus") from None
-    if not rows:
-        raise WorkloadError(f"{path}: no jobs")
-    rows.sort()
-    t0 = rows[0][0]
-    return [TraceJob(ts - t0, max(1.0, d), max(1, g)) for ts, d, g in rows]
-
-
-def _elapsed(text: str) -> float | None:
-    """Slurm's ``[D-]HH:MM:SS`` (or MM:SS) in seconds."""
-    text = text.strip()
-    if not text or text in ("Unknown", "INVALID"):
-        return None
-    days = 0
-    if "-" in text:
-        d, text = text.split("-", 1)
-        days = int(d)
-    parts = [float(p) for p in text.split(":")]
-    while len(parts) < 3:
-        parts.insert(0, 0.0)
-    h, m, s = parts
-    return days * 86400 + h * 3600 + m * 60 + s
-
-
-def _stamp(text: str) -> float | None:
-    text = text.strip()
-    if not text or text in ("Unknown", "None", "N/A"):
-        return None
-    return datetime.fromisoformat(text).timestamp()
-
-
-def _gpu_count(tres: str) -> int:
-    """GPUs in a TRES string: ``gres/gpu=2`` (sum over types, untyped wins) or ``gpu:2``."""
-    untyped = typed = 0
-    for item in tres.split(","):
-        item = item.strip()
-        if item.startswith("gres/gpu=") :
-            untyped = int(float(item.split("=", 1)[1]))
-        elif item.startswith("gres/gpu:") and "=" in item:
-            typed += int(float(item.split("=", 1)[1]))
-        elif item.startswith("gpu:"):
-            tail = item.split(":")[-1].split("(")[0]
-            if tail.isdigit():
-                untyped = max(untyped, int(tail))
-    return untyped or typed
-
-
-SACCT_HELP = (
-    "sacct -P -a -S 2024-01-01 -E now "
-    "--format=JobID,User,JobName,Submit,Start,End,Elapsed,AllocTRES,ReqTRES,State,"
-    "TRESUsageInMax,TRESUsageInAve > jobs.txt  (TRESUsageIn* carry gres/gpumem and "
-    "gres/gpuutil when slurm.conf has AccountingStorageTRES=gres/gpu,gres/gpumem,gres/gpuutil "
-    "and an NVML-enabled slurmd; they sit on the steps, so do not pass -X)"
-)
-
-_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
-
-
-def _tres_value(tres: str, name: str) -> float | None:
-    """``name``'s value in a TRES string (``gres/gpumem=4404M,gres/gpuutil=37``); a K/M/G/T
-    suffix is binary (sacct's form), a bare number as it is."""
-    for item in tres.split(","):
-        key, sep, val = item.strip().partition("=")
-        if sep and key == name and val:
-            mult = _UNITS.get(val[-1].upper())
-            try:
-                return float(val[:-1]) * mult if mult else float(val)
-            except ValueError:
-                return None
-    return None
-
-
-def load_sacct(path: str | Path) -> list[TraceJob]:
-    """Jobs from a ``sacct -P`` export (``|``-separated, one header line).
-
-    Needed columns: ``Submit``; ``Elapsed`` or ``Start`` and ``End``; ``AllocTRES`` or
-    ``ReqTRES`` (or ``AllocGRES``/``ReqGRES``) carrying the GPU count. Optional: ``User``,
-    ``JobName`` (a workload key), ``JobID``, ``TRESUsageInMax`` and ``TRESUsageInAve``. Steps
-    (``123.batch``, ``123.0``) are not jobs; their ``gres/gpumem`` (largest over the job and its
-    steps, from ``TRESUsageInMax``) and ``gres/gpuutil`` (largest step average, from
-    ``TRESUsageInAve``) become the job's own figures. Jobs without GPUs, or that never
-    started, are skipped.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise WorkloadError(f"{path}: no such file; export one with: {SACCT_HELP}")
-    with open(path, newline="") as fh:
-        reader = csv.DictReader(fh, delimiter="|")
-        cols = set(reader.fieldnames or ())
-        tres_cols = [c for c in ("AllocTRES", "ReqTRES", "AllocGRES", "ReqGRES") if c in cols]
-        if "Submit" not in cols or not tres_cols or not ("Elapsed" in cols or {"Start", "End"} <= cols):
-            raise WorkloadError(
-                f"{path}: needs columns Submit, Elapsed (or Start and End) and AllocTRES or "
-                f"ReqTRES; found {sorted(cols)}; export with: {SACCT_HELP}")
-        rows = []
-        mem: dict[str, float] = {}
-        util: dict[str, float] = {}
-        for n, row in enumerate(reader, start=2):
-            jid = (row.get("JobID") or "").strip()
-            base = jid.split(".", 1)[0]
-            m = _tres_value(row.get("TRESUsageInMax") or "", "gres/gpumem")
-            u = _tres_value(row.get("TRESUsageInAve") or "", "gres/gpuutil")
-            if m is not None and m > 0:
-                mem[base] = max(m, mem.get(base, 0.0))
-            if u is not None and u > 0:
-                util[base] = max(u, util.get(base, 0.0))
-            if "." in jid:
-                continue
-            try:
-                submit = _stamp(row["Submit"])
-                dur = _elapsed(row["Elapsed"]) if "Elapsed" in cols else None
-                if dur is None and {"Start", "End"} <= cols:
-                    s, e = _stamp(row["Start"]), _stamp(row["End"])
-                    dur = (e - s) if s is not None and e is not None else None
-                gpus = 0
-                for c in tres_cols:
-                    gpus = _gpu_count(row.get(c) or "")
-                    if gpus:
-                        break
-            except (ValueError, KeyError) as exc:
-                raise WorkloadError(f"{path}:{n}: cannot read job ({exc})") from None
-            if submit is None or dur is None or dur <= 0 or gpus <= 0:
-                continue
-            key = f"{row.get('User', '')}/{row.get('JobName', '')}" if (
-                "User" in cols or "JobName" in cols) else ""
-            rows.append((submit, dur, gpus, key, base))
-    if not rows:
-        raise WorkloadError(f"{path}: no finished GPU jobs found (need AllocTRES with gres/gpu=N)")
-    rows.sort(key=lambda r: r[:4])
-    t0 = rows[0][0]
-    return [TraceJob(s - t0, d, g, k,
-                     int(mem[b]) if b in mem else None, min(100.0, util[b]) if b in util else None)
-            for s, d, g, k, b in rows]
 
 
 _label = sharing_label  # Lucid's sharing label from utilisation alone (packer.pair_knowledge)
@@ -398,15 +239,18 @@ def build_jobs(
     """Give each trace job a profile (and maybe growth); cut to ``jobs``, scale arrivals.
 
     ``own``: trace index -> profile index of the jobs with their own GPU figures (their
-    measured peak is their memory: they do not grow)."""
+    measured peak is their memory: they do not grow). A job that asked for a share of one
+    GPU (``TraceJob.share``) has its memory capped to that share of ``gpu_memory_bytes``
+    (other jobs to 90 % of it)."""
     own = own or {}
     if time_scale <= 0:
         raise WorkloadError("--time-scale must be positive (0.5 halves the gaps between arrivals)")
     rng = random.Random(seed)
     cut = trace[:jobs] if jobs else trace
     out = []
-    cap = int(0.9 * gpu_memory_bytes)
     for i, t in enumerate(cut):
+        # a share of one GPU (gres/gpu=0.5) fits its memory in that share
+        cap = int(0.9 * gpu_memory_bytes) if t.share is None else int(t.share * gpu_memory_bytes)
         if i in own:
             prof = own[i]
             mem0 = min(profiles[prof].mem_bytes, cap)
@@ -424,18 +268,6 @@ def build_jobs(
             mem1 = min(cap, int(mem0 * round(rng.uniform(1.5, 3.0) * 4) / 4))  # quantised: replays share forecasts
         out.append(SimJobSpec(i, t.submit * time_scale, t.duration, t.gpus, prof, mem0, mem1))
     return out
-
-
-def trace_from_spec(spec: str, data_dir: Path | None = None) -> list[TraceJob]:
-    """``philly``, ``sacct:FILE`` or ``philly:FILE`` (a CSV in the Philly layout)."""
-    if spec == "philly":
-        return load_philly(data_dir)
-    kind, sep, rest = spec.partition(":")
-    if sep and kind == "sacct" and rest:
-        return load_sacct(rest)
-    if sep and kind == "philly" and rest:
-        return load_philly(path=Path(rest))
-    raise WorkloadError(f"unknown trace {spec!r}; use philly, philly:FILE.csv or sacct:FILE")
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -187,6 +187,7 @@ class Node:
     alloc_cpus: int | None = None
     real_memory: int | None = None
     alloc_memory: int | None = None
+    address: str | None = None  # NodeAddr: where its slurmd (and the gpupack agent) listen
 
     def _count(self, items: tuple[GresItem, ...], name: str) -> int:
         return sum(item.count for item in items if item.name == name)

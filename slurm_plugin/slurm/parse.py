@@ -546,4 +546,5 @@ def parse_node(record: Any, *, path: str = "node", strict: bool = False) -> Node
         alloc_cpus=reader.number("alloc_cpus"),
         real_memory=reader.number("real_memory"),
         alloc_memory=reader.number("alloc_memory"),
+        address=reader.text("address"),
     )

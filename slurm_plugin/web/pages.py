@@ -36,6 +36,11 @@ def document(title: str, fragment_url: str, body: str, refresh_s: float, base_pa
     )
 
 
+def _peak_of(run) -> str:
+    """A run's peak; a lower bound (`packer.run_truth`) as "≥ peak (why)"."""
+    return f"&ge; {_gib(run.peak_mem_bytes)} ({_e(run.end_state)})" if run.lower_bound else _gib(run.peak_mem_bytes)
+
+
 def _job_link(job_id: int | None) -> str:
     return "-" if job_id is None else f'<a href="job/{job_id}">{job_id}</a>'
 
@@ -142,14 +147,15 @@ def job_fragment(d: JobDetail) -> str:
     else:
         est = d.estimate
         util = "-" if est.mean_util_pct is None else f"{est.mean_util_pct:.0f}%"
-        out.append(f'<p id="estimate">Peak {_gib(est.peak_mem_bytes)}, utilisation {util}, from the last {est.runs} run(s) '
+        runs = f"the last {est.runs} run(s)" if est.measured else f"{est.runs} lower bound(s) only: no run measured it whole"
+        out.append(f'<p id="estimate">Peak {_gib(est.peak_mem_bytes)}, utilisation {util}, from {runs} '
                    f"(fingerprint {_e(d.record_fields.get('fp', '-'))}).</p>")
     if d.remembered_shards is not None:
         out.append(f"<p>Remembered size after a memory restart: shard:{d.remembered_shards}.</p>")
     if d.runs:
         out.append('<table class="runs"><thead><tr><th>job</th><th>ended (UTC)</th><th>peak</th><th>util</th>'
                    "<th>throughput</th></tr></thead><tbody>" + "".join(
-                       f"<tr><td>{_job_link(run.job_id)}</td><td>{_e(utc(run.ended_at))}</td><td>{_gib(run.peak_mem_bytes)}</td>"
+                       f"<tr><td>{_job_link(run.job_id)}</td><td>{_e(utc(run.ended_at))}</td><td>{_peak_of(run)}</td>"
                        f"<td>{'-' if run.mean_util_pct is None else f'{run.mean_util_pct:.0f}%'}</td>"
                        f"<td>{'-' if run.throughput is None else f'{run.throughput:.2f}/s'}</td></tr>" for run in d.runs)
                    + "</tbody></table>")

@@ -1,12 +1,11 @@
-"""Where the web view's data comes from (the adapter): Slurm's commands, the node agents'
-sockets and the SQLite store. Pages are built from a cached reading at most `refresh_s`
+"""Where the web view's data comes from (the adapter): Slurm's commands, the node agents
+(over the MUNGE-authenticated link) and the SQLite store. Pages are built from a cached reading at most `refresh_s`
 old, so many viewers cost one `squeue` per interval and nobody watching costs nothing."""
 from __future__ import annotations
 
 import gzip
 import hashlib
 import logging
-import os
 import sqlite3
 import threading
 import time
@@ -19,6 +18,7 @@ from packer import comment as comment_mod
 from packer.config import PackerConfig
 from packer.curve_store import RunCurves
 from packer.store import Store, StoreError
+from slurm_plugin.agent.client import helper_link
 from slurm_plugin.helper.monitor_settings import load_monitor_settings
 from slurm_plugin.helper.settings import Paths
 from slurm_plugin.slurm.errors import JobNotFoundError, SlurmError
@@ -81,13 +81,14 @@ def catalog_lookup(config: PackerConfig):
 
 class WebSource:
     def __init__(self, config_path: Path | None, paths: Paths, config: PackerConfig, settings: WebSettings,
-                 runner: SlurmRunner | None = None, clock=time.time):
+                 runner: SlurmRunner | None = None, clock=time.time, agents=None):
         self.paths = paths
         self.config = config
         self.settings = settings
         self.clock = clock
         self.runner = runner or SlurmRunner(slurm_conf=str(paths.slurm_conf) if paths.slurm_conf else None, timeout=10)
-        self.agent_dir = Path(os.environ.get("GPUPACK_AGENT_STATE_DIR") or paths.agent_dir or Path(paths.database).parent)
+        # the node agents, over the MUNGE-authenticated link ([agent], [agents] of gpupack.toml)
+        self.agents = agents or helper_link(config_path, paths, lambda: self.runner)
         self.horizon_s = load_monitor_settings(config_path).memory_horizon_s if config_path else 3600.0
         self._profile = catalog_lookup(config)
         self._store: Store | None = None
@@ -113,17 +114,15 @@ class WebSource:
     def _agents(self, nodes: list[str], busy: set[str], problems: list[str]) -> tuple[list[AgentJob], list[IdleInstance]]:
         """What each node's agent isolated, and its idle MIG instances (asked in parallel).
         A node without running jobs whose agent is silent is not a problem worth showing."""
-        from slurm_plugin.agent.client import AgentUnavailable, ask
-        from slurm_plugin.agent.daemon import socket_path
+        from slurm_plugin.agent.client import AgentRefused, AgentUnavailable, status as agent_status
 
         def status(node: str) -> tuple[str, dict | str | None]:
-            sock = socket_path(self.agent_dir, node)
-            if node not in busy and not sock.exists():
-                return node, None
             try:
-                return node, ask(sock, {"op": "status"}, timeout=AGENT_TIMEOUT_S)
+                return node, agent_status(self.agents, node, timeout=AGENT_TIMEOUT_S)
+            except AgentRefused as exc:
+                return node, {"status": "refused", "reason": str(exc)}
             except AgentUnavailable as exc:
-                return node, str(exc)
+                return node, str(exc) if node in busy else None
 
         out: list[AgentJob] = []
         idle: list[IdleInstance] = []
@@ -217,7 +216,7 @@ class WebSource:
         from slurm_plugin.agent.client import AgentUnavailable, samples
 
         try:
-            return this_run(samples(self.agent_dir, node, job_id, timeout=AGENT_TIMEOUT_S))
+            return this_run(samples(self.agents, node, job_id, timeout=AGENT_TIMEOUT_S))
         except (AgentUnavailable, PermissionError, ValueError, TypeError) as exc:
             log.info("job %d: no samples from the agent of %s: %s", job_id, node, exc)
             return [], None

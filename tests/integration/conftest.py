@@ -43,14 +43,25 @@ class Cluster:
     def spec(self) -> ClusterSpec:
         return self.dev.spec
 
+    def node_path(self, node: str, path: Path) -> Path:
+        """``path`` as ``node`` sees it, read from here (multi-host: through its host's
+        holder; one host: the path itself). A Unix socket there answers from here too."""
+        return self.dev.hosts.path_on(node, path) if self.dev.hosts else path
+
     def node_view(self, node: str) -> Path:
-        """The state folder as ``node`` sees it, read from here (multi-host: through its
-        host's holder; one host: the folder itself). Its agent's socket answers there too."""
-        return self.dev.hosts.path_on(node, self.state_dir) if self.dev.hosts else self.state_dir
+        """The state folder as ``node`` sees it (its own run/, simgpu/, agent/ ...)."""
+        return self.node_path(node, self.state_dir)
 
     def on_node(self, node: str) -> list[str]:
         """The command prefix that runs a program on ``node``'s host (none on one host)."""
         return self.dev.hosts.enter(node) if self.dev.hosts else []
+
+    @property
+    def link(self):
+        """The helper's link to the agents, as the cluster's gpupack.toml gives it (root signs)."""
+        from slurm_plugin.agent.client import link_from_config
+
+        return link_from_config(self.spec.gpupack_toml, {0})
 
     @property
     def release(self) -> tuple[int, int, int]:

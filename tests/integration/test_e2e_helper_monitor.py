@@ -12,6 +12,7 @@ import pytest
 
 from e2e_support import SLEEP, events, fill_all_but_one_gpu, simgpu_script, wait_for
 from packer.store import Store
+from slurm_plugin.agent import client
 
 pytestmark = pytest.mark.integration
 
@@ -122,11 +123,13 @@ def test_idle_mig_slices_follow_the_pending_queue(cluster):
 
         wait_for(changes, 20, "a layout change on node1")
         # node1's simulated GPUs, as node1 sees them (its own on the multi-host layout)
-        backend = SimGpuBackend(cluster.node_view("node1") / cluster.spec.simgpu_dir.relative_to(cluster.state_dir), "node1")
+        backend = SimGpuBackend(cluster.node_path("node1", cluster.spec.simgpu_dir), "node1")
         instances = [i for g in (0, 1) for i in backend.list_instances(g)]
-        held = [i for i in instances if i.owner == str(holder)]
+        status = client.ask(cluster.node_view("node1") / "run" / "agent-node1.sock", {"op": "status"})
+        device = status["jobs"][str(holder)]["device"]
+        held = [i for i in instances if i.uuid == device]
         assert len(held) == 1 and held[0].profile == "3g.40gb"  # the running job's slice is untouched
-        ready = [i for i in instances if i.owner is None and i.profile == "1g.10gb"]
+        ready = [i for i in instances if i.uuid != device and i.profile == "1g.10gb"]
         assert len(ready) >= 3, instances
     finally:
         cluster.cancel_all()

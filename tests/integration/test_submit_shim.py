@@ -65,7 +65,8 @@ def test_known_one_gpu_job_is_packed_in_every_form(packing, args):
     record = record_of(packing, job_id)
     assert record is not None and record.verdict == "packed", job["AdminComment"]
     assert record.shards == 1 and record.fingerprint == fp
-    assert job["TresPerNode"] == packing.tres("shard:1")
+    # an untyped request becomes shares of the model they are sized for (gpu_type = "h100")
+    assert job["TresPerNode"] == packing.tres("shard:h100:1")
     assert "TresPerJob" not in job and "TresPerTask" not in job
     assert "est=7.6GiB" in job["AdminComment"] and "src=history(1)" in job["AdminComment"]
 
@@ -75,7 +76,7 @@ def test_shards_grow_with_the_estimate(packing):
     seed_history(packing, "big", body, peak_gib=33.0)
     job_id = packing.submit(["-J", "big", "--gres=gpu:1"], body)
     # 33 GiB + 10 % headroom = 36.3 GiB in 79.6 GiB / 8 shares -> 4 shares
-    assert packing.job(job_id)["TresPerNode"] == packing.tres("shard:4")
+    assert packing.job(job_id)["TresPerNode"] == packing.tres("shard:h100:4")
 
 
 def test_job_too_large_for_95_percent_stays_exclusive(packing):
@@ -105,8 +106,13 @@ def test_unknown_job_stays_exclusive_and_carries_its_fingerprint(cluster):
         (["--exclusive", "--gres=gpu:1"], "exclusive"),
         (["--gres=shard:2"], None),
         (["--gpus-per-task=1", "-n2"], "multi-gpu"),
+        (["--no-requeue", "--gres=gpu:h100:1"], "no-requeue"),
+        (["--gpu-freq=high", "--gres=gpu:1"], "gpu-freq"),
+        (["--gres=gpu:1", "-n2", "--ntasks-per-node=1"], "multi-node"),  # (--gpus=1: 24.11+ sbatch refuses it)
+        (["--gpus-per-socket=1", "--sockets-per-node=1"], "per-socket"),
     ],
-    ids=["gres2", "gpus2", "two-nodes", "exclusive", "shard", "two-tasks"],
+    ids=["gres2", "gpus2", "two-nodes", "exclusive", "shard", "two-tasks", "no-requeue", "gpu-freq", "spread",
+         "per-socket"],
 )
 def test_non_candidates_pass_through_untouched(packing, args, reason):
     body = script("nc-" + "".join(args))
@@ -119,6 +125,49 @@ def test_non_candidates_pass_through_untouched(packing, args, reason):
     else:
         assert record.verdict == "untouched" and record.reason == reason
     assert "shard:1" not in job.get("TresPerNode", "")
+
+
+@pytest.mark.parametrize(
+    "args, memory, cpus",
+    [
+        (["--gres=gpu:h100:1", "--mem-per-gpu=2G", "--cpus-per-gpu=2"], "2G", "2"),
+        (["--gpus=1", "--mem-per-gpu=3G"], "3G", "1"),
+        (["--gpus-per-task=h100:1", "-n1", "--gpu-bind=closest"], None, "1"),
+    ],
+    ids=["gres-typed-mem-cpus", "gpus-mem", "gpus-per-task-bind"],
+)
+def test_rewritten_forms_are_accepted_mean_the_same_and_run(packing, args, memory, cpus):
+    """Rewritten (issue 22): --mem-per-gpu/--cpus-per-gpu become the job's own memory and CPUs
+    (Slurm refused the job when they were left pointing at gpu), the type is kept."""
+    body = script("rewritten-" + args[0])
+    seed_history(packing, "rewritten", body)
+    job_id = packing.submit(["-J", "rewritten", *args], body)  # accepted by Slurm, or this raises
+    job = packing.job(job_id)
+    assert record_of(packing, job_id).verdict == "packed", job["AdminComment"]
+    assert job["TresPerNode"] == packing.tres("shard:h100:1")
+    if memory:
+        assert job["MinMemoryNode"] == memory
+    assert job["NumCPUs"] == cpus
+    packing.wait(job_id, "RUNNING", timeout=30)
+
+
+@pytest.mark.parametrize("launcher", ["salloc", "srun"])
+def test_interactive_allocations_are_left_alone(packing, launcher):
+    """salloc/srun jobs have no batch script and Slurm never requeues them: untouched."""
+    result = packing.run(launcher, "-J", "interactive", "--gres=gpu:1", "sh", "-c", "echo $SLURM_JOB_ID", timeout=120)
+    job_id = int(result.stdout.split()[-1])
+    record = record_of(packing, job_id)
+    assert (record.verdict, record.reason) == ("untouched", "interactive")
+    assert packing.job(job_id)["TresPerNode"] == packing.tres("gpu:1")
+
+
+def test_a_request_slurm_refuses_is_refused_by_slurm_not_the_shim(packing):
+    """Refused by Slurm: --gpus=1 over two nodes never reaches the plugin; nothing of ours fails."""
+    result = packing.run("sbatch", "--parsable", "-o", "/dev/null", "--gpus=1", "-N2", input=script("refused"),
+                         check=False)
+    assert result.returncode != 0 and b"Invalid generic resource" in result.stderr
+    log = (packing.spec.log / "slurmctld.log").read_text(errors="replace")
+    assert "shim error" not in log and "apply failed" not in log
 
 
 def test_pack_only_when_no_gpu_is_idle(cluster):
@@ -136,9 +185,10 @@ def test_pack_only_when_no_gpu_is_idle(cluster):
     cluster.cancel_all()
 
 
-def _published_running(cluster, job_ids: set[int], timeout: float = 15, gone: set[int] = frozenset()) -> None:
+def _published_running(cluster, job_ids: set[int], timeout: float = 45, gone: set[int] = frozenset()) -> None:
     """Wait until the watcher's cluster view shows these jobs running, and, for `gone`, until
-    Slurm no longer lists them as running or completing and a view taken since says so."""
+    Slurm no longer lists them as running or completing and a view taken since says so. (On a
+    loaded machine the watcher backs off to a round every ~14 s: seen on 24.11 and 26.05.)"""
     path = cluster.spec.helper_socket.parent / "cluster-view.json"
     deadline = time.time() + timeout
     since = 0.0
@@ -192,7 +242,7 @@ def test_pairs_to_avoid_are_kept_apart_at_submit_time(packing):
     record = record_of(packing, newcomer)
     assert record.verdict == "packed" and record.fields.get("avoid") == "node1", job["AdminComment"]
     assert set(expand_hostlist(job["ExcNodeList"])) == {"node1", "node3"}
-    assert job["TresPerNode"] == packing.tres("shard:1")
+    assert job["TresPerNode"] == packing.tres("shard:h100:1")
     packing.wait(newcomer, "RUNNING", timeout=30)
     assert packing.job(newcomer)["NodeList"] == "node2"
     packing.run("scancel", str(newcomer))
@@ -228,7 +278,7 @@ def test_site_admin_comment_is_kept(packing):
         "tres_per_node": "gres:gpu:1", "admin_comment": "site note: project X",
     })
     assert answer["admin_comment"].startswith("site note: project X | gpupack: packed shard:1")
-    assert answer["rewrite"] == "gres:shard:1"
+    assert answer["rewrite"] == "gres:shard:h100:1"  # typed for the GPUs the shares fit (gpu_type)
 
 
 def test_observe_mode_changes_nothing(packing):
@@ -421,3 +471,55 @@ def test_helper_answers_only_root_and_the_slurm_user(cluster):
     assert reason == "forbidden"
     root_answer = ask(cluster.spec.helper_socket, {"op": "ping"})
     assert root_answer["status"] == "ok"
+
+
+def _test_only(cluster, options: list[str], log) -> tuple[bool, bool, str]:
+    """(rewritten by the shim, accepted by Slurm, what sbatch said) for `sbatch --test-only`."""
+    size = log.stat().st_size
+    result = cluster.run("sbatch", "--test-only", "-o", "/dev/null", "-J", "test-only", *options,
+                         input=script("test-only"), check=False)
+    with log.open("rb") as f:
+        f.seek(size)
+        new = f.read().decode(errors="replace")
+    rewritten = "applied=" in new and "rewrite=" in new.split("applied=")[-1]
+    return rewritten, result.returncode == 0, result.stderr.decode(errors="replace").strip()
+
+
+def test_a_sample_of_rewrites_is_accepted_by_slurm_test_only(packing):
+    """slurmctld runs job_submit for `sbatch --test-only`: every request form the table packs,
+    and random combinations of options, are rewritten and then judged by Slurm itself. A
+    rewrite Slurm refuses while it accepts the request as the user wrote it is a failure."""
+    import random
+    from submit_forms import expected, forms
+
+    seed_history(packing, "test-only", script("test-only"))
+    samples = [list(f.options) for f in forms() if f.launcher == "sbatch" and f.modifier != "test-only"
+               and expected(f).kind == "rewrite"]
+    pool = ["--mem-per-gpu=1G", "--mem-per-gpu=512M", "--cpus-per-gpu=1", "--cpus-per-gpu=3", "-N1", "-n1",
+            "-N1 -n2", "-n2 --ntasks-per-node=2", "--gpu-bind=closest", "--gpu-bind=single:1", "--array=1-2",
+            "--dependency=singleton", "-t 10", "--requeue", "--mem=1G", "-c 2", "--gpu-bind=verbose,closest"]
+    bases = ["--gres=gpu:1", "--gres=gpu:h100:1", "--gpus=1", "--gpus=h100:1", "--gpus-per-node=1",
+             "--gpus-per-task=1 -n1", "--gpus-per-task=h100:1 -n1"]
+    rng = random.Random(22)
+    for _ in range(40):
+        samples.append(" ".join([rng.choice(bases), *rng.sample(pool, rng.randint(0, 3))]).split())
+    log = packing.spec.log / "slurmctld.log"
+    rewritten = accepted = 0
+    bad = []
+    for options in samples:
+        was_rewritten, ok, said = _test_only(packing, options, log)
+        if not was_rewritten:
+            continue
+        rewritten += 1
+        accepted += ok
+        if not ok:  # would Slurm have taken it as written?
+            packing.spec.kill_switch.touch()
+            try:
+                _, ok_as_written, _ = _test_only(packing, options, log)
+            finally:
+                packing.spec.kill_switch.unlink()
+            if ok_as_written:
+                bad.append((options, said))
+    print(f"\nsbatch --test-only: {accepted} of {rewritten} rewrites accepted ({len(samples)} requests tried)")
+    assert not bad, bad
+    assert rewritten >= len(samples) // 2

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from packer.action_modes import ACTION_KINDS
 from packer.config import PackerConfig, load_config
+from slurm_plugin.agent.directory import AgentSettings, load_agent_settings
 from slurm_plugin.helper.monitor_settings import MonitorSettings, load_action_modes, load_monitor_settings
 from slurm_plugin.helper.settings import Paths, load_paths
 from slurm_plugin.metrics.settings import MetricsSettings, load_metrics_settings
@@ -24,6 +25,7 @@ def test_every_table_loads_with_the_real_loaders_and_gives_the_defaults():
     assert load_action_modes(TOML) == {}  # every action commented out: each follows `mode`
     assert load_metrics_settings(TOML) == MetricsSettings()
     assert load_web_settings(TOML) == WebSettings()
+    assert load_agent_settings(TOML) == AgentSettings()
 
 
 def test_paths_load_and_the_ones_with_a_default_give_it():
@@ -51,4 +53,5 @@ def test_every_packer_and_monitor_key_is_documented_in_the_file():
     assert set(ACTION_KINDS) <= _documented("monitor.actions")
     assert {f.name for f in fields(MetricsSettings)} <= _documented("metrics")
     assert {f.name for f in fields(WebSettings)} <= _documented("web")
+    assert {f.name for f in fields(AgentSettings)} - {"agents"} <= _documented("agent")
     assert {f.name for f in fields(Paths)} <= _documented("paths")

@@ -6,6 +6,9 @@ priority above every pending job (`packer.preemption.head_priority`): Slurm 22.0
 requeued job's submit time, so neither age nor priority/basic's order would bring it back
 first, and `scontrol top` only reorders one user's own jobs. Release comes before the
 priority because releasing a held job recomputes its priority. Nothing is ever cancelled.
+
+No run-time action is taken on a job whose node's agent figures are stale (`stale_nodes`,
+set by the monitor each round): the action is skipped and an event `<kind>-stale` says so.
 """
 from __future__ import annotations
 
@@ -21,9 +24,12 @@ from packer.preemption import head_priority
 from packer.store import Store
 from slurm_plugin.helper.watches.round import WatchState
 from slurm_plugin.slurm.errors import SlurmError
+from slurm_plugin.slurm.gres import expand_hostlist
 from slurm_plugin.slurm.model import Job
 
 log = logging.getLogger(__name__)
+
+SLURM_ONLY_KINDS = frozenset({"requeue-quirk"})  # decided from Slurm's own figures, not the agents'
 
 
 class Actions:
@@ -37,6 +43,8 @@ class Actions:
         self.config = config
         self.modes = modes or {}  # [monitor.actions]
         self._ledger: ActionLedger | None = None
+        self.stale_nodes: dict[str, str] = {}  # node -> why its agent's figures are stale (the monitor's)
+        self._told_stale: set[tuple[int, str]] = set()  # (job, kind) whose skip was logged
 
     @property
     def ledger(self) -> ActionLedger:
@@ -55,7 +63,7 @@ class Actions:
         shadow; either way a ledger row with its measured evidence, judged later
         (`OutcomeWatch`). True when the job was requeued."""
         mode = mode or self.mode_of(kind)
-        if mode.mode == "off":
+        if mode.mode == "off" or self.on_stale_node(job, kind, reason):
             return False
         done = self.requeue_at_head(job, kind, reason, mode=mode, **requeue)
         if done or not mode.acts:
@@ -80,6 +88,21 @@ class Actions:
         self.state.reported.add(seen)
         return True
 
+    def on_stale_node(self, job: Job, kind: str, reason: str) -> bool:
+        """True (and an event, once per job and kind) when the job runs on a node whose agent's
+        figures are stale: no run-time action is taken on stale data."""
+        stale = {n: self.stale_nodes[n] for n in expand_hostlist(job.nodes) if n in self.stale_nodes}
+        if not stale:
+            self._told_stale = {t for t in self._told_stale if t[0] != job.job_id}
+            return False
+        if (job.job_id, kind) not in self._told_stale:
+            self._told_stale.add((job.job_id, kind))
+            why = "; ".join(f"{n}: {r}" for n, r in sorted(stale.items()))
+            self.store.log_event(kind + "-stale", f"not acted on: the node's figures are stale ({why}); "
+                                 f"would have: {reason}", job.job_id, nodes=sorted(stale))
+            log.warning("job %d: %s not taken, stale figures (%s)", job.job_id, kind, why)
+        return True
+
     def requeue_at_head(self, job: Job, kind: str, reason: str, *, exclude: frozenset[str] = frozenset(),
                         gres: str | None = None, comment: str | None = None, mode: ActionMode | None = None,
                         keep_held: bool = False, **data) -> bool:
@@ -89,6 +112,8 @@ class Actions:
         `keep_held`: leave it held (a grow eviction waits for its grower to start first);
         `release_to_head` later releases it and makes it the next to start."""
         mode = mode or ActionMode("enforce" if self.enforcing else "shadow", self.config().mode)
+        if kind not in SLURM_ONLY_KINDS and self.on_stale_node(job, kind, reason):
+            return False
         if not mode.acts:
             self.store.log_event(kind, f"would requeue ({mode.label} mode): {reason}", job.job_id,
                                  shadow=True, **data)

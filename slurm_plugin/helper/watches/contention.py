@@ -54,7 +54,9 @@ class ContentionWatch:
         tracks = ctx.tracks
         done -= {k for k in done if not all(  # both runs still tracked, else forgotten
             (t := tracks.get(job_id)) is not None and t.started_at == start for job_id, start in (k[:2], k[2:]))}
-        for residents in by_gpu.values():
+        for (node, _gpu), residents in by_gpu.items():
+            if node in ctx.stale_nodes:
+                continue  # no pair speed is learnt from stale figures
             pack = ctx.rules.measure(residents)
             if pack is None or not pack.newcomer.fingerprint:
                 continue
@@ -81,6 +83,8 @@ class ContentionWatch:
             if verdict is None:
                 continue
             newcomer = jobs[verdict.newcomer]
+            if actions.on_stale_node(newcomer, KIND, verdict.reason):
+                continue  # judged again when its node's figures are fresh
             started_at = ctx.tracks[newcomer.job_id].started_at
             if not actions.first_report(newcomer.job_id, started_at):
                 continue

@@ -27,11 +27,12 @@ from dataclasses import dataclass
 
 from packer import comment as comment_mod
 from packer.decision import max_shards
+from packer.request import gres_text
 from packer.grow import EVICT_KIND, RESTART_KIND, SKIP_KIND, GpuShares, GrowDecision, Preemptor, Tenant, \
     grow_request
 from slurm_plugin.helper.watches.memory import capacity_of, track_forecast
 from slurm_plugin.helper.watches.round import RoundContext
-from slurm_plugin.helper.watches.tracks import ACTIVE, Track, job_shards, wants_whole_gpu
+from slurm_plugin.helper.watches.tracks import ACTIVE, Track, job_gpu_type, job_shards, wants_whole_gpu
 from slurm_plugin.slurm.errors import SlurmError
 from slurm_plugin.slurm.model import Job
 
@@ -189,7 +190,7 @@ class GrowWatch:
         job = ctx.jobs[p.job_id]
         t = ctx.tracks.get(p.job_id)
         fp = t.fingerprint if t is not None else None
-        gres = f"shard:{d.grower_shares}"
+        gres = gres_text("shard", d.grower_shares, job_gpu_type(job))
         others = self._other_nodes(ctx, node)
         record = comment_mod.render("packed", shards=d.grower_shares, reason="grow-restart", fp=fp)
         done = actions.requeue_at_head(job, RESTART_KIND, d.reason, mode=mode, gres=gres, exclude=others,

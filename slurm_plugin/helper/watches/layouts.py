@@ -31,27 +31,39 @@ class QueueLayoutWatch:
             key=lambda j: (-(j.priority or 0), j.submit_time.timestamp() if j.submit_time else 0.0, j.job_id),
         )
         shards = [job_shards(j) for j in pending][:32]
-        try:
-            from slurm_plugin.agent.client import AgentUnavailable, ask as agent_ask
-        except ImportError:  # no node agent installed on this host
+        from slurm_plugin.agent.client import AgentRefused, AgentUnavailable, send_layout
+
+        if ctx.agents is None:
             return
         now = ctx.now
-        run = ctx.agent_state_dir / "run"
-        for sock in sorted(run.glob("agent-*.sock")):
-            node = sock.name[len("agent-"):-len(".sock")]
+        for node in self._nodes(ctx):
             pushed = self._layout_pushed.get(node)
             if pushed is not None and pushed[0] == (policy, tuple(shards)) and now - pushed[1] < LAYOUT_REFRESH_S:
                 continue
+            if node in ctx.stale_nodes:
+                continue  # its agent is down or behind: the layout waits until it answers
             try:
-                answer = agent_ask(sock, {"op": "layout", "policy": policy, "pending_shards": shards}, timeout=2.0)
+                changes = send_layout(ctx.agents, node, policy, shards, int(now * 1000))
             except AgentUnavailable as exc:
                 log.debug("layout not sent to %s: %s", node, exc)
                 continue
+            except AgentRefused as exc:
+                self._layout_pushed[node] = ((policy, tuple(shards)), now)
+                log.info("agent of %s refused the layout: %s", node, exc)
+                continue
             self._layout_pushed[node] = ((policy, tuple(shards)), now)
-            changes = answer.get("changes") or []
-            if answer.get("status") != "ok":
-                log.info("agent of %s refused the layout: %s", node, answer.get("reason"))
-            elif changes:
+            if changes:
                 text = ", ".join(f"GPU {c['gpu']} {c['op']} {c['profile']}@{c['start']}" for c in changes)
                 ctx.actions.log_event("mig-reconfigure", f"{node} ({policy}, {len(shards)} pending packed): {text}",
                                       None, node=node, policy=policy, changes=changes)
+
+    @staticmethod
+    def _nodes(ctx: RoundContext) -> list[str]:
+        """Every node with an agent: those the link knows (gpupack.toml's [agents], Slurm's
+        NodeAddr), else those running jobs."""
+        known = getattr(getattr(ctx.agents, "directory", None), "nodes", None)
+        if known is not None:
+            return list(known())
+        from slurm_plugin.slurm.gres import expand_hostlist
+
+        return sorted({n for j in ctx.jobs.values() if j.nodes for n in expand_hostlist(j.nodes)})

@@ -8,8 +8,9 @@ from __future__ import annotations
 from packer import comment as comment_mod
 from packer.decision import max_shards
 from packer.preemption import restart_size
+from packer.request import gres_text
 from slurm_plugin.helper.watches.round import RoundContext
-from slurm_plugin.helper.watches.tracks import Track
+from slurm_plugin.helper.watches.tracks import Track, job_gpu_type
 from slurm_plugin.slurm.errors import SlurmError
 
 GIB = 1024**3
@@ -34,15 +35,17 @@ def capacity_of(track: Track, share_bytes: float, gpu_model: str) -> float | Non
 def track_forecast(ctx: RoundContext, t: Track, job, capacity: float):
     """The run's memory forecast, brought up to date with every sample since the last round
     (oldest first); one forecaster per run, shared by the watches that read it (grow, memory).
-    None before the first sample."""
+    Its prior is the workload's earlier runs' stored curves (`run_curves.history_prior`), read
+    once per run. None before the first sample."""
     from predictor.forecast import Forecaster
+    from slurm_plugin.helper.watches.run_curves import history_prior
 
     if t.forecaster is None:
         # forecast to the job's end (its time limit) when Slurm knows it
         horizon = ctx.settings.memory_horizon_s
         if job.end_time is not None and job.end_time.timestamp() > t.started_at:
             horizon = min(horizon, job.end_time.timestamp() - t.started_at)
-        t.forecaster = Forecaster(capacity, horizon)
+        t.forecaster = Forecaster(capacity, horizon, prior=history_prior(ctx, t))
     fc = t.forecaster
     fc.set_act_within(ctx.act_s)  # seconds since the job started are its steps
     for sample in t.samples:
@@ -103,7 +106,7 @@ class MemoryWatch:
                 continue
             need = max(forecast.upper_bytes, forecast.predicted_peak_bytes)
             size = restart_size(t.shards, need, config.share_bytes, max_shards(config))
-            gres = "gpu:1" if size.whole_gpu else f"shard:{size.shards}"
+            gres = gres_text("gpu", 1, job_gpu_type(job)) if size.whole_gpu else gres_text("shard", size.shards, job_gpu_type(job))
             remembered = size.shards if size.shards is not None else max_shards(config) + 1
             reason = (f"memory will outgrow shard:{t.shards} ({capacity / GIB:.1f}GiB): forecast "
                       f"{forecast.predicted_peak_bytes / GIB:.1f}GiB (upper {forecast.upper_bytes / GIB:.1f}GiB) "

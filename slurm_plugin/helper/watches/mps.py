@@ -1,10 +1,9 @@
 """MPS: percentages for jobs sharing a GPU through MPS (`packer.mps`), from measured
-utilisation, written as one plan file per node for its agent."""
+utilisation, sent to each node's agent over the link with a generation number (the agent
+refuses an older plan than the one it has)."""
 from __future__ import annotations
 
-import json
 import logging
-from pathlib import Path
 
 from packer.mps import mps_percentages
 from slurm_plugin.helper.watches.round import RoundContext
@@ -17,6 +16,9 @@ class MpsWatch:
 
     def __init__(self) -> None:
         self.mps_plan: dict[tuple[str, int], dict[int, int]] = {}
+        self._sent: dict[tuple[str, int], dict[int, int]] = {}  # the plan last sent
+        self._unsent: set[str] = set()  # nodes whose agent has not taken the newest plan yet
+        self._generation = 0
 
     def round(self, ctx: RoundContext) -> None:
         self._plan_mps(ctx)
@@ -35,17 +37,32 @@ class MpsWatch:
         }
         if plan != self.mps_plan:
             self.mps_plan = plan
-            self._write_mps_plan(ctx.agent_state_dir / "run")
+            self._unsent = set(self._by_node(plan)) | set(self._by_node(self._sent))
+            self._generation = max(self._generation + 1, int(ctx.now * 1000))
+        if self._unsent and ctx.agents is not None:
+            self._send(ctx)
 
-    def _write_mps_plan(self, run: Path) -> None:
-        """One JSON file per node for its agent: {gpu_index: {job_id: percent}}."""
-        from slurm_plugin.metrics import write_file
-
+    @staticmethod
+    def _by_node(plan: dict[tuple[str, int], dict[int, int]]) -> dict[str, dict[str, dict[str, int]]]:
+        """{node: {gpu: {job: percent}}}, as each agent takes it."""
         nodes: dict[str, dict[str, dict[str, int]]] = {}
-        for (node, gpu), pcts in self.mps_plan.items():
+        for (node, gpu), pcts in plan.items():
             nodes.setdefault(node, {})[str(gpu)] = {str(j): p for j, p in pcts.items()}
-        for node, doc in nodes.items():
+        return nodes
+
+    def _send(self, ctx: RoundContext) -> None:
+        """Each changed node's plan to its agent over the link (a node whose agent does not
+        answer gets it on a later round; a plan an agent has newer of is not sent again)."""
+        from slurm_plugin.agent.client import AgentRefused, AgentUnavailable, send_mps_plan
+
+        by_node = self._by_node(self.mps_plan)
+        for node in sorted(self._unsent):
             try:
-                write_file(run / f"mps-plan-{node}.json", json.dumps(doc, sort_keys=True))
-            except OSError as exc:
-                log.info("cannot write the MPS plan of %s: %s", node, exc)
+                send_mps_plan(ctx.agents, node, by_node.get(node, {}), self._generation)
+            except AgentUnavailable as exc:
+                log.info("MPS plan of %s not sent yet: %s", node, exc)
+                continue
+            except AgentRefused as exc:
+                log.warning("the agent of %s refused the MPS plan: %s", node, exc)
+            self._unsent.discard(node)
+        self._sent = dict(self.mps_plan)

@@ -59,6 +59,8 @@ class RoundContext:
     fingerprint_of: Callable[[Job], str | None]
     agent_state_dir: Path
     gpu_model: str = "H100-80GB"
+    agents: object = None  # the AgentLink to every node agent (slurm_plugin.agent.client)
+    stale_nodes: dict[str, str] = field(default_factory=dict)  # node -> why its figures are stale
     acted: set[int] = field(default_factory=set)  # jobs requeued this round (the listing predates it)
     act_s: float = 0.0  # the time to act: until the next round (the last round and its pause), and the action's own
     # the decisions (packer.rules): the monitor's one object; None builds it from settings and config

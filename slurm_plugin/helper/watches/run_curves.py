@@ -37,6 +37,40 @@ def curve_of_track(ctx: RoundContext, track: Track, end_state: str, started_at: 
     )
 
 
+EARLIER_RUNS = 10  # a workload's newest stored curves the memory forecast takes as its prior
+
+
+def history_prior(ctx: RoundContext, track: Track):
+    """The workload's earlier runs (its fingerprint's newest stored curves, not this run's)
+    as the memory forecast's prior (`predictor.prior.HistoryPrior`, aligned by seconds since
+    each run's start); None without a fingerprint or a stored curve. A run that ran out of
+    memory in its share (`packer.action_outcomes.ran_out`) went past that share whatever its
+    curve shows. A store that cannot be read leaves the forecast without history (logged)."""
+    from packer.action_outcomes import ran_out
+    from predictor.prior import HistoryPrior, PriorRun
+
+    if not track.fingerprint:
+        return None
+    try:
+        curves = RunCurves(ctx.actions.store).of_fingerprint(track.fingerprint, limit=EARLIER_RUNS + 1)
+    except sqlite3.Error as exc:
+        log.warning("job %d: earlier runs' curves not read, forecast without them: %s", track.job_id, exc)
+        return None
+    runs = []
+    for c in curves:
+        if (c.job_id == track.job_id and abs(c.started_at - track.started_at) <= 0.5) or not c.points:
+            continue  # this run's own curve (a requeue stored it) is no history of it
+        steps, values = [], []
+        for p in c.points:
+            if not steps or p.t > steps[-1]:
+                steps.append(p.t)
+                values.append(float(max(p.peak_bytes, p.mem_bytes)))  # what the watch feeds the forecaster
+        exceeded = c.capacity_bytes if c.capacity_bytes and ran_out(c.peak_bytes, c.capacity_bytes, c.end_state) else None
+        runs.append(PriorRun(tuple(steps), tuple(values), name=f"job {c.job_id} at {c.started_at:.0f}",
+                             exceeded=exceeded))
+    return HistoryPrior(runs[:EARLIER_RUNS]) if runs else None
+
+
 def keep_curve(ctx: RoundContext, track: Track, end_state: str, started_at: float | None = None) -> None:
     """Store the ended run's curve (`[monitor] curves_per_fingerprint` of each workload are
     kept); a run with no GPU memory measured leaves none (it would only push a real curve out).

@@ -8,7 +8,10 @@ GPU for it: every GPU it could land on is busy with packed jobs, and a job there
 to keep under `1 - contention_threshold` of its speed beside it (`packer.placement.slow_nodes`;
 pair speeds measured by the contention watch, else the feature model on both jobs' history:
 `pair_view`). A node with a free GPU or a qualifying one stays allowed; never every GPU node
-(Slurm would refuse it: the job then goes where Slurm puts it, and FIG. 4 watches)."""
+(Slurm would refuse it: the job then goes where Slurm puts it, and FIG. 4 watches).
+
+A pending packed job is also kept off the nodes whose agent's figures are stale
+(`ctx.stale_nodes`), unless that is every node; the exclusion goes when the node is fresh."""
 from __future__ import annotations
 
 import logging
@@ -49,6 +52,8 @@ class SteerWatch:
         # one query for the partners of every pending packed job, not one per job
         partners_of = store.avoided_with_each(ctx.fingerprint_of(j) or "" for j in pending_packed)
         predicted = self._predicted_off(ctx, pending_packed) if ctx.settings.pair_predict else {}
+        stale = set(ctx.stale_nodes)
+        every_node = _known_nodes(ctx) if stale else set()
         for job in jobs.values():
             if job.state != "PENDING":
                 continue
@@ -61,6 +66,9 @@ class SteerWatch:
                 want |= avoid_nodes(fp, running, lambda _me, other: other in partners)
             why = predicted.get(job.job_id, {})
             want |= set(why)
+            if stale and job_shards(job) is not None and not job.required_nodes and not every_node <= want | stale:
+                why = {**why, **{n: "(its agent's figures are stale)" for n in sorted(stale - want)}}
+                want |= stale  # nothing is packed where nobody can watch it
             quirk = quirk_excluded.get(job.job_id)
             if quirk is not None:
                 node, keepers = quirk
@@ -138,3 +146,11 @@ class SteerWatch:
                 continue
             out[job.job_id] = {node: f"({reason})" for node, reason in slow.items()}
         return out
+
+
+def _known_nodes(ctx: RoundContext) -> set[str]:
+    """Every node with an agent (the link's), else every node a job names."""
+    known = getattr(getattr(ctx.agents, "directory", None), "nodes", None)
+    if known is not None:
+        return set(known())
+    return {n for j in ctx.jobs.values() if j.nodes for n in expand_hostlist(j.nodes)}

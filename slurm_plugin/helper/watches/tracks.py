@@ -61,6 +61,18 @@ def job_shards(job: Job) -> int | None:
     return None
 
 
+def job_gpu_type(job: Job) -> str | None:
+    """The GPU type a job asked for (`shard:h100:2` -> h100): a restart or a grow asks for that
+    type again, so the job never comes back on another model. None: it asked untyped (the
+    type of the GPU it holds is not added: 22.05 refuses an update that types an untyped
+    request, "Invalid GRES specification (with and without type identification)"; the submit
+    path types packed jobs when `[packer] gpu_type` is set)."""
+    for item in job.gres:
+        if item.name in ("shard", "gpu") and item.type:
+            return item.type
+    return None
+
+
 def wants_whole_gpu(job: Job) -> bool:
     return any(item.name == "gpu" for item in job.gres)
 

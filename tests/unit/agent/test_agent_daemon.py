@@ -141,3 +141,32 @@ def test_status_lists_every_mig_instance_with_its_owner(world):
     assert status["jobs"]["7"]["isolation"] == a.isolation
     listed = {(i["profile"], i["start"], i["owner"]) for i in status["instances"]["0"]}
     assert listed == {(a.profile, a.start, "7"), ("1g.10gb", 0, None)}
+
+
+def test_a_job_that_ended_while_the_agent_was_down_leaves_a_summary_with_its_gap(world):
+    """The summary's `gaps`: the seconds nobody sampled the job (its run is a lower bound)."""
+    make, backend, running, clock, tmp = world
+    agent = make()
+    a = agent.isolate(7, BATCH_STEP, 0, SHARD2)
+    b = agent.isolate(8, BATCH_STEP, 0, {**SHARD2, "SLURM_SHARDS_ON_NODE": "1"})
+    backend.alloc_memory(a.device_uuid, "7", 1 << 30)
+    backend.alloc_memory(b.device_uuid, "8", 1 << 30)
+    for _ in range(3):
+        clock.t += 1
+        agent.tick()
+    running.update({7, 8})
+    clock.t += 45  # the agent was down 45 s; job 8 ended meanwhile
+    running.discard(8)
+    restarted = make()
+    restarted.tick()
+    restarted.reconcile(at_start=True)
+    summary = json.loads(final_path(tmp, "node1", 8).read_text())
+    assert summary["gaps"] == 45.0 and summary["peak_mem_bytes"] == 1 << 30
+    clock.t += 1
+    restarted.tick()
+    assert restarted.step_end(7, BATCH_STEP)["gaps"] == 45.0  # job 7 ran on, its run has the gap too
+    c = restarted.isolate(9, BATCH_STEP, 0, SHARD2)
+    for _ in range(3):
+        clock.t += 1
+        restarted.tick()
+    assert restarted.step_end(c.job_id, BATCH_STEP)["gaps"] == 0.0

@@ -133,18 +133,21 @@ def test_unknown_policy_is_refused(agent):
 
 
 def test_mps_share_follows_the_helpers_measured_plan(tmp_path):
-    import json
+    from slurm_plugin.agent.ops import dispatch
+    from slurm_plugin.agent.plans import StalePlan
+    from slurm_plugin.agent.trust import Peer
 
     backend = SimGpuBackend(None, "node1", gpus=["H100-80GB"], mig_enabled=False)
     agent = NodeAgent("node1", tmp_path, backend, isolation_mode="mps")
+    root = Peer(0, 0, 0)
     a = agent.isolate(21, BATCH_STEP, 0, shard_env(0, 2))
     assert a.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"  # from its shares, no plan yet
-    plan = tmp_path / "run" / "mps-plan-node1.json"
-    plan.parent.mkdir(parents=True, exist_ok=True)
-    plan.write_text(json.dumps({"0": {"21": 70, "22": 30}}))
+    dispatch(agent, "mps_plan", {"plan": {"0": {"21": 70, "22": 30}}, "generation": 5}, root)
     assert agent.isolate(21, 0, 0, shard_env(0, 2)).env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "70"
     assert agent.isolate(22, BATCH_STEP, 0, shard_env(0, 2)).isolation == "mps:30"
-    plan.write_text(json.dumps({"0": {"23": 400}}))  # out of range: ignored
+    with pytest.raises(StalePlan, match="older"):  # a delayed older plan does not undo the newer one
+        dispatch(agent, "mps_plan", {"plan": {"0": {"23": 10}}, "generation": 4}, root)
+    dispatch(agent, "mps_plan", {"plan": {"0": {"23": 400}}, "generation": 6}, root)  # out of range: ignored
     assert agent.isolate(23, BATCH_STEP, 0, shard_env(0, 2)).isolation == "mps:25"
 
 

@@ -1,5 +1,6 @@
 """The simulated GPU workload: sizes, pair slowdowns, out of memory, reports."""
 import io
+import os
 
 import pytest
 
@@ -37,8 +38,17 @@ def test_runs_and_frees_its_memory():
              env=_env(gpu, inst.uuid), out=out, err=err, backend=gpu)
     assert rc == 0, err.getvalue()
     assert "done 5 iterations" in out.getvalue()
-    rec = gpu.memory_of("7")[inst.uuid]
+    rec = gpu.memory_of(str(os.getpid()))[inst.uuid]  # a process is known by its pid, as on NVML
+    assert gpu.memory_of("7") == {}
     assert rec["current"] == 0 and rec["peak"] == (1 << 30) + 5 * (1 << 20)
+
+
+def test_growth_can_stop_at_a_peak():
+    gpu = SimGpuBackend(None, "node1", gpus=["H100-80GB"])
+    inst = gpu.create_instance(0, "1g.10gb", 0, owner="7")
+    rc = run(mem_start=1 << 30, mem_growth=1 << 20, grow_iters=3, iters=10, iter_ms=1, workload=None,
+             env=_env(gpu, inst.uuid), out=io.StringIO(), err=io.StringIO(), backend=gpu)
+    assert rc == 0 and gpu.memory_of(str(os.getpid()))[inst.uuid]["peak"] == (1 << 30) + 3 * (1 << 20)
 
 
 def test_outgrowing_the_partition_dies_like_cuda():

@@ -214,3 +214,14 @@ def test_a_victim_goes_back_after_the_hold_limit_when_the_grower_does_not_start(
     assert fake.jobs[9].priority > 0 and fake.jobs[7].state == "PENDING"
     (release,) = [e for e in helper.store.events() if e.kind == "grow-release"]
     assert "did not start within 30s" in release.detail
+
+
+def test_a_typed_grower_keeps_its_gpu_type(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path, mode="enforce")
+    helper.store.remember_size("grow", 4, "oom")
+    three_on_one_gpu(fake)
+    fake.jobs[7].tres_per_node = "gres:shard:h100:1"  # as the submit path writes it
+    for job_id, start in ((7, 0), (8, 2), (9, 4)):
+        put(samples, job_id, 5, 3 * GIB, start)
+    monitor.tick()
+    assert fake.jobs[7].tres_per_node == "gres:shard:h100:4"

@@ -116,13 +116,14 @@ def test_only_a_slow_decision_is_logged_above_debug(caplog):
 
     fields = {"user_name": b"alice", "name": b"t", "tres_per_node": b"gres:gpu:1"}
     fast = service(Store())
+    mine = lambda: [r for r in caplog.records if r.name == "slurm_plugin.helper.submit_service"]  # noqa: E731
     with caplog.at_level(logging.INFO, logger="slurm_plugin.helper.submit_service"):
         answer, log_it = fast.respond(fields)
         log_it()
-    assert answer.verdict == "exclusive" and not caplog.records
+    assert answer.verdict == "exclusive" and not mine()
     cfg = PackerConfig()
     slow = SubmitService(lambda: cfg, Store(), lambda: (_time.sleep(0.006), ClusterView(0))[1])
     with caplog.at_level(logging.INFO, logger="slurm_plugin.helper.submit_service"):
         slow.respond(fields)[1]()
-    assert [r.levelname for r in caplog.records] == ["WARNING"]
-    assert "decision user=alice verdict=exclusive" in caplog.records[0].getMessage()
+    assert [r.levelname for r in mine()] == ["WARNING"]
+    assert "decision user=alice verdict=exclusive" in mine()[0].getMessage()

@@ -60,3 +60,18 @@ def test_show_json_carries_the_curve_summary(tmp_path):
     assert by_job[4]["history"] is False and by_job[4]["curve"]["end_state"] == "PENDING"
     everything = json.loads(CliRunner().invoke(history, ["show", "--json", "--config", str(config)]).output)
     assert sorted(d["job_id"] for d in everything) == [1, 2, 3]  # without FP: the history, no curve-only runs
+
+
+def test_show_says_which_runs_are_lower_bounds_and_why(tmp_path):
+    config = make_db(tmp_path)
+    store = Store(tmp_path / "gpupack.db")
+    store.record_run(RunRecord(job_id=5, fingerprint="fpa", peak_mem_bytes=6 * GIB, ended_at=4000.0, started_at=3900.0,
+                               lower_bound=True, end_state="cancelled"))
+    store.close()
+    out = CliRunner().invoke(history, ["show", "fpa", "--config", str(config)])
+    line = next(x for x in out.output.splitlines() if x.split()[:1] == ["5"])
+    assert ">=" in line and line.endswith("lower bound (cancelled)")
+    assert next(x for x in out.output.splitlines() if x.split()[:1] == ["2"]).endswith("measured")
+    (five,) = [d for d in json.loads(CliRunner().invoke(history, ["show", "fpa", "--json", "--config", str(config)]).output)
+               if d["job_id"] == 5]
+    assert five["lower_bound"] is True and five["end_state"] == "cancelled"

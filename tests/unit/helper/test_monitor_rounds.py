@@ -43,6 +43,24 @@ def test_newcomer_that_slows_its_neighbour_is_requeued_at_head_and_the_pair_avoi
     assert not any("scancel" in c for c in fake.calls)
 
 
+def test_no_action_is_taken_on_a_stale_nodes_figures_and_the_event_says_so(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path)
+    running(fake, 1, fp="aaaa", start=FAKE_EPOCH)
+    for t in range(10):
+        samples.put(1, FAKE_EPOCH + t, throughput=20.0, started_at=FAKE_EPOCH)
+        monitor.tick()
+    running(fake, 2, fp="bbbb", start=FAKE_EPOCH + 10)
+    samples.stale = {"node1": "its agent does not answer (connection refused)"}  # as AgentSamples reports it
+    for t in range(10, 16):  # the same slowdown that gets the newcomer requeued when fresh
+        samples.put(1, FAKE_EPOCH + t, throughput=15.0, started_at=FAKE_EPOCH)
+        samples.put(2, FAKE_EPOCH + t, throughput=30.0, started_at=FAKE_EPOCH + 10)
+        monitor.tick()
+    assert fake.jobs[2].state == "RUNNING" and not helper.store.must_avoid("aaaa", "bbbb")
+    (event,) = [e for e in helper.store.events() if e.kind == "requeue-contention-stale"]  # once, not per round
+    assert event.job_id == 2 and "stale" in event.detail and "connection refused" in event.detail
+    assert not [e for e in helper.store.events() if e.kind == "requeue-contention"]
+
+
 def test_two_copies_of_one_workload_that_slow_each_other_are_kept_apart(tmp_path):
     """Found live: identical jobs were requeued beside each other every ~10 s, since a pair of
     one fingerprint was never recorded; the next copy must be steered off the running one's node."""
@@ -123,6 +141,26 @@ def test_pending_packed_job_is_kept_off_the_node_of_an_avoided_partner(tmp_path)
     restarted.tick()
     assert fake.jobs[3].excluded_nodes == "node9"
     assert "avoid=" not in fake.jobs[3].admin_comment
+
+
+def test_pending_packed_job_is_kept_off_a_stale_node_until_it_is_fresh(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path)
+    fake.submit(job_id=3, state="PENDING", gres="gres:shard:2", admin_comment="gpupack: packed shard:2 fp=bbbb")
+    fake.submit(job_id=4, state="PENDING", gres="gres:gpu:1", admin_comment="gpupack: exclusive fp=cccc")
+    samples.stale = {"node2": "its agent does not answer"}
+    monitor.tick()
+    assert fake.jobs[3].excluded_nodes == "node2" and fake.jobs[4].excluded_nodes == ""
+    (event,) = [e for e in helper.store.events() if e.kind == "steer"]
+    assert "stale" in event.detail
+    samples.stale = {"node1": "x", "node2": "y"}  # every node stale: excluding all would refuse the job
+    monitor.tick()
+    assert fake.jobs[3].excluded_nodes == ""
+    samples.stale = {"node2": "its agent does not answer"}
+    monitor.tick()
+    assert fake.jobs[3].excluded_nodes == "node2"
+    samples.stale = {}  # its agent answers again: the exclusion we added is lifted
+    monitor.tick()
+    assert fake.jobs[3].excluded_nodes == ""
 
 
 def test_pending_packed_jobs_partners_are_read_in_one_query_per_round(tmp_path):
@@ -240,7 +278,8 @@ def test_history_is_recorded_when_a_tracked_job_completes(tmp_path):
     assert helper.store.runs("hist")[0].throughput == pytest.approx(12.0)
 
 
-def test_a_requeued_job_is_not_recorded(tmp_path):
+def test_a_failed_run_is_only_a_lower_bound(tmp_path):
+    """Issue 23: a failed run's peak is what it reached before it failed, not what it needs."""
     fake, helper, samples, monitor = make(tmp_path)
     running(fake, 9, fp="hist")
     samples.put(9, FAKE_EPOCH, mem=GIB, started_at=FAKE_EPOCH)
@@ -248,7 +287,42 @@ def test_a_requeued_job_is_not_recorded(tmp_path):
     fake.jobs[9].state = "FAILED"
     samples.now.clear()
     monitor.tick()
-    assert helper.store.estimate("hist") is None
+    (run,) = helper.store.runs("hist")
+    assert run.lower_bound and run.end_state == "failed" and run.peak_mem_bytes == GIB
+    assert not helper.store.estimate("hist").measured
+    (event,) = [e for e in helper.store.events() if e.kind == "history"]
+    assert "lower bound 1.00GiB (failed)" in event.detail and event.data["lower_bound"] is True
+
+
+@pytest.mark.parametrize("state", ["CANCELLED", "OUT_OF_MEMORY", "TIMEOUT"])
+def test_a_cancelled_or_out_of_memory_run_is_never_a_measurement(tmp_path, state):
+    fake, helper, samples, monitor = make(tmp_path)
+    running(fake, 9, fp="hist")
+    for t in range(3):
+        samples.put(9, FAKE_EPOCH + t, mem=2 * GIB, started_at=FAKE_EPOCH)
+        monitor.tick()
+    fake.jobs[9].state = state
+    samples.now.clear()
+    monitor.tick()
+    (run,) = helper.store.runs("hist")
+    assert run.lower_bound and run.peak_mem_bytes == 2 * GIB
+
+
+def test_a_completed_run_whose_samples_stop_before_its_end_is_a_lower_bound(tmp_path):
+    """Its node agent went away 30 s before the job ended: what it did then nobody saw."""
+    fake, helper, samples, monitor = rounds_support.make(tmp_path)  # the clock follows the samples
+    running(fake, 9, fp="hist")
+    for t in range(5):
+        samples.put(9, FAKE_EPOCH + t, mem=(3 + t) * GIB, started_at=FAKE_EPOCH)
+        monitor.tick()
+    samples.now.clear()  # the agent is down: no samples
+    samples.clock = FAKE_EPOCH + 34
+    monitor.tick()
+    fake.jobs[9].state, fake.jobs[9].end_time = "COMPLETED", FAKE_EPOCH + 34
+    monitor.tick()
+    (run,) = helper.store.runs("hist")
+    assert run.lower_bound and run.end_state == "gaps 30s without samples" and run.peak_mem_bytes == 7 * GIB
+    assert not helper.store.estimate("hist").measured
 
 
 def test_a_completed_run_with_no_memory_measured_is_not_history(tmp_path):
@@ -269,12 +343,12 @@ def test_a_requeued_job_gets_one_row_for_the_run_that_completed(tmp_path):
     running(fake, 9, fp="hist")
     samples.put(9, FAKE_EPOCH, mem=2 * GIB, started_at=FAKE_EPOCH)
     monitor.tick()
-    fake.jobs[9].state = "PENDING"  # requeued: that run is not history
+    fake.jobs[9].state = "PENDING"  # requeued: that run is a lower bound
     samples.now.clear()
     monitor.tick()
     running(fake, 9, fp="hist", start=FAKE_EPOCH + 20)
     second = FAKE_EPOCH + 20
-    # the Epilog of the second run recorded it first (the agent's start keys the run)
+    # the controller's epilog recorded the second run first (the agent's start keys the run)
     helper.store.record_run(RunRecord(job_id=9, fingerprint="hist", peak_mem_bytes=5 * GIB, started_at=second))
     for t in range(3):
         samples.put(9, second + t, mem=(5 + t) * GIB, started_at=second)
@@ -282,9 +356,11 @@ def test_a_requeued_job_gets_one_row_for_the_run_that_completed(tmp_path):
     fake.jobs[9].state = "COMPLETED"
     samples.now.clear()
     monitor.tick()
-    (run,) = helper.store.runs("hist")
-    assert run.started_at == second and run.peak_mem_bytes == 7 * GIB
-    assert [e.kind for e in helper.store.events()].count("history") == 0  # no second event for the Epilog's run
+    run, first = helper.store.runs("hist")
+    assert run.started_at == second and run.peak_mem_bytes == 7 * GIB and not run.lower_bound
+    assert first.started_at == FAKE_EPOCH and first.lower_bound and first.end_state == "requeued"
+    # one event, the first run's: none for the second, recorded already
+    assert [e.kind for e in helper.store.events()].count("history") == 1
 
 
 def test_gpu_given_whole_and_as_shards_requeues_the_late_comer(tmp_path):
@@ -305,7 +381,22 @@ def test_gpu_given_whole_and_as_shards_requeues_the_late_comer(tmp_path):
 
 
 def test_mps_shares_follow_measured_utilisation(tmp_path):
+    from slurm_plugin.agent.client import AgentUnavailable
+
     fake, helper, samples, monitor = make(tmp_path)
+    sent: list[tuple] = []
+
+    class Link:  # the agents, as the MPS watch reaches them (AgentLink.call)
+        down = True
+
+        def call(self, node, op, request=None, timeout=None):
+            if self.down:
+                raise AgentUnavailable("connection refused")
+            if op == "mps_plan":
+                sent.append((node, op, request))
+            return {"status": "ok", "changes": []}
+
+    monitor.agents = link = Link()
     running(fake, 1, fp="m1")
     running(fake, 2, fp="m2", start=FAKE_EPOCH + 1)
     samples.put(1, FAKE_EPOCH + 2, isolation="mps:50", util=30.0, started_at=FAKE_EPOCH)
@@ -313,10 +404,14 @@ def test_mps_shares_follow_measured_utilisation(tmp_path):
     monitor.tick()
     plan = monitor.mps_plan[("node1", 0)]
     assert sum(plan.values()) == 100 and plan[2] > plan[1] >= 33
-    (tmp_path / "run").mkdir(exist_ok=True)
-    monitor.mps_plan = {}
+    assert sent == []  # the agent did not answer: sent on a later round
+    link.down = False
     monitor.tick()
-    assert (tmp_path / "run" / "mps-plan-node1.json").exists()
+    ((node, op, request),) = sent
+    assert (node, op) == ("node1", "mps_plan") and request["plan"] == {"0": {"1": plan[1], "2": plan[2]}}
+    assert request["generation"] >= FAKE_EPOCH * 1000
+    monitor.tick()
+    assert len(sent) == 1  # unchanged: not sent again
 
 
 def test_metrics_text_counts_events_and_is_written_for_the_textfile_collector(tmp_path):
@@ -509,7 +604,7 @@ def test_a_completed_runs_curve_is_stored_under_the_runs_key(tmp_path):
     assert curve.capacity_label == "shard:2" and curve.capacity_bytes == 2 * helper.config().share_bytes
 
 
-def test_a_requeued_runs_curve_is_stored_though_it_is_not_history(tmp_path):
+def test_a_requeued_runs_curve_is_stored_and_its_run_is_a_lower_bound(tmp_path):
     from packer.curve_store import RunCurves
 
     fake, helper, samples, monitor = make(tmp_path)
@@ -520,7 +615,8 @@ def test_a_requeued_runs_curve_is_stored_though_it_is_not_history(tmp_path):
     fake.jobs[9].state = "PENDING"  # requeued
     samples.now.clear()
     monitor.tick()
-    assert helper.store.runs("hist") == []
+    (run,) = helper.store.runs("hist")
+    assert run.lower_bound and run.peak_mem_bytes == 4 * GIB
     curve = RunCurves(helper.store).of_job(9)
     assert curve.end_state == "PENDING" and "requeued" in curve.summary() and len(curve.points) == 3
     # it runs again before a round saw it wait: the first run's curve is kept all the same
@@ -568,6 +664,8 @@ def test_a_run_restarted_for_memory_keeps_its_curve_and_says_why_it_ended(tmp_pa
     assert curve is not None and curve.end_state == "REQUEUED by restart-memory"
     assert curve.how_it_ended == "requeued by restart-memory" and len(curve.points) == t + 1
     assert curve.capacity_label == "shard:1" and curve.peak_bytes == int(2 * GIB + t * 0.3 * GIB)
+    (run,) = helper.store.runs("grow")  # what it reached before the restart: a lower bound
+    assert run.lower_bound and run.end_state == "requeued by restart-memory" and run.started_at == curve.started_at
     assert len(RunCurves(helper.store).of_fingerprint("grow")) == 1  # one run, one curve (not again as PENDING)
 
 
@@ -593,3 +691,17 @@ def test_curves_per_fingerprint_must_be_a_count(tmp_path):
     toml = tmp_path / "gpupack.toml"
     toml.write_text("[monitor]\ncurves_per_fingerprint = 0\n")
     assert load_monitor_settings(toml).curves_per_fingerprint == 0
+
+
+def test_a_typed_job_is_restarted_on_its_own_gpu_type(tmp_path):
+    """Issue 21 item 7: `shard:h100:1` is restarted as `shard:h100:K` (it never comes back on
+    another model); an untyped request stays untyped (22.05 refuses an update that types it)."""
+    fake, helper, samples, monitor = make(tmp_path, memory_horizon_s=60)
+    running(fake, 7, fp="typed", shards=1)
+    fake.jobs[7].tres_per_node = "gres:shard:h100:1"  # as the submit path writes it
+    for t in range(40):
+        samples.put(7, FAKE_EPOCH + t, mem=int(2 * GIB + t * 0.3 * GIB), started_at=FAKE_EPOCH)
+        monitor.tick()
+        if fake.jobs[7].state == "PENDING":
+            break
+    assert fake.jobs[7].tres_per_node in ("gres:shard:h100:2", "gres:shard:h100:3", "gres:shard:h100:4")

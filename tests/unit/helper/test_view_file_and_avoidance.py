@@ -126,3 +126,21 @@ def test_monitor_rounds_stretch_with_a_long_queue():
     assert monitor.pause_after(0.2) == 0.8
     assert monitor.pause_after(3.0) == 9.0  # 3 s of squeue: rounds take a quarter of the time
     assert monitor.pause_after(1.5) == 4.5
+
+
+def test_a_stale_node_is_kept_off_packed_jobs_and_all_stale_keeps_them_whole():
+    from slurm_plugin.helper.cluster_view import STALE, packing_exclusion
+    from slurm_plugin.helper.slurm_poll import snapshot_from
+    from slurm_plugin.slurm.model import Node
+
+    running = (Running(1, "a", ("n1",), True),)
+    fresh = snap(1.0, running=running)
+    assert packing_exclusion(fresh, "new", set()) == frozenset()
+    stale = Snapshot(nodes=(NodeGpus("n1", frozenset({"MIXED"}), 2), NodeGpus("n2", frozenset({"IDLE", STALE}), 2)),
+                     pending_whole_gpu_jobs=0, taken_at=1.0, running=running)
+    assert packing_exclusion(stale, "new", set()) == {"n2"}  # the stale node, though no partner runs there
+    assert packing_exclusion(stale, "new", {"a"}) is None  # n1 avoided, n2 stale: nowhere to pack
+    # the watcher marks the nodes the monitor reports stale, and the mark survives the view file
+    view = snapshot_from([Node("n1", ("IDLE",)), Node("n2", ("IDLE",))], [], 1.0, {"n2": "agent down"})
+    assert [STALE in n.states for n in snapshot_from_doc(json.loads(json.dumps(snapshot_to_doc(view)))).nodes] \
+        == [False, True]

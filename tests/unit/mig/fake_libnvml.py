@@ -7,27 +7,19 @@ reach a stateful model of one or more MIG-capable GPUs: pynvml's unmodified wrap
 and wrong function names, argument or struct types, struct versions, handle kinds and
 buffer sizes fail here as they would (or would corrupt memory) on hardware.
 
-This module is the entry point tests import; the fake lives in the package ``fake_nvml``
-next to it, one module per part:
-
-- ``fake_nvml/nvml_h.py``: return codes, constants and struct layouts from ``nvml.h``;
-- ``fake_nvml/exports.py``: the ctypes side (typed handles and out-parameters, by-value
-  structs, buffer sizes) and what it checks;
-- ``fake_nvml/model.py``: the model of the GPUs, and what in it is known from the
-  documentation and what is only a plausible choice;
-- ``fake_nvml/calls.py``, ``privileges.py``, ``devices.py``, ``gpu_instances.py``,
-  ``compute_instances.py``, ``mig_devices.py``, ``processes.py``, ``utilization.py``:
-  the C functions, by area;
-- ``fake_nvml/library.py``: :class:`FakeNvml` (export table, installation, test helpers).
+This module is the entry point tests import. The fake itself is a packaged part of the
+simulated GPU, ``slurm_plugin.simgpu.nvml`` (the dev cluster's agents load it, backed by the
+simulated GPU's shared state, with ``--nvml-library simulated:DIR``); its package docstring
+lists its parts.
 """
 from __future__ import annotations
 
-from fake_nvml.calls import NvmlViolation
-from fake_nvml.exports import Export, Library
-from fake_nvml.library import FakeNvml
-from fake_nvml.model import (FakeComputeInstance, FakeGpu, FakeGpuInstance, FakeMigDevice,
-                             FakeProcess, NvmlObject)
-from fake_nvml.nvml_h import (
+from slurm_plugin.simgpu.nvml.calls import NvmlViolation
+from slurm_plugin.simgpu.nvml.exports import Export, Library
+from slurm_plugin.simgpu.nvml.library import FakeNvml
+from slurm_plugin.simgpu.nvml.model import (FakeComputeInstance, FakeGpu, FakeGpuInstance,
+                                            FakeMigDevice, FakeProcess, NvmlObject)
+from slurm_plugin.simgpu.nvml.nvml_h import (
     CI, CI_PROFILE_INFO_V2, CI_PROFILE_SLICES, CI_SLICES_OFFERED,
     COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, DEV, ERROR_DRIVER_NOT_LOADED, ERROR_IN_USE,
     ERROR_INSUFFICIENT_RESOURCES, ERROR_INSUFFICIENT_SIZE, ERROR_INVALID_ARGUMENT,

@@ -104,3 +104,44 @@ def test_config_file(tmp_path):
     path.write_text('[packer]\nmodee = "advise"\n')
     with pytest.raises(ConfigError, match="unknown"):
         load_config(path)
+
+
+def test_shares_are_sized_for_one_gpu_type():
+    """Issue 21 item 7: K shares are sized for `gpu_type`; an untyped job is typed to it, a job
+    typed for another model keeps its whole GPU."""
+    from packer.decision import packed_type
+
+    config = PackerConfig(mode="enforce", gpu_type="h100", pack_only_when_no_idle_gpu=False)
+    known = Estimate(int(7 * GIB), 30.0, 3)
+    other = decide(Candidate("tres_per_node", "a100", "22.05"), known, ClusterView(0), config)
+    assert (other.verdict, other.reason) == ("exclusive", "other-gpu-type")
+    same = Candidate("tres_per_node", "H100", "22.05")
+    assert decide(same, known, ClusterView(0), config).verdict == "packed"
+    assert packed_type(same, config) == "H100"
+    assert packed_type(Candidate("tres_per_node", None, "22.05"), config) == "h100"
+    assert packed_type(Candidate("tres_per_node", None, "22.05"), PackerConfig()) is None
+    with pytest.raises(ConfigError):
+        PackerConfig(gpu_type="h 100")
+
+
+def test_lower_bounds_alone_are_no_history_and_never_pack_below_the_bound():
+    """Issue 23: a workload whose only run failed at 12 GiB is not packed as a 12 GiB job."""
+    bound = Estimate(12 * GIB, None, 1, source="lower-bound", lower_bound_bytes=12 * GIB)
+    d = decide(CAND, bound, BUSY, CFG, "fp")
+    assert (d.verdict, d.reason) == ("exclusive", "no-history") and "src=lower-bound(1)" in d.comment()
+    unknown = CFG.with_overrides(pack_unknown=True, unknown_estimate_gib=2.0)
+    packed = decide(CAND, bound, BUSY, unknown, "fp")  # the default size, raised to the bound
+    assert packed.verdict == "packed" and packed.shards == shards_needed(12 * GIB, CFG) > decide(
+        CAND, None, BUSY, unknown, "fp").shards
+
+
+def test_a_lower_bound_above_the_measured_peak_keeps_the_job_off_a_smaller_share():
+    from packer.store import RunRecord, Store
+
+    store = Store()
+    store.record_run(RunRecord(job_id=1, fingerprint="fp", peak_mem_bytes=4 * GIB, ended_at=10))
+    assert decide(CAND, store.estimate("fp"), BUSY, CFG, "fp").shards == 1
+    store.record_run(RunRecord(job_id=2, fingerprint="fp", peak_mem_bytes=15 * GIB, lower_bound=True, ended_at=20))
+    d = decide(CAND, store.estimate("fp"), BUSY, CFG, "fp")
+    assert d.verdict == "packed" and d.shards == shards_needed(15 * GIB, CFG) == 2
+    assert "src=history(1)+bound" in d.comment()

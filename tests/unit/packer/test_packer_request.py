@@ -72,3 +72,47 @@ def test_shard_request_keeps_the_dialect():
     assert shard_request(1, "23.11") == "gres/shard:1"
     with pytest.raises(ValueError):
         shard_request(0, "22.05")
+
+
+@pytest.mark.parametrize(
+    "facts, reason",
+    [
+        (JobFacts(tres_per_node="gres:gpu:1", requeue=0), "no-requeue"),
+        (JobFacts(tres_per_node="gres:gpu:1", tres_freq="gpu:high"), "gpu-freq"),
+        (JobFacts(tres_per_job="gres:gpu:1", num_tasks=2, ntasks_per_node=1), "multi-node"),
+        (JobFacts(tres_per_node="gres:gpu:1", num_tasks=2), "multi-node"),  # -n2 without -N1 may span nodes
+        (JobFacts(tres_per_node="gres:gpu:1", het_job_offset=0), "heterogeneous"),
+        (JobFacts(tres_per_node="gres:gpu:1", batch=False), "interactive"),
+        (JobFacts(tres_per_socket="gres:gpu:1"), "per-socket"),
+        (JobFacts(tres_per_node="gres:gpu:1", mem_per_tres="gres:gpu:1024", min_mem_per_node=2048), "unclear"),
+        (JobFacts(tres_per_node="gres:gpu:1", cpus_per_tres="gres:gpu:3", num_tasks=2, max_nodes=1), "unclear"),
+        (JobFacts(tres_per_node="gres:gpu:1", unreadable=("min_nodes",)), "unclear"),
+        (JobFacts(tres_per_node="gres:gpu:h1 00:1"), "unparsable-gres"),
+        (JobFacts(tres_per_node="gres:gpu:1", requeue=0, het_job_offset=1), "heterogeneous"),  # the first reason
+    ],
+)
+def test_forms_that_are_not_packed_say_why(facts, reason):
+    assert classify(facts) == NotCandidate(reason)
+
+
+@pytest.mark.parametrize(
+    "facts, expected",
+    [
+        (JobFacts(tres_per_node="gres:gpu:1", num_tasks=2, max_nodes=1, min_nodes=1), Candidate("tres_per_node", None, "22.05", tasks=2)),
+        (JobFacts(tres_per_node="gres:gpu:1", num_tasks=2, ntasks_per_node=2), Candidate("tres_per_node", None, "22.05", tasks=2)),
+        (JobFacts(tres_per_node="gres:gpu:1", het_job_offset=NO_VAL, requeue=1), Candidate("tres_per_node", None, "22.05")),
+        (JobFacts(tres_per_node="gres/gpu:h100:1", mem_per_tres="gres/gpu:2048", cpus_per_tres="gres/gpu:4"),
+         Candidate("tres_per_node", "h100", "23.11", mem_per_gpu_mb=2048, cpus_per_gpu=4)),
+        (JobFacts(tres_per_task="cpu=2,gres/gpu=1", num_tasks=1, tres_bind="gres/gpu:per_task:1"),
+         Candidate("tres_per_task", None, "23.11", gpu_bind=True)),
+    ],
+)
+def test_forms_that_are_packed(facts, expected):
+    assert classify(facts) == expected
+
+
+def test_shard_request_keeps_the_gpu_type():
+    assert shard_request(2, "22.05", "h100") == "gres:shard:h100:2"
+    assert shard_request(1, "23.11", "a100") == "gres/shard:a100:1"
+    with pytest.raises(ValueError):
+        shard_request(1, "22.05", "h1 00")

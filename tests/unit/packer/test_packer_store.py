@@ -133,10 +133,13 @@ def test_a_schema_2_database_gets_the_pair_speeds_table_and_keeps_its_pairs(tmp_
     old.avoid_pair("a", "b", "contention")
     old.db.execute("drop table pair_speeds")
     old.db.execute("drop table run_curves")  # schema 4's
+    for undo in ("drop index idx_runs_fp_bound_ended", "alter table runs drop column lower_bound",
+                 "alter table runs drop column end_state"):  # schema 5's
+        old.db.execute(undo)
     old.db.execute("pragma user_version = 2")
     old.close()
     store = Store(path)
-    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     assert store.must_avoid("a", "b")
     store.record_pair_speed("a", "b", 0.5)
     assert store.pair_speeds()[("a", "b")].speed == 0.5
@@ -152,3 +155,68 @@ def test_estimates_of_many_fingerprints_are_each_ones_estimate():
     assert found == {fp: store.estimate(fp) for fp in ("a", "b")}
     assert found["a"].runs == 5 and found["a"].peak_mem_bytes == 7 * GIB and found["b"].mean_util_pct is None
     assert store.estimates([]) == {}
+
+
+def test_a_schema_4_database_keeps_its_runs_as_measurements(tmp_path):
+    path = tmp_path / "db.sqlite"
+    old = Store(path)
+    old.record_run(RunRecord(job_id=1, fingerprint="fp", peak_mem_bytes=3 * GIB, started_at=10.0))
+    for undo in ("drop index idx_runs_fp_bound_ended", "alter table runs drop column lower_bound",
+                 "alter table runs drop column end_state"):
+        old.db.execute(undo)
+    old.db.execute("pragma user_version = 4")
+    old.close()
+    store = Store(path)
+    (run,) = store.runs("fp")
+    assert run.lower_bound is False and store.estimate("fp").peak_mem_bytes == 3 * GIB
+
+
+def test_a_lower_bound_raises_the_estimate_but_is_never_the_measurement(tmp_path):
+    """Issue 23: a workload needing 15 GiB whose failed run reached 5 GiB; and the other way
+    round, a completed 4 GiB run after a run that failed at 6 GiB."""
+    store = Store(tmp_path / "db.sqlite")
+    store.record_run(RunRecord(job_id=1, fingerprint="fp", peak_mem_bytes=5 * GIB, lower_bound=True,
+                               end_state="failed", ended_at=10))
+    est = store.estimate("fp")
+    assert est is not None and not est.measured and est.source == "lower-bound" and est.runs == 1
+    store.record_run(RunRecord(job_id=2, fingerprint="fp", peak_mem_bytes=4 * GIB, mean_util_pct=30.0, ended_at=20))
+    est = store.estimate("fp")
+    assert est.measured and est.runs == 1 and est.peak_mem_bytes == 5 * GIB and est.lower_bound_bytes == 5 * GIB
+    assert est.mean_util_pct == 30.0 and est.source_label == "history(1)+bound"
+    store.record_run(RunRecord(job_id=3, fingerprint="fp", peak_mem_bytes=15 * GIB, ended_at=30))
+    est = store.estimate("fp")
+    assert est.peak_mem_bytes == 15 * GIB and est.lower_bound_bytes == 0 and est.runs == 2
+    assert store.estimates(["fp"])["fp"] == est
+
+
+def test_a_run_recorded_twice_is_one_row_and_one_event_a_measurement_if_either_saw_it_whole(tmp_path):
+    store = Store(tmp_path / "db.sqlite")
+    event = ("history", "recorded", {"source": "monitor"})
+    bound = RunRecord(job_id=7, fingerprint="fp", peak_mem_bytes=2 * GIB, started_at=50.0, lower_bound=True,
+                      end_state="gaps 30s without samples", source="monitor")
+    assert store.record_run(bound, event)
+    assert not store.record_run(bound, event)  # the same record again: nothing new
+    whole = RunRecord(job_id=7, fingerprint="fp", peak_mem_bytes=3 * GIB, started_at=50.0, end_state="completed",
+                      source="sweep")
+    assert not store.record_run(whole, event)
+    (run,) = store.runs("fp")
+    assert run.peak_mem_bytes == 3 * GIB and not run.lower_bound and run.end_state == "completed"
+    assert [e.kind for e in store.events()] == ["history"]
+    assert not store.record_run(bound, event)  # a later lower-bound record does not undo it
+    assert not store.runs("fp")[0].lower_bound and store.run_of(7, 50.0) == store.runs("fp")[0]
+
+
+def test_a_run_and_its_event_are_one_transaction(tmp_path):
+    store = Store(tmp_path / "db.sqlite")
+    with pytest.raises(TypeError):  # the event cannot be written: the run is not kept either
+        store.record_run(RunRecord(job_id=1, fingerprint="fp", peak_mem_bytes=GIB), ("history", "x", {"bad": object()}))
+    assert store.runs("fp") == [] and store.events() == []
+
+
+def test_a_later_record_of_an_old_run_does_not_make_it_recent_again(tmp_path):
+    """The window of recent runs is by end: a sweep after a restart re-records old runs."""
+    store = Store(tmp_path / "db.sqlite")
+    store.record_run(RunRecord(job_id=1, fingerprint="fp", peak_mem_bytes=9 * GIB, started_at=5.0, ended_at=10))
+    store.record_run(RunRecord(job_id=2, fingerprint="fp", peak_mem_bytes=3 * GIB, started_at=15.0, ended_at=20))
+    store.record_run(RunRecord(job_id=1, fingerprint="fp", peak_mem_bytes=9 * GIB, started_at=5.0, ended_at=99))
+    assert [r.job_id for r in store.runs("fp")] == [2, 1] and store.estimate("fp", window=1).peak_mem_bytes == 3 * GIB

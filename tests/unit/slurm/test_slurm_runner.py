@@ -281,7 +281,3 @@ def test_job_ids_on_a_node_refuse_output_they_do_not_understand() -> None:
 
     with pytest.raises(SlurmCommandError, match="unexpected squeue line"):
         SlurmRunner(executor=executor).job_ids_on_node("node1")
-
-    from slurm_plugin.agent.slurm_jobs import running_jobs_lister
-
-    assert running_jobs_lister("node1", SlurmRunner(executor=executor))() is None  # frees nothing

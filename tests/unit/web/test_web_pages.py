@@ -196,3 +196,17 @@ def test_a_restarted_jobs_page_draws_each_earlier_runs_stored_curve():
     assert "requeued by restart-memory, on node2 GPU 1; partition MIG 1g.10gb = 9.75 GiB: 25 points kept" in html
     mems = [a for t, a in tags if t == "polyline" and a.get("class") == "mem"]
     assert [m["data-points"] for m in mems] == ["10", "25"]
+
+
+def test_job_page_shows_a_lower_bound_as_one_and_an_estimate_of_bounds_only_as_no_measurement():
+    from packer.store import RunRecord
+
+    job = Job(7, "w", "alice", "COMPLETED", admin_comment="gpupack: exclusive reason=no-history fp=ff")
+    runs = [RunRecord(job_id=6, fingerprint="ff", peak_mem_bytes=5 * GIB, lower_bound=True, end_state="failed"),
+            RunRecord(job_id=5, fingerprint="ff", peak_mem_bytes=4 * GIB)]
+    d = assemble_job(7, job, samples=[], started_at=None, remembered_shards=None, runs=runs, events=[],
+                     estimate=Estimate(5 * GIB, None, 1, source="lower-bound", lower_bound_bytes=5 * GIB),
+                     capacity=(None, ""), forecast=None)
+    html = pages.job_fragment(d)
+    assert "from 1 lower bound(s) only: no run measured it whole" in html
+    assert "&ge; 5.00 GiB (failed)" in html and "<td>4.00 GiB</td>" in html

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import traceback
+from contextlib import AbstractContextManager, nullcontext
 from ctypes import POINTER, c_void_p, cast
 from typing import Callable, Iterable
 
@@ -49,7 +50,8 @@ class NvmlCalls:
                 return ERROR_UNINITIALIZED
             if name in self.fail:
                 return self.fail.pop(name)
-            ret = impl(*args)
+            with self._backing(name):
+                ret = impl(*args)
             return SUCCESS if ret is None else ret
         except NvmlViolation as exc:
             self.violations.append(f"{name}: {exc}")
@@ -57,6 +59,11 @@ class NvmlCalls:
         except Exception:  # a bug in the fake must not look like NVML_SUCCESS
             self.errors.append(f"{name}: {traceback.format_exc()}")
             return ERROR_UNKNOWN
+
+    def _backing(self, name: str) -> AbstractContextManager:
+        """Around each call: where the model's state comes from and goes to (in memory
+        here; the simulated GPU's shared file in :mod:`.shared`)."""
+        return nullcontext()
 
     def _violation(self, msg: str) -> NvmlViolation:
         return NvmlViolation(msg)

@@ -1,5 +1,9 @@
 """Processes and the memory they use: the C functions that report them (memory info,
-running compute processes) and the test helpers that start and stop them."""
+running compute processes, MPS clients) and the test helpers that start and stop them.
+
+As on hardware, a process that runs as an MPS client is listed only by
+``nvmlDeviceGetMPSComputeRunningProcesses_v3``, and the plain call
+(``nvmlDeviceGetComputeRunningProcesses_v3``) lists only the other processes."""
 from __future__ import annotations
 
 from ctypes import POINTER, cast
@@ -12,18 +16,22 @@ from .privileges import PrivilegeRules
 
 
 class ProcessCalls(NvmlCalls, PrivilegeRules):
-    """nvmlDeviceGetMemoryInfo and nvmlDeviceGetComputeRunningProcesses_v3, on a whole GPU
-    (MIG off or, with privileges, the aggregate over its instances) or a MIG device."""
+    """nvmlDeviceGetMemoryInfo, nvmlDeviceGetComputeRunningProcesses_v3 and
+    nvmlDeviceGetMPSComputeRunningProcesses_v3, on a whole GPU (MIG off or, with
+    privileges, the aggregate over its instances) or a MIG device."""
 
     _next_pid: int  # the last pid given to a fake process
 
     # -- test helpers --------------------------------------------------------------------
     def start_process(self, gpu_index: int, gi_id: int | None, used_bytes: int,
-                      ci_id: int = 0) -> int:
-        """A CUDA process on a MIG device (GI, CI) or, with gi_id None, the whole GPU."""
+                      ci_id: int = 0, mps: bool = False, pid: int | None = None) -> int:
+        """A CUDA process on a MIG device (GI, CI) or, with gi_id None, the whole GPU
+        (``mps``: as an MPS client; ``pid``: a real process's, else a made-up one)."""
         g = self.gpus[gpu_index]
-        self._next_pid += 1
-        proc = FakeProcess(self._next_pid, used_bytes)
+        if pid is None:
+            self._next_pid += 1
+            pid = self._next_pid
+        proc = FakeProcess(pid, used_bytes, mps=mps)
         if gi_id is None:
             g.processes.append(proc)
         else:
@@ -53,6 +61,12 @@ class ProcessCalls(NvmlCalls, PrivilegeRules):
         out.total, out.used, out.free = total, used, total - used
 
     def _compute_processes(self, device, info_count, infos) -> int:
+        return self._list_processes(device, info_count, infos, mps=False)
+
+    def _mps_processes(self, device, info_count, infos) -> int:
+        return self._list_processes(device, info_count, infos, mps=True)
+
+    def _list_processes(self, device, info_count, infos, mps: bool) -> int:
         dev = self._device(device)
         self._need(info_count, "infoCount")
         rows: list[tuple[FakeProcess, int, int]] = []
@@ -65,6 +79,7 @@ class ProcessCalls(NvmlCalls, PrivilegeRules):
                     for p in ci.processes]
         else:
             rows = [(p, UINT_MAX, UINT_MAX) for p in dev.processes]
+        rows = [r for r in rows if r[0].mps == mps]
         capacity = info_count[0]
         info_count[0] = len(rows)
         if not rows:

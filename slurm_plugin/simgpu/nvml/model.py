@@ -49,6 +49,7 @@ class FakeProcess:
     used_bytes: int
     # utilisation samples the driver holds for it: (timestamp us, smUtil, memUtil)
     samples: list = field(default_factory=list)
+    mps: bool = False  # an MPS client: listed by the MPS call only, as on hardware
 
 
 class FakeComputeInstance(NvmlObject):

@@ -132,6 +132,8 @@ class FakeNvml(DeviceCalls, GpuInstanceCalls, ComputeInstanceCalls, MigDeviceCal
           self._parent_of_mig_device)
         e("nvmlDeviceGetComputeRunningProcesses_v3",
           [DEV, P_UINT, POINTER(pynvml.c_nvmlProcessInfo_v3_t)], self._compute_processes)
+        e("nvmlDeviceGetMPSComputeRunningProcesses_v3",
+          [DEV, P_UINT, POINTER(pynvml.c_nvmlProcessInfo_v3_t)], self._mps_processes)
         e("nvmlDeviceGetProcessUtilization",
           [DEV, POINTER(pynvml.c_nvmlProcessUtilizationSample_t), P_UINT, c_ulonglong],
           self._process_utilization)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from .calls import NvmlCalls
-from .model import FakeMigDevice
+from .model import FakeGpu, FakeMigDevice, FakeProcess
 from .nvml_h import ERROR_INSUFFICIENT_SIZE, ERROR_NOT_FOUND, ERROR_NOT_SUPPORTED, SUCCESS
 
 
 class UtilizationCalls(NvmlCalls):
     """nvmlDeviceGetProcessUtilization."""
+
+    def _samples_of(self, gpu: FakeGpu, proc: FakeProcess) -> list[tuple[int, int, int]]:
+        """The samples the driver holds for a process: (timestamp us, smUtil, memUtil)."""
+        return proc.samples
 
     def _process_utilization(self, device, utilization, count, last_seen: int) -> int:
         """nvml.h: samples newer than lastSeenTimeStamp; NULL buffer -> the count and
@@ -17,8 +21,8 @@ class UtilizationCalls(NvmlCalls):
         self._need(count, "processSamplesCount")
         if isinstance(dev, FakeMigDevice) or dev.mig_on:
             return ERROR_NOT_SUPPORTED
-        rows = [(p.pid, ts, sm, mem) for p in dev.processes for ts, sm, mem in p.samples
-                if ts > last_seen]
+        rows = [(p.pid, ts, sm, mem) for p in dev.processes
+                for ts, sm, mem in self._samples_of(dev, p) if ts > last_seen]
         if not rows:
             count[0] = 0
             return ERROR_NOT_FOUND

@@ -1,0 +1,123 @@
+"""What the node agent answers, one function per request, for both of its listeners:
+
+- the local Unix socket (:mod:`.server`: the SPANK plugin, jobs' reports, node-local tools),
+  peers checked by SO_PEERCRED;
+- the network link (:mod:`.link_server`: the helper), every request MUNGE-authenticated; it
+  serves only :data:`LINK_OPS` (a step's isolation and a job's reports stay on the node).
+"""
+from __future__ import annotations
+
+from slurm_plugin.agent.daemon import NodeAgent
+from slurm_plugin.agent.paths import AgentError
+from slurm_plugin.agent.trust import Peer
+
+LINK_OPS = frozenset({"ping", "samples", "status", "layout", "finish", "jobs", "finals", "ack_finals", "mps_plan"})
+
+
+def _int(body: dict, key: str, default: int | None = None) -> int:
+    value = body.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{key} must be a non-negative integer")
+    return value
+
+
+def _ints(body: dict, key: str) -> list[int]:
+    values = body.get(key) or []
+    if not isinstance(values, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in values):
+        raise ValueError(f"{key} must be a list of integers")
+    return values
+
+
+def dispatch(agent: NodeAgent, op: str, body: dict, peer: Peer) -> dict:
+    """The answer to one request (a ValueError or AgentError says what is wrong with it)."""
+    handler = _OPS.get(op)
+    if handler is None:
+        raise ValueError(f"unknown op {op!r}")
+    return handler(agent, body, peer)
+
+
+def _ping(agent: NodeAgent, body: dict, peer: Peer) -> dict:
+    return {"status": "ok", "node": agent.node}
+
+
+def _isolate(agent: NodeAgent, body: dict, peer: Peer) -> dict:
+    env = body.get("env") or {}
+    if not isinstance(env, dict):
+        raise ValueError("env must be an object")
+    env = {str(k): str(v) for k, v in env.items()}
+    node = body.get("node")
+    if node and node != agent.node:
+        raise AgentError(f"this is the agent of {agent.node}, asked for node {node}")
+    uid = body.get("uid")
+    a = agent.isolate(_int(body, "job_id"), _int(body, "step_id"), uid if isinstance(uid, int) else None, env)
+    return {"status": "ok", "isolation": a.isolation, "env": a.env}
+
+
+def _step_end(agent: NodeAgent, body: dict, peer: Peer) -> dict:
+    summary = agent.step_end(_int(body, "job_id"), _int(body, "step_id"))
+    return {"status": "ok", "isolation": "ended" if summary else "running", "env": {}, "summary": summary}
+
+
+def _samples(agent: NodeAgent, body: dict, peer: Peer) -> dict:
+    job = body.get("job_id")
+    since = body.get("since")
+    got = agent.samples(_int(body, "job_id") if job is not None else None,
+                        float(since) if isinstance(since, (int, float)) else None, bool(body.get("latest")))
+    # the agent's own clock twice: the helper judges staleness without comparing clocks
+    return {"status": "ok", "node": agent.node, "samples": got, "sampled_at": agent.sampled_at,
+            "now": agent.clock()}
+
+
+def _finish(agent: NodeAgent, body: dict, peer: Peer) -> dict:
+    return {"status": "ok", "summary": agent.finish(_int(body, "job_id"), "asked by uid %d" % peer.uid)}
+
+
+def _status(agent: NodeAgent, body: dict, peer: Peer) -> dict:
+    return {"status": "ok", **agent.status()}
+
+
+def _report(agent: NodeAgent, body: dict, peer: Peer) -> dict:
+    return agent.report(_int(body, "job_id"), peer, body)
+
+
+def _layout(agent: NodeAgent, body: dict, peer: Peer) -> dict:
+    shards = _ints(body, "pending_shards")
+    if "generation" in body:
+        agent.generations.take("layout", _int(body, "generation"))
+    changes = agent.follow_queue(str(body.get("policy", "off")), shards)
+    return {"status": "ok", "node": agent.node, "changes": changes}
+
+
+def _jobs(agent: NodeAgent, body: dict, peer: Peer) -> dict:
+    """The jobs Slurm runs on this node, pushed by the helper each round."""
+    pushed = getattr(agent.list_running_jobs, "update", None)
+    if pushed is None:
+        raise AgentError("this agent does not take job lists (started with another job lister)")
+    generation = _int(body, "generation")
+    if not pushed(_ints(body, "job_ids"), generation):
+        raise ValueError(f"job list generation {generation} is older than the one this agent has")
+    return {"status": "ok", "node": agent.node}
+
+
+def _finals(agent: NodeAgent, body: dict, peer: Peer) -> dict:
+    return {"status": "ok", "node": agent.node, "finals": agent.kept_finals.pending()}
+
+
+def _ack_finals(agent: NodeAgent, body: dict, peer: Peer) -> dict:
+    keys = body.get("runs") or []
+    if not isinstance(keys, list) or not all(isinstance(k, (int, str)) and not isinstance(k, bool) for k in keys):
+        raise ValueError("runs must be a list of job ids or run keys")
+    return {"status": "ok", "node": agent.node, "forgotten": agent.kept_finals.ack(keys)}
+
+
+def _mps_plan(agent: NodeAgent, body: dict, peer: Peer) -> dict:
+    plan = body.get("plan")
+    agent.mps_plan.write(plan if isinstance(plan, dict) else {}, _int(body, "generation"))
+    return {"status": "ok", "node": agent.node}
+
+
+_OPS = {
+    "ping": _ping, "isolate": _isolate, "step_end": _step_end, "samples": _samples, "finish": _finish,
+    "status": _status, "report": _report, "layout": _layout, "jobs": _jobs, "finals": _finals,
+    "ack_finals": _ack_finals, "mps_plan": _mps_plan,
+}

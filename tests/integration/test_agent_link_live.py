@@ -1,0 +1,101 @@
+"""The helper <-> agent link on the live cluster: samples over MUNGE-authenticated HTTP; an
+agent that stops makes its node stale (nothing packed there) until it is back."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from e2e_support import simgpu_script, wait_for
+from test_submit_shim import record_of, script, seed_history
+
+pytestmark = pytest.mark.integration
+
+
+def agent_pid(cluster, node: str) -> int:
+    procs = json.loads((cluster.state_dir / "run" / "processes.json").read_text())
+    return next(p["pid"] for p in procs if p["role"] == "agent" and p["name"] == node)
+
+
+def stale_in_view(cluster, node: str) -> bool:
+    from slurm_plugin.helper.cluster_view import STALE
+    from slurm_plugin.helper.view_file import snapshot_from_doc, view_path
+
+    doc = json.loads(view_path(cluster.spec.helper_socket).read_text())
+    return any(n.name == node and STALE in n.states for n in snapshot_from_doc(doc).nodes)
+
+
+def test_samples_reach_the_helper_over_http_and_no_credential_gets_401(cluster):
+    from slurm_plugin.agent.client import samples
+
+    link = cluster.link
+    try:
+        job = cluster.submit(["-J", "link-samples", "-w", "node1", "--gres=shard:2"],
+                             simgpu_script("--workload ResNet18 --mem-start 1GiB --iters 600 --iter-ms 50"))
+        cluster.wait(job, "RUNNING", 30)
+        (sample,) = wait_for(lambda: samples(link, "node1", job, latest=True), 20, "a sample over the link")
+        assert sample.job_id == job and sample.node == "node1"
+        address = link.directory("node1")
+        request = urllib.request.Request(f"http://{address}/v1/samples", data=b"{}", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=5)
+        assert refused.value.code == 401
+    finally:
+        cluster.cancel_all()
+
+
+def test_a_killed_agent_makes_its_node_stale_nothing_is_packed_there_and_it_recovers(cluster):
+    cluster.set_option("pack_only_when_no_idle_gpu", "false")
+    body = script("link-stale")
+    seed_history(cluster, "link-stale", body)
+    try:
+        wait_for(lambda: not stale_in_view(cluster, "node2"), 30, "node2 fresh at the start")
+        pid = agent_pid(cluster, "node2")
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: stale_in_view(cluster, "node2"), 30, "node2 stale in the published cluster view")
+        job = cluster.submit(["-J", "link-stale", "--hold", "--gres=gpu:1"], body)
+        record = record_of(cluster, job)
+        assert record.verdict == "packed", cluster.job(job)["AdminComment"]
+        assert "node2" in cluster.job(job)["ExcNodeList"]  # kept off the node nobody can watch
+        cluster.dev.up()  # the agent of node2 again
+        cluster.set_option("pack_only_when_no_idle_gpu", "false")  # up() wrote the settings afresh
+        wait_for(lambda: not stale_in_view(cluster, "node2"), 40, "node2 fresh again once its agent answers")
+        again = cluster.submit(["-J", "link-stale", "--hold", "--gres=gpu:1"], body)
+        assert record_of(cluster, again).verdict == "packed", cluster.job(again)["AdminComment"]
+        assert "node2" not in (cluster.job(again).get("ExcNodeList") or "")
+    finally:
+        cluster.cancel_all()
+        cluster.reset_options()
+        time.sleep(0.1)
+
+
+def test_each_run_of_a_requeued_job_leaves_a_final_kept_until_the_helper_acks_it(cluster):
+    from slurm_plugin.agent.client import ack_finals, collect_finals
+
+    link = cluster.link
+    try:
+        job = cluster.submit(["-J", "link-finals", "-w", "node1", "--gres=shard:1", "--requeue"],
+                             b"#!/bin/sh\nsleep 6\n")
+        cluster.wait(job, "RUNNING", 30)
+        time.sleep(2)  # its batch step is isolated on node1
+        cluster.run("scontrol", "requeue", str(job))
+        assert cluster.wait(job, {"COMPLETED", "FAILED"}, 120) == "COMPLETED"
+
+        def runs():
+            return sorted((f for f in collect_finals(link, "node1") if f["job_id"] == job),
+                          key=lambda f: f["started_at"] or 0)
+
+        first, second = wait_for(lambda: len(runs()) == 2 and runs(), 30, "both runs' finals over the link")
+        assert first["run"] != second["run"] and first["ended_at"] <= second["ended_at"]
+        assert first["end_reason"] == second["end_reason"] == "batch step ended" and second["gaps"] == 0.0
+        assert ack_finals(link, "node1", [first["run"]]) == 1
+        assert [f["run"] for f in runs()] == [second["run"]]  # the other is kept until acknowledged
+        assert ack_finals(link, "node1", [job]) == 1 and runs() == []
+        assert ack_finals(link, "node1", [job]) == 0  # again: nothing, and no error
+    finally:
+        cluster.cancel_all()

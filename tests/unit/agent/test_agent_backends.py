@@ -1,0 +1,58 @@
+"""Which GPU backend the agent runs: NVML by default, refusing to start without it unless the
+simulated GPU is asked for; `--nvml-library simulated:DIR` runs NVML over the simulated GPU."""
+from __future__ import annotations
+
+import ctypes.util
+from pathlib import Path
+
+import pynvml
+import pytest
+from click.testing import CliRunner
+
+from mig.sim_backend import SimGpuBackend
+from slurm_plugin.agent.backends import BackendChoiceError, open_backend
+from slurm_plugin.cli.agent_cmd import agent
+
+ROOT = Path(__file__).resolve().parents[3]
+NO_DRIVER = ctypes.util.find_library("nvidia-ml") is None
+
+
+@pytest.fixture
+def fresh_pynvml(monkeypatch):
+    """pynvml as a new process has it (no library loaded yet); restored afterwards."""
+    monkeypatch.setattr(pynvml, "nvmlLib", None)
+    monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
+    monkeypatch.setattr(pynvml, "_nvmlLib_refcount", 0)
+
+
+@pytest.mark.skipif(not NO_DRIVER, reason="this host has libnvidia-ml")
+def test_auto_refuses_to_start_without_nvml(tmp_path, fresh_pynvml):
+    with pytest.raises(BackendChoiceError, match="no NVIDIA GPU.*simulated:DIR"):
+        open_backend("auto", None, "n1", tmp_path, ["H100-80GB"], True)
+    result = CliRunner().invoke(agent, ["--node", "n1", "--state-dir", str(tmp_path), "--metrics-port", "0"])
+    assert result.exit_code != 0 and "no NVIDIA GPU to run" in result.output
+    assert not (tmp_path / "simgpu").exists()  # nothing simulated behind the operator's back
+
+
+def test_the_shipped_unit_runs_auto():
+    unit = (ROOT / "etc" / "systemd" / "gpupack-agent@.service").read_text()
+    (line,) = [x for x in unit.splitlines() if x.startswith("ExecStart=")]
+    assert "--backend auto" in line and "--nvml-library" not in line and "sim" not in line
+
+
+def test_simulated_library_is_nvml_over_the_simulated_gpu(tmp_path, fresh_pynvml):
+    opened = open_backend("auto", f"simulated:{tmp_path}", "n1", tmp_path / "unused", ["A100-40GB"], True)
+    assert opened.name == "nvml" and opened.sim_dir == tmp_path
+    assert type(opened.backend).__name__ == "NvmlBackend"
+    (gpu,) = opened.backend.list_gpus()
+    assert gpu.model == "A100-SXM4-40GB" and gpu.uuid == SimGpuBackend(tmp_path, "n1").list_gpus()[0].uuid
+    inst = opened.backend.create_instance(0, "1g.5gb", 0)
+    assert [i.uuid for i in SimGpuBackend(tmp_path, "n1").list_instances(0)] == [inst.uuid]
+    opened.backend.close()
+
+
+def test_sim_backend_only_when_asked(tmp_path):
+    opened = open_backend("sim", None, "n1", tmp_path, ["H100-80GB"], True)
+    assert opened.name == "sim" and isinstance(opened.backend, SimGpuBackend)
+    with pytest.raises(BackendChoiceError, match="goes with the NVML backend"):
+        open_backend("sim", f"simulated:{tmp_path}", "n1", tmp_path, ["H100-80GB"], True)

@@ -1,0 +1,70 @@
+"""The agent learns its jobs from the helper's pushed lists (never from slurmctld), and keeps
+finished runs' summaries until the helper acknowledges them."""
+from __future__ import annotations
+
+import pytest
+
+from mig.sim_backend import SimGpuBackend
+from slurm_plugin.agent.daemon import NodeAgent
+from slurm_plugin.agent.ops import dispatch
+from slurm_plugin.agent.slurm_jobs import PushedJobs
+from slurm_plugin.agent.state import BATCH_STEP
+from slurm_plugin.agent.trust import Peer
+
+ROOT = Peer(0, 0, 0)
+
+
+class Clock:
+    def __init__(self, now: float = 1000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_pushed_list_is_taken_in_generation_order_and_forgotten_when_old():
+    clock = Clock()
+    jobs = PushedJobs(max_age_s=60.0, clock=clock)
+    assert jobs() is None  # nothing pushed yet: the agent frees nothing
+    assert jobs.update([1, 2], generation=10) and jobs() == {1, 2}
+    assert not jobs.update([1], generation=9) and jobs() == {1, 2}  # a delayed older list is refused
+    assert jobs.update([2], generation=10) and jobs() == {2}  # the same generation again: idempotent
+    clock.now += 61  # the helper went silent: no list is trusted
+    assert jobs() is None
+
+
+def agent_with_job(tmp_path, clock) -> NodeAgent:
+    backend = SimGpuBackend(None, "node1", gpus=["H100-80GB"])
+    agent = NodeAgent("node1", tmp_path, backend, list_running_jobs=PushedJobs(), clock=clock)
+    agent.isolate(7, BATCH_STEP, 0, {"SLURM_STEP_GPUS": "0", "SLURM_SHARDS_ON_NODE": "1"})
+    return agent
+
+
+def test_a_job_missing_from_the_pushed_list_is_freed_and_its_final_kept_until_acked(tmp_path):
+    clock = Clock()
+    agent = agent_with_job(tmp_path, clock)
+    agent.tick()
+    clock.now += 30  # the agent was stopped 30 s: the run has a gap in its samples
+    dispatch(agent, "jobs", {"job_ids": [7], "generation": 1}, ROOT)
+    agent.tick()
+    assert agent.reconcile() == [] and 7 in agent.jobs
+    clock.now += 2
+    dispatch(agent, "jobs", {"job_ids": [], "generation": 2}, ROOT)
+    assert agent.reconcile() == ["job 7: gone from Slurm, isolation freed"]
+    (final,) = dispatch(agent, "finals", {}, ROOT)["finals"]
+    assert final["job_id"] == 7 and final["gaps"] == pytest.approx(30.0) and final["run"].startswith("7.")
+    assert dispatch(agent, "finals", {}, ROOT)["finals"] == [final]  # kept until acknowledged
+    assert dispatch(agent, "ack_finals", {"runs": [final["run"]]}, ROOT)["forgotten"] == 1
+    assert dispatch(agent, "ack_finals", {"runs": [7]}, ROOT)["forgotten"] == 0  # again: no error
+    assert dispatch(agent, "finals", {}, ROOT)["finals"] == []
+    with pytest.raises(ValueError, match="older"):
+        dispatch(agent, "jobs", {"job_ids": [7], "generation": 1}, ROOT)
+
+
+def test_a_layout_older_than_the_last_is_refused(tmp_path):
+    from slurm_plugin.agent.plans import StalePlan
+
+    agent = agent_with_job(tmp_path, Clock())
+    assert dispatch(agent, "layout", {"policy": "off", "pending_shards": [], "generation": 5}, ROOT)["status"] == "ok"
+    with pytest.raises(StalePlan):
+        dispatch(agent, "layout", {"policy": "by-size", "pending_shards": [1], "generation": 4}, ROOT)
