@@ -9,8 +9,9 @@ and gives one method per decision, each delegating to the existing rule unchange
 - :meth:`SuiteRules.corunners`: the busy GPUs a packed job may join, best first
   (``packer.corunner.rank_corunners``);
 - :meth:`SuiteRules.pack_pays`: whether packing beats waiting, given the queue
-  (``packer.admission``, the load-aware rule: ``admission = "load-aware"``, the default;
-  ``"slowdown-bound"``: the older rule, no job there may lose more than ``contention_threshold``);
+  (``packer.admission``, the load-aware rule: ``admission = "load-aware"``, the replay's
+  default; ``"slowdown-bound"``, the default here and live: no job there may lose more than
+  ``contention_threshold``);
 - :meth:`SuiteRules.contention` (sampled throughput or counters, the live watch,
   ``packer.preemption.find_contention``) and :meth:`SuiteRules.contention_now` (speeds
   already measured, the replay, ``packer.contention.check_contention``): FIG. 4;
@@ -80,8 +81,9 @@ class SuiteRules:
     regroup_moves_per_hour: int = 6
     # admission (packer.admission): "load-aware" packs when together beats one after the
     # other given the queue, every job kept at >= min_speed (fairness, an admin's setting);
-    # "slowdown-bound": no job already there may lose more than contention_threshold
-    admission: str = "load-aware"
+    # "slowdown-bound": no job already there may lose more than contention_threshold. The
+    # live helper keeps slowdown-bound until it passes a queue view (the replay: load-aware)
+    admission: str = "slowdown-bound"
     min_speed: float = 0.5
 
     def __post_init__(self) -> None:

@@ -92,9 +92,10 @@ def test_suite_rules_floor_is_fairness_when_load_aware_and_the_slowdown_bound_ot
     new = Newcomer("2", "b", 10 * G, 50.0)
     speeds = {("a", "b"): 0.7, ("b", "a"): 0.7}
     sp = lambda x, y: speeds[(x, y)]  # noqa: E731
-    assert [r.gpu.gpu_id for r in SuiteRules().corunners(new, [_gpu()], pair_speed=sp)] == ["g0"]
-    old = SuiteRules(admission="slowdown-bound")
+    aware = SuiteRules(admission="load-aware")
+    assert [r.gpu.gpu_id for r in aware.corunners(new, [_gpu()], pair_speed=sp)] == ["g0"]
+    old = SuiteRules()
     assert old.corunners(new, [_gpu()], pair_speed=sp) == []
-    assert SuiteRules().fig4_threshold == pytest.approx(0.5) and old.fig4_threshold == pytest.approx(0.10)
+    assert aware.fig4_threshold == pytest.approx(0.5) and old.fig4_threshold == pytest.approx(0.10)
     # the admin's floor above the pair's speeds refuses it under the load-aware rule too
-    assert SuiteRules(min_speed=0.8).corunners(new, [_gpu()], pair_speed=sp) == []
+    assert aware.with_overrides(min_speed=0.8).corunners(new, [_gpu()], pair_speed=sp) == []
