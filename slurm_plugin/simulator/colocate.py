@@ -116,14 +116,26 @@ class ColocatePolicy(Policy):
     def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
         """FIG. 3: alone on an idle GPU if one is usable, else packed beside the co-runner
         ``packer.corunner`` picks (``choose_corunner``'s choice: the first kind of GPU
-        ``rank_corunners`` ranks that the reservation lets through)."""
+        ``rank_corunners`` ranks that the reservation lets through). Load-aware admission
+        with an idle GPU usable: packed first where the pack pays with no wait to save
+        (the idle GPU then serves the next job in a long queue), else alone."""
         sim = self.sim
         usable = sim.sched.usable_idle(job, now, bf)
         d = self._decide(job, usable)
         if d.verdict != "packed":
             if usable:
+                if sim.rules.admission == "load-aware" and sim.cfg.pair_predict:
+                    d0 = self._decide(job, 0)
+                    if d0.verdict == "packed" and self._pack(job, now, bf, d0, idle=True):
+                        return True
                 return sim.cluster.start_idle(job, now, bf, shared=True)
             return self.full.found_none(job, None)
+        return self._pack(job, now, bf, d, idle=False)
+
+    def _pack(self, job: Job, now: float, bf: Backfill | None, d, idle: bool) -> bool:
+        """Start ``job`` beside the co-runner the rule picks, if the pack pays (``idle``: a
+        whole GPU is there for it, so packing saves it no wait)."""
+        sim = self.sim
         need = d.shards * int(sim.share_bytes)
         memo = self._newcomer(job, need)
         if not sim.shares.single and not sim.shares.multi:
@@ -135,7 +147,7 @@ class ColocatePolicy(Policy):
         if free_pack and memo.chosen_version == sim.shares.version:
             # nothing to veto and the same kinds of GPU: the rule picks the same kind again
             g = sim.gpus[next(iter(self._group(memo.chosen_kind)))]
-            if not self.pays(job, g, memo.qualifies[memo.chosen_kind], now):
+            if not self.pays(job, g, memo.qualifies[memo.chosen_kind], now, idle):
                 return False
             sim.sched.denied = False
             self._start_beside(job, g, now, need, d.shards)
@@ -144,7 +156,7 @@ class ColocatePolicy(Policy):
         if chosen is None:
             return False
         gid, ranked = chosen
-        if not self.pays(job, sim.gpus[gid], ranked, now):
+        if not self.pays(job, sim.gpus[gid], ranked, now, idle):
             return False
         sim.sched.denied = False
         self._start_beside(job, sim.gpus[gid], now, need, d.shards)
@@ -188,15 +200,16 @@ class ColocatePolicy(Policy):
                 chosen = gid, r
         return chosen
 
-    def queue_view(self, now: float, behind: int) -> QueueView:
+    def queue_view(self, now: float, behind: int, idle: bool = False) -> QueueView:
         """The queue as the admission rule reads it: ``behind`` jobs waiting besides the
-        one placed, the cluster's GPUs, and when the first busy GPU is released."""
+        one placed, the cluster's GPUs, and when it would have a whole GPU (``idle``: now;
+        else when the first busy GPU is released)."""
         sim = self.sim
         rel = sim.releases.sorted
-        wait = max(0.0, rel[0][0] - now) if rel else float("inf")
+        wait = 0.0 if idle else max(0.0, rel[0][0] - now) if rel else float("inf")
         return QueueView(waiting=max(0, behind), gpus=sim.cfg.gpus, wait_s=wait)
 
-    def pays(self, job: Job, g: Gpu, ranked: Ranked, now: float) -> bool:
+    def pays(self, job: Job, g: Gpu, ranked: Ranked, now: float, idle: bool = False) -> bool:
         """The rules' load-aware admission (``SuiteRules.pack_pays``) for ``job`` beside
         ``g``'s jobs at the speeds the co-runner rule predicted there."""
         sim = self.sim
@@ -205,7 +218,12 @@ class ColocatePolicy(Policy):
         sched = sim.sched
         case = PackCase(max(0.0, job.duration - job.done), _unit(ranked.mine),
                         tuple(Resident(_left(x, now), _unit(s)) for x, s in zip(g.jobs, ranked.theirs)))
-        return sim.rules.pack_pays(case, self.queue_view(now, len(sched.front) + len(sched.queue) - 1))
+        if sim.rules.pack_pays(case, self.queue_view(now, len(sched.front) + len(sched.queue) - 1, idle)):
+            return True
+        # the verdict moves with the clock and the queue: the next pass must not be skipped,
+        # nor another job of this shape (its duration and co-runner differ)
+        sched.dirty = sched.refused = True
+        return False
 
     def _in_time(self, job: Job, now: float, bf: Backfill, gl: GpuLoad, mine: float,
                  theirs: tuple[float, ...]) -> int | None:

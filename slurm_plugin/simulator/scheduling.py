@@ -74,6 +74,7 @@ class Scheduler:
         self.queue: dict[int, Job] = {}  # waiting jobs by arrival
         self.dirty = True  # something a scheduling pass looks at changed since the last one
         self.denied = False  # the last try failed a backfill time test (else: no room)
+        self.refused = False  # the last try was refused by the load-aware admission (it pays not)
         self.passes = self.passes_skipped = 0
         self.late_skips = 0  # jobs not tried: ending after the reservation, as one refused
 
@@ -156,7 +157,7 @@ class Scheduler:
                 if job.gpus == 1 and no_room(job):
                     failed[key] = -inf  # as if tried: it found no room in this same state
                     continue
-            self.denied = False
+            self.denied = self.refused = False
             opened = sim.shares.opened
             if self.try_start(job, now, bf):
                 self._remove(job)
@@ -164,7 +165,7 @@ class Scheduler:
                 if failed and (sim.shares.opened != opened or policy.uses_mig):
                     failed.clear()  # the start opened room a shape that failed may use
                     late.clear()
-            elif fast:
+            elif fast and not self.refused:  # a refused pack says nothing of the next job
                 if self.denied:  # refused by a backfill time test: a shorter job may pass
                     failed[key] = min(job.duration, failed.get(key, inf))
                     if now + job.duration > bf.shadow:

@@ -82,8 +82,11 @@ def test_preemption_on_slowdown_and_pair_avoidance():
 
 
 def test_busy_jobs_are_not_packed_and_lucid_keeps_jumbo_alone():
+    _, j = run("colocate", [job(0, 0, 100), job(1, 1, 10, profile=2)], admission="slowdown-bound")
+    assert j[1].first_start == 100  # the pair at 0.6 < 0.9: waits for a whole GPU
+    # load-aware: 10 s at 0.6 beside job 0 (~13 s lost) beats waiting 99 s
     _, j = run("colocate", [job(0, 0, 100), job(1, 1, 10, profile=2)])
-    assert j[1].first_start == 100  # util 95 % > 90 %: waits for a whole GPU
+    assert j[1].first_start == 1 and j[1].shared_with == {0}
     _, j = run("lucid-like", [job(0, 0, 100), job(1, 1, 10, profile=2)])
     assert j[1].first_start == 100
 
