@@ -200,13 +200,14 @@ class ColocatePolicy(Policy):
                 chosen = gid, r
         return chosen
 
-    def queue_view(self, now: float, behind: int, idle: bool = False) -> QueueView:
+    def queue_view(self, now: float, behind: int, idle: bool = False, ahead: int = 0) -> QueueView:
         """The queue as the admission rule reads it: ``behind`` jobs waiting besides the
-        one placed, the cluster's GPUs, and when it would have a whole GPU (``idle``: now;
-        else when the first busy GPU is released)."""
+        one placed, the cluster's GPUs, and when it would have a whole GPU: now (``idle``),
+        else when the busy GPUs have freed one for each of the ``ahead`` jobs before it and
+        one for it (the last release known, if fewer are busy: a lower bound)."""
         sim = self.sim
         rel = sim.releases.sorted
-        wait = 0.0 if idle else max(0.0, rel[0][0] - now) if rel else float("inf")
+        wait = 0.0 if idle else max(0.0, rel[min(ahead, len(rel) - 1)][0] - now) if rel else float("inf")
         return QueueView(waiting=max(0, behind), gpus=sim.cfg.gpus, wait_s=wait)
 
     def pays(self, job: Job, g: Gpu, ranked: Ranked, now: float, idle: bool = False) -> bool:
@@ -218,7 +219,8 @@ class ColocatePolicy(Policy):
         sched = sim.sched
         case = PackCase(max(0.0, job.duration - job.done), _unit(ranked.mine),
                         tuple(Resident(_left(x, now), _unit(s)) for x, s in zip(g.jobs, ranked.theirs)))
-        if sim.rules.pack_pays(case, self.queue_view(now, len(sched.front) + len(sched.queue) - 1, idle)):
+        view = self.queue_view(now, len(sched.front) + len(sched.queue) - 1 - sched.position, idle, sched.position)
+        if sim.rules.pack_pays(case, view):
             return True
         # the verdict moves with the clock and the queue: the next pass must not be skipped,
         # nor another job of this shape (its duration and co-runner differ)

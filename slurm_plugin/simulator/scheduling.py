@@ -75,6 +75,7 @@ class Scheduler:
         self.dirty = True  # something a scheduling pass looks at changed since the last one
         self.denied = False  # the last try failed a backfill time test (else: no room)
         self.refused = False  # the last try was refused by the load-aware admission (it pays not)
+        self.position = 0  # the place in the queue of the job being tried (0: the head)
         self.passes = self.passes_skipped = 0
         self.late_skips = 0  # jobs not tried: ending after the reservation, as one refused
 
@@ -125,6 +126,7 @@ class Scheduler:
         regroup = self.sim.regrouper
         while self.front or self.queue:
             head = self.front[0] if self.front else next(iter(self.queue.values()))
+            self.position = 0
             if not self.try_start(head, now, None) and not (regroup and regroup.try_head(head, now)):
                 break
             self._remove(head)
@@ -144,7 +146,8 @@ class Scheduler:
         inf = math.inf
         can1 = self._can_try_one()
         shape, no_room = policy.shape, policy.no_room
-        for job in cand:
+        for pos, job in enumerate(cand, 1):
+            self.position = pos
             if not (can1 if job.gpus == 1 else len(sim.idle) >= job.gpus):
                 continue
             if fast:
