@@ -152,3 +152,14 @@ def test_load_aware_admission_lets_a_job_wait_when_the_gpu_frees_soon():
     assert j[1].first_start == 100 and not j[1].shared_with
     _, j = run("colocate", [job(0, 0, 1000, profile=2), job(1, 10, 100, profile=2)], predictor=True)
     assert j[1].first_start == 10 and j[1].shared_with == {0}
+
+
+def test_load_aware_admission_reads_the_wait_from_the_jobs_place_in_the_queue():
+    # GPUs free at 100 and 5000. The head (job 2) would wait 90 s: beside either job it
+    # loses more than that (pair 0.6 / 0.6) and does not pack at once. Job 3, behind it,
+    # would wait for the second release (~4990 s): packing pays for it at once. With the
+    # first release as every job's wait (89 s) it would not.
+    specs = [job(0, 0, 100), job(1, 0, 5000), job(2, 10, 1000, profile=2), job(3, 11, 1000, profile=2)]
+    _, j = run("colocate", specs, gpus=2, predictor=True, pair_knowledge="oracle")
+    assert j[3].first_start == 11 and j[3].shared_with
+    assert j[2].first_start > 11
