@@ -175,6 +175,7 @@ class Scheduler:
                         late.add(key)
                 else:
                     failed[key] = -inf
+        self.position = 0  # a job placed outside a pass is read as the head
 
     def _can_try_one(self) -> bool:
         """Cheap test: could anything start a one-GPU job now?"""
