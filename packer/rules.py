@@ -8,6 +8,10 @@ and gives one method per decision, each delegating to the existing rule unchange
 - :meth:`SuiteRules.admit`: exclusive or packed, how many shares (``packer.decision.decide``);
 - :meth:`SuiteRules.corunners`: the busy GPUs a packed job may join, best first
   (``packer.corunner.rank_corunners``);
+- :meth:`SuiteRules.pack_pays`: whether packing beats waiting, given the queue
+  (``packer.admission``, the load-aware rule: ``admission = "load-aware"``, the replay's
+  default; ``"slowdown-bound"``, the default here and live: no job there may lose more than
+  ``contention_threshold``);
 - :meth:`SuiteRules.contention` (sampled throughput or counters, the live watch,
   ``packer.preemption.find_contention``) and :meth:`SuiteRules.contention_now` (speeds
   already measured, the replay, ``packer.contention.check_contention``): FIG. 4;
@@ -27,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from packer.admission import AdmissionRule, PackCase, QueueView, pack_gain
 from packer.config import PackerConfig
 from packer.contention import ContentionVerdict as SharerVerdict
 from packer.contention import Sharer, check_contention
@@ -42,6 +47,9 @@ from packer.regroup_plan import RegroupSettings
 from packer.request import Candidate, NotCandidate
 from packer.util_contention import CounterRule
 from predictor.restart import RestartDecision, decide_restart
+
+
+ADMISSIONS = ("load-aware", "slowdown-bound")
 
 
 @dataclass(frozen=True)
@@ -71,8 +79,17 @@ class SuiteRules:
     regroup_settings: RegroupSettings = field(default_factory=RegroupSettings)
     regroup_moves_per_plan: int = 2
     regroup_moves_per_hour: int = 6
+    # admission (packer.admission): "load-aware" packs when together beats one after the
+    # other given the queue, every job kept at >= min_speed (fairness, an admin's setting);
+    # "slowdown-bound": no job already there may lose more than contention_threshold. The
+    # live helper keeps slowdown-bound until it passes a queue view (the replay: load-aware)
+    admission: str = "slowdown-bound"
+    min_speed: float = 0.5
 
     def __post_init__(self) -> None:
+        if self.admission not in ADMISSIONS:
+            raise ValueError(f"admission {self.admission!r} is not one of {', '.join(ADMISSIONS)}")
+        AdmissionRule(self.min_speed)  # validates it
         if self.corunner_rule not in CORUNNER_RULES:
             raise ValueError(f"corunner rule {self.corunner_rule!r} is not one of {', '.join(CORUNNER_RULES)}")
         if self.max_jobs_per_gpu < 1:
@@ -92,6 +109,7 @@ class SuiteRules:
         g, r = self.grow_settings.running, self.regroup_settings
         return {"corunner_rule": self.corunner_rule, "max_jobs_per_gpu": self.max_jobs_per_gpu,
                 "min_newcomer_speed": self.min_newcomer_speed, "contention_threshold": self.contention_threshold,
+                "admission": self.admission, "min_speed": self.min_speed,
                 "restart_cost_s": self.restart_cost_s, "oom_penalty_s": self.oom_penalty_s,
                 "grow_running_target": g.target, "grow_running_max_evictions": g.max_evictions,
                 "grow_running_max_victim_lost_s": g.max_victim_lost_s,
@@ -114,14 +132,40 @@ class SuiteRules:
     def corunners(self, newcomer: Newcomer, gpus: Sequence[GpuLoad], avoid: AvoidSet = frozenset(),
                   pair_speed: PairSpeed | None = None) -> list[Ranked]:
         """The GPUs ``newcomer`` may join, best first: ``packer.corunner.rank_corunners``.
-        With ``pair_speed`` (a prediction), a GPU qualifies only where the job there keeps at
-        least ``1 - contention_threshold`` of its speed (FIG. 4 would requeue it otherwise)."""
+        With ``pair_speed`` (a prediction), a GPU qualifies only where every job keeps at
+        least ``min_speed`` (load-aware; whether the pack pays is :meth:`pack_pays`), or
+        (slowdown-bound) the job there ``1 - contention_threshold`` of its speed."""
         pred = pair_speed is not None
         return rank_corunners(
             newcomer, gpus, rule=self.corunner_rule, max_fraction=self.config.max_gpu_fraction,
             max_jobs_per_gpu=self.max_jobs_per_gpu, avoid=avoid, pair_speed=pair_speed,
-            min_corunner_speed=1.0 - self.contention_threshold if pred else 0.0,
-            min_newcomer_speed=self.min_newcomer_speed if pred else 0.0)
+            min_corunner_speed=1.0 - self.fig4_threshold if pred else 0.0,
+            min_newcomer_speed=max(self.min_newcomer_speed, self._fair_floor) if pred else 0.0)
+
+    @property
+    def _fair_floor(self) -> float:
+        return self.min_speed if self.admission == "load-aware" else 0.0
+
+    @property
+    def fig4_threshold(self) -> float:
+        """The share of its speed a job there may lose to a newcomer before FIG. 4 requeues
+        the newcomer: ``1 - min_speed`` (load-aware: fairness; throughput is
+        :meth:`pack_pays`' business) or ``contention_threshold`` (slowdown-bound)."""
+        if self.admission == "load-aware":
+            return max(self.contention_threshold, 1.0 - self.min_speed)
+        return self.contention_threshold
+
+    def pack_gain(self, case: PackCase, queue: QueueView) -> float:
+        """Seconds of completion time the pack saves given the queue: ``packer.admission``."""
+        return pack_gain(case, queue)
+
+    def pack_pays(self, case: PackCase, queue: QueueView) -> bool:
+        """Pack (or keep a pack) when together beats one after the other given ``queue``
+        and every job keeps ``min_speed`` (load-aware); slowdown-bound: the corunner floors
+        decided already, and a pair at speed 0 never pays."""
+        if self.admission == "load-aware":
+            return AdmissionRule(self.min_speed).pays(case, queue)
+        return case.min_speed > 0.0
 
     # ------------------------------------------------------------------ contention (FIG. 4)
     def counter_rule(self) -> CounterRule:
@@ -146,7 +190,7 @@ class SuiteRules:
     def contention_now(self, sharers: Sequence[Sharer]) -> SharerVerdict:
         """The same verdict from speeds already measured (the replay's agent):
         ``packer.contention.check_contention``, which ``find_contention`` ends in."""
-        return check_contention(sharers, self.contention_threshold)
+        return check_contention(sharers, self.fig4_threshold)
 
     # ------------------------------------------------------------------ memory restart
     def restart(self, *, now_s: float, checkpoint_s: float, crossing_s: float | None, end_s: float | None,

@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from packer.corunner import GpuLoad, Newcomer, RunningJob
+from packer.admission import PackCase, QueueView, Resident
+from packer.corunner import GpuLoad, Newcomer, RunningJob, Ranked
 from packer.decision import ClusterView, Estimate
 from packer.request import Candidate
 
@@ -115,14 +116,26 @@ class ColocatePolicy(Policy):
     def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
         """FIG. 3: alone on an idle GPU if one is usable, else packed beside the co-runner
         ``packer.corunner`` picks (``choose_corunner``'s choice: the first kind of GPU
-        ``rank_corunners`` ranks that the reservation lets through)."""
+        ``rank_corunners`` ranks that the reservation lets through). Load-aware admission
+        with an idle GPU usable: packed first where the pack pays with no wait to save
+        (the idle GPU then serves the next job in a long queue), else alone."""
         sim = self.sim
         usable = sim.sched.usable_idle(job, now, bf)
         d = self._decide(job, usable)
         if d.verdict != "packed":
             if usable:
+                if sim.rules.admission == "load-aware" and sim.cfg.pair_predict:
+                    d0 = self._decide(job, 0)
+                    if d0.verdict == "packed" and self._pack(job, now, bf, d0, idle=True):
+                        return True
                 return sim.cluster.start_idle(job, now, bf, shared=True)
             return self.full.found_none(job, None)
+        return self._pack(job, now, bf, d, idle=False)
+
+    def _pack(self, job: Job, now: float, bf: Backfill | None, d, idle: bool) -> bool:
+        """Start ``job`` beside the co-runner the rule picks, if the pack pays (``idle``: a
+        whole GPU is there for it, so packing saves it no wait)."""
+        sim = self.sim
         need = d.shards * int(sim.share_bytes)
         memo = self._newcomer(job, need)
         if not sim.shares.single and not sim.shares.multi:
@@ -133,11 +146,17 @@ class ColocatePolicy(Policy):
         free_pack = bf is None or bf.pack_ok
         if free_pack and memo.chosen_version == sim.shares.version:
             # nothing to veto and the same kinds of GPU: the rule picks the same kind again
+            g = sim.gpus[next(iter(self._group(memo.chosen_kind)))]
+            if not self.pays(job, g, memo.qualifies[memo.chosen_kind], now, idle):
+                return False
             sim.sched.denied = False
-            self._start_beside(job, sim.gpus[next(iter(self._group(memo.chosen_kind)))], now, need, d.shards)
+            self._start_beside(job, g, now, need, d.shards)
             return True
-        gid = self._choose(job, now, bf if not free_pack else None, memo, cands)
-        if gid is None:
+        chosen = self._choose(job, now, bf if not free_pack else None, memo, cands)
+        if chosen is None:
+            return False
+        gid, ranked = chosen
+        if not self.pays(job, sim.gpus[gid], ranked, now, idle):
             return False
         sim.sched.denied = False
         self._start_beside(job, sim.gpus[gid], now, need, d.shards)
@@ -173,13 +192,40 @@ class ColocatePolicy(Policy):
         if bf is None:
             best = memo.ranked[0].gpu.gpu_id
             memo.chosen_version, memo.chosen_kind = sim.shares.version, self._load_key[best]
-            return next(iter(self._group(self._load_key[best])))
+            return next(iter(self._group(self._load_key[best]))), memo.ranked[0]
         chosen = None
         for r in memo.ranked:  # choose_corunner asks every kind (a refusal marks the pass denied)
             gid = self._in_time(job, now, bf, r.gpu, r.mine, r.theirs)
             if chosen is None and gid is not None:
-                chosen = gid
+                chosen = gid, r
         return chosen
+
+    def queue_view(self, now: float, behind: int, idle: bool = False, ahead: int = 0) -> QueueView:
+        """The queue as the admission rule reads it: ``behind`` jobs waiting besides the
+        one placed, the cluster's GPUs, and when it would have a whole GPU: now (``idle``),
+        else when the busy GPUs have freed one for each of the ``ahead`` jobs before it and
+        one for it (the last release known, if fewer are busy: a lower bound)."""
+        sim = self.sim
+        rel = sim.releases.sorted
+        wait = 0.0 if idle else max(0.0, rel[min(ahead, len(rel) - 1)][0] - now) if rel else float("inf")
+        return QueueView(waiting=max(0, behind), gpus=sim.cfg.gpus, wait_s=wait)
+
+    def pays(self, job: Job, g: Gpu, ranked: Ranked, now: float, idle: bool = False) -> bool:
+        """The rules' load-aware admission (``SuiteRules.pack_pays``) for ``job`` beside
+        ``g``'s jobs at the speeds the co-runner rule predicted there."""
+        sim = self.sim
+        if not sim.cfg.pair_predict:
+            return True  # the patent's FIG. 3/4 alone: pack, then requeue on a slowdown
+        sched = sim.sched
+        case = PackCase(max(0.0, job.duration - job.done), _unit(ranked.mine),
+                        tuple(Resident(_left(x, now), _unit(s)) for x, s in zip(g.jobs, ranked.theirs)))
+        view = self.queue_view(now, len(sched.front) + len(sched.queue) - 1 - sched.position, idle, sched.position)
+        if sim.rules.pack_pays(case, view):
+            return True
+        # the verdict moves with the clock and the queue: the next pass must not be skipped,
+        # nor another job of this shape (its duration and co-runner differ)
+        sched.dirty = sched.refused = True
+        return False
 
     def _in_time(self, job: Job, now: float, bf: Backfill, gl: GpuLoad, mine: float,
                  theirs: tuple[float, ...]) -> int | None:
@@ -235,6 +281,16 @@ class ColocatePolicy(Policy):
         sim = self.sim
         return sim.rules.corunners(new, loads, avoid=sim.avoid,
                                    pair_speed=self._pair_speed if sim.cfg.pair_predict else None)
+
+
+def _unit(speed: float) -> float:
+    """A predicted speed as the admission rule takes it (a model may stray past [0, 1])."""
+    return min(1.0, max(0.0, speed))
+
+
+def _left(job: Job, now: float) -> float:
+    """A running job's work left, in seconds alone."""
+    return max(0.0, job.duration - job.done - (now - job.last_t) * job.rate)
 
 
 class _Memo:

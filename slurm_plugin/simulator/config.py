@@ -40,6 +40,11 @@ class SimConfig:
     bf_depth: int = 100  # Slurm's bf_max_job_test
     monitor_s: float = 60.0  # contention is judged this long after a pack
     contention_threshold: float = 0.10
+    # colocate's admission (packer.admission via SuiteRules): load-aware (pack when together
+    # beats one after the other given the queue; every job kept at >= min_speed) or
+    # slowdown-bound (the job there keeps >= 1 - contention_threshold)
+    admission: str = "load-aware"
+    min_speed: float = 0.5
     shard_jobs_per_gpu: int = 2  # shard-fixed: shares per GPU / shares per job
     mig_static_layout: str | None = None  # a profile (homogeneous) or "P@S,..."; default all smallest
     mig_static_fraction: float = 0.5  # share of GPUs partitioned in mig-static
@@ -98,7 +103,8 @@ class SimConfig:
         return (self.site or SuiteRules()).with_overrides(
             config=pk, corunner_rule=self.corunner_rule, max_jobs_per_gpu=self.max_jobs_per_gpu,
             min_newcomer_speed=self.min_newcomer_speed, contention_threshold=self.contention_threshold,
-            regroup_moves_per_plan=self.regroup_moves_per_plan,
+            admission=self.admission if self.pair_predict else "slowdown-bound",  # FIG. 3/4 alone
+            min_speed=self.min_speed, regroup_moves_per_plan=self.regroup_moves_per_plan,
             regroup_moves_per_hour=self.regroup_moves_per_hour)
 
     @property

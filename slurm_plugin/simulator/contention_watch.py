@@ -5,13 +5,17 @@ speed there: the watch records the pack's prediction error (what colocate predic
 packed, :meth:`ContentionWatch.predict`, against the speeds now), makes the pair known to
 this run's pair knowledge, and asks ``packer.contention.check_contention`` (the run's
 ``SuiteRules.contention_now``) whether a job
-lost more than ``contention_threshold`` since the pack; if so the job it names is requeued
-(to the head of the queue, its attempt lost) and the pair is avoided from then on.
+lost more than ``SuiteRules.fig4_threshold`` since the pack; if so the job it names is
+requeued (to the head of the queue, its attempt lost) and the pair is avoided from then on.
+Otherwise the pack is judged again with the speeds measured (``SuiteRules.pack_pays``, the
+admission rule, on the queue as it is now): a pack that no longer pays sends the newcomer
+back to the queue's head, without avoiding the pair (with a longer queue it may pay).
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from packer.admission import PackCase, Resident
 from packer.contention import Sharer
 
 if TYPE_CHECKING:
@@ -68,9 +72,28 @@ class ContentionWatch:
                    for j in g.jobs]
         v = sim.rules.contention_now(sharers)
         if v.requeue is None:
-            return
-        sim.avoid.update(v.avoid_pairs)
-        victim = next(j for j in g.jobs if str(j.id) == v.requeue)
+            if self._still_pays(job, g, base, now):
+                return
+            victim = job
+        else:
+            sim.avoid.update(v.avoid_pairs)
+            victim = next(j for j in g.jobs if str(j.id) == v.requeue)
         victim.preemptions += 1
         sim.stop(victim, now)
         sim.sched.requeue(victim)
+
+    def _still_pays(self, job: Job, g: Gpu, base: dict[int, float], now: float) -> bool:
+        """The admission rule on the measured speeds: does keeping ``job`` beside the others
+        beat sending it back to wait? (A pair at speed 0 is the pair-failure path's.)"""
+        sim = self.sim
+        if not sim.cfg.pair_predict or any(j.rate <= 0.0 for j in g.jobs):
+            return True
+        from slurm_plugin.simulator.colocate import _left  # the same work-left reading
+        others = [j for j in g.jobs if j is not job]
+        if not others:
+            return True
+        case = PackCase(_left(job, now), min(1.0, job.rate),
+                        tuple(Resident(_left(j, now), min(1.0, j.rate / max(base.get(j.id, 1.0), 1e-9)))
+                              for j in others))
+        sched = sim.sched
+        return sim.rules.pack_pays(case, sim.policy.queue_view(now, len(sched.front) + len(sched.queue)))

@@ -77,6 +77,11 @@ class Simulator:
         if cfg.policy == "colocate" and cfg.pair_predict and cfg.packer is None:
             # the measured pair speeds judge a busy job's pack, not a utilisation cut-off
             self.pk = self.pk.with_overrides(max_util_pct=100.0)
+            if cfg.admission == "load-aware":
+                # a job with no history is tried at the default size (packer.decision's
+                # pack_unknown) where the pack pays: a wrong guess fails at start-up and is
+                # remembered, refusing it leaves it waiting for a whole GPU
+                self.pk = self.pk.with_overrides(pack_unknown=True)
         if rules is not None:
             self.pk = rules.config
         self.rules = rules or cfg.rules(self.pk)  # every decision of the run, as the helper makes it

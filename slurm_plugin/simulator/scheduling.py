@@ -74,6 +74,8 @@ class Scheduler:
         self.queue: dict[int, Job] = {}  # waiting jobs by arrival
         self.dirty = True  # something a scheduling pass looks at changed since the last one
         self.denied = False  # the last try failed a backfill time test (else: no room)
+        self.refused = False  # the last try was refused by the load-aware admission (it pays not)
+        self.position = 0  # the place in the queue of the job being tried (0: the head)
         self.passes = self.passes_skipped = 0
         self.late_skips = 0  # jobs not tried: ending after the reservation, as one refused
 
@@ -124,6 +126,7 @@ class Scheduler:
         regroup = self.sim.regrouper
         while self.front or self.queue:
             head = self.front[0] if self.front else next(iter(self.queue.values()))
+            self.position = 0
             if not self.try_start(head, now, None) and not (regroup and regroup.try_head(head, now)):
                 break
             self._remove(head)
@@ -143,7 +146,8 @@ class Scheduler:
         inf = math.inf
         can1 = self._can_try_one()
         shape, no_room = policy.shape, policy.no_room
-        for job in cand:
+        for pos, job in enumerate(cand, 1):
+            self.position = pos
             if not (can1 if job.gpus == 1 else len(sim.idle) >= job.gpus):
                 continue
             if fast:
@@ -156,7 +160,7 @@ class Scheduler:
                 if job.gpus == 1 and no_room(job):
                     failed[key] = -inf  # as if tried: it found no room in this same state
                     continue
-            self.denied = False
+            self.denied = self.refused = False
             opened = sim.shares.opened
             if self.try_start(job, now, bf):
                 self._remove(job)
@@ -164,13 +168,14 @@ class Scheduler:
                 if failed and (sim.shares.opened != opened or policy.uses_mig):
                     failed.clear()  # the start opened room a shape that failed may use
                     late.clear()
-            elif fast:
+            elif fast and not self.refused:  # a refused pack says nothing of the next job
                 if self.denied:  # refused by a backfill time test: a shorter job may pass
                     failed[key] = min(job.duration, failed.get(key, inf))
                     if now + job.duration > bf.shadow:
                         late.add(key)
                 else:
                     failed[key] = -inf
+        self.position = 0  # a job placed outside a pass is read as the head
 
     def _can_try_one(self) -> bool:
         """Cheap test: could anything start a one-GPU job now?"""

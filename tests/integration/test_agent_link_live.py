@@ -74,28 +74,30 @@ def test_a_killed_agent_makes_its_node_stale_nothing_is_packed_there_and_it_reco
         time.sleep(0.1)
 
 
-def test_each_run_of_a_requeued_job_leaves_a_final_kept_until_the_helper_acks_it(cluster):
-    from slurm_plugin.agent.client import ack_finals, collect_finals
+def test_each_run_of_a_requeued_job_is_collected_over_the_link_and_acknowledged(cluster):
+    """Each run of a requeued job leaves its own final summary on the node; the helper collects
+    both over the link, records them (the requeued run as a lower bound) and acknowledges them,
+    after which the agent keeps none."""
+    from packer.store import Store
+    from slurm_plugin.agent.client import collect_finals
 
     link = cluster.link
     try:
         job = cluster.submit(["-J", "link-finals", "-w", "node1", "--gres=shard:1", "--requeue"],
-                             b"#!/bin/sh\nsleep 6\n")
+                             simgpu_script("--workload ResNet18 --mem-start 1GiB --iters 120 --iter-ms 50"))
         cluster.wait(job, "RUNNING", 30)
-        time.sleep(2)  # its batch step is isolated on node1
+        time.sleep(3)  # its batch step is isolated and sampled on node1
         cluster.run("scontrol", "requeue", str(job))
         assert cluster.wait(job, {"COMPLETED", "FAILED"}, 120) == "COMPLETED"
+        store = Store(cluster.spec.database)
 
-        def runs():
-            return sorted((f for f in collect_finals(link, "node1") if f["job_id"] == job),
-                          key=lambda f: f["started_at"] or 0)
+        def recorded():
+            rows = sorted((r for r in store.runs(limit=500) if r.job_id == job), key=lambda r: r.ended_at)
+            return len(rows) == 2 and rows
 
-        first, second = wait_for(lambda: len(runs()) == 2 and runs(), 30, "both runs' finals over the link")
-        assert first["run"] != second["run"] and first["ended_at"] <= second["ended_at"]
-        assert first["end_reason"] == second["end_reason"] == "batch step ended" and second["gaps"] == 0.0
-        assert ack_finals(link, "node1", [first["run"]]) == 1
-        assert [f["run"] for f in runs()] == [second["run"]]  # the other is kept until acknowledged
-        assert ack_finals(link, "node1", [job]) == 1 and runs() == []
-        assert ack_finals(link, "node1", [job]) == 0  # again: nothing, and no error
+        first, second = wait_for(recorded, 60, "both runs recorded from the finals the helper collected")
+        assert first.lower_bound and not second.lower_bound, (first, second)
+        wait_for(lambda: not [f for f in collect_finals(link, "node1") if f["job_id"] == job], 60,
+                 "the agent keeps no summary of the job once the helper acknowledged it")
     finally:
         cluster.cancel_all()

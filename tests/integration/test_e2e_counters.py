@@ -39,7 +39,7 @@ def test_silent_newcomer_that_slows_a_silent_neighbour_is_requeued_at_the_head(c
                     and got[0].mem_bytes > 0 and got[0])
 
         def senior_sampled():
-            got = samples(cluster.state_dir, "node1", senior, latest=True)
+            got = samples(cluster.link, "node1", senior, latest=True)
             return got and got[0].mem_bytes > 0 and got[0]
 
         seen = wait_for(senior_sampled, 20, "a sample of the senior's memory")

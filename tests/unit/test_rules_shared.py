@@ -259,11 +259,13 @@ def test_simulate_config_reads_the_sites_rules_and_flags_still_override(tmp_path
         return json.loads(r.output)
 
     plain, sited = run()["rules"], run("--config", str(site))
-    assert plain == SuiteRules().settings() | {"regroup_moves_per_hour": 12}  # the replay's own defaults
-    assert sited["rules"] == helper_rules.settings()  # what the helper would decide with
+    # the replay's own defaults; its colocate admits load-aware (the helper has no queue view yet)
+    aware = {"admission": "load-aware"}
+    assert plain == SuiteRules().settings() | {"regroup_moves_per_hour": 12} | aware
+    assert sited["rules"] == helper_rules.settings() | aware  # what the helper would decide with
     assert sited["site_config"] == str(site)
     flagged = run("--config", str(site), "--contention-threshold", "0.4", "--regroup-moves-per-hour", "5")["rules"]
-    assert flagged == helper_rules.settings() | {"contention_threshold": 0.4, "regroup_moves_per_hour": 5}
+    assert flagged == helper_rules.settings() | aware | {"contention_threshold": 0.4, "regroup_moves_per_hour": 5}
     bad = tmp_path / "bad.toml"
     bad.write_text("[monitor]\nrestart_cost = 1\n")
     r = CliRunner().invoke(simulate, [*args, "--config", str(bad)])

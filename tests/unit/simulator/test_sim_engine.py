@@ -82,8 +82,11 @@ def test_preemption_on_slowdown_and_pair_avoidance():
 
 
 def test_busy_jobs_are_not_packed_and_lucid_keeps_jumbo_alone():
+    _, j = run("colocate", [job(0, 0, 100), job(1, 1, 10, profile=2)], admission="slowdown-bound")
+    assert j[1].first_start == 100  # the pair at 0.6 < 0.9: waits for a whole GPU
+    # load-aware: 10 s at 0.6 beside job 0 (~13 s lost) beats waiting 99 s
     _, j = run("colocate", [job(0, 0, 100), job(1, 1, 10, profile=2)])
-    assert j[1].first_start == 100  # util 95 % > 90 %: waits for a whole GPU
+    assert j[1].first_start == 1 and j[1].shared_with == {0}
     _, j = run("lucid-like", [job(0, 0, 100), job(1, 1, 10, profile=2)])
     assert j[1].first_start == 100
 
@@ -127,3 +130,36 @@ def test_jobs_larger_than_the_cluster_are_skipped_not_hung():
 def test_config_rejects_unknown_policy():
     with pytest.raises(ValueError, match="colocate"):
         SimConfig(policy="nope", gpus=1)
+
+
+def test_load_aware_admission_packs_when_waiting_costs_more_than_the_pair_loses():
+    # profile 0 beside 1: 0.70 and 0.98 (1.68 GPUs of work). Job 1 would wait 990 s for the
+    # GPU; together they lose ~33 s: the load-aware rule packs it and FIG. 4 keeps it (0.70
+    # is within the fairness floor 0.5); the 10 % slowdown bound refuses it.
+    specs = [job(0, 0, 1000), job(1, 10, 100, profile=1)]
+    _, j = run("colocate", specs, predictor=True)
+    assert j[1].first_start == 10 and j[1].preemptions == 0 and j[0].min_rate == pytest.approx(0.70)
+    _, j = run("colocate", specs, predictor=True, admission="slowdown-bound", pair_knowledge="oracle")
+    assert j[1].first_start == 1000
+    _, j = run("colocate", specs, predictor=True, admission="slowdown-bound")  # packed on a guess
+    assert j[1].preemptions == 1 and j[1].end > 1000  # then FIG. 4 (10 %) requeues it
+
+
+def test_load_aware_admission_lets_a_job_wait_when_the_gpu_frees_soon():
+    # two busy jobs at 0.5 each (one GPU of work together): the newcomer waits 10 s instead
+    # of overlapping for 20 s at half speed; with 990 s to wait it packs
+    _, j = run("colocate", [job(0, 0, 100, profile=2), job(1, 90, 1000, profile=2)], predictor=True)
+    assert j[1].first_start == 100 and not j[1].shared_with
+    _, j = run("colocate", [job(0, 0, 1000, profile=2), job(1, 10, 100, profile=2)], predictor=True)
+    assert j[1].first_start == 10 and j[1].shared_with == {0}
+
+
+def test_load_aware_admission_reads_the_wait_from_the_jobs_place_in_the_queue():
+    # GPUs free at 100 and 5000. The head (job 2) would wait 90 s: beside either job it
+    # loses more than that (pair 0.6 / 0.6) and does not pack at once. Job 3, behind it,
+    # would wait for the second release (~4990 s): packing pays for it at once. With the
+    # first release as every job's wait (89 s) it would not.
+    specs = [job(0, 0, 100), job(1, 0, 5000), job(2, 10, 1000, profile=2), job(3, 11, 1000, profile=2)]
+    _, j = run("colocate", specs, gpus=2, predictor=True, pair_knowledge="oracle")
+    assert j[3].first_start == 11 and j[3].shared_with
+    assert j[2].first_start > 11

@@ -27,6 +27,9 @@ def spec(i, submit, duration, profile=0, mem1=None):
 
 def run(specs, gpus=1, **kw):
     kw.setdefault("known_history", True)
+    # the 10 % slowdown bound: these test prediction, learning and requeue under that rule
+    # (the load-aware admission: tests/unit/packer/test_admission.py, test_sim_engine.py)
+    kw.setdefault("admission", "slowdown-bound")
     res = simulate(SimConfig(policy="colocate", gpus=gpus, **kw), specs, PROFILES, PAIRS)
     return res, {j.id: j for j in res.jobs}
 

@@ -1,0 +1,117 @@
+"""The load-aware admission rule: pack a job beside others when running them together beats
+running them one after the other, given what waits in the queue (issue 26, item 1). Pure.
+
+A newcomer B (``newcomer_s`` seconds of work alone) may join a GPU whose jobs A_i have
+``remaining_s`` seconds of work left alone. Beside each other B runs at speed ``s_B`` and
+each A_i at ``s_i`` (relative to alone). Overlap lasts ``T = min(newcomer_s / s_B,
+min_i remaining_i / s_i)`` (until the first of them ends). The alternative is that B waits
+``wait_s`` for a whole GPU and runs alone. Summed over the jobs' completion times, packing
+saves::
+
+    gain = wait_s                          B starts now, not after the wait
+         - T * (1 - s_B)                   B runs slower while it overlaps
+         - T * sum_i (1 - s_i)             each A_i ends later by what it lost
+         + q * T * (s_B + sum_i s_i - k)   the GPU-time the pack frees, for the queue
+
+where ``k`` is the number of jobs already there and ``q = waiting / gpus`` the queue's
+length per GPU: the GPU-seconds the pack saves (``T * (combined throughput - k)``: with one
+job there, ``s_A + s_B - 1``) move every job queued after B forward by that much on about
+``q`` of them. A long queue values throughput (``q`` large: pack when ``s_A + s_B > 1``);
+a draining one values each job's own time (``q = 0``: pack only when B would wait longer
+than the pair loses). Derivation and figures: docs/packing-policy.md.
+
+Fairness stays an admin's setting, apart from the rule that decides throughput: no job is
+packed where it, or a job there, is predicted below ``min_speed`` of its speed alone
+(default 0.5: no one gets less than an equal share of the GPU). A pair at speed 0 (cannot
+run together: learned from a failure) is never packed.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """What waits, as the scheduler sees it when the newcomer is placed."""
+
+    waiting: int  # jobs queued besides the newcomer
+    gpus: int  # GPUs of the partition the queue drains into
+    wait_s: float  # until the newcomer would have a whole GPU (math.inf: no release known)
+
+    def __post_init__(self) -> None:
+        if self.waiting < 0 or self.gpus < 1:
+            raise ValueError(f"a queue needs waiting >= 0 and gpus >= 1, got {self.waiting}, {self.gpus}")
+        if math.isnan(self.wait_s) or self.wait_s < 0:
+            raise ValueError(f"wait_s must be >= 0 seconds, got {self.wait_s}")
+
+    @property
+    def per_gpu(self) -> float:
+        return self.waiting / self.gpus
+
+
+@dataclass(frozen=True)
+class Resident:
+    """A job already on the GPU: its work left (seconds alone) and its speed with the newcomer."""
+
+    remaining_s: float
+    speed: float
+
+
+@dataclass(frozen=True)
+class PackCase:
+    """One pack as the rule judges it."""
+
+    newcomer_s: float  # the newcomer's work, seconds alone
+    newcomer_speed: float  # its speed beside the residents
+    residents: tuple[Resident, ...]
+
+    def __post_init__(self) -> None:
+        speeds = (self.newcomer_speed, *(r.speed for r in self.residents))
+        if not self.residents:
+            raise ValueError("a pack needs at least one job already on the GPU")
+        if any(not 0.0 <= s <= 1.0 for s in speeds):
+            raise ValueError(f"speeds must be in [0, 1], got {speeds}")
+        if self.newcomer_s < 0 or any(r.remaining_s < 0 for r in self.residents):
+            raise ValueError("work left must be >= 0 seconds")
+
+    @property
+    def min_speed(self) -> float:
+        return min(self.newcomer_speed, *(r.speed for r in self.residents))
+
+    def overlap_s(self) -> float:
+        """How long they run together: until the first of them ends."""
+        ends = [self.newcomer_s / self.newcomer_speed,
+                *(r.remaining_s / r.speed for r in self.residents)]
+        return min(ends)
+
+
+def pack_gain(case: PackCase, queue: QueueView) -> float:
+    """Seconds of completion time the pack saves, summed over the jobs (negative: it costs).
+    ``-inf`` when a job there would make no progress."""
+    if case.min_speed <= 0.0:
+        return -math.inf
+    if math.isinf(queue.wait_s):
+        return math.inf
+    t = case.overlap_s()
+    k = len(case.residents)
+    lost = t * (1.0 - case.newcomer_speed) + t * sum(1.0 - r.speed for r in case.residents)
+    freed = t * (case.newcomer_speed + sum(r.speed for r in case.residents) - k)
+    return queue.wait_s - lost + queue.per_gpu * freed
+
+
+@dataclass(frozen=True)
+class AdmissionRule:
+    """Pack when the gain is positive and every job keeps at least ``min_speed``."""
+
+    min_speed: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.min_speed <= 1.0:
+            raise ValueError(f"min_speed must be a fraction in (0, 1], e.g. 0.5, got {self.min_speed}")
+
+    def fair(self, case: PackCase) -> bool:
+        return case.min_speed >= self.min_speed
+
+    def pays(self, case: PackCase, queue: QueueView) -> bool:
+        return self.fair(case) and pack_gain(case, queue) > 0.0
