@@ -111,7 +111,7 @@ def test_a_job_ending_while_its_agent_is_down_is_recorded_as_a_lower_bound_once_
         time.sleep(3)
     finally:
         cluster.dev.up()  # starts what is not running: the agent of node1
-    final = wait_for(lambda: client.final_stats(cluster.state_dir, node, job, wait_s=0.5), 30,
+    final = wait_for(lambda: client.final_stats(cluster.node_view(node), node, job, wait_s=0.5), 30,
                      "the restarted agent's summary of the job")
     assert final["gaps"] > 10, final
     # the sweep (every 30 s) brings the summary to the store, merged into the monitor's row
