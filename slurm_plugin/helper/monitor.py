@@ -29,6 +29,10 @@ each watch of `Monitor.watches`, in this order:
 12. **queue layouts** (`watches/layouts.py`): idle MIG slices follow the pending queue;
 13. **metrics** (`watches/metrics.py`): metrics.prom written (the Watcher serves the registry).
 
+While the kill switch file exists (`[paths] kill_switch`, `kill_switch.py`) only the watches
+that observe or keep jobs safe run: no requeue, restart, grow, regroup, steering, priority
+or layout change.
+
 Watches read a `RoundContext` and act only through `Actions` (requeue at the head, update
 a job, log an event). The run-time actions (contention requeue, memory restart, grow by
 preemption, regrouping) each have a
@@ -47,6 +51,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from packer.rules import SuiteRules
+from slurm_plugin.helper.kill_switch import RUN_WHILE_HALTED, KillSwitch
 from slurm_plugin.helper.monitor_settings import MonitorSettings, ReloadingActionModes, load_monitor_settings
 from slurm_plugin.helper.sample_source import AgentSamples, SampleSource
 from slurm_plugin.helper.watches.actions import Actions
@@ -106,6 +111,8 @@ class Monitor:
         self.on_jobs = on_jobs  # called with each round's job listing and when it was asked for
         self.state = WatchState()
         self.actions = Actions(runner, helper.store, self.state, self.config, modes=self.settings.actions)
+        # [paths] kill_switch: while it exists, the rounds only observe (slurm_plugin.helper.kill_switch)
+        self.kill_switch = KillSwitch(getattr(paths, "kill_switch", None))
         self.fingerprint_of = Fingerprints(lambda: self.actions.runner)
         self.quirk_guard_watch = QuirkGuardWatch()
         self.mps_watch = MpsWatch()
@@ -236,7 +243,10 @@ class Monitor:
         running_nodes = {n for j in listing if j.state in ACTIVE for n in expand_hostlist(j.nodes)}
         samples = self.samples_source(running_nodes) if running_nodes else []
         ctx = self._context(now, listing, samples)
+        halted = self.actions.halted = self.kill_switch.check(self.actions.log_event)
         for watch in self.watches:
+            if halted and watch.name not in RUN_WHILE_HALTED:
+                continue
             watch.round(ctx)
 
     def _context(self, now: float, listing: list[Job], samples: list) -> RoundContext:

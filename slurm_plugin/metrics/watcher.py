@@ -153,6 +153,8 @@ class MonitorCollector(Collector):
                                 value=len(m.tracks))
         yield GaugeMetricFamily("gpupack_jobs_at_head", "Requeued jobs being kept at the head of the queue.",
                                 value=len(m._heading))
+        yield GaugeMetricFamily("gpupack_actions_halted", "1 while the kill switch file exists: the watcher "
+                                "does nothing to jobs but keep packed jobs isolated.", value=int(m.kill_switch.on))
 
 
 class WatcherMetrics:

@@ -19,6 +19,7 @@ from packer.config import PackerConfig
 from packer.placement import merge_exclusions
 from packer.preemption import head_priority
 from packer.store import Store
+from slurm_plugin.helper.kill_switch import ACTIONS_WHILE_HALTED
 from slurm_plugin.helper.watches.round import WatchState
 from slurm_plugin.slurm.errors import SlurmError
 from slurm_plugin.slurm.model import Job
@@ -36,6 +37,7 @@ class Actions:
         self.state = state
         self.config = config
         self.modes = modes or {}  # [monitor.actions]
+        self.halted = False  # the kill switch is on: only ACTIONS_WHILE_HALTED are carried out
         self._ledger: ActionLedger | None = None
 
     @property
@@ -70,7 +72,16 @@ class Actions:
         self.store.log_event(kind, detail, job_id, **data)
 
     def update_job(self, job_id: int, **changes: object) -> None:
+        if self.halted:  # the watches that change jobs do not run; this is the last line
+            log.warning("job %d: kill switch on, change %s not made", job_id, changes)
+            return
         self.runner.update_job(job_id, **changes)
+
+    def _refused_by_kill_switch(self, kind: str, job_id: int) -> bool:
+        if self.halted and kind not in ACTIONS_WHILE_HALTED:
+            log.warning("job %d: kill switch on, %s not carried out", job_id, kind)
+            return True
+        return False
 
     def first_report(self, job_id: int, started_at: float) -> bool:
         """True the first time a run of a job is judged (one action per run)."""
@@ -89,6 +100,8 @@ class Actions:
         `keep_held`: leave it held (a grow eviction waits for its grower to start first);
         `release_to_head` later releases it and makes it the next to start."""
         mode = mode or ActionMode("enforce" if self.enforcing else "shadow", self.config().mode)
+        if self._refused_by_kill_switch(kind, job.job_id):
+            return False
         if not mode.acts:
             self.store.log_event(kind, f"would requeue ({mode.label} mode): {reason}", job.job_id,
                                  shadow=True, **data)
@@ -151,6 +164,8 @@ class Actions:
     def release_to_head(self, job_id: int, kind: str, reason: str, **data: object) -> bool:
         """Release a job left held by `requeue_at_head(keep_held=True)` and make it the next
         to start (kept there by the keep-at-head watch). False when Slurm refused."""
+        if self._refused_by_kill_switch(kind, job_id):
+            return False
         try:
             priority = self._release_at_head(job_id)
         except SlurmError as exc:

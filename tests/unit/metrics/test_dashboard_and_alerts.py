@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from mig.sim_backend import SimGpuBackend
 from packer.store import Store
 from slurm_plugin.agent.daemon import NodeAgent
+from slurm_plugin.helper.kill_switch import KillSwitch
 from slurm_plugin.metrics.agent import agent_registry
 from slurm_plugin.metrics.endpoint import new_registry
 from slurm_plugin.metrics.submit import SubmitMetrics
@@ -27,6 +28,7 @@ PANEL_TYPES = {"row", "timeseries", "stat", "bargauge", "table", "gauge", "piech
 
 class FakeMonitor:
     rounds, tracks, _heading = 0, {}, {}
+    kill_switch = KillSwitch(None)
 
 
 @pytest.fixture(scope="module")
