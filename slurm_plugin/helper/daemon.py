@@ -29,6 +29,7 @@ from slurm_plugin.helper.view_file import PublishedView, view_path
 from slurm_plugin.metrics.endpoint import new_registry, serve
 from slurm_plugin.metrics.settings import MetricsOverride
 from slurm_plugin.metrics.submit import SubmitMetrics
+from slurm_plugin.startup import WATCHER_MODULES, require
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +168,10 @@ class WatcherSupervisor:
 
 
 def run_role(role: str, config_path: Path, poll_interval: float, metrics: MetricsOverride | None = None) -> None:
+    """Run one side (or both); `MissingDependency` before anything starts when a part of the
+    watcher cannot be loaded (role all checks for the watcher process it starts)."""
+    if role in ("all", "watch"):
+        require(f"gpupack helper --role {role}", WATCHER_MODULES)
     if role == "watch":
         from slurm_plugin.helper.watcher import Watcher, die_with_parent
 
