@@ -23,10 +23,12 @@ from packer.placement import submit_exclusion
 from packer.request import JobFacts
 from packer.store import Store
 from slurm_plugin.helper.server import HelperServer, Reply
-from slurm_plugin.helper.settings import Paths, ReloadingConfig, load_paths
+from slurm_plugin.config.reloading import ReloadingConfig
+from slurm_plugin.helper.settings import Paths
 from slurm_plugin.helper.submit_service import SubmitService
 from slurm_plugin.helper.view_file import PublishedView, view_path
 from slurm_plugin.metrics.endpoint import new_registry, serve
+from slurm_plugin.metrics.config_file import ConfigFileCollector
 from slurm_plugin.metrics.settings import MetricsOverride
 from slurm_plugin.metrics.submit import SubmitMetrics
 from slurm_plugin.startup import WATCHER_MODULES, require
@@ -52,14 +54,15 @@ class Helper:
     def __init__(self, config_path: Path, paths: Paths | None = None, poll_interval: float = 2.0,
                  spawn_watcher: bool = True, metrics: MetricsOverride | None = None):
         self.config_path = Path(config_path)
-        self.paths = paths or load_paths(config_path)
-        self.config = ReloadingConfig(config_path)
+        self.config = ReloadingConfig(config_path)  # the whole file, checked: a bad one stops the start
+        self.paths = paths or self.config.file.settings.paths
         self.store = Store(self.paths.database)
         self.poll_interval = poll_interval
         # a view older than a few polls is not trusted (the watcher is stuck or gone)
         self.view = PublishedView(view_path(self.paths.socket), max_age_s=max(30.0, 10 * poll_interval))
         self.metrics = SubmitMetrics(new_registry())
         self.metrics.watch_state(self.view.taken_at, lambda: self.config().mode, self.paths.kill_switch, time.time)
+        self.metrics.registry.register(ConfigFileCollector(self.config.file))
         override = metrics or MetricsOverride()
         self.metrics_address = override.submit(config_path, self.paths.slurm_conf)
         self.metrics_endpoint = None

@@ -52,7 +52,7 @@ from pathlib import Path
 
 from packer.rules import SuiteRules
 from slurm_plugin.helper.kill_switch import RUN_WHILE_HALTED, KillSwitch
-from slurm_plugin.helper.monitor_settings import MonitorSettings, ReloadingActionModes, load_monitor_settings
+from slurm_plugin.helper.monitor_settings import MonitorSettings, load_monitor_settings
 from slurm_plugin.helper.sample_source import AgentSamples, SampleSource
 from slurm_plugin.helper.watches.actions import Actions
 from slurm_plugin.helper.watches.at_head import KeepAtHeadWatch
@@ -91,13 +91,15 @@ class Monitor:
         self.config = helper.config
         paths = helper.paths
         config_path = getattr(helper.config, "path", None)
-        self.settings = settings or load_monitor_settings(config_path)
+        settings_file = self.settings_file = getattr(helper.config, "file", None)  # gpupack.toml as held
+        self.settings = settings or (settings_file().monitor if settings_file is not None
+                                     else load_monitor_settings(config_path))
         # the decisions every watch makes (packer.rules): one object, the simulator's too
         # (`rules`: decide through this object instead, e.g. one a simulator run shares)
         self.rules = rules or self.settings.rules(self.config())
         # [monitor.actions] follows edits of the file, as [packer] does (settings given: fixed)
-        self.action_modes = (ReloadingActionModes(Path(config_path), self.settings.actions)
-                             if settings is None and config_path is not None else None)
+        self.action_modes = ((lambda: settings_file().monitor.actions)
+                             if settings is None and settings_file is not None else None)
         if runner is None:
             from slurm_plugin.slurm.runner import SlurmRunner
 
@@ -113,6 +115,9 @@ class Monitor:
         self.actions = Actions(runner, helper.store, self.state, self.config, modes=self.settings.actions)
         # [paths] kill_switch: while it exists, the rounds only observe (slurm_plugin.helper.kill_switch)
         self.kill_switch = KillSwitch(getattr(paths, "kill_switch", None))
+        if settings_file is not None:  # a refused edit of gpupack.toml is an event too
+            settings_file.on_refused(lambda why: self.actions.log_event(
+                "config-refused", f"{settings_file.path}: edit refused, the settings in force are kept: {why}"))
         self.fingerprint_of = Fingerprints(lambda: self.actions.runner)
         self.quirk_guard_watch = QuirkGuardWatch()
         self.mps_watch = MpsWatch()

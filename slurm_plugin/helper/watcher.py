@@ -15,7 +15,8 @@ import threading
 from pathlib import Path
 
 from packer.store import Store
-from slurm_plugin.helper.settings import Paths, ReloadingConfig, load_paths
+from slurm_plugin.config.reloading import ReloadingConfig
+from slurm_plugin.helper.settings import Paths
 from slurm_plugin.helper.view_file import publish, view_path
 from slurm_plugin.metrics.settings import MetricsOverride
 from slurm_plugin.startup import WATCHER_MODULES, require
@@ -42,9 +43,9 @@ class Watcher:
 
     def __init__(self, config_path: Path, paths: Paths | None = None, poll_interval: float = 2.0,
                  metrics: MetricsOverride | None = None):
-        self.paths = paths or load_paths(config_path)
+        self.config = ReloadingConfig(config_path)  # the whole file, checked: a bad one stops the start
+        self.paths = paths or self.config.file.settings.paths
         self.metrics_address = (metrics or MetricsOverride()).watch(config_path, self.paths.slurm_conf)
-        self.config = ReloadingConfig(config_path)
         self.store = Store(self.paths.database)
         self.view_file = view_path(self.paths.socket)
         # imported here: the adapter pulls in the Slurm command runner

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, write_to_textfile
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from slurm_plugin.metrics.config_file import ConfigFileCollector
 from slurm_plugin.metrics.endpoint import new_registry
 
 log = logging.getLogger(__name__)
@@ -163,7 +164,9 @@ class WatcherMetrics:
     textfile collector (gpupack_* only: node_exporter has process_* families of its own)."""
 
     def __init__(self, monitor):
-        collectors = (EventLogCollector(monitor.store), MonitorCollector(monitor))
+        collectors: tuple[Collector, ...] = (EventLogCollector(monitor.store), MonitorCollector(monitor))
+        if getattr(monitor, "settings_file", None) is not None:
+            collectors += (ConfigFileCollector(monitor.settings_file),)
         self.served = new_registry()
         self.textfile = CollectorRegistry(auto_describe=True)
         for collector in collectors:

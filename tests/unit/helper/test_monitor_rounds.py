@@ -434,7 +434,7 @@ def test_action_modes_follow_an_edit_of_the_settings_file(tmp_path, caplog):
     """`[monitor.actions]` is re-read when gpupack.toml changes, as `[packer]` is."""
     import os
 
-    from slurm_plugin.helper.settings import ReloadingConfig
+    from slurm_plugin.config.reloading import ReloadingConfig
 
     toml = tmp_path / "gpupack.toml"
 
@@ -457,7 +457,9 @@ def test_action_modes_follow_an_edit_of_the_settings_file(tmp_path, caplog):
     write('restart-memory = "maybe"', 3_000_000_000)  # a bad edit keeps the modes in force
     monitor.tick()
     assert monitor.actions.mode_of("restart-memory").mode == "shadow"
-    assert "keeping the action modes in force" in caplog.text and "off, shadow, enforce" in caplog.text
+    assert "edit refused, keeping the settings in force" in caplog.text and "off, shadow, enforce" in caplog.text
+    (refused,) = [e for e in helper.store.events() if e.kind == "config-refused"]
+    assert "restart-memory" in refused.detail
     write("", 4_000_000_000)  # the table emptied: every action follows mode again
     monitor.tick()
     assert monitor.actions.mode_of("restart-memory").mode == "enforce"
@@ -588,7 +590,7 @@ def test_curves_per_fingerprint_must_be_a_count(tmp_path):
     from packer.config import ConfigError
     from slurm_plugin.helper.monitor_settings import MonitorSettings, load_monitor_settings
 
-    with pytest.raises(ConfigError, match="curves_per_fingerprint must be a whole number >= 0"):
+    with pytest.raises(ConfigError, match=r"curves_per_fingerprint = -1 is not allowed: a whole number, >= 0"):
         MonitorSettings(curves_per_fingerprint=-1)
     toml = tmp_path / "gpupack.toml"
     toml.write_text("[monitor]\ncurves_per_fingerprint = 0\n")

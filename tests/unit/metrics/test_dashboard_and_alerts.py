@@ -16,6 +16,7 @@ from packer.store import Store
 from slurm_plugin.agent.daemon import NodeAgent
 from slurm_plugin.helper.kill_switch import KillSwitch
 from slurm_plugin.metrics.agent import agent_registry
+from slurm_plugin.metrics.config_file import ConfigFileCollector
 from slurm_plugin.metrics.endpoint import new_registry
 from slurm_plugin.metrics.submit import SubmitMetrics
 from slurm_plugin.metrics.watcher import EventLogCollector, MonitorCollector
@@ -24,6 +25,10 @@ ETC = Path(__file__).resolve().parents[3] / "etc"
 DASHBOARD = ETC / "grafana" / "gpupack-dashboard.json"
 ALERTS = ETC / "prometheus" / "gpupack-alerts.yml"
 PANEL_TYPES = {"row", "timeseries", "stat", "bargauge", "table", "gauge", "piechart"}
+
+
+class FakeSettingsFile:
+    refused, refusals = None, 0
 
 
 class FakeMonitor:
@@ -41,6 +46,7 @@ def exposed(tmp_path_factory) -> set[str]:
     watcher = new_registry()
     watcher.register(EventLogCollector(Store(tmp / "db")))
     watcher.register(MonitorCollector(FakeMonitor()))
+    watcher.register(ConfigFileCollector(FakeSettingsFile()))
     agent = agent_registry(NodeAgent("node1", tmp, SimGpuBackend(tmp / "sim", "node1", gpus=["H100-80GB"])))
     names = set()
     for registry in (submit.registry, watcher, agent):
