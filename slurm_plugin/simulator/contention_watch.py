@@ -73,4 +73,4 @@ class ContentionWatch:
         victim = next(j for j in g.jobs if str(j.id) == v.requeue)
         victim.preemptions += 1
         sim.stop(victim, now)
-        sim.sched.requeue(victim)
+        sim.sched.requeue(victim, now)

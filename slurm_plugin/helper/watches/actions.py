@@ -16,11 +16,13 @@ from packer import comment as comment_mod
 from packer.action_ledger import ActionLedger
 from packer.action_modes import ActionMode, action_mode
 from packer.config import PackerConfig
+from packer.feasibility import ClusterFacts, stranded_by
 from packer.placement import merge_exclusions
 from packer.preemption import head_priority
 from packer.store import Store
 from slurm_plugin.helper.kill_switch import ACTIONS_WHILE_HALTED
 from slurm_plugin.helper.watches.round import WatchState
+from slurm_plugin.slurm.constraints import cluster_facts, job_facts
 from slurm_plugin.slurm.errors import SlurmError
 from slurm_plugin.slurm.model import Job
 
@@ -102,6 +104,12 @@ class Actions:
         mode = mode or ActionMode("enforce" if self.enforcing else "shadow", self.config().mode)
         if self._refused_by_kill_switch(kind, job.job_id):
             return False
+        stranded = self.strands(job, exclude, gres)
+        if stranded is not None:  # Slurm would take the change and the job would wait for good
+            self.store.log_event(kind + "-skipped", f"not requeued ({mode.label} mode): {stranded}", job.job_id,
+                                 reason=reason, shadow=not mode.acts)
+            log.warning("job %d: %s not done: %s", job.job_id, kind, stranded)
+            return False
         if not mode.acts:
             self.store.log_event(kind, f"would requeue ({mode.label} mode): {reason}", job.job_id,
                                  shadow=True, **data)
@@ -145,6 +153,19 @@ class Actions:
         log.warning("job %d requeued %s: %s", job_id,
                     "and held" if keep_held else f"at the head (priority {priority})", reason)
         return True
+
+    def strands(self, job: Job, exclude: frozenset[str], gres: str | None) -> str | None:
+        """Why excluding `exclude` and asking for `gres` would leave `job` unable to ever start
+        (`packer.feasibility`), from what Slurm says of it and the cluster; None when it can."""
+        if not exclude and gres is None:
+            return None
+        facts = job_facts(job)
+        try:
+            cluster = cluster_facts(self.runner, job, with_qos=gres is not None)
+        except SlurmError as exc:  # the node list is unknown: the pins are still checked
+            log.warning("job %d: cannot list the nodes (%s); only its pins are checked", job.job_id, exc)
+            cluster = ClusterFacts()
+        return stranded_by(facts, cluster, exclude=exclude, gres=gres)
 
     def _end_run(self, job_id: int, kind: str) -> None:
         """The job's run ended with this requeue: its curve is kept (the history watch)."""
