@@ -64,7 +64,8 @@ class SettingsFile:
         if settings == self.settings:
             return
         old, self.settings = self.settings, settings
-        restart = [name for name in ("paths", "metrics", "web") if getattr(old, name) != getattr(settings, name)]
+        restart = [name for name in ("paths", "metrics", "web", "limits", "retention")
+                   if getattr(old, name) != getattr(settings, name)]
         if _without_actions(old) != _without_actions(settings):
             restart.append("monitor")
         log.info("reloaded %s: mode=%s%s", self.path, settings.packer.mode,

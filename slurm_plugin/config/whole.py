@@ -12,6 +12,7 @@ from typing import Any
 
 from packer.config import PackerConfig
 from packer.settings_schema import ConfigError
+from slurm_plugin.config.bounds import LimitSettings, RetentionSettings
 from slurm_plugin.config.toml_file import read_document, table_of
 from slurm_plugin.helper.monitor_settings import MOVED_MONITOR_KEYS, MonitorSettings
 from slurm_plugin.helper.settings import Paths
@@ -25,6 +26,8 @@ SECTIONS: dict[str, type] = {
     "monitor": MonitorSettings,
     "metrics": MetricsSettings,
     "web": WebSettings,
+    "limits": LimitSettings,
+    "retention": RetentionSettings,
 }
 MOVED: dict[str, dict[str, str]] = {"monitor": MOVED_MONITOR_KEYS}
 
@@ -38,6 +41,8 @@ class GpupackSettings:
     monitor: MonitorSettings = field(default_factory=MonitorSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     web: WebSettings = field(default_factory=WebSettings)
+    limits: LimitSettings = field(default_factory=LimitSettings)
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
 
 
 def problems_of(document: dict[str, Any], path: str | Path | None) -> tuple[GpupackSettings | None, list[str]]:
@@ -53,6 +58,9 @@ def problems_of(document: dict[str, Any], path: str | Path | None) -> tuple[Gpup
             built[section] = cls(**table)
         except ConfigError as exc:
             problems.append(str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}")
+    if not problems and built["retention"].runs_per_fingerprint < built["packer"].history_window:
+        problems.append(f"{path}: [retention] runs_per_fingerprint = {built['retention'].runs_per_fingerprint} is not "
+                        f"allowed: at least [packer] history_window ({built['packer'].history_window})")
     return (GpupackSettings(**built) if not problems else None), problems
 
 

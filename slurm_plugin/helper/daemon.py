@@ -31,6 +31,7 @@ from slurm_plugin.metrics.endpoint import new_registry, serve
 from slurm_plugin.metrics.config_file import ConfigFileCollector
 from slurm_plugin.metrics.settings import MetricsOverride
 from slurm_plugin.metrics.submit import SubmitMetrics
+from slurm_plugin.refusals import RefusalLog, UserLimits
 from slurm_plugin.startup import WATCHER_MODULES, require
 
 log = logging.getLogger(__name__)
@@ -70,10 +71,14 @@ class Helper:
             self.config, self.store, self.view.view, self.paths.kill_switch, self._on_decision,
             avoid=self._avoid_nodes, metrics=self.metrics,
         )
+        limits = self.config.file.settings.limits
         self.server = HelperServer(
             self.paths.socket,
             {"submit": self._submit, "ping": lambda _f: {"status": "ok", "reason": "pong"}},
             slurm_user_uid(self.paths.slurm_user),
+            refusals=RefusalLog(logging.getLogger("slurm_plugin.helper.server"), self.metrics.registry,
+                                lines_per_min=limits.refusal_log_lines_per_min),
+            limits=UserLimits(limits.requests_per_s_per_user, limits.request_burst),
         )
         self._done = threading.Event()
         self.watcher = (WatcherSupervisor(self.config_path, poll_interval, override.for_watcher())

@@ -3,6 +3,7 @@ they query is one the daemons really expose."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from slurm_plugin.metrics.agent import agent_registry
 from slurm_plugin.metrics.config_file import ConfigFileCollector
 from slurm_plugin.metrics.endpoint import new_registry
 from slurm_plugin.metrics.submit import SubmitMetrics
+from slurm_plugin.refusals import RefusalLog
 from slurm_plugin.metrics.watcher import EventLogCollector, MonitorCollector
 
 ETC = Path(__file__).resolve().parents[3] / "etc"
@@ -43,6 +45,7 @@ def exposed(tmp_path_factory) -> set[str]:
     submit = SubmitMetrics(new_registry())
     submit.watch_state(lambda: None, lambda: "enforce", None, lambda: 0.0)
     submit.observe("packed", "fits", 0.001)
+    RefusalLog(logging.getLogger("test"), submit.registry).refused("forbidden", 65534, "test")
     watcher = new_registry()
     watcher.register(EventLogCollector(Store(tmp / "db")))
     watcher.register(MonitorCollector(FakeMonitor()))
