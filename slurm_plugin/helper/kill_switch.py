@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 KIND = "kill-switch"
 
 #: the watches (by `name`) that still run while the switch is on
-RUN_WHILE_HALTED = frozenset({"tracks", "outcomes", "history", "quirk-guard", "grow-release", "mps", "metrics"})
+RUN_WHILE_HALTED = frozenset({"tracks", "outcomes", "history", "quirk-guard", "grow-release", "mps", "retention",
+                              "metrics"})
 #: the actions `Actions` still carries out while the switch is on (see above)
 ACTIONS_WHILE_HALTED = frozenset({"requeue-quirk", "grow-release"})
 

@@ -27,7 +27,9 @@ each watch of `Monitor.watches`, in this order:
     job predicted to slow down beside them (`watches/pair_view.py`, `packer.rules`);
 11. **MPS** (`watches/mps.py`): percentages from measured utilisation, for the node agents;
 12. **queue layouts** (`watches/layouts.py`): idle MIG slices follow the pending queue;
-13. **metrics** (`watches/metrics.py`): metrics.prom written (the Watcher serves the registry).
+13. **retention** (`retention.py`): the store pruned as `[retention]` says, and the watches'
+    per-job memory of jobs Slurm no longer lists forgotten;
+14. **metrics** (`watches/metrics.py`): metrics.prom written (the Watcher serves the registry).
 
 While the kill switch file exists (`[paths] kill_switch`, `kill_switch.py`) only the watches
 that observe or keep jobs safe run: no requeue, restart, grow, regroup, steering, priority
@@ -51,8 +53,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from packer.rules import SuiteRules
+from slurm_plugin.config.bounds import RetentionSettings
 from slurm_plugin.helper.kill_switch import RUN_WHILE_HALTED, KillSwitch
 from slurm_plugin.helper.monitor_settings import MonitorSettings, load_monitor_settings
+from slurm_plugin.helper.retention import JobMemory, RetentionWatch
 from slurm_plugin.helper.sample_source import AgentSamples, SampleSource
 from slurm_plugin.helper.watches.actions import Actions
 from slurm_plugin.helper.watches.at_head import KeepAtHeadWatch
@@ -86,7 +90,8 @@ class Monitor:
 
     def __init__(self, helper, *, runner=None, samples: SampleSource | None = None,
                  settings: MonitorSettings | None = None, rules: SuiteRules | None = None, clock=time.time,
-                 on_jobs: Callable[[list[Job], float], None] | None = None):
+                 on_jobs: Callable[[list[Job], float], None] | None = None,
+                 retention: RetentionSettings | None = None):
         self.helper = helper
         self.config = helper.config
         paths = helper.paths
@@ -122,6 +127,11 @@ class Monitor:
         self.quirk_guard_watch = QuirkGuardWatch()
         self.mps_watch = MpsWatch()
         self.metrics_watch = MetricsWatch(self)
+        grow, regroup = GrowWatch(), RegroupWatch()
+        # [retention]: the store's tables, and every per-job map of the watches
+        retention = retention or (settings_file().retention if settings_file is not None else RetentionSettings())
+        self.retention_watch = RetentionWatch(retention, JobMemory(lambda: self._job_maps(grow, regroup),
+                                                                    retention.forget_jobs_after_s))
         # the order of a round, explicit
         self.watches: list[Watch] = [
             TrackWatch(),
@@ -130,19 +140,29 @@ class Monitor:
             self.quirk_guard_watch,
             ContentionWatch(),
             GrowReleaseWatch(),
-            GrowWatch(),
+            grow,
             MemoryWatch(),
-            RegroupWatch(),
+            regroup,
             KeepAtHeadWatch(),
             SteerWatch(),
             self.mps_watch,
             QueueLayoutWatch(),
+            self.retention_watch,
             self.metrics_watch,
         ]
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None
         self.cycle_s: float | None = None  # the last round plus its pause (None before the first)
+
+    def _job_maps(self, grow: GrowWatch, regroup: RegroupWatch) -> list:
+        """Every map and set keyed by a job id (or a tuple starting with one) that the watches
+        keep between rounds: what `JobMemory` prunes."""
+        s = self.state
+        return [s.heading, s.ours_excluded, s.quirk_excluded, s.reported, s.held_for_grower, s.kept_off,
+                s.pairs_measured, self.fingerprint_of._cache, grow._wanting, grow._said, grow._decided,
+                grow.queued, regroup._said, regroup.pending, regroup.heads,
+                *([regroup._signals._cache] if regroup._signals is not None else [])]
 
     # ------------------------------------------------------------------ what others read and swap
     @property

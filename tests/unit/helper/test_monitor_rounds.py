@@ -139,7 +139,8 @@ def test_pending_packed_jobs_partners_are_read_in_one_query_per_round(tmp_path):
     helper.store.db.conn.set_trace_callback(statements.append)
     monitor.tick()
     helper.store.db.conn.set_trace_callback(None)
-    assert len([q for q in statements if "from avoid_pairs" in q.lower() or "join avoid_pairs" in q.lower()]) == 1
+    reads = [q for q in statements if not q.lower().startswith("delete")]  # the retention watch's prune
+    assert len([q for q in reads if "from avoid_pairs" in q.lower() or "join avoid_pairs" in q.lower()]) == 1
     assert {j: set(filter(None, fake.jobs[j].excluded_nodes.split(","))) for j in (10, 11, 12, 13)} == {
         10: {"node2", "node3"}, 11: {"node4"}, 12: set(), 13: {"node2", "node3"}}
 
