@@ -71,7 +71,7 @@ def _make_dirs(s: ClusterSpec, slurm_user: str) -> None:
     for d in (s.state_dir / "ctld", s.log):  # slurmctld (SlurmUser) writes its state and log; root the rest
         shutil.chown(d, slurm_user, slurm_user)
     shutil.chown(s.run / "munge", "munge", "munge")
-    os.chmod(s.run / "munge", 0o700)
+    os.chmod(s.run / "munge", 0o755)  # munged requires its socket folder searchable by all
     # jobs of any user report their simulated GPU memory here: writable by all, as /tmp, with
     # the sticky bit (no one removes or replaces another's files)
     os.chmod(s.simgpu_dir, 0o1777)
