@@ -164,6 +164,8 @@ def _round(fake, samples, monitor, running, finished, now, w) -> None:
                 "peak_mem_bytes": (2 + w % 5) * GIB, "mean_util_pct": 30.0, "mean_throughput": None,
                 "samples": RUN_ROUNDS, "started_at": started, "ended_at": now, "end_reason": "completed"})
     monitor.tick()
+    fake.calls.clear()  # the fake's own record of the commands it ran (a test aid, not the helper's)
+    fake.envs.clear()
     for job_id in list(finished):
         finished[job_id] -= 1
         if finished[job_id] <= 0:
