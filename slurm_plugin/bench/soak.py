@@ -64,19 +64,21 @@ class Samples:
         return list(self.now.values())
 
 
-def write_config(folder: Path, events_max_rows: int) -> Path:
+def write_config(folder: Path, events_max_rows: int, runs_per_fingerprint: int = 50) -> Path:
     path = folder / "gpupack.toml"
     path.write_text(
         '[packer]\nmode = "enforce"\npack_unknown = true\n'
         f'[paths]\ndatabase = "{folder}/gpupack.db"\nsocket = "{folder}/helper.sock"\n'
         f'kill_switch = "{folder}/gpupack.disable"\n'
         "[metrics]\nsubmit_port = 0\nwatch_port = 0\n"
-        f"[retention]\nevents_max_rows = {events_max_rows}\nprune_every_s = 60\nforget_jobs_after_s = 60\n")
+        f"[retention]\nevents_max_rows = {events_max_rows}\nruns_per_fingerprint = {runs_per_fingerprint}\n"
+        "prune_every_s = 60\nforget_jobs_after_s = 60\n")
     return path
 
 
-def soak(jobs: int, every: int, workloads: int, folder: Path, events_max_rows: int) -> list[Checkpoint]:
-    config = write_config(folder, events_max_rows)
+def soak(jobs: int, every: int, workloads: int, folder: Path, events_max_rows: int,
+         runs_per_fingerprint: int = 50) -> list[Checkpoint]:
+    config = write_config(folder, events_max_rows, runs_per_fingerprint)
     fake = FakeSlurm()
     fake.nodes = {f"node{i}": FakeNode(f"node{i}") for i in range(1, NODES + 1)}
     helper = Helper(config, spawn_watcher=False)
