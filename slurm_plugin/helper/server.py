@@ -26,11 +26,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Union
+from typing import TYPE_CHECKING, Callable, Union
 
 from slurm_plugin.helper.protocol import MAX_REQUEST_BYTES, ProtocolError, encode_response, split_request
-from slurm_plugin.refusals import RefusalLog, UserLimits
 from slurm_plugin.unix_socket import clear_socket_path, peer_credentials
+
+if TYPE_CHECKING:  # `ask` stays standard library only: the controller's epilog imports it
+    from slurm_plugin.refusals import RefusalLog, UserLimits
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +78,11 @@ class HelperServer:
         self.handlers = handlers
         self.allowed_uids = set(allowed_uids) | {0}
         # refused connections and bad requests: counted, logged at a bounded rate; per-user limits
-        self.refusals = refusals or RefusalLog(log)
+        if refusals is None:
+            from slurm_plugin.refusals import RefusalLog  # prometheus_client, not needed by `ask`
+
+            refusals = RefusalLog(log)
+        self.refusals = refusals
         self.limits = limits
         clear_socket_path(self.socket_path)
         self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
