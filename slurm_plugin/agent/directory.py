@@ -12,12 +12,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packer.config import ConfigError, read_table
+from packer.settings_schema import ConfigError, check_fields, setting
 from slurm_plugin.munge_auth import DEFAULT_SOCKET, MAX_AGE_S
 
 log = logging.getLogger(__name__)
@@ -46,19 +45,16 @@ class AgentAddress:
 class AgentSettings:
     """The ``[agent]`` table (the ``[agents]`` map rides along in ``agents``)."""
 
-    port: int = DEFAULT_AGENT_PORT
+    port: int = setting(DEFAULT_AGENT_PORT, gt=0, lt=65536)
     munge_socket: str = str(DEFAULT_SOCKET)
-    max_age_s: float = MAX_AGE_S  # a credential older (or newer) than this is refused
-    stale_after_s: float = 15.0  # a node whose newest sampling round is older is stale
-    timeout_s: float = 2.0  # per request of the helper to an agent
-    agents: Mapping[str, AgentAddress] = field(default_factory=dict)
+    max_age_s: float = setting(MAX_AGE_S, gt=0)  # a credential older (or newer) than this is refused
+    stale_after_s: float = setting(15.0, gt=0)  # a node whose newest sampling round is older is stale
+    timeout_s: float = setting(2.0, gt=0)  # per request of the helper to an agent
+    # the [agents] table, parsed (`parse_agents`): not a key of [agent]
+    agents: Mapping[str, AgentAddress] = field(default_factory=dict, metadata={"internal": True})
 
     def __post_init__(self) -> None:
-        if not 0 < self.port < 65536:
-            raise ConfigError(f"[agent] port must be a TCP port, got {self.port}")
-        for name in ("max_age_s", "stale_after_s", "timeout_s"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"[agent] {name} must be a positive number of seconds")
+        check_fields(self, "agent")
 
     def own_address(self, node: str, slurm_conf: Path | None = None) -> AgentAddress:
         """Where the agent of ``node`` binds: its ``[agents]`` entry, else its NodeAddr in
@@ -68,19 +64,18 @@ class AgentSettings:
         return AgentAddress(node_addr_in_conf(node, slurm_conf) or node, self.port)
 
 
+def parse_agents(table: object, path: str | Path | None) -> dict[str, AgentAddress]:
+    """The ``[agents]`` table (node = "host:port"), each address checked."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [agents] must be a table of node = \"host:port\"")
+    return {str(node): AgentAddress.parse(addr, f"{path}: [agents] {node}") for node, addr in table.items()}
+
+
 def load_agent_settings(path: Path | None) -> AgentSettings:
-    table = read_table(path, "agent", AgentSettings)
-    table.pop("agents", None)
-    agents: dict[str, AgentAddress] = {}
-    if path is not None and Path(path).exists():
-        try:
-            raw = tomllib.loads(Path(path).read_text()).get("agents", {})
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"cannot read {path}: {exc}") from exc
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: [agents] must be a table of node = \"host:port\"")
-        agents = {str(node): AgentAddress.parse(addr, f"{path}: [agents] {node}") for node, addr in raw.items()}
-    return AgentSettings(**table, agents=agents)
+    """``[agent]`` with ``[agents]``, as the one loader reads the whole file (`slurm_plugin.config`)."""
+    from slurm_plugin.config.whole import load_settings
+
+    return load_settings(path).agent
 
 
 def node_addr_in_conf(node: str, slurm_conf: Path | None) -> str | None:

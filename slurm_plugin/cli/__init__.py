@@ -36,6 +36,7 @@ SUBCOMMANDS: dict[str, str] = {
     "ctld-epilog": "slurm_plugin.cli.epilog_cmd:ctld_epilog",
     "root": "slurm_plugin.cli.root_cmd:root",
     "web": "slurm_plugin.cli.web_cmd:web",
+    "config": "slurm_plugin.cli.config_cmd:config",
 }
 
 

@@ -32,9 +32,10 @@ def helper(config: Path, poll_interval: float, role: str, metrics_address: str |
     from packer.config import ConfigError
     from slurm_plugin.helper.daemon import run_role
     from slurm_plugin.metrics.settings import MetricsOverride
+    from slurm_plugin.startup import MissingDependency
 
     logging.getLogger().setLevel(min(logging.getLogger().level, logging.INFO))
     try:
         run_role(role, config, poll_interval, MetricsOverride(metrics_address, metrics_port))
-    except ConfigError as exc:
+    except (ConfigError, MissingDependency) as exc:
         raise click.ClickException(str(exc)) from exc

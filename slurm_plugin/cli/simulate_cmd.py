@@ -162,7 +162,7 @@ def _site(config_path, contention_threshold, actions):
     site's where the flag was not given."""
     if config_path is None:
         return None, contention_threshold, actions
-    from packer.config import load_config
+    from slurm_plugin.config.toml_file import load_config
     from slurm_plugin.helper.monitor_settings import load_monitor_settings
 
     site = load_monitor_settings(config_path).rules(load_config(config_path))

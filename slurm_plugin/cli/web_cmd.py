@@ -27,7 +27,8 @@ def web(config: Path, bind: str | None, port: int | None, allow: tuple[str, ...]
     other hosts in with --bind 0.0.0.0 and --allow NETWORK, or put it behind the site's
     proxy ([web] base_path). The dev cluster runs one on its port + 80.
     """
-    from packer.config import ConfigError, load_config
+    from packer.config import ConfigError
+    from slurm_plugin.config.toml_file import load_config
     from slurm_plugin.helper.settings import load_paths
     from slurm_plugin.web.server import WebServer
     from slurm_plugin.web.settings import load_web_settings

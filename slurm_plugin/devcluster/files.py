@@ -71,12 +71,15 @@ def _make_dirs(s: ClusterSpec, slurm_user: str) -> None:
     spools = [s.state_dir / "spool" / node for node in s.node_names]  # slurmd 23.11+ does not make it
     for d in (s.etc, s.run, s.log, s.state_dir / "ctld", s.run / "munge", s.simgpu_dir, *spools):
         d.mkdir(parents=True, exist_ok=True)
-    os.chmod(s.state_dir, 0o755)
-    for d in (s.state_dir / "ctld", s.log):
+    for d in (s.state_dir, s.etc, s.run, s.log, s.state_dir / "ctld", *spools):
+        os.chmod(d, 0o755)  # as Slurm's own: its owner writes, everyone reads; no world-writable folder
+    for d in (s.state_dir / "ctld", s.log):  # slurmctld (SlurmUser) writes its state and log; root the rest
         shutil.chown(d, slurm_user, slurm_user)
-    os.chmod(s.log, 0o777)
     shutil.chown(s.run / "munge", "munge", "munge")
-    os.chmod(s.simgpu_dir, 0o777)
+    os.chmod(s.run / "munge", 0o755)  # munged requires its socket folder searchable by all
+    # jobs of any user report their simulated GPU memory here: writable by all, as /tmp, with
+    # the sticky bit (no one removes or replaces another's files)
+    os.chmod(s.simgpu_dir, 0o1777)
 
 
 def _shares_and_memory(s: ClusterSpec) -> tuple[int, float]:

@@ -24,13 +24,17 @@ from packer.store import Store
 from slurm_plugin.helper.cluster_view import packing_exclusion
 from slurm_plugin.helper.finals import EndedSpool, spool_path
 from slurm_plugin.helper.server import HelperServer, Reply
-from slurm_plugin.helper.settings import Paths, ReloadingConfig, load_paths
+from slurm_plugin.config.reloading import ReloadingConfig
+from slurm_plugin.helper.settings import Paths
 from slurm_plugin.helper.submit_service import SubmitService
 from slurm_plugin.helper.view_file import PublishedView, view_path
 from slurm_plugin.metrics.endpoint import new_registry, serve
+from slurm_plugin.metrics.config_file import ConfigFileCollector
 from slurm_plugin.metrics.settings import MetricsOverride
 from slurm_plugin.metrics.submit import SubmitMetrics
 from slurm_plugin.slurm.gres import expand_hostlist
+from slurm_plugin.refusals import RefusalLog, UserLimits
+from slurm_plugin.startup import WATCHER_MODULES, require
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +57,15 @@ class Helper:
     def __init__(self, config_path: Path, paths: Paths | None = None, poll_interval: float = 2.0,
                  spawn_watcher: bool = True, metrics: MetricsOverride | None = None):
         self.config_path = Path(config_path)
-        self.paths = paths or load_paths(config_path)
-        self.config = ReloadingConfig(config_path)
+        self.config = ReloadingConfig(config_path)  # the whole file, checked: a bad one stops the start
+        self.paths = paths or self.config.file.settings.paths
         self.store = Store(self.paths.database)
         self.poll_interval = poll_interval
         # a view older than a few polls is not trusted (the watcher is stuck or gone)
         self.view = PublishedView(view_path(self.paths.socket), max_age_s=max(30.0, 10 * poll_interval))
         self.metrics = SubmitMetrics(new_registry())
         self.metrics.watch_state(self.view.taken_at, lambda: self.config().mode, self.paths.kill_switch, time.time)
+        self.metrics.registry.register(ConfigFileCollector(self.config.file))
         override = metrics or MetricsOverride()
         self.metrics_address = override.submit(config_path, self.paths.slurm_conf)
         self.metrics_endpoint = None
@@ -71,11 +76,15 @@ class Helper:
         # the controller's epilog (`gpupack ctld-epilog`) names a job that ended: the watcher
         # collects its runs from its nodes' agents (no Slurm call, no SQLite on this side)
         self.ended_jobs = EndedSpool(spool_path(self.paths.socket))
+        limits = self.config.file.settings.limits
         self.server = HelperServer(
             self.paths.socket,
             {"submit": self._submit, "ping": lambda _f: {"status": "ok", "reason": "pong"},
              "job-ended": self._job_ended},
             slurm_user_uid(self.paths.slurm_user),
+            refusals=RefusalLog(logging.getLogger("slurm_plugin.helper.server"), self.metrics.registry,
+                                lines_per_min=limits.refusal_log_lines_per_min),
+            limits=UserLimits(limits.requests_per_s_per_user, limits.request_burst),
         )
         self._done = threading.Event()
         self.watcher = (WatcherSupervisor(self.config_path, poll_interval, override.for_watcher())
@@ -194,6 +203,10 @@ class WatcherSupervisor:
 
 
 def run_role(role: str, config_path: Path, poll_interval: float, metrics: MetricsOverride | None = None) -> None:
+    """Run one side (or both); `MissingDependency` before anything starts when a part of the
+    watcher cannot be loaded (role all checks for the watcher process it starts)."""
+    if role in ("all", "watch"):
+        require(f"gpupack helper --role {role}", WATCHER_MODULES)
     if role == "watch":
         from slurm_plugin.helper.watcher import Watcher, die_with_parent
 

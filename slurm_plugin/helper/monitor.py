@@ -27,7 +27,13 @@ each watch of `Monitor.watches`, in this order:
     job predicted to slow down beside them (`watches/pair_view.py`, `packer.rules`);
 11. **MPS** (`watches/mps.py`): percentages from measured utilisation, sent to the node agents;
 12. **queue layouts** (`watches/layouts.py`): idle MIG slices follow the pending queue;
-13. **metrics** (`watches/metrics.py`): metrics.prom written (the Watcher serves the registry).
+13. **retention** (`retention.py`): the store pruned as `[retention]` says, and the watches'
+    per-job memory of jobs Slurm no longer lists forgotten;
+14. **metrics** (`watches/metrics.py`): metrics.prom written (the Watcher serves the registry).
+
+While the kill switch file exists (`[paths] kill_switch`, `kill_switch.py`) only the watches
+that observe or keep jobs safe run: no requeue, restart, grow, regroup, steering, priority
+or layout change.
 
 Each round also pushes every node's job list to its agent and takes its samples over the
 MUNGE-authenticated link (`sample_source.AgentSamples`); a node whose agent is down, cut off or
@@ -54,7 +60,10 @@ from pathlib import Path
 from packer.rules import SuiteRules
 from slurm_plugin.agent.client import helper_link
 from slurm_plugin.agent.directory import load_agent_settings
-from slurm_plugin.helper.monitor_settings import MonitorSettings, ReloadingActionModes, load_monitor_settings
+from slurm_plugin.config.bounds import RetentionSettings
+from slurm_plugin.helper.kill_switch import RUN_WHILE_HALTED, KillSwitch
+from slurm_plugin.helper.monitor_settings import MonitorSettings, load_monitor_settings
+from slurm_plugin.helper.retention import JobMemory, RetentionWatch
 from slurm_plugin.helper.sample_source import AgentSamples, SampleSource
 from slurm_plugin.helper.watches.actions import Actions
 from slurm_plugin.helper.watches.at_head import KeepAtHeadWatch
@@ -88,18 +97,21 @@ class Monitor:
 
     def __init__(self, helper, *, runner=None, samples: SampleSource | None = None,
                  settings: MonitorSettings | None = None, rules: SuiteRules | None = None, clock=time.time,
-                 on_jobs: Callable[[list[Job], float], None] | None = None):
+                 on_jobs: Callable[[list[Job], float], None] | None = None,
+                 retention: RetentionSettings | None = None):
         self.helper = helper
         self.config = helper.config
         paths = helper.paths
         config_path = getattr(helper.config, "path", None)
-        self.settings = settings or load_monitor_settings(config_path)
+        settings_file = self.settings_file = getattr(helper.config, "file", None)  # gpupack.toml as held
+        self.settings = settings or (settings_file().monitor if settings_file is not None
+                                     else load_monitor_settings(config_path))
         # the decisions every watch makes (packer.rules): one object, the simulator's too
         # (`rules`: decide through this object instead, e.g. one a simulator run shares)
         self.rules = rules or self.settings.rules(self.config())
         # [monitor.actions] follows edits of the file, as [packer] does (settings given: fixed)
-        self.action_modes = (ReloadingActionModes(Path(config_path), self.settings.actions)
-                             if settings is None and config_path is not None else None)
+        self.action_modes = ((lambda: settings_file().monitor.actions)
+                             if settings is None and settings_file is not None else None)
         if runner is None:
             from slurm_plugin.slurm.runner import SlurmRunner
 
@@ -110,16 +122,26 @@ class Monitor:
                                     or Path(paths.database).parent)
         # every agent is reached over the MUNGE-authenticated link ([agent], [agents] of gpupack.toml)
         self.agents = helper_link(config_path, paths, lambda: self.actions.runner)
-        self.samples_source: SampleSource = samples or AgentSamples(
-            self.agents, load_agent_settings(config_path).stale_after_s)
+        agent_settings = settings_file().agent if settings_file is not None else load_agent_settings(config_path)
+        self.samples_source: SampleSource = samples or AgentSamples(self.agents, agent_settings.stale_after_s)
         self.clock = clock
         self.on_jobs = on_jobs  # called with each round's job listing and when it was asked for
         self.state = WatchState()
         self.actions = Actions(runner, helper.store, self.state, self.config, modes=self.settings.actions)
+        # [paths] kill_switch: while it exists, the rounds only observe (slurm_plugin.helper.kill_switch)
+        self.kill_switch = KillSwitch(getattr(paths, "kill_switch", None))
+        if settings_file is not None:  # a refused edit of gpupack.toml is an event too
+            settings_file.on_refused(lambda why: self.actions.log_event(
+                "config-refused", f"{settings_file.path}: edit refused, the settings in force are kept: {why}"))
         self.fingerprint_of = Fingerprints(lambda: self.actions.runner)
         self.quirk_guard_watch = QuirkGuardWatch()
         self.mps_watch = MpsWatch()
         self.metrics_watch = MetricsWatch(self)
+        grow, regroup = GrowWatch(), RegroupWatch()
+        # [retention]: the store's tables, and every per-job map of the watches
+        retention = retention or (settings_file().retention if settings_file is not None else RetentionSettings())
+        self.retention_watch = RetentionWatch(retention, JobMemory(lambda: self._job_maps(grow, regroup),
+                                                                    retention.forget_jobs_after_s))
         # the order of a round, explicit
         self.watches: list[Watch] = [
             TrackWatch(),
@@ -128,19 +150,29 @@ class Monitor:
             self.quirk_guard_watch,
             ContentionWatch(),
             GrowReleaseWatch(),
-            GrowWatch(),
+            grow,
             MemoryWatch(),
-            RegroupWatch(),
+            regroup,
             KeepAtHeadWatch(),
             SteerWatch(),
             self.mps_watch,
             QueueLayoutWatch(),
+            self.retention_watch,
             self.metrics_watch,
         ]
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None
         self.cycle_s: float | None = None  # the last round plus its pause (None before the first)
+
+    def _job_maps(self, grow: GrowWatch, regroup: RegroupWatch) -> list:
+        """Every map and set keyed by a job id (or a tuple starting with one) that the watches
+        keep between rounds: what `JobMemory` prunes."""
+        s = self.state
+        return [s.heading, s.ours_excluded, s.quirk_excluded, s.reported, s.held_for_grower, s.kept_off,
+                s.pairs_measured, self.fingerprint_of._cache, grow._wanting, grow._said, grow._decided,
+                grow.queued, regroup._said, regroup.pending, regroup.heads,
+                *([regroup._signals._cache] if regroup._signals is not None else [])]
 
     # ------------------------------------------------------------------ what others read and swap
     @property
@@ -261,7 +293,10 @@ class Monitor:
             except Exception:  # publishing the view must not stop the watching
                 log.exception("publishing the cluster view failed")
         ctx = self._context(now, listing, samples)
+        halted = self.actions.halted = self.kill_switch.check(self.actions.log_event)
         for watch in self.watches:
+            if halted and watch.name not in RUN_WHILE_HALTED:
+                continue
             watch.round(ctx)
 
     def _context(self, now: float, listing: list[Job], samples: list) -> RoundContext:

@@ -1,56 +1,53 @@
 """The `[monitor]` table of gpupack.toml: how the controller helper watches running jobs."""
 from __future__ import annotations
 
-import logging
-import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from packer.action_modes import check_action_modes
-from packer.config import ConfigError, PackerConfig, read_table
+from packer.config import ConfigError, PackerConfig
 from packer.grow import GrowSettings, PreemptorThreshold
 from packer.regroup_plan import RegroupSettings
 from packer.rules import SuiteRules
+from packer.settings_schema import check_fields, setting
 from packer.util_contention import CounterRule
-
-log = logging.getLogger(__name__)
+from slurm_plugin.config.toml_file import read_table
 
 
 @dataclass(frozen=True)
 class MonitorSettings:
-    interval_s: float = 1.0  # one round: Slurm, samples, rules, actions
+    interval_s: float = setting(1.0, gt=0)  # one round: Slurm, samples, rules, actions
     # at most this share of the time spent in rounds: a long queue (seconds of squeue JSON)
     # stretches the interval instead of keeping the controller machine busy
-    max_duty: float = 0.25
+    max_duty: float = setting(0.25, gt=0, le=1)
     # contention (patent seed, FIG. 4)
-    contention_threshold: float = 0.10  # a senior losing more than this share of its throughput
-    settle_s: float = 2.0  # samples this soon after the newcomer started are not compared
-    min_samples_before: int = 2
-    min_samples_after: int = 2
+    contention_threshold: float = setting(0.10, gt=0, lt=1)  # a senior losing more than this share of its throughput
+    settle_s: float = setting(2.0, ge=0)  # samples this soon after the newcomer started are not compared
+    min_samples_before: int = setting(2, ge=1)
+    min_samples_after: int = setting(2, ge=1)
     # contention of jobs that report nothing, from the GPU's utilisation counters
     # (packer.util_contention; chosen with `gpupack simgpu counters-bench`): the drop must
     # exceed counter_z standard errors of the noise, over at most counter_window rounds a
     # side and at least counter_min_samples rounds a side
-    counter_z: float = 4.0
-    counter_window: int = 20
-    counter_min_samples: int = 8
+    counter_z: float = setting(4.0, gt=0)
+    counter_window: int = setting(20, ge=2)
+    counter_min_samples: int = setting(8, ge=2)
     # memory growth (thesis, Algorithm 1): forecast to this many seconds after the job started
-    memory_horizon_s: float = 3600.0
+    memory_horizon_s: float = setting(3600.0, gt=0)
     # the time an action on a memory forecast takes (the sample's age, the requeue, the run
     # ending); a rise that looks like the job loading its working set is extrapolated this
     # far beyond the next round (the last round and its pause), not further: predictor.forecast
-    memory_act_s: float = 3.0
+    memory_act_s: float = setting(3.0, ge=0)
     # a restart is priced in work (predictor.restart): the time to get a requeued job running
     # again, and what an out-of-memory failure costs beyond that (its user resubmits it)
-    restart_cost_s: float = 60.0
-    oom_penalty_s: float = 1800.0
+    restart_cost_s: float = setting(60.0, ge=0)
+    oom_penalty_s: float = setting(1800.0, ge=0)
     # skip Slurm's requeue delay (BeginTime = requeue + cred_expire) once the old run is
     # fully gone (not COMPLETING): the old launch credential can no longer start anything
     skip_requeue_delay: bool = True
     # the Slurm 22.05 gpu+shard collision guard (fixed upstream in 23.11.5): "auto" runs it
     # only on releases that double-book a GPU, or true / false
-    quirk_guard: bool | str = "auto"
+    quirk_guard: bool | str = setting("auto", choices=("auto", True, False))
     # steering by pair prediction (the simulator's colocate with --pair-knowledge observed):
     # a pending packed job is kept off a node whose every GPU it could land on is busy with
     # packed jobs and none qualifies, a job there predicted to keep < 1 - contention_threshold
@@ -61,41 +58,41 @@ class MonitorSettings:
     # warns or whose remembered size is above its share) evict until their maximum ("max")
     # or only their minimum ("min"); queued preemptors (a grower requeued to restart bigger
     # that newer jobs overtook on its GPU) have thresholds of their own
-    grow_running_target: str = "max"
-    grow_running_max_evictions: int = 2  # victims per decision
-    grow_running_max_victim_lost_s: float = 3600.0  # never evict a job that ran longer than this
-    grow_running_min_wait_s: float = 0.0  # act only after wanting more for this long
-    grow_queued_target: str = "min"
-    grow_queued_max_evictions: int = 1
-    grow_queued_max_victim_lost_s: float = 600.0
-    grow_queued_min_wait_s: float = 10.0
-    grow_max_evictions_per_round: int = 4
+    grow_running_target: str = setting("max", choices=("max", "min"))
+    grow_running_max_evictions: int = setting(2, ge=0)  # victims per decision
+    grow_running_max_victim_lost_s: float = setting(3600.0, ge=0)  # never evict a job that ran longer than this
+    grow_running_min_wait_s: float = setting(0.0, ge=0)  # act only after wanting more for this long
+    grow_queued_target: str = setting("min", choices=("max", "min"))
+    grow_queued_max_evictions: int = setting(1, ge=0)
+    grow_queued_max_victim_lost_s: float = setting(600.0, ge=0)
+    grow_queued_min_wait_s: float = setting(10.0, ge=0)
+    grow_max_evictions_per_round: int = setting(4, ge=0)
     # an evicted job stays held until its grower runs again, at most this long
-    grow_hold_victims_s: float = 120.0
+    grow_hold_victims_s: float = setting(120.0, ge=0)
     # regrouping (patent seed 002, packer.regroup): a whole-GPU head of the queue waiting while
     # the room exists in pieces gets GPUs freed by moving packed jobs that declared they can
     # be moved (--requeue and a checkpoint signal --signal=B:USR1@T in their script, or a
     # partition / QOS listed here); bounded per plan and per sliding hour, and only when the
     # head's earlier start beats the moves' cost by min_gain_ratio and min_net_s
-    regroup_moves_per_plan: int = 2
-    regroup_moves_per_hour: int = 6
+    regroup_moves_per_plan: int = setting(2, ge=0)
+    regroup_moves_per_hour: int = setting(6, ge=0)
     regroup_partitions: list[str] = field(default_factory=list)
     regroup_qos: list[str] = field(default_factory=list)
-    regroup_min_gain_ratio: float = 1.5
-    regroup_min_net_s: float = 300.0
-    regroup_head_wait_s: float = 30.0  # a head waiting less long than this is left to Slurm
-    regroup_remaining_s: float = 3600.0  # a running job's remaining time when it has no time limit
+    regroup_min_gain_ratio: float = setting(1.5, gt=0)
+    regroup_min_net_s: float = setting(300.0, ge=0)
+    regroup_head_wait_s: float = setting(30.0, ge=0)  # a head waiting less long than this is left to Slurm
+    regroup_remaining_s: float = setting(3600.0, gt=0)  # a running job's remaining time when it has no time limit
     # a regroup decision was right when the head started by the plan's expected start plus
     # this (Slurm starts a waiting job at its next scheduling pass: backfill runs every 30 s)
-    regroup_start_slack_s: float = 30.0
+    regroup_start_slack_s: float = setting(30.0, ge=0)
     # memory curves of ended runs kept per workload (fingerprint) for the web view and
     # `gpupack history show`; older ones are pruned, 0 keeps none
-    curves_per_fingerprint: int = 20
+    curves_per_fingerprint: int = setting(20, ge=0)
     # MPS percentages from measured utilisation
-    mps_headroom: float = 0.10
-    mps_floor_pct: int = 5
+    mps_headroom: float = setting(0.10, ge=0, le=1)
+    mps_floor_pct: int = setting(5, ge=0, le=100)
     # MIG layouts that follow the queue (thesis 4.3): in-order (FIFO), by-size, or off
-    mig_layout: str = "in-order"
+    mig_layout: str = setting("in-order", choices=("in-order", "by-size", "off"))
     # `[monitor.actions]`: per run-time action (requeue-contention, restart-memory, grow-preempt,
     # regroup) off, shadow or enforce; an action not named follows `mode` (enforce in enforce mode, else shadow)
     actions: dict[str, str] = field(default_factory=dict)
@@ -107,49 +104,22 @@ class MonitorSettings:
                            settle_s=self.settle_s)
 
     def __post_init__(self) -> None:
-        if not 0 < self.contention_threshold < 1:
-            raise ConfigError("[monitor] contention_threshold must be a fraction in (0, 1), e.g. 0.10")
-        if self.counter_z <= 0 or self.counter_min_samples < 2 or self.counter_window < self.counter_min_samples:
-            raise ConfigError("[monitor] counter_z must be > 0, counter_min_samples >= 2 and "
-                              "counter_window >= counter_min_samples")
-        if self.memory_act_s < 0 or self.restart_cost_s < 0 or self.oom_penalty_s < 0:
-            raise ConfigError("[monitor] memory_act_s, restart_cost_s and oom_penalty_s must be >= 0 (seconds)")
-        if self.interval_s <= 0:
-            raise ConfigError("[monitor] interval_s must be positive")
-        if not 0 < self.max_duty <= 1:
-            raise ConfigError("[monitor] max_duty must be a fraction in (0, 1], e.g. 0.25")
-        if not isinstance(self.pair_predict, bool):
-            raise ConfigError("[monitor] pair_predict must be true or false")
-        if self.quirk_guard not in ("auto", True, False):
-            raise ConfigError('[monitor] quirk_guard must be "auto", true or false')
-        if self.mig_layout not in ("in-order", "by-size", "off"):
-            raise ConfigError("[monitor] mig_layout must be in-order, by-size or off")
-        if not isinstance(self.curves_per_fingerprint, int) or self.curves_per_fingerprint < 0:
-            raise ConfigError("[monitor] curves_per_fingerprint must be a whole number >= 0 (0 keeps no curves)")
-        if not isinstance(self.actions, dict):
-            raise ConfigError('[monitor.actions] must be a table, e.g. restart-memory = "shadow"')
+        check_fields(self, "monitor")
+        if self.counter_window < self.counter_min_samples:
+            raise ConfigError(f"[monitor] counter_window = {self.counter_window} is not allowed: at least "
+                              f"counter_min_samples ({self.counter_min_samples})")
         check_action_modes(self.actions)
         try:
             self.grow_settings()
         except ValueError as exc:
             raise ConfigError(f"[monitor] grow_*: {exc}") from exc
-        if self.grow_hold_victims_s < 0:
-            raise ConfigError("[monitor] grow_hold_victims_s must be 0 or more")
         self._check_regroup()
 
     def _check_regroup(self) -> None:
-        if self.regroup_moves_per_plan < 0 or self.regroup_moves_per_hour < 0:
-            raise ConfigError("[monitor] regroup_moves_per_plan and regroup_moves_per_hour must be 0 or more "
-                              "(0 stops regrouping; or set [monitor.actions] regroup = \"off\")")
         for key in ("regroup_partitions", "regroup_qos"):
-            value = getattr(self, key)
-            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-                raise ConfigError(f'[monitor] {key} must be a list of names, e.g. ["preemptible"]')
-        if (self.regroup_head_wait_s < 0 or self.regroup_remaining_s <= 0 or self.regroup_min_net_s < 0
-                or self.regroup_start_slack_s < 0):
-            raise ConfigError("[monitor] regroup_head_wait_s, regroup_min_net_s and regroup_start_slack_s "
-                              "must be >= 0 and "
-                              "regroup_remaining_s > 0 (seconds)")
+            if not all(getattr(self, key)):
+                raise ConfigError(f'[monitor] {key} = {getattr(self, key)} is not allowed: a list of names, '
+                                  'e.g. ["preemptible"]')
         try:
             self.regroup_settings()
         except ValueError as exc:
@@ -183,53 +153,9 @@ class MonitorSettings:
                             max_evictions_per_round=self.grow_max_evictions_per_round)
 
 
+MOVED_MONITOR_KEYS = {"metrics_port": "moved to the [metrics] table (watch_port; address, submit_port): "
+                                      "see docs/operations.md"}
+
+
 def load_monitor_settings(path: Path | None) -> MonitorSettings:
-    moved = {"metrics_port": "moved to the [metrics] table (watch_port; address, submit_port): "
-                             "see docs/operations.md"}
-    return MonitorSettings(**read_table(path, "monitor", MonitorSettings, moved))
-
-
-def load_action_modes(path: Path) -> dict[str, str]:
-    """`[monitor.actions]` of gpupack.toml alone, checked (`ConfigError` naming the fix)."""
-    try:
-        table = tomllib.loads(Path(path).read_text()).get("monitor", {}).get("actions", {})
-    except (OSError, tomllib.TOMLDecodeError, AttributeError) as exc:
-        raise ConfigError(f"cannot read [monitor.actions] of {path}: {exc}") from exc
-    if not isinstance(table, dict):
-        raise ConfigError('[monitor.actions] must be a table, e.g. restart-memory = "shadow"')
-    check_action_modes(table)
-    return dict(table)
-
-
-class ReloadingActionModes:
-    """`[monitor.actions]`, re-read when gpupack.toml changes (as `ReloadingConfig` re-reads
-    `[packer]`), so an action can be switched off, to shadow or to enforce while the helper
-    runs. A bad edit keeps the modes in force and says why. The rest of `[monitor]` is read
-    when the helper starts."""
-
-    def __init__(self, path: Path, modes: dict[str, str]):
-        self.path = path
-        self._path_text = os.fspath(path)
-        self._mtime = self._stat()
-        self.modes = dict(modes)
-
-    def _stat(self) -> int | None:
-        try:
-            return os.stat(self._path_text).st_mtime_ns
-        except OSError:
-            return None
-
-    def __call__(self) -> dict[str, str]:
-        mtime = self._stat()
-        if mtime == self._mtime:
-            return self.modes
-        self._mtime = mtime
-        try:
-            modes = load_action_modes(self.path)
-        except ConfigError as exc:
-            log.error("keeping the action modes in force %s: %s", self.modes or "(all follow mode)", exc)
-            return self.modes
-        if modes != self.modes:
-            log.info("reloaded %s: [monitor.actions] now %s", self.path, modes or "(all follow mode)")
-            self.modes = modes
-        return self.modes
+    return MonitorSettings(**read_table(path, "monitor", MonitorSettings, MOVED_MONITOR_KEYS))

@@ -2,7 +2,8 @@
 
 Only root and the SlurmUser may talk to it (SO_PEERCRED), so a user cannot forge decisions
 or history. A request that is too big, too slow or malformed gets a pass-through answer,
-and its connection is closed.
+and its connection is closed. Every refusal is counted and logged at a bounded rate, and each
+user's requests are limited (`slurm_plugin.refusals`, `[limits]`).
 
 A connection may carry many requests, one after the other: the shim inside slurmctld keeps
 one open between submissions (no connect, accept and close per job), tools open one per
@@ -25,10 +26,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Union
+from typing import TYPE_CHECKING, Callable, Union
 
 from slurm_plugin.helper.protocol import MAX_REQUEST_BYTES, ProtocolError, encode_response, split_request
 from slurm_plugin.unix_socket import clear_socket_path, peer_credentials
+
+if TYPE_CHECKING:  # `ask` stays standard library only: the controller's epilog imports it
+    from slurm_plugin.refusals import RefusalLog, UserLimits
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +72,18 @@ class HelperServer:
     request_queue_size = 128
     thread_name = "helper-socket"
 
-    def __init__(self, path: Path, handlers: dict[str, Handler], allowed_uids: set[int]):
+    def __init__(self, path: Path, handlers: dict[str, Handler], allowed_uids: set[int], *,
+                 refusals: RefusalLog | None = None, limits: UserLimits | None = None):
         self.socket_path = Path(path)
         self.handlers = handlers
         self.allowed_uids = set(allowed_uids) | {0}
+        # refused connections and bad requests: counted, logged at a bounded rate; per-user limits
+        if refusals is None:
+            from slurm_plugin.refusals import RefusalLog  # prometheus_client, not needed by `ask`
+
+            refusals = RefusalLog(log)
+        self.refusals = refusals
+        self.limits = limits
         clear_socket_path(self.socket_path)
         self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -146,12 +158,12 @@ class HelperServer:
             return
         uid = peer_uid(sock)
         if uid not in self.allowed_uids:
-            log.warning("refused a connection from uid %d (allowed: %s)", uid, sorted(self.allowed_uids))
+            self.refusals.refused("forbidden", uid, f"connection not allowed (allowed: {sorted(self.allowed_uids)})")
             self._send(sock, pass_through("forbidden"))
             sock.close()
             return
         if len(self._connections) >= MAX_CONNECTIONS:
-            log.warning("%d connections open already; refused one from uid %d", MAX_CONNECTIONS, uid)
+            self.refusals.refused("busy", uid, f"{MAX_CONNECTIONS} connections open already")
             self._send(sock, pass_through("busy"))
             sock.close()
             return
@@ -182,7 +194,7 @@ class HelperServer:
             try:
                 fields = self._next_request(conn)
             except ProtocolError as exc:
-                log.warning("bad request from uid %d: %s", conn.uid, exc)
+                self.refusals.refused("bad-request", conn.uid, str(exc))
                 self._send(conn.sock, pass_through("bad-request"))
                 fields = None
             if fields is None or not self._answer(conn, fields):
@@ -197,6 +209,7 @@ class HelperServer:
             deadline = time.monotonic() + READ_TIMEOUT_S
             while parsed is None:
                 if len(conn.buffer) > MAX_REQUEST_BYTES:
+                    self.refusals.refused("request-too-large", conn.uid, f"over {MAX_REQUEST_BYTES} bytes")
                     self._send(conn.sock, pass_through("request-too-large"))
                     return None
                 left = deadline - time.monotonic()
@@ -220,7 +233,11 @@ class HelperServer:
         command = fields.pop("op", b"submit").decode("ascii", "replace")
         handler = self.handlers.get(command)
         after = None
+        if self.limits is not None and not self.limits.allow(conn.uid):
+            self.refusals.refused("rate-limited", conn.uid, f"over {self.limits.rate:g} requests/s")
+            return self._send(conn.sock, pass_through("rate-limited"))
         if handler is None:
+            self.refusals.refused("unknown-op", conn.uid, f"op {command!r}")
             answer = pass_through("unknown-op")
         else:
             try:

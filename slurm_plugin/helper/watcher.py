@@ -15,10 +15,11 @@ import threading
 from pathlib import Path
 
 from packer.store import Store
-from slurm_plugin.helper.cluster_view import ClusterViewPoller
-from slurm_plugin.helper.settings import Paths, ReloadingConfig, load_paths
+from slurm_plugin.config.reloading import ReloadingConfig
+from slurm_plugin.helper.settings import Paths
 from slurm_plugin.helper.view_file import publish, view_path
 from slurm_plugin.metrics.settings import MetricsOverride
+from slurm_plugin.startup import WATCHER_MODULES, require
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +43,12 @@ class Watcher:
 
     def __init__(self, config_path: Path, paths: Paths | None = None, poll_interval: float = 2.0,
                  metrics: MetricsOverride | None = None):
-        self.paths = paths or load_paths(config_path)
+        self.config = ReloadingConfig(config_path)  # the whole file, checked: a bad one stops the start
+        self.paths = paths or self.config.file.settings.paths
         self.metrics_address = (metrics or MetricsOverride()).watch(config_path, self.paths.slurm_conf)
-        self.config = ReloadingConfig(config_path)
         self.store = Store(self.paths.database)
         self.view_file = view_path(self.paths.socket)
         # imported here: the adapter pulls in the Slurm command runner
-        from slurm_plugin.helper.slurm_poll import fetch_snapshot
         from slurm_plugin.slurm.runner import SlurmRunner
 
         self.runner = SlurmRunner(slurm_conf=str(self.paths.slurm_conf) if self.paths.slurm_conf else None,
@@ -63,15 +63,8 @@ class Watcher:
         self.finals = FinalsCollector(lambda: open_sweep(self.paths.database, LinkFinals(finals_link),
                                                          self.paths.slurm_conf, "sweep"),
                                       EndedSpool(spool_path(self.paths.socket)))
+        # the monitor's one job listing per round also feeds the view (one squeue a round)
         self.monitor = _load_monitor(self)
-        # with the monitor, its one job listing per round also feeds the view (one squeue a
-        # round, not two); without it, a poller of its own
-        self.poller: ClusterViewPoller | None = None
-        if self.monitor is None:
-            self.poller = ClusterViewPoller(
-                lambda: fetch_snapshot(self.paths.slurm_conf, self.runner), poll_interval,
-                publish=lambda snapshot: publish(self.view_file, snapshot),
-            )
 
     def publish_from_jobs(self, jobs: list, taken_at: float) -> None:
         """Publish the view from a job listing the monitor already has, plus the nodes."""
@@ -87,10 +80,7 @@ class Watcher:
             os.setpriority(os.PRIO_PROCESS, 0, WATCHER_NICE)
         except OSError:
             pass
-        if self.poller is not None:
-            self.poller.start()
-        if self.monitor is not None:
-            self.monitor.start()
+        self.monitor.start()
         self.finals.start()
         endpoint = self._serve_metrics()
         log.info("watcher publishing the cluster view to %s", self.view_file)
@@ -98,32 +88,21 @@ class Watcher:
         log.info("watcher stopping")
         if endpoint is not None:
             endpoint.stop()
-        if self.monitor is not None:
-            self.monitor.stop()
-        if self.poller is not None:
-            self.poller.stop()
+        self.monitor.stop()
         self.finals.stop()
         self.store.close()
 
     def _serve_metrics(self):
-        """The watcher's endpoint: the monitor's registry, or the event log's alone."""
+        """The watcher's endpoint: the monitor's registry."""
         from slurm_plugin.metrics.endpoint import serve
 
-        if self.monitor is not None:
-            registry = self.monitor.metrics_registry()
-        else:
-            from slurm_plugin.metrics.endpoint import new_registry
-            from slurm_plugin.metrics.watcher import EventLogCollector
-
-            registry = new_registry()
-            registry.register(EventLogCollector(self.store))
-        return serve(self.metrics_address, registry, "watcher")
+        return serve(self.metrics_address, self.monitor.metrics_registry(), "watcher")
 
 
 def _load_monitor(owner: Watcher):
-    """The run-time watcher (contention, memory growth, history), when it is installed."""
-    try:
-        from slurm_plugin.helper import monitor
-    except ImportError:
-        return None
+    """The run-time watcher (contention, memory growth, history). A part that cannot be
+    loaded stops the start (`MissingDependency`): never a watcher with its actions off."""
+    require("the gpupack watcher", WATCHER_MODULES)
+    from slurm_plugin.helper import monitor
+
     return monitor.Monitor(owner, runner=owner.runner, on_jobs=owner.publish_from_jobs)

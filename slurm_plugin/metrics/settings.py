@@ -5,29 +5,28 @@ import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
-from packer.config import ConfigError, read_table
+from packer.config import ConfigError
+from packer.settings_schema import check_fields, setting
+from slurm_plugin.config.toml_file import read_table
 from slurm_plugin.metrics.ports import DEFAULT_HOST, Address, agent_port, helper_ports, slurm_conf_path
 
 
 @dataclass(frozen=True)
 class MetricsSettings:
     address: str = DEFAULT_HOST  # bind address of both helper endpoints
-    submit_port: int | None = None  # None: SlurmctldPort + 20; 0: no endpoint
-    watch_port: int | None = None  # None: SlurmctldPort + 21; 0: no endpoint
+    submit_port: int | None = setting(None, ge=0, le=65535)  # None: SlurmctldPort + 20; 0: no endpoint
+    watch_port: int | None = setting(None, ge=0, le=65535)  # None: SlurmctldPort + 21; 0: no endpoint
     agent_address: str = DEFAULT_HOST  # bind address of the node agents' endpoints
-    agent_port: int | None = None  # None: the node's slurmd port + 200; 0: no endpoint
+    agent_port: int | None = setting(None, ge=0, le=65535)  # None: the node's slurmd port + 200; 0: no endpoint
 
     def __post_init__(self) -> None:
+        check_fields(self, "metrics")
         for name in ("address", "agent_address"):
             try:
                 ipaddress.ip_address(getattr(self, name))
             except ValueError:
                 raise ConfigError(f"[metrics] {name} must be an IP address to bind (e.g. 127.0.0.1), "
                                   f"got {getattr(self, name)!r}") from None
-        for name in ("submit_port", "watch_port", "agent_port"):
-            value = getattr(self, name)
-            if value is not None and not 0 <= value < 65536:
-                raise ConfigError(f"[metrics] {name} must be a TCP port, or 0 for none")
 
     def submit(self, slurm_conf: Path) -> Address:
         port = self.submit_port if self.submit_port is not None else helper_ports(slurm_conf)[0]

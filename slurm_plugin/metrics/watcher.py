@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, write_to_textfile
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from slurm_plugin.metrics.config_file import ConfigFileCollector
 from slurm_plugin.metrics.endpoint import new_registry
 
 log = logging.getLogger(__name__)
@@ -153,6 +154,8 @@ class MonitorCollector(Collector):
                                 value=len(m.tracks))
         yield GaugeMetricFamily("gpupack_jobs_at_head", "Requeued jobs being kept at the head of the queue.",
                                 value=len(m._heading))
+        yield GaugeMetricFamily("gpupack_actions_halted", "1 while the kill switch file exists: the watcher "
+                                "does nothing to jobs but keep packed jobs isolated.", value=int(m.kill_switch.on))
 
 
 class WatcherMetrics:
@@ -161,7 +164,9 @@ class WatcherMetrics:
     textfile collector (gpupack_* only: node_exporter has process_* families of its own)."""
 
     def __init__(self, monitor):
-        collectors = (EventLogCollector(monitor.store), MonitorCollector(monitor))
+        collectors: tuple[Collector, ...] = (EventLogCollector(monitor.store), MonitorCollector(monitor))
+        if getattr(monitor, "settings_file", None) is not None:
+            collectors += (ConfigFileCollector(monitor.settings_file),)
         self.served = new_registry()
         self.textfile = CollectorRegistry(auto_describe=True)
         for collector in collectors:

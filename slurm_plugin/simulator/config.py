@@ -68,6 +68,11 @@ class SimConfig:
     regroup_moves_per_plan: int = 2
     regroup_moves_per_hour: int = 12
     regroup_retry_s: float = 600.0  # a head that got no plan is looked at again after this
+    # Slurm pushes a requeued job's BeginTime back by cred_expire + 1 s (AuthInfo cred_expire,
+    # 120 s by default); the helper lifts it once the old run is gone (`[monitor]
+    # skip_requeue_delay`, at its next round), so by default a requeued job waits one round
+    cred_expire_s: float = 120.0
+    skip_requeue_delay: bool = True
     # a site's own rules (`gpupack simulate --config FILE`: its gpupack.toml's [monitor] table,
     # as the helper reads it): restart costs, grow and regroup thresholds. The fields above
     # (the command's flags) still override what they name. None: the suite's defaults.
@@ -96,6 +101,12 @@ class SimConfig:
             raise ValueError("--movable-fraction must be in [0, 1]")
         if self.regroup_moves_per_plan < 0 or self.regroup_moves_per_hour < 0:
             raise ValueError("regroup move limits must be 0 or more")
+
+    @property
+    def requeue_delay_s(self) -> float:
+        """How long a requeued job waits before it may start again: one helper round (1 s)
+        when the helper skips Slurm's delay, else cred_expire + 1 s."""
+        return 1.0 if self.skip_requeue_delay else self.cred_expire_s + 1.0
 
     def rules(self, pk: PackerConfig) -> SuiteRules:
         """The decisions this run makes (`packer.rules.SuiteRules`, the helper's): the site's

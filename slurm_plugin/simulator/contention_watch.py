@@ -80,7 +80,7 @@ class ContentionWatch:
             victim = next(j for j in g.jobs if str(j.id) == v.requeue)
         victim.preemptions += 1
         sim.stop(victim, now)
-        sim.sched.requeue(victim)
+        sim.sched.requeue(victim, now)
 
     def _still_pays(self, job: Job, g: Gpu, base: dict[int, float], now: float) -> bool:
         """The admission rule on the measured speeds: does keeping ``job`` beside the others

@@ -41,7 +41,7 @@ from packer.config import GIB, PackerConfig
 from packer.rules import SuiteRules
 from slurm_plugin.simulator.cluster import Cluster
 from slurm_plugin.simulator.config import SimConfig
-from slurm_plugin.simulator.events import CHECK, FINISH, OOM, PAIR_FAIL, WARN, EventLoop
+from slurm_plugin.simulator.events import CHECK, ELIGIBLE, FINISH, OOM, PAIR_FAIL, WARN, EventLoop
 from slurm_plugin.simulator.growth import GrowPreemption
 from slurm_plugin.simulator.knowledge import PairKnowledge
 from slurm_plugin.simulator.memory import MemoryRestarts
@@ -127,6 +127,7 @@ class Simulator:
             WARN: lambda job, t: self.restart_memory(job, t, predicted=True),
             CHECK: self.policy.check,
             PAIR_FAIL: self.pair_failures.fail,
+            ELIGIBLE: self.sched.eligible,
         }
         self.loop.run(arrivals, self.usage.advance, handlers, self.sched.arrive, self.sched.run_pass)
         use = self.usage
@@ -171,7 +172,7 @@ class Simulator:
         if grow is not None and grow.try_grow(job, now, predicted):
             return  # restarted bigger on its GPU at once, younger neighbours evicted
         self.stop(job, now)
-        self.sched.requeue(job)
+        self.sched.requeue(job, now)
 
     def stop(self, job: Job, now: float) -> None:
         """Take a running job off its GPU(s) without finishing it (work lost)."""

@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 from slurm_plugin.simulator.state import Job
 
-FINISH, OOM, WARN, CHECK, PAIR_FAIL = 0, 1, 2, 3, 4  # job event kinds
+FINISH, OOM, WARN, CHECK, PAIR_FAIL, ELIGIBLE = 0, 1, 2, 3, 4, 5  # job event kinds
 
 Handler = Callable[[Job, float], None]
 

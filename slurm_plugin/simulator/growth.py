@@ -103,7 +103,7 @@ class GrowPreemption:
             victim.preemptions += 1
             before = victim.lost_work
             sim.stop(victim, now)
-            sim.sched.requeue(victim)
+            sim.sched.requeue(victim, now)
             self.evictions += 1
             self.lost_s += victim.lost_work - before  # its progress, not the wall time
         sim.stop(job, now)

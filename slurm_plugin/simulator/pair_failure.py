@@ -57,4 +57,4 @@ class PairFailures:
         if not sim.policy.learns_pairs:
             job.remembered = max(job.remembered, sim.gpu_mem)  # alone next time
         sim.stop(job, now)
-        sim.sched.requeue(job)
+        sim.sched.requeue(job, now)

@@ -27,6 +27,7 @@ from itertools import chain, islice
 import math
 from typing import TYPE_CHECKING, Iterator
 
+from slurm_plugin.simulator.events import ELIGIBLE
 from slurm_plugin.simulator.state import Gpu, Job
 
 if TYPE_CHECKING:
@@ -85,9 +86,20 @@ class Scheduler:
             self.dirty = True  # it lands where a pass looks
         self.queue[job.id] = job
 
-    def requeue(self, job: Job) -> None:
-        """A stopped job goes back to the head of the queue."""
+    def requeue(self, job: Job, now: float) -> None:
+        """A stopped job goes back to the head of the queue, once Slurm's requeue delay is
+        over (`SimConfig.requeue_delay_s`: until then it is not eligible, as a requeued job's
+        BeginTime is pushed back by cred_expire + 1 s)."""
+        delay = self.cfg.requeue_delay_s
+        if delay <= 0:
+            self.front.appendleft(job)
+            return
+        self.sim.loop.push(now + delay, ELIGIBLE, job, job.token)
+
+    def eligible(self, job: Job, now: float) -> None:
+        """A requeued job's BeginTime has come: it is at the head of the queue."""
         self.front.appendleft(job)
+        self.dirty = True
 
     def waiting(self) -> Iterator[Job]:
         return chain(self.front, self.queue.values())

@@ -34,6 +34,9 @@ class FakeSlurm:
         self.accounting = accounting
         self.jobs: dict[int, FakeJob] = {}
         self.nodes: dict[str, FakeNode] = {"node1": FakeNode("node1"), "node2": FakeNode("node2")}
+        self.reservations: dict[str, str] = {}  # name -> its nodes (a hostlist)
+        self.licenses: dict[str, int] = {}  # name -> total
+        self.qos_limits: dict[str, str] = {}  # QOS -> MaxTRESPerJob, e.g. "gres/shard=4" (needs accounting)
         self.calls: list[list[str]] = []
         self.envs: list[dict[str, str]] = []
         self._next_id = 1
@@ -79,6 +82,11 @@ class FakeSlurm:
             return 0, self._json.nodes(list(self.nodes.values())), ""
         if command == "scancel":
             return self._commands.signal(rest)
+        if command == "sacctmgr" and rest[:3] == ["-nP", "show", "qos"] and len(rest) == 5:
+            if not self.accounting:
+                return 1, "", "sacctmgr: error: Problem talking to the database: Connection refused\n"
+            name = rest[3]
+            return 0, (f"{name}|{self.qos_limits[name]}|\n" if name in self.qos_limits else ""), ""
         if command == "sacct":
             if not self.accounting:
                 return 1, "", "Slurm accounting storage is disabled\n"
@@ -95,6 +103,14 @@ class FakeSlurm:
                 return 1, "", "scontrol: unrecognized option '--json'\nTry \"scontrol --help\" for more information\n"
             return self._show_json(rest[1:])
         verb = rest[0] if rest else ""
+        if rest[:2] == ["show", "reservation"] and len(rest) == 4 and rest[3] == "--oneliner":
+            if rest[2] not in self.reservations:
+                return 1, "", f"Reservation {rest[2]} not found\n"
+            return 0, f"ReservationName={rest[2]} StartTime=2023-11-14T22:13:20 Nodes={self.reservations[rest[2]]} " \
+                      f"NodeCnt=1 State=ACTIVE\n", ""
+        if rest == ["show", "licenses", "--oneliner"]:
+            return 0, "".join(f"LicenseName={n} Total={t} Used=0 Free={t} Reserved=0 Remote=no\n"
+                              for n, t in self.licenses.items()), ""
         if verb == "update":
             return self._commands.update(rest[1:])
         if verb in ("hold", "release", "requeue", "requeuehold", "top") and len(rest) == 2:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from slurm_plugin.slurm.fake_records import FakeJob, UnsupportedCommand
+from slurm_plugin.slurm.gres import expand_hostlist
 
 __all__ = ["FakeJobCommands"]
 
@@ -95,6 +96,7 @@ class FakeJobCommands:
                 changes[attr] = value
         for attr, value in changes.items():
             setattr(job, attr, value)
+        _strand_if_pinned_away(job)
         return 0, "", ""
 
     def job_verb(self, verb: str, job_text: str) -> tuple[int, str, str]:
@@ -122,5 +124,13 @@ class FakeJobCommands:
             if verb == "requeuehold":
                 self._saved_priority[job.job_id] = job.priority
                 job.priority, job.state_reason = 0, "JobHeldUser"
+        _strand_if_pinned_away(job)
         return 0, "", ""
+
+
+def _strand_if_pinned_away(job: FakeJob) -> None:
+    """As slurmctld: a pending job pinned (-w) to a node it also excludes waits for good."""
+    if (job.state == "PENDING" and job.priority != 0
+            and set(expand_hostlist(job.required_nodes)) & set(expand_hostlist(job.excluded_nodes))):
+        job.state_reason = "BadConstraints"
 

@@ -81,6 +81,9 @@ class FakeJson:
             "batch_host": job.batch_host,
             "requeue": job.requeue,
             "qos": job.qos,
+            "features": job.features,
+            "resv_name": job.resv_name,
+            "licenses": job.licenses,
             "some_future_field": {"ignored": True},
         }
         if self.modern:
@@ -114,7 +117,9 @@ class FakeJson:
 
     def node(self, node: FakeNode) -> dict[str, Any]:
         record: dict[str, Any] = {"name": node.name, "gres": node.gres, "gres_used": node.gres_used,
-                                  "partitions": ["gpu"], "cpus": 8, "alloc_cpus": 0, "reason": ""}
+                                  "partitions": list(node.partitions), "cpus": 8, "alloc_cpus": 0, "reason": "",
+                                  "active_features": ([f for f in node.features.split(",") if f] if self.modern
+                                                      else node.features)}
         if self.modern:
             record["state"] = node.state.upper().split("+")
         else:

@@ -42,6 +42,9 @@ class FakeJob:
     requeue: bool = True  # Slurm's JobRequeue=1 default
     qos: str = ""
     time_limit_min: int | None = None  # None: unlimited (22.05 prints null)
+    features: str = ""  # --constraint
+    resv_name: str = ""  # --reservation
+    licenses: str = ""  # -L
 
 
 @dataclass
@@ -50,4 +53,6 @@ class FakeNode:
     state: str = "IDLE"
     gres: str = "gpu:h100:2,shard:h100:16"
     gres_used: str = "gpu:h100:0(IDX:N/A),shard:h100:0(IDX:N/A)"
+    partitions: tuple[str, ...] = ("gpu",)
+    features: str = ""  # active features, comma-separated
 

@@ -160,6 +160,9 @@ class Job:
     requeue: bool | None = None  # Slurm may requeue it (--requeue, or the cluster's JobRequeue=1 default)
     qos: str | None = None
     time_limit_s: int | None = None  # None: unlimited or not reported
+    features: str | None = None  # --constraint, e.g. "a100&ib"
+    reservation: str | None = None  # --reservation
+    licenses: str | None = None  # -L, e.g. "matlab:2"
 
     @property
     def base_state(self) -> str | None:
@@ -182,6 +185,7 @@ class Node:
     gres: tuple[GresItem, ...] = ()
     gres_used: tuple[GresItem, ...] = ()
     partitions: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()  # active features
     reason: str | None = None
     cpus: int | None = None
     alloc_cpus: int | None = None

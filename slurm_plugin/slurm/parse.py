@@ -454,6 +454,9 @@ def parse_job(record: Any, *, path: str = "job", strict: bool = False) -> Job:
         requeue=reader.flag("requeue"),
         qos=reader.text("qos"),
         time_limit_s=_minutes(reader, "time_limit"),
+        features=reader.text("features") or None,
+        reservation=reader.text("resv_name") or None,
+        licenses=reader.text("licenses") or None,
     )
 
 
@@ -541,6 +544,7 @@ def parse_node(record: Any, *, path: str = "node", strict: bool = False) -> Node
         gres=parse_gres_list(reader.text("gres")),
         gres_used=parse_gres_list(reader.text("gres_used")),
         partitions=reader.strings("partitions"),
+        features=reader.strings("active_features"),
         reason=reader.text("reason"),
         cpus=reader.number("cpus"),
         alloc_cpus=reader.number("alloc_cpus"),

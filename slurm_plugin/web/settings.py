@@ -5,7 +5,9 @@ import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
-from packer.config import ConfigError, read_table
+from packer.config import ConfigError
+from packer.settings_schema import check_fields, setting
+from slurm_plugin.config.toml_file import read_table
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -15,20 +17,15 @@ LOCALHOST_NETWORKS = ("127.0.0.0/8", "::1/128")
 @dataclass(frozen=True)
 class WebSettings:
     bind: str = "127.0.0.1"  # the address the view listens on; 0.0.0.0 for every interface
-    port: int = 0  # 0: no web view (the dev cluster sets its own port + 80)
+    port: int = setting(0, ge=0, le=65535)  # 0: no web view (the dev cluster sets its own port + 80)
     allow: tuple[str, ...] = LOCALHOST_NETWORKS  # client networks that may see it
-    refresh_s: float = 2.0  # how old the data behind a page may be (and how often pages poll)
-    max_rows: int = 500  # pending/running rows listed on the main page (the counts cover all)
-    events: int = 20  # latest events on the main page
+    refresh_s: float = setting(2.0, gt=0)  # how old the data behind a page may be (and how often pages poll)
+    max_rows: int = setting(500, ge=1)  # pending/running rows listed on the main page (the counts cover all)
+    events: int = setting(20, ge=0)  # latest events on the main page
     base_path: str = "/"  # the path a site's proxy serves the view under, e.g. "/gpupack/"
 
     def __post_init__(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"[web] port={self.port} is not a TCP port (0 turns the view off)")
-        if self.refresh_s <= 0:
-            raise ConfigError("[web] refresh_s must be positive, e.g. 2.0")
-        if self.max_rows < 1 or self.events < 0:
-            raise ConfigError("[web] max_rows must be at least 1 and events at least 0")
+        check_fields(self, "web")
         if not self.base_path.startswith("/"):
             raise ConfigError(f"[web] base_path={self.base_path!r} must start with / (e.g. /gpupack/)")
         networks(self.allow)  # fail at load time, naming the bad entry

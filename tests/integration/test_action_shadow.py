@@ -12,7 +12,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from e2e_support import SLEEP, events, simgpu_script, wait_for
+from e2e_support import events, fill_all_but_one_gpu, simgpu_script, wait_for
 from packer.action_ledger import ActionLedger
 from packer.store import Store
 
@@ -56,13 +56,15 @@ def test_shadow_contention_requeue_leaves_the_newcomer_and_is_judged_when_it_end
     senior = cluster.submit(["-J", "shadow-senior", "-w", "node1", "--gres=shard:2"],
                             simgpu("--workload ResNet18 --mem-start 2GiB --iters 3000 --iter-ms 50"))
     cluster.wait(senior, "RUNNING", 30)
-    filler = cluster.submit(["-J", "shadow-fill", "-w", "node1", "--gres=shard:8"], SLEEP)  # node1's other GPU
-    cluster.wait(filler, "RUNNING", 30)
+    fill_all_but_one_gpu(cluster, "shadow")  # node1's other GPU, node2 and node3 busy
     time.sleep(8)  # the senior's speed alone
-    # the newcomer runs ~25 s beside the senior, then ends by itself
-    newcomer = cluster.submit(["-J", "shadow-newcomer", "-w", "node1", "--gres=shard:2"],
+    # the newcomer runs ~25 s beside the senior, then ends by itself. Not pinned with -w: a
+    # pinned job is never requeued away from its node (it would wait for good), in shadow
+    # mode as in enforce mode (test_safety_live.py)
+    newcomer = cluster.submit(["-J", "shadow-newcomer", "--gres=shard:2"],
                               simgpu("--workload LSTM --mem-start 2GiB --iters 500 --iter-ms 50"))
     cluster.wait(newcomer, "RUNNING", 30)
+    assert cluster.job(newcomer)["NodeList"] == "node1"
     (row,) = wait_for(lambda: ledger_rows(cluster, newcomer, "requeue-contention"), 40, "a shadow contention decision")
     assert row.mode == "shadow" and row.data["hurt"][0]["job_id"] == senior
     assert row.data["hurt"][0]["loss"] > row.data["threshold"]

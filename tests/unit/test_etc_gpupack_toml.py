@@ -9,9 +9,11 @@ from dataclasses import fields
 from pathlib import Path
 
 from packer.action_modes import ACTION_KINDS
-from packer.config import PackerConfig, load_config
+from packer.config import PackerConfig
+from slurm_plugin.config.toml_file import load_config
+from slurm_plugin.config.whole import GpupackSettings, check_file, load_settings
+from slurm_plugin.helper.monitor_settings import MonitorSettings, load_monitor_settings
 from slurm_plugin.agent.directory import AgentSettings, load_agent_settings
-from slurm_plugin.helper.monitor_settings import MonitorSettings, load_action_modes, load_monitor_settings
 from slurm_plugin.helper.settings import Paths, load_paths
 from slurm_plugin.metrics.settings import MetricsSettings, load_metrics_settings
 from slurm_plugin.web.settings import WebSettings, load_web_settings
@@ -22,7 +24,9 @@ TOML = Path(__file__).resolve().parents[2] / "etc" / "gpupack.toml"
 def test_every_table_loads_with_the_real_loaders_and_gives_the_defaults():
     assert load_config(TOML) == PackerConfig()
     assert load_monitor_settings(TOML) == MonitorSettings()
-    assert load_action_modes(TOML) == {}  # every action commented out: each follows `mode`
+    assert load_settings(TOML).monitor.actions == {}  # every action commented out: each follows `mode`
+    assert check_file(TOML) == []
+    assert load_settings(TOML).web == GpupackSettings().web
     assert load_metrics_settings(TOML) == MetricsSettings()
     assert load_web_settings(TOML) == WebSettings()
     assert load_agent_settings(TOML) == AgentSettings()

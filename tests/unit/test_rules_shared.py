@@ -240,7 +240,7 @@ def test_simulate_config_reads_the_sites_rules_and_flags_still_override(tmp_path
 
     from click.testing import CliRunner
 
-    from packer.config import load_config
+    from slurm_plugin.config.toml_file import load_config
     from slurm_plugin.cli.simulate_cmd import simulate
     from slurm_plugin.helper.monitor_settings import load_monitor_settings
 

@@ -19,10 +19,13 @@ from packer import comment as comment_mod
 from packer.action_ledger import ActionLedger
 from packer.action_modes import ActionMode, action_mode
 from packer.config import PackerConfig
+from packer.feasibility import ClusterFacts, stranded_by
 from packer.placement import merge_exclusions
 from packer.preemption import head_priority
 from packer.store import Store
+from slurm_plugin.helper.kill_switch import ACTIONS_WHILE_HALTED
 from slurm_plugin.helper.watches.round import WatchState
+from slurm_plugin.slurm.constraints import cluster_facts, job_facts
 from slurm_plugin.slurm.errors import SlurmError
 from slurm_plugin.slurm.gres import expand_hostlist
 from slurm_plugin.slurm.model import Job
@@ -42,6 +45,7 @@ class Actions:
         self.state = state
         self.config = config
         self.modes = modes or {}  # [monitor.actions]
+        self.halted = False  # the kill switch is on: only ACTIONS_WHILE_HALTED are carried out
         self._ledger: ActionLedger | None = None
         self.stale_nodes: dict[str, str] = {}  # node -> why its agent's figures are stale (the monitor's)
         self._told_stale: set[tuple[int, str]] = set()  # (job, kind) whose skip was logged
@@ -78,7 +82,16 @@ class Actions:
         self.store.log_event(kind, detail, job_id, **data)
 
     def update_job(self, job_id: int, **changes: object) -> None:
+        if self.halted:  # the watches that change jobs do not run; this is the last line
+            log.warning("job %d: kill switch on, change %s not made", job_id, changes)
+            return
         self.runner.update_job(job_id, **changes)
+
+    def _refused_by_kill_switch(self, kind: str, job_id: int) -> bool:
+        if self.halted and kind not in ACTIONS_WHILE_HALTED:
+            log.warning("job %d: kill switch on, %s not carried out", job_id, kind)
+            return True
+        return False
 
     def first_report(self, job_id: int, started_at: float) -> bool:
         """True the first time a run of a job is judged (one action per run)."""
@@ -112,7 +125,15 @@ class Actions:
         `keep_held`: leave it held (a grow eviction waits for its grower to start first);
         `release_to_head` later releases it and makes it the next to start."""
         mode = mode or ActionMode("enforce" if self.enforcing else "shadow", self.config().mode)
+        if self._refused_by_kill_switch(kind, job.job_id):
+            return False
         if kind not in SLURM_ONLY_KINDS and self.on_stale_node(job, kind, reason):
+            return False
+        stranded = self.strands(job, exclude, gres)
+        if stranded is not None:  # Slurm would take the change and the job would wait for good
+            self.store.log_event(kind + "-skipped", f"not requeued ({mode.label} mode): {stranded}", job.job_id,
+                                 reason=reason, shadow=not mode.acts)
+            log.warning("job %d: %s not done: %s", job.job_id, kind, stranded)
             return False
         if not mode.acts:
             self.store.log_event(kind, f"would requeue ({mode.label} mode): {reason}", job.job_id,
@@ -158,6 +179,19 @@ class Actions:
                     "and held" if keep_held else f"at the head (priority {priority})", reason)
         return True
 
+    def strands(self, job: Job, exclude: frozenset[str], gres: str | None) -> str | None:
+        """Why excluding `exclude` and asking for `gres` would leave `job` unable to ever start
+        (`packer.feasibility`), from what Slurm says of it and the cluster; None when it can."""
+        if not exclude and gres is None:
+            return None
+        facts = job_facts(job)
+        try:
+            cluster = cluster_facts(self.runner, job, with_qos=gres is not None)
+        except SlurmError as exc:  # the node list is unknown: the pins are still checked
+            log.warning("job %d: cannot list the nodes (%s); only its pins are checked", job.job_id, exc)
+            cluster = ClusterFacts()
+        return stranded_by(facts, cluster, exclude=exclude, gres=gres)
+
     def _end_run(self, job_id: int, kind: str) -> None:
         """The job's run ended with this requeue: its curve is kept (the history watch)."""
         track = self.state.tracks.pop(job_id, None)
@@ -176,6 +210,8 @@ class Actions:
     def release_to_head(self, job_id: int, kind: str, reason: str, **data: object) -> bool:
         """Release a job left held by `requeue_at_head(keep_held=True)` and make it the next
         to start (kept there by the keep-at-head watch). False when Slurm refused."""
+        if self._refused_by_kill_switch(kind, job_id):
+            return False
         try:
             priority = self._release_at_head(job_id)
         except SlurmError as exc:

@@ -5,16 +5,24 @@ larger size (`packer.preemption.restart_size`) and the size is remembered.
 """
 from __future__ import annotations
 
+import logging
+
+from mig.catalog import load_catalog
+from mig.errors import MigError
 from packer import comment as comment_mod
 from packer.decision import max_shards
 from packer.preemption import restart_size
 from packer.request import gres_text
+from predictor.forecast import Forecaster
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.helper.watches.tracks import Track, job_gpu_type
 from slurm_plugin.slurm.errors import SlurmError
 
+log = logging.getLogger(__name__)
+
 GIB = 1024**3
 KIND = "restart-memory"
+_UNKNOWN_PROFILES: set[tuple[str, str]] = set()  # (GPU model, profile) already reported
 
 
 def capacity_of(track: Track, share_bytes: float, gpu_model: str) -> float | None:
@@ -22,11 +30,13 @@ def capacity_of(track: Track, share_bytes: float, gpu_model: str) -> float | Non
     if track.isolation.startswith("mig:"):
         profile = track.isolation[4:].split("@", 1)[0]
         try:
-            from mig.catalog import load_catalog
-
             return load_catalog(gpu_model).profile(profile).memory_mib * 1024**2
-        except Exception:
-            pass
+        except MigError as exc:  # the agent isolated it on a slice this catalogue does not hold
+            if (gpu_model, profile) not in _UNKNOWN_PROFILES:
+                _UNKNOWN_PROFILES.add((gpu_model, profile))
+                log.error("job %d runs on MIG %s, which the %s catalogue does not hold (%s): its memory is "
+                          "judged against its %s; check [paths] gpu_model and the node's GPU", track.job_id,
+                          profile, gpu_model, exc, f"{track.shards} shares" if track.shards else "whole GPU")
     if track.shards:
         return track.shards * share_bytes
     return None
@@ -37,7 +47,6 @@ def track_forecast(ctx: RoundContext, t: Track, job, capacity: float):
     (oldest first); one forecaster per run, shared by the watches that read it (grow, memory).
     Its prior is the workload's earlier runs' stored curves (`run_curves.history_prior`), read
     once per run. None before the first sample."""
-    from predictor.forecast import Forecaster
     from slurm_plugin.helper.watches.run_curves import history_prior
 
     if t.forecaster is None:

@@ -24,13 +24,15 @@ class FakePaths:
     socket: Path
     database: Path
     slurm_conf: Path | None = None
+    kill_switch: Path | None = None
 
 
 class FakeHelper:
     """What the monitor asks of the controller helper: its paths, its store, its config."""
 
     def __init__(self, tmp_path: Path, mode: str = "enforce"):
-        self.paths = FakePaths(socket=tmp_path / "run" / "helper.sock", database=tmp_path / "gpupack.db")
+        self.paths = FakePaths(socket=tmp_path / "run" / "helper.sock", database=tmp_path / "gpupack.db",
+                               kill_switch=tmp_path / "gpupack.disable")
         self.store = Store(self.paths.database)
         self._config = PackerConfig(mode=mode)
 

@@ -240,6 +240,19 @@ def test_the_controller_epilog_tells_the_helper_and_never_fails(tmp_path, monkey
     assert taken == [{"job_id": b"42", "nodes": b"node[1-2]"}]
 
 
+def test_the_controller_epilog_imports_nothing_but_the_standard_library():
+    """slurmctld runs it with SlurmUser's /usr/bin/python3, which has none of the suite's
+    dependencies (prometheus_client, click, numpy, ...)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, slurm_plugin.ctld_epilog; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'prometheus_client', 'click', 'numpy', "
+            "'scipy', 'statsmodels', 'sqlite_utils'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
 def test_a_summary_of_a_run_recorded_already_merges_without_asking_slurm_for_its_workload(world):
     """A job without `fp=` in its record (it asked for shards itself): once it has ended Slurm
     may no longer give its batch script, or know it at all; the run recorded by the monitor

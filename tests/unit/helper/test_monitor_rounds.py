@@ -177,7 +177,8 @@ def test_pending_packed_jobs_partners_are_read_in_one_query_per_round(tmp_path):
     helper.store.db.conn.set_trace_callback(statements.append)
     monitor.tick()
     helper.store.db.conn.set_trace_callback(None)
-    assert len([q for q in statements if "from avoid_pairs" in q.lower() or "join avoid_pairs" in q.lower()]) == 1
+    reads = [q for q in statements if not q.lower().startswith("delete")]  # the retention watch's prune
+    assert len([q for q in reads if "from avoid_pairs" in q.lower() or "join avoid_pairs" in q.lower()]) == 1
     assert {j: set(filter(None, fake.jobs[j].excluded_nodes.split(","))) for j in (10, 11, 12, 13)} == {
         10: {"node2", "node3"}, 11: {"node4"}, 12: set(), 13: {"node2", "node3"}}
 
@@ -529,7 +530,7 @@ def test_action_modes_follow_an_edit_of_the_settings_file(tmp_path, caplog):
     """`[monitor.actions]` is re-read when gpupack.toml changes, as `[packer]` is."""
     import os
 
-    from slurm_plugin.helper.settings import ReloadingConfig
+    from slurm_plugin.config.reloading import ReloadingConfig
 
     toml = tmp_path / "gpupack.toml"
 
@@ -552,7 +553,9 @@ def test_action_modes_follow_an_edit_of_the_settings_file(tmp_path, caplog):
     write('restart-memory = "maybe"', 3_000_000_000)  # a bad edit keeps the modes in force
     monitor.tick()
     assert monitor.actions.mode_of("restart-memory").mode == "shadow"
-    assert "keeping the action modes in force" in caplog.text and "off, shadow, enforce" in caplog.text
+    assert "edit refused, keeping the settings in force" in caplog.text and "off, shadow, enforce" in caplog.text
+    (refused,) = [e for e in helper.store.events() if e.kind == "config-refused"]
+    assert "restart-memory" in refused.detail
     write("", 4_000_000_000)  # the table emptied: every action follows mode again
     monitor.tick()
     assert monitor.actions.mode_of("restart-memory").mode == "enforce"
@@ -686,7 +689,7 @@ def test_curves_per_fingerprint_must_be_a_count(tmp_path):
     from packer.config import ConfigError
     from slurm_plugin.helper.monitor_settings import MonitorSettings, load_monitor_settings
 
-    with pytest.raises(ConfigError, match="curves_per_fingerprint must be a whole number >= 0"):
+    with pytest.raises(ConfigError, match=r"curves_per_fingerprint = -1 is not allowed: a whole number, >= 0"):
         MonitorSettings(curves_per_fingerprint=-1)
     toml = tmp_path / "gpupack.toml"
     toml.write_text("[monitor]\ncurves_per_fingerprint = 0\n")

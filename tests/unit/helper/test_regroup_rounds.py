@@ -101,6 +101,8 @@ def test_an_admin_partition_makes_a_job_movable(tmp_path):
     fake, helper, samples, monitor = make(tmp_path, mode="enforce", regroup_head_wait_s=0,
                                           regroup_partitions=["preemptible"])
     fragmented(fake, movable=False, partition="preemptible")
+    for node in fake.nodes.values():  # the nodes are in that partition too: somewhere to go
+        node.partitions = ("gpu", "preemptible")
     tick(samples, monitor, 1)
     # no checkpoint signal to wait for: requeued at once, away from node1
     assert not fake.signals and fake.jobs[1].state == "PENDING" and fake.jobs[1].excluded_nodes == "node1"

@@ -3,6 +3,7 @@ they query is one the daemons really expose."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 
@@ -14,9 +15,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from mig.sim_backend import SimGpuBackend
 from packer.store import Store
 from slurm_plugin.agent.daemon import NodeAgent
+from slurm_plugin.helper.kill_switch import KillSwitch
 from slurm_plugin.metrics.agent import agent_registry
+from slurm_plugin.metrics.config_file import ConfigFileCollector
 from slurm_plugin.metrics.endpoint import new_registry
 from slurm_plugin.metrics.submit import SubmitMetrics
+from slurm_plugin.refusals import RefusalLog
 from slurm_plugin.metrics.watcher import EventLogCollector, MonitorCollector
 
 ETC = Path(__file__).resolve().parents[3] / "etc"
@@ -25,8 +29,13 @@ ALERTS = ETC / "prometheus" / "gpupack-alerts.yml"
 PANEL_TYPES = {"row", "timeseries", "stat", "bargauge", "table", "gauge", "piechart"}
 
 
+class FakeSettingsFile:
+    refused, refusals = None, 0
+
+
 class FakeMonitor:
     rounds, tracks, _heading = 0, {}, {}
+    kill_switch = KillSwitch(None)
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +45,11 @@ def exposed(tmp_path_factory) -> set[str]:
     submit = SubmitMetrics(new_registry())
     submit.watch_state(lambda: None, lambda: "enforce", None, lambda: 0.0)
     submit.observe("packed", "fits", 0.001)
+    RefusalLog(logging.getLogger("test"), submit.registry).refused("forbidden", 65534, "test")
     watcher = new_registry()
     watcher.register(EventLogCollector(Store(tmp / "db")))
     watcher.register(MonitorCollector(FakeMonitor()))
+    watcher.register(ConfigFileCollector(FakeSettingsFile()))
     agent = agent_registry(NodeAgent("node1", tmp, SimGpuBackend(tmp / "sim", "node1", gpus=["H100-80GB"])))
     names = set()
     for registry in (submit.registry, watcher, agent):

@@ -54,7 +54,7 @@ def test_settings_and_command_line_override(tmp_path):
 
 @pytest.mark.parametrize("table, message", [
     ('[metrics]\naddress = "localhost"\n', "must be an IP address"),
-    ("[metrics]\nsubmit_port = 70000\n", "must be a TCP port"),
+    ("[metrics]\nsubmit_port = 70000\n", "submit_port = 70000 is not allowed: a whole number or unset, >= 0 and <= 65535"),
     ("[metrics]\nport = 1\n", "unknown \\[metrics\\] keys"),
 ])
 def test_bad_settings_say_what_to_change(tmp_path, table, message):

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from packer.config import ConfigError, read_table
+from packer.config import ConfigError
+from slurm_plugin.config.toml_file import read_table
 
 
 @dataclass(frozen=True)

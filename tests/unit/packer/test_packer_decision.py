@@ -1,7 +1,8 @@
 import pytest
 
 from packer.comment import CommentRecord, merge, parse, render
-from packer.config import GIB, ConfigError, PackerConfig, load_config
+from packer.config import GIB, ConfigError, PackerConfig
+from slurm_plugin.config.toml_file import load_config
 from packer.decision import ClusterView, Estimate, decide, max_shards, shards_needed
 from packer.fingerprint import fingerprint
 from packer.request import Candidate, NotCandidate

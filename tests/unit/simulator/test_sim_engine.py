@@ -163,3 +163,16 @@ def test_load_aware_admission_reads_the_wait_from_the_jobs_place_in_the_queue():
     _, j = run("colocate", specs, gpus=2, predictor=True, pair_knowledge="oracle")
     assert j[3].first_start == 11 and j[3].shared_with
     assert j[2].first_start > 11
+
+
+def test_a_requeued_job_waits_slurms_requeue_delay_unless_the_helper_lifts_it():
+    """Slurm pushes a requeued job's BeginTime back by cred_expire + 1 s (121 s by default);
+    the helper lifts it at its next round (`[monitor] skip_requeue_delay`)."""
+    specs = [job(0, 0, 100_000), job(1, 10, 10_000, mem1=12 * G)]  # job 1 runs out of memory, requeued
+    _, lifted = run("colocate", specs)
+    _, slurm_default = run("colocate", specs, skip_requeue_delay=False)  # cred_expire = 120 s
+    assert lifted[1].oom_restarts == slurm_default[1].oom_restarts == 1
+    assert slurm_default[1].start - lifted[1].start == pytest.approx(120.0)
+    assert slurm_default[1].end - lifted[1].end == pytest.approx(120.0)
+    _, short = run("colocate", specs, skip_requeue_delay=False, cred_expire_s=10.0)  # the dev cluster's
+    assert short[1].start - lifted[1].start == pytest.approx(10.0)

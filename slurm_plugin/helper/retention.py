@@ -1,0 +1,108 @@
+"""Retention: what the helper keeps is kept only as long as `[retention]` says.
+
+- the store (`prune_store`): events by age and by count, runs by age and per workload (the
+  newest `runs_per_fingerprint`), memory curves with their runs, judged action-ledger rows by
+  age (and open ones twice as long), pair speeds, avoided pairs and remembered sizes not renewed
+  for their time;
+- the watcher's per-job memory (`JobMemory`): every map and set keyed by a job id forgets a
+  job Slurm has not listed for `forget_jobs_after_s`.
+
+`RetentionWatch` runs both from the watcher's rounds (the store every `prune_every_s`).
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from packer.store import Store
+from slurm_plugin.config.bounds import RetentionSettings
+from slurm_plugin.helper.watches.round import RoundContext
+
+log = logging.getLogger(__name__)
+
+DAY_S = 86400.0
+
+
+def _tables(store: Store) -> set[str]:
+    return set(store.db.table_names())
+
+
+def prune_store(store: Store, r: RetentionSettings, now: float) -> dict[str, int]:
+    """Delete what `r` no longer keeps; rows deleted per table."""
+    tables = _tables(store)
+    runs_cut, pair_cut = now - r.runs_days * DAY_S, now - r.pair_days * DAY_S
+    statements: list[tuple[str, str, list[Any]]] = [
+        ("events", "delete from events where at < ?", [now - r.events_days * DAY_S]),
+        ("events", "delete from events where id <= (select id from events order by id desc limit 1 offset ?)",
+         [r.events_max_rows]),
+        ("runs", "delete from runs where ended_at < ?", [runs_cut]),
+        ("runs", "delete from runs where rowid in (select rowid from (select rowid, row_number() over "
+                 "(partition by fingerprint order by ended_at desc) as n from runs) where n > ?)",
+         [r.runs_per_fingerprint]),
+        ("run_curves", "delete from run_curves where ended_at < ?", [runs_cut]),
+        ("action_ledger", "delete from action_ledger where (outcome is not null and at < ?) or at < ?",
+         [now - r.action_ledger_days * DAY_S, now - 2 * r.action_ledger_days * DAY_S]),
+        ("pair_speeds", "delete from pair_speeds where updated_at < ?", [pair_cut]),
+        ("avoid_pairs", "delete from avoid_pairs where created_at < ?", [pair_cut]),
+        ("sizes", "delete from sizes where updated_at < ?", [now - r.sizes_days * DAY_S]),
+    ]
+    deleted: dict[str, int] = {}
+    with store.db.conn:
+        for table, sql, args in statements:
+            if table in tables:
+                deleted[table] = deleted.get(table, 0) + store.db.execute(sql, args).rowcount
+    return {t: n for t, n in deleted.items() if n}
+
+
+def _job_of(key: Any) -> Any:
+    return key[0] if isinstance(key, tuple) else key
+
+
+class JobMemory:
+    """Forget jobs Slurm no longer lists, in every per-job map and set `containers()` names
+    (dicts and sets keyed by a job id, or by a tuple whose first item is one)."""
+
+    def __init__(self, containers: Callable[[], Iterable[Any]], forget_after_s: float):
+        self._containers = containers
+        self.forget_after_s = forget_after_s
+        self.last_listed: dict[int, float] = {}
+
+    def round(self, listed: Iterable[int], now: float) -> int:
+        """Note the jobs listed now; forget those unlisted for too long. Jobs forgotten."""
+        last = self.last_listed
+        for job_id in listed:
+            last[job_id] = now
+        gone = {j for j, at in last.items() if now - at > self.forget_after_s}
+        if not gone:
+            return 0
+        for job_id in gone:
+            del last[job_id]
+        for container in self._containers():
+            for key in [k for k in container if _job_of(k) in gone]:
+                if isinstance(container, dict):
+                    del container[key]
+                else:
+                    container.discard(key)
+        return len(gone)
+
+
+class RetentionWatch:
+    name = "retention"
+
+    def __init__(self, settings: RetentionSettings, memory: JobMemory):
+        self.settings = settings
+        self.memory = memory
+        self._pruned_at: float | None = None
+        self.deleted: dict[str, int] = {}  # rows deleted since the watcher started, per table
+
+    def round(self, ctx: RoundContext) -> None:
+        self.memory.round(ctx.jobs, ctx.now)
+        if self._pruned_at is not None and ctx.now - self._pruned_at < self.settings.prune_every_s:
+            return
+        self._pruned_at = ctx.now
+        deleted = prune_store(ctx.actions.store, self.settings, ctx.now)
+        for table, n in deleted.items():
+            self.deleted[table] = self.deleted.get(table, 0) + n
+        if deleted:
+            log.info("retention: deleted %s", ", ".join(f"{n} {t}" for t, n in sorted(deleted.items())))
