@@ -94,15 +94,13 @@ class ClusterHealth:
 
     def listen_url(self, role: str, name: str) -> str | None:
         """Where a process listens (the web view's is read from its gpupack.toml)."""
-        from slurm_plugin.agent.paths import socket_path
-
         s = self.spec
         urls = {"slurmctld": f"tcp://{s.controller_address}:{s.port}", "munged": f"unix:{s.munge_socket}",
                 "helper": f"unix:{s.helper_socket}"}
         if role == "slurmd" and name in s.node_names:
             return f"tcp://{s.node_address(name)}:{s.node_port(s.node_names.index(name) + 1)}"
-        if role == "agent":
-            return f"unix:{socket_path(s.state_dir, name)}"  # on the node's host
+        if role == "agent" and name in s.node_names:  # its MUNGE-authenticated command endpoint
+            return f"http://{s.agent_address(name)}/"  # (SPANK reaches it by a socket on the node)
         return self.web_url() if role == "web" else urls.get(role)
 
     def web_url(self) -> str | None:

@@ -67,6 +67,7 @@ def test_status_json_names_each_process_host_pid_and_where_it_listens(mh):
         for role in ("host", "munged", "slurmd", "agent"):
             assert by[(role, node)]["host"] == node and by[(role, node)]["alive"], (role, node)
         assert by[("slurmd", node)]["url"] == f"tcp://{s.node_address(node)}:{s.node_port(1)}"
+        assert by[("agent", node)]["url"] == f"http://{s.agent_address(node)}/"
         # the agent's metrics answer on the node's own address, from the controller's host
         url = by[("agent", node)]["metrics_url"]
         assert s.node_address(node) in url
