@@ -171,7 +171,9 @@ def test_a_finished_packed_jobs_page_shows_the_curve_stored_at_its_end(cluster, 
 
     cluster.set_option("pack_only_when_no_idle_gpu", "false")
     body = (f"#!/bin/sh\n# gpupack stored curve test {RUN}\nexec {sys.executable} -m slurm_plugin simgpu run "
-            "--workload ResNet18 --mem-start 2GiB --mem-growth 20MiB --iters 100 --iter-ms 100\n").encode()
+            "--workload ResNet18 --mem-start 2GiB --mem-growth 2MiB --iters 100 --iter-ms 100\n").encode()
+    # slow growth: even carried on to its 2-minute limit it stays inside its share, so the
+    # memory watch has no reason to restart it (at 20 MiB an iteration it rightly did)
     fp = fingerprint("root", "web-done", body)
     store = Store(cluster.spec.database)  # its history says 3 GiB: packed on one share (MIG 1g.10gb)
     store.record_run(RunRecord(job_id=810000 + RUN % 99999, fingerprint=fp, peak_mem_bytes=3 * GIB, mean_util_pct=30.0))
