@@ -1,5 +1,5 @@
 """Headless Chromium from Debian's packages, driven by Selenium: for the browser tests and
-the README's screenshots. Nothing here downloads a browser or a driver: the paths are
+the web view's screenshots. Nothing here downloads a browser or a driver: the paths are
 Debian's (`apt-get install chromium chromium-driver`) and Selenium Manager is kept offline.
 
     python3 -m slurm_plugin.web.browser http://127.0.0.1:PORT/ docs/img/web-overview.png
