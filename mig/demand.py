@@ -1,7 +1,7 @@
 """Demand-aware value of a partition state: how many more requests of the node's size mix
 it is expected to accept.
 
-A node sees a mix of instance sizes (its queue and its history). The thesis' state machine
+A node sees a mix of instance sizes (its queue and its history). The MIG thesis' state machine
 counts the full configurations a state can still reach, each worth one whatever its sizes;
 a node that mostly gets ``1g.10gb`` and ``3g.40gb`` cares only for the configurations made of
 those. Here each state is worth the expected number of requests drawn from the mix ``w``

@@ -1,4 +1,4 @@
-"""The MIG partition state machine (thesis section 4.2, Algorithms 2 and 3).
+"""The MIG partition state machine (the MIG partitioning thesis, 4.2, Algorithms 2 and 3).
 
 A *state* is a set of (profile, placement start). Alloc and free are its transitions. A
 state is valid when the instances do not overlap in memory slices, stay within the GPU's

@@ -1,4 +1,4 @@
-"""Layout policies of the MIG thesis, section 4.3, replayed on one GPU.
+"""Layout policies (by size; in order, with merge/split: MIG thesis 4.3), replayed on one GPU.
 
 - :func:`by_size` (policy A): sort the queue by memory need, group jobs of one profile,
   lay the GPU out as homogeneous slices of that profile and run the group on them, then

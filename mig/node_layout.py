@@ -1,4 +1,4 @@
-"""One GPU's next layout step toward the queue, by the thesis' layout policies (section 4.3).
+"""One GPU's next layout step toward the queue, by the MIG thesis' layout policies (4.3).
 
 The node agent calls :func:`layout_step` with the GPU's partition state, the instances in
 use and the MIG profiles the pending jobs need (queue order). The answer names idle

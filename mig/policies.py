@@ -1,7 +1,7 @@
 """Placement policies: where a new GPU instance of a profile goes in a partition state.
 
 - ``fsm``: the successor state that keeps the most full configurations reachable
-  (thesis Algorithm 3); ties go to the lowest start.
+  (MIG thesis, Algorithm 3); ties go to the lowest start.
 - ``demand``: successor states scored by the node's size mix (its queue and its history):
   the expected number of further requests of that mix the state accepts, each placed at
   its best, before one does not fit (:mod:`mig.demand`); ties fall back to ``fsm``.

@@ -1,5 +1,5 @@
 """The load-aware admission rule: pack a job beside others when running them together beats
-running them one after the other, given what waits in the queue (issue 26, item 1). Pure.
+running them one after the other, given what waits in the queue. Pure.
 
 A newcomer B (``newcomer_s`` seconds of work alone) may join a GPU whose jobs A_i have
 ``remaining_s`` seconds of work left alone. Beside each other B runs at speed ``s_B`` and

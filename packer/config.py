@@ -18,7 +18,7 @@ class PackerConfig:
     # Unknown jobs (no history) stay exclusive and are profiled on their first run.
     pack_unknown: bool = False
     unknown_estimate_gib: float = setting(8.0, gt=0)  # used only with pack_unknown
-    # Pack only when no whole GPU is idle for the job now (FIG. 3 of the patent seed).
+    # Pack only when no whole GPU is idle for the job now: an idle GPU costs no contention.
     pack_only_when_no_idle_gpu: bool = True
     # Headroom added to the estimated peak: a fraction, but at least min_headroom_gib.
     headroom_fraction: float = setting(0.10, ge=0, le=1)

@@ -1,4 +1,4 @@
-"""Contention after a pack (FIG. 4 of the patent seed), as a pure function.
+"""Contention after a pack (US 2025/0265126 A1, FIG. 4), as a pure function.
 
 The jobs sharing a GPU are compared with their throughput before the newest job joined.
 When a pre-existing job has lost more than ``threshold`` (10 %) of it, the newest job is

@@ -1,6 +1,6 @@
 """MPS active-thread percentages for jobs sharing one GPU, from their measured utilisation.
 
-After the thesis seed (section 2.3: `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` per application):
+One `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` per application (RL resource thesis, TU Munich, 2.3):
 complementary jobs, whose needs add up to at most 100 %, each get what they need (measured
 utilisation plus headroom) and the spare is shared out evenly, so the sum is exactly 100 %
 and no SM sits idle on purpose. Jobs that do not fit together are scaled down in proportion

@@ -2,7 +2,7 @@
 
 Slurm chooses the GPU inside a node itself, so the finest steering it offers the helper is
 the node: a pending packed job is kept off every node where a job it must not share a GPU
-with is running (pair avoidance, the patent seed's block 425), or where Slurm 22.05 has
+with is running (pair avoidance: a pair that hurt is never packed again), or where Slurm 22.05 has
 already put a whole-GPU job and shards on the same GPU (`quirk_nodes`).
 
 A pending packed job is also kept off a node where the co-runner rule (FIG. 3, what the

@@ -1,6 +1,6 @@
 """What to requeue, and with which priority: pure rules for the controller helper's monitor.
 
-Contention (the patent seed, FIG. 4): jobs sharing one GPU are ordered by when they started
+Contention (US 2025/0265126 A1, FIG. 4): jobs sharing one GPU are ordered by when they started
 there. When a job that was already running (a *senior*) loses more than `threshold` of the
 throughput it had before the newest job (the *newcomer*) started beside it, the newcomer is
 preempted: requeued, put at the head of the queue, and the pair is recorded so the two are
@@ -12,7 +12,7 @@ measure of progress). One that reports nothing is judged on the GPU's counters
 (`packer.util_contention`): its utilisation before and after, with a drop that must both
 exceed the threshold and stand out of the counters' noise.
 
-Memory growth (the thesis, Algorithm 1): when the forecaster is certain a job will outgrow
+Memory growth (`predictor`): when the forecaster is certain a job will outgrow
 its share, it is restarted early on the next larger size (`restart_size`).
 
 Head of the queue (`head_priority`): Slurm 22.05 resets a requeued job's submit time (and

@@ -1,6 +1,6 @@
 """How many jobs regrouping may move: per plan and per sliding hour.
 
-Design note: seed 002 (claim 2) bounds the jobs one plan may move by a user-set threshold;
+Design note: US 10,884,795 (claim 2) bounds the jobs one plan may move by a user-set threshold;
 moving jobs also costs their owners restarts, so the cluster-wide rate is bounded too. The
 budget is a small object with an injected clock (`clock()` returns seconds, the
 simulator's time or `time.time`), so it is pure: the same sequence of calls and times

@@ -1,6 +1,6 @@
 """Regrouping plans: moves, their cost, the head's gain, and the timed list of actions.
 
-Design note: seed 002 costs each regrouping plan by "a resource adjustment cost in the
+Design note: US 10,884,795 costs each regrouping plan by "a resource adjustment cost in the
 scheduler and a waiting cost associated with an iteration boundary alignment" (claim 1),
 picks the plan with the highest expected gain (claim 4) and runs it as a timed list of
 actions, one started when the timer of the one before expires (claim 5). Here:

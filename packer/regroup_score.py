@@ -1,6 +1,6 @@
 """The efficiency metric of running jobs and the head job's start without regrouping.
 
-Design note: seed 002 (US10884795, claim 1) computes for every running job an efficiency
+Design note: US 10,884,795 (claim 1) computes for every running job an efficiency
 metric from the number of accelerators it uses, how they are spread over hosts and its
 remaining time, and sorts the jobs by it into a prioritised list (smallest first); plans
 take the jobs at the end that matters. Here, for one job:

@@ -1,6 +1,6 @@
 """The online forecaster: one sample in, one forecast of the job's peak memory out.
 
-The thesis (section 3.3, Algorithm 1) fits ``m = a*t + b`` on *peak memory since start* and
+The MIG thesis (section 3.3, Algorithm 1) fits ``m = a*t + b`` on *peak memory since start* and
 bounds the peak by ``a*T + b + z*sigma``. This forecaster fits that line on the samples of
 the job's *current regime*, found afresh at every update:
 

@@ -7,7 +7,7 @@ observation at ``x0`` (the same one statsmodels reports as ``obs_ci_lower/upper`
     se_obs(x0) = s * sqrt(1 + 1/n + (x0 - xbar)^2 / Sxx),   s^2 = RSS / (n - 2)
     bound      = yhat(x0) +/- t_{q, n-2} * se_obs(x0)
 
-Unlike the thesis' ``a*T + b + z*sigma``, the ``(x0 - xbar)^2 / Sxx`` term widens the
+Unlike the MIG thesis' ``a*T + b + z*sigma``, the ``(x0 - xbar)^2 / Sxx`` term widens the
 bound the further the horizon lies beyond the samples, and Student's t replaces z for the
 few samples seen early in a job. :func:`statsmodels_bounds` computes the same numbers
 through statsmodels and is the reference the tests compare against.

@@ -115,8 +115,8 @@ class TorchProbe:
             ...
             forecast = probe.step(step)   # None when torch/CUDA is absent
 
-    ``bytes`` is ``allocated_bytes.all.current`` plus ``context_bytes`` (the thesis counts
-    allocated memory and the CUDA context, not the allocator's reserve); ``peak_bytes`` the
+    ``bytes`` is ``allocated_bytes.all.current`` plus ``context_bytes`` (what can cause an
+    OOM: allocated memory and the CUDA context, not the allocator's reserve); ``peak_bytes`` the
     allocator's own ``allocated_bytes.all.peak`` plus the same constant.
     """
 

@@ -24,7 +24,7 @@ shapes, to see whether a change to the forecaster generalises or only fits the n
   flat, capacity 10 GiB; ``stairs``: 0.25 GiB steps every 25 samples crossing 10 GiB;
 - ``saturating``: ``10 - 4 exp(-t / 100)`` GiB with 1 % noise, capacity 11 GiB. Like
   ``serving_c115``, early on it is indistinguishable from linear growth. Reported, not a goal;
-- ``stairs_coarse`` (issue 24): 0.5-1 GiB steps every 40-100 samples crossing 10 GiB (goal:
+- ``stairs_coarse``: 0.5-1 GiB steps every 40-100 samples crossing 10 GiB (goal:
   warned by 25 % of the way); ``level_shift``: one jump to 70-95 % of a 10 GiB capacity, then
   flat (must not warn).
 """
@@ -183,7 +183,7 @@ def _warmup_then_growth(rng: random.Random) -> tuple[list[Row], float, float]:
 
 
 def _issue12() -> Iterator[Case]:
-    """The families of issue 12: warm-ups and staircases that plateau, oscillating pods with
+    """Rises that end by themselves: warm-ups and staircases that plateau, oscillating pods with
     spikes (must not warn), and growth after a warm-up (must warn)."""
     yield "warmup_trap", "warmup_trap", warmup_trap(), 10 * GIB, 299, False
     for seed in range(1, 21):

@@ -116,7 +116,7 @@ def workload_options(fn):
 
 
 def action_options(fn):
-    """Knobs of issue 13's actions (grow by preemption, regrouping), for every command."""
+    """Knobs of the run-time actions (grow by preemption, regrouping), for every command."""
     opts = [
         click.option("--movable-fraction", type=click.FloatRange(0, 1), default=0.3,
                      show_default=True,

@@ -10,15 +10,15 @@ each watch of `Monitor.watches`, in this order:
 3. **history** (`watches/history.py`): a job that ended COMPLETED has its peak memory, mean
    utilisation and throughput written under its fingerprint;
 4. **22.05 guard** (`watches/quirk_guard.py`): a GPU given whole and as shares;
-5. **contention** (`watches/contention.py`, patent seed FIG. 4): the newcomer that slows a
+5. **contention** (`watches/contention.py`): the newcomer that slows a
    neighbour is requeued at the head and the pair is never packed together again;
-6. **grow by preemption** (`watches/grow.py`, patent seed 004): a packed job that must grow
+6. **grow by preemption** (`watches/grow.py`): a packed job that must grow
    requeues younger packed neighbours on its GPU and restarts at once on a larger share
    there (before the memory watch, which restarts through the queue what this one leaves);
    its held victims go back to the head of the queue once it runs (`watches/grow_release.py`);
-7. **memory growth** (`watches/memory.py`, thesis Algorithm 1): a job certain to outgrow its
+7. **memory growth** (`watches/memory.py`): a job certain to outgrow its
    share is requeued at the head on a larger size;
-8. **regrouping** (`watches/regroup.py`, patent seed 002): a whole-GPU head of the queue waiting
+8. **regrouping** (`watches/regroup.py`): a whole-GPU head of the queue waiting
    while the room exists in pieces gets GPUs freed by moving packed jobs that declared they
    can be moved (checkpoint signal, then requeue at the head away from the freed node);
 9. **keep at head** (`watches/at_head.py`): requeued jobs stay the next to start;

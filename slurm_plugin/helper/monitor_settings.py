@@ -20,7 +20,7 @@ class MonitorSettings:
     # at most this share of the time spent in rounds: a long queue (seconds of squeue JSON)
     # stretches the interval instead of keeping the controller machine busy
     max_duty: float = setting(0.25, gt=0, le=1)
-    # contention (patent seed, FIG. 4)
+    # contention: a newcomer that slows a senior is requeued
     contention_threshold: float = setting(0.10, gt=0, lt=1)  # a senior losing more than this share of its throughput
     settle_s: float = setting(2.0, ge=0)  # samples this soon after the newcomer started are not compared
     min_samples_before: int = setting(2, ge=1)
@@ -32,7 +32,7 @@ class MonitorSettings:
     counter_z: float = setting(4.0, gt=0)
     counter_window: int = setting(20, ge=2)
     counter_min_samples: int = setting(8, ge=2)
-    # memory growth (thesis, Algorithm 1): forecast to this many seconds after the job started
+    # memory growth: forecast to this many seconds after the job started
     memory_horizon_s: float = setting(3600.0, gt=0)
     # the time an action on a memory forecast takes (the sample's age, the requeue, the run
     # ending); a rise that looks like the job loading its working set is extrapolated this
@@ -53,7 +53,7 @@ class MonitorSettings:
     # packed jobs and none qualifies, a job there predicted to keep < 1 - contention_threshold
     # of its speed (measured pair speeds, else the feature model on the jobs' history)
     pair_predict: bool = True
-    # grow by preemption (patent seed 004, packer.grow): a packed job that must grow requeues
+    # grow by preemption (packer.grow): a packed job that must grow requeues
     # younger packed neighbours on its GPU. Running preemptors (a running job whose forecast
     # warns or whose remembered size is above its share) evict until their maximum ("max")
     # or only their minimum ("min"); queued preemptors (a grower requeued to restart bigger
@@ -69,7 +69,7 @@ class MonitorSettings:
     grow_max_evictions_per_round: int = setting(4, ge=0)
     # an evicted job stays held until its grower runs again, at most this long
     grow_hold_victims_s: float = setting(120.0, ge=0)
-    # regrouping (patent seed 002, packer.regroup): a whole-GPU head of the queue waiting while
+    # regrouping (packer.regroup): a whole-GPU head of the queue waiting while
     # the room exists in pieces gets GPUs freed by moving packed jobs that declared they can
     # be moved (--requeue and a checkpoint signal --signal=B:USR1@T in their script, or a
     # partition / QOS listed here); bounded per plan and per sliding hour, and only when the
@@ -91,7 +91,7 @@ class MonitorSettings:
     # MPS percentages from measured utilisation
     mps_headroom: float = setting(0.10, ge=0, le=1)
     mps_floor_pct: int = setting(5, ge=0, le=100)
-    # MIG layouts that follow the queue (thesis 4.3): in-order (FIFO), by-size, or off
+    # MIG layouts that follow the queue: in-order (FIFO), by-size, or off
     mig_layout: str = setting("in-order", choices=("in-order", "by-size", "off"))
     # `[monitor.actions]`: per run-time action (requeue-contention, restart-memory, grow-preempt,
     # regroup) off, shadow or enforce; an action not named follows `mode` (enforce in enforce mode, else shadow)

@@ -1,11 +1,11 @@
-"""The colocate policy (FIG. 3/4 of the patent seed) as a :class:`~.policy.Policy` object.
+"""The colocate policy (pack, then requeue on contention) as a :class:`~.policy.Policy` object.
 
 A one-GPU job runs alone while a GPU it may use is idle; otherwise ``packer.decision.decide``
 sizes it and ``packer.corunner`` ranks the busy GPUs it may join (both through the run's
 ``SuiteRules``, ``sim.rules``: ``admit`` and ``corunners``) (predicted pair speeds from
 this run's :mod:`~slurm_plugin.simulator.knowledge`); ``check`` is FIG. 4 after
 ``monitor_s`` (:mod:`~slurm_plugin.simulator.contention_watch`). ``pair_predict`` off: the
-patent's FIG. 3/4 alone (pack, then requeue on a slowdown). The cluster state (GPUs, the
+history rule alone (pack, then requeue on a slowdown). The cluster state (GPUs, the
 share index, the queue, the reservation) is the run's
 (:class:`~slurm_plugin.simulator.engine.Simulator`); this object holds the rule and its memos.
 """

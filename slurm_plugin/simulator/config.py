@@ -57,7 +57,7 @@ class SimConfig:
     # nothing, and remember failed job shapes within a pass: identical results, faster.
     fast: bool = True
     packer: PackerConfig | None = None  # default: shares = memory slices of the GPU model
-    # colocate, issue 13 (see slurm_plugin.simulator.growth and .regrouping): a packed job
+    # colocate (see slurm_plugin.simulator.growth and .regrouping): a packed job
     # that outgrows its share evicts younger packed neighbours and restarts bigger in place
     grow_preempt: bool = False
     # colocate: move jobs that declared they can be moved to free whole GPUs for the head

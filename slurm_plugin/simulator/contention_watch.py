@@ -1,4 +1,4 @@
-"""colocate's contention watch (FIG. 4 of the patent seed) in the replay.
+"""colocate's contention watch (the helper's contention rule) in the replay.
 
 ``monitor_s`` after a job is packed beside others, the node agent has measured every job's
 speed there: the watch records the pack's prediction error (what colocate predicted when it

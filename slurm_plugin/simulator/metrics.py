@@ -48,7 +48,7 @@ from slurm_plugin.simulator.result import SimResult
 from slurm_plugin.simulator.workload import percentile
 
 
-# issue 13's actions (``slurm_plugin.simulator.growth``, ``.regrouping``): 0 when switched off
+# grow and regroup actions (``slurm_plugin.simulator.growth``, ``.regrouping``): 0 when switched off
 ACTION_KEYS = {"grow_preemptions": 0, "grow_restarts_in_place": 0, "grow_declined": 0,
                "grow_lost_work_s": 0.0, "regroup_plans": 0, "regroup_moves": 0,
                "regroup_lost_work_s": 0.0, "regroup_lost_since_checkpoint_s": 0.0,

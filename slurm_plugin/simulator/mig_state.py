@@ -76,7 +76,7 @@ class MigState:
     # ----------------------------------------------------------------- sizing a job
     def profile_for(self, job: Job):
         """Smallest instance holding the memory and (less the slack) the compute the job
-        uses alone: the max of the memory and the compute requirement (thesis 4.3)."""
+        uses alone: the max of the memory and the compute requirement (MIG thesis 4.3)."""
         key = (job.profile, job.remembered)
         hit = self._prof_cache.get(key)
         if hit is None:

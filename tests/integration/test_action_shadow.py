@@ -1,4 +1,4 @@
-"""Shadow mode on the real cluster (issue 12 part 3): in observe mode the memory restart is
+"""Shadow mode on the real cluster: in observe mode the memory restart is
 decided, logged as an event and written to the action ledger, the job is left running, and
 its outcome (it ran out of its share) is recorded; `gpupack actions report` counts it.
 
@@ -84,7 +84,7 @@ def test_shadow_contention_requeue_leaves_the_newcomer_and_is_judged_when_it_end
 
 
 def test_a_run_out_of_memory_in_observe_mode_is_in_the_ledger_either_as_a_right_decision_or_a_miss(observe):
-    """The forecaster decides at most one sample before the crossing (issue 12 part 1), so
+    """The forecaster decides at most one sample before the crossing (a load's reach), so
     whether it catches this run depends on when the samples land; the ledger must hold the
     run either way: a shadow decision judged right, or a miss (recall's denominator)."""
     cluster = observe

@@ -1,5 +1,5 @@
 """End to end on the real cluster: contention seen in the GPU's own counters, for jobs that
-never report their progress (issue 12, part 2).
+never report their progress.
 
 A senior and a newcomer both run `simgpu run --no-report`: the node agent knows nothing
 of their throughput and reads the (simulated) GPU's per-instance activity instead. The
@@ -44,8 +44,8 @@ def test_silent_newcomer_that_slows_a_silent_neighbour_is_requeued_at_the_head(c
 
         seen = wait_for(senior_sampled, 20, "a sample of the senior's memory")
         if (seen.util_source or "").startswith("unavailable") and "DCGM" in seen.util_source:
-            # NVML gives no activity per MIG instance; DCGM's profiling field does (issue 21
-            # item 4: a DCGM source, real or simulated, is not there yet)
+            # NVML gives no activity per MIG instance; DCGM's profiling field does (no DCGM
+            # source, real or simulated, is there yet)
             pytest.skip(f"the agent reads no per-instance activity through NVML: {seen.util_source}")
         first = wait_for(senior_counted, 20, "the senior's utilisation from the GPU's counters")
         time.sleep(15)  # the senior's utilisation alone, before anyone joins it

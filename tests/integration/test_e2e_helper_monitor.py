@@ -1,5 +1,5 @@
 """End to end on the real cluster: contention requeue at the head with pair avoidance, and an
-early restart on a larger partition for a job whose memory grows (issue 5, item 8).
+early restart on a larger partition for a job whose memory grows.
 
 Uses the session fixture `cluster` of tests/integration/conftest.py (3 nodes x 2 simulated
 H100s, helper + node agents + SPANK plugin, enforce mode).

@@ -1,4 +1,4 @@
-"""Grow by preemption on the real cluster (issue 13 part 4): the steps of
+"""Grow by preemption on the real cluster: the steps of
 `gpupack demo --scenario grow`. The older packed job's memory grows; the helper requeues its
 younger neighbour on the same GPU (held), restarts the older one at once on a larger share on
 its node, then releases the neighbour at the head of the queue. Asserted through Slurm itself

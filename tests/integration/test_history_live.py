@@ -1,4 +1,4 @@
-"""History on the controller, on the real cluster (issue 20 item 3, issue 23 item 7): a run's
+"""History on the controller, on the real cluster: a run's
 figures reach the controller's store from the agents through the helper (its monitor, the
 controller's epilog, its sweep); only a completed run whose samples cover it is a
 measurement; a cancelled run, and a run that ended while its agent was down, are lower bounds."""

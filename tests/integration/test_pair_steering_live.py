@@ -1,5 +1,5 @@
 """Steering by pair prediction on the real cluster: a pending packed job is kept off the node
-whose busy GPUs all run jobs measured to slow down beside its workload (issue 15, part 5).
+whose busy GPUs all run jobs measured to slow down beside its workload.
 
 Uses the session fixture `cluster` (3 nodes x 2 simulated H100s, 8 shares a GPU, helper in
 enforce mode). The measured pairs are seeded in the helper's store, as the contention watch

@@ -1,4 +1,4 @@
-"""Regrouping on the real cluster (issue 13 part 4): the steps of `gpupack demo --scenario regroup`.
+"""Regrouping on the real cluster: the steps of `gpupack demo --scenario regroup`.
 
 A packed job on a GPU of each node: a 2-GPU job waits (Slurm: Resources). The one packed job
 that declared it can be moved (`--requeue`, `--signal=B:USR1@10`) gets its checkpoint signal

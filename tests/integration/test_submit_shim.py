@@ -137,7 +137,7 @@ def test_non_candidates_pass_through_untouched(packing, args, reason):
     ids=["gres-typed-mem-cpus", "gpus-mem", "gpus-per-task-bind"],
 )
 def test_rewritten_forms_are_accepted_mean_the_same_and_run(packing, args, memory, cpus):
-    """Rewritten (issue 22): --mem-per-gpu/--cpus-per-gpu become the job's own memory and CPUs
+    """Rewritten: --mem-per-gpu/--cpus-per-gpu become the job's own memory and CPUs
     (Slurm refused the job when they were left pointing at gpu), the type is kept."""
     body = script("rewritten-" + args[0])
     seed_history(packing, "rewritten", body)

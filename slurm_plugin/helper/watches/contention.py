@@ -1,4 +1,4 @@
-"""Contention (patent seed, FIG. 4): a newcomer that slows a job already on its GPU.
+"""Contention: a newcomer that slows a job already on its GPU.
 
 Per shared GPU, `packer.preemption.find_contention` (through `ctx.rules.contention`); the
 newcomer is requeued at the head of the queue and each (newcomer, hurt job) pair of

@@ -1,4 +1,4 @@
-"""Grow by preemption (patent seed 004): a packed job that must grow evicts younger neighbours.
+"""Grow by preemption: a packed job that must grow evicts younger neighbours.
 
 A running packed job must grow when its memory forecast warns (the memory watch would
 restart it on a larger share, through the queue) or when its remembered size is larger

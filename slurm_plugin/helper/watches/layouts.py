@@ -1,4 +1,4 @@
-"""Queue layouts (thesis 4.3): idle MIG slices are laid out ahead of the pending queue."""
+"""Queue layouts: idle MIG slices are laid out ahead of the pending queue."""
 from __future__ import annotations
 
 import logging
@@ -22,7 +22,7 @@ class QueueLayoutWatch:
 
     def _follow_queue(self, ctx: RoundContext) -> None:
         """Tell every node agent what the queue's packed jobs need, head first, so its idle
-        MIG slices are laid out ahead of them (the thesis' layout policies); log the changes."""
+        MIG slices are laid out ahead of them (`[monitor] mig_layout`); log the changes."""
         policy = ctx.settings.mig_layout
         if policy == "off" or not ctx.enforcing:
             return

@@ -1,4 +1,4 @@
-"""Memory growth (thesis, Algorithm 1): a per-job `predictor.Forecaster` on the peak memory.
+"""Memory growth: a per-job `predictor.Forecaster` on the peak memory.
 
 When it is certain the job outgrows its share, the job is requeued at the head on the next
 larger size (`packer.preemption.restart_size`) and the size is remembered.

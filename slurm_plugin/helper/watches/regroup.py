@@ -1,4 +1,4 @@
-"""Regrouping (patent seed 002) live: free whole GPUs for the head of the queue by moving packed jobs.
+"""Regrouping live: free whole GPUs for the head of the queue by moving packed jobs.
 
 When the job Slurm would start next wants whole GPUs and has waited `[monitor]
 regroup_head_wait_s` while the room exists only in pieces (packed jobs spread over GPUs), the

@@ -1,5 +1,5 @@
 """The agents' final summaries reach the controller's history: the sweep, the collector the
-controller's epilog wakes, and the rules they record by (issue 20 item 3, issue 23 item 7)."""
+controller's epilog wakes, and the rules they record by."""
 from __future__ import annotations
 
 import json
@@ -279,7 +279,7 @@ def test_a_sweep_looks_its_jobs_up_in_one_listing(world):
 
 
 def test_the_node_epilog_asks_its_agent_to_finish_the_job_and_writes_no_sqlite_nor_asks_slurm(tmp_path, monkeypatch):
-    """Issue 20: a node Epilog never writes SQLite; issue 23: it costs O(1) in the controller's jobs."""
+    """A node Epilog never writes SQLite, and it costs O(1) in the controller's jobs."""
     from click.testing import CliRunner
 
     from slurm_plugin.agent import client

@@ -697,7 +697,7 @@ def test_curves_per_fingerprint_must_be_a_count(tmp_path):
 
 
 def test_a_typed_job_is_restarted_on_its_own_gpu_type(tmp_path):
-    """Issue 21 item 7: `shard:h100:1` is restarted as `shard:h100:K` (it never comes back on
+    """`shard:h100:1` is restarted as `shard:h100:K` (it never comes back on
     another model); an untyped request stays untyped (22.05 refuses an update that types it)."""
     fake, helper, samples, monitor = make(tmp_path, memory_horizon_s=60)
     running(fake, 7, fp="typed", shards=1)

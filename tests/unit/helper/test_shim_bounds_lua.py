@@ -1,4 +1,4 @@
-"""The shim's settings and the numbers it reads are range-checked (issue 22, item 4): a bad
+"""The shim's settings and the numbers it reads are range-checked: a bad
 value is an error in slurmctld's log and the safe default is kept; a helper answer with a
 number or field out of bounds changes nothing."""
 from __future__ import annotations

@@ -108,7 +108,7 @@ def test_config_file(tmp_path):
 
 
 def test_shares_are_sized_for_one_gpu_type():
-    """Issue 21 item 7: K shares are sized for `gpu_type`; an untyped job is typed to it, a job
+    """K shares are sized for `gpu_type`; an untyped job is typed to it, a job
     typed for another model keeps its whole GPU."""
     from packer.decision import packed_type
 

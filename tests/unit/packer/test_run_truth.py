@@ -1,4 +1,4 @@
-"""Which finished runs are measurements and which are lower bounds (issue 23 item 7)."""
+"""Which finished runs are measurements and which are lower bounds."""
 import pytest
 
 from packer.run_truth import GAP_TOLERANCE_S, RunEnd, judge, sample_gaps

@@ -257,7 +257,7 @@ def test_wandering_plateau_is_not_read_as_a_trend(monkeypatch):
 
 def test_noisy_linear_growth_warns_after_a_tenth_of_the_way_with_default_reach():
     rows = linear(1000)  # crosses 10 GiB at step 600
-    # issue 12: the reach grows with the evidence (evidence_per_span), up to 20 spans: by 0.1 N
+    # the reach grows with the evidence (evidence_per_span), up to 20 spans: by 0.1 N
     d = decide(rows, 10 * GIB, horizon=999)
     assert d.warn_step <= 0.1 * 600
     # the rule before it: trusted to 10x the span, so never before 0.1 N, but soon after
@@ -350,7 +350,7 @@ def test_significant_deceleration_gives_no_extrapolated_certainty():
     ms = _make_series_module()
     rows = ms._serving(ms.LLAMA3_8B, steps=40000, sample_every=100, slots=32, seed=102)
     assert max(b for _, b in rows) < 40 * GIB
-    # (issue 12's evidence rule alone also removes it: the rules before it, without the test)
+    # (the evidence rule alone also removes it: the rules before it, without the test)
     before = dict(max_extrapolation=10, evidence_per_span=0.0, autocorrelated_bounds=False)
     plain = decide(rows, 40 * GIB, horizon=40000, options=ForecasterOptions(deceleration_test=False, **before))
     assert plain.warn_step == 1000  # the false alarm the test removes
@@ -380,7 +380,7 @@ def test_deceleration_test_leaves_linear_growth_alone(seed):
     assert d.warn_step == decide(rows, 20 * GIB, horizon=horizon, options=off).warn_step
 
 
-# --- issue 12: warm-ups, staircases and oscillations that end by themselves ---------------
+# --- warm-ups, staircases and oscillations that end by themselves ------------------------
 
 def _warns(rows, capacity, horizon, **opts):
     from predictor.decision import decide

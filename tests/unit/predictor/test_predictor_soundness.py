@@ -1,4 +1,4 @@
-"""Sound input and output (issue 24): numbers checked with a clear error; a crossing step only
+"""Sound input and output: numbers checked with a clear error; a crossing step only
 within the horizon; "will exceed" agrees with the bounds shown."""
 from __future__ import annotations
 

@@ -70,7 +70,7 @@ def test_backfill_starts_a_short_job_but_not_a_long_one():
 def test_preemption_on_slowdown_and_pair_avoidance():
     # job 1 (profile 1) slows job 0 (profile 0) to 0.70: > 10 % lost -> requeued after
     # monitor_s, the pair is remembered; job 2 (same workload as 1) is not packed beside 0.
-    # Without the pair prediction (the patent's FIG. 3/4 alone): packed, then requeued.
+    # Without the pair prediction (pack, then watch for contention): packed, then requeued.
     specs = [job(0, 0, 1000), job(1, 10, 100, profile=1), job(2, 500, 100, profile=1)]
     res, j = run("colocate", specs, monitor_s=60, pair_predict=False, corunner_rule="lowest-util")
     assert j[1].preemptions == 1 and j[1].lost_work == pytest.approx(60 * 0.98)

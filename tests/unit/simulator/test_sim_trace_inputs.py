@@ -1,4 +1,4 @@
-"""Honest trace inputs (issue 25, item 2): each bad row refused with its line, column and
+"""Honest trace inputs: each bad row refused with its line, column and
 what is allowed, or skipped and counted; shares; time zones; bounded memory on huge lines."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The truth apart from knowledge (--truth), stress tables, and the sweep over loads and
-seeds (issue 25, items 1, 3 and 4)."""
+seeds."""
 from __future__ import annotations
 
 import json

@@ -1,5 +1,5 @@
 """A truth pair speed of 0 (the pair cannot run together): the newest job fails, the pair is
-learned, nothing divides by zero (issue 25, item 1)."""
+learned, nothing divides by zero."""
 from __future__ import annotations
 
 import json
