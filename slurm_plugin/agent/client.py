@@ -126,6 +126,7 @@ class SampleBatch:
     samples: list[JobSample]
     sampled_at: float | None
     agent_now: float
+    facts: str | None = None  # the digest of what the agent must agree with (None: it tells none)
 
     @property
     def age_s(self) -> float | None:
@@ -144,13 +145,24 @@ def sample_batch(link: AgentLink, node: str, job_id: int | None = None, *, lates
     sampled_at = answer.get("sampled_at")
     return SampleBatch([JobSample.from_dict(s) for s in answer.get("samples", [])],
                        float(sampled_at) if isinstance(sampled_at, (int, float)) else None,
-                       float(answer.get("now") or time.time()))
+                       float(answer.get("now") or time.time()),
+                       answer.get("facts") if isinstance(answer.get("facts"), str) else None)
 
 
 def samples(link: AgentLink, node: str, job_id: int | None = None, *, latest: bool = False,
             since: float | None = None, timeout: float | None = None) -> list[JobSample]:
     """The agent's samples; ``latest`` gives the newest per job, ``since`` those newer."""
     return sample_batch(link, node, job_id, latest=latest, since=since, timeout=timeout).samples
+
+
+def node_facts(link: AgentLink, node: str, timeout: float | None = None) -> dict:
+    """What the agent must agree with the helper on (`slurm_plugin.agent.facts.NodeFacts` as a
+    dict), with ``digest``: the value its samples carry until these facts change."""
+    answer = link.call(node, "hello", {}, timeout)
+    facts = answer.get("facts")
+    if not isinstance(facts, dict):
+        raise AgentUnavailable(f"agent of {node} answered hello without its facts")
+    return {**facts, "digest": answer.get("digest")}
 
 
 def status(link: AgentLink, node: str, timeout: float | None = None) -> dict:

@@ -26,6 +26,7 @@ from typing import Callable
 from packer.samples import JobSample
 from slurm_plugin.agent import isolation as iso
 from slurm_plugin.agent.counters import CounterReader
+from slurm_plugin.agent.facts import FactsReader, gres_conf_path
 from slurm_plugin.agent.finals import KeptFinals, free_memory_of, job_summary
 from slurm_plugin.agent.isolator import Isolator
 from slurm_plugin.agent.journal import SliceJournal
@@ -49,7 +50,7 @@ class NodeAgent:
     def __init__(self, node: str, state_dir: Path, backend, *, isolation_mode: str = "mig",
                  shares_per_gpu: int | None = None, policy: str = "fsm",
                  list_running_jobs: JobLister | None = None, sim_dir: Path | None = None,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, gres_conf: Path | None = None):
         if isolation_mode not in iso.ISOLATION_MODES:
             raise ValueError(f"isolation mode must be one of {iso.ISOLATION_MODES}, got {isolation_mode!r}")
         self.node = node
@@ -72,9 +73,12 @@ class NodeAgent:
                                  shares_per_gpu=shares_per_gpu, sim_dir=sim_dir, clock=clock)
         self.sampler = Sampler(node, backend)
         self.kept_finals = KeptFinals(self.paths.kept_finals)  # until the helper acknowledges them
-        self.generations = Generations()  # of the helper's per-node plans (layouts, job lists)
+        # of the helper's per-node plans (layouts, job lists), kept across restarts
+        self.generations = Generations(self.paths.generations)
         self.mps_plan = MpsPlanFile(self.paths.mps_plan)
         self.sampled_at: float | None = None  # the agent's time of its last sampling round
+        # what the helper checks it agrees with (shares per GPU, GPU model, versions)
+        self.facts = FactsReader(node, backend, shares_per_gpu, gres_conf or gres_conf_path(), clock())
         self.reconciler = Reconciler(node, backend, self._running_jobs, self._finish, clock,
                                      journal=self.journal, unsure=self.mig.unsure)
 

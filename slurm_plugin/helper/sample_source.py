@@ -15,7 +15,9 @@ is not believed) or its newest sampling round is older than ``stale_after_s`` by
 clock; ``stale`` maps each such node to the reason. Nothing is packed onto a stale node and no
 run-time action is taken on its jobs (the monitor passes ``stale`` on); it recovers when the
 agent answers again with fresh samples. A failure is logged once per outage, never raised
-into the monitor loop.
+into the monitor loop. With an :class:`~.agreement.Agreement`, a node whose agent disagrees
+with the helper (shares per GPU, GPU type, versions) is stale too, for that reason, until it
+agrees.
 """
 from __future__ import annotations
 
@@ -41,8 +43,9 @@ class AgentSamples:
     node's agent over the link; oldest first. ``tell_jobs`` sets the job lists the next call
     pushes."""
 
-    def __init__(self, link, stale_after_s: float = 15.0, clock=time.time):
+    def __init__(self, link, stale_after_s: float = 15.0, clock=time.time, agreement=None):
         self.link = link
+        self.agreement = agreement  # an agreement.Agreement, or None: not checked
         self.stale_after_s = stale_after_s
         self.clock = clock
         self.stale: dict[str, str] = {}  # node -> why its figures are not trusted
@@ -79,8 +82,15 @@ class AgentSamples:
             return []
         if batch.samples:
             self._seen[node] = max(x.at for x in batch.samples)
+        try:
+            disagree = self.agreement.check(node, batch.facts) if self.agreement is not None else []
+        except (AgentUnavailable, OSError) as exc:
+            self._mark(node, f"its agent does not answer ({exc})")
+            return sorted(batch.samples, key=lambda x: x.at)
         age = batch.age_s
-        if age is None or age > self.stale_after_s:
+        if disagree:
+            self._mark(node, "its agent disagrees with the helper: " + "; ".join(disagree))
+        elif age is None or age > self.stale_after_s:
             self._mark(node, "its agent has not sampled yet" if age is None
                        else f"its agent's newest samples are {age:.0f} s old")
         elif node in self.stale:
