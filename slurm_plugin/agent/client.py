@@ -199,6 +199,21 @@ def ack_finals(link: AgentLink, node: str, job_ids: list[int | str]) -> int:
     return int(link.call(node, "ack_finals", {"runs": list(job_ids)}).get("forgotten") or 0)
 
 
+def slice_journal(link: AgentLink, node: str) -> dict:
+    """What the agent's slice journal says holds (``held``: ``uuid``, ``job``, ``run``,
+    ``assignment`` each), the slices it accounts for by nothing (``unsure``), and its ``mark``."""
+    answer = link.call(node, "journal")
+    return {"held": list(answer.get("held") or []), "unsure": list(answer.get("unsure") or []),
+            "mark": answer.get("mark")}
+
+
+def restore_slices(link: AgentLink, node: str, assignments: list[dict]) -> dict:
+    """Give the agent back the controller's records of slices it is unsure of; it takes those the
+    GPU and its job list confirm: ``{"restored": [...], "left_alone": [...]}``, a line each."""
+    answer = link.call(node, "restore", {"assignments": assignments})
+    return {"restored": list(answer.get("restored") or []), "left_alone": list(answer.get("left_alone") or [])}
+
+
 # -- the node-local Unix socket ---------------------------------------------------------
 def ask(path: Path | str, request: dict, timeout: float = 2.0) -> dict:
     """Send one request (a JSON object) to the agent's Unix socket, return its JSON answer."""

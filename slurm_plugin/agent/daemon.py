@@ -33,6 +33,7 @@ from slurm_plugin.agent.journal import SliceJournal
 from slurm_plugin.agent.mig_manager import MigManager
 from slurm_plugin.agent.paths import AgentError, AgentPaths, final_path, socket_path
 from slurm_plugin.agent.plans import Generations, MpsPlanFile
+from slurm_plugin.agent.restore import restore_slices
 from slurm_plugin.agent.reconcile import RECONCILE_GRACE_S, JobLister, Reconciler
 from slurm_plugin.agent.sampler import SAMPLES_KEPT, Sampler
 from slurm_plugin.agent.state import BATCH_STEP, EXTERN_STEP, Assignment, StateFile, write_json_atomic
@@ -232,6 +233,22 @@ class NodeAgent:
             if done:
                 self._save()
         return done
+
+    def journal_view(self) -> dict:
+        """What the slice journal says holds, the slices no one accounts for, and the mark."""
+        with self.lock:
+            return {"held": self.journal.held_records(), "unsure": sorted(self.mig.unsure),
+                    "mark": self.journal.mark()}
+
+    def restore(self, records: list[dict]) -> dict:
+        """Slices given back from the controller's copy of the journal, each confirmed with the
+        GPU and the job list (:mod:`.restore`); what was taken and what was left alone."""
+        with self.lock:
+            out = restore_slices(records, self.jobs, self.mig.unsure, self.reconciler.live(),
+                                 self._running_jobs(), self.journal, self.backend)
+            if out.restored:
+                self._save()
+            return out.to_dict()
 
     def status(self) -> dict:
         with self.lock:

@@ -12,7 +12,7 @@ from slurm_plugin.agent.paths import AgentError
 from slurm_plugin.agent.trust import Peer
 
 LINK_OPS = frozenset({"ping", "hello", "samples", "status", "layout", "finish", "jobs", "finals", "ack_finals",
-                      "mps_plan"})
+                      "mps_plan", "journal", "restore"})
 
 
 def _int(body: dict, key: str, default: int | None = None) -> int:
@@ -124,8 +124,21 @@ def _mps_plan(agent: NodeAgent, body: dict, peer: Peer) -> dict:
     return {"status": "ok", "node": agent.node}
 
 
+def _journal(agent: NodeAgent, body: dict, peer: Peer) -> dict:
+    """The slice journal's view, mirrored by the helper on the controller."""
+    return {"status": "ok", "node": agent.node, **agent.journal_view()}
+
+
+def _restore(agent: NodeAgent, body: dict, peer: Peer) -> dict:
+    """The controller's copy of this node's journal, for the slices the agent is unsure of."""
+    records = body.get("assignments")
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise ValueError("assignments must be a list of the journal's records")
+    return {"status": "ok", "node": agent.node, **agent.restore(records)}
+
+
 _OPS = {
     "ping": _ping, "hello": _hello, "isolate": _isolate, "step_end": _step_end, "samples": _samples,
     "finish": _finish, "status": _status, "report": _report, "layout": _layout, "jobs": _jobs, "finals": _finals,
-    "ack_finals": _ack_finals, "mps_plan": _mps_plan,
+    "ack_finals": _ack_finals, "mps_plan": _mps_plan, "journal": _journal, "restore": _restore,
 }

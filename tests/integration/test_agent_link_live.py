@@ -101,3 +101,78 @@ def test_each_run_of_a_requeued_job_is_collected_over_the_link_and_acknowledged(
                  "the agent keeps no summary of the job once the helper acknowledged it")
     finally:
         cluster.cancel_all()
+
+
+def test_a_node_whose_gres_conf_disagrees_is_not_packed_onto_and_recovers_when_fixed(cluster):
+    """node2's gres.conf says 4 shards per GPU while gpupack.toml says 8: the helper refuses to
+    pack onto node2, says why (event, metric, cluster view), and packs there again once fixed."""
+    from packer.store import Store
+
+    gres = cluster.spec.etc / "gres.conf"  # the site's shared configuration (read-only on the nodes)
+    original = cluster.node_path("node2", gres).read_text()
+    assert "NodeName=node2 AutoDetect=off Name=shard" in original and "Count=8" in original
+    cluster.set_option("pack_only_when_no_idle_gpu", "false")
+    body = script("link-agree")
+    seed_history(cluster, "link-agree", body)
+    store = Store(cluster.spec.database)
+    metrics = cluster.spec.database.with_name("metrics.prom")
+
+    def events(kind: str) -> list:
+        return [e for e in store.events(limit=500) if e.kind == kind and "node2" in e.detail]
+
+    before = len(events("node-disagrees")), len(events("node-agrees"))
+    try:
+        wait_for(lambda: not stale_in_view(cluster, "node2"), 30, "node2 fresh at the start")
+        gres.write_text("\n".join(line.replace("Count=8", "Count=4") if line.startswith("NodeName=node2 ") else line
+                                  for line in original.splitlines()) + "\n")
+        wait_for(lambda: stale_in_view(cluster, "node2"), 30, "node2 refused in the published cluster view")
+        (event, *_) = wait_for(lambda: events("node-disagrees")[before[0]:], 30, "a node-disagrees event")
+        assert "4 shards per GPU in its gres.conf" in event.detail and "shares_per_gpu = 8" in event.detail
+        wait_for(lambda: 'gpupack_node_disagrees{node="node2"' in metrics.read_text(), 30, "the metric")
+        assert not stale_in_view(cluster, "node1")  # the others agree
+        job = cluster.submit(["-J", "link-agree", "--hold", "--gres=gpu:1"], body)
+        assert record_of(cluster, job).verdict == "packed", cluster.job(job)["AdminComment"]
+        assert "node2" in cluster.job(job)["ExcNodeList"]  # kept off the node that disagrees
+    finally:
+        gres.write_text(original)
+    wait_for(lambda: not stale_in_view(cluster, "node2"), 30, "node2 agrees again once gres.conf is fixed")
+    try:
+        wait_for(lambda: events("node-agrees")[before[1]:], 30, "a node-agrees event")
+        assert 'gpupack_node_disagrees{node="node2"' not in metrics.read_text()
+        again = cluster.submit(["-J", "link-agree", "--hold", "--gres=gpu:1"], body)
+        assert record_of(cluster, again).verdict == "packed", cluster.job(again)["AdminComment"]
+        wait_for(lambda: "node2" not in (cluster.job(again).get("ExcNodeList") or ""), 30,
+                 "the pending job no longer kept off node2")
+    finally:
+        cluster.cancel_all()
+        cluster.reset_options()
+        store.close()
+
+
+def test_a_restarted_agent_refuses_a_job_list_older_than_it_took_before(cluster):
+    """Generations survive an agent restart: a replayed old job list is refused afterwards."""
+    from slurm_plugin.agent.client import AgentRefused, AgentUnavailable, push_jobs
+    from slurm_plugin.agent.paths import AgentPaths
+
+    kept = cluster.node_path("node3", AgentPaths(cluster.state_dir, "node3").generations)
+    before = wait_for(lambda: kept.exists() and json.loads(kept.read_text()).get("jobs"), 30,
+                      "the helper's job lists taken by node3's agent")
+    os.kill(agent_pid(cluster, "node3"), signal.SIGTERM)
+    wait_for(lambda: stale_in_view(cluster, "node3"), 30, "node3 stale while its agent is down")
+    cluster.dev.up()  # the agent of node3 again
+    cluster.reset_options()  # up() wrote the settings afresh
+    link = cluster.link
+
+    def replay_old_list() -> str | None:
+        try:
+            push_jobs(link, "node3", [], before - 1)
+            return "taken"
+        except AgentRefused as exc:
+            return f"refused: {exc}"
+        except AgentUnavailable:
+            return None  # not up yet
+
+    outcome = wait_for(replay_old_list, 30, "node3's agent answering")
+    assert outcome.startswith("refused") and "older" in outcome, outcome
+    assert json.loads(kept.read_text())["jobs"] >= before
+    wait_for(lambda: not stale_in_view(cluster, "node3"), 40, "node3 fresh again")
