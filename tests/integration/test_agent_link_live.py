@@ -176,3 +176,42 @@ def test_a_restarted_agent_refuses_a_job_list_older_than_it_took_before(cluster)
     assert outcome.startswith("refused") and "older" in outcome, outcome
     assert json.loads(kept.read_text())["jobs"] >= before
     wait_for(lambda: not stale_in_view(cluster, "node3"), 40, "node3 fresh again")
+
+
+def test_an_agent_that_lost_its_state_and_journal_gets_its_slice_back_from_the_controllers_copy(cluster):
+    """The controller mirrors node1's slice journal; node1's agent restarts without state.json
+    and without its journal: the running job's slice is left alone, then given back from the
+    controller's copy once NVML and the job list confirm it."""
+    from packer.slice_mirror import SliceMirror
+    from packer.store import Store
+    from slurm_plugin.agent.client import status
+    from slurm_plugin.agent.paths import AgentPaths
+
+    link = cluster.link
+    store = Store(cluster.spec.database)
+    home = cluster.node_path("node1", AgentPaths(cluster.state_dir, "node1").home)
+    try:
+        job = cluster.submit(["-J", "journal-copy", "-w", "node1", "--gres=shard:2"],
+                             simgpu_script("--workload ResNet18 --mem-start 1GiB --iters 4000 --iter-ms 50"))
+        cluster.wait(job, "RUNNING", 30)
+        held = wait_for(lambda: status(link, "node1")["jobs"].get(str(job), {}).get("device"), 30,
+                        "the job's slice on node1")
+        assert held.startswith("MIG-")
+        wait_for(lambda: [h for h in SliceMirror(store).held("node1") if h.job_id == job and h.uuid == held],
+                 90, "the controller's copy of node1's journal holding the job's slice")
+        os.kill(agent_pid(cluster, "node1"), signal.SIGTERM)
+        wait_for(lambda: stale_in_view(cluster, "node1"), 30, "node1's agent down")
+        (home / "state.json").unlink()
+        (home / "slices.jsonl").unlink()
+        cluster.dev.up()  # node1's agent again, knowing nothing of its slices
+        cluster.reset_options()
+        restored = wait_for(lambda: [e for e in store.events(limit=500)
+                                     if e.kind == "slice-restored" and f"job {job}'s" in e.detail], 90,
+                            "the slice given back from the controller's copy")
+        assert held in restored[0].detail
+        now = status(link, "node1")
+        assert now["jobs"][str(job)]["device"] == held and held not in now["unsure_slices"]
+        assert cluster.job(job)["JobState"] == "RUNNING"
+    finally:
+        cluster.cancel_all()
+        store.close()
