@@ -22,6 +22,7 @@ agrees.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +33,7 @@ from packer.samples import JobSample
 log = logging.getLogger(__name__)
 
 AGENT_THREADS = 16
+_NEWER = re.compile(r"jobs generation \d+ is older than (\d+)")
 
 
 class SampleSource(Protocol):
@@ -71,10 +73,10 @@ class AgentSamples:
         return out
 
     def _one(self, node: str) -> list[JobSample]:
-        from slurm_plugin.agent.client import AgentRefused, AgentUnavailable, push_jobs, sample_batch
+        from slurm_plugin.agent.client import AgentRefused, AgentUnavailable, sample_batch
 
         try:
-            push_jobs(self.link, node, self._jobs.get(node, []), self._generation)
+            self._push(node)
             since = self._seen.get(node)
             batch = sample_batch(self.link, node, latest=since is None, since=since)
         except (AgentUnavailable, AgentRefused, OSError, ValueError, TypeError) as exc:
@@ -97,6 +99,23 @@ class AgentSamples:
             log.info("node agent of %s answers again with fresh samples (was stale: %s)", node,
                      self.stale.pop(node))
         return sorted(batch.samples, key=lambda x: x.at)
+
+    def _push(self, node: str) -> None:
+        """Push the node's job list. An agent that holds a newer generation than this helper's
+        (the helper's clock was set back: generations outlive restarts on both sides) refuses
+        it; the helper then counts on from the agent's and pushes again, once."""
+        from slurm_plugin.agent.client import AgentRefused, push_jobs
+
+        try:
+            push_jobs(self.link, node, self._jobs.get(node, []), self._generation)
+        except AgentRefused as exc:
+            newer = _NEWER.search(str(exc))
+            if newer is None:
+                raise
+            log.warning("the agent of %s has job list generation %s, newer than this helper's %d (was the "
+                        "helper's clock set back?): counting on from it", node, newer.group(1), self._generation)
+            self._generation = max(self._generation, int(newer.group(1)) + 1)
+            push_jobs(self.link, node, self._jobs.get(node, []), self._generation)
 
     def _mark(self, node: str, reason: str) -> None:
         if node not in self.stale:
