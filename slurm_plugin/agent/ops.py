@@ -43,8 +43,10 @@ def _ping(agent: NodeAgent, body: dict, peer: Peer) -> dict:
 
 def _hello(agent: NodeAgent, body: dict, peer: Peer) -> dict:
     """What the helper checks it agrees with (:mod:`.facts`), and their digest."""
-    return {"status": "ok", "node": agent.node, "facts": agent.facts.facts().to_dict(),
-            "digest": agent.facts.digest()}
+    digest = agent.facts.digest()  # first: facts changed meanwhile make the next digest differ
+    with agent.lock:  # the GPU backend is asked under the agent's one lock, as by every other op
+        facts = agent.facts.facts().to_dict()
+    return {"status": "ok", "node": agent.node, "facts": facts, "digest": digest}
 
 
 def _isolate(agent: NodeAgent, body: dict, peer: Peer) -> dict:
