@@ -33,8 +33,8 @@ from slurm_plugin.agent.journal import SliceJournal
 from slurm_plugin.agent.mig_manager import MigManager
 from slurm_plugin.agent.paths import AgentError, AgentPaths, final_path, socket_path
 from slurm_plugin.agent.plans import Generations, MpsPlanFile
-from slurm_plugin.agent.restore import restore_slices
 from slurm_plugin.agent.reconcile import RECONCILE_GRACE_S, JobLister, Reconciler
+from slurm_plugin.agent.restore import restore_slices
 from slurm_plugin.agent.sampler import SAMPLES_KEPT, Sampler
 from slurm_plugin.agent.state import BATCH_STEP, EXTERN_STEP, Assignment, StateFile, write_json_atomic
 from slurm_plugin.agent.trust import Peer, ReportGuard, ReportRejected, check_reporter
@@ -73,13 +73,13 @@ class NodeAgent:
         self.isolator = Isolator(self.paths, backend, self.mig, mode=isolation_mode,
                                  shares_per_gpu=shares_per_gpu, sim_dir=sim_dir, clock=clock)
         self.sampler = Sampler(node, backend)
+        # what the helper checks it agrees with (shares per GPU, GPU model, versions)
+        self.facts = FactsReader(node, backend, shares_per_gpu, gres_conf or gres_conf_path(), clock())
         self.kept_finals = KeptFinals(self.paths.kept_finals)  # until the helper acknowledges them
         # of the helper's per-node plans (layouts, job lists), kept across restarts
         self.generations = Generations(self.paths.generations)
         self.mps_plan = MpsPlanFile(self.paths.mps_plan)
         self.sampled_at: float | None = None  # the agent's time of its last sampling round
-        # what the helper checks it agrees with (shares per GPU, GPU model, versions)
-        self.facts = FactsReader(node, backend, shares_per_gpu, gres_conf or gres_conf_path(), clock())
         self.reconciler = Reconciler(node, backend, self._running_jobs, self._finish, clock,
                                      journal=self.journal, unsure=self.mig.unsure)
 
