@@ -1,6 +1,6 @@
 """The packer's SQLite store: run history, pairs to keep apart, measured pair speeds,
 remembered sizes, events (and the tables of finished runs' memory curves, which
-`packer.curve_store` reads and writes, and of the agents' slice journals, `packer.slice_mirror`).
+`packer.curve_store` reads and writes).
 
 One file, WAL mode, schema versioned with ``PRAGMA user_version``. sqlite-utils does the
 table work; nothing here knows about Slurm. Every method is safe to call from several
@@ -132,7 +132,7 @@ def _migrate_to_5(db: sqlite_utils.Database) -> None:
 
 
 def _migrate_to_6(db: sqlite_utils.Database) -> None:
-    """The controller's copy of the agents' slice journals (`packer.slice_mirror`): which run of
+    """The controller's copy of the agents' slice journals (`helper.journal_mirror`): which run of
     which job holds which MIG slice of a node; `assignment` is the agent's record, JSON."""
     db["slice_journal"].create(
         {"node": str, "uuid": str, "job_id": int, "run": float, "assignment": str, "first_seen": float,

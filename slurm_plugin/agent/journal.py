@@ -15,7 +15,7 @@ A torn last line (a crash mid-write) is skipped and counted; the file is rewritt
 what still holds, when it grows long. :meth:`SliceJournal.replay` gives what the journal
 says now; the agent checks it against NVML and Slurm's job list (:mod:`.reconcile`).
 
-The helper mirrors what holds into the controller's store (:mod:`packer.slice_mirror`), and
+The helper mirrors what holds into the controller's store (:mod:`slurm_plugin.helper.journal_mirror`), and
 gives an agent that lost both this file and ``state.json`` its slices back from that copy
 (:mod:`.restore`), each confirmed with NVML and the job list first.
 """

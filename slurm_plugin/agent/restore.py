@@ -3,7 +3,7 @@
 An agent that lost both ``state.json`` and its slice journal (a reinstalled node disk, an
 emptied state folder) finds MIG slices that nothing on the node accounts for; it leaves them
 alone ("unsure", :mod:`.reconcile`). The helper keeps a copy of every node's journal
-(:mod:`packer.slice_mirror`) and sends the records of those slices. Each is taken only when
+(:mod:`slurm_plugin.helper.journal_mirror`) and sends the records of those slices. Each is taken only when
 everything confirms it:
 
 - the agent is unsure of that slice (a slice it accounts for is never reassigned this way);

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from mig.nvml_backend import NvmlBackend
-from packer.slice_mirror import HeldSlice, SliceMirror
+from slurm_plugin.helper.journal_mirror import HeldSlice, SliceMirror
 from packer.store import Store
 from slurm_plugin.agent.daemon import NodeAgent
 from slurm_plugin.agent.ops import dispatch

@@ -3,11 +3,10 @@ pruned by [retention]) and gives an agent that lost its own the records of the s
 unsure of; what the agent leaves alone is said once."""
 from __future__ import annotations
 
-from packer.slice_mirror import HeldSlice, SliceMirror
+from slurm_plugin.helper.journal_mirror import HeldSlice, JournalMirror, SliceMirror
 from packer.store import Store
 from slurm_plugin.agent.client import AgentUnavailable
 from slurm_plugin.config.bounds import RetentionSettings
-from slurm_plugin.helper.journal_mirror import JournalMirror
 from slurm_plugin.helper.retention import DAY_S, prune_store
 
 
