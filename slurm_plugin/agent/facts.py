@@ -4,7 +4,8 @@
 - the node's GPUs, as the backend sees them (catalogue model, device name, memory);
 - the node's ``gres.conf`` as Slurm on this node reads it: the GPUs' ``Type=`` and the shard
   count of each GPU (``Name=shard Count=N`` over its ``File=`` devices);
-- the shares per GPU the agent itself places (``--shares-per-gpu``, else the MIG memory slices).
+- the shares per GPU the agent was told to place (``--shares-per-gpu``; None when it was not:
+  then it follows the GPU model's own, which gres.conf's count is checked against).
 
 The agent answers them to the link's ``hello`` op; every ``samples`` answer carries a short
 digest of them (:meth:`NodeFacts.digest`: the agent's start, the suite version and gres.conf's
@@ -111,7 +112,7 @@ class NodeFacts:
     version: str
     started_at: float
     gpus: tuple[GpuFact, ...]
-    shares_per_gpu: tuple[int, ...]  # what the agent places per GPU (each distinct value)
+    shares_per_gpu: int | None  # the agent's --shares-per-gpu (None: the GPU model's own)
     gres: NodeGres
 
     def to_dict(self) -> dict:
@@ -121,9 +122,13 @@ class NodeFacts:
     def from_dict(cls, doc: dict) -> "NodeFacts":
         """The facts an agent sent (a KeyError or TypeError: a malformed answer)."""
         return cls(str(doc["node"]), int(doc["protocol"]), str(doc["version"]), float(doc["started_at"]),
-                   tuple(GpuFact(**g) for g in doc["gpus"]), tuple(int(s) for s in doc["shares_per_gpu"]),
+                   tuple(GpuFact(**g) for g in doc["gpus"]), _int_or_none(doc["shares_per_gpu"]),
                    NodeGres(**{**doc["gres"], "gpu_types": tuple(doc["gres"].get("gpu_types") or ()),
                                "shards_per_gpu": tuple(doc["gres"].get("shards_per_gpu") or ())}))
+
+
+def _int_or_none(value: object) -> int | None:
+    return None if value is None else int(value)  # a TypeError or ValueError: malformed
 
 
 class FactsReader:
@@ -140,8 +145,7 @@ class FactsReader:
 
     def facts(self) -> NodeFacts:
         gpus = tuple(GpuFact(g.index, g.model, g.name, g.memory_mib) for g in self.backend.list_gpus())
-        shares = {self.shares_per_gpu or self.backend.catalog(g.index).memory_slices for g in gpus}
-        return NodeFacts(self.node, LINK_PROTOCOL, self.version, self.started_at, gpus, tuple(sorted(shares)),
+        return NodeFacts(self.node, LINK_PROTOCOL, self.version, self.started_at, gpus, self.shares_per_gpu,
                          read_node_gres(self.gres_path, self.node))
 
     def digest(self) -> str:

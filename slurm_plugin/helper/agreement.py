@@ -5,8 +5,8 @@ changes (the agent restarted, the node's gres.conf changed) or gpupack.toml is r
 helper compares the agent's facts (:mod:`slurm_plugin.agent.facts`) with its own:
 
 - the link's protocol version and the suite's version: the same on both sides;
-- shares per GPU: every shard count gres.conf gives one of the node's GPUs, and the shares the
-  agent places per GPU, equal ``[packer] shares_per_gpu``;
+- shares per GPU: every shard count gres.conf gives one of the node's GPUs, and the agent's
+  ``--shares-per-gpu`` where it was given one, equal ``[packer] shares_per_gpu``;
 - the GPU type: with ``[packer] gpu_type`` set, the node's gres.conf gpu lines carry that Type;
   every gres.conf Type names the GPUs the agent sees (its letters and digits, lower case, are
   part of the catalogue model's or of the device's name: ``h100`` in ``H100-80GB``).
@@ -64,9 +64,9 @@ def disagreements(facts: NodeFacts, want: Expected) -> list[str]:
     elif set(gres.shards_per_gpu) != {want.shares_per_gpu}:
         out.append(f"{'/'.join(map(str, gres.shards_per_gpu))} shards per GPU in its gres.conf ({gres.path}), "
                    f"[packer] shares_per_gpu = {want.shares_per_gpu}")
-    if facts.gpus and set(facts.shares_per_gpu) != {want.shares_per_gpu}:
-        out.append(f"its agent places {'/'.join(map(str, facts.shares_per_gpu))} shares per GPU "
-                   f"(--shares-per-gpu), [packer] shares_per_gpu = {want.shares_per_gpu}")
+    if facts.shares_per_gpu is not None and facts.shares_per_gpu != want.shares_per_gpu:
+        out.append(f"its agent places {facts.shares_per_gpu} shares per GPU (--shares-per-gpu), "
+                   f"[packer] shares_per_gpu = {want.shares_per_gpu}")
     if not gres.error:
         if want.gpu_type and set(gres.gpu_types) != {want.gpu_type}:
             out.append(f"GPU type {'/'.join(t or '(none)' for t in gres.gpu_types) or '(no gpu lines)'} in its "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 import urllib.error
@@ -104,30 +105,33 @@ def test_each_run_of_a_requeued_job_is_collected_over_the_link_and_acknowledged(
 
 
 def test_a_node_whose_gres_conf_disagrees_is_not_packed_onto_and_recovers_when_fixed(cluster):
-    """node2's gres.conf says 4 shards per GPU while gpupack.toml says 8: the helper refuses to
+    """node2's gres.conf gives one shard per GPU fewer than gpupack.toml: the helper refuses to
     pack onto node2, says why (event, metric, cluster view), and packs there again once fixed."""
     from packer.store import Store
 
     gres = cluster.spec.etc / "gres.conf"  # the site's shared configuration (read-only on the nodes)
     original = cluster.node_path("node2", gres).read_text()
-    assert "NodeName=node2 AutoDetect=off Name=shard" in original and "Count=8" in original
+    (count,) = {int(c) for c in re.findall(r"^NodeName=node2 .*Name=shard.* Count=(\d+)", original, flags=re.M)}
+    other = count - 1  # what node2's gres.conf will say instead of gpupack.toml's shares_per_gpu
     cluster.set_option("pack_only_when_no_idle_gpu", "false")
     body = script("link-agree")
     seed_history(cluster, "link-agree", body)
     store = Store(cluster.spec.database)
     metrics = cluster.spec.database.with_name("metrics.prom")
 
-    def events(kind: str) -> list:
-        return [e for e in store.events(limit=500) if e.kind == kind and "node2" in e.detail]
+    began = time.time()
 
-    before = len(events("node-disagrees")), len(events("node-agrees"))
+    def events(kind: str) -> list:  # this test's, of node2
+        return [e for e in store.events(limit=500) if e.kind == kind and "node2" in e.detail and e.at >= began]
+
     try:
         wait_for(lambda: not stale_in_view(cluster, "node2"), 30, "node2 fresh at the start")
-        gres.write_text("\n".join(line.replace("Count=8", "Count=4") if line.startswith("NodeName=node2 ") else line
-                                  for line in original.splitlines()) + "\n")
+        gres.write_text("\n".join(line.replace(f"Count={count}", f"Count={other}") if line.startswith("NodeName=node2 ")
+                                  else line for line in original.splitlines()) + "\n")
         wait_for(lambda: stale_in_view(cluster, "node2"), 30, "node2 refused in the published cluster view")
-        (event, *_) = wait_for(lambda: events("node-disagrees")[before[0]:], 30, "a node-disagrees event")
-        assert "4 shards per GPU in its gres.conf" in event.detail and "shares_per_gpu = 8" in event.detail
+        (event,) = wait_for(lambda: events("node-disagrees"), 30, "a node-disagrees event")
+        assert f"{other} shards per GPU in its gres.conf" in event.detail, event.detail
+        assert f"shares_per_gpu = {count}" in event.detail, event.detail
         wait_for(lambda: 'gpupack_node_disagrees{node="node2"' in metrics.read_text(), 30, "the metric")
         assert not stale_in_view(cluster, "node1")  # the others agree
         job = cluster.submit(["-J", "link-agree", "--hold", "--gres=gpu:1"], body)
@@ -137,7 +141,7 @@ def test_a_node_whose_gres_conf_disagrees_is_not_packed_onto_and_recovers_when_f
         gres.write_text(original)
     wait_for(lambda: not stale_in_view(cluster, "node2"), 30, "node2 agrees again once gres.conf is fixed")
     try:
-        wait_for(lambda: events("node-agrees")[before[1]:], 30, "a node-agrees event")
+        wait_for(lambda: events("node-agrees"), 30, "a node-agrees event")
         assert 'gpupack_node_disagrees{node="node2"' not in metrics.read_text()
         again = cluster.submit(["-J", "link-agree", "--hold", "--gres=gpu:1"], body)
         assert record_of(cluster, again).verdict == "packed", cluster.job(again)["AdminComment"]

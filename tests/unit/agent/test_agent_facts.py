@@ -51,7 +51,7 @@ def test_hello_tells_the_facts_and_the_samples_digest_follows_gres_conf_and_rest
     facts = NodeFacts.from_dict(hello["facts"])
     assert facts.protocol == LINK_PROTOCOL and facts.node == "node1"
     assert [g.model for g in facts.gpus] == ["H100-80GB", "H100-80GB"]
-    assert facts.shares_per_gpu == (8,)  # the H100's MIG memory slices
+    assert facts.shares_per_gpu is None  # not told: the GPU model's own (gres.conf is what is checked)
     assert facts.gres.shards_per_gpu == (8,) and facts.gres.gpu_types == ("h100",)
     digest = dispatch(agent, "samples", {}, root)["facts"]
     assert digest == hello["digest"]

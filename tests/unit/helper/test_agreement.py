@@ -13,7 +13,7 @@ from slurm_plugin.helper.sample_source import AgentSamples
 
 WANT = Expected(shares_per_gpu=8, gpu_type="h100", version="1.2.0", protocol=LINK_PROTOCOL)
 H100 = GpuFact(0, "H100-80GB", "NVIDIA H100 80GB HBM3", 81559)
-GOOD = NodeFacts("node1", LINK_PROTOCOL, "1.2.0", 1000.0, (H100, replace(H100, index=1)), (8,),
+GOOD = NodeFacts("node1", LINK_PROTOCOL, "1.2.0", 1000.0, (H100, replace(H100, index=1)), None,
                  NodeGres("/etc/slurm/gres.conf", ("h100",), (8,)))
 
 
@@ -25,7 +25,7 @@ def test_facts_that_match_agree():
 def test_each_disagreement_is_named():
     shares = disagreements(replace(GOOD, gres=replace(GOOD.gres, shards_per_gpu=(4,))), WANT)
     assert shares == ["4 shards per GPU in its gres.conf (/etc/slurm/gres.conf), [packer] shares_per_gpu = 8"]
-    assert "agent places 7" in disagreements(replace(GOOD, shares_per_gpu=(7,)), WANT)[0]
+    assert "agent places 7" in disagreements(replace(GOOD, shares_per_gpu=7), WANT)[0]
     assert "suite version 1.1.0" in disagreements(replace(GOOD, version="1.1.0"), WANT)[0]
     assert "link protocol 0" in disagreements(replace(GOOD, protocol=0), WANT)[0]
     typed = disagreements(replace(GOOD, gres=replace(GOOD.gres, gpu_types=("a100",))), WANT)
@@ -120,3 +120,8 @@ def test_the_metric_names_each_disagreement():
     (family,) = [f for f in MonitorCollector(m).collect() if f.name == "gpupack_node_disagrees"]
     assert [(s.labels["node"], s.value) for s in family.samples] == [("node1", 1)]
     assert "suite version 0.9" in family.samples[0].labels["why"]
+
+
+def test_an_agent_not_told_its_shares_follows_the_model_and_is_judged_by_gres_conf_alone():
+    assert disagreements(replace(GOOD, shares_per_gpu=None), replace(WANT, shares_per_gpu=8)) == []
+    assert disagreements(replace(GOOD, shares_per_gpu=8), WANT) == []
