@@ -49,12 +49,12 @@ def _slurm_user_uid(explicit: str | None) -> int | None:
               help="How packed jobs are isolated on this node.")
 @click.option("--shares-per-gpu", type=int, default=None,
               help="Slurm shards per GPU (MPS percentages) [default: the GPU's MIG memory slices].")
-@click.option("--gres-conf", type=click.Path(path_type=Path), default=None,
-              help="The node's gres.conf, whose shard counts and GPU types the helper checks against "
-                   "gpupack.toml [default: beside slurm.conf (SLURM_CONF), else /run/slurm/conf/gres.conf].")
 @click.option("--policy", default="fsm", show_default=True, help="MIG placement policy (mig.policies).")
 @click.option("--slurm-user", default=None, help="Also answer this user [default: SlurmUser of slurm.conf].")
 @click.option("--sample-interval", default=1.0, show_default=True, help="Seconds between samples.")
+@click.option("--gres-conf", type=click.Path(path_type=Path), default=None,
+              help="The node's gres.conf, whose shard counts and GPU types the helper checks against "
+                   "gpupack.toml [default: beside slurm.conf (SLURM_CONF), else /run/slurm/conf/gres.conf].")
 @click.option("--metrics-address", default=None, metavar="IP",
               help="Bind the Prometheus endpoint here [default: gpupack.toml [metrics] agent_address, "
                    "else 127.0.0.1].")
