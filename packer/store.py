@@ -23,7 +23,7 @@ from packer.decision import LOWER_BOUND_SOURCE, Estimate
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,19 @@ def _migrate_to_5(db: sqlite_utils.Database) -> None:
     db.execute("create index if not exists idx_runs_fp_bound_ended on runs (fingerprint, lower_bound, ended_at)")
 
 
-MIGRATIONS = {1: _migrate_to_1, 2: _migrate_to_2, 3: _migrate_to_3, 4: _migrate_to_4, 5: _migrate_to_5}
+def _migrate_to_6(db: sqlite_utils.Database) -> None:
+    """The controller's copy of the agents' slice journals (`helper.journal_mirror`): which run of
+    which job holds which MIG slice of a node; `assignment` is the agent's record, JSON."""
+    db["slice_journal"].create(
+        {"node": str, "uuid": str, "job_id": int, "run": float, "assignment": str, "first_seen": float,
+         "last_seen": float, "released_at": float},
+        pk=("node", "uuid", "job_id", "run"), not_null={"assignment", "first_seen", "last_seen"},
+    )
+    db["slice_journal"].create_index(["node", "released_at"])
+
+
+MIGRATIONS = {1: _migrate_to_1, 2: _migrate_to_2, 3: _migrate_to_3, 4: _migrate_to_4, 5: _migrate_to_5,
+              6: _migrate_to_6}
 
 RUN_COLUMNS = tuple(RunRecord.__dataclass_fields__)
 

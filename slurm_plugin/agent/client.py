@@ -126,6 +126,7 @@ class SampleBatch:
     samples: list[JobSample]
     sampled_at: float | None
     agent_now: float
+    facts: str | None = None  # the digest of what the agent must agree with (None: it tells none)
 
     @property
     def age_s(self) -> float | None:
@@ -144,13 +145,24 @@ def sample_batch(link: AgentLink, node: str, job_id: int | None = None, *, lates
     sampled_at = answer.get("sampled_at")
     return SampleBatch([JobSample.from_dict(s) for s in answer.get("samples", [])],
                        float(sampled_at) if isinstance(sampled_at, (int, float)) else None,
-                       float(answer.get("now") or time.time()))
+                       float(answer.get("now") or time.time()),
+                       answer.get("facts") if isinstance(answer.get("facts"), str) else None)
 
 
 def samples(link: AgentLink, node: str, job_id: int | None = None, *, latest: bool = False,
             since: float | None = None, timeout: float | None = None) -> list[JobSample]:
     """The agent's samples; ``latest`` gives the newest per job, ``since`` those newer."""
     return sample_batch(link, node, job_id, latest=latest, since=since, timeout=timeout).samples
+
+
+def node_facts(link: AgentLink, node: str, timeout: float | None = None) -> dict:
+    """What the agent must agree with the helper on (`slurm_plugin.agent.facts.NodeFacts` as a
+    dict), with ``digest``: the value its samples carry until these facts change."""
+    answer = link.call(node, "hello", {}, timeout)
+    facts = answer.get("facts")
+    if not isinstance(facts, dict):
+        raise AgentUnavailable(f"agent of {node} answered hello without its facts")
+    return {**facts, "digest": answer.get("digest")}
 
 
 def status(link: AgentLink, node: str, timeout: float | None = None) -> dict:
@@ -185,6 +197,21 @@ def ack_finals(link: AgentLink, node: str, job_ids: list[int | str]) -> int:
     """The agent may forget these runs' summaries (job ids: every kept run of the job; run keys:
     that run). Idempotent. Returns how many it forgot."""
     return int(link.call(node, "ack_finals", {"runs": list(job_ids)}).get("forgotten") or 0)
+
+
+def slice_journal(link: AgentLink, node: str) -> dict:
+    """What the agent's slice journal says holds (``held``: ``uuid``, ``job``, ``run``,
+    ``assignment`` each), the slices it accounts for by nothing (``unsure``), and its ``mark``."""
+    answer = link.call(node, "journal")
+    return {"held": list(answer.get("held") or []), "unsure": list(answer.get("unsure") or []),
+            "mark": answer.get("mark")}
+
+
+def restore_slices(link: AgentLink, node: str, assignments: list[dict]) -> dict:
+    """Give the agent back the controller's records of slices it is unsure of; it takes those the
+    GPU and its job list confirm: ``{"restored": [...], "left_alone": [...]}``, a line each."""
+    answer = link.call(node, "restore", {"assignments": assignments})
+    return {"restored": list(answer.get("restored") or []), "left_alone": list(answer.get("left_alone") or [])}
 
 
 # -- the node-local Unix socket ---------------------------------------------------------

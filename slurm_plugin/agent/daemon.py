@@ -26,6 +26,7 @@ from typing import Callable
 from packer.samples import JobSample
 from slurm_plugin.agent import isolation as iso
 from slurm_plugin.agent.counters import CounterReader
+from slurm_plugin.agent.facts import FactsReader, gres_conf_path
 from slurm_plugin.agent.finals import KeptFinals, free_memory_of, job_summary
 from slurm_plugin.agent.isolator import Isolator
 from slurm_plugin.agent.journal import SliceJournal
@@ -33,6 +34,7 @@ from slurm_plugin.agent.mig_manager import MigManager
 from slurm_plugin.agent.paths import AgentError, AgentPaths, final_path, socket_path
 from slurm_plugin.agent.plans import Generations, MpsPlanFile
 from slurm_plugin.agent.reconcile import RECONCILE_GRACE_S, JobLister, Reconciler
+from slurm_plugin.agent.restore import restore_slices
 from slurm_plugin.agent.sampler import SAMPLES_KEPT, Sampler
 from slurm_plugin.agent.state import BATCH_STEP, EXTERN_STEP, Assignment, StateFile, write_json_atomic
 from slurm_plugin.agent.trust import Peer, ReportGuard, ReportRejected, check_reporter
@@ -49,7 +51,7 @@ class NodeAgent:
     def __init__(self, node: str, state_dir: Path, backend, *, isolation_mode: str = "mig",
                  shares_per_gpu: int | None = None, policy: str = "fsm",
                  list_running_jobs: JobLister | None = None, sim_dir: Path | None = None,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, gres_conf: Path | None = None):
         if isolation_mode not in iso.ISOLATION_MODES:
             raise ValueError(f"isolation mode must be one of {iso.ISOLATION_MODES}, got {isolation_mode!r}")
         self.node = node
@@ -71,8 +73,11 @@ class NodeAgent:
         self.isolator = Isolator(self.paths, backend, self.mig, mode=isolation_mode,
                                  shares_per_gpu=shares_per_gpu, sim_dir=sim_dir, clock=clock)
         self.sampler = Sampler(node, backend)
+        # what the helper checks it agrees with (shares per GPU, GPU model, versions)
+        self.facts = FactsReader(node, backend, shares_per_gpu, gres_conf or gres_conf_path(), clock())
         self.kept_finals = KeptFinals(self.paths.kept_finals)  # until the helper acknowledges them
-        self.generations = Generations()  # of the helper's per-node plans (layouts, job lists)
+        # of the helper's per-node plans (layouts, job lists), kept across restarts
+        self.generations = Generations(self.paths.generations)
         self.mps_plan = MpsPlanFile(self.paths.mps_plan)
         self.sampled_at: float | None = None  # the agent's time of its last sampling round
         self.reconciler = Reconciler(node, backend, self._running_jobs, self._finish, clock,
@@ -228,6 +233,22 @@ class NodeAgent:
             if done:
                 self._save()
         return done
+
+    def journal_view(self) -> dict:
+        """What the slice journal says holds, the slices no one accounts for, and the mark."""
+        with self.lock:
+            return {"held": self.journal.held_records(), "unsure": sorted(self.mig.unsure),
+                    "mark": self.journal.mark()}
+
+    def restore(self, records: list[dict]) -> dict:
+        """Slices given back from the controller's copy of the journal, each confirmed with the
+        GPU and the job list (:mod:`.restore`); what was taken and what was left alone."""
+        with self.lock:
+            out = restore_slices(records, self.jobs, self.mig.unsure, self.reconciler.live(),
+                                 self._running_jobs(), self.journal, self.backend)
+            if out.restored:
+                self._save()
+            return out.to_dict()
 
     def status(self) -> dict:
         with self.lock:

@@ -14,6 +14,10 @@ agent answers:
 A torn last line (a crash mid-write) is skipped and counted; the file is rewritten, with only
 what still holds, when it grows long. :meth:`SliceJournal.replay` gives what the journal
 says now; the agent checks it against NVML and Slurm's job list (:mod:`.reconcile`).
+
+The helper mirrors what holds into the controller's store (:mod:`slurm_plugin.helper.journal_mirror`), and
+gives an agent that lost both this file and ``state.json`` its slices back from that copy
+(:mod:`.restore`), each confirmed with NVML and the job list first.
 """
 from __future__ import annotations
 
@@ -68,6 +72,21 @@ class SliceJournal:
     def idle(self, uuid: str | None) -> None:
         if uuid:
             self._append({"op": "idle", "uuid": uuid})
+
+    def mark(self) -> str:
+        """Changes whenever a line is written or the file rewritten (size and modification
+        time): the helper collects the journal again when its mark moves."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return "-"
+        return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+
+    def held_records(self) -> list[dict]:
+        """What holds now, one entry per slice: ``uuid``, ``job``, ``run`` and ``assignment``
+        (the agent's record), as the helper mirrors it on the controller."""
+        return [{"uuid": uuid, "job": a.job_id, "run": a.created_at, "assignment": a.to_dict()}
+                for uuid, a in sorted(self.replay().held.items())]
 
     def replay(self) -> JournalView:
         view = JournalView()

@@ -11,7 +11,8 @@ from slurm_plugin.agent.daemon import NodeAgent
 from slurm_plugin.agent.paths import AgentError
 from slurm_plugin.agent.trust import Peer
 
-LINK_OPS = frozenset({"ping", "samples", "status", "layout", "finish", "jobs", "finals", "ack_finals", "mps_plan"})
+LINK_OPS = frozenset({"ping", "hello", "samples", "status", "layout", "finish", "jobs", "finals", "ack_finals",
+                      "mps_plan", "journal", "restore"})
 
 
 def _int(body: dict, key: str, default: int | None = None) -> int:
@@ -40,6 +41,14 @@ def _ping(agent: NodeAgent, body: dict, peer: Peer) -> dict:
     return {"status": "ok", "node": agent.node}
 
 
+def _hello(agent: NodeAgent, body: dict, peer: Peer) -> dict:
+    """What the helper checks it agrees with (:mod:`.facts`), and their digest."""
+    digest = agent.facts.digest()  # first: facts changed meanwhile make the next digest differ
+    with agent.lock:  # the GPU backend is asked under the agent's one lock, as by every other op
+        facts = agent.facts.facts().to_dict()
+    return {"status": "ok", "node": agent.node, "facts": facts, "digest": digest}
+
+
 def _isolate(agent: NodeAgent, body: dict, peer: Peer) -> dict:
     env = body.get("env") or {}
     if not isinstance(env, dict):
@@ -65,7 +74,7 @@ def _samples(agent: NodeAgent, body: dict, peer: Peer) -> dict:
                         float(since) if isinstance(since, (int, float)) else None, bool(body.get("latest")))
     # the agent's own clock twice: the helper judges staleness without comparing clocks
     return {"status": "ok", "node": agent.node, "samples": got, "sampled_at": agent.sampled_at,
-            "now": agent.clock()}
+            "now": agent.clock(), "facts": agent.facts.digest()}
 
 
 def _finish(agent: NodeAgent, body: dict, peer: Peer) -> dict:
@@ -94,6 +103,7 @@ def _jobs(agent: NodeAgent, body: dict, peer: Peer) -> dict:
     if pushed is None:
         raise AgentError("this agent does not take job lists (started with another job lister)")
     generation = _int(body, "generation")
+    agent.generations.take("jobs", generation)  # kept across restarts (a StalePlan is refused)
     if not pushed(_ints(body, "job_ids"), generation):
         raise ValueError(f"job list generation {generation} is older than the one this agent has")
     return {"status": "ok", "node": agent.node}
@@ -116,8 +126,21 @@ def _mps_plan(agent: NodeAgent, body: dict, peer: Peer) -> dict:
     return {"status": "ok", "node": agent.node}
 
 
+def _journal(agent: NodeAgent, body: dict, peer: Peer) -> dict:
+    """The slice journal's view, mirrored by the helper on the controller."""
+    return {"status": "ok", "node": agent.node, **agent.journal_view()}
+
+
+def _restore(agent: NodeAgent, body: dict, peer: Peer) -> dict:
+    """The controller's copy of this node's journal, for the slices the agent is unsure of."""
+    records = body.get("assignments")
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise ValueError("assignments must be a list of the journal's records")
+    return {"status": "ok", "node": agent.node, **agent.restore(records)}
+
+
 _OPS = {
-    "ping": _ping, "isolate": _isolate, "step_end": _step_end, "samples": _samples, "finish": _finish,
-    "status": _status, "report": _report, "layout": _layout, "jobs": _jobs, "finals": _finals,
-    "ack_finals": _ack_finals, "mps_plan": _mps_plan,
+    "ping": _ping, "hello": _hello, "isolate": _isolate, "step_end": _step_end, "samples": _samples,
+    "finish": _finish, "status": _status, "report": _report, "layout": _layout, "jobs": _jobs, "finals": _finals,
+    "ack_finals": _ack_finals, "mps_plan": _mps_plan, "journal": _journal, "restore": _restore,
 }

@@ -41,6 +41,11 @@ class AgentPaths:
         (``{"generation": g, "plan": {gpu: {job: percent}}}``)."""
         return self.home / "mps-plan.json"
 
+    @property
+    def generations(self) -> Path:
+        """The newest generation of each per-node plan the helper sent (``{kind: generation}``)."""
+        return self.home / "generations.json"
+
 
 def socket_path(state_dir: Path, node: str) -> Path:
     return Path(state_dir) / "run" / f"agent-{node}.sock"

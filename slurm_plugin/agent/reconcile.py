@@ -92,6 +92,9 @@ class Reconciler:
                 done.append(f"job {a.job_id}: re-marked its {a.profile}@{a.start} as held")
         return done
 
+    def live(self) -> dict[str, MigInstance]:
+        return self._live()
+
     def _live(self) -> dict[str, MigInstance]:
         """Every MIG instance on the node's MIG-mode GPUs, by MIG device UUID."""
         return {i.uuid: i for g in self.backend.list_gpus() if g.mig_enabled

@@ -52,6 +52,9 @@ def _slurm_user_uid(explicit: str | None) -> int | None:
 @click.option("--policy", default="fsm", show_default=True, help="MIG placement policy (mig.policies).")
 @click.option("--slurm-user", default=None, help="Also answer this user [default: SlurmUser of slurm.conf].")
 @click.option("--sample-interval", default=1.0, show_default=True, help="Seconds between samples.")
+@click.option("--gres-conf", type=click.Path(path_type=Path), default=None,
+              help="The node's gres.conf, whose shard counts and GPU types the helper checks against "
+                   "gpupack.toml [default: beside slurm.conf (SLURM_CONF), else /run/slurm/conf/gres.conf].")
 @click.option("--metrics-address", default=None, metavar="IP",
               help="Bind the Prometheus endpoint here [default: gpupack.toml [metrics] agent_address, "
                    "else 127.0.0.1].")
@@ -66,7 +69,7 @@ def _slurm_user_uid(explicit: str | None) -> int | None:
 @click.pass_context
 def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, nvml_library: str | None,
           sim_dir: Path | None, gpus: int,
-          gpu_model: str, isolation_mode: str, shares_per_gpu: int | None, policy: str,
+          gpu_model: str, isolation_mode: str, shares_per_gpu: int | None, gres_conf: Path | None, policy: str,
           slurm_user: str | None, sample_interval: float, metrics_address: str | None,
           metrics_port: int | None, link_address: str | None, link_port: int | None) -> None:
     """Run the node agent for one node (or ask a running one: `status`, `samples`)."""
@@ -95,7 +98,7 @@ def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, nvml_lib
         allowed.add(uid)
     daemon = NodeAgent(node, state_dir, gpu_backend, isolation_mode=isolation_mode,
                        shares_per_gpu=shares_per_gpu, policy=policy,
-                       list_running_jobs=PushedJobs(), sim_dir=sim_dir)
+                       list_running_jobs=PushedJobs(), sim_dir=sim_dir, gres_conf=gres_conf)
     for line in daemon.reconcile(at_start=True):
         click.echo(f"reconciled: {line}", err=True)
     server = AgentServer(socket_path(state_dir, node), daemon, allowed)

@@ -26,6 +26,9 @@ class RetentionSettings:
     action_ledger_days: float = setting(90.0, gt=0)  # judged action ledger rows older than this
     pair_days: float = setting(365.0, gt=0)  # pair speeds and avoided pairs not renewed for this long
     sizes_days: float = setting(365.0, gt=0)  # remembered restart sizes not renewed for this long
+    # the controller's copy of the agents' slice journals: released rows, and rows of a node not
+    # heard from, older than this
+    slice_journal_days: float = setting(30.0, gt=0)
     forget_jobs_after_s: float = setting(3600.0, gt=0)  # the watcher's per-job memory of a job Slurm no longer lists
     prune_every_s: float = setting(600.0, gt=0)  # how often the store is pruned
 

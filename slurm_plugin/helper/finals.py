@@ -12,6 +12,8 @@ so a run seen by several is still one row and one event:
   which nodes; it hands the job to the watcher (`EndedSpool`), whose `FinalsCollector`
   collects those nodes' summaries within a second.
 
+The same sweep mirrors each node's slice journal into the store (`journal_mirror`).
+
 The monitor records each run it tracked from its own samples; the summaries merge into it.
 
 A summary is acknowledged once its run is settled (recorded, merged, or with no memory to
@@ -220,8 +222,12 @@ class FinalsCollector:
     whose summaries it waits for up to `wait_s`; every `sweep_s`, every GPU node's."""
 
     def __init__(self, make_sweep: Callable[[], FinalsSweep], spool: EndedSpool | None = None,
-                 wait_s: float = EPILOG_WAIT_S, sweep_s: float = SWEEP_S, tick_s: float = 1.0):
+                 wait_s: float = EPILOG_WAIT_S, sweep_s: float = SWEEP_S, tick_s: float = 1.0,
+                 journals: Callable[[FinalsSweep], Callable[[list[str]], object]] | None = None):
         self._make_sweep = make_sweep  # built in the thread: its own store connection
+        # each sweep also mirrors the nodes' slice journals (`journal_mirror.JournalMirror`),
+        # made in the thread from the sweep (its store connection)
+        self._journals = journals
         self.spool = spool
         self.wait_s, self.sweep_s, self.tick_s = wait_s, sweep_s, tick_s
         self._stop = threading.Event()
@@ -240,6 +246,7 @@ class FinalsCollector:
 
     def _run(self) -> None:
         sweep = self._make_sweep()
+        mirror = self._journals(sweep) if self._journals is not None else None
         pending: dict[int, tuple[tuple[str, ...], float]] = {}  # job -> (its nodes, until when)
         next_sweep = time.monotonic()
         while True:
@@ -250,7 +257,11 @@ class FinalsCollector:
                 self._guarded(lambda: self._named(sweep, pending), "recording the jobs the epilog named")
             if time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + self.sweep_s
-                self._guarded(lambda: sweep.sweep(gpu_nodes(sweep)), "the sweep of the agents' summaries")
+                nodes = self._guarded(lambda: gpu_nodes(sweep), "listing the GPU nodes")
+                if nodes is not None:
+                    self._guarded(lambda: sweep.sweep(nodes), "the sweep of the agents' summaries")
+                    if mirror is not None:
+                        self._guarded(lambda: mirror(nodes), "mirroring the agents' slice journals")
                 self.sweeps += 1
             if self._stop.wait(self.tick_s):
                 return

@@ -58,9 +58,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from packer.rules import SuiteRules
-from slurm_plugin.agent.client import helper_link
+from slurm_plugin.agent.client import helper_link, node_facts
 from slurm_plugin.agent.directory import load_agent_settings
 from slurm_plugin.config.bounds import RetentionSettings
+from slurm_plugin.helper.agreement import Agreement, expected_from, log_agreement_events
 from slurm_plugin.helper.kill_switch import RUN_WHILE_HALTED, KillSwitch
 from slurm_plugin.helper.monitor_settings import MonitorSettings, load_monitor_settings
 from slurm_plugin.helper.retention import JobMemory, RetentionWatch
@@ -123,7 +124,11 @@ class Monitor:
         # every agent is reached over the MUNGE-authenticated link ([agent], [agents] of gpupack.toml)
         self.agents = helper_link(config_path, paths, lambda: self.actions.runner)
         agent_settings = settings_file().agent if settings_file is not None else load_agent_settings(config_path)
-        self.samples_source: SampleSource = samples or AgentSamples(self.agents, agent_settings.stale_after_s)
+        # shares per GPU, GPU type and versions checked with each agent (nodes that disagree: stale)
+        self.agreement = Agreement(lambda node: node_facts(self.agents, node),
+                                   lambda: expected_from(self.config()))
+        self.samples_source: SampleSource = samples or AgentSamples(self.agents, agent_settings.stale_after_s,
+                                                                    agreement=self.agreement)
         self.clock = clock
         self.on_jobs = on_jobs  # called with each round's job listing and when it was asked for
         self.state = WatchState()
@@ -287,6 +292,7 @@ class Monitor:
         else:
             samples = self.samples_source(jobs_by_node) if jobs_by_node else []
         self.actions.stale_nodes = dict(self.stale_nodes)
+        log_agreement_events(self.agreement, self.actions.log_event)
         if self.on_jobs is not None:
             try:
                 self.on_jobs(listing, now)

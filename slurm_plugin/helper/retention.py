@@ -3,7 +3,7 @@
 - the store (`prune_store`): events by age and by count, runs by age and per workload (the
   newest `runs_per_fingerprint`), memory curves with their runs, judged action-ledger rows by
   age (and open ones twice as long), pair speeds, avoided pairs and remembered sizes not renewed
-  for their time;
+  for their time, the slice journals' copy (released rows, and those of nodes not heard from);
 - the watcher's per-job memory (`JobMemory`): every map and set keyed by a job id forgets a
   job Slurm has not listed for `forget_jobs_after_s`.
 
@@ -46,6 +46,8 @@ def prune_store(store: Store, r: RetentionSettings, now: float) -> dict[str, int
         ("pair_speeds", "delete from pair_speeds where updated_at < ?", [pair_cut]),
         ("avoid_pairs", "delete from avoid_pairs where created_at < ?", [pair_cut]),
         ("sizes", "delete from sizes where updated_at < ?", [now - r.sizes_days * DAY_S]),
+        ("slice_journal", "delete from slice_journal where coalesce(released_at, last_seen) < ?",
+         [now - r.slice_journal_days * DAY_S]),
     ]
     deleted: dict[str, int] = {}
     with store.db.conn:

@@ -15,11 +15,14 @@ is not believed) or its newest sampling round is older than ``stale_after_s`` by
 clock; ``stale`` maps each such node to the reason. Nothing is packed onto a stale node and no
 run-time action is taken on its jobs (the monitor passes ``stale`` on); it recovers when the
 agent answers again with fresh samples. A failure is logged once per outage, never raised
-into the monitor loop.
+into the monitor loop. With an :class:`~.agreement.Agreement`, a node whose agent disagrees
+with the helper (shares per GPU, GPU type, versions) is stale too, for that reason, until it
+agrees.
 """
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +33,7 @@ from packer.samples import JobSample
 log = logging.getLogger(__name__)
 
 AGENT_THREADS = 16
+_NEWER = re.compile(r"jobs generation \d+ is older than (\d+)")
 
 
 class SampleSource(Protocol):
@@ -41,8 +45,9 @@ class AgentSamples:
     node's agent over the link; oldest first. ``tell_jobs`` sets the job lists the next call
     pushes."""
 
-    def __init__(self, link, stale_after_s: float = 15.0, clock=time.time):
+    def __init__(self, link, stale_after_s: float = 15.0, clock=time.time, agreement=None):
         self.link = link
+        self.agreement = agreement  # an agreement.Agreement, or None: not checked
         self.stale_after_s = stale_after_s
         self.clock = clock
         self.stale: dict[str, str] = {}  # node -> why its figures are not trusted
@@ -68,10 +73,10 @@ class AgentSamples:
         return out
 
     def _one(self, node: str) -> list[JobSample]:
-        from slurm_plugin.agent.client import AgentRefused, AgentUnavailable, push_jobs, sample_batch
+        from slurm_plugin.agent.client import AgentRefused, AgentUnavailable, sample_batch
 
         try:
-            push_jobs(self.link, node, self._jobs.get(node, []), self._generation)
+            self._push(node)
             since = self._seen.get(node)
             batch = sample_batch(self.link, node, latest=since is None, since=since)
         except (AgentUnavailable, AgentRefused, OSError, ValueError, TypeError) as exc:
@@ -79,14 +84,38 @@ class AgentSamples:
             return []
         if batch.samples:
             self._seen[node] = max(x.at for x in batch.samples)
+        try:
+            disagree = self.agreement.check(node, batch.facts) if self.agreement is not None else []
+        except (AgentUnavailable, OSError) as exc:
+            self._mark(node, f"its agent does not answer ({exc})")
+            return sorted(batch.samples, key=lambda x: x.at)
         age = batch.age_s
-        if age is None or age > self.stale_after_s:
+        if disagree:
+            self._mark(node, "its agent disagrees with the helper: " + "; ".join(disagree))
+        elif age is None or age > self.stale_after_s:
             self._mark(node, "its agent has not sampled yet" if age is None
                        else f"its agent's newest samples are {age:.0f} s old")
         elif node in self.stale:
             log.info("node agent of %s answers again with fresh samples (was stale: %s)", node,
                      self.stale.pop(node))
         return sorted(batch.samples, key=lambda x: x.at)
+
+    def _push(self, node: str) -> None:
+        """Push the node's job list. An agent that holds a newer generation than this helper's
+        (the helper's clock was set back: generations outlive restarts on both sides) refuses
+        it; the helper then counts on from the agent's and pushes again, once."""
+        from slurm_plugin.agent.client import AgentRefused, push_jobs
+
+        try:
+            push_jobs(self.link, node, self._jobs.get(node, []), self._generation)
+        except AgentRefused as exc:
+            newer = _NEWER.search(str(exc))
+            if newer is None:
+                raise
+            log.warning("the agent of %s has job list generation %s, newer than this helper's %d (was the "
+                        "helper's clock set back?): counting on from it", node, newer.group(1), self._generation)
+            self._generation = max(self._generation, int(newer.group(1)) + 1)
+            push_jobs(self.link, node, self._jobs.get(node, []), self._generation)
 
     def _mark(self, node: str, reason: str) -> None:
         if node not in self.stale:

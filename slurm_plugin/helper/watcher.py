@@ -60,9 +60,12 @@ class Watcher:
         from slurm_plugin.helper.finals import EndedSpool, FinalsCollector, LinkFinals, open_sweep, spool_path
 
         finals_link = helper_link(config_path, self.paths, lambda: self.runner)  # the agents, over the link
+        from slurm_plugin.helper.journal_mirror import JournalMirror
+
         self.finals = FinalsCollector(lambda: open_sweep(self.paths.database, LinkFinals(finals_link),
                                                          self.paths.slurm_conf, "sweep"),
-                                      EndedSpool(spool_path(self.paths.socket)))
+                                      EndedSpool(spool_path(self.paths.socket)),
+                                      journals=lambda sweep: JournalMirror(finals_link, sweep.recorder.store))
         # the monitor's one job listing per round also feeds the view (one squeue a round)
         self.monitor = _load_monitor(self)
 

@@ -154,6 +154,13 @@ class MonitorCollector(Collector):
                                 value=len(m.tracks))
         yield GaugeMetricFamily("gpupack_jobs_at_head", "Requeued jobs being kept at the head of the queue.",
                                 value=len(m._heading))
+        disagree = GaugeMetricFamily("gpupack_node_disagrees", "1 for each way a node's agent disagrees with "
+                                     "the helper (shares per GPU, GPU type, versions): not packed onto.",
+                                     labels=["node", "why"])
+        for node, reasons in sorted(getattr(getattr(m, "agreement", None), "disagree", {}).items()):
+            for why in reasons:
+                disagree.add_metric([node, why], 1)
+        yield disagree
         yield GaugeMetricFamily("gpupack_actions_halted", "1 while the kill switch file exists: the watcher "
                                 "does nothing to jobs but keep packed jobs isolated.", value=int(m.kill_switch.on))
 

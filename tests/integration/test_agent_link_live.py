@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 import urllib.error
@@ -101,3 +102,120 @@ def test_each_run_of_a_requeued_job_is_collected_over_the_link_and_acknowledged(
                  "the agent keeps no summary of the job once the helper acknowledged it")
     finally:
         cluster.cancel_all()
+
+
+def test_a_node_whose_gres_conf_disagrees_is_not_packed_onto_and_recovers_when_fixed(cluster):
+    """node2's gres.conf gives one shard per GPU fewer than gpupack.toml: the helper refuses to
+    pack onto node2, says why (event, metric, cluster view), and packs there again once fixed."""
+    from packer.store import Store
+
+    gres = cluster.spec.etc / "gres.conf"  # the site's shared configuration (read-only on the nodes)
+    original = cluster.node_path("node2", gres).read_text()
+    (count,) = {int(c) for c in re.findall(r"^NodeName=node2 .*Name=shard.* Count=(\d+)", original, flags=re.M)}
+    other = count - 1  # what node2's gres.conf will say instead of gpupack.toml's shares_per_gpu
+    cluster.set_option("pack_only_when_no_idle_gpu", "false")
+    body = script("link-agree")
+    seed_history(cluster, "link-agree", body)
+    store = Store(cluster.spec.database)
+    metrics = cluster.spec.database.with_name("metrics.prom")
+
+    began = time.time()
+
+    def events(kind: str) -> list:  # this test's, of node2
+        return [e for e in store.events(limit=500) if e.kind == kind and "node2" in e.detail and e.at >= began]
+
+    try:
+        wait_for(lambda: not stale_in_view(cluster, "node2"), 30, "node2 fresh at the start")
+        gres.write_text("\n".join(line.replace(f"Count={count}", f"Count={other}") if line.startswith("NodeName=node2 ")
+                                  else line for line in original.splitlines()) + "\n")
+        wait_for(lambda: stale_in_view(cluster, "node2"), 30, "node2 refused in the published cluster view")
+        (event,) = wait_for(lambda: events("node-disagrees"), 30, "a node-disagrees event")
+        assert f"{other} shards per GPU in its gres.conf" in event.detail, event.detail
+        assert f"shares_per_gpu = {count}" in event.detail, event.detail
+        wait_for(lambda: 'gpupack_node_disagrees{node="node2"' in metrics.read_text(), 30, "the metric")
+        assert not stale_in_view(cluster, "node1")  # the others agree
+        job = cluster.submit(["-J", "link-agree", "--hold", "--gres=gpu:1"], body)
+        assert record_of(cluster, job).verdict == "packed", cluster.job(job)["AdminComment"]
+        assert "node2" in cluster.job(job)["ExcNodeList"]  # kept off the node that disagrees
+    finally:
+        gres.write_text(original)
+    wait_for(lambda: not stale_in_view(cluster, "node2"), 30, "node2 agrees again once gres.conf is fixed")
+    try:
+        wait_for(lambda: events("node-agrees"), 30, "a node-agrees event")
+        assert 'gpupack_node_disagrees{node="node2"' not in metrics.read_text()
+        again = cluster.submit(["-J", "link-agree", "--hold", "--gres=gpu:1"], body)
+        assert record_of(cluster, again).verdict == "packed", cluster.job(again)["AdminComment"]
+        wait_for(lambda: "node2" not in (cluster.job(again).get("ExcNodeList") or ""), 30,
+                 "the pending job no longer kept off node2")
+    finally:
+        cluster.cancel_all()
+        cluster.reset_options()
+        store.close()
+
+
+def test_a_restarted_agent_refuses_a_job_list_older_than_it_took_before(cluster):
+    """Generations survive an agent restart: a replayed old job list is refused afterwards."""
+    from slurm_plugin.agent.client import AgentRefused, AgentUnavailable, push_jobs
+    from slurm_plugin.agent.paths import AgentPaths
+
+    kept = cluster.node_path("node3", AgentPaths(cluster.state_dir, "node3").generations)
+    before = wait_for(lambda: kept.exists() and json.loads(kept.read_text()).get("jobs"), 30,
+                      "the helper's job lists taken by node3's agent")
+    os.kill(agent_pid(cluster, "node3"), signal.SIGTERM)
+    wait_for(lambda: stale_in_view(cluster, "node3"), 30, "node3 stale while its agent is down")
+    cluster.dev.up()  # the agent of node3 again
+    cluster.reset_options()  # up() wrote the settings afresh
+    link = cluster.link
+
+    def replay_old_list() -> str | None:
+        try:
+            push_jobs(link, "node3", [], before - 1)
+            return "taken"
+        except AgentRefused as exc:
+            return f"refused: {exc}"
+        except AgentUnavailable:
+            return None  # not up yet
+
+    outcome = wait_for(replay_old_list, 30, "node3's agent answering")
+    assert outcome.startswith("refused") and "older" in outcome, outcome
+    assert json.loads(kept.read_text())["jobs"] >= before
+    wait_for(lambda: not stale_in_view(cluster, "node3"), 40, "node3 fresh again")
+
+
+def test_an_agent_that_lost_its_state_and_journal_gets_its_slice_back_from_the_controllers_copy(cluster):
+    """The controller mirrors node1's slice journal; node1's agent restarts without state.json
+    and without its journal: the running job's slice is left alone, then given back from the
+    controller's copy once NVML and the job list confirm it."""
+    from slurm_plugin.helper.journal_mirror import SliceMirror
+    from packer.store import Store
+    from slurm_plugin.agent.client import status
+    from slurm_plugin.agent.paths import AgentPaths
+
+    link = cluster.link
+    store = Store(cluster.spec.database)
+    home = cluster.node_path("node1", AgentPaths(cluster.state_dir, "node1").home)
+    try:
+        job = cluster.submit(["-J", "journal-copy", "-w", "node1", "--gres=shard:2"],
+                             simgpu_script("--workload ResNet18 --mem-start 1GiB --iters 4000 --iter-ms 50"))
+        cluster.wait(job, "RUNNING", 30)
+        held = wait_for(lambda: status(link, "node1")["jobs"].get(str(job), {}).get("device"), 30,
+                        "the job's slice on node1")
+        assert held.startswith("MIG-")
+        wait_for(lambda: [h for h in SliceMirror(store).held("node1") if h.job_id == job and h.uuid == held],
+                 90, "the controller's copy of node1's journal holding the job's slice")
+        os.kill(agent_pid(cluster, "node1"), signal.SIGTERM)
+        wait_for(lambda: stale_in_view(cluster, "node1"), 30, "node1's agent down")
+        (home / "state.json").unlink()
+        (home / "slices.jsonl").unlink()
+        cluster.dev.up()  # node1's agent again, knowing nothing of its slices
+        cluster.reset_options()
+        restored = wait_for(lambda: [e for e in store.events(limit=500)
+                                     if e.kind == "slice-restored" and f"job {job}'s" in e.detail], 90,
+                            "the slice given back from the controller's copy")
+        assert held in restored[0].detail
+        now = status(link, "node1")
+        assert now["jobs"][str(job)]["device"] == held and held not in now["unsure_slices"]
+        assert cluster.job(job)["JobState"] == "RUNNING"
+    finally:
+        cluster.cancel_all()
+        store.close()
