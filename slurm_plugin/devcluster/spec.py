@@ -39,6 +39,9 @@ class ClusterSpec:
     # multifactor (fair-share first: docs/accounting.md)
     accounting: bool = False
     priority: str = "basic"
+    # how long a requeued job waits before it may start again (slurm.conf's cred_expire);
+    # None: Slurm's default (120 s, so 121 s), as on a real site
+    cred_expire_s: int | None = CRED_EXPIRE_S
 
     def __post_init__(self) -> None:
         topo.check_topology(self.topology)
@@ -159,7 +162,7 @@ def slurm_conf(spec: ClusterSpec, hostname: str, slurm_user: str, epilog: Path, 
         f"SlurmUser={slurm_user}",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"AuthInfo=socket={s.munge_socket},cred_expire={CRED_EXPIRE_S}",
+        f"AuthInfo=socket={s.munge_socket}" + ("" if s.cred_expire_s is None else f",cred_expire={s.cred_expire_s}"),
         f"StateSaveLocation={s.state_dir}/ctld",
         f"SlurmdSpoolDir={s.state_dir}/spool/%n",
         f"SlurmctldPidFile={s.run}/slurmctld.pid",

@@ -33,6 +33,11 @@ def test_accounting_and_multifactor_lines():
     assert "PriorityType=priority/basic" not in lines
 
 
+def test_slurms_default_cred_expire_is_not_written():
+    assert "AuthInfo=socket=/x/run/munge/munge.socket,cred_expire=10" in conf()  # the dev cluster's short one
+    assert "AuthInfo=socket=/x/run/munge/munge.socket" in conf(cred_expire_s=None)  # Slurm's 120 s
+
+
 def test_an_unknown_priority_plugin_is_refused():
     with pytest.raises(ValueError, match="--priority must be one of basic, multifactor"):
         ClusterSpec(priority="fairshare")
