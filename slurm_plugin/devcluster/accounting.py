@@ -140,7 +140,10 @@ class Accounting:
         env = {**os.environ, "SLURM_CONF": str(s.slurm_conf)}
         check_started(subprocess.run(["/usr/sbin/slurmdbd", self.marker], env=env, capture_output=True, text=True),
                       "slurmdbd")
-        pid = started_pid(pidfile, self.marker, "slurmdbd", s.log, timeout=20)
+        try:
+            pid = started_pid(pidfile, self.marker, "slurmdbd", s.log, timeout=20)
+        except DevClusterError as exc:
+            raise DevClusterError(f"{exc}\n{_tail(s.log / 'slurmdbd.log')}") from None
         procs.append(Process("slurmdbd", "slurmdbd", pid, self.marker, str(pidfile)))
         save(procs)
         self._wait(lambda: run_slurm(s, "sacctmgr", "-n", "show", "cluster", timeout=10).returncode == 0, None,

@@ -54,7 +54,8 @@ def install_packages(accounting: bool = False) -> None:
         )
     log.warning("installing %s from Debian's packages", " ".join(missing))
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
+    # a Debian root's suite may be older than its Release file's validity (sid, unstable)
+    subprocess.run(["apt-get", "-o", "Acquire::Check-Valid-Until=false", "update", "-qq"], check=False, env=env)
     result = subprocess.run(
         ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *APT_PACKAGES,
          *(acct.PACKAGES if accounting else [])],

@@ -17,16 +17,21 @@ delay runs, any eligible job could take it.)
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import pytest
 
 from conftest import start_cluster
+from slurm_plugin.devcluster.errors import DevClusterError
 from e2e_support import SLEEP, events, simgpu_script, wait_for
 
 pytestmark = pytest.mark.integration
 
 ACCOUNTS = ("fair-a", "fair-b")
+#: Slurm 24.11.5 (Debian trixie) and 26.05 (sid) with their suite's MariaDB 11.8.9 and its
+#: client library: slurmdbd's first query fails in the client ("5027 Number of columns in
+#: result (=1) set execeeds maxmimum allowed number of columns (=0)") and slurmdbd exits
+#: (seen 2026-11-27). Slurm 22.05 with Debian 12's MariaDB 10.11 works.
+KNOWN_DBD_FAILURE = "fatal: _check_mysql_concat_is_sane: null result"
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +40,14 @@ def fair_cluster(cluster):
     base = cluster.dev.spec
     cluster.cancel_all()
     # and Slurm's default cred_expire (121 s of requeue delay), as on a real site (issue 23, item 1)
-    fair = start_cluster(dataclasses.replace(base, accounting=True, priority="multifactor", cred_expire_s=None),
-                         cluster.workdir)
+    try:
+        fair = start_cluster(dataclasses.replace(base, accounting=True, priority="multifactor", cred_expire_s=None),
+                             cluster.workdir)
+    except DevClusterError as exc:
+        start_cluster(base, cluster.workdir)
+        if KNOWN_DBD_FAILURE in str(exc):  # Debian's, not ours: see KNOWN_DBD_FAILURE
+            pytest.skip(f"slurmdbd does not start against this Debian suite's MariaDB: {exc}")
+        raise
     try:
         for account in ACCOUNTS:
             fair.run("sacctmgr", "-i", "add", "account", account, check=False)  # kept from an earlier run
