@@ -52,8 +52,9 @@ def test_newcomer_that_slows_its_neighbour_is_requeued_next_to_start_and_never_p
         # once it is back in the queue and eligible (the helper skips Slurm's requeue delay as
         # soon as the old run is gone), free node2: the requeued newcomer, not the older
         # waiting job, is the next to start
-        wait_for(lambda: (lambda j: j["JobState"] == "PENDING" and j.get("Reason") != "BeginTime")(cluster.job(newcomer)),
-                 20, "requeued newcomer eligible again")
+        # (eligible: the scheduler has judged it since, "None" right after the requeue is not yet)
+        wait_for(lambda: (lambda j: j["JobState"] == "PENDING" and j.get("Reason") in ("Resources", "Priority"))(
+            cluster.job(newcomer)), 20, "requeued newcomer eligible again")
         cluster.run("scancel", str(fillers["node2"]))
         cluster.wait(newcomer, "RUNNING", 40)
         assert cluster.job(newcomer)["NodeList"] == "node2"
