@@ -15,12 +15,17 @@ exceed the threshold and stand out of the counters' noise.
 Memory growth (`predictor`): when the forecaster is certain a job will outgrow
 its share, it is restarted early on the next larger size (`restart_size`).
 
-Head of the queue (`head_priority`): Slurm 22.05 resets a requeued job's submit time (and
-with it its age factor, and under priority/basic its place in the order), so the job is
-given an administrator priority above every pending job; `scontrol top` only reorders one
-user's own jobs and is not enough. This is kept on every release, not only 22.05: even
-where a requeued job kept its submit time, pending jobs older than it would still come
-first, and the seed puts it at the head.
+Head of the queue (`head_nice`): Slurm 22.05 resets a requeued job's submit time (and with
+it its age factor, and under priority/basic its place in the order), and `scontrol top` only
+reorders one user's own jobs, so the job is lifted above every pending job by an
+administrator nice (Slurm subtracts a job's nice from the priority it computes). It is never
+given a fixed priority: `scontrol update Priority=N` sets a priority Slurm never computes
+again, for good, on every release (22.05 to 26.05: only a release of a held job or
+`Priority=INFINITE`, which scontrol cannot send, end it), and it would override fair-share
+even after a later requeue. The nice ends when the job starts (the keep-at-head watch puts
+the job's own nice back), so its priority is Slurm's own again. This is kept on every
+release: even where a requeued job kept its submit time, pending jobs older than it would
+still come first, and the seed puts it at the head.
 """
 from __future__ import annotations
 
@@ -31,10 +36,8 @@ from dataclasses import dataclass
 from packer.contention import Sharer, check_contention
 from packer.util_contention import CounterRule, utilisation_drop
 
-#: The highest priority `scontrol update priority=` takes (Slurm keeps 0xfffffffe/f for NO_VAL/INFINITE).
-MAX_PRIORITY = 0xFFFFFFFD
-#: Priority of a requeued job when nothing else is pending (above Slurm's priority/basic base).
-DEFAULT_HEAD_PRIORITY = 0xFFFF0000
+#: The largest nice `scontrol update Nice=` takes either way (Slurm's NICE_OFFSET - 3).
+MAX_NICE = 2147483645
 
 
 @dataclass(frozen=True)
@@ -216,17 +219,20 @@ def _measure(r: Resident, since: float, settle_s: float, min_before: int, min_af
     return drop.loss, drop.before, drop.after, "utilisation"
 
 
-def head_priority(pending_priorities: Iterable[int | None], exclude_current: int | None = None) -> int:
-    """A priority above every pending job's, so the job is the next to start.
+def head_nice(priority: int, nice: int, pending_priorities: Iterable[int | None]) -> int | None:
+    """The nice that lifts a job of `priority` (at `nice` now) above every pending job, one
+    above the highest; None when it is there already (or nothing else is pending).
 
-    `exclude_current` is the job's own present priority (left out of the maximum so that a
-    job already at the head does not climb on every round).
-    """
-    others = [p for p in pending_priorities if p is not None and p != exclude_current and 0 < p <= MAX_PRIORITY]
-    top = max(others, default=DEFAULT_HEAD_PRIORITY - 1)
-    if exclude_current is not None and exclude_current > top:
-        return exclude_current
-    return min(MAX_PRIORITY, max(top + 1, DEFAULT_HEAD_PRIORITY))
+    Slurm subtracts the nice from the priority it computes, so lowering the nice by the gap
+    raises the priority by as much. Held jobs (priority 0) do not count. Bounded by Slurm's
+    range (`MAX_NICE`): a gap wider than that is closed as far as Slurm allows."""
+    others = [p for p in pending_priorities if p is not None and p > 0]
+    if not others:
+        return None
+    gap = max(others) + 1 - priority
+    if gap <= 0:
+        return None
+    return max(-MAX_NICE, nice - gap)
 
 
 @dataclass(frozen=True)

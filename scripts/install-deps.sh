@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 PKGS=(slurmctld slurmd slurm-client munge libmunge2 libslurm-dev lua-socket liblua5.1-0 lua5.1 gcc make libc6-dev chromium chromium-driver)
 missing=()
 PKGS+=(iproute2 util-linux)  # ip, unshare, nsenter: the multi-host dev cluster's hosts and bridge
+PKGS+=(mariadb-server slurmdbd)  # `devcluster up --accounting` and the fair-share test (docs/accounting.md)
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
@@ -23,7 +24,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 # Debian starts the packaged daemons on install; the dev cluster runs its own, on its own ports.
-for svc in slurmctld slurmd munge; do
+for svc in slurmctld slurmd munge slurmdbd mariadb; do
   if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$svc" 2>/dev/null; then
     systemctl stop "$svc" || true
   fi

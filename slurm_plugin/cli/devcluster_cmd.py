@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from slurm_plugin.cli.slurm_choice import slurm_option
-from slurm_plugin.devcluster.spec import DEFAULT_PORT, DEFAULT_STATE_DIR, ClusterSpec
+from slurm_plugin.devcluster.spec import DEFAULT_PORT, DEFAULT_STATE_DIR, PRIORITY_TYPES, ClusterSpec
 from slurm_plugin.devcluster.topology import DEFAULT_TOPOLOGY, MULTI_HOST
 
 CTX = {"help_option_names": ["-h", "--help"]}
@@ -59,15 +59,23 @@ def devcluster() -> None:
 @click.option("--multi-host/--one-host", "multi_host", default=DEFAULT_TOPOLOGY == MULTI_HOST, show_default=True,
               help="Each node a host of its own (network, hostname and mount namespaces on a bridge; "
                    "docs/multi-host.md), or every daemon on this machine's one host.")
+@click.option("--accounting/--no-accounting", default=False, show_default=True,
+              help="slurmdbd with MariaDB (Debian's packages) on the controller's host: sacct, sacctmgr and "
+                   "fair-share (docs/accounting.md).")
+@click.option("--priority", type=click.Choice(PRIORITY_TYPES), default="basic", show_default=True,
+              help="Slurm's priority plugin: basic (submit order) or multifactor (fair-share; needs --accounting "
+                   "for usage and accounts).")
 @state_dir_option
-def up(nodes: int, gpus_per_node: int, gpu_model: str, mode: str, port: int, multi_host: bool, state_dir: Path) -> None:
+def up(nodes: int, gpus_per_node: int, gpu_model: str, mode: str, port: int, multi_host: bool, accounting: bool,
+       priority: str, state_dir: Path) -> None:
     """Bring the cluster up (installs missing Debian packages as root). Idempotent."""
     from slurm_plugin.devcluster.manager import DevClusterError
     from slurm_plugin.devcluster.topology import ONE_HOST
 
     try:
         cluster = _cluster(state_dir, nodes=nodes, gpus_per_node=gpus_per_node, gpu_model=gpu_model, mode=mode,
-                           port=port, topology=MULTI_HOST if multi_host else ONE_HOST)
+                           port=port, topology=MULTI_HOST if multi_host else ONE_HOST, accounting=accounting,
+                           priority=priority)
         state_dir.mkdir(parents=True, exist_ok=True)  # written first: `down` must know what to take away
         (state_dir / "spec.json").write_text(json.dumps(cluster.spec.to_json(), indent=1))
         statuses = cluster.up()

@@ -15,15 +15,15 @@ from slurm_plugin.devcluster import spec as specmod
 from slurm_plugin.devcluster.errors import DevClusterError
 from slurm_plugin.devcluster.spec import ClusterSpec
 
-__all__ = ["plugstack_conf", "slurm_release", "write_files"]
+__all__ = ["plugstack_conf", "slurm_release", "slurm_user", "write_files"]
 
 CTLD_PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
 
 
 def write_files(s: ClusterSpec) -> bool:
     """Write every config; True when slurm.conf or gres.conf changed (daemons must restart)."""
-    slurm_user = "slurm" if _user_exists("slurm") else "root"
-    _make_dirs(s, slurm_user)
+    user = slurm_user()
+    _make_dirs(s, user)
     shares, mem_gib = _shares_and_memory(s)
     epilog = s.etc / "epilog.sh"
     _write(epilog, _epilog_script(s, "epilog", f'"{sys.executable}" -m slurm_plugin epilog'), mode=0o755)
@@ -31,7 +31,7 @@ def write_files(s: ClusterSpec) -> bool:
     _write(s.etc / "ctld-epilog.sh", _epilog_script(s, "ctld-epilog", f'"{CTLD_PYTHON}" -m slurm_plugin.ctld_epilog'),
            mode=0o755)
     changed = _write(
-        s.slurm_conf, specmod.slurm_conf(s, socket.gethostname(), slurm_user, epilog, shares)
+        s.slurm_conf, specmod.slurm_conf(s, socket.gethostname(), user, epilog, shares)
     )
     changed |= _write(s.etc / "gres.conf", specmod.gres_conf(s, shares))
     changed |= _write(s.etc / "cgroup.conf", specmod.cgroup_conf(slurm_release()))
@@ -42,7 +42,16 @@ def write_files(s: ClusterSpec) -> bool:
     _write(s.gpupack_toml, specmod.gpupack_toml(s, shares, mem_gib))
     _write_munge_key(s)
     _make_devices(s)
+    if s.accounting:
+        from slurm_plugin.devcluster.accounting import Accounting
+
+        Accounting(s, user).write_files()
     return changed
+
+
+def slurm_user() -> str:
+    """SlurmUser: `slurm` where Debian's packages made it, else root."""
+    return "slurm" if _user_exists("slurm") else "root"
 
 
 def slurm_release() -> tuple[int, int, int]:

@@ -31,14 +31,21 @@ REQUIRED_FILES = {
 APT_PACKAGES += ["iproute2", "util-linux"]  # the multi-host layout (docs/multi-host.md)
 
 
-def missing_packages() -> list[str]:
-    """The packages of :data:`REQUIRED_FILES` whose file is not installed."""
-    return [pkg for pkg, path in REQUIRED_FILES.items() if not Path(path).exists()]
+def missing_packages(accounting: bool = False) -> list[str]:
+    """The packages of :data:`REQUIRED_FILES` (and with `accounting`, slurmdbd's and
+    MariaDB's) whose file is not installed."""
+    from slurm_plugin.devcluster import accounting as acct
+
+    required = {**REQUIRED_FILES, **(acct.REQUIRED_FILES if accounting else {})}
+    return [pkg for pkg, path in required.items() if not Path(path).exists()]
 
 
-def install_packages() -> None:
-    """Install :data:`APT_PACKAGES` with apt-get when any is missing (needs root)."""
-    missing = missing_packages()
+def install_packages(accounting: bool = False) -> None:
+    """Install :data:`APT_PACKAGES` (and with `accounting` slurmdbd and MariaDB) with
+    apt-get when any is missing (needs root)."""
+    from slurm_plugin.devcluster import accounting as acct
+
+    missing = missing_packages(accounting)
     if not missing:
         return
     if os.geteuid() != 0:
@@ -47,9 +54,11 @@ def install_packages() -> None:
         )
     log.warning("installing %s from Debian's packages", " ".join(missing))
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
+    # a Debian root's suite may be older than its Release file's validity (sid, unstable)
+    subprocess.run(["apt-get", "-o", "Acquire::Check-Valid-Until=false", "update", "-qq"], check=False, env=env)
     result = subprocess.run(
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *APT_PACKAGES],
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *APT_PACKAGES,
+         *(acct.PACKAGES if accounting else [])],
         env=env, capture_output=True, text=True,
     )
     if result.returncode != 0:

@@ -32,7 +32,9 @@ log = logging.getLogger(__name__)
 __all__ = ["DevCluster", "DevClusterError", "Process", "ProcessStatus", "slurm_release"]
 
 READY_TIMEOUT_S = 60
-STOP_ORDER = {"web": 0, "helper": 0, "agent": 0, "slurmd": 1, "slurmctld": 2, "munged": 3, "host": 4}
+STOP_ORDER = {"web": 0, "helper": 0, "agent": 0, "slurmd": 1, "slurmctld": 2, "slurmdbd": 3, "mariadb": 4, "munged": 5,
+              "host": 6}
+ACCOUNTING_ROLES = ("mariadb", "slurmdbd")
 
 
 class DevCluster:
@@ -62,7 +64,7 @@ class DevCluster:
     def up(self) -> list[ProcessStatus]:
         if os.geteuid() != 0:
             raise DevClusterError("the dev cluster needs root (munged, slurmd and fake device files)")
-        install_packages()
+        install_packages(accounting=self.spec.accounting)
         build_node_side(self.spec)  # before the configs: plugstack.conf names what it built
         config_changed = write_files(self.spec)
         running = self.registry.running()
@@ -72,12 +74,13 @@ class DevCluster:
             running = self.registry.running()
         if config_changed and running:
             log.warning("the cluster's configuration changed: restarting its daemons")
-            self.down(keep=("munged", "host"))
+            self.down(keep=("munged", "host", *(ACCOUNTING_ROLES if self.spec.accounting else ())))
             running = self.registry.running()
         procs = list(running.values())
         if self.hosts:
             self.hosts.start(running, procs, self.registry.save)
-        for start in (self._start_munged, self._start_slurmctld, self._start_slurmds, self._start_gpupack):
+        for start in (self._start_munged, self._start_accounting, self._start_slurmctld, self._start_slurmds,
+                      self._start_gpupack):
             start(running, procs)
         self._wait_ready()
         return self.status()
@@ -110,6 +113,14 @@ class DevCluster:
             pid = started_pid(seen, self._marker, f"munged {node}".strip(), self._seen_here(node, logfile.parent))
             procs.append(Process("munged", name, pid, self._marker, str(seen) if node else "", host=node))
             self.registry.save(procs)
+
+    def _start_accounting(self, running: dict[tuple[str, str], Process], procs: list[Process]) -> None:
+        """MariaDB and slurmdbd (`devcluster up --accounting`), before slurmctld."""
+        if self.spec.accounting:
+            from slurm_plugin.devcluster.accounting import Accounting
+            from slurm_plugin.devcluster.files import slurm_user
+
+            Accounting(self.spec, slurm_user()).start(running, procs, self.registry.save)
 
     def _start_slurmctld(self, running: dict[tuple[str, str], Process], procs: list[Process]) -> None:
         if ("slurmctld", "slurmctld") in running:

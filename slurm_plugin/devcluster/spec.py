@@ -9,6 +9,12 @@ from slurm_plugin.devcluster import topology as topo
 
 DEFAULT_STATE_DIR = Path(os.environ.get("GPUPACK_DEVCLUSTER_DIR", "/var/lib/gpupack/devcluster"))
 DEFAULT_PORT = int(os.environ.get("GPUPACK_DEVCLUSTER_PORT", "16817"))
+#: Slurm's priority plugins the dev cluster runs; multifactor weighs fair-share only (no age,
+#: size, partition or QOS factor), recomputed every minute (its shortest period)
+PRIORITY_TYPES = ("basic", "multifactor")
+MULTIFACTOR_LINES = ["PriorityType=priority/multifactor", "PriorityWeightFairshare=100000", "PriorityWeightAge=0",
+                     "PriorityWeightJobSize=0", "PriorityWeightPartition=0", "PriorityWeightQOS=0",
+                     "PriorityCalcPeriod=1", "PriorityDecayHalfLife=7-0"]
 CRED_EXPIRE_S = 10  # how long a requeued job waits before it may start again
 WEB_PORT_OFFSET = 80  # the web view listens on the cluster's port + 80 (nodes use port + 101...)
 AGENT_PORT_OFFSET = 400  # one-host: node i's agent link listens on port + 400 + i (metrics: + 300 + i)
@@ -28,9 +34,19 @@ class ClusterSpec:
     # multi-host: each node a host of its own (docs/multi-host.md); one-host here, as a
     # spec.json written before there was a choice means (`devcluster up` says which)
     topology: str = topo.ONE_HOST
+    # slurmdbd with MariaDB on the controller's host (`sacct`, `sacctmgr`, fair-share;
+    # `devcluster/accounting.py`), and Slurm's priority plugin: basic (submit order) or
+    # multifactor (fair-share first: docs/accounting.md)
+    accounting: bool = False
+    priority: str = "basic"
+    # how long a requeued job waits before it may start again (slurm.conf's cred_expire);
+    # None: Slurm's default (120 s, so 121 s), as on a real site
+    cred_expire_s: int | None = CRED_EXPIRE_S
 
     def __post_init__(self) -> None:
         topo.check_topology(self.topology)
+        if self.priority not in PRIORITY_TYPES:
+            raise ValueError(f"--priority must be one of {', '.join(PRIORITY_TYPES)}, got {self.priority!r}")
         if not 1 <= self.nodes <= 64:
             raise ValueError(f"--nodes must be between 1 and 64, got {self.nodes}")
         if not 1 <= self.gpus_per_node <= 16:
@@ -146,7 +162,7 @@ def slurm_conf(spec: ClusterSpec, hostname: str, slurm_user: str, epilog: Path, 
         f"SlurmUser={slurm_user}",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"AuthInfo=socket={s.munge_socket},cred_expire={CRED_EXPIRE_S}",
+        f"AuthInfo=socket={s.munge_socket}" + ("" if s.cred_expire_s is None else f",cred_expire={s.cred_expire_s}"),
         f"StateSaveLocation={s.state_dir}/ctld",
         f"SlurmdSpoolDir={s.state_dir}/spool/%n",
         f"SlurmctldPidFile={s.run}/slurmctld.pid",
@@ -157,13 +173,11 @@ def slurm_conf(spec: ClusterSpec, hostname: str, slurm_user: str, epilog: Path, 
         "SlurmdDebug=info",
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
-        "JobAcctGatherType=jobacct_gather/none",
         "MpiDefault=none",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core",
         "SchedulerType=sched/backfill",
         "SchedulerParameters=sched_interval=2,bf_interval=2",
-        "PriorityType=priority/basic",
         "GresTypes=gpu,shard",
         "JobSubmitPlugins=lua",
         f"PlugStackConfig={s.etc}/plugstack.conf",
@@ -176,6 +190,13 @@ def slurm_conf(spec: ClusterSpec, hostname: str, slurm_user: str, epilog: Path, 
         "InactiveLimit=0",
         "SlurmdTimeout=30",
     ]
+    lines += MULTIFACTOR_LINES if s.priority == "multifactor" else ["PriorityType=priority/basic"]
+    if s.accounting:
+        from slurm_plugin.devcluster.accounting import slurm_conf_lines
+
+        lines += slurm_conf_lines(s)
+    else:
+        lines.append("JobAcctGatherType=jobacct_gather/none")
     lines += node_lines(s, hostname, shards)
     lines.append("PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"

@@ -21,7 +21,8 @@ each watch of `Monitor.watches`, in this order:
 8. **regrouping** (`watches/regroup.py`): a whole-GPU head of the queue waiting
    while the room exists in pieces gets GPUs freed by moving packed jobs that declared they
    can be moved (checkpoint signal, then requeue at the head away from the freed node);
-9. **keep at head** (`watches/at_head.py`): requeued jobs stay the next to start;
+9. **keep at head** (`watches/at_head.py`): requeued jobs stay the next to start (lifted by
+   an administrator nice that ends when they start, `watches/head_lift.py`);
 10. **steering** (`watches/steering.py`): pending packed jobs are kept off avoided partners
     and, with `[monitor] pair_predict`, off nodes where every GPU they could land on holds a
     job predicted to slow down beside them (`watches/pair_view.py`, `packer.rules`);
@@ -68,6 +69,7 @@ from slurm_plugin.helper.retention import JobMemory, RetentionWatch
 from slurm_plugin.helper.sample_source import AgentSamples, SampleSource
 from slurm_plugin.helper.watches.actions import Actions
 from slurm_plugin.helper.watches.at_head import KeepAtHeadWatch
+from slurm_plugin.helper.watches.head_lift import Lift
 from slurm_plugin.helper.watches.contention import ContentionWatch
 from slurm_plugin.helper.watches.grow import GrowWatch
 from slurm_plugin.helper.watches.grow_release import GrowReleaseWatch
@@ -214,7 +216,7 @@ class Monitor:
         return dict(getattr(self.samples_source, "stale", {}))
 
     @property
-    def _heading(self) -> dict[int, int]:
+    def _heading(self) -> dict[int, Lift]:
         """Requeued jobs kept at the head (read by the metrics collector)."""
         return self.state.heading
 

@@ -97,6 +97,11 @@ def node_jobs_args(node: str) -> list[str]:
             "--states", ",".join(s.lower() for s in HOLDING_STATES), "--format", "%A"]
 
 
+def nice_args(job_id: int) -> list[str]:
+    """One job's nice as plain text (22.05's JSON leaves it null)."""
+    return ["squeue", "--noheader", "--jobs", _job_id(job_id), "--format", "%y"]
+
+
 def show_job_args(job_id: int | None, version: SlurmVersion | None) -> list[str]:
     """One job (or all) as JSON: `scontrol --json show job` from 23.02, else squeue."""
     if version is not None and version.has_scontrol_json:

@@ -26,7 +26,7 @@ __all__ = ["FAKE_EPOCH", "FakeJob", "FakeNode", "FakeSlurm", "UnsupportedCommand
 class FakeSlurm:
     """Jobs and nodes in memory, answered as Slurm `release` ("22.05.8" or "23.11.4")."""
 
-    def __init__(self, release: str = "22.05.8", *, accounting: bool = False) -> None:
+    def __init__(self, release: str = "22.05.8", *, accounting: bool = False, priority_type: str = "basic") -> None:
         self.release = release
         major, minor, _ = (int(p) for p in release.split("."))
         self.modern = (major, minor) >= (23, 11)
@@ -40,7 +40,8 @@ class FakeSlurm:
         self.calls: list[list[str]] = []
         self.envs: list[dict[str, str]] = []
         self._next_id = 1
-        self._commands = FakeJobCommands(self.jobs, self.modern, replaces_gres=(major, minor) >= (23, 2))
+        self._commands = FakeJobCommands(self.jobs, self.modern, replaces_gres=(major, minor) >= (23, 2),
+                                          priority_type=priority_type)
         self._json = FakeJson(release, self.modern)
 
     @property
@@ -58,10 +59,16 @@ class FakeSlurm:
         if gres is not None:
             fields["tres_per_node"] = gres
         job = FakeJob(job_id=job_id, **fields)
+        if job.factors is None:
+            job.factors = job.priority + job.nice
         if job.state == "RUNNING" and not job.start_time:
             job.start_time = job.submit_time + 1
         self.jobs[job_id] = job
         return job_id
+
+    def recompute_priorities(self) -> None:
+        """priority/multifactor's periodic pass (PriorityCalcPeriod)."""
+        self._commands.recompute()
 
     # ------------------------------------------------------------ executor
 
@@ -76,6 +83,11 @@ class FakeSlurm:
         command, rest = argv[0], argv[1:]
         if command == "squeue" and "--nodelist" in rest and "--format" in rest:
             return self._squeue_ids(rest)
+        if command == "squeue" and rest[:2] == ["--noheader", "--jobs"] and rest[3:] == ["--format", "%y"]:
+            job = self._commands.find(rest[2])
+            if job is None:
+                return 1, "", "slurm_load_jobs error: Invalid job id specified\n"
+            return 0, f"{job.nice}\n", ""
         if command == "squeue" and "--json" in rest:
             return 0, self._json.jobs(list(self.jobs.values())), ""
         if command == "sinfo" and rest == ["--json"]:

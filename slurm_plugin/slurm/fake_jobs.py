@@ -14,6 +14,7 @@ _UPDATE_KEYS = {
     "AdminComment": "admin_comment",
     "Comment": "comment",
     "Priority": "priority",
+    "Nice": "nice",
     "ExcNodeList": "excluded_nodes",
     "TresPerNode": "tres_per_node",
     "Gres": "tres_per_node",
@@ -39,8 +40,10 @@ class FakeJobCommands:
     """Changes ``jobs`` (shared with the fake) the way slurmctld does; ``modern``: Slurm
     23.11+ (TRES written gres/...). ``signals`` records what scancel --signal sent."""
 
-    def __init__(self, jobs: dict[int, FakeJob], modern: bool, replaces_gres: bool = True) -> None:
+    def __init__(self, jobs: dict[int, FakeJob], modern: bool, replaces_gres: bool = True,
+                 priority_type: str = "basic") -> None:
         self.jobs = jobs
+        self.priority_type = priority_type  # "basic" | "multifactor" (priority computed on its period)
         self.modern = modern
         self.replaces_gres = replaces_gres  # False: 22.05 (a shard job's GRES cannot become gpu)
         self._saved_priority: dict[int, int] = {}
@@ -86,7 +89,12 @@ class FakeJobCommands:
             if attr == "priority":
                 if not value.isdigit():
                     return 1, "", f"Invalid Priority value: {value}\nRequest aborted\n"
-                changes[attr] = int(value)
+                changes.update(priority=int(value), direct_set=True, nice=0)  # as slurmctld: nice reset
+            elif attr == "nice":
+                try:
+                    changes.update(self._nice(job, int(value)))
+                except ValueError:
+                    return 1, "", f"Invalid nice value: {value}\nRequest aborted\n"
             elif attr.startswith("tres_per_") and value and not value.startswith("gres"):
                 if not self.replaces_gres and key == "Gres" and _kinds(job.tres_per_node) != _kinds(value):
                     # 22.05 merges the new GRES into the job's request: shard and gpu together
@@ -110,9 +118,10 @@ class FakeJobCommands:
             self._saved_priority[job.job_id] = job.priority or self._saved_priority.get(job.job_id, 1)
             job.priority, job.state_reason = 0, "JobHeldUser"
         elif verb == "release":
-            if job.priority == 0:
-                job.priority = self._saved_priority.pop(job.job_id, 4294901000)
-                job.state_reason = "None"
+            if job.priority == 0:  # Slurm computes its priority again: an administrator one ends
+                saved = self._saved_priority.pop(job.job_id, 4294901000)
+                job.priority = self.computed(job) if self.priority_type == "multifactor" else saved
+                job.direct_set, job.state_reason = False, "None"
         elif verb == "top":
             job.priority = max((j.priority for j in self.jobs.values()), default=1) + 1
         else:  # requeue, requeuehold
@@ -126,6 +135,27 @@ class FakeJobCommands:
                 job.priority, job.state_reason = 0, "JobHeldUser"
         _strand_if_pinned_away(job)
         return 0, "", ""
+
+    def _nice(self, job: FakeJob, nice: int) -> dict[str, Any]:
+        """`Nice=N` as slurmctld takes it: ignored under an administrator priority; under
+        priority/basic the priority moves at once, under multifactor when next computed."""
+        if job.direct_set and job.priority != 0:
+            return {}
+        if self.priority_type == "basic":
+            return {"nice": nice, "priority": max(job.priority + job.nice - nice, 2)}
+        return {"nice": nice}
+
+    @staticmethod
+    def computed(job: FakeJob) -> int:
+        """priority/multifactor's priority: its factors' sum less its nice, at least 1."""
+        return max(1, (job.priority if job.factors is None else job.factors) - job.nice)
+
+    def recompute(self) -> None:
+        """priority/multifactor's periodic pass: every job without an administrator priority
+        (held ones stay held) gets the priority its factors and nice give."""
+        for job in self.jobs.values():
+            if job.state in ("PENDING", "RUNNING") and job.priority != 0 and not job.direct_set:
+                job.priority = self.computed(job)
 
 
 def _strand_if_pinned_away(job: FakeJob) -> None:

@@ -29,6 +29,9 @@ class FakeJob:
     admin_comment: str = ""
     comment: str = ""
     priority: int = 4294901000
+    nice: int = 0
+    direct_set: bool = False  # an administrator priority (Priority=N): Slurm never computes it again
+    factors: int | None = None  # priority/multifactor's sum before the nice (None: the priority at submit)
     submit_time: int = FAKE_EPOCH
     start_time: int = 0
     end_time: int = 0

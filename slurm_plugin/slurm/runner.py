@@ -243,6 +243,15 @@ class SlurmRunner:
                 return job
         raise JobNotFoundError(job_id)
 
+    def nice(self, job_id: int) -> int:
+        """The job's nice (what Slurm subtracts from the priority it computes)."""
+        args = build.nice_args(job_id)
+        text = self._run_for_job(args, job_id).stdout.strip()
+        try:
+            return int(text)
+        except ValueError:
+            raise SlurmCommandError(args, 0, f"expected one nice value, got {text!r}") from None
+
     def nodes_document(self) -> NodesDocument:
         return self._document(build.show_nodes_args(self.version()), parse.parse_nodes_document, lambda d: d.nodes)
 

@@ -47,16 +47,22 @@ def test_newcomer_that_slows_its_neighbour_is_requeued_next_to_start_and_never_p
         assert info["JobState"] in ("PENDING", "COMPLETING") and int(info["Restarts"]) >= 1
         assert "node1" in info["ExcNodeList"]
         assert int(info["Priority"]) > int(cluster.job(waiting)["Priority"])
+        assert int(info["Nice"]) < 0  # lifted by a nice, not given a priority Slurm never computes again
 
         # once it is back in the queue and eligible (the helper skips Slurm's requeue delay as
         # soon as the old run is gone), free node2: the requeued newcomer, not the older
         # waiting job, is the next to start
-        wait_for(lambda: (lambda j: j["JobState"] == "PENDING" and j.get("Reason") != "BeginTime")(cluster.job(newcomer)),
-                 20, "requeued newcomer eligible again")
+        # (eligible: the scheduler has judged it since, "None" right after the requeue is not yet)
+        wait_for(lambda: (lambda j: j["JobState"] == "PENDING" and j.get("Reason") in ("Resources", "Priority"))(
+            cluster.job(newcomer)), 20, "requeued newcomer eligible again")
         cluster.run("scancel", str(fillers["node2"]))
         cluster.wait(newcomer, "RUNNING", 40)
         assert cluster.job(newcomer)["NodeList"] == "node2"
         assert cluster.state(waiting) == "PENDING"
+        # the lift ended when it started: its owner's nice back, and the priority Slurm
+        # computes (below the older waiting job's again), not one above every job for good
+        wait_for(lambda: cluster.job(newcomer)["Nice"] == "0", 20, "the head-of-queue lift ended")
+        assert int(cluster.job(newcomer)["Priority"]) < int(cluster.job(waiting)["Priority"])
 
         fp_new, fp_senior = event.data["fingerprint"], event.data["avoided"][0]
         store = Store(cluster.spec.database)

@@ -1,11 +1,12 @@
 """What a watch may do to Slurm and the store: requeue at the head, update a job, log.
 
 "Requeue at the head" is `scontrol requeuehold` (so the job cannot start again before it is
-changed), the changes (size, excluded nodes), `scontrol release`, then an administrator
-priority above every pending job (`packer.preemption.head_priority`): Slurm 22.05 resets a
-requeued job's submit time, so neither age nor priority/basic's order would bring it back
-first, and `scontrol top` only reorders one user's own jobs. Release comes before the
-priority because releasing a held job recomputes its priority. Nothing is ever cancelled.
+changed), the changes (size, excluded nodes), `scontrol release`, then an administrator nice
+that lifts it above every pending job (`watches/head_lift.py`, `packer.preemption.head_nice`):
+Slurm 22.05 resets a requeued job's submit time, so neither age nor priority/basic's order
+would bring it back first, and `scontrol top` only reorders one user's own jobs. Release
+comes before the nice because releasing a held job recomputes its priority. The lift ends
+when the job starts (the keep-at-head watch). Nothing is ever cancelled.
 
 No run-time action is taken on a job whose node's agent figures are stale (`stale_nodes`,
 set by the monitor each round): the action is skipped and an event `<kind>-stale` says so.
@@ -21,9 +22,9 @@ from packer.action_modes import ActionMode, action_mode
 from packer.config import PackerConfig
 from packer.feasibility import ClusterFacts, stranded_by
 from packer.placement import merge_exclusions
-from packer.preemption import head_priority
 from packer.store import Store
 from slurm_plugin.helper.kill_switch import ACTIONS_WHILE_HALTED
+from slurm_plugin.helper.watches.head_lift import Lift, lift
 from slurm_plugin.helper.watches.round import WatchState
 from slurm_plugin.slurm.constraints import cluster_facts, job_facts
 from slurm_plugin.slurm.errors import SlurmError
@@ -222,17 +223,19 @@ class Actions:
         return True
 
     def _release_at_head(self, job_id: int) -> int:
-        """Release a held job, give it a priority above every pending job and have the
-        keep-at-head watch keep it there; the priority. Raises SlurmError."""
-        self.runner.release(job_id)
-        priority = head_priority(self.pending_priorities(job_id))
-        self.runner.update_job(job_id, Priority=priority)
-        self.state.heading[job_id] = priority
+        """Release a held job, lift it above every pending job with a nice and have the
+        keep-at-head watch keep it there (and end the lift when it starts); its priority.
+        Raises SlurmError."""
+        self.runner.release(job_id)  # Slurm computes its priority again
+        jobs = self.runner.jobs_in_play(also=(job_id,))
+        me = next((j for j in jobs if j.job_id == job_id), None)
+        if me is None:
+            raise SlurmError(f"job {job_id} is not listed after its release")
+        lifted = self.state.heading.get(job_id)
+        if lifted is None:
+            own = self.runner.nice(job_id)
+            lifted = Lift(own, own)
+        pending = [j.priority for j in jobs if j.state == "PENDING" and j.job_id != job_id]
+        lifted, priority = lift(self.runner, job_id, me.priority or 0, lifted, pending)
+        self.state.heading[job_id] = lifted
         return priority
-
-    def pending_priorities(self, exclude_job: int) -> list[int | None]:
-        try:
-            jobs = self.runner.jobs_in_play()
-        except SlurmError:
-            return []
-        return [j.priority for j in jobs if j.state == "PENDING" and j.job_id != exclude_job]

@@ -1,9 +1,10 @@
-"""Requeued jobs stay the next to start: above every pending job, past Slurm's requeue delay."""
+"""Requeued jobs stay the next to start: above every pending job, past Slurm's requeue delay;
+their lift ends when they start (`watches/head_lift.py`)."""
 from __future__ import annotations
 
 import logging
 
-from packer.preemption import head_priority
+from slurm_plugin.helper.watches.head_lift import end_lift, lift
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.slurm.errors import SlurmError
 
@@ -17,26 +18,30 @@ class KeepAtHeadWatch:
         self._keep_at_head(ctx, skip=ctx.acted)
 
     def _keep_at_head(self, ctx: RoundContext, skip: set[int] = frozenset()) -> None:
-        """Requeued jobs: skip the requeue delay once safe, stay above every pending job.
+        """Requeued jobs: skip the requeue delay once safe, stay above every pending job, and
+        get their owner's nice back once they start.
 
         `skip`: jobs requeued in this round (`jobs` still shows them as they were before)."""
         jobs = ctx.jobs
         heading = ctx.state.heading
-        pending = [j.priority for j in jobs.values() if j.state == "PENDING"]
-        for job_id, given in list(heading.items()):
+        for job_id, lifted in list(heading.items()):
             if job_id in skip:
                 continue
             job = jobs.get(job_id)
-            if job is None or job.state != "PENDING":
-                # COMPLETING: the old run is still being cleaned up; wait for it
-                if job is None or job.state in ("RUNNING", "SUSPENDED", "CONFIGURING") or job.is_finished:
-                    heading.pop(job_id, None)
+            if job is None or job.is_finished:  # Slurm changes a finished job no more
+                heading.pop(job_id, None)
                 continue
+            if job.state in ("RUNNING", "SUSPENDED", "CONFIGURING"):
+                end_lift(ctx.actions, job_id, lifted)
+                heading.pop(job_id, None)
+                continue
+            # COMPLETING: the old run is still being cleaned up; held (priority 0): by its
+            # owner or an administrator, who release it
+            if job.state != "PENDING" or not job.priority:
+                continue
+            pending = [j.priority for j in jobs.values() if j.state == "PENDING" and j.job_id != job_id]
             try:
-                wanted = head_priority([p for p in pending if p != job.priority], exclude_current=job.priority)
-                if job.priority is not None and wanted > job.priority:
-                    ctx.actions.update_job(job_id, Priority=wanted)
-                    heading[job_id] = wanted
+                heading[job_id], _ = lift(ctx.actions.runner, job_id, job.priority, lifted, pending)
                 if ctx.settings.skip_requeue_delay and job.state_reason == "BeginTime":
                     # the old run is no longer COMPLETING: its launch credential cannot start anything
                     ctx.actions.update_job(job_id, StartTime="now")

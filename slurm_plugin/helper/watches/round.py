@@ -17,6 +17,7 @@ from packer.config import PackerConfig
 from packer.rules import SuiteRules
 from packer.samples import JobSample
 from slurm_plugin.helper.monitor_settings import MonitorSettings
+from slurm_plugin.helper.watches.head_lift import Lift
 from slurm_plugin.slurm.model import Job
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ class WatchState:
     """What the watches remember between rounds (lost when the helper restarts)."""
 
     tracks: dict[int, Track] = field(default_factory=dict)  # running jobs with samples
-    heading: dict[int, int] = field(default_factory=dict)  # requeued job -> the priority it was given
+    heading: dict[int, Lift] = field(default_factory=dict)  # requeued job -> its head-of-queue lift
     ours_excluded: dict[int, frozenset[str]] = field(default_factory=dict)  # what we added to ExcNodeList
     quirk_excluded: dict[int, tuple[str, frozenset[int]]] = field(default_factory=dict)  # job -> (node, keepers)
     reported: set[tuple[int, float]] = field(default_factory=set)  # (job, run start) already judged

@@ -60,10 +60,11 @@ class Samples:
                                      started_at=started_at, util_pct=util, util_source=util_source, **more)
 
 
-def make(tmp_path, mode="enforce", *, fixed_clock=False, release="22.05.8", **settings):
-    """A monitor over a fake Slurm (`release`) and scripted samples; its clock follows the
-    newest sample, or stays at FAKE_EPOCH with `fixed_clock`. `settings`: MonitorSettings."""
-    fake, helper, samples = FakeSlurm(release), FakeHelper(tmp_path, mode), Samples()
+def make(tmp_path, mode="enforce", *, fixed_clock=False, release="22.05.8", priority_type="basic", **settings):
+    """A monitor over a fake Slurm (`release`, `priority_type`) and scripted samples; its clock
+    follows the newest sample, or stays at FAKE_EPOCH with `fixed_clock`. `settings`: MonitorSettings."""
+    fake = FakeSlurm(release, priority_type=priority_type)
+    helper, samples = FakeHelper(tmp_path, mode), Samples()
     clock = (lambda: float(FAKE_EPOCH)) if fixed_clock else (lambda: samples.clock)
     monitor = Monitor(helper, runner=SlurmRunner(executor=fake), samples=samples,
                       settings=MonitorSettings(skip_requeue_delay=False, **settings), clock=clock)

@@ -3,6 +3,7 @@ Slurm and scripted samples of `rounds_support`): no requeue, restart, grow, regr
 or priority change; the gpu+shard guard alone still runs. An event and a metric say so."""
 from __future__ import annotations
 
+from slurm_plugin.helper.watches.head_lift import Lift
 from slurm_plugin.slurm.fake import FAKE_EPOCH
 
 from tests.unit.helper import rounds_support
@@ -68,7 +69,7 @@ def test_no_restart_no_steering_no_priority_change_with_the_switch_on(tmp_path):
     running(fake, 1, fp="aaaa", node="node2")
     fake.submit(job_id=3, state="PENDING", gres="gres:shard:2", admin_comment="gpupack: packed shard:2 fp=bbbb")
     running(fake, 7, fp="grow", shards=1)  # outgrows its one share (10 GiB) at t = 27
-    monitor.state.heading[9] = 10  # a job requeued before the switch was turned on
+    monitor.state.heading[9] = Lift(0, -10)  # a job requeued before the switch was turned on
     fake.submit(job_id=9, state="PENDING", gres="gres:shard:2", priority=5)
     for t in range(40):
         samples.put(7, FAKE_EPOCH + t, mem=int(2 * GIB + t * 0.3 * GIB), started_at=FAKE_EPOCH)

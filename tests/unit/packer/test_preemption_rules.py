@@ -4,11 +4,10 @@ from __future__ import annotations
 import pytest
 
 from packer.preemption import (
-    DEFAULT_HEAD_PRIORITY,
-    MAX_PRIORITY,
+    MAX_NICE,
     Resident,
     find_contention,
-    head_priority,
+    head_nice,
     measure_seniors,
     restart_size,
     throughput_loss,
@@ -70,16 +69,18 @@ def test_single_job_is_never_contended_and_bad_threshold_is_refused():
         find_contention([], threshold=1.5)
 
 
-def test_head_priority_is_above_every_pending_job():
-    assert head_priority([4294901759, 4294901700, None]) == 4294901760
-    assert head_priority([]) == DEFAULT_HEAD_PRIORITY
-    assert head_priority([10, 20]) == DEFAULT_HEAD_PRIORITY  # never below Slurm's basic base
-    assert head_priority([MAX_PRIORITY]) == MAX_PRIORITY
+def test_head_nice_lifts_the_job_one_above_every_pending_job():
+    # priority/basic figures: the job at 4294901000 (nice 0), the highest pending one 1759 above
+    assert head_nice(4294901000, 0, [4294902759, 4294901700, None, 0]) == -1760
+    # priority/multifactor figures, with the user's own nice of 50 kept in the sum
+    assert head_nice(900, 50, [1200, 1000]) == 50 - 301
+    assert head_nice(900, 0, []) is None  # nothing to pass
+    assert head_nice(900, 0, [0]) is None  # a held job does not count
 
 
-def test_head_priority_does_not_climb_when_already_at_the_head():
-    current = 4294901800
-    assert head_priority([4294901759, current], exclude_current=current) == current
+def test_head_nice_does_not_climb_when_already_at_the_head_and_stays_in_slurms_range():
+    assert head_nice(4294901800, -900, [4294901759]) is None
+    assert head_nice(1, 0, [4294901759]) == -MAX_NICE
 
 
 def test_restart_size_grows_to_what_the_forecast_needs():
