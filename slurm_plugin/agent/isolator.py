@@ -109,7 +109,7 @@ class Isolator:
         g = self._gpu(a.gpu_index)
         if g.mig_enabled:  # MPS shares a whole GPU: MIG must be off (as a MIG slice turns it on)
             self.mig.leave_mig_mode(a.gpu_index)
-        shares = self.shares_per_gpu or self.backend.catalog(a.gpu_index).memory_slices
+        shares = iso.ladder_shares(self.backend.catalog(a.gpu_index), self.shares_per_gpu)
         pct = self.planned_pct(a.gpu_index, a.job_id) or iso.mps_percentage(a.shards, shares)
         a.mem_limit_bytes = iso.mps_memory_limit_bytes(a.shards, shares, g.memory_mib)
         a.isolation = f"mps:{pct}"

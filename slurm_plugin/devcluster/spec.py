@@ -212,7 +212,8 @@ def cgroup_conf(release: tuple[int, int, int]) -> str:
 
 
 def gres_conf(spec: ClusterSpec, shares_per_gpu: int) -> str:
-    lines = ["# Written by `gpupack devcluster up`: fake GPU device files, one shard per MIG memory slice."]
+    lines = ["# Written by `gpupack devcluster up`: fake GPU device files; shards per GPU: the model's share "
+             "ladder (`gpupack mig ladder`)."]
     last = spec.gpus_per_node - 1
     for node in spec.node_names:
         dev = spec.device_dir(node)
@@ -241,6 +242,7 @@ def gpupack_toml(spec: ClusterSpec, shares_per_gpu: int, gpu_memory_gib: float) 
         f'mode = "{spec.mode}"\n'
         f"shares_per_gpu = {shares_per_gpu}\n"
         f"gpu_memory_gib = {gpu_memory_gib:.2f}\n"
+        f'gpu_model = "{spec.gpu_model}"\n'
         f'gpu_type = "{spec.gres_type}"\n'
         "\n[paths]\n"
         f'database = "{spec.database}"\n'

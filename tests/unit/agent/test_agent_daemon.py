@@ -54,16 +54,18 @@ def test_whole_gpu_keeps_slurms_devices(world):
 def test_mps_share(tmp_path):
     backend = SimGpuBackend(None, "node1", gpus=["H100-80GB"], mig_enabled=False)
     a = NodeAgent("node1", tmp_path, backend, isolation_mode="mps").isolate(9, BATCH_STEP, 0, SHARD2)
-    assert a.isolation == "mps:25"
-    assert a.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert a.isolation == "mps:40"  # 2 of the H100's 5 shares (its share ladder)
+    assert a.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"
     assert a.env["CUDA_MPS_PIPE_DIRECTORY"].endswith("gpu0/pipe") and a.env["CUDA_MPS_LOG_DIRECTORY"].endswith("gpu0/log")
-    assert int(a.env["GPUPACK_MEM_LIMIT_BYTES"]) == 81559 * 1024 * 1024 // 4
+    assert int(a.env["GPUPACK_MEM_LIMIT_BYTES"]) == int(81559 * 1024 * 1024 * 2 / 5)
 
 
 def test_full_gpu_refuses_with_a_reason(world):
     make, *_ = world
     agent = make()
-    agent.isolate(1, BATCH_STEP, 0, {**SHARD2, "SLURM_SHARDS_ON_NODE": "8"})
+    agent.isolate(1, BATCH_STEP, 0, {**SHARD2, "SLURM_SHARDS_ON_NODE": "5"})  # all 5 shares: 7g.80gb
+    with pytest.raises(AgentError, match="no MIG profile of H100-80GB holds 8 shares"):
+        agent.isolate(3, BATCH_STEP, 0, {**SHARD2, "SLURM_SHARDS_ON_NODE": "8"})
     with pytest.raises(AgentError, match="no room for 1g.10gb on GPU 0"):
         agent.isolate(2, BATCH_STEP, 0, {**SHARD2, "SLURM_SHARDS_ON_NODE": "1"})
 
