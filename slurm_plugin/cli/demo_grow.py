@@ -1,6 +1,6 @@
 """`gpupack demo --scenario grow`: a packed job that must grow evicts its younger neighbour.
 
-Two packed jobs on node1's first GPU (shard:2 and shard:4 of its 8 shares): the older one's memory grows
+Two packed jobs on node1's first GPU (shard:2 and shard:2 of its 5 shares): the older one's memory grows
 (`simgpu run --mem-growth`), the controller helper's grow watch requeues the younger one
 (held, then at the head of the queue) and restarts the older one at once on a larger share,
 pinned to its node. What happened is read back from Slurm and from the event log.
@@ -71,7 +71,7 @@ def run_grow(env: dict[str, str], workdir: Path, database: Path, python: str, ti
     grower = submit(script, "grow-older", 2)
     wait_until(lambda: runner.job(grower).base_state == "RUNNING", time.time() + 60)
     time.sleep(2)
-    neighbour = submit(sleeper, "grow-younger", 4)  # 2 + 4 of the GPU's 8 shares: 2 free
+    neighbour = submit(sleeper, "grow-younger", 2)  # 2 + 2 of the GPU's 5 shares: 1 free, the next rung is 4
     out = GrowOutcome(grower, neighbour)
     wait_until(settled, time.time() + timeout, interval=1)
     # the released neighbour starts again, after the grower
