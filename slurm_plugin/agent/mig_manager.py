@@ -41,6 +41,10 @@ class MigManager:
         self.layout_policy = "off"
         self.reconfigurations = 0
 
+    def assignments(self) -> list[Assignment]:
+        """Every job this agent isolates now (on any GPU)."""
+        return list(self._assignments())
+
     # -- a job's instance -------------------------------------------------------------------
     def slice_for(self, a: Assignment) -> MigInstance:
         """The MIG instance for a job of ``a.shards`` shares on ``a.gpu_index`` (made or taken)."""

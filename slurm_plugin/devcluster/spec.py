@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from slurm_plugin.devcluster import topology as topo
+from slurm_plugin.helper.watches.unisolated import UNISOLATED_EXIT
 
 DEFAULT_STATE_DIR = Path(os.environ.get("GPUPACK_DEVCLUSTER_DIR", "/var/lib/gpupack/devcluster"))
 DEFAULT_PORT = int(os.environ.get("GPUPACK_DEVCLUSTER_PORT", "16817"))
@@ -170,6 +171,9 @@ def slurm_conf(spec: ClusterSpec, hostname: str, slurm_user: str, epilog: Path, 
         f"Epilog={epilog}",
         f"EpilogSlurmctld={s.etc}/ctld-epilog.sh",  # tells the helper a job ended (its history)
         "ReturnToService=2",
+        # a packed step the agent could not isolate exits with this code (spank/gpupack_spank.c):
+        # Slurm requeues the batch job, the helper puts it at the head (requeue-unisolated)
+        f"RequeueExit={UNISOLATED_EXIT}",
         "SlurmdParameters=config_overrides",
         "MinJobAge=600",
         "KillWait=5",

@@ -80,6 +80,7 @@ from slurm_plugin.helper.watches.outcomes import OutcomeWatch
 from slurm_plugin.helper.watches.quirk_guard import QuirkGuardWatch
 from slurm_plugin.helper.watches.round import RoundContext, Watch, WatchState
 from slurm_plugin.helper.watches.steering import SteerWatch
+from slurm_plugin.helper.watches.unisolated import UnisolatedWatch
 from slurm_plugin.helper.watches.tracks import (  # noqa: F401  (the names other code imports from here)
     ACTIVE, SAMPLES_KEPT, Fingerprints, Track, TrackWatch, job_shards, submit_time_exclusion, wants_whole_gpu,
 )
@@ -153,6 +154,7 @@ class Monitor:
             grow,
             MemoryWatch(),
             regroup,
+            UnisolatedWatch(),
             KeepAtHeadWatch(),
             SteerWatch(),
             self.mps_watch,

@@ -172,3 +172,17 @@ def test_a_job_that_ended_while_the_agent_was_down_leaves_a_summary_with_its_gap
         clock.t += 1
         restarted.tick()
     assert restarted.step_end(c.job_id, BATCH_STEP)["gaps"] == 0.0
+
+
+def test_mps_shares_of_one_gpu_stay_within_one_user(tmp_path):
+    """MPS runs one server per user on a GPU: a second user's packed job is refused there (the
+    SPANK plugin then fails its step and Slurm requeues it), the same user's is served."""
+    backend = SimGpuBackend(None, "node1", gpus=["H100-80GB"], mig_enabled=False)
+    agent = NodeAgent("node1", tmp_path, backend, isolation_mode="mps")
+    agent.isolate(9, BATCH_STEP, 1000, SHARD2)
+    assert agent.isolate(10, BATCH_STEP, 1000, SHARD2).isolation == "mps:40"
+    with pytest.raises(AgentError, match="MPS servers are per user"):
+        agent.isolate(11, BATCH_STEP, 1001, SHARD2)
+    agent.step_end(9, BATCH_STEP)
+    agent.step_end(10, BATCH_STEP)
+    assert agent.isolate(11, BATCH_STEP, 1001, SHARD2).isolation == "mps:40"
