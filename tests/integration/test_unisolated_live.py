@@ -27,6 +27,15 @@ def agent_pid(cluster, node: str) -> int:
     return next(p["pid"] for p in procs if p["role"] == "agent" and p["name"] == node)
 
 
+def running(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def requeue_events(cluster, job_id: int):
     store = Store(cluster.spec.database)
     try:
@@ -39,7 +48,7 @@ def test_a_packed_job_whose_agent_is_down_is_requeued_not_run_unisolated(idle_cl
     cluster, node, wd = idle_cluster, "node2", idle_cluster.workdir
     pid = agent_pid(cluster, node)
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), 20, "the agent gone")
+    wait_for(lambda: not running(pid), 20, "the agent gone")
     try:
         ran = wd / f"unisolated-ran-{time.time_ns()}"
         body = f"#!/bin/sh\necho \"$SLURM_RESTART_COUNT $GPUPACK_ISOLATION $CUDA_VISIBLE_DEVICES\" >> {ran}\nsleep 2\n"
