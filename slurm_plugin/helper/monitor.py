@@ -138,6 +138,7 @@ class Monitor:
         self.quirk_guard_watch = QuirkGuardWatch()
         self.mps_watch = MpsWatch()
         self.metrics_watch = MetricsWatch(self)
+        self.unisolated_watch = UnisolatedWatch()
         grow, regroup = GrowWatch(), RegroupWatch()
         # [retention]: the store's tables, and every per-job map of the watches
         retention = retention or (settings_file().retention if settings_file is not None else RetentionSettings())
@@ -154,7 +155,7 @@ class Monitor:
             grow,
             MemoryWatch(),
             regroup,
-            UnisolatedWatch(),
+            self.unisolated_watch,
             KeepAtHeadWatch(),
             SteerWatch(),
             self.mps_watch,
@@ -173,7 +174,7 @@ class Monitor:
         s = self.state
         return [s.heading, s.ours_excluded, s.quirk_excluded, s.reported, s.held_for_grower, s.kept_off,
                 s.pairs_measured, self.fingerprint_of._cache, grow._wanting, grow._said, grow._decided,
-                grow.queued, regroup._said, regroup.pending, regroup.heads,
+                grow.queued, regroup._said, regroup.pending, regroup.heads, self.unisolated_watch.told,
                 *([regroup._signals._cache] if regroup._signals is not None else [])]
 
     # ------------------------------------------------------------------ what others read and swap
