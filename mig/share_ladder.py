@@ -51,10 +51,6 @@ class ShareLadder:
             raise ValueError(f"{shares} shares is outside 1..{self.shares_per_gpu} on {self.model}")
         return next(k for k in self.rungs if k >= shares)
 
-    def round_down(self, shares: int) -> int | None:
-        """The largest rung not above ``shares`` (None below the first)."""
-        return max((k for k in self.rungs if k <= shares), default=None)
-
     @property
     def share_bytes(self) -> float:
         """Memory per share: every rung k below the whole GPU holds at least k times this
