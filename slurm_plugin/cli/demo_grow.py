@@ -57,8 +57,8 @@ def run_grow(env: dict[str, str], workdir: Path, database: Path, python: str, ti
     sleeper = write_script(workdir / "neighbour.sh",
                            "#!/bin/sh\n# gpupack demo: a younger packed neighbour\nsleep 120\n")
 
-    def submit(path: Path, name: str, shards: int) -> int:
-        return sbatch(env, workdir, path, name, "-w", "node1", f"--gres=shard:{shards}", "-t", "10")
+    def submit(path: Path, name: str, shards: int, minutes: int = 10) -> int:
+        return sbatch(env, workdir, path, name, "-w", "node1", f"--gres=shard:{shards}", "-t", str(minutes))
 
     def events() -> list[dict]:
         return scenario_events(database, (grower, neighbour), GROW_KINDS)
@@ -68,7 +68,9 @@ def run_grow(env: dict[str, str], workdir: Path, database: Path, python: str, ti
         job = runner.job(grower)
         return ("grow-release" in kinds and job.base_state == "RUNNING") or "restart-memory" in kinds or job.is_finished
 
-    grower = submit(script, "grow-older", 2)
+    # 5 minutes: the forecast to its end (~10 + 5 x 4.7 GiB) fits the H100 ladder's 4-share
+    # rung (3g.40gb), so it grows in place rather than needing a whole GPU
+    grower = submit(script, "grow-older", 2, minutes=5)
     wait_until(lambda: runner.job(grower).base_state == "RUNNING", time.time() + 60)
     time.sleep(2)
     neighbour = submit(sleeper, "grow-younger", 2)  # 2 + 2 of the GPU's 5 shares: 1 free, the next rung is 4
