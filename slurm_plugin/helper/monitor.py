@@ -311,6 +311,6 @@ class Monitor:
             now=now, jobs={job.job_id: job for job in listing}, samples=samples, settings=self.settings,
             config=config, rules=self.rules, state=self.state, actions=self.actions, fingerprint_of=self.fingerprint_of,
             agent_state_dir=self.agent_state_dir, agents=self.agents, stale_nodes=self.stale_nodes,
-            gpu_model=getattr(self.helper.paths, "gpu_model", None) or "H100-80GB",
+            gpu_model=config.gpu_model or getattr(self.helper.paths, "gpu_model", None) or "H100-80GB",
             act_s=self.settings.memory_act_s + (self.cycle_s or self.settings.interval_s),
         )
