@@ -21,10 +21,10 @@ shares). On an H100: 5 shares of one memory slice (10 GB), rungs 1, 2, 4 and 5
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
-from mig.catalog import Catalog, Profile
+from mig.catalog import Catalog, Profile, load_catalog
 from mig.fsm import PartitionState, get_space
 from mig.policies import choose
 
@@ -43,12 +43,21 @@ class ShareLadder:
     shares_per_gpu: int
     rungs: tuple[int, ...]  # ascending, from 1 to shares_per_gpu
     profiles: tuple[str, ...]  # the MIG profile of each rung
+    memory_mib: tuple[int, ...] = field(default=(), compare=False)  # each rung's profile memory
 
     def round_up(self, shares: int) -> int:
         """The rung that holds ``shares``."""
         if not 1 <= shares <= self.shares_per_gpu:
             raise ValueError(f"{shares} shares is outside 1..{self.shares_per_gpu} on {self.model}")
         return next(k for k in self.rungs if k >= shares)
+
+    @property
+    def share_bytes(self) -> float:
+        """Memory per share: every rung k below the whole GPU holds at least k times this
+        (its profile's memory), so sizing by it and rounding up never gives too little."""
+        pairs = [(k, m) for k, m in zip(self.rungs, self.memory_mib) if k < self.shares_per_gpu] \
+            or list(zip(self.rungs, self.memory_mib))
+        return min(m * 1024 * 1024 / k for k, m in pairs)
 
     def profile_for(self, shares: int) -> str:
         """The MIG profile of the rung that holds ``shares``."""
@@ -67,7 +76,7 @@ def ladder_with(catalog: Catalog, shares: int, rungs: tuple[int, ...]) -> ShareL
     if ks[-1] > shares:
         raise LadderError(f"rungs {ks} exceed {shares} shares")
     full = max(_non_media(catalog), key=lambda p: (p.memory_slices, p.compute_slices))
-    names = []
+    names: list[str] = []
     for k in ks:
         fits = [p for p in _non_media(catalog) if p.memory_slices >= k]
         if k == shares:
@@ -78,7 +87,8 @@ def ladder_with(catalog: Catalog, shares: int, rungs: tuple[int, ...]) -> ShareL
             raise LadderError(f"no {catalog.model} profile holds {k} memory slices")
     if len(set(names)) != len(names):
         raise LadderError(f"rungs {ks} of {catalog.model} share profiles {names}: keep the larger rung")
-    return ShareLadder(catalog.model, shares, ks, tuple(names))
+    mib = tuple(catalog.profile(n).memory_mib for n in names)
+    return ShareLadder(catalog.model, shares, ks, tuple(names), mib)
 
 
 def counterexample(catalog: Catalog, ladder: ShareLadder, policy: str = "fsm") -> tuple[Event, ...] | None:
@@ -132,3 +142,17 @@ def ladder_for(catalog: Catalog, shares: int | None = None, policy: str = "fsm")
     if best is None:
         raise LadderError(f"no ladder of {shares} shares is safe on {catalog.model}")
     return best
+
+
+def model_ladder(model: str, shares: int | None = None) -> ShareLadder:
+    """The safe ladder of a catalogued ``model`` (a name or alias), with ``shares`` per GPU
+    when given. Raises LadderError naming the model's own share count when ``shares`` has none,
+    and mig's UnknownGpuModelError for a model with no catalogue."""
+    catalog = load_catalog(model)
+    try:
+        return ladder_for(catalog, shares)
+    except LadderError:
+        own = ladder_for(catalog)
+        raise LadderError(f"{shares} shares per GPU cannot always be placed as {catalog.model} MIG instances "
+                          f"(some combination Slurm may give has no placement); use {own.shares_per_gpu} "
+                          f"(share counts {', '.join(map(str, own.rungs))})") from None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from mig.errors import MigError
+from mig.share_ladder import LadderError, ShareLadder, model_ladder
 from packer.settings_schema import ConfigError, check_fields, setting
 
 MODES = ("observe", "advise", "enforce")
@@ -29,9 +31,13 @@ class PackerConfig:
     max_util_pct: float = setting(90.0, ge=0, le=100)
     # How many recent runs the estimate looks at.
     history_window: int = setting(5, ge=1)
-    # Shares per GPU (Slurm shards); by default one share = one MIG memory slice.
-    shares_per_gpu: int = setting(8, ge=1)
+    # Shares per GPU (Slurm shards, gres.conf Count=) and the catalogued GPU model they are
+    # sized for: with a model, a packed job is asked only share counts on the model's ladder
+    # (mig.share_ladder: every combination Slurm can give is placeable as MIG instances).
+    shares_per_gpu: int = setting(5, ge=1)
     gpu_memory_gib: float = setting(80.0, gt=0)
+    gpu_model: str = setting("H100-80GB", pattern=r"|[A-Za-z0-9][A-Za-z0-9 _.\-]*",
+                             means='a catalogued GPU model (`gpupack mig catalog`), or "" for none (MPS only)')
     # The Slurm GRES type of the GPUs the shares above are sized for (gres.conf Type=, e.g.
     # "h100"). Set: a packed job gets shards of that type only (an untyped gpu:1 is typed, a
     # job typed for another model keeps its whole GPU). "": every GPU node has this model.
@@ -40,10 +46,31 @@ class PackerConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, "packer")
+        if self.gpu_model:
+            try:
+                self.ladder  # noqa: B018 -- a model or share count with no safe ladder is refused
+            except (LadderError, MigError) as exc:
+                raise ConfigError(f"[packer] gpu_model = {self.gpu_model!r}, shares_per_gpu = "
+                                  f"{self.shares_per_gpu}: {exc}") from None
+
+    @property
+    def ladder(self) -> ShareLadder | None:
+        """The share counts a packed job may hold on ``gpu_model`` (None: no model, any count)."""
+        return model_ladder(self.gpu_model, self.shares_per_gpu) if self.gpu_model else None
+
+    @property
+    def rungs(self) -> tuple[int, ...]:
+        """The share counts a packed job may be asked for, ascending (the last: a whole GPU)."""
+        ladder = self.ladder
+        return ladder.rungs if ladder is not None else tuple(range(1, self.shares_per_gpu + 1))
 
     @property
     def share_bytes(self) -> float:
-        return self.gpu_memory_gib * GIB / self.shares_per_gpu
+        """Memory per share: k shares (k on the ladder) hold at least k times this."""
+        ladder = self.ladder
+        if ladder is None:
+            return self.gpu_memory_gib * GIB / self.shares_per_gpu
+        return ladder.share_bytes
 
     def with_overrides(self, **overrides: object) -> "PackerConfig":
         return replace(self, **overrides)

@@ -78,15 +78,23 @@ def packed_type(request: Candidate, config: PackerConfig) -> str | None:
     return request.gpu_type or config.gpu_type or None
 
 
+def on_ladder(shares: int, config: PackerConfig) -> int:
+    """``shares`` rounded up to the next share count on the model's ladder (``config.rungs``);
+    above the GPU's shares it is returned as is (more than any packed job may hold)."""
+    return next((k for k in config.rungs if k >= shares), shares)
+
+
 def shards_needed(peak_mem_bytes: int, config: PackerConfig) -> int:
-    """Shares of the GPU that hold the peak plus headroom."""
+    """Shares of the GPU that hold the peak plus headroom, on the ladder."""
     headroom = max(peak_mem_bytes * config.headroom_fraction, config.min_headroom_gib * GIB)
-    return max(1, math.ceil((peak_mem_bytes + headroom) / config.share_bytes))
+    return on_ladder(max(1, math.ceil((peak_mem_bytes + headroom) / config.share_bytes)), config)
 
 
 def max_shards(config: PackerConfig) -> int:
-    """The most shares a packed job may hold: never above max_gpu_fraction of the GPU."""
-    return math.floor(config.shares_per_gpu * config.max_gpu_fraction + 1e-9)
+    """The most shares a packed job may hold: the largest share count on the ladder that is
+    not above max_gpu_fraction of the GPU (0: none is)."""
+    cap = math.floor(config.shares_per_gpu * config.max_gpu_fraction + 1e-9)
+    return max((k for k in config.rungs if k <= cap), default=0)
 
 
 def decide(
@@ -117,7 +125,7 @@ def decide(
                             lower_bound_bytes=bound)
     if estimate.mean_util_pct is not None and estimate.mean_util_pct > config.max_util_pct:
         return Decision("exclusive", "high-util", estimate=estimate, fingerprint=fingerprint)
-    k = max(shards_needed(estimate.peak_mem_bytes, config), remembered_shards or 0)
+    k = on_ladder(max(shards_needed(estimate.peak_mem_bytes, config), remembered_shards or 0), config)
     if k > max_shards(config):
         return Decision("exclusive", "too-large", estimate=estimate, fingerprint=fingerprint)
     if config.pack_only_when_no_idle_gpu and cluster.idle_gpus > 0:

@@ -153,6 +153,7 @@ class GrowSettings:
     queued: PreemptorThreshold = field(default_factory=lambda: PreemptorThreshold(target="min"))
     max_packed_shares: int | None = None  # a packed job never holds more (None: the GPU's shares)
     max_evictions_per_round: int = 4
+    rungs: tuple[int, ...] = ()  # the share counts a grower may get (the model's ladder; (): any)
 
     def threshold(self, p: Preemptor) -> PreemptorThreshold:
         return self.running if p.running else self.queued
@@ -206,24 +207,34 @@ class GrowDecision:
 
 
 def grow_request(current_shares: int, need_bytes: float, share_bytes: float, max_packed_shares: int,
-                 *, upper_bytes: float | None = None, remembered_shares: int | None = None
-                 ) -> tuple[int, int] | None:
+                 *, upper_bytes: float | None = None, remembered_shares: int | None = None,
+                 rungs: Sequence[int] = ()) -> tuple[int, int] | None:
     """(min_shares, max_shares) for a job that must grow, or None when it needs a whole GPU.
 
     The minimum holds `need_bytes` (the forecast peak), the maximum `upper_bytes` (the
     forecast's upper bound) or the remembered size, whichever is larger; both at least one
     share above the current share (`packer.preemption.restart_size`), the maximum capped at
-    what a packed job may hold."""
-    low = restart_size(current_shares, need_bytes, share_bytes, max_packed_shards=max_packed_shares)
+    what a packed job may hold; with `rungs` (the model's share ladder) both are on it."""
+    low = restart_size(current_shares, need_bytes, share_bytes, max_packed_shards=max_packed_shares,
+                       partition_shards=rungs)
     if low.whole_gpu:
         return None
     high = low.shards
     if upper_bytes is not None and upper_bytes > need_bytes:
-        size = restart_size(current_shares, upper_bytes, share_bytes, max_packed_shards=max_packed_shares)
+        size = restart_size(current_shares, upper_bytes, share_bytes, max_packed_shards=max_packed_shares,
+                            partition_shards=rungs)
         high = max_packed_shares if size.whole_gpu else max(high, size.shards)
     if remembered_shares:
         high = max(high, min(remembered_shares, max_packed_shares))
-    return low.shards, high
+    return low.shards, _rung_at_most(high, rungs, low.shards)
+
+
+def _rung_at_most(shares: int, rungs: Sequence[int], floor: int) -> int:
+    """The largest of `rungs` not above `shares` and not below `floor` (`shares` when no
+    rungs are given: any count)."""
+    if not rungs:
+        return shares
+    return max((k for k in rungs if floor <= k <= shares), default=floor)
 
 
 def eligible(gpu: GpuShares, p: Preemptor, threshold: PreemptorThreshold, now: float,
@@ -316,8 +327,9 @@ def decide_growth(gpu: GpuShares, p: Preemptor, settings: GrowSettings, now: flo
              f"asks {low}..{p.max_shares} shares ({p.why or 'grows'})"]
     if base >= target and (fits is None or fits(frozenset())):
         steps.append(f"{target} shares fit without evicting anyone")
+        new = _rung_at_most(min(high, base), settings.rungs, low)
         return GrowDecision(p.job_id, gpu.gpu, p.running, True,
-                            f"grows to {min(high, base)} shares in free room", (), min(high, base), tuple(steps))
+                            f"grows to {new} shares in free room", (), new, tuple(steps))
     cands, spared = eligible(gpu, p, th, now, protected)
     steps += [f"spared: {s}" for s in spared]
     reachable = base + sum(t.shares for t in cands)
@@ -339,7 +351,7 @@ def decide_growth(gpu: GpuShares, p: Preemptor, settings: GrowSettings, now: flo
         return GrowDecision(p.job_id, gpu.gpu, p.running, False,
                             f"needs {len(chosen)} evictions, the limit is {limit}", steps=tuple(steps))
     got = base + sum(t.shares for t in chosen)
-    new = min(high, got)
+    new = _rung_at_most(min(high, got), settings.rungs, low)
     evictions = []
     for t in chosen:
         lost = t.lost_work_s(now)

@@ -206,7 +206,7 @@ class SuiteRules:
     # ------------------------------------------------------------------ grow by preemption
     def grow_thresholds(self) -> GrowSettings:
         """The grow thresholds with the most shares a packed job may hold (this config's)."""
-        return replace(self.grow_settings, max_packed_shares=self.max_packed_shares)
+        return replace(self.grow_settings, max_packed_shares=self.max_packed_shares, rungs=self.config.rungs)
 
     def grow(self, gpus: Sequence[GpuShares], preemptors: Sequence[Preemptor], now: float,
              fits: Callable[[str, int, frozenset[int]], bool] | None = None) -> list[GrowDecision]:

@@ -14,8 +14,12 @@
  * (CUDA_VISIBLE_DEVICES, SLURM_JOB_GPUS, SLURM_STEP_GPUS, SLURM_SHARDS_ON_NODE,
  * GPU_DEVICE_ORDINAL) to the agent as one JSON line. The agent answers in lines:
  *   OK <isolation>\nKEY=VALUE\n...        or        ERR <reason>\n
- * Only CUDA_* and GPUPACK_* variables are set. No answer in time, or an error: the step
- * runs with what Slurm gave it and the reason is logged. The plugin never fails a job.
+ * Only CUDA_* and GPUPACK_* variables are set. No answer in time, or an error: a step with
+ * whole GPUs (no shards) runs with what Slurm gave it and the reason is logged. A packed step
+ * (SLURM_SHARDS_ON_NODE > 0: it shares its GPU with other jobs) never runs unisolated: its
+ * task exits with GPUPACK_UNISOLATED_EXIT before the program starts, and slurm.conf's
+ * RequeueExit= of that code requeues a batch job (no node is drained); the helper then says
+ * why in an event and puts the job at the head of the queue (`requeue-unisolated`).
  * At the end of a step (slurm_spank_exit, slurmstepd, root) it tells the agent, which
  * frees the job's isolation when its batch step ends.
  */
@@ -38,6 +42,9 @@
 SPANK_PLUGIN(gpupack, 1);
 
 #define REQ_MAX 8192
+/* the exit code of a packed task that could not be isolated (slurm.conf RequeueExit=;
+ * slurm_plugin.helper.watches.unisolated.UNISOLATED_EXIT) */
+#define GPUPACK_UNISOLATED_EXIT 117
 #define RESP_MAX 16384
 #define VAL_MAX 1024
 
@@ -279,6 +286,33 @@ static int ids(spank_t sp, uint32_t *job, uint32_t *step, uint32_t *uid)
     return 0;
 }
 
+/* The shards Slurm gave the step on this node (0: none, whole GPUs or no GPU). */
+static int step_shards(spank_t sp)
+{
+    char v[32];
+    if (spank_getenv(sp, "SLURM_SHARDS_ON_NODE", v, sizeof(v)) != ESPANK_SUCCESS)
+        return 0;
+    return atoi(v) > 0 ? atoi(v) : 0;
+}
+
+/* Isolation failed. Whole GPUs: the step runs with what Slurm gave it. Shards: the task
+ * (this process, just forked by slurmstepd) exits before the program starts. */
+static int not_isolated(spank_t sp, uint32_t job, uint32_t step, const char *node, const char *why)
+{
+    char cvd[VAL_MAX] = "unset";
+    spank_getenv(sp, "CUDA_VISIBLE_DEVICES", cvd, sizeof(cvd));
+    int shards = step_shards(sp);
+    if (shards > 0) {
+        slurm_error("gpupack: job %u step %u on %s: %s; a packed step (%d shards) never runs unisolated "
+                    "beside other jobs: it does not start (exit %d; RequeueExit requeues a batch job)",
+                    job, step, node[0] ? node : "?", why, shards, GPUPACK_UNISOLATED_EXIT);
+        _exit(GPUPACK_UNISOLATED_EXIT);
+    }
+    slurm_error("gpupack: job %u step %u on %s: %s; the step runs with what Slurm gave it "
+                "(CUDA_VISIBLE_DEVICES=%s)", job, step, node[0] ? node : "?", why, cvd);
+    return ESPANK_SUCCESS;
+}
+
 int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 {
     (void)ac;
@@ -286,10 +320,8 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
     if (!spank_remote(sp))
         return ESPANK_SUCCESS;
     uint32_t job = 0, step = 0, uid = 0;
-    if (ids(sp, &job, &step, &uid) < 0) {
-        slurm_error("gpupack: cannot read the job/step id; the step runs with what Slurm gave it");
-        return ESPANK_SUCCESS;
-    }
+    if (ids(sp, &job, &step, &uid) < 0)
+        return not_isolated(sp, 0, 0, "", "cannot read the job/step id");
     if (step == SLURM_EXTERN_CONT)
         return ESPANK_SUCCESS;
     char node[256], path[700], num[64], val[VAL_MAX];
@@ -318,19 +350,13 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
         bad |= json_str(req, sizeof(req), &len, val);
     }
     bad |= append(req, sizeof(req), &len, "}}\n");
-    if (bad) {
-        slurm_error("gpupack: job %u step %u: request too large; the step runs with what Slurm gave it", job, step);
-        return ESPANK_SUCCESS;
-    }
+    if (bad)
+        return not_isolated(sp, job, step, node, "request too large");
 
     char resp[RESP_MAX], why[600];
     if (ask_agent(path, req, resp, sizeof(resp), timeout_ms, 1, why, sizeof(why)) < 0 ||
-        apply_answer(sp, resp, job, step, why, sizeof(why)) < 0) {
-        char cvd[VAL_MAX] = "unset";
-        spank_getenv(sp, "CUDA_VISIBLE_DEVICES", cvd, sizeof(cvd));
-        slurm_error("gpupack: job %u step %u on %s: %s; the step runs with what Slurm gave it "
-                    "(CUDA_VISIBLE_DEVICES=%s)", job, step, node[0] ? node : "?", why, cvd);
-    }
+        apply_answer(sp, resp, job, step, why, sizeof(why)) < 0)
+        return not_isolated(sp, job, step, node, why);
     return ESPANK_SUCCESS;
 }
 

@@ -69,7 +69,8 @@ class NodeAgent:
         self.lock = threading.RLock()
         self.jobs: dict[int, Assignment] = self.store.load()
         self._dirty = False
-        self.mig = MigManager(backend, policy, lambda: self.jobs.values(), journal=self.journal)
+        self.mig = MigManager(backend, policy, lambda: self.jobs.values(), journal=self.journal,
+                              shares_per_gpu=shares_per_gpu)
         self.isolator = Isolator(self.paths, backend, self.mig, mode=isolation_mode,
                                  shares_per_gpu=shares_per_gpu, sim_dir=sim_dir, clock=clock)
         self.sampler = Sampler(node, backend)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mig.catalog import Catalog, Profile
+from mig.share_ladder import LadderError, model_ladder
 
 ISOLATION_MODES = ("mig", "mps")
 
@@ -70,6 +71,33 @@ def profile_for_shards(catalog: Catalog, shards: int) -> Profile | None:
     if not fits:
         return None
     return min(fits, key=lambda p: (p.memory_slices, p.compute_slices, p.memory_mib, p.name))
+
+
+def profile_for_share_count(catalog: Catalog, shards: int, shares_per_gpu: int | None) -> Profile | None:
+    """The MIG profile of a packed job holding ``shards`` of ``shares_per_gpu`` shares (None:
+    the model's own count): the profile of the rung that holds it on the model's share
+    ladder (``mig.share_ladder``: any combination of rungs Slurm gives is placeable; a count
+    between rungs, asked for around the packer, takes the next rung's profile and may not
+    place). With a share count no ladder makes safe (e.g. 8 on an H100): one shard per memory
+    slice (:func:`profile_for_shards`). None when the count is above the GPU's shares."""
+    try:
+        ladder = model_ladder(catalog.model, shares_per_gpu)
+    except LadderError:
+        return profile_for_shards(catalog, shards)
+    if not 1 <= shards <= ladder.shares_per_gpu:
+        return None
+    return catalog.profile(ladder.profile_for(shards))
+
+
+def ladder_shares(catalog: Catalog, shares_per_gpu: int | None) -> int:
+    """The shares per GPU a node's agent counts in (MPS percentages, memory limits): the
+    given count, else the model's share ladder's."""
+    if shares_per_gpu:
+        return shares_per_gpu
+    try:
+        return model_ladder(catalog.model).shares_per_gpu
+    except LadderError:
+        return catalog.memory_slices
 
 
 def full_gpu_profile(catalog: Catalog) -> Profile:

@@ -107,9 +107,14 @@ class Isolator:
     # -- MPS ------------------------------------------------------------------------------------
     def _mps(self, a: Assignment) -> Assignment:
         g = self._gpu(a.gpu_index)
+        other = next((b for b in self.mig.assignments() if b.kind == "mps" and b.gpu_index == a.gpu_index
+                      and b.job_id != a.job_id and b.uid != a.uid), None)
+        if other is not None:  # one MPS server per GPU serves one user at a time
+            raise AgentError(f"GPU {a.gpu_index} serves MPS clients of uid {other.uid} (job {other.job_id}); "
+                             f"MPS servers are per user, so uid {a.uid}'s packed job cannot share it now")
         if g.mig_enabled:  # MPS shares a whole GPU: MIG must be off (as a MIG slice turns it on)
             self.mig.leave_mig_mode(a.gpu_index)
-        shares = self.shares_per_gpu or self.backend.catalog(a.gpu_index).memory_slices
+        shares = iso.ladder_shares(self.backend.catalog(a.gpu_index), self.shares_per_gpu)
         pct = self.planned_pct(a.gpu_index, a.job_id) or iso.mps_percentage(a.shards, shares)
         a.mem_limit_bytes = iso.mps_memory_limit_bytes(a.shards, shares, g.memory_mib)
         a.isolation = f"mps:{pct}"

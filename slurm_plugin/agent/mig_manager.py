@@ -27,9 +27,10 @@ class MigManager:
     """The MIG instances of this node's GPUs; counts every instance created or destroyed."""
 
     def __init__(self, backend, policy: str, assignments: Callable[[], Iterable[Assignment]],
-                 journal: SliceJournal | None = None):
+                 journal: SliceJournal | None = None, shares_per_gpu: int | None = None):
         self.backend = backend
         self.policy = policy
+        self.shares_per_gpu = shares_per_gpu  # None: each GPU model's share ladder (mig.share_ladder)
         self._assignments = assignments
         self.journal = journal
         # slices no journal line accounts for (made by an agent that died before writing
@@ -40,11 +41,15 @@ class MigManager:
         self.layout_policy = "off"
         self.reconfigurations = 0
 
+    def assignments(self) -> list[Assignment]:
+        """Every job this agent isolates now (on any GPU)."""
+        return list(self._assignments())
+
     # -- a job's instance -------------------------------------------------------------------
     def slice_for(self, a: Assignment) -> MigInstance:
         """The MIG instance for a job of ``a.shards`` shares on ``a.gpu_index`` (made or taken)."""
         cat = self.backend.catalog(a.gpu_index)
-        profile = iso.profile_for_shards(cat, a.shards)
+        profile = iso.profile_for_share_count(cat, a.shards, self.shares_per_gpu)
         if profile is None:
             raise AgentError(f"no MIG profile of {cat.model} holds {a.shards} shares")
         if not self.backend.mig_mode(a.gpu_index):
@@ -160,7 +165,8 @@ class MigManager:
 
     def _follow_on(self, gpu_index: int, policy: str, pending_shards: list[int]) -> list[dict]:
         cat = self.backend.catalog(gpu_index)
-        profiles = [p.name for p in (iso.profile_for_shards(cat, s) for s in pending_shards) if p is not None]
+        profiles = [p.name for p in (iso.profile_for_share_count(cat, s, self.shares_per_gpu) for s in pending_shards)
+                    if p is not None]
         idle = {(i.profile, i.start): i for i in self.idle(gpu_index)}
         state = self.backend.partition_state(gpu_index)
         busy = [p for p in state.placements if (p.profile, p.start) not in idle]

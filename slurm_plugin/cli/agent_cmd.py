@@ -48,7 +48,8 @@ def _slurm_user_uid(explicit: str | None) -> int | None:
 @click.option("--isolation", "isolation_mode", type=click.Choice(["mig", "mps"]), default="mig", show_default=True,
               help="How packed jobs are isolated on this node.")
 @click.option("--shares-per-gpu", type=int, default=None,
-              help="Slurm shards per GPU (MPS percentages) [default: the GPU's MIG memory slices].")
+              help="Slurm shards per GPU (gres.conf Count=) [default: the GPU model's share ladder, "
+                   "`gpupack mig ladder`].")
 @click.option("--policy", default="fsm", show_default=True, help="MIG placement policy (mig.policies).")
 @click.option("--slurm-user", default=None, help="Also answer this user [default: SlurmUser of slurm.conf].")
 @click.option("--sample-interval", default=1.0, show_default=True, help="Seconds between samples.")

@@ -1,6 +1,6 @@
 """`gpupack demo --scenario grow`: a packed job that must grow evicts its younger neighbour.
 
-Two packed jobs on node1's first GPU (shard:2 and shard:4 of its 8 shares): the older one's memory grows
+Two packed jobs on node1's first GPU (shard:2 and shard:2 of its 5 shares): the older one's memory grows
 (`simgpu run --mem-growth`), the controller helper's grow watch requeues the younger one
 (held, then at the head of the queue) and restarts the older one at once on a larger share,
 pinned to its node. What happened is read back from Slurm and from the event log.
@@ -57,8 +57,8 @@ def run_grow(env: dict[str, str], workdir: Path, database: Path, python: str, ti
     sleeper = write_script(workdir / "neighbour.sh",
                            "#!/bin/sh\n# gpupack demo: a younger packed neighbour\nsleep 120\n")
 
-    def submit(path: Path, name: str, shards: int) -> int:
-        return sbatch(env, workdir, path, name, "-w", "node1", f"--gres=shard:{shards}", "-t", "10")
+    def submit(path: Path, name: str, shards: int, minutes: int = 10) -> int:
+        return sbatch(env, workdir, path, name, "-w", "node1", f"--gres=shard:{shards}", "-t", str(minutes))
 
     def events() -> list[dict]:
         return scenario_events(database, (grower, neighbour), GROW_KINDS)
@@ -68,10 +68,12 @@ def run_grow(env: dict[str, str], workdir: Path, database: Path, python: str, ti
         job = runner.job(grower)
         return ("grow-release" in kinds and job.base_state == "RUNNING") or "restart-memory" in kinds or job.is_finished
 
-    grower = submit(script, "grow-older", 2)
+    # 5 minutes: the forecast to its end (~10 + 5 x 4.7 GiB) fits the H100 ladder's 4-share
+    # rung (3g.40gb), so it grows in place rather than needing a whole GPU
+    grower = submit(script, "grow-older", 2, minutes=5)
     wait_until(lambda: runner.job(grower).base_state == "RUNNING", time.time() + 60)
     time.sleep(2)
-    neighbour = submit(sleeper, "grow-younger", 4)  # 2 + 4 of the GPU's 8 shares: 2 free
+    neighbour = submit(sleeper, "grow-younger", 2)  # 2 + 2 of the GPU's 5 shares: 1 free, the next rung is 4
     out = GrowOutcome(grower, neighbour)
     wait_until(settled, time.time() + timeout, interval=1)
     # the released neighbour starts again, after the grower

@@ -108,6 +108,29 @@ def catalog(gpu: str | None, as_json: bool) -> None:
 
 
 @mig.command(context_settings=CTX)
+@click.option("--gpu", "gpu", metavar="MODEL", default=None, help="One GPU model (default: every model).")
+@click.option("--shares", type=click.IntRange(1, 64), default=None,
+              help="Shares per GPU (default: the model's own: the safe ladder with the most share counts).")
+@json_option
+@_errors
+def ladder(gpu: str | None, shares: int | None, as_json: bool) -> None:
+    """Shares per GPU and the share counts a packed job may hold, per model, such that every
+    combination Slurm can give is placeable as MIG instances ([packer] shares_per_gpu, gres.conf
+    shard Count=)."""
+    from mig.catalog import list_models
+    from mig.share_ladder import model_ladder
+
+    found = [model_ladder(m, shares) for m in ([gpu] if gpu else list_models())]
+    if as_json:
+        _emit({"ladders": [{"model": x.model, "shares_per_gpu": x.shares_per_gpu, "rungs": list(x.rungs),
+                            "profiles": list(x.profiles), "memory_mib": list(x.memory_mib)} for x in found]})
+        return
+    for x in found:
+        rungs = ", ".join(f"{k} ({p})" for k, p in zip(x.rungs, x.profiles))
+        click.echo(f"{x.model:16} shares_per_gpu = {x.shares_per_gpu}; share counts: {rungs}")
+
+
+@mig.command(context_settings=CTX)
 @gpu_option
 @profiles_option
 @json_option

@@ -92,10 +92,11 @@ def _make_dirs(s: ClusterSpec, slurm_user: str) -> None:
 
 
 def _shares_and_memory(s: ClusterSpec) -> tuple[int, float]:
+    """The model's shares per GPU (its share ladder: every combination places) and memory."""
     from mig.catalog import load_catalog
+    from mig.share_ladder import model_ladder
 
-    cat = load_catalog(s.gpu_model)
-    return cat.memory_slices, cat.memory_mib / 1024
+    return model_ladder(s.gpu_model).shares_per_gpu, load_catalog(s.gpu_model).memory_mib / 1024
 
 
 def _write_munge_key(s: ClusterSpec) -> None:

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from slurm_plugin.devcluster import topology as topo
+from slurm_plugin.helper.watches.unisolated import UNISOLATED_EXIT
 
 DEFAULT_STATE_DIR = Path(os.environ.get("GPUPACK_DEVCLUSTER_DIR", "/var/lib/gpupack/devcluster"))
 DEFAULT_PORT = int(os.environ.get("GPUPACK_DEVCLUSTER_PORT", "16817"))
@@ -184,6 +185,9 @@ def slurm_conf(spec: ClusterSpec, hostname: str, slurm_user: str, epilog: Path, 
         f"Epilog={epilog}",
         f"EpilogSlurmctld={s.etc}/ctld-epilog.sh",  # tells the helper a job ended (its history)
         "ReturnToService=2",
+        # a packed step the agent could not isolate exits with this code (spank/gpupack_spank.c):
+        # Slurm requeues the batch job, the helper puts it at the head (requeue-unisolated)
+        f"RequeueExit={UNISOLATED_EXIT}",
         "SlurmdParameters=config_overrides",
         "MinJobAge=600",
         "KillWait=5",
@@ -233,7 +237,8 @@ def cgroup_conf(release: tuple[int, int, int]) -> str:
 
 
 def gres_conf(spec: ClusterSpec, shares_per_gpu: int) -> str:
-    lines = ["# Written by `gpupack devcluster up`: fake GPU device files, one shard per MIG memory slice."]
+    lines = ["# Written by `gpupack devcluster up`: fake GPU device files; shards per GPU: the model's share "
+             "ladder (`gpupack mig ladder`)."]
     last = spec.gpus_per_node - 1
     for node in spec.node_names:
         dev = spec.device_dir(node)
@@ -262,6 +267,7 @@ def gpupack_toml(spec: ClusterSpec, shares_per_gpu: int, gpu_memory_gib: float) 
         f'mode = "{spec.mode}"\n'
         f"shares_per_gpu = {shares_per_gpu}\n"
         f"gpu_memory_gib = {gpu_memory_gib:.2f}\n"
+        f'gpu_model = "{spec.gpu_model}"\n'
         f'gpu_type = "{spec.gres_type}"\n'
         "\n[paths]\n"
         f'database = "{spec.database}"\n'

@@ -83,6 +83,7 @@ from slurm_plugin.helper.watches.outcomes import OutcomeWatch
 from slurm_plugin.helper.watches.quirk_guard import QuirkGuardWatch
 from slurm_plugin.helper.watches.round import RoundContext, Watch, WatchState
 from slurm_plugin.helper.watches.steering import SteerWatch
+from slurm_plugin.helper.watches.unisolated import UnisolatedWatch
 from slurm_plugin.helper.watches.tracks import (  # noqa: F401  (the names other code imports from here)
     ACTIVE, SAMPLES_KEPT, Fingerprints, Track, TrackWatch, job_shards, submit_time_exclusion, wants_whole_gpu,
 )
@@ -144,6 +145,7 @@ class Monitor:
         self.quirk_guard_watch = QuirkGuardWatch()
         self.mps_watch = MpsWatch()
         self.metrics_watch = MetricsWatch(self)
+        self.unisolated_watch = UnisolatedWatch()
         grow, regroup = GrowWatch(), RegroupWatch()
         # [retention]: the store's tables, and every per-job map of the watches
         retention = retention or (settings_file().retention if settings_file is not None else RetentionSettings())
@@ -160,6 +162,7 @@ class Monitor:
             grow,
             MemoryWatch(),
             regroup,
+            self.unisolated_watch,
             KeepAtHeadWatch(),
             SteerWatch(),
             self.mps_watch,
@@ -178,7 +181,7 @@ class Monitor:
         s = self.state
         return [s.heading, s.ours_excluded, s.quirk_excluded, s.reported, s.held_for_grower, s.kept_off,
                 s.pairs_measured, self.fingerprint_of._cache, grow._wanting, grow._said, grow._decided,
-                grow.queued, regroup._said, regroup.pending, regroup.heads,
+                grow.queued, regroup._said, regroup.pending, regroup.heads, self.unisolated_watch.told,
                 *([regroup._signals._cache] if regroup._signals is not None else [])]
 
     # ------------------------------------------------------------------ what others read and swap
@@ -316,6 +319,6 @@ class Monitor:
             now=now, jobs={job.job_id: job for job in listing}, samples=samples, settings=self.settings,
             config=config, rules=self.rules, state=self.state, actions=self.actions, fingerprint_of=self.fingerprint_of,
             agent_state_dir=self.agent_state_dir, agents=self.agents, stale_nodes=self.stale_nodes,
-            gpu_model=getattr(self.helper.paths, "gpu_model", None) or "H100-80GB",
+            gpu_model=config.gpu_model or getattr(self.helper.paths, "gpu_model", None) or "H100-80GB",
             act_s=self.settings.memory_act_s + (self.cycle_s or self.settings.interval_s),
         )

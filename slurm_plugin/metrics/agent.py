@@ -13,6 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from mig.errors import MigError
+from slurm_plugin.agent import isolation as iso
 from slurm_plugin.metrics.endpoint import new_registry
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ class AgentCollector(Collector):
             for g in gpus:
                 labels = [node, str(g.index)]
                 held = [x for x in assignments if x.gpu_index == g.index]
-                shares = a.shares_per_gpu or a.backend.catalog(g.index).memory_slices
+                shares = iso.ladder_shares(a.backend.catalog(g.index), a.shares_per_gpu)
                 used = sum(shares if x.kind == "whole" else x.shards for x in held)
                 fams["jobs"].add_metric(labels, len(held))
                 fams["shares"].add_metric(labels, shares)

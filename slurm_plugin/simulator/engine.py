@@ -73,7 +73,7 @@ class Simulator:
         self.gpu_mem = int(self.catalog.memory_mib) << 20
         self.pk = cfg.packer or PackerConfig(
             mode="enforce", gpu_memory_gib=self.gpu_mem / GIB,
-            shares_per_gpu=self.catalog.memory_slices)
+            shares_per_gpu=self.catalog.memory_slices, gpu_model="")  # its own share per memory slice
         if cfg.policy == "colocate" and cfg.pair_predict and cfg.packer is None:
             # the measured pair speeds judge a busy job's pack, not a utilisation cut-off
             self.pk = self.pk.with_overrides(max_util_pct=100.0)

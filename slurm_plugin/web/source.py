@@ -58,13 +58,14 @@ def _etag(html: str) -> str:
 
 
 def catalog_lookup(config: PackerConfig):
-    """profile name -> (memory slices, MiB), from the MIG catalogue closest to the GPUs the
-    packer is configured for (its shares per GPU and memory)."""
+    """profile name -> (memory slices, MiB), from the MIG catalogue of the packer's
+    `gpu_model`, else the one closest to the GPUs it is configured for (shares, memory)."""
     from mig.catalog import list_models, load_catalog
     from mig.errors import UnknownProfileError
 
     cats = [load_catalog(m) for m in list_models()]
-    cats.sort(key=lambda c: (c.memory_slices != config.shares_per_gpu,
+    own = load_catalog(config.gpu_model).model if config.gpu_model else None
+    cats.sort(key=lambda c: (c.model != own, c.memory_slices != config.shares_per_gpu,
                              abs(c.memory_mib - config.gpu_memory_gib * 1024)))
 
     def find(profile: str):

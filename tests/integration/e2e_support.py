@@ -26,9 +26,9 @@ def simgpu_script(args: str, *, tag: str = "gpupack test run", report: bool = Tr
 
 def fill_all_but_one_gpu(cluster, tag: str) -> tuple[dict[str, int], int]:
     """Every GPU busy but node1's first (where the test runs its senior): sleepers on node1's
-    second (shard:8) and on node2 and node3 (gpu:2), then a job waiting for a whole node,
+    second (shard:5, all its shares) and on node2 and node3 (gpu:2), then a job waiting for a whole node,
     held (`scontrol release` it when due). The sleepers of node2 and node3, and the held job."""
-    cluster.submit(["-J", f"{tag}-fill", "-w", "node1", "--gres=shard:8"], SLEEP)
+    cluster.submit(["-J", f"{tag}-fill", "-w", "node1", "--gres=shard:5"], SLEEP)
     fillers = {n: cluster.submit(["-J", f"{tag}-fill", "-w", n, "--gres=gpu:2"], SLEEP) for n in ("node2", "node3")}
     for job in fillers.values():
         cluster.wait(job, "RUNNING", 30)

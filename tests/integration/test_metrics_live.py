@@ -76,7 +76,7 @@ def test_every_daemon_serves_gpupack_metrics_and_the_submit_histogram_counts_a_s
             time.sleep(0.5)
         assert held == 1, f"the agent of {node} shows no job on its GPUs"
         assert sample(families[node], "gpupack_node_jobs", node=node, isolation="whole") == 1
-        assert sample(families[node], "gpupack_gpu_shares_in_use", node=node) == 8  # a whole H100: its 8 shares
+        assert sample(families[node], "gpupack_gpu_shares_in_use", node=node) == 5  # a whole H100: its 5 shares (its share ladder)
         for name, agent in families.items():
             assert all(s.labels["node"] == name for s in agent["gpupack_gpu_shares"].samples)
             assert len(agent["gpupack_gpu_shares"].samples) == cluster.spec.gpus_per_node

@@ -75,7 +75,7 @@ def test_shards_grow_with_the_estimate(packing):
     body = script("big")
     seed_history(packing, "big", body, peak_gib=33.0)
     job_id = packing.submit(["-J", "big", "--gres=gpu:1"], body)
-    # 33 GiB + 10 % headroom = 36.3 GiB in 79.6 GiB / 8 shares -> 4 shares
+    # 33 GiB + 10 % headroom = 36.3 GiB: 4 shares of 9.75 GiB (the H100 ladder's 3g.40gb rung)
     assert packing.job(job_id)["TresPerNode"] == packing.tres("shard:h100:4")
 
 

@@ -53,7 +53,7 @@ class Recorded(SuiteRules):
 
 # one configuration both sides can use: the helper's [packer] table for an 80 GiB GPU in 8
 # shares (10 GiB each, as the simulator's A100-80GB), busy jobs packable (the pair decides)
-CONFIG = PackerConfig(mode="enforce", gpu_memory_gib=80.0, shares_per_gpu=8, max_util_pct=100.0)
+CONFIG = PackerConfig(mode="enforce", gpu_memory_gib=80.0, shares_per_gpu=8, gpu_model="", max_util_pct=100.0)
 # a restart made so dear that keeping the job always wins; the default prices restart it
 KEEP = dict(restart_cost_s=1e7, oom_penalty_s=0.0)
 

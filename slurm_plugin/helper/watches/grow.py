@@ -118,7 +118,8 @@ class GrowWatch:
         key = (t.job_id, t.started_at)
         since = self._wanting.setdefault(key, ctx.now)
         cap = max_shards(ctx.config)
-        request = grow_request(t.shards, need, share, cap, upper_bytes=upper, remembered_shares=remembered)
+        request = grow_request(t.shards, need, share, cap, upper_bytes=upper, remembered_shares=remembered,
+                               rungs=ctx.config.rungs)
         if request is None:
             self._say(ctx, t.job_id, t.started_at, f"needs more than a packed job may hold ({cap} shares): "
                       f"a whole GPU, through the queue ({why})")

@@ -114,7 +114,7 @@ class MemoryWatch:
                                       lose_now_s=priced.lose_now_s, lose_at_oom_s=priced.lose_at_oom_s)
                 continue
             need = max(forecast.upper_bytes, forecast.predicted_peak_bytes)
-            size = restart_size(t.shards, need, config.share_bytes, max_shards(config))
+            size = restart_size(t.shards, need, config.share_bytes, max_shards(config), partition_shards=config.rungs)
             gres = gres_text("gpu", 1, job_gpu_type(job)) if size.whole_gpu else gres_text("shard", size.shards, job_gpu_type(job))
             remembered = size.shards if size.shards is not None else max_shards(config) + 1
             reason = (f"memory will outgrow shard:{t.shards} ({capacity / GIB:.1f}GiB): forecast "

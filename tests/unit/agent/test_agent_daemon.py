@@ -54,16 +54,18 @@ def test_whole_gpu_keeps_slurms_devices(world):
 def test_mps_share(tmp_path):
     backend = SimGpuBackend(None, "node1", gpus=["H100-80GB"], mig_enabled=False)
     a = NodeAgent("node1", tmp_path, backend, isolation_mode="mps").isolate(9, BATCH_STEP, 0, SHARD2)
-    assert a.isolation == "mps:25"
-    assert a.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert a.isolation == "mps:40"  # 2 of the H100's 5 shares (its share ladder)
+    assert a.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"
     assert a.env["CUDA_MPS_PIPE_DIRECTORY"].endswith("gpu0/pipe") and a.env["CUDA_MPS_LOG_DIRECTORY"].endswith("gpu0/log")
-    assert int(a.env["GPUPACK_MEM_LIMIT_BYTES"]) == 81559 * 1024 * 1024 // 4
+    assert int(a.env["GPUPACK_MEM_LIMIT_BYTES"]) == int(81559 * 1024 * 1024 * 2 / 5)
 
 
 def test_full_gpu_refuses_with_a_reason(world):
     make, *_ = world
     agent = make()
-    agent.isolate(1, BATCH_STEP, 0, {**SHARD2, "SLURM_SHARDS_ON_NODE": "8"})
+    agent.isolate(1, BATCH_STEP, 0, {**SHARD2, "SLURM_SHARDS_ON_NODE": "5"})  # all 5 shares: 7g.80gb
+    with pytest.raises(AgentError, match="no MIG profile of H100-80GB holds 8 shares"):
+        agent.isolate(3, BATCH_STEP, 0, {**SHARD2, "SLURM_SHARDS_ON_NODE": "8"})
     with pytest.raises(AgentError, match="no room for 1g.10gb on GPU 0"):
         agent.isolate(2, BATCH_STEP, 0, {**SHARD2, "SLURM_SHARDS_ON_NODE": "1"})
 
@@ -170,3 +172,17 @@ def test_a_job_that_ended_while_the_agent_was_down_leaves_a_summary_with_its_gap
         clock.t += 1
         restarted.tick()
     assert restarted.step_end(c.job_id, BATCH_STEP)["gaps"] == 0.0
+
+
+def test_mps_shares_of_one_gpu_stay_within_one_user(tmp_path):
+    """MPS runs one server per user on a GPU: a second user's packed job is refused there (the
+    SPANK plugin then fails its step and Slurm requeues it), the same user's is served."""
+    backend = SimGpuBackend(None, "node1", gpus=["H100-80GB"], mig_enabled=False)
+    agent = NodeAgent("node1", tmp_path, backend, isolation_mode="mps")
+    agent.isolate(9, BATCH_STEP, 1000, SHARD2)
+    assert agent.isolate(10, BATCH_STEP, 1000, SHARD2).isolation == "mps:40"
+    with pytest.raises(AgentError, match="MPS servers are per user"):
+        agent.isolate(11, BATCH_STEP, 1001, SHARD2)
+    agent.step_end(9, BATCH_STEP)
+    agent.step_end(10, BATCH_STEP)
+    assert agent.isolate(11, BATCH_STEP, 1001, SHARD2).isolation == "mps:40"

@@ -141,14 +141,14 @@ def test_mps_share_follows_the_helpers_measured_plan(tmp_path):
     agent = NodeAgent("node1", tmp_path, backend, isolation_mode="mps")
     root = Peer(0, 0, 0)
     a = agent.isolate(21, BATCH_STEP, 0, shard_env(0, 2))
-    assert a.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"  # from its shares, no plan yet
+    assert a.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"  # from its shares (2 of 5), no plan yet
     dispatch(agent, "mps_plan", {"plan": {"0": {"21": 70, "22": 30}}, "generation": 5}, root)
     assert agent.isolate(21, 0, 0, shard_env(0, 2)).env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "70"
     assert agent.isolate(22, BATCH_STEP, 0, shard_env(0, 2)).isolation == "mps:30"
     with pytest.raises(StalePlan, match="older"):  # a delayed older plan does not undo the newer one
         dispatch(agent, "mps_plan", {"plan": {"0": {"23": 10}}, "generation": 4}, root)
     dispatch(agent, "mps_plan", {"plan": {"0": {"23": 400}}, "generation": 6}, root)  # out of range: ignored
-    assert agent.isolate(23, BATCH_STEP, 0, shard_env(0, 2)).isolation == "mps:25"
+    assert agent.isolate(23, BATCH_STEP, 0, shard_env(0, 2)).isolation == "mps:40"
 
 
 def test_an_mps_share_turns_mig_off_when_no_job_holds_a_slice(tmp_path):
@@ -159,7 +159,7 @@ def test_an_mps_share_turns_mig_off_when_no_job_holds_a_slice(tmp_path):
     mig_agent.follow_queue("by-size", [1, 1])  # idle slices on both GPUs
     mig_agent.isolate(30, BATCH_STEP, 0, shard_env(1, 1))  # GPU 1: a job holds a slice
     mps_agent = NodeAgent("node1", tmp_path / "b", backend, isolation_mode="mps")
-    assert mps_agent.isolate(31, BATCH_STEP, 0, shard_env(0, 2)).isolation == "mps:25"
+    assert mps_agent.isolate(31, BATCH_STEP, 0, shard_env(0, 2)).isolation == "mps:40"
     assert not backend.mig_mode(0) and backend.list_instances(0) == []
     with pytest.raises(AgentError, match="MIG mode with instances"):
         mps_agent.isolate(32, BATCH_STEP, 0, shard_env(1, 2))

@@ -76,7 +76,7 @@ def test_the_dev_clusters_generated_file_passes_the_whole_check(tmp_path):
     from slurm_plugin.devcluster.spec import ClusterSpec, gpupack_toml
 
     spec = ClusterSpec(state_dir=tmp_path / "dc", port=20000)
-    path = _write(tmp_path / "gpupack.toml", gpupack_toml(spec, 8, 79.6))
+    path = _write(tmp_path / "gpupack.toml", gpupack_toml(spec, 5, 79.6))
     assert check_file(path) == []
     settings = load_settings(path)
     assert settings.packer.gpu_type == spec.gres_type

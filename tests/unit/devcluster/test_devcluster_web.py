@@ -13,7 +13,7 @@ def test_web_port_is_derived_from_the_cluster_port_and_written_to_its_config(tmp
     assert a.web_port != b.web_port and a.web_port == 20000 + specmod.WEB_PORT_OFFSET
     assert a.web_port not in {a.node_port(i) for i in range(1, 65)}
     toml = tmp_path / "gpupack.toml"
-    toml.write_text(specmod.gpupack_toml(a, 8, 79.6))
+    toml.write_text(specmod.gpupack_toml(a, 5, 79.6))
     web = load_web_settings(toml)
     assert (web.bind, web.port) == ("127.0.0.1", a.web_port)
     assert a.web_url == f"http://127.0.0.1:{a.web_port}/"

@@ -34,7 +34,8 @@ class FakeHelper:
         self.paths = FakePaths(socket=tmp_path / "run" / "helper.sock", database=tmp_path / "gpupack.db",
                                kill_switch=tmp_path / "gpupack.disable")
         self.store = Store(self.paths.database)
-        self._config = PackerConfig(mode=mode)
+        # the rounds' scenarios count in 8 shares of 10 GiB, any count (no MIG share ladder)
+        self._config = PackerConfig(mode=mode, shares_per_gpu=8, gpu_model="")
 
     def config(self) -> PackerConfig:
         return self._config

@@ -147,9 +147,9 @@ def test_agent_reports_shares_and_slices_per_gpu(tmp_path):
     agent.isolate(7, BATCH_STEP, 1000, SHARD2)
     agent.isolate(8, BATCH_STEP, 1000, {"SLURM_JOB_GPUS": "1", "CUDA_VISIBLE_DEVICES": "1"})
     f = parse(generate_latest(agent_registry(agent)).decode())
-    assert value(f, "gpupack_gpu_shares", node="node1", gpu="0") == 8
+    assert value(f, "gpupack_gpu_shares", node="node1", gpu="0") == 5  # the H100's share ladder
     assert value(f, "gpupack_gpu_shares_in_use", node="node1", gpu="0") == 2
-    assert value(f, "gpupack_gpu_shares_in_use", node="node1", gpu="1") == 8  # a whole GPU holds every share
+    assert value(f, "gpupack_gpu_shares_in_use", node="node1", gpu="1") == 5  # a whole GPU holds every share
     assert value(f, "gpupack_gpu_mig_slices", node="node1", gpu="0") == 8
     assert value(f, "gpupack_gpu_mig_slices_in_use", node="node1", gpu="0") == 2  # 1g.20gb: two 10 GB slices
     assert value(f, "gpupack_gpu_mig_slices_in_use", node="node1", gpu="1") == 8  # 7g.80gb

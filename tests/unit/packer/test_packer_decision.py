@@ -9,7 +9,7 @@ from packer.request import Candidate, NotCandidate
 
 CAND = Candidate("tres_per_node", None, "22.05")
 BUSY = ClusterView(idle_gpus=0)
-CFG = PackerConfig(mode="enforce", gpu_memory_gib=80, shares_per_gpu=8)
+CFG = PackerConfig(mode="enforce", gpu_memory_gib=80, shares_per_gpu=8, gpu_model="")  # any 1..8 (no MIG geometry)
 
 
 def est(gib, util=30.0, runs=3):
@@ -146,3 +146,25 @@ def test_a_lower_bound_above_the_measured_peak_keeps_the_job_off_a_smaller_share
     d = decide(CAND, store.estimate("fp"), BUSY, CFG, "fp")
     assert d.verdict == "packed" and d.shards == shards_needed(15 * GIB, CFG) == 2
     assert "src=history(1)+bound" in d.comment()
+
+
+def test_packed_jobs_are_asked_share_counts_on_the_models_ladder():
+    """The default [packer] (H100-80GB, 5 shares): sizes round up to 1, 2 or 4 shares (5 is
+    the whole GPU: too large to pack), restart and grow sizes too; 8 shares are refused."""
+    from packer.grow import grow_request
+    from packer.preemption import restart_size
+
+    cfg = PackerConfig(mode="enforce")
+    assert (cfg.shares_per_gpu, cfg.rungs, max_shards(cfg)) == (5, (1, 2, 4, 5), 4)
+    asked = {shards_needed(int(g * GIB), cfg) for g in (1, 8, 12, 16, 21, 30, 34)}
+    assert asked == {1, 2, 4}
+    d = decide(CAND, Estimate(int(25 * GIB), 20.0, 3), ClusterView(idle_gpus=0), cfg)
+    assert d.shards == 4  # 3 shares' worth of memory: the 3g.40gb rung
+    assert decide(CAND, Estimate(int(45 * GIB), 20.0, 3), ClusterView(idle_gpus=0), cfg).reason == "too-large"
+    assert decide(CAND, Estimate(int(1 * GIB), 20.0, 3), ClusterView(idle_gpus=0), cfg,
+                  remembered_shards=3).shards == 4
+    size = restart_size(2, 25 * GIB, cfg.share_bytes, max_shards(cfg), partition_shards=cfg.rungs)
+    assert size.shards == 4
+    assert grow_request(1, 12 * GIB, cfg.share_bytes, max_shards(cfg), upper_bytes=30 * GIB, rungs=cfg.rungs) == (2, 4)
+    with pytest.raises(ConfigError, match="use 5"):
+        PackerConfig(shares_per_gpu=8)

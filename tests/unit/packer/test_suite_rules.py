@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import pytest
+from dataclasses import replace
+
 
 from packer.config import GIB, PackerConfig
 from packer.contention import Sharer, check_contention
@@ -31,7 +33,7 @@ def test_the_helpers_default_settings_are_the_rules_defaults():
                            grow_running_max_evictions=1, regroup_min_gain_ratio=2.0)
     r = site.rules(PackerConfig(max_util_pct=50.0))
     assert (r.contention_threshold, r.restart_cost_s, r.oom_penalty_s, r.regroup_moves_per_hour) == (0.3, 5, 7, 1)
-    assert r.grow_thresholds() == site.grow_settings(r.max_packed_shares)
+    assert r.grow_thresholds() == replace(site.grow_settings(r.max_packed_shares), rungs=r.config.rungs)
     assert r.regroup_settings == site.regroup_settings() and r.counter_rule() == site.counter_rule()
     assert r.config.max_util_pct == 50.0
 
@@ -90,7 +92,7 @@ def test_restart_prices_with_the_rules_costs():
 def test_grow_is_plan_growth_with_the_packed_cap_of_the_config():
     gpu = GpuShares("n:0", 8, (Tenant(1, 0.0, 2), Tenant(2, 50.0, 3), Tenant(3, 60.0, 3)))
     p = Preemptor(1, "n:0", True, 4, 5, since=0.0, waiting_since=100.0, held_shares=2)
-    rules = SuiteRules()
+    rules = SuiteRules(PackerConfig(shares_per_gpu=8, gpu_model=""))  # 8 shares, any count (no MIG geometry)
     assert rules.grow([gpu], [p], 100.0) == plan_growth([gpu], [p], rules.grow_thresholds(), 100.0)
     assert rules.grow_thresholds().max_packed_shares == 7  # floor(8 x 0.95)
     (d,) = rules.grow([gpu], [p], 100.0)
