@@ -74,7 +74,7 @@ def usage(cluster, account: str) -> float:
 def test_the_requeued_job_goes_first_once_then_fair_share_orders_the_rest(fair_cluster):
     c = fair_cluster
     a = ["-A", "fair-a"]
-    gpu0 = c.submit([*a, "-J", "fair-fill", "-w", "node1", "--gres=shard:8"], SLEEP)
+    gpu0 = c.submit([*a, "-J", "fair-fill", "-w", "node1", "--gres=shard:5"], SLEEP)
     c.wait(gpu0, "RUNNING", 30)
     sleeper = c.submit([*a, "-J", "fair-fill", "-w", "node1", "--gres=shard:1"], SLEEP)
     others = [c.submit([*a, "-J", "fair-fill", "-w", node, "--gres=gpu:1"], SLEEP)
@@ -84,8 +84,8 @@ def test_the_requeued_job_goes_first_once_then_fair_share_orders_the_rest(fair_c
     # fair-a's usage is recorded on slurmctld's next priority pass (PriorityCalcPeriod, 1 min)
     wait_for(lambda: usage(c, "fair-a") > 0 and usage(c, "fair-b") == 0, 150, "fair-a's usage recorded")
 
-    waiting_a = c.submit([*a, "-J", "fair-wait-a", "--gres=shard:8"], SLEEP)  # the older one
-    waiting_b = c.submit(["-A", "fair-b", "-J", "fair-wait-b", "--gres=shard:8"], SLEEP)
+    waiting_a = c.submit([*a, "-J", "fair-wait-a", "--gres=shard:5"], SLEEP)  # the older one
+    waiting_b = c.submit(["-A", "fair-b", "-J", "fair-wait-b", "--gres=shard:5"], SLEEP)
     wait_for(lambda: priority(c, waiting_b) > priority(c, waiting_a) > 0, 30, "fair-share ranks fair-b first")
     grower = c.submit([*a, "-J", "fair-grow", "-w", "node1", "-t", "1", "--gres=shard:1"],
                       simgpu_script("--mem-start 2GiB --mem-growth 30MiB --iters 400 --iter-ms 50"))
