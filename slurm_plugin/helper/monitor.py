@@ -10,6 +10,8 @@ each watch of `Monitor.watches`, in this order:
 3. **history** (`watches/history.py`): a job that ended COMPLETED has its peak memory, mean
    utilisation and throughput written under its fingerprint;
 4. **22.05 guard** (`watches/quirk_guard.py`): a GPU given whole and as shares;
+   then **out-of-memory ends** (`watches/oom.py`): a packed job whose step ended out of memory
+   in its share (held by its agent) is requeued at the head on a size that holds it;
 5. **contention** (`watches/contention.py`, patent seed FIG. 4): the newcomer that slows a
    neighbour is requeued at the head and the pair is never packed together again;
 6. **grow by preemption** (`watches/grow.py`, patent seed 004): a packed job that must grow
@@ -76,6 +78,7 @@ from slurm_plugin.helper.watches.layouts import LAYOUT_REFRESH_S, QueueLayoutWat
 from slurm_plugin.helper.watches.memory import MemoryWatch
 from slurm_plugin.helper.watches.metrics import MetricsWatch
 from slurm_plugin.helper.watches.mps import MpsWatch
+from slurm_plugin.helper.watches.oom import OomWatch
 from slurm_plugin.helper.watches.outcomes import OutcomeWatch
 from slurm_plugin.helper.watches.quirk_guard import QuirkGuardWatch
 from slurm_plugin.helper.watches.round import RoundContext, Watch, WatchState
@@ -148,6 +151,7 @@ class Monitor:
             OutcomeWatch(),
             HistoryWatch(),
             self.quirk_guard_watch,
+            OomWatch(lambda: getattr(self.samples_source, "oom_ends", {})),
             ContentionWatch(),
             GrowReleaseWatch(),
             grow,
