@@ -130,11 +130,13 @@ class OomWatch:
 
     @staticmethod
     def _forecast(ctx: RoundContext, job_id: int) -> float | None:
-        """The peak its measured curve forecasts (the memory watch's forecaster), if it has one."""
+        """The peak its measured curve forecasts (the memory watch's forecaster) when the
+        forecaster is sure of it (it warned); an unsure forecast (a start's ramp extrapolated,
+        thousands of GiB) says nothing of the size that holds it."""
         track = ctx.tracks.get(job_id)
         fc = getattr(track, "forecaster", None) if track is not None else None
         last = getattr(fc, "last", None)
-        return float(last.predicted_peak_bytes) if last is not None else None
+        return float(last.predicted_peak_bytes) if last is not None and last.warn else None
 
     def _settle(self, ctx: RoundContext, node: str, job_id: int, outcome: str) -> None:
         from slurm_plugin.agent.client import AgentRefused, AgentUnavailable, settle_oom

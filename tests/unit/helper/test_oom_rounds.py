@@ -69,3 +69,18 @@ def test_past_its_retries_it_is_left_failed_with_the_reason(tmp_path):
     (left,) = [e for e in helper.store.events() if e.kind == "restart-oom-left"]
     assert "left FAILED" in left.detail and "limit 1 per job" in left.detail
     assert "oom-left" in fake.jobs[7].admin_comment
+
+
+def test_an_unsure_forecast_of_its_curve_does_not_size_it_a_sure_one_does(tmp_path):
+    from types import SimpleNamespace
+
+    for warned, shards in ((False, "gres:shard:2"), (True, "gres:shard:4")):
+        fake, helper, samples, monitor = make(tmp_path / str(warned), fixed_clock=True)
+        running(fake, 7, fp="jump", shards=1)
+        samples.put(7, FAKE_EPOCH + 1, mem=5 * GIB, isolation="mig:1g.10gb@0")
+        monitor.tick()  # its track
+        last = SimpleNamespace(warn=warned, predicted_peak_bytes=(9000 if not warned else 33) * GIB)
+        monitor.state.tracks[7].forecaster = SimpleNamespace(last=last)
+        samples.oom_ends = {"node1": [oom_end()]}
+        monitor.tick()
+        assert fake.jobs[7].tres_per_node == shards
