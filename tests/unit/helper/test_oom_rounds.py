@@ -84,3 +84,14 @@ def test_an_unsure_forecast_of_its_curve_does_not_size_it_a_sure_one_does(tmp_pa
         samples.oom_ends = {"node1": [oom_end()]}
         monitor.tick()
         assert fake.jobs[7].tres_per_node == shards
+
+
+def test_a_job_slurm_already_marked_failed_is_requeued_while_slurmctld_holds_it(tmp_path):
+    """The agent's hold ran out before the helper answered (it was down): Slurm has it FAILED."""
+    fake, helper, samples, monitor = world(tmp_path)
+    fake.jobs[7].state = "FAILED"
+    monitor.tick()
+    job = fake.jobs[7]
+    assert job.state == "PENDING" and job.tres_per_node == "gres:shard:2" and job.priority > 0
+    (event,) = [e for e in helper.store.events() if e.kind == "restart-oom"]
+    assert event.data["slurm_state"] == "FAILED"
