@@ -133,3 +133,26 @@ def decide_oom_restart(e: OomEvidence, *, shards: int, share_bytes: float, max_s
     target = "a whole GPU" if to is None else f"shard:{to}"
     return OomDecision(True, f"{why}; requeued at the head on {target} (needs {need / GIB:.1f}GiB, "
                              f"retry {job_retries + 1} of {limits.per_job})", to, need, bound)
+
+
+def judge_oom_retry(mode: str, end_state: str | None) -> tuple[str, str] | None:
+    """Was a restart-oom decision right, from how the job ended (None: it has not ended)?
+    (outcome, detail) with the outcomes of `packer.action_outcomes`.
+
+    Enforced: right when the requeued run completed on its larger size, wrong when it failed
+    again. Shadow (the job left alone): right when it ended failed (the requeue would have
+    saved the run), wrong when it completed all the same (the step's end did not end it)."""
+    if end_state is None:
+        return None
+    failed = end_state in ("FAILED", "OUT_OF_MEMORY")
+    if mode == "shadow":
+        if failed:
+            return "right", f"left alone, the job ended {end_state}: the requeue would have saved the run"
+        if end_state == "COMPLETED":
+            return "wrong", "left alone, the job completed all the same: no requeue was needed"
+    else:
+        if end_state == "COMPLETED":
+            return "right", "the requeued run completed on its larger size"
+        if failed:
+            return "wrong", f"the requeued run ended {end_state} again"
+    return "unknown", f"the job ended {end_state}"

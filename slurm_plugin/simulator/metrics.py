@@ -56,7 +56,7 @@ ACTION_KEYS = {"grow_preemptions": 0, "grow_restarts_in_place": 0, "grow_decline
 
 
 def summary(res: SimResult) -> dict:
-    done = [j for j in res.jobs if j.end is not None]
+    done = [j for j in res.jobs if j.end is not None and not j.oom_failed]
     jct = [j.end - j.submit for j in done]
     wait = [j.first_start - j.submit for j in done]
     slow = [(j.end - j.first_start) / j.duration for j in done]
@@ -80,7 +80,7 @@ def summary(res: SimResult) -> dict:
         "gpus": n_gpus,
         "gpu_model": res.config.gpu_model,
         "jobs": len(done),
-        "jobs_unfinished": len(res.jobs) - len(done),
+        "jobs_unfinished": sum(1 for j in res.jobs if j.end is None),
         "jobs_skipped": res.skipped,
         "jobs_with_own_figures": sum(1 for j in res.jobs if j.spec.own),
         "makespan_s": round(res.makespan, 1),

@@ -95,3 +95,15 @@ def test_a_job_slurm_already_marked_failed_is_requeued_while_slurmctld_holds_it(
     assert job.state == "PENDING" and job.tres_per_node == "gres:shard:2" and job.priority > 0
     (event,) = [e for e in helper.store.events() if e.kind == "restart-oom"]
     assert event.data["slurm_state"] == "FAILED"
+
+
+def test_the_decision_is_judged_right_once_the_requeued_run_completes(tmp_path):
+    fake, helper, samples, monitor = world(tmp_path)
+    monitor.tick()
+    samples.oom_ends = {}
+    monitor.tick()  # back in the queue: not judged yet
+    assert [r.outcome for r in monitor.actions.ledger.rows() if r.action == "restart-oom"] == [None]
+    fake.jobs[7].state = "COMPLETED"
+    monitor.tick()
+    (row,) = [r for r in monitor.actions.ledger.rows() if r.action == "restart-oom"]
+    assert row.mode == "enforce" and row.outcome == "right"

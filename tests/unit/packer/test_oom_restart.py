@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from packer.oom_restart import OomEvidence, OomRetryLimits, decide_oom_restart, oom_end
+from packer.oom_restart import OomEvidence, OomRetryLimits, decide_oom_restart, judge_oom_retry, oom_end
 
 GIB = 1024**3
 SHARE = 10 * GIB
@@ -79,3 +79,12 @@ def test_bad_evidence_is_refused():
         OomEvidence(1, 0, 1)
     with pytest.raises(ValueError):
         OomEvidence(1, 10, -1)
+
+
+@pytest.mark.parametrize("mode, end, outcome", [
+    ("enforce", "COMPLETED", "right"), ("enforce", "FAILED", "wrong"), ("enforce", "CANCELLED", "unknown"),
+    ("shadow", "FAILED", "right"), ("shadow", "OUT_OF_MEMORY", "right"), ("shadow", "COMPLETED", "wrong"),
+])
+def test_a_decision_is_judged_by_how_the_job_then_ended(mode, end, outcome):
+    assert judge_oom_retry(mode, end)[0] == outcome
+    assert judge_oom_retry(mode, None) is None
