@@ -32,6 +32,10 @@
 - Memory warnings (``--predictor on``): ``memory_warnings_restarted`` (restarted or grown
   in place) and ``memory_warnings_kept`` (kept running: ``SuiteRules.restart`` priced a
   restart above the OOM's risk, the live helper's ``keep-memory``).
+- Out-of-memory (``packer.oom_restart``, the live OOM watch's code; docs/oom-restart.md):
+  ``oom_jobs_retried`` (jobs requeued bigger after running out of memory in their share),
+  ``oom_jobs_left_failed`` (retries spent: they end FAILED, counted in neither ``jobs`` nor
+  ``jobs_unfinished``), ``oom_lost_work_s`` (the work their out-of-memory attempts lost).
 - ``rules``: the decision settings the run used (``packer.rules.SuiteRules.settings``: the
   defaults, or a site's gpupack.toml with ``--config``, flags overriding).
 - Pair prediction (colocate with ``pair_predict``): ``pred_mae``/``pred_bias`` of the speeds
