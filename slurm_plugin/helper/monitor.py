@@ -10,8 +10,6 @@ each watch of `Monitor.watches`, in this order:
 3. **history** (`watches/history.py`): a job that ended COMPLETED has its peak memory, mean
    utilisation and throughput written under its fingerprint;
 4. **22.05 guard** (`watches/quirk_guard.py`): a GPU given whole and as shares;
-   then **out-of-memory ends** (`watches/oom.py`): a packed job whose step ended out of memory
-   in its share (held by its agent) is requeued at the head on a size that holds it;
 5. **contention** (`watches/contention.py`, patent seed FIG. 4): the newcomer that slows a
    neighbour is requeued at the head and the pair is never packed together again;
 6. **grow by preemption** (`watches/grow.py`, patent seed 004): a packed job that must grow
@@ -32,6 +30,10 @@ each watch of `Monitor.watches`, in this order:
 13. **retention** (`retention.py`): the store pruned as `[retention]` says, and the watches'
     per-job memory of jobs Slurm no longer lists forgotten;
 14. **metrics** (`watches/metrics.py`): metrics.prom written (the Watcher serves the registry).
+
+Right after the 22.05 guard, **out-of-memory ends** (`watches/oom.py`, docs/oom-restart.md): a
+packed job whose step ended out of memory in its share (its agent holds the end) is requeued
+at the head on a size that holds it, before Slurm marks it FAILED.
 
 While the kill switch file exists (`[paths] kill_switch`, `kill_switch.py`) only the watches
 that observe or keep jobs safe run: no requeue, restart, grow, regroup, steering, priority
