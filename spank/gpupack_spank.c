@@ -20,10 +20,15 @@
  * task exits with GPUPACK_UNISOLATED_EXIT before the program starts, and slurm.conf's
  * RequeueExit= of that code requeues a batch job (no node is drained); the helper then says
  * why in an event and puts the job at the head of the queue (`requeue-unisolated`).
- * At the end of a step (slurm_spank_exit, slurmstepd, root) it tells the agent, which
- * frees the job's isolation when its batch step ends.
+ * When a task exits (slurm_spank_task_exit, slurmstepd, root) it sends its exit code; the
+ * agent answers "OK done", or "OK hold" for a packed job that ran out of memory in its share:
+ * the plugin then asks again every HOLD_POLL_MS until the agent says done (the helper has
+ * requeued the job, or decided not to) or HOLD_MAX_MS passes, so slurmctld hears of the end
+ * only after the requeue. At the end of a step (slurm_spank_exit, slurmstepd, root) it tells
+ * the agent, which frees the job's isolation when its batch step ends.
  */
 #include <errno.h>
+#include <sys/wait.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdint.h>
@@ -47,6 +52,8 @@ SPANK_PLUGIN(gpupack, 1);
 #define GPUPACK_UNISOLATED_EXIT 117
 #define RESP_MAX 16384
 #define VAL_MAX 1024
+#define HOLD_POLL_MS 500
+#define HOLD_MAX_MS 30000 /* never hold a step's end longer, whatever the agent says */
 
 static char socket_tmpl[512] = "/run/gpupack/agent-%n.sock";
 static int timeout_ms = 3000;
@@ -357,6 +364,42 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
     if (ask_agent(path, req, resp, sizeof(resp), timeout_ms, 1, why, sizeof(why)) < 0 ||
         apply_answer(sp, resp, job, step, why, sizeof(why)) < 0)
         return not_isolated(sp, job, step, node, why);
+    return ESPANK_SUCCESS;
+}
+
+int slurm_spank_task_exit(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    if (!spank_remote(sp))
+        return ESPANK_SUCCESS;
+    uint32_t job = 0, step = 0;
+    int status = 0;
+    if (ids(sp, &job, &step, NULL) < 0 || step == SLURM_EXTERN_CONT ||
+        spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS)
+        return ESPANK_SUCCESS;
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+    if (code == 0)
+        return ESPANK_SUCCESS; /* a clean exit is never held */
+    char node[256], path[700], req[1024], resp[1024], why[600];
+    node_name(sp, node, sizeof(node));
+    socket_path(node, path, sizeof(path));
+    size_t len = 0;
+    snprintf(req, sizeof(req), "{\"op\":\"task_exit\",\"format\":\"lines\",\"job_id\":%u,\"step_id\":%u,"
+             "\"exit_code\":%d,\"node\":", job, step, code);
+    len = strlen(req);
+    if (json_str(req, sizeof(req), &len, node) < 0 || append(req, sizeof(req), &len, "}\n") < 0)
+        return ESPANK_SUCCESS;
+    long deadline = now_ms() + HOLD_MAX_MS;
+    int held = 0;
+    while (ask_agent(path, req, resp, sizeof(resp), timeout_ms < 1000 ? timeout_ms : 1000, 0, why, sizeof(why)) == 0 &&
+           strncmp(resp, "OK hold", 7) == 0 && now_ms() < deadline) {
+        if (!held)
+            slurm_info("gpupack: job %u step %u ended out of memory in its share (exit %d); its end waits "
+                       "for the helper's requeue", job, step, code);
+        held = 1;
+        usleep(HOLD_POLL_MS * 1000);
+    }
     return ESPANK_SUCCESS;
 }
 

@@ -127,6 +127,7 @@ class SampleBatch:
     sampled_at: float | None
     agent_now: float
     facts: str | None = None  # the digest of what the agent must agree with (None: it tells none)
+    oom_ends: tuple[dict, ...] = ()  # packed jobs' out-of-memory ends it holds for the helper
 
     @property
     def age_s(self) -> float | None:
@@ -143,10 +144,12 @@ def sample_batch(link: AgentLink, node: str, job_id: int | None = None, *, lates
         req["since"] = since
     answer = link.call(node, "samples", req, timeout)
     sampled_at = answer.get("sampled_at")
+    ooms = answer.get("oom_ends") or []
     return SampleBatch([JobSample.from_dict(s) for s in answer.get("samples", [])],
                        float(sampled_at) if isinstance(sampled_at, (int, float)) else None,
                        float(answer.get("now") or time.time()),
-                       answer.get("facts") if isinstance(answer.get("facts"), str) else None)
+                       answer.get("facts") if isinstance(answer.get("facts"), str) else None,
+                       tuple(e for e in ooms if isinstance(e, dict)) if isinstance(ooms, list) else ())
 
 
 def samples(link: AgentLink, node: str, job_id: int | None = None, *, latest: bool = False,
@@ -185,6 +188,12 @@ def send_layout(link: AgentLink, node: str, policy: str, pending_shards: list[in
 def send_mps_plan(link: AgentLink, node: str, plan: dict[str, dict[str, int]], generation: int) -> None:
     """MPS percentages for the node's jobs, ``{gpu: {job: percent}}``."""
     link.call(node, "mps_plan", {"plan": plan, "generation": int(generation)})
+
+
+def settle_oom(link: AgentLink, node: str, job_id: int, outcome: str) -> bool:
+    """Answer a job's out-of-memory end (`oom_ends.OomEnds`): its held step may end. Idempotent;
+    False when the agent does not know the end (it restarted, or forgot it)."""
+    return bool(link.call(node, "oom_settle", {"job_id": int(job_id), "outcome": outcome}).get("known"))
 
 
 def collect_finals(link: AgentLink, node: str) -> list[dict]:

@@ -12,7 +12,7 @@ from slurm_plugin.agent.paths import AgentError
 from slurm_plugin.agent.trust import Peer
 
 LINK_OPS = frozenset({"ping", "hello", "samples", "status", "layout", "finish", "jobs", "finals", "ack_finals",
-                      "mps_plan", "journal", "restore"})
+                      "mps_plan", "journal", "restore", "oom_settle"})
 
 
 def _int(body: dict, key: str, default: int | None = None) -> int:
@@ -67,6 +67,25 @@ def _step_end(agent: NodeAgent, body: dict, peer: Peer) -> dict:
     return {"status": "ok", "isolation": "ended" if summary else "running", "env": {}, "summary": summary}
 
 
+def _task_exit(agent: NodeAgent, body: dict, peer: Peer) -> dict:
+    """A task ended (the SPANK plugin, in slurmstepd): "hold" asks it to wait and ask again."""
+    code = body.get("exit_code")
+    if isinstance(code, bool) or not isinstance(code, int):
+        raise ValueError("exit_code must be an integer")
+    answer = agent.task_exit(_int(body, "job_id"), _int(body, "step_id"), code)
+    return {"status": "ok", "isolation": answer, "env": {}}
+
+
+def _alloc_failed(agent: NodeAgent, body: dict, peer: Peer) -> dict:
+    return agent.alloc_failed(_int(body, "job_id"), peer, body)
+
+
+def _oom_settle(agent: NodeAgent, body: dict, peer: Peer) -> dict:
+    """The helper's answer to an out-of-memory end: the held step may end."""
+    outcome = str(body.get("outcome") or "settled")[:200]
+    return {"status": "ok", "node": agent.node, "known": agent.settle_oom(_int(body, "job_id"), outcome)}
+
+
 def _samples(agent: NodeAgent, body: dict, peer: Peer) -> dict:
     job = body.get("job_id")
     since = body.get("since")
@@ -74,7 +93,7 @@ def _samples(agent: NodeAgent, body: dict, peer: Peer) -> dict:
                         float(since) if isinstance(since, (int, float)) else None, bool(body.get("latest")))
     # the agent's own clock twice: the helper judges staleness without comparing clocks
     return {"status": "ok", "node": agent.node, "samples": got, "sampled_at": agent.sampled_at,
-            "now": agent.clock(), "facts": agent.facts.digest()}
+            "now": agent.clock(), "facts": agent.facts.digest(), "oom_ends": agent.oom_ends.waiting()}
 
 
 def _finish(agent: NodeAgent, body: dict, peer: Peer) -> dict:
@@ -143,4 +162,5 @@ _OPS = {
     "ping": _ping, "hello": _hello, "isolate": _isolate, "step_end": _step_end, "samples": _samples,
     "finish": _finish, "status": _status, "report": _report, "layout": _layout, "jobs": _jobs, "finals": _finals,
     "ack_finals": _ack_finals, "mps_plan": _mps_plan, "journal": _journal, "restore": _restore,
+    "task_exit": _task_exit, "alloc_failed": _alloc_failed, "oom_settle": _oom_settle,
 }

@@ -5,6 +5,8 @@
 - ``report``: any uid, but only about its own job: the request carries the job's report
   token (issued by the agent into that job's step environment), and the peer process must
   belong to that job (its ``SLURM_JOB_ID`` in ``/proc/<pid>/environ``, read as root).
+- ``alloc_failed``: the same checks; a job says an allocation failed and how large it was
+  (bounded by the GPU's memory); what it held is read from the GPU, never from it.
 - A report's numbers are bounded and checked (:class:`ReportGuard`); memory is never
   taken from a report, only from the GPU's own accounting.
 - A report may say the job just checkpointed (``checkpoint: true``) and how often it does
@@ -22,8 +24,8 @@ from slurm_plugin.agent.pid_jobs import job_of_environ
 from slurm_plugin.unix_socket import peer_credentials
 
 PRIVILEGED_OPS = frozenset({"isolate", "step_end", "samples", "finish", "status", "layout", "jobs", "finals",
-                            "ack_finals", "mps_plan"})
-OPEN_OPS = frozenset({"ping", "report"})
+                            "ack_finals", "mps_plan", "task_exit", "oom_settle"})
+OPEN_OPS = frozenset({"ping", "report", "alloc_failed"})
 MAX_ITER_RATE = 10_000.0  # iterations per second a report may claim
 MAX_THROUGHPUT = 10_000.0
 MIN_REPORT_INTERVAL_S = 0.1  # reports closer together than this are dropped

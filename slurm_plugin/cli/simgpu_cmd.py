@@ -29,6 +29,9 @@ def simgpu() -> None:
 @click.option("--grow-iters", type=click.IntRange(0), default=None,
               help="Grow only during the first N iterations, then run at that peak (as a training job "
                    "does once its allocator is warm) [default: every iteration].")
+@click.option("--grow-after", type=click.IntRange(0), default=0, show_default=True,
+              help="Start growing after N iterations (with --grow-iters N+1 and a large --mem-growth: "
+                   "a one-step jump of memory at iteration N+1).")
 @click.option("--iters", type=click.IntRange(0, 10_000_000), default=100, show_default=True, help="Iterations to run.")
 @click.option("--iter-ms", type=click.FloatRange(0, 60_000), default=50.0, show_default=True,
               help="Milliseconds per iteration when running alone.")
@@ -41,15 +44,17 @@ def simgpu() -> None:
 @click.option("--checkpoint-every", type=click.IntRange(0), default=0, show_default=True,
               help="Checkpoint every N iterations and report it to the agent (0: never by itself); on "
               "SIGUSR1 it checkpoints at once, after the iteration it is in.")
-def run(mem_start: int, mem_growth: int, grow_iters: int | None, iters: int, iter_ms: float,
+def run(mem_start: int, mem_growth: int, grow_iters: int | None, grow_after: int, iters: int, iter_ms: float,
         workload: str | None, report_every: float, report: bool, checkpoint_every: int) -> None:
     """Run inside a job: allocate on the simulated GPU it was given, grow, report progress.
 
-    Dies with `CUDA out of memory` (exit 1) when it outgrows its partition.
+    Dies with `CUDA out of memory` (exit 1) when it outgrows its partition (a MIG slice, or its
+    MPS memory limit), after telling the node agent what it asked for and held.
     """
     from slurm_plugin.simgpu.workload import run as run_workload
 
     raise SystemExit(run_workload(mem_start=mem_start, mem_growth=mem_growth, grow_iters=grow_iters,
+                                  grow_after=grow_after,
                                   iters=iters, iter_ms=iter_ms,
                                   workload=workload, report_every_s=report_every, report=report,
                                   checkpoint_every=checkpoint_every))

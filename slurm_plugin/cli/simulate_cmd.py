@@ -57,6 +57,10 @@ def workload_options(fn):
         click.option("--growing-fraction", type=click.FloatRange(0, 1), default=0.1,
                      show_default=True,
                      help="Share of one-GPU jobs whose memory grows past their estimate."),
+        click.option("--jump-fraction", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+                     expose_value=False, callback=lambda ctx, _p, v: ctx.meta.__setitem__("jump_fraction", v),
+                     help="Share of the growing jobs whose memory jumps in one step (contained in "
+                          "its share, requeued bigger: restart-oom) instead of rising linearly."),
         click.option("--data-dir", type=click.Path(file_okay=False), default=None,
                      help="Folder with philly_jobs.csv, workload_profiles.csv, "
                           "colocation_pairs.csv (default: $GPUPACK_DATA_DIR or shared/data/traces)."),
@@ -217,7 +221,9 @@ def _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction, data_dir
 
 
 def _inputs(truth, timezone, bad_rows) -> dict:
-    return {"truth": truth, "timezone": timezone, "bad_rows": bad_rows}
+    ctx = click.get_current_context(silent=True)
+    jump = ctx.meta.get("jump_fraction", 0.0) if ctx is not None else 0.0
+    return {"truth": truth, "timezone": timezone, "bad_rows": bad_rows, "jump_fraction": jump}
 
 
 def _config(policy, predictor, gpus, gpu_model, bf_depth, corunner_rule, mig_static_layout,

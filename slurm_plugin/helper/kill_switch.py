@@ -9,7 +9,8 @@ that keep jobs safe rather than packing them:
   Slurm also gave whole to another job, unisolated;
 - the release of jobs a grower left held (`grow-release`): they go back to the queue, never
   stay held because the switch was turned on;
-- the MPS plan (`mps`): the share limits of packed jobs that already run on MPS nodes.
+- the MPS plan (`mps`): the share limits of packed jobs that already run on MPS nodes;
+- out-of-memory ends (`oom`): each end a node agent holds is let go at once, not requeued.
 
 No requeue, restart, grow, regroup, steering, priority change or MIG layout change happens.
 Turning the switch on or off is logged and written to the event log (`kill-switch`), and the
@@ -27,7 +28,7 @@ KIND = "kill-switch"
 
 #: the watches (by `name`) that still run while the switch is on
 RUN_WHILE_HALTED = frozenset({"tracks", "outcomes", "history", "quirk-guard", "grow-release", "mps", "retention",
-                              "metrics"})
+                              "metrics", "oom"})
 #: the actions `Actions` still carries out while the switch is on (see above)
 ACTIONS_WHILE_HALTED = frozenset({"requeue-quirk", "grow-release"})
 

@@ -32,6 +32,10 @@ each watch of `Monitor.watches`, in this order:
     per-job memory of jobs Slurm no longer lists forgotten;
 14. **metrics** (`watches/metrics.py`): metrics.prom written (the Watcher serves the registry).
 
+Right after the 22.05 guard, **out-of-memory ends** (`watches/oom.py`, docs/oom-restart.md): a
+packed job whose step ended out of memory in its share (its agent holds the end) is requeued
+at the head on a size that holds it, before Slurm marks it FAILED.
+
 While the kill switch file exists (`[paths] kill_switch`, `kill_switch.py`) only the watches
 that observe or keep jobs safe run: no requeue, restart, grow, regroup, steering, priority
 or layout change.
@@ -79,6 +83,7 @@ from slurm_plugin.helper.watches.layouts import LAYOUT_REFRESH_S, QueueLayoutWat
 from slurm_plugin.helper.watches.memory import MemoryWatch
 from slurm_plugin.helper.watches.metrics import MetricsWatch
 from slurm_plugin.helper.watches.mps import MpsWatch
+from slurm_plugin.helper.watches.oom import OomWatch
 from slurm_plugin.helper.watches.outcomes import OutcomeWatch
 from slurm_plugin.helper.watches.quirk_guard import QuirkGuardWatch
 from slurm_plugin.helper.watches.round import RoundContext, Watch, WatchState
@@ -157,6 +162,7 @@ class Monitor:
             OutcomeWatch(),
             HistoryWatch(),
             self.quirk_guard_watch,
+            OomWatch(lambda: getattr(self.samples_source, "oom_ends", {})),
             ContentionWatch(),
             GrowReleaseWatch(),
             grow,

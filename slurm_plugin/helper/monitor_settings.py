@@ -42,6 +42,10 @@ class MonitorSettings:
     # again, and what an out-of-memory failure costs beyond that (its user resubmits it)
     restart_cost_s: float = setting(60.0, ge=0)
     oom_penalty_s: float = setting(1800.0, ge=0)
+    # a packed job that ran out of memory in its share is requeued bigger (restart-oom) at most
+    # this many times, and its workload (fingerprint) at most this many times a day
+    oom_retries_per_job: int = setting(2, ge=0)
+    oom_retries_per_workload: int = setting(4, ge=0)
     # skip Slurm's requeue delay (BeginTime = requeue + cred_expire) once the old run is
     # fully gone (not COMPLETING): the old launch credential can no longer start anything
     skip_requeue_delay: bool = True

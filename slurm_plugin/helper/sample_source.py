@@ -53,6 +53,7 @@ class AgentSamples:
         self.stale: dict[str, str] = {}  # node -> why its figures are not trusted
         self._seen: dict[str, float] = {}  # node -> newest sample time it sent (its own clock)
         self._jobs: Mapping[str, list[int]] = {}
+        self.oom_ends: dict[str, tuple[dict, ...]] = {}  # node -> out-of-memory ends its agent holds
         self._generation = 0
         self._pool = ThreadPoolExecutor(max_workers=AGENT_THREADS, thread_name_prefix="agent-link")
 
@@ -82,6 +83,7 @@ class AgentSamples:
         except (AgentUnavailable, AgentRefused, OSError, ValueError, TypeError) as exc:
             self._mark(node, f"its agent does not answer ({exc})")
             return []
+        self.oom_ends[node] = batch.oom_ends
         if batch.samples:
             self._seen[node] = max(x.at for x in batch.samples)
         try:

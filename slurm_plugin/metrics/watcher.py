@@ -40,6 +40,7 @@ ACTIONS: dict[str, ActionKind] = {
     "requeue-contention": ActionKind("requeues", "contention"),
     "requeue-quirk": ActionKind("requeues", "gpu-shard-collision"),
     "restart-memory": ActionKind("restarts", "memory"),
+    "restart-oom": ActionKind("restarts", "oom"),  # ran out of memory in its share, requeued bigger
     "grow-evict": ActionKind("requeues", "grow-evict"),  # a younger neighbour evicted for a grower
     "grow-restart": ActionKind("restarts", "grow"),  # the grower, restarted bigger in place
     "regroup-requeue": ActionKind("requeues", "regroup"),  # moved to free GPUs for the head

@@ -148,6 +148,18 @@ class _Reporter:
                 return
             time.sleep(0.3)
 
+    def alloc_failed(self, asked: int, held: int) -> None:
+        """Tell the agent an allocation failed (what was asked, what was held), once, before
+        the process exits: its step's end is then known as an out-of-memory end."""
+        if not self.target.agent_socket or not self.target.token or self.target.job_id is None:
+            return
+        body = {"op": "alloc_failed", "job_id": self.target.job_id, "token": self.target.token,
+                "asked_bytes": int(asked), "held_bytes": int(held)}
+        try:
+            self._ask(self.target.agent_socket, body, 1.0)
+        except OSError as exc:
+            print(f"simgpu: cannot tell the node agent of the failed allocation ({exc})", file=sys.stderr)
+
     def maybe(self, iterations: int, force: bool = False, checkpoint: bool = False) -> None:
         now = time.monotonic()
         if not force and now - self.last < self.every_s:
@@ -184,7 +196,7 @@ class _Reporter:
 
 
 def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload: str | None,
-        grow_iters: int | None = None, env: dict[str, str] | None = None, report_every_s: float = 0.5, report: bool = True,
+        grow_iters: int | None = None, grow_after: int = 0, env: dict[str, str] | None = None, report_every_s: float = 0.5, report: bool = True,
         checkpoint_every: int = 0, out: TextIO = sys.stdout, err: TextIO = sys.stderr, backend=None) -> int:
     """Run the workload; returns the process exit status (0 done, 1 out of memory, 2 setup)."""
     from mig.errors import MigError
@@ -202,7 +214,7 @@ def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload
     default_speed = float(env.get("GPUPACK_SIM_DEFAULT_PAIR_SPEED", pairs.DEFAULT_PAIR_SPEED))
     reporter = _Reporter(target, workload, report_every_s) if report else None
     engines = _Engines(gpu, device, target.owner, workload, default_speed, target.mps)
-    memory = _Memory(gpu, device, target.owner, capacity, gpu_index, err)
+    memory = _Memory(gpu, device, target.owner, capacity, gpu_index, err, reporter)
     stopping = _StopSignal()
     checkpoints = _Checkpoints(checkpoint_every, iter_ms, reporter, out)
     old = signal.signal(signal.SIGTERM, stopping)
@@ -214,7 +226,7 @@ def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload
     try:
         return _iterate(memory, engines, reporter, stopping, checkpoints, mem_start=mem_start,
                         mem_growth=mem_growth, grow_iters=iters if grow_iters is None else grow_iters,
-                        iters=iters, iter_ms=iter_ms, out=out, err=err)
+                        grow_after=grow_after, iters=iters, iter_ms=iter_ms, out=out, err=err)
     finally:
         signal.signal(signal.SIGTERM, old)
         signal.signal(signal.SIGUSR1, old_usr1)
@@ -253,7 +265,7 @@ def _find_device(env: dict[str, str], backend, err: TextIO) -> tuple[Target, Any
 
 def _iterate(memory: _Memory, engines: _Engines, reporter: _Reporter | None, stopping: _StopSignal,
              checkpoints: _Checkpoints, *, mem_start: int, mem_growth: int, grow_iters: int, iters: int,
-             iter_ms: float, out: TextIO, err: TextIO) -> int:
+             iter_ms: float, out: TextIO, err: TextIO, grow_after: int = 0) -> int:
     """Make the process (its CUDA context), allocate, then run the iterations (growing and
     reporting); the exit status."""
     engines.start()
@@ -266,7 +278,7 @@ def _iterate(memory: _Memory, engines: _Engines, reporter: _Reporter | None, sto
             print(f"simgpu: stopped by signal {stopping.signum} after {done - 1} iterations", file=err)
             return 128 + stopping.signum
         time.sleep(iter_ms / 1000.0 / max(engines.speed(), 0.01))
-        if mem_growth and done <= grow_iters and not memory.alloc(mem_growth):
+        if mem_growth and grow_after < done <= grow_iters and not memory.alloc(mem_growth):
             return 1
         if checkpoints.after(done, time.monotonic() - started):
             continue  # its report went with the checkpoint
@@ -328,9 +340,11 @@ class _Memory:
     """What the workload holds on its device, within its capacity (a partition or an MPS
     limit); an allocation past either fails like CUDA's, with its message."""
 
-    def __init__(self, gpu, device: str, owner: str, capacity: int, gpu_index: int, err: TextIO):
+    def __init__(self, gpu, device: str, owner: str, capacity: int, gpu_index: int, err: TextIO,
+                 reporter: _Reporter | None = None):
         self.gpu, self.device, self.owner = gpu, device, owner
         self.capacity, self.gpu_index, self.err = capacity, gpu_index, err
+        self.reporter = reporter  # told of a failed allocation (as a framework's OOM observer would)
         self.held = 0
 
     def alloc(self, n: int) -> bool:
@@ -342,6 +356,8 @@ class _Memory:
             self.gpu.alloc_memory(self.device, self.owner, n)
         except GpuOutOfMemoryError:
             print(oom_message(n, self.capacity, self.held, self.gpu_index), file=self.err, flush=True)
+            if self.reporter is not None:
+                self.reporter.alloc_failed(n, self.held)
             return False
         self.held += n
         return True

@@ -168,7 +168,12 @@ class Simulator:
         if predicted and not self.memory.restart_on_warning(job, now, growing):
             self.progress.set_rate(job, now, job.rate)  # its next event: the end or the OOM
             return
-        self.memory.remember_bigger(job, predicted)
+        if predicted:
+            self.memory.remember_bigger(job)
+        elif not self.memory.retry_oom(job, now):  # contained in its share; retries spent
+            self.stop(job, now)
+            job.end, job.oom_failed = now, True
+            return
         if grow is not None and grow.try_grow(job, now, predicted):
             return  # restarted bigger on its GPU at once, younger neighbours evicted
         self.stop(job, now)

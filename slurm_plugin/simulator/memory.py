@@ -13,12 +13,22 @@ forecast peak and its confidence; the trace gives no time limits, so no job end.
 running (the helper's ``keep-memory``) runs on and meets its OOM if its memory really
 outgrows its room. A restart remembers the larger size (``Job.remembered``), as the
 helper's restart does.
+
+A job whose memory **jumps** (``Job.jump_at``) holds ``mem0`` until that fraction of its work
+and ``mem1`` after: no forecast from its series sees it coming. Every out-of-memory is
+contained in the job's share and decided by ``packer.oom_restart.decide_oom_restart``, the
+live OOM watch's code: requeued at the head on the next size that holds what it held plus
+the allocation that failed (a jump: the whole step; a linear grower: one sample's growth),
+or left FAILED once its retries are spent (``OomRetryLimits``; a trace job has no identity
+across jobs, so its workload's retries are its own). Counted: jobs retried, jobs left
+FAILED, the work their failed attempts lost.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from packer.decision import max_shards
+from packer.oom_restart import OomEvidence, OomRetryLimits, decide_oom_restart
 from packer.rules import SuiteRules
 from slurm_plugin.simulator.config import SimConfig
 from slurm_plugin.simulator.state import Job
@@ -32,6 +42,8 @@ def mem_now(j: Job, now: float) -> int:
     if j.mem1 == j.mem0:
         return j.mem0
     done = j.done + (now - j.last_t) * j.rate
+    if j.jump_at is not None:
+        return j.mem1 if done >= j.jump_at * j.duration else j.mem0
     return int(j.mem0 + (j.mem1 - j.mem0) * min(1.0, max(0.0, done) / j.duration))
 
 
@@ -50,6 +62,10 @@ class MemoryRestarts:
         self._forecaster_cls = None
         self.warnings_restarted = 0  # restarted (or grown in place) on a warning
         self.warnings_kept = 0  # kept running: the rule priced a restart above the OOM's risk
+        self.oom_limits = OomRetryLimits()  # the live helper's defaults ([monitor] oom_retries_*)
+        self.oom_retried: set[int] = set()  # jobs requeued bigger after an out-of-memory
+        self.oom_left_failed = 0  # jobs left FAILED (retries spent)
+        self.oom_lost_s = 0.0  # work their out-of-memory attempts lost
 
     def sizes(self) -> tuple[int, ...]:
         """The sizes a job may get, bytes: MIG instances, or share counts and the whole GPU."""
@@ -114,19 +130,36 @@ class MemoryRestarts:
 
     def summary(self) -> dict:
         return {"memory_warnings_restarted": self.warnings_restarted,
-                "memory_warnings_kept": self.warnings_kept}
+                "memory_warnings_kept": self.warnings_kept, "oom_jobs_retried": len(self.oom_retried),
+                "oom_jobs_left_failed": self.oom_left_failed, "oom_lost_work_s": round(self.oom_lost_s, 1)}
 
-    def remember_bigger(self, job: Job, predicted: bool) -> None:
-        """Count the restart and raise the size the job asks for next time."""
-        if predicted:
-            job.pred_restarts += 1
-            job.remembered = max(job.remembered, job.warn_next or self.gpu_mem)
+    def retry_oom(self, job: Job, now: float) -> bool:
+        """The job ran out of memory in its share: requeue it bigger (True, its size
+        remembered) or leave it FAILED (False), as the live OOM watch decides."""
+        done = job.done + (now - job.last_t) * job.rate
+        self.oom_lost_s += max(0.0, done)
+        limit = job.room or job.cap
+        if job.mem0 > limit:  # could not even get its starting memory
+            held, asked = 0, job.mem0
+        elif job.jump_at is not None:
+            held, asked = job.mem0, job.mem1 - job.mem0
         else:
-            job.oom_restarts += 1
-            job.remembered = max(job.remembered, self._next_size(job.cap))
+            held, asked = limit, max(1, (job.mem1 - job.mem0) // max(1, self.cfg.predictor_samples))
+        share = self.pk.share_bytes
+        d = decide_oom_restart(OomEvidence(1, limit, held, asked, held), shards=max(1, job.cap // share),
+                               share_bytes=share, max_shards=max_shards(self.pk), job_retries=job.oom_restarts,
+                               workload_retries=job.oom_restarts, limits=self.oom_limits)
+        if not d.requeue:
+            self.oom_left_failed += 1
+            return False
+        job.oom_restarts += 1
+        self.oom_retried.add(job.id)
+        fits = [s for s in self.sizes() if s >= d.need_bytes and s > job.cap]
+        size = self.gpu_mem if d.whole_gpu or not fits else fits[0]
+        job.remembered = max(job.remembered, size)
+        return True
 
-    def _next_size(self, cap: int) -> int:
-        for s in self.sizes():
-            if s > cap:
-                return s
-        return self.gpu_mem
+    def remember_bigger(self, job: Job) -> None:
+        """Count a warned restart and raise the size the job asks for next time."""
+        job.pred_restarts += 1
+        job.remembered = max(job.remembered, job.warn_next or self.gpu_mem)

@@ -32,6 +32,10 @@
 - Memory warnings (``--predictor on``): ``memory_warnings_restarted`` (restarted or grown
   in place) and ``memory_warnings_kept`` (kept running: ``SuiteRules.restart`` priced a
   restart above the OOM's risk, the live helper's ``keep-memory``).
+- Out-of-memory (``packer.oom_restart``, the live OOM watch's code; docs/oom-restart.md):
+  ``oom_jobs_retried`` (jobs requeued bigger after running out of memory in their share),
+  ``oom_jobs_left_failed`` (retries spent: they end FAILED, counted in neither ``jobs`` nor
+  ``jobs_unfinished``), ``oom_lost_work_s`` (the work their out-of-memory attempts lost).
 - ``rules``: the decision settings the run used (``packer.rules.SuiteRules.settings``: the
   defaults, or a site's gpupack.toml with ``--config``, flags overriding).
 - Pair prediction (colocate with ``pair_predict``): ``pred_mae``/``pred_bias`` of the speeds
@@ -56,7 +60,7 @@ ACTION_KEYS = {"grow_preemptions": 0, "grow_restarts_in_place": 0, "grow_decline
 
 
 def summary(res: SimResult) -> dict:
-    done = [j for j in res.jobs if j.end is not None]
+    done = [j for j in res.jobs if j.end is not None and not j.oom_failed]
     jct = [j.end - j.submit for j in done]
     wait = [j.first_start - j.submit for j in done]
     slow = [(j.end - j.first_start) / j.duration for j in done]
@@ -80,7 +84,7 @@ def summary(res: SimResult) -> dict:
         "gpus": n_gpus,
         "gpu_model": res.config.gpu_model,
         "jobs": len(done),
-        "jobs_unfinished": len(res.jobs) - len(done),
+        "jobs_unfinished": sum(1 for j in res.jobs if j.end is None),
         "jobs_skipped": res.skipped,
         "jobs_with_own_figures": sum(1 for j in res.jobs if j.spec.own),
         "makespan_s": round(res.makespan, 1),

@@ -40,7 +40,7 @@ class Progress:
         job.warn_work = None
         job.warn_next = None
         job.fail_at = None
-        if self.predictor and job.mem1 > cap:
+        if self.predictor and job.mem1 > cap and job.jump_at is None:  # no series foresees a jump
             self.sim.memory.plan_warning(job)
 
     def set_rate(self, job: "Job", now: float, rate: float) -> None:
@@ -71,7 +71,8 @@ class Progress:
                 if tw < t:
                     kind, t = WARN, tw
             if job.mem1 > job.room >= job.mem0:
-                w_oom = (job.room - job.mem0) / (job.mem1 - job.mem0) * job.duration
+                w_oom = (job.jump_at * job.duration if job.jump_at is not None
+                         else (job.room - job.mem0) / (job.mem1 - job.mem0) * job.duration)
                 if w_oom >= job.done:
                     to = now + (w_oom - job.done) / rate
                     if to < t:

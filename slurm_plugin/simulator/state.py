@@ -16,7 +16,7 @@ class Job:
         "gpu_ids", "cap", "shards", "inst", "remembered", "min_rate", "oom_restarts",
         "pred_restarts", "preemptions", "lost_work", "warn_work", "warn_next", "shared_with",
         "unmeasured", "max_pair_slow", "packed_at", "t_end", "room", "pack_pred", "pack_base",
-        "moves", "fail_at", "pair_failures",
+        "moves", "fail_at", "pair_failures", "jump_at", "oom_failed",
     )
 
     def __init__(self, spec: SimJobSpec, prof: WorkloadProfile):
@@ -61,6 +61,8 @@ class Job:
         self.moves = 0  # times regrouping moved it
         self.fail_at: float | None = None  # when it fails beside a pair that cannot run together
         self.pair_failures = 0  # attempts that failed so (slurm_plugin.simulator.pair_failure)
+        self.jump_at = spec.jump_at  # its memory jumps mem0 -> mem1 at this fraction of its work
+        self.oom_failed = False  # left FAILED out of memory (retries spent: packer.oom_restart)
 
 
 class Gpu:

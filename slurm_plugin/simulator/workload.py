@@ -82,6 +82,9 @@ class SimJobSpec:
     mem0: int  # memory at start, bytes (the estimate history gives)
     mem1: int  # peak memory at the end of the run (== mem0 unless growing)
     own: bool = False  # its profile comes from its own GPU figures (sacct), not a draw
+    # a growing job's memory jumps from mem0 to mem1 in one step at this fraction of its work
+    # (predictor/data/stress.py's level_shift shape; issue 24: most real crossings); None: linear
+    jump_at: float | None = None
 
     @property
     def grows(self) -> bool:
@@ -235,13 +238,18 @@ def build_jobs(
     growing_fraction: float = 0.0,
     gpu_memory_bytes: int = 80 << 30,
     own: dict[int, int] | None = None,
+    jump_fraction: float = 0.0,
 ) -> list[SimJobSpec]:
     """Give each trace job a profile (and maybe growth); cut to ``jobs``, scale arrivals.
 
     ``own``: trace index -> profile index of the jobs with their own GPU figures (their
     measured peak is their memory: they do not grow). A job that asked for a share of one
     GPU (``TraceJob.share``) has its memory capped to that share of ``gpu_memory_bytes``
-    (other jobs to 90 % of it)."""
+    (other jobs to 90 % of it). ``jump_fraction``: the share of growing jobs whose memory
+    jumps in one step (at 20-80 % of their work) instead of rising linearly; 0 draws nothing
+    more, so the other jobs' draws stay as they were."""
+    if not 0.0 <= jump_fraction <= 1.0:
+        raise WorkloadError(f"--jump-fraction is a share in [0, 1], not {jump_fraction}")
     own = own or {}
     if time_scale <= 0:
         raise WorkloadError("--time-scale must be positive (0.5 halves the gaps between arrivals)")
@@ -264,9 +272,12 @@ def build_jobs(
             prof = rng.randrange(len(profiles))
         mem0 = min(profiles[prof].mem_bytes, cap)
         mem1 = mem0
+        jump_at = None
         if t.gpus == 1 and growing_fraction > 0 and rng.random() < growing_fraction:
             mem1 = min(cap, int(mem0 * round(rng.uniform(1.5, 3.0) * 4) / 4))  # quantised: replays share forecasts
-        out.append(SimJobSpec(i, t.submit * time_scale, t.duration, t.gpus, prof, mem0, mem1))
+            if jump_fraction > 0 and rng.random() < jump_fraction:
+                jump_at = round(rng.uniform(0.2, 0.8), 2)
+        out.append(SimJobSpec(i, t.submit * time_scale, t.duration, t.gpus, prof, mem0, mem1, jump_at=jump_at))
     return out
 
 

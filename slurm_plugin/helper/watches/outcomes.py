@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from packer.action_ledger import ActionLedger, LedgerRow
 from packer.action_outcomes import MISSED, RIGHT, UNKNOWN, Judgement, judge_memory_run, judge_recovery, ran_out
+from packer.oom_restart import KIND as OOM, judge_oom_retry
 from packer.preemption import throughput_loss
 from slurm_plugin.helper.watches.contention import KIND as CONTENTION
 from slurm_plugin.helper.watches.grow import KIND as GROW
@@ -58,6 +59,8 @@ class OutcomeWatch:
                 judgement = judge_grow_row(ctx, ledger, row)
             elif row.action == REGROUP:
                 judgement = judge_regroup_row(ctx, row)
+            elif row.action == OOM:
+                judgement = self._judge_oom(ctx, row)
             if judgement is not None:
                 self._close(ctx, ledger, row, judgement)
         self._find_misses(ctx, ledger)
@@ -84,6 +87,15 @@ class OutcomeWatch:
             return None  # waiting for the next run
         ended = job is None or job.state not in ACTIVE
         return judge_memory_run(capacity, run_peak(track), (job.state if job is not None else "GONE") if ended else None)
+
+    @staticmethod
+    def _judge_oom(ctx: RoundContext, row: LedgerRow) -> Judgement | None:
+        """restart-oom (`packer.oom_restart.judge_oom_retry`): how the job then ended."""
+        job = ctx.jobs.get(row.job_id)
+        if job is not None and not job.is_finished:
+            return None  # running, or back in the queue after its requeue
+        verdict = judge_oom_retry(row.mode, job.base_state if job is not None else "GONE")
+        return Judgement(*verdict) if verdict is not None else None
 
     def _judge_contention(self, ctx: RoundContext, ledger: ActionLedger, row: LedgerRow) -> Judgement | None:
         """Once the newcomer left (shadow: its run ended; enforce: requeued), did the hurt

@@ -1,0 +1,114 @@
+"""Packed jobs whose step ended out of memory in their share, until the helper has answered.
+
+The evidence comes from the node: the step's exit status (the SPANK plugin's task-exit
+hook, in slurmstepd, before slurmd tells slurmctld the job ended), what the job held on the
+GPU (the GPU's own accounting, sampled by the agent), and the failed allocation the job
+reported itself (`alloc_failed`, as a framework's out-of-memory observer would; the size it
+asked for is bounded, the memory it held is never taken from it). Whether that is an
+out-of-memory end is `packer.oom_restart.oom_end`.
+
+An OOM end **holds** the step's end: the plugin asks again every half second until the helper
+settles it (it requeued the job, or decided not to) or `HOLD_S` passes, so the helper can
+requeue the job while Slurm still has it RUNNING and `afternotok` dependents never see a
+failure. An end the helper did not settle in time stays listed for `KEEP_S`: the helper
+then requeues the FAILED job while slurmctld still holds it.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+from packer.oom_restart import OomEvidence, oom_end
+from slurm_plugin.agent.state import Assignment
+
+log = logging.getLogger(__name__)
+
+HOLD_S = 20.0  # the longest a step's end waits for the helper
+KEEP_S = 600.0  # an unsettled end stays listed this long (the helper may still requeue it)
+HOLD, DONE = "hold", "done"
+
+
+@dataclass
+class OomEnd:
+    """One out-of-memory end of a packed job's step, as the helper reads it."""
+
+    job_id: int
+    node: str
+    gpu_index: int
+    isolation: str
+    shards: int
+    step_id: int
+    exit_code: int
+    limit_bytes: int
+    peak_bytes: int
+    asked_bytes: int | None
+    held_bytes: int | None
+    at: float
+    reason: str
+    started_at: float | None = None
+    settled: str | None = None  # the helper's answer ("requeued", "left", ...)
+
+    @property
+    def evidence(self) -> OomEvidence:
+        return OomEvidence(self.exit_code, self.limit_bytes, self.peak_bytes, self.asked_bytes, self.held_bytes)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class OomEnds:
+    """The node's OOM ends (in memory: an agent restart loses them, and the job is then
+    recorded FAILED like any other; its run is a lower bound all the same)."""
+
+    def __init__(self, node: str, clock: Callable[[], float], hold_s: float = HOLD_S):
+        self.node = node
+        self.clock = clock
+        self.hold_s = hold_s
+        self.ends: dict[int, OomEnd] = {}
+        self.failed_allocs: dict[int, tuple[int, int]] = {}  # job -> (asked, held) it reported
+
+    def alloc_failed(self, job_id: int, asked: int, held: int) -> None:
+        self.failed_allocs[job_id] = (asked, held)
+
+    def task_exit(self, a: Assignment, step_id: int, exit_code: int, limit_bytes: int | None) -> str:
+        """HOLD while the helper has not answered an OOM end of this packed job, else DONE."""
+        now = self.clock()
+        self._forget_old(now)
+        end = self.ends.get(a.job_id)
+        if end is not None and end.started_at != a.started_at:  # an earlier run of a requeued job
+            end = self.ends.pop(a.job_id)  and None
+        if end is None:
+            if exit_code == 0 or a.kind not in ("mig", "mps") or not limit_bytes:
+                return DONE
+            asked, held = self.failed_allocs.pop(a.job_id, (None, None))
+            peak = max(a.peak_mem_bytes, a.last_mem_bytes)
+            ev = OomEvidence(exit_code, limit_bytes, peak, asked, held)
+            why = oom_end(ev)
+            if why is None:
+                return DONE
+            end = self.ends[a.job_id] = OomEnd(a.job_id, self.node, a.gpu_index, a.isolation, a.shards, step_id,
+                                               exit_code, int(limit_bytes), int(peak), asked, held, now, why,
+                                               a.started_at)
+            log.warning("job %d step %d ended out of memory in its share (%s): its end waits up to %.0fs for "
+                        "the helper", a.job_id, step_id, why, self.hold_s)
+        if end.settled is not None or now - end.at >= self.hold_s:
+            return DONE
+        return HOLD
+
+    def settle(self, job_id: int, outcome: str) -> bool:
+        end = self.ends.get(job_id)
+        if end is None:
+            return False
+        end.settled = outcome
+        log.info("job %d: the helper answered its out-of-memory end: %s", job_id, outcome)
+        return True
+
+    def waiting(self) -> list[dict]:
+        """The ends the helper has not answered (the held ones and those past their hold)."""
+        self._forget_old(self.clock())
+        return [e.to_dict() for e in self.ends.values() if e.settled is None]
+
+    def _forget_old(self, now: float) -> None:
+        for job_id in [j for j, e in self.ends.items() if now - e.at > KEEP_S]:
+            del self.ends[job_id]

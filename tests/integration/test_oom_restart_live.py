@@ -1,0 +1,77 @@
+"""A packed job that runs out of memory in its share (issue 24 item 1), on the real cluster.
+
+Its memory jumps from 5 GiB to 15 GiB in one step in a one-share MIG slice (10 GiB). The slice
+fences it: its neighbour on the same GPU runs on untouched. Its step's end (exit 1 after the
+failed allocation) is held by the node agent until the helper has requeued it at the head on
+two shares, so Slurm never marks it FAILED: its `afternotok` dependent never starts, and it
+ends COMPLETED after exactly one `restart-oom` requeue. Asserted through Slurm (state,
+restarts, request, run time) and the event log and store.
+
+Uses `idle_cluster` of tests/integration/e2e_support.py (the session's `cluster`, emptied).
+"""
+from __future__ import annotations
+
+import pytest
+
+from e2e_support import SLEEP, events, simgpu_script, wait_for
+from packer.store import Store
+
+pytestmark = pytest.mark.integration
+
+GIB = 1024**3
+
+
+def test_a_job_out_of_memory_in_its_share_is_requeued_bigger_before_it_fails(idle_cluster, tmp_path):
+    cluster = idle_cluster
+    jump_out, neighbour_out = tmp_path / "jump.out", tmp_path / "neighbour.out"
+    # node1's second GPU taken, so the neighbour and the jumping job share node1's first GPU
+    filler = cluster.submit(["-J", "oom-fill", "-w", "node1", "--gres=shard:8"], SLEEP)
+    cluster.wait(filler, "RUNNING", 30)
+    neighbour = cluster.submit(["-J", "oom-neighbour", "-w", "node1", "--gres=shard:4", "-o", str(neighbour_out)],
+                               simgpu_script("--mem-start 3GiB --iters 800 --iter-ms 50"))
+    cluster.wait(neighbour, "RUNNING", 30)
+    jumper = cluster.submit(["-J", "oom-jump", "-w", "node1", "--gres=shard:1", "-o", str(jump_out)],
+                            simgpu_script("--mem-start 5GiB --mem-growth 10GiB --grow-after 60 --grow-iters 61 "
+                                          "--iters 200 --iter-ms 50"))
+    dependent = cluster.submit(["-J", "oom-dependent", f"--dependency=afternotok:{jumper}"], SLEEP)
+    seen: dict[int, set[str]] = {jumper: set(), neighbour: set(), dependent: set()}
+
+    def watch(job: int) -> dict[str, str]:
+        info = cluster.job(job)
+        seen[job].add(info.get("JobState", ""))
+        return info
+
+    def jumper_done() -> bool:
+        for job in (neighbour, dependent):
+            watch(job)
+        return watch(jumper).get("JobState") in ("COMPLETED", "FAILED", "OUT_OF_MEMORY", "CANCELLED")
+
+    wait_for(jumper_done, 120, "the jumping job ends", interval=0.25)
+    info = cluster.job(jumper)
+    assert info["JobState"] == "COMPLETED", (info, seen[jumper])
+    assert "FAILED" not in seen[jumper], seen[jumper]
+    assert int(info["Restarts"]) == 1 and info["TresPerNode"].endswith("shard:2"), info
+    assert "restart-oom" in info["AdminComment"]
+    text = jump_out.read_text()
+    assert "done 200 iterations" in text and "peak 15.00 GiB" in text, text
+
+    (event,) = events(cluster, "restart-oom", jumper)
+    assert event.data["from_shards"] == 1 and event.data["to"].endswith("shard:2"), event.data
+    assert event.data["asked_bytes"] == 10 * GIB and event.data["exit_code"] == 1
+    assert 4.5 * GIB <= event.data["peak_bytes"] < 10 * GIB  # what it held: a lower bound, not its size
+    store = Store(cluster.spec.database)
+    try:
+        assert store.remembered_size(event.data["fingerprint"]) == 2
+        runs = wait_for(lambda: [r for r in store.runs(event.data["fingerprint"])], 30, "the runs recorded")
+        first = [r for r in runs if r.lower_bound]
+        assert all(r.peak_mem_bytes < 10 * GIB for r in first)  # the failed run is kept as a bound only
+    finally:
+        store.close()
+
+    # the neighbour on the same GPU ran on untouched, to its end
+    assert cluster.wait(neighbour, {"COMPLETED", "FAILED", "CANCELLED"}, 120) == "COMPLETED"
+    assert seen[neighbour] <= {"RUNNING", "COMPLETING", "COMPLETED"} and int(cluster.job(neighbour)["Restarts"]) == 0
+    assert "done 800 iterations" in neighbour_out.read_text()
+    # the dependent waits for a failure that never came
+    dep = watch(dependent)
+    assert "RUNNING" not in seen[dependent] and dep["RunTime"] == "00:00:00", (dep, seen[dependent])
