@@ -115,3 +115,33 @@ class AdmissionRule:
 
     def pays(self, case: PackCase, queue: QueueView) -> bool:
         return self.fair(case) and pack_gain(case, queue) > 0.0
+
+
+@dataclass(frozen=True)
+class PackJudgement:
+    """What the rule says of packing one newcomer now, over the GPUs it could join.
+
+    ``verdict``: ``pays`` (some GPU qualifies and the pack there pays: ``gpu_id``, ``gain``),
+    ``refused`` (GPUs have room for it, none where the pack pays or keeps every job at the
+    fairness floor, or only GPUs with a partner it must avoid: ``reason`` says which), or
+    ``no-room`` (no busy GPU has room under the cap and the jobs-per-GPU limit now: the
+    rule has nothing to weigh, the job waits for room as before)."""
+
+    verdict: str
+    reason: str
+    gpu_id: str | None = None
+    gain: float | None = None
+
+    @property
+    def refused(self) -> bool:
+        return self.verdict == "refused"
+
+
+def release_wait(releases_s: "list[float] | tuple[float, ...]", ahead: int) -> float:
+    """When a whole GPU frees for a job with ``ahead`` jobs before it: the ``ahead + 1``-th
+    release (seconds from now), the last one known when fewer are known (a lower bound), or
+    ``math.inf`` when none is (no busy GPU has an end in sight)."""
+    rel = sorted(r for r in releases_s if r >= 0)
+    if not rel:
+        return math.inf
+    return rel[min(max(ahead, 0), len(rel) - 1)]

@@ -29,6 +29,8 @@ class PackerConfig:
     max_util_pct: float = setting(90.0, ge=0, le=100)
     # How many recent runs the estimate looks at.
     history_window: int = setting(5, ge=1)
+    # Runs that ended longer ago than this (days) are not looked at (0: every run counts).
+    history_max_age_days: float = setting(90.0, ge=0)
     # Shares per GPU (Slurm shards); by default one share = one MIG memory slice.
     shares_per_gpu: int = setting(8, ge=1)
     gpu_memory_gib: float = setting(80.0, gt=0)
@@ -40,6 +42,10 @@ class PackerConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, "packer")
+
+    def history_since(self, now: float) -> float:
+        """The oldest end time a run may have to count (0: every run)."""
+        return now - self.history_max_age_days * 86400.0 if self.history_max_age_days > 0 else 0.0
 
     @property
     def share_bytes(self) -> float:

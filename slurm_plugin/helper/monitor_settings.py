@@ -53,6 +53,13 @@ class MonitorSettings:
     # packed jobs and none qualifies, a job there predicted to keep < 1 - contention_threshold
     # of its speed (measured pair speeds, else the feature model on the jobs' history)
     pair_predict: bool = True
+    # admission (packer.admission, the replay's colocate): "load-aware" packs a job at submit
+    # only where running it beside the jobs there beats waiting for a whole GPU, given the
+    # queue, every job kept at >= min_speed of its speed (the admin's fairness floor);
+    # "slowdown-bound": the older rule (no job there may lose more than contention_threshold)
+    admission: str = setting("load-aware", choices=("load-aware", "slowdown-bound"))
+    min_speed: float = setting(0.5, gt=0, le=1)
+    max_jobs_per_gpu: int = setting(2, ge=1)  # packed jobs on one GPU (the replay's limit)
     # grow by preemption (patent seed 004, packer.grow): a packed job that must grow requeues
     # younger packed neighbours on its GPU. Running preemptors (a running job whose forecast
     # warns or whose remembered size is above its share) evict until their maximum ("max")
@@ -135,7 +142,8 @@ class MonitorSettings:
             counter_min_samples=self.counter_min_samples, restart_cost_s=self.restart_cost_s,
             oom_penalty_s=self.oom_penalty_s, grow_settings=self.grow_settings(),
             regroup_settings=self.regroup_settings(), regroup_moves_per_plan=self.regroup_moves_per_plan,
-            regroup_moves_per_hour=self.regroup_moves_per_hour)
+            regroup_moves_per_hour=self.regroup_moves_per_hour, admission=self.admission,
+            min_speed=self.min_speed, max_jobs_per_gpu=self.max_jobs_per_gpu)
 
     def regroup_settings(self) -> RegroupSettings:
         """The planner's thresholds (`packer.regroup_plan.RegroupSettings`)."""

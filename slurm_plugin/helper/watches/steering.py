@@ -122,7 +122,9 @@ class SteerWatch:
                 node_gpus(nodes, packed_running, ctx.config, ctx.fingerprint_of, know.traits).items()]
         gpu_nodes = {n.name for n in nodes if n.gpus_total}
         speed = steering_speed(know)
-        rules = ctx.rules
+        # the watches keep the per-job slowdown bound (the admin's fairness setting,
+        # contention_threshold) whatever the submit path's admission: FIG. 4 requeues by it
+        rules = ctx.rules.with_overrides(admission="slowdown-bound")
 
         def rank(new: Newcomer, loads: list[GpuLoad] | tuple[GpuLoad, ...]) -> list[Ranked]:
             return rules.corunners(new, loads, pair_speed=speed)
