@@ -6,7 +6,9 @@ cluster view the watcher published (``QueueState``), the jobs' traits and the pa
 from the history store (two indexed reads). It fails open: no view, a view without the queue,
 or any error leaves the packer's decision as it was (the watches still guard the pack).
 
-What it asks of the rule:
+With a whole GPU idle in the view (`[packer] pack_only_when_no_idle_gpu = false`) there is
+nothing to judge: the job may start there (the steering keeps it off avoided partners and
+slow pairs). Otherwise, what it asks of the rule:
 
 - the newcomer: its packed size (shards x share), its mean utilisation from history, and its
   work as the mean length of its recent runs (unknown: no bound from its side);
@@ -31,7 +33,7 @@ from packer.decision import Decision
 from packer.pair_knowledge import JobTraits, PairKnowledge
 from packer.rules import SuiteRules
 from packer.store import Store
-from slurm_plugin.helper.cluster_view import Snapshot
+from slurm_plugin.helper.cluster_view import Snapshot, idle_gpus
 from slurm_plugin.helper.queue_state import QueueState
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,8 @@ def judge(rules: SuiteRules, store: Store, snapshot: Snapshot | None, decision: 
     """The rule's judgement of packing ``decision``'s job now; None when there is nothing to
     judge by (no view or no queue in it, or not a pack)."""
     if decision.verdict != "packed" or not decision.fingerprint or snapshot is None or snapshot.queue is None:
+        return None
+    if idle_gpus(snapshot) > 0:  # it may start on an idle GPU: no one is made to wait or slow down
         return None
     queue, fp, config = snapshot.queue, decision.fingerprint, rules.config
     resident_fps = {j.fingerprint for g in queue.shared for j in g.jobs if j.fingerprint}

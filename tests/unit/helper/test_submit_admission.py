@@ -106,6 +106,9 @@ def test_a_pair_learned_to_fail_is_never_packed_and_the_floor_holds():
     store = store_with()
     store.record_pair_speed(NEW_FP, "aaaa", 0.3)  # below an equal share of the GPU
     assert answer(store, lambda: snapshot(release_s=1e9)).reason == "below-min-speed"
+    idle = Snapshot(nodes=(NodeGpus("n1", frozenset({"MIXED"}), 2, frozenset({0})),), pending_whole_gpu_jobs=0,
+                    taken_at=NOW, queue=snapshot(1e9).queue)
+    assert answer(store, lambda: idle).verdict == "packed"  # a GPU is idle: it may start there
     low = MonitorSettings(min_speed=0.25)
     assert answer(store, lambda: snapshot(release_s=1e9), monitor=low).verdict == "packed"
 
