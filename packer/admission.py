@@ -123,9 +123,10 @@ class PackJudgement:
 
     ``verdict``: ``pays`` (some GPU qualifies and the pack there pays: ``gpu_id``, ``gain``),
     ``refused`` (GPUs have room for it, none where the pack pays or keeps every job at the
-    fairness floor, or only GPUs with a partner it must avoid: ``reason`` says which), or
-    ``no-room`` (no busy GPU has room under the cap and the jobs-per-GPU limit now: the
-    rule has nothing to weigh, the job waits for room as before)."""
+    fairness floor: ``reason`` says which), or ``no-room`` (no busy GPU has room under the
+    cap and the jobs-per-GPU limit now, or only GPUs with a partner it must avoid, reason
+    ``avoided-pair``: the rule has nothing to weigh, the job waits for room as before and is
+    kept off its partners' nodes)."""
 
     verdict: str
     reason: str

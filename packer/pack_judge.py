@@ -49,8 +49,8 @@ def judge_pack(rules: "SuiteRules", newcomer: Newcomer, newcomer_s: float, gpus:
     allowed = rank_corunners(newcomer, [r.gpu for r in room], rule="lowest-util",
                              max_fraction=rules.config.max_gpu_fraction,
                              max_jobs_per_gpu=rules.max_jobs_per_gpu, avoid=avoid)
-    if not allowed:
-        return PackJudgement("refused", "avoided-pair")
+    if not allowed:  # never beside them: the submit path keeps it off their nodes (pair avoidance)
+        return PackJudgement("no-room", "avoided-pair")
     ranked = rules.corunners(newcomer, [r.gpu for r in allowed], avoid=avoid, pair_speed=pair_speed)
     if not ranked:
         return PackJudgement("refused", "below-min-speed")

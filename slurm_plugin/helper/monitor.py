@@ -79,6 +79,7 @@ from slurm_plugin.helper.watches.mps import MpsWatch
 from slurm_plugin.helper.watches.outcomes import OutcomeWatch
 from slurm_plugin.helper.watches.quirk_guard import QuirkGuardWatch
 from slurm_plugin.helper.watches.round import RoundContext, Watch, WatchState
+from slurm_plugin.helper.watches.dispatch import DispatchWatch
 from slurm_plugin.helper.watches.steering import SteerWatch
 from slurm_plugin.helper.watches.tracks import (  # noqa: F401  (the names other code imports from here)
     ACTIVE, SAMPLES_KEPT, Fingerprints, Track, TrackWatch, job_shards, submit_time_exclusion, wants_whole_gpu,
@@ -154,6 +155,7 @@ class Monitor:
             MemoryWatch(),
             regroup,
             KeepAtHeadWatch(),
+            DispatchWatch(),
             SteerWatch(),
             self.mps_watch,
             QueueLayoutWatch(),

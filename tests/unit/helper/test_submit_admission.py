@@ -67,7 +67,9 @@ def snapshot(release_s: float, left_s: float | None = 7200.0, queue: bool = True
 def service(store: Store, snap, monitor: MonitorSettings | None = None) -> SubmitService:
     cfg = PackerConfig(mode="enforce")
     rules = (monitor or MonitorSettings()).rules
-    return SubmitService(lambda: cfg, store, lambda: ClusterView(0), rules=rules, snapshot=snap)
+    # pair avoidance as the daemon's: the nodes of the partners running (here n1's job)
+    avoid = lambda fp: frozenset({"n1"}) if store.avoided_with(fp) else frozenset()  # noqa: E731
+    return SubmitService(lambda: cfg, store, lambda: ClusterView(0), rules=rules, snapshot=snap, avoid=avoid)
 
 
 FIELDS = {"user_name": b"alice", "name": b"t", "script": BODY, "tres_per_node": b"gres:gpu:1"}
@@ -99,10 +101,11 @@ def test_a_pack_that_pays_is_kept_and_one_that_does_not_keeps_its_gpu():
     assert bound.verdict == "packed"
 
 
-def test_a_pair_learned_to_fail_is_never_packed_and_the_floor_holds():
+def test_a_pair_learned_to_fail_is_kept_apart_and_the_floor_holds():
     store = store_with()
     store.avoid_pair(NEW_FP, "aaaa", "failed together")
-    assert answer(store, lambda: snapshot(release_s=1e9)).reason == "avoided-pair"
+    kept_off = answer(store, lambda: snapshot(release_s=1e9))  # never beside it: kept off its node
+    assert (kept_off.verdict, kept_off.exclude) == ("packed", "n1")
     store = store_with()
     store.record_pair_speed(NEW_FP, "aaaa", 0.3)  # below an equal share of the GPU
     assert answer(store, lambda: snapshot(release_s=1e9)).reason == "below-min-speed"

@@ -54,7 +54,7 @@ def test_an_avoided_partner_is_never_packed_with_but_another_gpu_may_be():
     bad, good = gpu(("1", "a", 10), gid="n1:0"), gpu(("2", "c", 10), gid="n2:0")
     avoid = {("a", "b")}
     only_bad = judge([bad], {}, wait=math.inf, pair=pair, avoid=avoid)
-    assert (only_bad.verdict, only_bad.reason) == ("refused", "avoided-pair")
+    assert (only_bad.verdict, only_bad.reason) == ("no-room", "avoided-pair")  # kept off it, not judged
     assert judge([bad, good], {}, wait=math.inf, pair=pair, avoid=avoid).gpu_id == "n2:0"
 
 
