@@ -7,7 +7,8 @@ replaces a pending job's GRES on update (23.02 on), else every share of the GPU
 of a GPU are the GPU: nobody joins it). Its record says `exclusive reason=whole-gpu-at-dispatch`
 (the fingerprint kept: its run is history as any other). An event `restore-whole` says so; in
 shadow mode (`[monitor.actions] restore-whole = "shadow"`, or observe/advise mode) only the
-event, marked `shadow`. The watch does not run while the kill switch is on, and
+event, marked `shadow`. Only with `[packer] pack_only_when_no_idle_gpu` (the default: the
+decision re-made at dispatch is that one). The watch does not run while the kill switch is on, and
 `Actions.update_job` refuses a change then anyway. Once per job (a refused update is not
 tried again every round).
 """
@@ -47,8 +48,8 @@ class DispatchWatch:
 
     def round(self, ctx: RoundContext) -> None:
         mode = ctx.actions.mode_of(KIND)
-        if mode.mode == "off":
-            return
+        if mode.mode == "off" or not ctx.config.pack_only_when_no_idle_gpu:
+            return  # an admin who packs with GPUs idle asked for packs, whatever is idle
         pending = [j for j in ctx.jobs.values() if j.state == "PENDING" and not j.held]
         ours = {j.job_id for j in pending if job_shards(j) is not None and self._packed_by_us(j)}
         if not ours - self.done:

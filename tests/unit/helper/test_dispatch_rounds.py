@@ -42,6 +42,17 @@ def test_a_packed_job_at_its_turn_gets_the_idle_gpu_back(tmp_path):
     assert len(events(helper, 5)) == 1  # once
 
 
+def test_an_admin_who_packs_with_gpus_idle_keeps_the_packs(tmp_path):
+    from packer.config import PackerConfig
+
+    fake, helper, monitor = make(tmp_path)
+    helper._config = PackerConfig(mode="enforce", pack_only_when_no_idle_gpu=False)
+    pending_packed(fake, 5)
+    fake.nodes["node2"].gres_used = "gpu:h100:1(IDX:0),shard:h100:0(IDX:N/A)"
+    monitor.tick()
+    assert fake.jobs[5].tres_per_node == "gres:shard:h100:2" and not events(helper, 5)
+
+
 def test_jobs_ahead_come_first_and_22_05_gets_every_share_of_the_gpu(tmp_path):
     fake, helper, monitor = make(tmp_path, release="22.05.8")
     fake.submit(job_id=1, state="PENDING", gres="gres:gpu:h100:1", priority=300)
