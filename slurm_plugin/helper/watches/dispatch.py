@@ -51,7 +51,11 @@ class DispatchWatch:
         if mode.mode == "off" or not ctx.config.pack_only_when_no_idle_gpu:
             return  # an admin who packs with GPUs idle asked for packs, whatever is idle
         pending = [j for j in ctx.jobs.values() if j.state == "PENDING" and not j.held]
-        ours = {j.job_id for j in pending if job_shards(j) is not None and self._packed_by_us(j)}
+        # a job requeued (by a watch: regrouped, grown, restarted for memory, or by anyone) is
+        # sized and placed by what requeued it: only a first run is decided again here
+        moved = set(ctx.state.heading) | set(ctx.state.kept_off) | set(ctx.state.held_for_grower)
+        ours = {j.job_id for j in pending if job_shards(j) is not None and self._packed_by_us(j)
+                and not j.restart_cnt and j.job_id not in moved}
         if not ours - self.done:
             self.done &= {j.job_id for j in pending}
             return

@@ -80,3 +80,12 @@ def test_shadow_mode_and_the_kill_switch_leave_the_job_alone(tmp_path):
     fake2.nodes["node2"].gres_used = "gpu:h100:1(IDX:0),shard:h100:0(IDX:N/A)"
     monitor2.tick()
     assert fake2.jobs[5].tres_per_node == "gres:shard:h100:2" and not events(helper2, 5)
+
+
+def test_a_requeued_job_is_left_to_what_requeued_it(tmp_path):
+    fake, helper, monitor = make(tmp_path)
+    fake.submit(job_id=5, state="PENDING", gres="gres:shard:h100:2", priority=100, restart_cnt=1,
+                admin_comment="gpupack: packed shard:2 reason=memory-restart fp=f5")
+    fake.nodes["node2"].gres_used = "gpu:h100:1(IDX:0),shard:h100:0(IDX:N/A)"
+    monitor.tick()
+    assert fake.jobs[5].tres_per_node == "gres:shard:h100:2" and not events(helper, 5)
