@@ -28,7 +28,12 @@ run together: learned from a failure) is never packed.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from packer.pair_model import Prediction
 
 
 @dataclass(frozen=True)
@@ -146,3 +151,23 @@ def release_wait(releases_s: "list[float] | tuple[float, ...]", ahead: int) -> f
     if not rel:
         return math.inf
     return rel[min(max(ahead, 0), len(rel) - 1)]
+
+
+def expected_gain(newcomer_s: float, newcomer: "Prediction", residents: "Sequence[tuple[float, Prediction]]",
+                  queue: QueueView) -> float:
+    """:func:`pack_gain` averaged over the pair model's spread (``packer.pair_model``): each
+    speed at the three points of ``expected_speeds`` (kept above 1 % so a pessimistic point
+    costs a long overlap, not an infinite one), every combination weighted. A pair the model
+    is unsure of is packed when this is positive, not refused for its spread."""
+    from itertools import product
+
+    from packer.pair_model import expected_speeds
+
+    grids = [expected_speeds(newcomer), *(expected_speeds(p) for _, p in residents)]
+    total = 0.0
+    for combo in product(*grids):
+        weight = math.prod(w for _, w in combo)
+        speeds = [max(0.01, s) for s, _ in combo]
+        case = PackCase(newcomer_s, speeds[0], tuple(Resident(left, s) for (left, _), s in zip(residents, speeds[1:])))
+        total += weight * pack_gain(case, queue)
+    return total

@@ -34,7 +34,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from packer.admission import AdmissionRule, PackCase, PackJudgement, QueueView, pack_gain
+from packer.admission import AdmissionRule, PackCase, PackJudgement, QueueView, expected_gain, pack_gain
+from packer.pair_model import Prediction
 from packer.config import PackerConfig
 from packer.contention import ContentionVerdict as SharerVerdict
 from packer.contention import Sharer, check_contention
@@ -171,6 +172,15 @@ class SuiteRules:
         if self.admission == "load-aware":
             return AdmissionRule(self.min_speed).pays(case, queue)
         return case.min_speed > 0.0
+
+    def pack_pays_uncertain(self, newcomer_s: float, newcomer: Prediction,
+                            residents: Sequence[tuple[float, Prediction]], queue: QueueView) -> bool:
+        """Load-aware admission on the pair model's predictions with their spread
+        (``packer.pair_model``): fair on the predicted means (``min_speed``), and the
+        expected gain over the spread positive (``packer.admission.expected_gain``)."""
+        if min(newcomer.mean, *(p.mean for _, p in residents)) < self.min_speed:
+            return False
+        return expected_gain(newcomer_s, newcomer, residents, queue) > 0.0
 
     def judge_pack(self, newcomer: Newcomer, newcomer_s: float, gpus: Sequence[GpuLoad], left_s: dict[str, float],
                    queue: QueueView, avoid: AvoidSet, pair_speed: PairSpeed) -> PackJudgement:
