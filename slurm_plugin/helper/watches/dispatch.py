@@ -45,15 +45,18 @@ class DispatchWatch:
 
     def __init__(self) -> None:
         self.done: set[int] = set()  # jobs restored (or tried): once per job
+        self.ran: set[int] = set()  # jobs seen running: a requeued one is not at a first turn
 
     def round(self, ctx: RoundContext) -> None:
         mode = ctx.actions.mode_of(KIND)
         if mode.mode == "off" or not ctx.config.pack_only_when_no_idle_gpu:
             return  # an admin who packs with GPUs idle asked for packs, whatever is idle
+        self.ran |= {j.job_id for j in ctx.jobs.values() if j.state != "PENDING"}
+        self.ran &= set(ctx.jobs)
         pending = [j for j in ctx.jobs.values() if j.state == "PENDING" and not j.held]
         # a job requeued (by a watch: regrouped, grown, restarted for memory, or by anyone) is
         # sized and placed by what requeued it: only a first run is decided again here
-        moved = set(ctx.state.heading) | set(ctx.state.kept_off) | set(ctx.state.held_for_grower)
+        moved = self.ran | set(ctx.state.heading) | set(ctx.state.kept_off) | set(ctx.state.held_for_grower)
         ours = {j.job_id for j in pending if job_shards(j) is not None and self._packed_by_us(j)
                 and not j.restart_cnt and j.job_id not in moved}
         if not ours - self.done:
@@ -74,8 +77,9 @@ class DispatchWatch:
 
     @staticmethod
     def _packed_by_us(job: Job) -> bool:
+        """Packed at submit: a record `packed` with no reason (a watch's resize gives one)."""
         record = comment_mod.parse(job.admin_comment)
-        return record is not None and record.applied_verdict == "packed"
+        return record is not None and record.applied_verdict == "packed" and record.reason is None
 
     def _restore(self, ctx: RoundContext, job: Job, node: str, acts: bool, label: str) -> None:
         gpu_type = job_gpu_type(job)

@@ -89,3 +89,17 @@ def test_a_requeued_job_is_left_to_what_requeued_it(tmp_path):
     fake.nodes["node2"].gres_used = "gpu:h100:1(IDX:0),shard:h100:0(IDX:N/A)"
     monitor.tick()
     assert fake.jobs[5].tres_per_node == "gres:shard:h100:2" and not events(helper, 5)
+
+
+def test_a_job_seen_running_or_resized_by_a_watch_is_not_at_a_first_turn(tmp_path):
+    fake, helper, monitor = make(tmp_path)
+    fake.submit(job_id=5, state="RUNNING", nodes="node1", gres="gres:shard:h100:2", priority=100,
+                gres_detail=["shard:h100:2(IDX:0)"], admin_comment="gpupack: packed shard:2 fp=f5")
+    fake.submit(job_id=6, state="PENDING", gres="gres:shard:h100:4", priority=90,
+                admin_comment="gpupack: packed shard:4 reason=memory-restart fp=f6")
+    monitor.tick()
+    fake.jobs[5].state = "PENDING"  # requeued by someone (no restart count in the listing)
+    fake.nodes["node2"].gres_used = "gpu:h100:0(IDX:N/A),shard:h100:0(IDX:N/A)"
+    monitor.tick()
+    assert fake.jobs[5].tres_per_node == "gres:shard:h100:2" and not events(helper, 5)
+    assert fake.jobs[6].tres_per_node == "gres:shard:h100:4" and not events(helper, 6)
