@@ -6,6 +6,7 @@ enforce mode, `pack_only_when_no_idle_gpu` on: the default).
 """
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -29,6 +30,21 @@ def _seed(cluster, name: str, body: bytes) -> str:
     return fp
 
 
+def _view_all_busy(cluster, jobs) -> None:
+    """Wait until the watcher's cluster view shows ``jobs`` running and no GPU idle (the
+    submit side decides from it)."""
+    path = cluster.spec.helper_socket.parent / "cluster-view.json"
+
+    def busy() -> bool:
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return False
+        return set(jobs) <= {r["job_id"] for r in doc["running"]} and all(
+            len(n["busy"]) >= n["gpus"] for n in doc["nodes"])
+    wait_for(busy, 45, "the cluster view shows every GPU busy")
+
+
 def _record(cluster, job_id: int):
     return parse(cluster.job(job_id).get("AdminComment"))
 
@@ -39,6 +55,7 @@ def test_a_packed_job_whose_turn_comes_with_a_gpu_idle_gets_it_back(idle_cluster
                for n in ("node1", "node2", "node3")}
     for job in fillers.values():
         cluster.wait(job, "RUNNING", 30)
+    _view_all_busy(cluster, fillers.values())
     body = b"#!/bin/sh\n# gpupack test dispatch\nsleep 300\n"
     fp = _seed(cluster, "dispatch-new", body)
     # every GPU is held: the packer packs it; it may not start for two minutes (BeginTime)
