@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from packer.admission import PackCase, PackJudgement, QueueView, Resident
-from packer.corunner import AvoidSet, GpuLoad, Newcomer, PairSpeed, rank_corunners
+from packer.corunner import AvoidSet, GpuLoad, Newcomer, PairSpeed, RunningJob, rank_corunners
 
 if TYPE_CHECKING:
     from packer.rules import SuiteRules
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 # a job with no end in sight is taken as running this long (the overlap's bound); finite so
 # the rule's arithmetic stays finite (inf * 0 is nan)
 NO_END_S = 30 * 86400.0
+MAX_KINDS = 24  # kinds of GPU ranked with the pair prediction per submission
+MAX_CASES = 48  # packs weighed per submission
 
 
 def _unit(speed: float) -> float:
@@ -35,31 +37,58 @@ def _finite(seconds: float) -> float:
     return NO_END_S if math.isinf(seconds) or seconds > NO_END_S else max(0.0, seconds)
 
 
-def judge_pack(rules: "SuiteRules", newcomer: Newcomer, newcomer_s: float, gpus: Sequence[GpuLoad],
+Kinds = dict[tuple, list[GpuLoad]]
+
+
+def kinds_of(gpus: Sequence[GpuLoad]) -> Kinds:
+    """The busy GPUs grouped by what the rule sees of them but the work left: the same jobs'
+    workloads, memory and utilisation on the same capacity (ranked once per kind); a caller
+    judging many newcomers against one view groups them once."""
+    out: dict[tuple, list[GpuLoad]] = {}
+    for g in gpus:
+        if not g.jobs:
+            continue
+        jobs = tuple(sorted(g.jobs, key=_job_key))  # one order per kind: speeds ranked once apply to all
+        out.setdefault((g.capacity_bytes, tuple(map(_job_key, jobs))), []).append(GpuLoad(g.gpu_id, g.capacity_bytes, jobs))
+    return out
+
+
+def _job_key(j: RunningJob) -> tuple:
+    return (j.workload, j.mem_bytes, j.util_pct or 0.0)
+
+
+def judge_pack(rules: "SuiteRules", newcomer: Newcomer, newcomer_s: float, gpus: Sequence[GpuLoad] | Kinds,
                left_s: dict[str, float], queue: QueueView, avoid: AvoidSet,
                pair_speed: PairSpeed) -> PackJudgement:
     """Whether packing ``newcomer`` (``newcomer_s`` seconds of work alone, ``math.inf``:
     unknown) now pays on one of ``gpus``; ``left_s``: each running job's work left by job id
-    (a job missing: no end known)."""
-    busy = [g for g in gpus if g.jobs]
-    room = rank_corunners(newcomer, busy, rule="lowest-util", max_fraction=rules.config.max_gpu_fraction,
-                          max_jobs_per_gpu=rules.max_jobs_per_gpu)
-    if not room:
+    (a job missing: no end known); ``gpus`` may come grouped (:func:`kinds_of`). The submit
+    path holds slurmctld's locks: the GPUs are weighed by kind, at most ``MAX_KINDS`` kinds (the least used first) and
+    ``MAX_CASES`` packs, the best by the co-runner rule first; none of those paying is a refusal."""
+    cap, limit = rules.config.max_gpu_fraction, rules.max_jobs_per_gpu
+    grouped = gpus if isinstance(gpus, dict) else kinds_of(gpus)
+    kinds = {k: group for k, group in grouped.items()
+             if len(group[0].jobs) < limit and group[0].used_bytes + newcomer.mem_bytes <= cap * group[0].capacity_bytes}
+    if not kinds:
         return PackJudgement("no-room", "no busy GPU has room under the cap and the jobs-per-GPU limit")
-    allowed = rank_corunners(newcomer, [r.gpu for r in room], rule="lowest-util",
-                             max_fraction=rules.config.max_gpu_fraction,
-                             max_jobs_per_gpu=rules.max_jobs_per_gpu, avoid=avoid)
+    firsts = sorted((group[0] for group in kinds.values()), key=lambda g: (g.used_bytes, g.gpu_id))[:MAX_KINDS]
+    allowed = rank_corunners(newcomer, firsts, rule="lowest-util", max_fraction=cap, max_jobs_per_gpu=limit,
+                             avoid=avoid)
     if not allowed:  # never beside them: the submit path keeps it off their nodes (pair avoidance)
         return PackJudgement("no-room", "avoided-pair")
     ranked = rules.corunners(newcomer, [r.gpu for r in allowed], avoid=avoid, pair_speed=pair_speed)
     if not ranked:
         return PackJudgement("refused", "below-min-speed")
-    best_gain = -math.inf
+    by_first = {id(group[0]): group for group in kinds.values()}
+    cases = 0
     for r in ranked:
-        case = PackCase(_finite(newcomer_s), _unit(r.mine),
-                        tuple(Resident(_finite(left_s.get(j.job_id, math.inf)), _unit(s))
-                              for j, s in zip(r.gpu.jobs, r.theirs)))
-        if rules.pack_pays(case, queue):
-            return PackJudgement("pays", "pays", r.gpu.gpu_id, rules.pack_gain(case, queue))
-        best_gain = max(best_gain, rules.pack_gain(case, queue))
-    return PackJudgement("refused", "pack-does-not-pay", gain=best_gain)
+        for g in by_first[id(r.gpu)]:
+            case = PackCase(_finite(newcomer_s), _unit(r.mine),
+                            tuple(Resident(_finite(left_s.get(j.job_id, math.inf)), _unit(s))
+                                  for j, s in zip(g.jobs, r.theirs)))
+            if rules.pack_pays(case, queue):
+                return PackJudgement("pays", "pays", g.gpu_id, rules.pack_gain(case, queue))
+            cases += 1
+            if cases >= MAX_CASES:
+                return PackJudgement("refused", "pack-does-not-pay")
+    return PackJudgement("refused", "pack-does-not-pay")

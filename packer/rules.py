@@ -42,7 +42,7 @@ from packer.contention import Sharer, check_contention
 from packer.corunner import RULES as CORUNNER_RULES
 from packer.corunner import AvoidSet, GpuLoad, Newcomer, PairSpeed, Ranked, rank_corunners
 from packer.decision import ClusterView, Decision, Estimate, decide, max_shards
-from packer.pack_judge import judge_pack
+from packer.pack_judge import Kinds, judge_pack
 from packer.grow import GpuShares, GrowDecision, GrowSettings, Preemptor, PreemptorThreshold, plan_growth
 from packer.preemption import ContentionVerdict, PackMeasure, Resident, find_contention, measure_seniors
 from packer.regroup import RegroupDecision, plan_regroup
@@ -182,7 +182,8 @@ class SuiteRules:
             return False
         return expected_gain(newcomer_s, newcomer, residents, queue) > 0.0
 
-    def judge_pack(self, newcomer: Newcomer, newcomer_s: float, gpus: Sequence[GpuLoad], left_s: dict[str, float],
+    def judge_pack(self, newcomer: Newcomer, newcomer_s: float, gpus: Sequence[GpuLoad] | Kinds,
+                   left_s: dict[str, float],
                    queue: QueueView, avoid: AvoidSet, pair_speed: PairSpeed) -> PackJudgement:
         """Whether packing ``newcomer`` now pays on one of the busy ``gpus`` (room under the
         cap on the GPU's total and the jobs-per-GPU limit, no avoided partner, the fairness

@@ -362,12 +362,14 @@ class Store:
         rows = self.db.execute("select fp_a, fp_b, speed, samples, updated_at from pair_speeds").fetchall()
         return {(r[0], r[1]): PairSpeed(*r) for r in rows}
 
-    def pair_speeds_with(self, fingerprint: str) -> dict[tuple[str, str], float]:
-        """The measured speeds of the pairs ``fingerprint`` is in, either way round (the
-        submit path's load-aware admission: one indexed read, not the whole table)."""
-        rows = self.db.execute("select fp_a, fp_b, speed from pair_speeds where fp_a = ?1 "
-                               "union all select fp_a, fp_b, speed from pair_speeds where fp_b = ?1",
-                               [fingerprint]).fetchall()
+    def pair_speeds_with(self, fingerprint: str, others: Iterable[str]) -> dict[tuple[str, str], float]:
+        """The measured speeds of ``fingerprint`` beside each of ``others`` and theirs beside it
+        (the submit path's load-aware admission: primary-key look-ups, not the whole table)."""
+        rows = self.db.execute(
+            "select fp_a, fp_b, speed from pair_speeds where fp_a = ?1 and fp_b in (select value from json_each(?2)) "
+            "union all select fp_a, fp_b, speed from pair_speeds "
+            "where fp_a in (select value from json_each(?2)) and fp_b = ?1",
+            [fingerprint, json.dumps(sorted(set(others)))]).fetchall()
         return {(a, b): s for a, b, s in rows}
 
     def mean_run_s(self, fingerprint: str, window: int = 5, since: float = 0.0) -> float | None:

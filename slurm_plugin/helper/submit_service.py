@@ -23,7 +23,7 @@ from packer.request import Candidate, JobFacts, classify, shard_request
 from packer.rules import SuiteRules
 from packer.store import Store
 from slurm_plugin.helper.cluster_view import Snapshot
-from slurm_plugin.helper.submit_admission import load_aware
+from slurm_plugin.helper.submit_admission import SubmitAdmission
 from slurm_plugin.metrics.submit import SubmitMetrics
 from slurm_plugin.slurm.gres import expand_hostlist
 
@@ -170,7 +170,7 @@ class SubmitService:
         # the decisions with the [monitor] table's settings (the watches' and the replay's);
         # None: the defaults. `snapshot`: the published view the load-aware admission reads
         self._make_rules = rules or (lambda config: SuiteRules(config=config))
-        self._snapshot = snapshot
+        self._admission = SubmitAdmission(store, snapshot) if snapshot is not None else None
 
     def _rules_for(self, config: PackerConfig) -> SuiteRules:
         """The decisions (`packer.rules.SuiteRules`, the monitor's and the simulator's) with
@@ -206,8 +206,8 @@ class SubmitService:
             fp, estimate, remembered = None, None, None
         rules = self._rules_for(config)
         decision = rules.admit(request, estimate, self._cluster_view(), fp, remembered)
-        if self._snapshot is not None:  # a pack only where it pays given the queue (fails open)
-            decision = load_aware(rules, self.store, self._snapshot, decision, time.time())
+        if self._admission is not None:  # a pack only where it pays given the queue (fails open)
+            decision = self._admission.decide(rules, decision, time.time())
         decision = self._avoid_partners(decision, text.get("req_nodes"))
         site_comment = text.get("admin_comment")
         writable = not (site_comment and any(c in site_comment for c in "\t\n\r"))
