@@ -55,7 +55,6 @@ class _Residents:
     gpus: Kinds  # the busy shared GPUs, by kind (packer.pack_judge.kinds_of)
     left: dict[str, float]
     fingerprints: frozenset[str]
-    idle: int  # whole GPUs idle in the view
 
 
 def _residents(store: Store, snapshot: Snapshot, config: PackerConfig) -> _Residents:
@@ -72,7 +71,7 @@ def _residents(store: Store, snapshot: Snapshot, config: PackerConfig) -> _Resid
             jobs.append(RunningJob(str(j.job_id), fp, int(j.shards * config.share_bytes), utils.get(fp)))
             left[str(j.job_id)] = math.inf if j.left_s is None else j.left_s
         loads.append(GpuLoad(g.gpu_id, capacity, tuple(jobs)))
-    return _Residents(snapshot.taken_at, kinds_of(loads), left, frozenset(fps), idle_gpus(snapshot))
+    return _Residents(snapshot.taken_at, kinds_of(loads), left, frozenset(fps))
 
 
 class SubmitAdmission:
@@ -83,6 +82,7 @@ class SubmitAdmission:
         self.store = store
         self.snapshot = snapshot
         self._residents: _Residents | None = None
+        self._idle: tuple[float, int] = (-1.0, 0)  # (view taken at, whole GPUs idle in it)
 
     def judge(self, rules: SuiteRules, decision: Decision, now: float) -> PackJudgement | None:
         """The rule's judgement of packing ``decision``'s job now; None when there is nothing
@@ -90,12 +90,14 @@ class SubmitAdmission:
         snapshot = self.snapshot()
         if decision.verdict != "packed" or not decision.fingerprint or snapshot is None or snapshot.queue is None:
             return None
+        if self._idle[0] != snapshot.taken_at:
+            self._idle = (snapshot.taken_at, idle_gpus(snapshot))
+        if self._idle[1] > 0:  # it may start on an idle GPU: no one is made to wait or slow down
+            return None
         queue, fp, config, store = snapshot.queue, decision.fingerprint, rules.config, self.store
         res = self._residents
         if res is None or res.taken_at != snapshot.taken_at:
             res = self._residents = _residents(store, snapshot, config)
-        if res.idle > 0:  # it may start on an idle GPU: no one is made to wait or slow down
-            return None
         est = decision.estimate
         newcomer = Newcomer("new", fp, int((decision.shards or 1) * config.share_bytes),
                             est.mean_util_pct if est is not None else None)
