@@ -45,6 +45,13 @@ class MonitorSettings:
     # skip Slurm's requeue delay (BeginTime = requeue + cred_expire) once the old run is
     # fully gone (not COMPLETING): the old launch credential can no longer start anything
     skip_requeue_delay: bool = True
+    # admission (packer.admission, the replay's colocate): "load-aware" packs a job at submit
+    # only where running it beside the jobs there beats waiting for a whole GPU, given the
+    # queue, every job kept at >= min_speed of its speed (the admin's fairness floor);
+    # "slowdown-bound": the older rule (no job there may lose more than contention_threshold)
+    admission: str = setting("load-aware", choices=("load-aware", "slowdown-bound"))
+    min_speed: float = setting(0.5, gt=0, le=1)
+    max_jobs_per_gpu: int = setting(2, ge=1)  # packed jobs on one GPU (the replay's limit)
     # the Slurm 22.05 gpu+shard collision guard (fixed upstream in 23.11.5): "auto" runs it
     # only on releases that double-book a GPU, or true / false
     quirk_guard: bool | str = setting("auto", choices=("auto", True, False))
@@ -53,13 +60,6 @@ class MonitorSettings:
     # packed jobs and none qualifies, a job there predicted to keep < 1 - contention_threshold
     # of its speed (measured pair speeds, else the feature model on the jobs' history)
     pair_predict: bool = True
-    # admission (packer.admission, the replay's colocate): "load-aware" packs a job at submit
-    # only where running it beside the jobs there beats waiting for a whole GPU, given the
-    # queue, every job kept at >= min_speed of its speed (the admin's fairness floor);
-    # "slowdown-bound": the older rule (no job there may lose more than contention_threshold)
-    admission: str = setting("load-aware", choices=("load-aware", "slowdown-bound"))
-    min_speed: float = setting(0.5, gt=0, le=1)
-    max_jobs_per_gpu: int = setting(2, ge=1)  # packed jobs on one GPU (the replay's limit)
     # grow by preemption (patent seed 004, packer.grow): a packed job that must grow requeues
     # younger packed neighbours on its GPU. Running preemptors (a running job whose forecast
     # warns or whose remembered size is above its share) evict until their maximum ("max")
