@@ -28,7 +28,12 @@ run together: learned from a failure) is never packed.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from packer.pair_model import Prediction
 
 
 @dataclass(frozen=True)
@@ -115,3 +120,54 @@ class AdmissionRule:
 
     def pays(self, case: PackCase, queue: QueueView) -> bool:
         return self.fair(case) and pack_gain(case, queue) > 0.0
+
+
+@dataclass(frozen=True)
+class PackJudgement:
+    """What the rule says of packing one newcomer now, over the GPUs it could join.
+
+    ``verdict``: ``pays`` (some GPU qualifies and the pack there pays: ``gpu_id``, ``gain``),
+    ``refused`` (GPUs have room for it, none where the pack pays or keeps every job at the
+    fairness floor: ``reason`` says which), or ``no-room`` (no busy GPU has room under the
+    cap and the jobs-per-GPU limit now, or only GPUs with a partner it must avoid, reason
+    ``avoided-pair``: the rule has nothing to weigh, the job waits for room as before and is
+    kept off its partners' nodes)."""
+
+    verdict: str
+    reason: str
+    gpu_id: str | None = None
+    gain: float | None = None
+
+    @property
+    def refused(self) -> bool:
+        return self.verdict == "refused"
+
+
+def release_wait(releases_s: "list[float] | tuple[float, ...]", ahead: int) -> float:
+    """When a whole GPU frees for a job with ``ahead`` jobs before it: the ``ahead + 1``-th
+    release (seconds from now), the last one known when fewer are known (a lower bound), or
+    ``math.inf`` when none is (no busy GPU has an end in sight)."""
+    rel = sorted(r for r in releases_s if r >= 0)
+    if not rel:
+        return math.inf
+    return rel[min(max(ahead, 0), len(rel) - 1)]
+
+
+def expected_gain(newcomer_s: float, newcomer: "Prediction", residents: "Sequence[tuple[float, Prediction]]",
+                  queue: QueueView) -> float:
+    """:func:`pack_gain` averaged over the pair model's spread (``packer.pair_model``): each
+    speed at the three points of ``expected_speeds`` (kept above 1 % so a pessimistic point
+    costs a long overlap, not an infinite one), every combination weighted. A pair the model
+    is unsure of is packed when this is positive, not refused for its spread."""
+    from itertools import product
+
+    from packer.pair_model import expected_speeds
+
+    grids = [expected_speeds(newcomer), *(expected_speeds(p) for _, p in residents)]
+    total = 0.0
+    for combo in product(*grids):
+        weight = math.prod(w for _, w in combo)
+        speeds = [max(0.01, s) for s, _ in combo]
+        case = PackCase(newcomer_s, speeds[0], tuple(Resident(left, s) for (left, _), s in zip(residents, speeds[1:])))
+        total += weight * pack_gain(case, queue)
+    return total

@@ -31,6 +31,8 @@ class PackerConfig:
     max_util_pct: float = setting(90.0, ge=0, le=100)
     # How many recent runs the estimate looks at.
     history_window: int = setting(5, ge=1)
+    # Runs that ended longer ago than this (days) are not looked at (0: every run counts).
+    history_max_age_days: float = setting(90.0, ge=0)
     # Shares per GPU (Slurm shards, gres.conf Count=) and the catalogued GPU model they are
     # sized for: with a model, a packed job is asked only share counts on the model's ladder
     # (mig.share_ladder: every combination Slurm can give is placeable as MIG instances).
@@ -63,6 +65,10 @@ class PackerConfig:
         """The share counts a packed job may be asked for, ascending (the last: a whole GPU)."""
         ladder = self.ladder
         return ladder.rungs if ladder is not None else tuple(range(1, self.shares_per_gpu + 1))
+
+    def history_since(self, now: float) -> float:
+        """The oldest end time a run may have to count (0: every run)."""
+        return now - self.history_max_age_days * 86400.0 if self.history_max_age_days > 0 else 0.0
 
     @property
     def share_bytes(self) -> float:

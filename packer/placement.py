@@ -60,17 +60,21 @@ def slow_nodes(
     rank: Callable[[Newcomer, Sequence[GpuLoad]], list[Ranked]],
     pair_speed: PairSpeed,
     min_speed: float,
+    limits: tuple[int, float] | None = None,
 ) -> dict[str, str]:
     """Nodes to keep `newcomer` off, each with why: every GPU it could land on is busy with
     packed jobs, none qualifies for it (`rank`: the co-runner rule with the pair prediction
     and the memory cap), and on at least one a job there is predicted to keep under
-    `min_speed` of its speed (a node full by memory or jobs per GPU alone is left to Slurm's
-    own shard count). A node with a free GPU or a qualifying one stays allowed."""
+    `min_speed` of its speed. With `limits` (jobs per GPU, cap on the GPU's total memory:
+    the replay's limits, which Slurm's shard count does not hold), a GPU at the jobs-per-GPU
+    limit or that the newcomer would take past the cap is a reason too; without, a node full
+    by memory or jobs per GPU alone is left to Slurm's own shard count. A node with a free
+    GPU or a qualifying one stays allowed."""
     out: dict[str, str] = {}
     for n in nodes:
         if not n.gpus or any(not g.jobs for g in n.gpus) or rank(newcomer, n.gpus):
             continue
-        slow = []
+        slow = [why for g in n.gpus if (why := _over_limit(newcomer, g, limits))]
         for g in n.gpus:
             pred = predicted_speeds(newcomer, g, pair_speed)
             if pred is None:
@@ -84,6 +88,19 @@ def slow_nodes(
         if slow:
             out[n.node] = "; ".join(slow)
     return out
+
+
+def _over_limit(newcomer: Newcomer, gpu: GpuLoad, limits: tuple[int, float] | None) -> str:
+    """Why ``newcomer`` may not join ``gpu`` by the limits (jobs per GPU, cap), or ""."""
+    if limits is None:
+        return ""
+    max_jobs, cap = limits
+    if len(gpu.jobs) >= max_jobs:
+        return f"GPU {gpu.gpu_id}: {len(gpu.jobs)} jobs (limit {max_jobs} a GPU)"
+    total = (gpu.used_bytes + newcomer.mem_bytes) / gpu.capacity_bytes
+    if total > cap:
+        return f"GPU {gpu.gpu_id}: {total:.0%} of its memory with it (cap {cap:.0%} of the GPU's total)"
+    return ""
 
 
 def submit_exclusion(

@@ -10,8 +10,11 @@ and gives one method per decision, each delegating to the existing rule unchange
   (``packer.corunner.rank_corunners``);
 - :meth:`SuiteRules.pack_pays`: whether packing beats waiting, given the queue
   (``packer.admission``, the load-aware rule: ``admission = "load-aware"``, the replay's
-  default; ``"slowdown-bound"``, the default here and live: no job there may lose more than
+  default and the live submit path's (``[monitor] admission``); ``"slowdown-bound"``, the
+  default here and the live watches' rule: no job there may lose more than
   ``contention_threshold``);
+- :meth:`SuiteRules.judge_pack`: that rule over the GPUs a newcomer could join (the live
+  submit path, ``packer.pack_judge``);
 - :meth:`SuiteRules.contention` (sampled throughput or counters, the live watch,
   ``packer.preemption.find_contention``) and :meth:`SuiteRules.contention_now` (speeds
   already measured, the replay, ``packer.contention.check_contention``): FIG. 4;
@@ -31,13 +34,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from packer.admission import AdmissionRule, PackCase, QueueView, pack_gain
+from packer.admission import AdmissionRule, PackCase, PackJudgement, QueueView, expected_gain, pack_gain
+from packer.pair_model import Prediction
 from packer.config import PackerConfig
 from packer.contention import ContentionVerdict as SharerVerdict
 from packer.contention import Sharer, check_contention
 from packer.corunner import RULES as CORUNNER_RULES
 from packer.corunner import AvoidSet, GpuLoad, Newcomer, PairSpeed, Ranked, rank_corunners
 from packer.decision import ClusterView, Decision, Estimate, decide, max_shards
+from packer.pack_judge import Kinds, judge_pack
 from packer.grow import GpuShares, GrowDecision, GrowSettings, Preemptor, PreemptorThreshold, plan_growth
 from packer.preemption import ContentionVerdict, PackMeasure, Resident, find_contention, measure_seniors
 from packer.regroup import RegroupDecision, plan_regroup
@@ -82,7 +87,8 @@ class SuiteRules:
     # admission (packer.admission): "load-aware" packs when together beats one after the
     # other given the queue, every job kept at >= min_speed (fairness, an admin's setting);
     # "slowdown-bound": no job already there may lose more than contention_threshold. The
-    # live helper keeps slowdown-bound until it passes a queue view (the replay: load-aware)
+    # live helper's submit path judges load-aware (`[monitor] admission`, its default) with the
+    # published queue; its watches keep the bound (the replay: load-aware)
     admission: str = "slowdown-bound"
     min_speed: float = 0.5
 
@@ -166,6 +172,23 @@ class SuiteRules:
         if self.admission == "load-aware":
             return AdmissionRule(self.min_speed).pays(case, queue)
         return case.min_speed > 0.0
+
+    def pack_pays_uncertain(self, newcomer_s: float, newcomer: Prediction,
+                            residents: Sequence[tuple[float, Prediction]], queue: QueueView) -> bool:
+        """Load-aware admission on the pair model's predictions with their spread
+        (``packer.pair_model``): fair on the predicted means (``min_speed``), and the
+        expected gain over the spread positive (``packer.admission.expected_gain``)."""
+        if min(newcomer.mean, *(p.mean for _, p in residents)) < self.min_speed:
+            return False
+        return expected_gain(newcomer_s, newcomer, residents, queue) > 0.0
+
+    def judge_pack(self, newcomer: Newcomer, newcomer_s: float, gpus: Sequence[GpuLoad] | Kinds,
+                   left_s: dict[str, float],
+                   queue: QueueView, avoid: AvoidSet, pair_speed: PairSpeed) -> PackJudgement:
+        """Whether packing ``newcomer`` now pays on one of the busy ``gpus`` (room under the
+        cap on the GPU's total and the jobs-per-GPU limit, no avoided partner, the fairness
+        floor, :meth:`pack_pays`): ``packer.pack_judge.judge_pack`` (the live submit path)."""
+        return judge_pack(self, newcomer, newcomer_s, gpus, left_s, queue, avoid, pair_speed)
 
     # ------------------------------------------------------------------ contention (FIG. 4)
     def counter_rule(self) -> CounterRule:

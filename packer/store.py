@@ -262,7 +262,7 @@ class Store:
         """Recent peak (max of the last `window` runs) and mean utilisation."""
         return self.history(fingerprint, window)[0]
 
-    def history(self, fingerprint: str, window: int = 5) -> tuple[Estimate | None, int | None]:
+    def history(self, fingerprint: str, window: int = 5, since: float = 0.0) -> tuple[Estimate | None, int | None]:
         """`estimate` and `remembered_size` together, in one statement (one read
         transaction, indexed): the submit path asks for both on every candidate job.
 
@@ -270,19 +270,20 @@ class Store:
         largest of the last `window` lower bounds (`packer.run_truth`): a run that reached
         6 GiB before it failed means the next run needs more than 6 GiB, whatever an older
         completed run measured. A workload with lower bounds only has no measurement: its
-        estimate says so (`source` "lower-bound") and the packer treats it as unknown."""
+        estimate says so (`source` "lower-bound") and the packer treats it as unknown.
+        Runs ended before `since` (a time) are not looked at (`[packer] history_max_age_days`)."""
         rows = self.db.conn.execute(
             "select 0, min_shards, null from sizes where fingerprint = ?1 "
             "union all select * from (select 1, peak_mem_bytes, mean_util_pct from runs "
-            "where fingerprint = ?1 and lower_bound = 0 order by ended_at desc limit ?2) "
+            "where fingerprint = ?1 and lower_bound = 0 and ended_at >= ?3 order by ended_at desc limit ?2) "
             "union all select * from (select 2, peak_mem_bytes, mean_util_pct from runs "
-            "where fingerprint = ?1 and lower_bound = 1 order by ended_at desc limit ?2)",
-            [fingerprint, int(window)],
+            "where fingerprint = ?1 and lower_bound = 1 and ended_at >= ?3 order by ended_at desc limit ?2)",
+            [fingerprint, int(window), float(since)],
         ).fetchall()
         remembered = next((row[1] for row in rows if row[0] == 0), None)
         return _estimate([r[1:] for r in rows if r[0] == 1], [r[1:] for r in rows if r[0] == 2]), remembered
 
-    def estimates(self, fingerprints: Iterable[str], window: int = 5) -> dict[str, Estimate]:
+    def estimates(self, fingerprints: Iterable[str], window: int = 5, since: float = 0.0) -> dict[str, Estimate]:
         """`estimate` of many fingerprints in one statement (the steering's pair knowledge
         asks for every job it weighs each round); a fingerprint with no run is left out."""
         wanted = sorted(set(fingerprints))
@@ -292,8 +293,8 @@ class Store:
             "select fingerprint, lower_bound, peak_mem_bytes, mean_util_pct from ("
             "select fingerprint, lower_bound, peak_mem_bytes, mean_util_pct, row_number() over "
             "(partition by fingerprint, lower_bound order by ended_at desc) as n from runs "
-            "where fingerprint in (select value from json_each(?1))) where n <= ?2",
-            [json.dumps(wanted), int(window)],
+            "where fingerprint in (select value from json_each(?1)) and ended_at >= ?3) where n <= ?2",
+            [json.dumps(wanted), int(window), float(since)],
         ).fetchall()
         grouped: dict[str, tuple[list, list]] = {}
         for fp, bound, peak, util in rows:
@@ -372,6 +373,25 @@ class Store:
         """Every measured pair, (fp_a, fp_b) -> its row."""
         rows = self.db.execute("select fp_a, fp_b, speed, samples, updated_at from pair_speeds").fetchall()
         return {(r[0], r[1]): PairSpeed(*r) for r in rows}
+
+    def pair_speeds_with(self, fingerprint: str, others: Iterable[str]) -> dict[tuple[str, str], float]:
+        """The measured speeds of ``fingerprint`` beside each of ``others`` and theirs beside it
+        (the submit path's load-aware admission: primary-key look-ups, not the whole table)."""
+        rows = self.db.execute(
+            "select fp_a, fp_b, speed from pair_speeds where fp_a = ?1 and fp_b in (select value from json_each(?2)) "
+            "union all select fp_a, fp_b, speed from pair_speeds "
+            "where fp_a in (select value from json_each(?2)) and fp_b = ?1",
+            [fingerprint, json.dumps(sorted(set(others)))]).fetchall()
+        return {(a, b): s for a, b, s in rows}
+
+    def mean_run_s(self, fingerprint: str, window: int = 5, since: float = 0.0) -> float | None:
+        """The mean length of the workload's last ``window`` completed runs (measured, with a
+        start time) ended after ``since``; None without one."""
+        row = self.db.execute(
+            "select avg(ended_at - started_at) from (select started_at, ended_at from runs "
+            "where fingerprint = ? and lower_bound = 0 and started_at > 0 and ended_at >= ? "
+            "order by ended_at desc limit ?)", [fingerprint, since, int(window)]).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
 
     # -- event log ---------------------------------------------------------------------
     def log_event(self, kind: str, detail: str, job_id: int | None = None, **data: object) -> None:

@@ -15,6 +15,7 @@ from typing import Callable
 
 from packer.decision import ClusterView
 from packer.placement import Running, submit_exclusion
+from slurm_plugin.helper.queue_state import QueueState
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ class Snapshot:
     pending_whole_gpu_jobs: int  # pending jobs that will take a whole GPU
     taken_at: float
     running: tuple[Running, ...] = ()  # running jobs, for submit-time pair avoidance
+    queue: QueueState | None = None  # what the load-aware admission reads (None: not published)
 
 
 def idle_gpus(snapshot: Snapshot, reservations: int = 0) -> int:

@@ -72,6 +72,7 @@ class Helper:
         self.service = SubmitService(
             self.config, self.store, self.view.view, self.paths.kill_switch, self._on_decision,
             avoid=self._avoid_nodes, metrics=self.metrics,
+            rules=self.config.file().monitor.rules, snapshot=self.view.snapshot,
         )
         # the controller's epilog (`gpupack ctld-epilog`) names a job that ended: the watcher
         # collects its runs from its nodes' agents (no Slurm call, no SQLite on this side)

@@ -87,6 +87,7 @@ from slurm_plugin.helper.watches.oom import OomWatch
 from slurm_plugin.helper.watches.outcomes import OutcomeWatch
 from slurm_plugin.helper.watches.quirk_guard import QuirkGuardWatch
 from slurm_plugin.helper.watches.round import RoundContext, Watch, WatchState
+from slurm_plugin.helper.watches.dispatch import DispatchWatch
 from slurm_plugin.helper.watches.steering import SteerWatch
 from slurm_plugin.helper.watches.unisolated import UnisolatedWatch
 from slurm_plugin.helper.watches.tracks import (  # noqa: F401  (the names other code imports from here)
@@ -170,6 +171,7 @@ class Monitor:
             regroup,
             self.unisolated_watch,
             KeepAtHeadWatch(),
+            DispatchWatch(),
             SteerWatch(),
             self.mps_watch,
             QueueLayoutWatch(),

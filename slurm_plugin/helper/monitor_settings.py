@@ -49,6 +49,13 @@ class MonitorSettings:
     # skip Slurm's requeue delay (BeginTime = requeue + cred_expire) once the old run is
     # fully gone (not COMPLETING): the old launch credential can no longer start anything
     skip_requeue_delay: bool = True
+    # admission (packer.admission, the replay's colocate): "load-aware" packs a job at submit
+    # only where running it beside the jobs there beats waiting for a whole GPU, given the
+    # queue, every job kept at >= min_speed of its speed (the admin's fairness floor);
+    # "slowdown-bound": the older rule (no job there may lose more than contention_threshold)
+    admission: str = setting("load-aware", choices=("load-aware", "slowdown-bound"))
+    min_speed: float = setting(0.5, gt=0, le=1)
+    max_jobs_per_gpu: int = setting(2, ge=1)  # packed jobs on one GPU (the replay's limit)
     # the Slurm 22.05 gpu+shard collision guard (fixed upstream in 23.11.5): "auto" runs it
     # only on releases that double-book a GPU, or true / false
     quirk_guard: bool | str = setting("auto", choices=("auto", True, False))
@@ -139,7 +146,8 @@ class MonitorSettings:
             counter_min_samples=self.counter_min_samples, restart_cost_s=self.restart_cost_s,
             oom_penalty_s=self.oom_penalty_s, grow_settings=self.grow_settings(),
             regroup_settings=self.regroup_settings(), regroup_moves_per_plan=self.regroup_moves_per_plan,
-            regroup_moves_per_hour=self.regroup_moves_per_hour)
+            regroup_moves_per_hour=self.regroup_moves_per_hour, admission=self.admission,
+            min_speed=self.min_speed, max_jobs_per_gpu=self.max_jobs_per_gpu)
 
     def regroup_settings(self) -> RegroupSettings:
         """The planner's thresholds (`packer.regroup_plan.RegroupSettings`)."""

@@ -8,6 +8,7 @@ from pathlib import Path
 from packer import comment
 from packer.placement import Running
 from slurm_plugin.helper.cluster_view import STALE, NodeGpus, Snapshot
+from slurm_plugin.helper.queue_state import queue_state
 from slurm_plugin.slurm.gres import expand_hostlist
 from slurm_plugin.slurm.model import Job, Node
 
@@ -61,6 +62,7 @@ def snapshot_from(nodes: list[Node], jobs: list[Job], taken_at: float,
                   stale: Collection[str] = ()) -> Snapshot:
     """The view from what Slurm said; `taken_at`: when the job listing was asked for; `stale`:
     nodes whose agent's figures are stale (the monitor's)."""
-    return Snapshot(nodes=tuple(node_gpus(n, n.name in stale) for n in nodes),
-                    pending_whole_gpu_jobs=pending_whole_gpus(jobs),
-                    taken_at=taken_at, running=running_jobs(jobs))
+    gpus = tuple(node_gpus(n, n.name in stale) for n in nodes)
+    return Snapshot(nodes=gpus, pending_whole_gpu_jobs=pending_whole_gpus(jobs),
+                    taken_at=taken_at, running=running_jobs(jobs),
+                    queue=queue_state(jobs, sum(g.gpus for g in gpus if g.usable), taken_at))

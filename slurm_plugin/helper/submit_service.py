@@ -22,6 +22,8 @@ from packer.fingerprint import fingerprint
 from packer.request import Candidate, JobFacts, classify, shard_request
 from packer.rules import SuiteRules
 from packer.store import Store
+from slurm_plugin.helper.cluster_view import Snapshot
+from slurm_plugin.helper.submit_admission import SubmitAdmission
 from slurm_plugin.metrics.submit import SubmitMetrics
 from slurm_plugin.slurm.gres import expand_hostlist
 
@@ -154,6 +156,8 @@ class SubmitService:
         on_decision: Callable[[JobFacts, Decision], None] | None = None,
         avoid: Callable[[str], frozenset[str] | None] | None = None,
         metrics: SubmitMetrics | None = None,
+        rules: Callable[[PackerConfig], SuiteRules] | None = None,
+        snapshot: Callable[[], Snapshot | None] | None = None,
     ):
         self._config = config
         self._rules: SuiteRules | None = None  # the admit decision (packer.rules), per [packer] table read
@@ -163,13 +167,17 @@ class SubmitService:
         self._on_decision = on_decision
         self._avoid = avoid
         self._metrics = metrics
+        # the decisions with the [monitor] table's settings (the watches' and the replay's);
+        # None: the defaults. `snapshot`: the published view the load-aware admission reads
+        self._make_rules = rules or (lambda config: SuiteRules(config=config))
+        self._admission = SubmitAdmission(store, snapshot) if snapshot is not None else None
 
     def _rules_for(self, config: PackerConfig) -> SuiteRules:
         """The decisions (`packer.rules.SuiteRules`, the monitor's and the simulator's) with
         the [packer] table read now; rebuilt only when it was reloaded."""
         rules = self._rules
         if rules is None or rules.config is not config:
-            rules = self._rules = (rules or SuiteRules()).with_overrides(config=config)
+            rules = self._rules = self._make_rules(config)
         return rules
 
     def answer(self, fields: dict[str, bytes]) -> SubmitAnswer:
@@ -192,10 +200,14 @@ class SubmitService:
         request = classify(facts)
         if isinstance(request, Candidate):
             fp = fingerprint(facts.user, facts.name, facts.script)
-            estimate, remembered = self.store.history(fp, config.history_window)
+            estimate, remembered = self.store.history(fp, config.history_window,
+                                                      since=config.history_since(time.time()))
         else:
             fp, estimate, remembered = None, None, None
-        decision = self._rules_for(config).admit(request, estimate, self._cluster_view(), fp, remembered)
+        rules = self._rules_for(config)
+        decision = rules.admit(request, estimate, self._cluster_view(), fp, remembered)
+        if self._admission is not None:  # a pack only where it pays given the queue (fails open)
+            decision = self._admission.decide(rules, decision, time.time())
         decision = self._avoid_partners(decision, text.get("req_nodes"))
         site_comment = text.get("admin_comment")
         writable = not (site_comment and any(c in site_comment for c in "\t\n\r"))

@@ -22,6 +22,7 @@ from mig.jsonfile import write_json_atomic
 from packer.decision import ClusterView
 from packer.placement import Running
 from slurm_plugin.helper.cluster_view import NodeGpus, Snapshot, idle_gpus
+from slurm_plugin.helper.queue_state import QueueState
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ def snapshot_to_doc(snapshot: Snapshot) -> dict:
             {"job_id": r.job_id, "fp": r.fingerprint, "nodes": list(r.nodes), "packed": r.packed}
             for r in snapshot.running
         ],
+        **({"queue": snapshot.queue.to_doc()} if snapshot.queue is not None else {}),
     }
 
 
@@ -60,8 +62,9 @@ def snapshot_from_doc(doc: dict) -> Snapshot:
     running = tuple(
         Running(int(r["job_id"]), r.get("fp"), tuple(r["nodes"]), bool(r["packed"])) for r in doc.get("running", [])
     )
+    queue = QueueState.from_doc(doc["queue"]) if doc.get("queue") is not None else None
     return Snapshot(nodes=nodes, pending_whole_gpu_jobs=int(doc["pending_whole_gpu_jobs"]),
-                    taken_at=float(doc["taken_at"]), running=running)
+                    taken_at=float(doc["taken_at"]), running=running, queue=queue)
 
 
 def publish(path: Path, snapshot: Snapshot) -> None:

@@ -10,6 +10,11 @@ pair speeds measured by the contention watch, else the feature model on both job
 `pair_view`). A node with a free GPU or a qualifying one stays allowed; never every GPU node
 (Slurm would refuse it: the job then goes where Slurm puts it, and FIG. 4 watches).
 
+A pending packed job is also kept off a node whose every GPU is at the jobs-per-GPU limit or
+would go past the cap on its total memory with it (`[monitor] max_jobs_per_gpu`, `[packer]
+max_gpu_fraction`: the replay's limits; Slurm's shard count alone allows 8 of 8 shares), with
+or without pair prediction.
+
 A pending packed job is also kept off the nodes whose agent's figures are stale
 (`ctx.stale_nodes`), unless that is every node; the exclusion goes when the node is fresh."""
 from __future__ import annotations
@@ -18,6 +23,7 @@ import logging
 
 from packer import comment as comment_mod
 from packer.corunner import GpuLoad, Newcomer, Ranked
+from packer.pair_knowledge import PairKnowledge
 from packer.placement import NodeGpus, Running, avoid_nodes, merge_exclusions, slow_nodes
 from slurm_plugin.helper.watches.pair_view import node_gpus, pair_knowledge, steering_speed
 from slurm_plugin.helper.watches.round import RoundContext
@@ -51,7 +57,7 @@ class SteerWatch:
                           if j.state == "PENDING" and job_shards(j) is not None and ctx.fingerprint_of(j)]
         # one query for the partners of every pending packed job, not one per job
         partners_of = store.avoided_with_each(ctx.fingerprint_of(j) or "" for j in pending_packed)
-        predicted = self._predicted_off(ctx, pending_packed) if ctx.settings.pair_predict else {}
+        predicted = self._predicted_off(ctx, pending_packed)
         stale = set(ctx.stale_nodes)
         every_node = _known_nodes(ctx) if stale else set()
         for job in jobs.values():
@@ -117,12 +123,15 @@ class SteerWatch:
             log.warning("no node list (%s): no steering by pair prediction this round", exc)
             return {}
         fps = {fp for j in (*pending, *packed_running) if (fp := ctx.fingerprint_of(j))}
-        know = pair_knowledge(ctx.actions.store, fps)
+        know = pair_knowledge(ctx.actions.store, fps) if ctx.settings.pair_predict else PairKnowledge({})
         gpus = [NodeGpus(name, loads) for name, loads in
                 node_gpus(nodes, packed_running, ctx.config, ctx.fingerprint_of, know.traits).items()]
         gpu_nodes = {n.name for n in nodes if n.gpus_total}
-        speed = steering_speed(know)
-        rules = ctx.rules
+        speed = steering_speed(know)  # without pair_predict: no pair is predicted slow (the limits hold)
+        limits = (ctx.rules.max_jobs_per_gpu, ctx.config.max_gpu_fraction)
+        # the watches keep the per-job slowdown bound (the admin's fairness setting,
+        # contention_threshold) whatever the submit path's admission: FIG. 4 requeues by it
+        rules = ctx.rules.with_overrides(admission="slowdown-bound")
 
         def rank(new: Newcomer, loads: list[GpuLoad] | tuple[GpuLoad, ...]) -> list[Ranked]:
             return rules.corunners(new, loads, pair_speed=speed)
@@ -137,7 +146,8 @@ class SteerWatch:
             if slow is None:
                 t = know.traits.get(fp)
                 new = Newcomer(str(job.job_id), fp, int(shards * ctx.config.share_bytes), t.util_pct if t else None)
-                slow = memo[(fp, shards)] = slow_nodes(new, gpus, rank, speed, 1.0 - rules.contention_threshold)
+                slow = memo[(fp, shards)] = slow_nodes(new, gpus, rank, speed, 1.0 - rules.contention_threshold,
+                                                       limits)
             if not slow:
                 continue
             if gpu_nodes and gpu_nodes <= set(slow):

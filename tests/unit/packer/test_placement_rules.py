@@ -90,3 +90,26 @@ def test_slow_nodes_needs_every_gpu_busy_none_qualifying_and_a_slow_prediction()
     assert set(slow) == {"bad"}  # full by memory alone is Slurm's to refuse
     assert slow["bad"] == ("GPU b0: predicted slowdown with job b0/hog (hog): 0.50; "
                            "GPU b1: predicted slowdown with job b1/hog (hog): 0.50")
+
+
+def test_with_the_limits_a_node_full_by_jobs_or_the_cap_on_its_total_is_kept_off():
+    from packer.corunner import GpuLoad, Newcomer, RunningJob, rank_corunners
+    from packer.placement import NodeGpus, slow_nodes
+
+    G = 1 << 30
+
+    def gpu(name, *mems):
+        return GpuLoad(name, 80 * G, tuple(RunningJob(f"{name}/{i}", f"w{i}", m * G) for i, m in enumerate(mems)))
+
+    def rank(new, loads):
+        return rank_corunners(new, loads, rule="lowest-util", max_fraction=0.95, max_jobs_per_gpu=2)
+
+    new = Newcomer("9", "new", 20 * G)
+    # 60 GiB there + 20 = 80 of 80 GiB: Slurm's 8 shards hold it, the 95 % cap does not
+    nodes = [NodeGpus("capped", (gpu("c0", 30, 30),)), NodeGpus("two", (gpu("t0", 10, 10),)),
+             NodeGpus("room", (gpu("r0", 10),))]
+    assert slow_nodes(new, nodes, rank, lambda a, b: 1.0, 0.9) == {}  # without the limits: Slurm's count
+    kept = slow_nodes(new, nodes, rank, lambda a, b: 1.0, 0.9, limits=(3, 0.95))
+    assert kept == {"capped": "GPU c0: 100% of its memory with it (cap 95% of the GPU's total)"}
+    kept = slow_nodes(new, nodes, rank, lambda a, b: 1.0, 0.9, limits=(2, 0.95))
+    assert set(kept) == {"capped", "two"} and kept["two"] == "GPU t0: 2 jobs (limit 2 a GPU)"

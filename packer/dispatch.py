@@ -1,0 +1,53 @@
+"""Decided again at dispatch (issue 26, item 2): a pending packed job whose turn comes while
+a whole GPU is idle gets the whole GPU back (its request restored before it starts). Pure.
+
+The packer packs a job at submit when no whole GPU is idle *then*; by the time the job's
+turn comes one may be. The replay's colocate decides at scheduling time and starts such a
+job alone on the idle GPU; live, the helper restores the job's request before Slurm starts
+it on a share.
+
+The queue is walked in Slurm's order (priority, highest first; ties to the older job id). A
+whole-GPU job takes an idle GPU it may use, or, finding none, stops the walk (the jobs behind
+it wait for their turn, or for Slurm's backfill: not this rule's business). A packed job
+finding an idle GPU it may use gets it (the rule names it); finding none, it starts beside
+other jobs on shares as it was packed to, and the walk goes on.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """A pending GPU job as the dispatch rule sees it."""
+
+    job_id: int
+    priority: int
+    packed: bool  # asks for shares (the packer packed it)
+    gpus: int = 1  # whole GPUs it asks for (a packed job: the one it was packed from)
+    excluded: frozenset[str] = frozenset()  # nodes it may not use (-x, the helper's)
+    required: frozenset[str] = frozenset()  # nodes it must use (-w): empty, any
+
+
+def _usable(job: QueuedJob, node: str) -> bool:
+    return node not in job.excluded and (not job.required or node in job.required)
+
+
+def whole_gpu_back(queue: Sequence[QueuedJob], idle: Mapping[str, int]) -> list[tuple[int, str]]:
+    """The packed jobs whose turn comes while a whole GPU they may use is idle, with the node
+    of that GPU, in the order they come; ``idle``: idle whole GPUs per usable node."""
+    left = {n: c for n, c in idle.items() if c > 0}
+    out: list[tuple[int, str]] = []
+    for job in sorted(queue, key=lambda j: (-j.priority, j.job_id)):
+        node = next((n for n in sorted(left) if left[n] >= job.gpus and _usable(job, n)), None)
+        if node is None:
+            if job.packed:
+                continue  # it starts on shares, as packed
+            break  # a whole-GPU job waits: the jobs behind it are not at their turn
+        left[node] -= job.gpus
+        if not left[node]:
+            del left[node]
+        if job.packed:
+            out.append((job.job_id, node))
+    return out

@@ -1,0 +1,94 @@
+"""The load-aware admission rule over the GPUs a newcomer could join (issue 26, items 1 and
+4): the decision the live helper makes at submit, with the replay's rules. Pure.
+
+The GPUs are the busy, shareable ones (``packer.corunner.GpuLoad``), each job there with its
+work left (``left_s``, seconds alone; ``math.inf`` when no end is known). A GPU has room when
+the newcomer fits under the cap on the GPU's *total* memory (``max_gpu_fraction``, 95 %) and
+the jobs-per-GPU limit, and no job there is a partner it must never share a GPU with
+(``avoid``: pairs learned from a failure or a slowdown). Among those with room, the GPUs that
+qualify keep every job at the fairness floor (``SuiteRules.corunners`` with the pair
+prediction); the pack pays on one of them when ``SuiteRules.pack_pays`` says so (gain > 0
+given the queue). The best such GPU by the co-runner rule is named.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from packer.admission import PackCase, PackJudgement, QueueView, Resident
+from packer.corunner import AvoidSet, GpuLoad, Newcomer, PairSpeed, RunningJob, rank_corunners
+
+if TYPE_CHECKING:
+    from packer.rules import SuiteRules
+
+# a job with no end in sight is taken as running this long (the overlap's bound); finite so
+# the rule's arithmetic stays finite (inf * 0 is nan)
+NO_END_S = 30 * 86400.0
+MAX_KINDS = 24  # kinds of GPU ranked with the pair prediction per submission
+MAX_CASES = 48  # packs weighed per submission
+
+
+def _unit(speed: float) -> float:
+    return min(1.0, max(0.0, speed))
+
+
+def _finite(seconds: float) -> float:
+    return NO_END_S if math.isinf(seconds) or seconds > NO_END_S else max(0.0, seconds)
+
+
+Kinds = dict[tuple, list[GpuLoad]]
+
+
+def kinds_of(gpus: Sequence[GpuLoad]) -> Kinds:
+    """The busy GPUs grouped by what the rule sees of them but the work left: the same jobs'
+    workloads, memory and utilisation on the same capacity (ranked once per kind); a caller
+    judging many newcomers against one view groups them once."""
+    out: dict[tuple, list[GpuLoad]] = {}
+    for g in gpus:
+        if not g.jobs:
+            continue
+        jobs = tuple(sorted(g.jobs, key=_job_key))  # one order per kind: speeds ranked once apply to all
+        out.setdefault((g.capacity_bytes, tuple(map(_job_key, jobs))), []).append(GpuLoad(g.gpu_id, g.capacity_bytes, jobs))
+    return out
+
+
+def _job_key(j: RunningJob) -> tuple:
+    return (j.workload, j.mem_bytes, j.util_pct or 0.0)
+
+
+def judge_pack(rules: "SuiteRules", newcomer: Newcomer, newcomer_s: float, gpus: Sequence[GpuLoad] | Kinds,
+               left_s: dict[str, float], queue: QueueView, avoid: AvoidSet,
+               pair_speed: PairSpeed) -> PackJudgement:
+    """Whether packing ``newcomer`` (``newcomer_s`` seconds of work alone, ``math.inf``:
+    unknown) now pays on one of ``gpus``; ``left_s``: each running job's work left by job id
+    (a job missing: no end known); ``gpus`` may come grouped (:func:`kinds_of`). The submit
+    path holds slurmctld's locks: the GPUs are weighed by kind, at most ``MAX_KINDS`` kinds (the least used first) and
+    ``MAX_CASES`` packs, the best by the co-runner rule first; none of those paying is a refusal."""
+    cap, limit = rules.config.max_gpu_fraction, rules.max_jobs_per_gpu
+    grouped = gpus if isinstance(gpus, dict) else kinds_of(gpus)
+    kinds = {k: group for k, group in grouped.items()
+             if len(group[0].jobs) < limit and group[0].used_bytes + newcomer.mem_bytes <= cap * group[0].capacity_bytes}
+    if not kinds:
+        return PackJudgement("no-room", "no busy GPU has room under the cap and the jobs-per-GPU limit")
+    firsts = sorted((group[0] for group in kinds.values()), key=lambda g: (g.used_bytes, g.gpu_id))[:MAX_KINDS]
+    allowed = rank_corunners(newcomer, firsts, rule="lowest-util", max_fraction=cap, max_jobs_per_gpu=limit,
+                             avoid=avoid)
+    if not allowed:  # never beside them: the submit path keeps it off their nodes (pair avoidance)
+        return PackJudgement("no-room", "avoided-pair")
+    ranked = rules.corunners(newcomer, [r.gpu for r in allowed], avoid=avoid, pair_speed=pair_speed)
+    if not ranked:
+        return PackJudgement("refused", "below-min-speed")
+    by_first = {id(group[0]): group for group in kinds.values()}
+    cases = 0
+    for r in ranked:
+        for g in by_first[id(r.gpu)]:
+            case = PackCase(_finite(newcomer_s), _unit(r.mine),
+                            tuple(Resident(_finite(left_s.get(j.job_id, math.inf)), _unit(s))
+                                  for j, s in zip(g.jobs, r.theirs)))
+            if rules.pack_pays(case, queue):
+                return PackJudgement("pays", "pays", g.gpu_id, rules.pack_gain(case, queue))
+            cases += 1
+            if cases >= MAX_CASES:
+                return PackJudgement("refused", "pack-does-not-pay")
+    return PackJudgement("refused", "pack-does-not-pay")

@@ -1,0 +1,102 @@
+"""A pair model that carries over to workloads it was not fitted on, with its uncertainty
+(issue 26, item 3). Pure (numpy).
+
+It predicts a job's speed beside another from what the node measures of each job *alone*:
+
+- ``busy``: the GPU's busy fraction while the job runs alone (NVML ``utilization.gpu``,
+  ``nvmlDeviceGetUtilizationRates``; where DCGM is installed its profiling field
+  ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` measures the same more finely);
+- ``mem_busy``: the memory controller's busy fraction (NVML ``utilization.memory``; DCGM
+  ``DCGM_FI_PROF_DRAM_ACTIVE``);
+- ``mem_gib``: the memory it holds (NVML per-process memory).
+
+The features of "a beside b" (:func:`features`) are those of processor sharing on both
+engines (``min(1, 1 / (busy_a + busy_b))`` and the same for the memory controller), the
+two busy fractions, their product, and both memories. The fit is Bayesian linear regression
+with a known prior precision (ridge) and the noise estimated from the residuals: the
+prediction is a mean and a standard deviation (:meth:`PairModel.predict`), so the admission
+can weigh a pair it is unsure of by its expected gain instead of refusing it
+(:func:`expected_speeds`). Before ``MIN_PAIRS`` measured pairs it answers processor sharing
+on the GPU's engine with a wide spread (``PRIOR_SD``).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+MIN_PAIRS = 20
+RIDGE = 1.0  # prior precision of the weights (features are of order 1)
+PRIOR_SD = 0.25  # the spread of a processor-sharing guess with nothing fitted
+FLOOR = 0.0
+
+
+@dataclass(frozen=True)
+class AloneCounters:
+    """One job alone, as the node measures it."""
+
+    busy: float  # GPU busy fraction, 0..1 (NVML utilization.gpu / 100)
+    mem_busy: float  # memory controller busy fraction, 0..1 (NVML utilization.memory / 100)
+    mem_gib: float
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.busy <= 1.0 and 0.0 <= self.mem_busy <= 1.0) or self.mem_gib < 0:
+            raise ValueError(f"busy fractions must be in [0, 1] and memory >= 0, got {self}")
+
+
+def features(a: AloneCounters, b: AloneCounters) -> list[float]:
+    """The features of ``a`` running beside ``b``."""
+    ps = min(1.0, 1.0 / max(a.busy + b.busy, 1e-9))
+    ps_mem = min(1.0, 1.0 / max(a.mem_busy + b.mem_busy, 1e-9))
+    return [1.0, ps, ps_mem, a.busy, b.busy, a.busy * b.busy, a.mem_busy * b.mem_busy, a.mem_gib / 80.0,
+            b.mem_gib / 80.0]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    mean: float
+    sd: float
+
+
+class PairModel:
+    """Speeds of "a beside b" from both jobs' counters alone, with uncertainty."""
+
+    def __init__(self, weights: np.ndarray | None = None, cov: np.ndarray | None = None, noise_sd: float = PRIOR_SD):
+        self.weights, self.cov, self.noise_sd = weights, cov, noise_sd
+
+    @classmethod
+    def fit(cls, pairs: Sequence[tuple[AloneCounters, AloneCounters, float]]) -> "PairModel":
+        """Fit on measured pairs (a, b, a's speed beside b); fewer than ``MIN_PAIRS``: the prior."""
+        if len(pairs) < MIN_PAIRS:
+            return cls()
+        x = np.array([features(a, b) for a, b, _ in pairs])
+        y = np.array([s for _, _, s in pairs])
+        reg = RIDGE * np.eye(x.shape[1])
+        reg[0, 0] = 0.0
+        precision = x.T @ x + reg
+        w = np.linalg.solve(precision, x.T @ y)
+        resid = y - x @ w
+        dof = max(1, len(y) - x.shape[1])
+        noise = float(np.sqrt(resid @ resid / dof))
+        return cls(w, np.linalg.inv(precision) * noise**2, noise)
+
+    def predict(self, a: AloneCounters, b: AloneCounters) -> Prediction:
+        x = np.array(features(a, b))
+        if self.weights is None:
+            return Prediction(float(np.clip(x[1], FLOOR, 1.0)), PRIOR_SD)
+        mean = float(np.clip(x @ self.weights, FLOOR, 1.0))
+        sd = float(np.sqrt(self.noise_sd**2 + x @ self.cov @ x))
+        return Prediction(mean, sd)
+
+
+# three-point Gauss-Hermite rule for E[f(X)], X ~ N(mean, sd^2): nodes mean + {-1, 0, 1} * sqrt(3) sd
+_NODES = (-np.sqrt(3.0), 0.0, np.sqrt(3.0))
+_WEIGHTS = (1.0 / 6.0, 2.0 / 3.0, 1.0 / 6.0)
+
+
+def expected_speeds(pred: Prediction) -> list[tuple[float, float]]:
+    """(speed, weight) points whose weighted sum of ``f(speed)`` is E[f] under the prediction
+    (speeds clipped to [0, 1]): the admission sums the pack's gain over them, so an
+    uncertain pair is tried when its expected gain is positive, not refused for its spread."""
+    return [(float(np.clip(pred.mean + n * pred.sd, 0.0, 1.0)), w) for n, w in zip(_NODES, _WEIGHTS)]

@@ -1,0 +1,129 @@
+"""The submit path's load-aware admission (issue 26, item 1): a job the packer would pack is
+packed only where the pack pays given the queue (``SuiteRules.judge_pack``, the replay's rule).
+
+Everything it reads is at hand without Slurm: the queue and the shared GPUs come from the
+cluster view the watcher published (``QueueState``), the jobs' traits and the pairs learned
+from the history store (two indexed reads). It fails open: no view, a view without the queue,
+or any error leaves the packer's decision as it was (the watches still guard the pack).
+
+With a whole GPU idle in the view (`[packer] pack_only_when_no_idle_gpu = false`) there is
+nothing to judge: the job may start there (the steering keeps it off avoided partners and
+slow pairs). Otherwise, what it asks of the rule:
+
+- the newcomer: its packed size (shards x share), its mean utilisation from history, and its
+  work as the mean length of its recent runs (unknown: no bound from its side);
+- each shared GPU (``node:index``), its packed jobs at their shards' share of the memory,
+  with their work left by their time limits;
+- the queue: the jobs waiting (all ahead of the newcomer: it is the last one in), the GPUs,
+  and when a whole GPU would free for it (the ``waiting + 1``-th release);
+- pair speeds: measured ones with the newcomer (the store's ``pair_speeds``), else processor
+  sharing on both jobs' mean utilisation from history (``packer.corunner.predicted_speeds``;
+  the fitted feature model is the steering's, refitted each round: too slow for a path that
+  holds slurmctld's locks); a pair with no utilisation known has no prediction (the GPU does
+  not qualify under a fairness floor); a pair to avoid is never packed beside.
+
+The residents (the shared GPUs' jobs, their utilisation and work left) are read once per
+published view; each submission then asks the store three indexed questions of its own
+workload (measured pairs, partners to avoid, mean run length).
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from packer.admission import PackJudgement, QueueView, release_wait
+from packer.corunner import GpuLoad, Newcomer, RunningJob
+from packer.pack_judge import Kinds, kinds_of
+from packer.config import PackerConfig
+from packer.decision import Decision
+from packer.rules import SuiteRules
+from packer.store import Store
+from slurm_plugin.helper.cluster_view import Snapshot, idle_gpus
+from slurm_plugin.helper.queue_state import QueueState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Residents:
+    """The shared GPUs of one published view, as the rule reads them (built once per view:
+    the submit path must stay fast)."""
+
+    taken_at: float
+    gpus: Kinds  # the busy shared GPUs, by kind (packer.pack_judge.kinds_of)
+    left: dict[str, float]
+    fingerprints: frozenset[str]
+
+
+def _residents(store: Store, snapshot: Snapshot, config: PackerConfig) -> _Residents:
+    queue = snapshot.queue
+    assert queue is not None
+    fps = {j.fingerprint for g in queue.shared for j in g.jobs if j.fingerprint}
+    utils = {f: e.mean_util_pct for f, e in store.estimates(fps, config.history_window).items()}
+    capacity = int(config.gpu_memory_gib * 2**30)
+    loads, left = [], {}
+    for g in queue.shared:
+        jobs = []
+        for j in g.jobs:
+            fp = j.fingerprint or f"job{j.job_id}"
+            jobs.append(RunningJob(str(j.job_id), fp, int(j.shards * config.share_bytes), utils.get(fp)))
+            left[str(j.job_id)] = math.inf if j.left_s is None else j.left_s
+        loads.append(GpuLoad(g.gpu_id, capacity, tuple(jobs)))
+    return _Residents(snapshot.taken_at, kinds_of(loads), left, frozenset(fps))
+
+
+class SubmitAdmission:
+    """The load-aware admission of the submit path, with the view's residents kept between
+    submissions until a newer view is published."""
+
+    def __init__(self, store: Store, snapshot: Callable[[], Snapshot | None]):
+        self.store = store
+        self.snapshot = snapshot
+        self._residents: _Residents | None = None
+        self._idle: tuple[float, int] = (-1.0, 0)  # (view taken at, whole GPUs idle in it)
+
+    def judge(self, rules: SuiteRules, decision: Decision, now: float) -> PackJudgement | None:
+        """The rule's judgement of packing ``decision``'s job now; None when there is nothing
+        to judge by (no view or no queue in it, a GPU idle, or not a pack)."""
+        snapshot = self.snapshot()
+        if decision.verdict != "packed" or not decision.fingerprint or snapshot is None or snapshot.queue is None:
+            return None
+        if self._idle[0] != snapshot.taken_at:
+            self._idle = (snapshot.taken_at, idle_gpus(snapshot))
+        if self._idle[1] > 0:  # it may start on an idle GPU: no one is made to wait or slow down
+            return None
+        queue, fp, config, store = snapshot.queue, decision.fingerprint, rules.config, self.store
+        res = self._residents
+        if res is None or res.taken_at != snapshot.taken_at:
+            res = self._residents = _residents(store, snapshot, config)
+        est = decision.estimate
+        newcomer = Newcomer("new", fp, int((decision.shards or 1) * config.share_bytes),
+                            est.mean_util_pct if est is not None else None)
+        observed = store.pair_speeds_with(fp, res.fingerprints)
+        partners = store.avoided_with(fp)
+        wait = max(0.0, release_wait(queue.releases_s, queue.waiting) - max(0.0, now - snapshot.taken_at))
+        view = QueueView(waiting=0, gpus=max(1, queue.gpus), wait_s=wait)
+        work = store.mean_run_s(fp, config.history_window, since=config.history_since(now))
+
+        def speed(a: str, b: str) -> float | None:
+            s = observed.get((a, b))
+            return None if s is None else min(1.0, max(0.0, s))
+
+        return rules.judge_pack(newcomer, math.inf if work is None else work, res.gpus, res.left, view,
+                                lambda a, b: (b if a == fp else a) in partners, speed)
+
+    def decide(self, rules: SuiteRules, decision: Decision, now: float) -> Decision:
+        """``decision`` as the load-aware rule leaves it: a pack the rule refuses keeps its
+        whole GPU (reason ``pack-does-not-pay`` or ``below-min-speed``). Fails open."""
+        if rules.admission != "load-aware" or decision.verdict != "packed":
+            return decision
+        try:
+            verdict = self.judge(rules, decision, now)
+        except Exception:  # a refinement of the decision: never fail the submission for it
+            log.exception("load-aware admission failed; the packer's decision stands")
+            return decision
+        if verdict is None or not verdict.refused:
+            return decision
+        return replace(decision, verdict="exclusive", reason=verdict.reason, shards=None)
