@@ -1,7 +1,7 @@
 """Issue 26 on the real cluster: a packed job given a whole GPU back at dispatch (item 2), and
 the cap on a GPU's total memory held by the steering (item 4).
 
-Uses the session fixture `cluster` (3 nodes x 2 simulated H100s, 8 shares a GPU, helper in
+Uses the session fixture `cluster` (3 nodes x 2 simulated H100s, 5 shares a GPU, helper in
 enforce mode, `pack_only_when_no_idle_gpu` on: the default).
 """
 from __future__ import annotations
@@ -71,7 +71,7 @@ def test_a_packed_job_whose_turn_comes_with_a_gpu_idle_gets_it_back(idle_cluster
     if cluster.release[:2] >= (23, 2):
         assert tres == cluster.tres("gpu:h100:1"), tres
     else:  # 22.05 cannot turn a shard job into a GPU job: every share of the GPU
-        assert tres == cluster.tres("shard:h100:8"), tres
+        assert tres == cluster.tres("shard:h100:5"), tres
     (event,) = wait_for(lambda: events(cluster, "restore-whole", job), 10, "a restore-whole event")
     assert "node3" in event.detail and not event.data.get("shadow")
     assert _record(cluster, job).fingerprint == fp  # its run is history as any other
@@ -81,25 +81,29 @@ def test_a_packed_job_whose_turn_comes_with_a_gpu_idle_gets_it_back(idle_cluster
     assert cluster.job(job)["NodeList"] == "node3"
 
 
-def test_the_cap_on_a_gpus_total_is_held(idle_cluster):
+def test_the_jobs_per_gpu_limit_is_held(idle_cluster):
+    # With the share ladder (5 shares an H100 as MIG slices of 10, 20, 40 GB or the whole GPU)
+    # no packed combination takes a GPU past 95 % of its memory: the geometry holds that cap
+    # (unit tests: tests/unit/packer/ cover the cap itself). What Slurm's shard count does not
+    # hold is the jobs-per-GPU limit (2 by default), the replay's limit: held here live.
     cluster = idle_cluster
     whole = [cluster.submit(["-J", "cap-fill", "-w", n, "--gres=gpu:2"], SLEEP) for n in ("node2", "node3")]
-    # node1: each GPU holds 6 of its 8 shares (75 %)
-    seniors = [cluster.submit(["-J", f"cap-senior{i}", "-w", "node1", "--gres=shard:6"],
-                              SLEEP.replace(b"300", f"30{i}".encode())) for i in (1, 2)]
+    # node1: each GPU holds two jobs of 2 shares (4 of its 5 shares; a third shard:2 does not fit one GPU)
+    seniors = [cluster.submit(["-J", f"cap-senior{i}", "-w", "node1", "--gres=shard:2"],
+                              SLEEP.replace(b"300", f"30{i}".encode())) for i in (1, 2, 3, 4)]
     for job in (*whole, *seniors):
         cluster.wait(job, "RUNNING", 30)
-    # two more shares fit Slurm's count (8 of 8) but take the GPU's total to 100 % (cap 95 %)
-    newcomer = cluster.submit(["-J", "cap-newcomer", "--hold", "--gres=shard:2"], SLEEP)
+    # one more share fits Slurm's count (5 of 5) but is a third job on a GPU (limit 2)
+    newcomer = cluster.submit(["-J", "cap-newcomer", "--hold", "--gres=shard:1"], SLEEP)
     wait_for(lambda: cluster.job(newcomer)["ExcNodeList"] == "node1", 15, "node1 in the pending job's ExcNodeList")
     (steer,) = wait_for(lambda: events(cluster, "steer", newcomer), 10, "a steer event")
-    assert "cap 95% of the GPU's total" in steer.detail, steer.detail
+    assert "(limit 2 a GPU)" in steer.detail, steer.detail
 
     cluster.run("scontrol", "release", str(newcomer))
-    for _ in range(8):  # the cap holds: it waits rather than fill a GPU past 95 %
+    for _ in range(8):  # the limit holds: it waits rather than put a third job on a GPU
         time.sleep(1)
         assert cluster.state(newcomer) == "PENDING"
 
-    cluster.run("scancel", str(seniors[1]))  # a GPU of node1 frees: it may go there now
+    cluster.run("scancel", str(seniors[3]))  # a GPU of node1 has one job left: it may go there now
     cluster.wait(newcomer, "RUNNING", 45)
     assert cluster.job(newcomer)["NodeList"] == "node1"

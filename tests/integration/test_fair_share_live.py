@@ -8,8 +8,8 @@ its priority (the order Slurm starts jobs in) is above fair-b's waiting job's, a
 fair-share ranks its account last; once it runs its own nice is back, and the two jobs left
 start in fair-share's order (fair-b's first, although fair-a's was submitted before it).
 
-Node1 holds the test: GPU0 a filler (8 shares), GPU1 a sleeper of 1 share and the growing
-job (1 share), so that the job restarts beside the sleeper and neither waiting job (8 shares
+Node1 holds the test: GPU0 a filler (its 5 shares), GPU1 a sleeper of 1 share and the growing
+job (1 share), so that the job restarts beside the sleeper and neither waiting job (5 shares
 each) fits anywhere until a whole GPU is freed; node2 and node3 hold one whole-GPU filler per
 GPU. (The requeued job does not compete for its own freed GPU here: while Slurm's requeue
 delay runs, any eligible job could take it.)

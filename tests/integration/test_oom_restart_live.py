@@ -25,9 +25,9 @@ def test_a_job_out_of_memory_in_its_share_is_requeued_bigger_before_it_fails(idl
     cluster = idle_cluster
     jump_out, neighbour_out = tmp_path / "jump.out", tmp_path / "neighbour.out"
     # node1's second GPU taken, so the neighbour and the jumping job share node1's first GPU
-    filler = cluster.submit(["-J", "oom-fill", "-w", "node1", "--gres=shard:8"], SLEEP)
+    filler = cluster.submit(["-J", "oom-fill", "-w", "node1", "--gres=shard:5"], SLEEP)
     cluster.wait(filler, "RUNNING", 30)
-    neighbour = cluster.submit(["-J", "oom-neighbour", "-w", "node1", "--gres=shard:4", "-o", str(neighbour_out)],
+    neighbour = cluster.submit(["-J", "oom-neighbour", "-w", "node1", "--gres=shard:2", "-o", str(neighbour_out)],
                                simgpu_script("--mem-start 3GiB --iters 800 --iter-ms 50"))
     cluster.wait(neighbour, "RUNNING", 30)
     jumper = cluster.submit(["-J", "oom-jump", "-w", "node1", "--gres=shard:1", "-o", str(jump_out)],
