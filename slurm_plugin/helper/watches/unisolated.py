@@ -5,14 +5,14 @@ refuses does not start: the SPANK plugin ends its task with :data:`UNISOLATED_EX
 program runs, and slurm.conf's ``RequeueExit=117`` has Slurm requeue the batch job (a failing
 node Prolog would drain the node; this does not). This watch finds each such requeue (a pending
 job whose last run exited with that code), says why in a ``requeue-unisolated`` event, once per
-run, and makes the job the next to start (the keep-at-head watch keeps it there). A job whose
+run, and lifts the job above every pending one with a nice (the keep-at-head watch keeps it there and ends the lift when it starts). A job whose
 whole GPUs could not be isolated runs as Slurm gave them (fails open) and is not seen here.
 """
 from __future__ import annotations
 
 import logging
 
-from packer.preemption import head_priority
+from slurm_plugin.helper.watches.head_lift import Lift, lift
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.slurm.errors import SlurmError
 from slurm_plugin.slurm.model import Job
@@ -37,7 +37,6 @@ class UnisolatedWatch:
         self.told: set[tuple[int, int]] = set()  # (job, restart count) already explained
 
     def round(self, ctx: RoundContext) -> None:
-        pending = [j.priority for j in ctx.jobs.values() if j.state == "PENDING"]
         for job in ctx.jobs.values():
             if not requeued_unisolated(job) or (job.job_id, job.restart_cnt or 0) in self.told:
                 continue
@@ -48,13 +47,18 @@ class UnisolatedWatch:
             priority = None
             if ctx.enforcing and not ctx.actions.halted:
                 try:
-                    priority = head_priority([p for p in pending if p != job.priority], exclude_current=job.priority)
-                    ctx.actions.update_job(job.job_id, Priority=priority)
-                    ctx.state.heading[job.job_id] = priority
+                    runner = ctx.actions.runner
+                    lifted = ctx.state.heading.get(job.job_id)
+                    if lifted is None:
+                        own = runner.nice(job.job_id)
+                        lifted = Lift(own, own)
+                    others = [j.priority for j in ctx.jobs.values() if j.state == "PENDING" and j.job_id != job.job_id]
+                    lifted, priority = lift(runner, job.job_id, job.priority or 0, lifted, others)
+                    ctx.state.heading[job.job_id] = lifted  # the keep-at-head watch ends the lift when it starts
                 except SlurmError as exc:
                     log.error("job %d: not put at the head after its unisolated requeue: %s", job.job_id, exc)
                     priority = None
-            where = f"; at the head of the queue (priority {priority})" if priority is not None else ""
+            where = f"; at the head of the queue (priority {priority}, lifted by an administrator nice)" if priority is not None else ""
             ctx.actions.log_event(KIND, reason + where, job.job_id, exit_code=UNISOLATED_EXIT,
                                   restarts=job.restart_cnt, priority=priority)
             log.warning("job %d: %s%s", job.job_id, reason, where)
