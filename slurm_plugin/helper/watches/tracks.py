@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from packer import comment as comment_mod
 from packer.fingerprint import fingerprint as compute_fingerprint
+from packer.gres import count_of, type_of
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.slurm.errors import SlurmError
 from slurm_plugin.slurm.model import Job
@@ -54,11 +55,8 @@ def submit_time_exclusion(admin_comment: str | None) -> frozenset[str]:
 
 
 def job_shards(job: Job) -> int | None:
-    """Shards a job asks for or holds (per node); None when it holds none."""
-    for item in (*job.gres_detail, *job.gres):
-        if item.name == "shard":
-            return item.count
-    return None
+    """Shards a job holds or asks for (per node); None when it holds none."""
+    return count_of((*job.gres_detail, *job.gres), "shard")
 
 
 def job_gpu_type(job: Job) -> str | None:
@@ -67,10 +65,7 @@ def job_gpu_type(job: Job) -> str | None:
     type of the GPU it holds is not added: 22.05 refuses an update that types an untyped
     request, "Invalid GRES specification (with and without type identification)"; the submit
     path types packed jobs when `[packer] gpu_type` is set)."""
-    for item in job.gres:
-        if item.name in ("shard", "gpu") and item.type:
-            return item.type
-    return None
+    return type_of(job.gres, ("shard", "gpu"))
 
 
 def wants_whole_gpu(job: Job) -> bool:
