@@ -13,10 +13,10 @@ and gives one method per decision, each delegating to the existing rule unchange
   default; ``"slowdown-bound"``, the default here and live: no job there may lose more than
   ``contention_threshold``);
 - :meth:`SuiteRules.contention` (sampled throughput or counters, the live watch,
-  ``packer.preemption.find_contention``) and :meth:`SuiteRules.contention_now` (speeds
+  ``packer.contention.find_contention``) and :meth:`SuiteRules.contention_now` (speeds
   already measured, the replay, ``packer.contention.check_contention``): FIG. 4;
   :meth:`SuiteRules.measure` (every senior measured, hurt or not: what the pair knowledge
-  learns from, ``packer.preemption.measure_seniors``);
+  learns from, ``packer.contention.measure_seniors``);
 - :meth:`SuiteRules.restart`: restart a job whose memory forecast warns, or keep it
   (``predictor.restart.decide_restart``, priced with ``restart_cost_s`` and ``oom_penalty_s``);
 - :meth:`SuiteRules.grow`: grow by preemption (``packer.grow.plan_growth``);
@@ -33,13 +33,13 @@ from dataclasses import dataclass, field, replace
 
 from packer.admission import AdmissionRule, PackCase, QueueView, pack_gain
 from packer.config import PackerConfig
-from packer.contention import ContentionVerdict as SharerVerdict
-from packer.contention import Sharer, check_contention
+from packer.contention import (
+    ContentionVerdict, PackMeasure, Resident, Sharer, check_contention, find_contention, measure_seniors,
+)
 from packer.corunner import RULES as CORUNNER_RULES
 from packer.corunner import AvoidSet, GpuLoad, Newcomer, PairSpeed, Ranked, rank_corunners
 from packer.decision import ClusterView, Decision, Estimate, decide, max_shards
 from packer.grow import GpuShares, GrowDecision, GrowSettings, Preemptor, PreemptorThreshold, plan_growth
-from packer.preemption import ContentionVerdict, PackMeasure, Resident, find_contention, measure_seniors
 from packer.regroup import RegroupDecision, plan_regroup
 from packer.regroup_budget import MoveBudget
 from packer.regroup_model import Cluster, HeadJob
@@ -176,18 +176,18 @@ class SuiteRules:
 
     def contention(self, residents: Sequence[Resident]) -> ContentionVerdict | None:
         """The newcomer to requeue on one GPU from its jobs' samples (the live watch):
-        ``packer.preemption.find_contention``."""
+        ``packer.contention.find_contention``."""
         return find_contention(residents, self.contention_threshold, settle_s=self.settle_s,
                                min_before=self.min_samples_before, min_after=self.min_samples_after,
                                counters=self.counter_rule())
 
     def measure(self, residents: Sequence[Resident]) -> PackMeasure | None:
         """Every senior of one GPU measured since its newcomer joined, hurt or not (the
-        samples ``contention`` judges): ``packer.preemption.measure_seniors``."""
+        samples ``contention`` judges): ``packer.contention.measure_seniors``."""
         return measure_seniors(residents, settle_s=self.settle_s, min_before=self.min_samples_before,
                                min_after=self.min_samples_after, counters=self.counter_rule())
 
-    def contention_now(self, sharers: Sequence[Sharer]) -> SharerVerdict:
+    def contention_now(self, sharers: Sequence[Sharer]) -> ContentionVerdict | None:
         """The same verdict from speeds already measured (the replay's agent):
         ``packer.contention.check_contention``, which ``find_contention`` ends in."""
         return check_contention(sharers, self.fig4_threshold)

@@ -3,16 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from packer.preemption import (
-    DEFAULT_HEAD_PRIORITY,
-    MAX_PRIORITY,
-    Resident,
-    find_contention,
-    head_priority,
-    measure_seniors,
-    restart_size,
-    throughput_loss,
-)
+from packer.contention import Resident, find_contention, measure_seniors, throughput_loss
+from packer.preemption import DEFAULT_HEAD_PRIORITY, MAX_PRIORITY, head_priority, restart_size
 
 GIB = 1024**3
 
