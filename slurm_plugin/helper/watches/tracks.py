@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from packer import comment as comment_mod
-from packer.fingerprint import fingerprint as compute_fingerprint
 from packer.gres import count_of, type_of
 from slurm_plugin.helper.watches.round import RoundContext
+from slurm_plugin.history_recorder import job_fingerprint
 from slurm_plugin.slurm.errors import SlurmError
 from slurm_plugin.slurm.model import Job
 
@@ -73,7 +73,8 @@ def wants_whole_gpu(job: Job) -> bool:
 
 
 class Fingerprints:
-    """A job's fingerprint: from its record (`fp=`), else from its batch script; cached."""
+    """A job's fingerprint (`slurm_plugin.history_recorder.job_fingerprint`), cached; None
+    when Slurm cannot give its batch script."""
 
     def __init__(self, runner: Callable[[], object]):
         self._runner = runner  # the monitor's runner of the moment (tests swap it)
@@ -82,15 +83,11 @@ class Fingerprints:
     def __call__(self, job: Job) -> str | None:
         if job.job_id in self._cache:
             return self._cache[job.job_id]
-        record = comment_mod.parse(job.admin_comment)
-        fp = record.fingerprint if record is not None else None
-        if not fp:
-            try:
-                script = self._runner().batch_script(job.job_id)
-                fp = compute_fingerprint(job.user or "", job.name or "", script.encode("utf-8", "surrogateescape"))
-            except SlurmError as exc:
-                log.info("job %d: no fingerprint (%s)", job.job_id, exc)
-                fp = None
+        try:
+            fp: str | None = job_fingerprint(self._runner(), job.job_id, job)[0]
+        except SlurmError as exc:
+            log.info("job %d: no fingerprint (%s)", job.job_id, exc)
+            fp = None
         self._cache[job.job_id] = fp
         return fp
 
