@@ -19,6 +19,9 @@ and gives one method per decision, each delegating to the existing rule unchange
   learns from, ``packer.contention.measure_seniors``);
 - :meth:`SuiteRules.restart`: restart a job whose memory forecast warns, or keep it
   (``predictor.restart.decide_restart``, priced with ``restart_cost_s`` and ``oom_penalty_s``);
+- :meth:`SuiteRules.restart_size`: the size a restarted job asks for (``packer.preemption.restart_size``);
+- :meth:`SuiteRules.mig_profile`, :meth:`SuiteRules.mig_slice`: a packed job's MIG slice, its
+  profile and where it goes on one GPU (``mig.slice_rule``: the node agent's and the replay's);
 - :meth:`SuiteRules.grow`: grow by preemption (``packer.grow.plan_growth``);
 - :meth:`SuiteRules.regroup`: free whole GPUs for the head (``packer.regroup.plan_regroup``).
 
@@ -31,6 +34,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from mig.catalog import Catalog, Profile
+from mig.fsm import PartitionState, Placement
+from mig.policies import POLICIES as MIG_POLICIES
+from mig.slice_rule import SlicePlan, partition_shards, place_slice, profile_for_shards
 from packer.admission import AdmissionRule, PackCase, QueueView, pack_gain
 from packer.config import PackerConfig
 from packer.contention import (
@@ -40,6 +47,7 @@ from packer.corunner import RULES as CORUNNER_RULES
 from packer.corunner import AvoidSet, GpuLoad, Newcomer, PairSpeed, Ranked, rank_corunners
 from packer.decision import ClusterView, Decision, Estimate, decide, max_shards
 from packer.grow import GpuShares, GrowDecision, GrowSettings, Preemptor, PreemptorThreshold, plan_growth
+from packer.preemption import RestartSize, restart_size
 from packer.regroup import RegroupDecision, plan_regroup
 from packer.regroup_budget import MoveBudget
 from packer.regroup_model import Cluster, HeadJob
@@ -85,6 +93,8 @@ class SuiteRules:
     # live helper keeps slowdown-bound until it passes a queue view (the replay: load-aware)
     admission: str = "slowdown-bound"
     min_speed: float = 0.5
+    # MIG slices (mig.slice_rule): the placement policy of a new slice (mig.policies)
+    mig_policy: str = "fsm"
 
     def __post_init__(self) -> None:
         if self.admission not in ADMISSIONS:
@@ -100,6 +110,8 @@ class SuiteRules:
             raise ValueError("restart_cost_s and oom_penalty_s must be >= 0 (seconds)")
         if self.regroup_moves_per_plan < 0 or self.regroup_moves_per_hour < 0:
             raise ValueError("regroup move limits must be 0 or more")
+        if self.mig_policy not in MIG_POLICIES:
+            raise ValueError(f"MIG placement policy {self.mig_policy!r} is not one of {', '.join(MIG_POLICIES)}")
 
     def with_overrides(self, **overrides: object) -> "SuiteRules":
         return replace(self, **overrides)
@@ -202,6 +214,28 @@ class SuiteRules:
                               end_s=end_s, predicted_peak_bytes=predicted_peak_bytes,
                               capacity_bytes=capacity_bytes, restart_cost_s=self.restart_cost_s, p_oom=p_oom,
                               oom_penalty_s=self.oom_penalty_s)
+
+    def restart_size(self, current_shards: int, need_bytes: float,
+                     partitions: Sequence[int] = ()) -> RestartSize:
+        """The size a job restarts with when it needs ``need_bytes``: ``packer.preemption.restart_size``
+        with this config's share and most packed shares; ``partitions``: the share counts a
+        slice can hold (MIG: :meth:`mig_partitions`), () for shares."""
+        return restart_size(current_shards, need_bytes, self.config.share_bytes, self.max_packed_shares,
+                            partitions)
+
+    # ------------------------------------------------------------------ MIG slices
+    def mig_profile(self, catalog: Catalog, shards: int) -> Profile | None:
+        """The profile of a slice for ``shards`` shares: ``mig.slice_rule.profile_for_shards``."""
+        return profile_for_shards(catalog, shards)
+
+    def mig_partitions(self, catalog: Catalog) -> tuple[int, ...]:
+        """The share counts a MIG slice of ``catalog`` holds (what a restart rounds up to)."""
+        return partition_shards(catalog)
+
+    def mig_slice(self, state: PartitionState, profile: str, idle: Sequence[Placement] = ()) -> SlicePlan:
+        """Where ``profile``'s slice goes on one GPU: ``mig.slice_rule.place_slice`` with this
+        site's placement policy."""
+        return place_slice(state, profile, idle, self.mig_policy)
 
     # ------------------------------------------------------------------ grow by preemption
     def grow_thresholds(self) -> GrowSettings:

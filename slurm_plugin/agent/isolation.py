@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mig.catalog import Catalog, Profile
+from mig.slice_rule import profile_for_shards  # noqa: F401  (the agent's callers use SuiteRules.mig_profile)
 
 ISOLATION_MODES = ("mig", "mps")
 
@@ -56,20 +57,6 @@ def grant_from_env(env: dict[str, str]) -> StepGrant:
         if idx:
             return StepGrant(idx, shards)
     return StepGrant((), shards)
-
-
-def profile_for_shards(catalog: Catalog, shards: int) -> Profile | None:
-    """The smallest MIG profile holding ``shards`` memory slices (one shard = one slice).
-
-    Ties (1g.20gb vs 2g.20gb) go to fewer compute slices, leaving compute to the neighbours.
-    Media-extension profiles are never chosen. None when no profile is that large.
-    """
-    if shards <= 0:
-        return None
-    fits = [p for p in catalog.profiles if p.memory_slices >= shards and not p.media_extensions]
-    if not fits:
-        return None
-    return min(fits, key=lambda p: (p.memory_slices, p.compute_slices, p.memory_mib, p.name))
 
 
 def full_gpu_profile(catalog: Catalog) -> Profile:

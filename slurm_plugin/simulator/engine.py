@@ -103,7 +103,7 @@ class Simulator:
         self.shares = ShareIndex(self.share_bytes, per_gpu, multi_on=cfg.policy == "colocate" and per_gpu > 2)
         self.usage = UsageMeter(cfg.timeline_step_s)
         # the MIG side of the cluster (MIG policies only)
-        self.mig = MigState(cfg, self.catalog, self.gpus, self.idle) if self.policy.uses_mig else None
+        self.mig = MigState(cfg, self.catalog, self.gpus, self.idle, self.rules) if self.policy.uses_mig else None
         self.memory = MemoryRestarts(cfg, self.rules, self.gpu_mem, self.mig)
         self.pair_failures = PairFailures(self)  # pairs that cannot run together (speed 0)
         n_whole = self.mig.n_whole if self.mig else cfg.gpus

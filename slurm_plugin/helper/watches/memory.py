@@ -11,7 +11,6 @@ from mig.catalog import load_catalog
 from mig.errors import MigError
 from packer import comment as comment_mod
 from packer.decision import max_shards
-from packer.preemption import restart_size
 from packer.request import gres_text
 from predictor.forecast import Forecaster
 from slurm_plugin.helper.watches.round import RoundContext
@@ -40,6 +39,18 @@ def capacity_of(track: Track, share_bytes: float, gpu_model: str) -> float | Non
     if track.shards:
         return track.shards * share_bytes
     return None
+
+
+def mig_partitions(ctx: RoundContext, track: Track) -> tuple[int, ...]:
+    """The share counts a MIG slice holds, for a job on one (its restart rounds up to one,
+    as the replay's does); () for a job on shares, or a model the catalogue does not hold
+    (`capacity_of` said so)."""
+    if not track.isolation.startswith("mig:"):
+        return ()
+    try:
+        return ctx.rules.mig_partitions(load_catalog(ctx.gpu_model))
+    except MigError:
+        return ()
 
 
 def track_forecast(ctx: RoundContext, t: Track, job, capacity: float):
@@ -114,7 +125,7 @@ class MemoryWatch:
                                       lose_now_s=priced.lose_now_s, lose_at_oom_s=priced.lose_at_oom_s)
                 continue
             need = max(forecast.upper_bytes, forecast.predicted_peak_bytes)
-            size = restart_size(t.shards, need, config.share_bytes, max_shards(config))
+            size = ctx.rules.restart_size(t.shards, need, mig_partitions(ctx, t))
             gres = gres_text("gpu", 1, job_gpu_type(job)) if size.whole_gpu else gres_text("shard", size.shards, job_gpu_type(job))
             remembered = size.shards if size.shards is not None else max_shards(config) + 1
             reason = (f"memory will outgrow shard:{t.shards} ({capacity / GIB:.1f}GiB): forecast "
