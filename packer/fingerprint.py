@@ -89,39 +89,58 @@ def workload_text(script: bytes) -> bytes:
     return b"\n".join(kept)
 
 
+_SPECIAL = re.compile(rb"[\\'\"`#<]")
+_IN_DOUBLE = re.compile(rb'[\\"]')
+
+
 def _scan(line: bytes, quote: bytes | None) -> tuple[bytes | None, bool, list[tuple[bytes, bool]] | None]:
     """(the quote the line ends inside of, whether it ends in a continuing backslash, the
     here-documents it opens); opened None where the reader gives up (``$'...'``, backquotes
-    across lines)."""
+    across lines). Jumps from one character that matters to the next."""
     opened: list[tuple[bytes, bool]] = []
     i, n = 0, len(line)
     while i < n:
-        c = line[i:i + 1]
         if quote == b"'":
-            quote = None if c == b"'" else quote
-        elif quote == b'"':
-            if c == b"\\":
-                i += 1
-            elif c == b'"':
-                quote = None
-        elif c == b"\\":
+            end = line.find(b"'", i)
+            if end < 0:
+                return quote, False, opened
+            quote, i = None, end + 1
+            continue
+        if quote == b'"':
+            m = _IN_DOUBLE.search(line, i)
+            if m is None:
+                return quote, False, opened
+            i = m.end() + (m.group() == b"\\")  # an escaped character is skipped
+            quote = quote if m.group() == b"\\" else None
+            continue
+        m = _SPECIAL.search(line, i)
+        if m is None:
+            break
+        i, c = m.start(), m.group()
+        if c == b"\\":
             if i == n - 1:
                 return None, True, opened
-            i += 1
-        elif c == b"'" and line[i - 1:i] == b"$":
+            i += 2
+            continue
+        if c == b"'" and line[i - 1:i] == b"$":
             return None, False, None  # ANSI-C quoting: escapes inside single quotes
-        elif c in (b"'", b'"'):
+        if c in (b"'", b'"'):
             quote = c
         elif c == b"`":
             if b"`" not in line[i + 1:]:
                 return None, False, None
-        elif c == b"#" and (i == 0 or line[i - 1:i] in b" \t;&|()"):
-            break  # a comment: the rest of the line is not read for quotes
-        elif c == b"<" and line[i:i + 2] == b"<<" and line[i + 2:i + 3] != b"<":
+        elif c == b"#":
+            if i == 0 or line[i - 1:i] in b" \t;&|()":
+                break  # a comment: the rest of the line is not read for quotes
+        elif line[i:i + 2] == b"<<" and line[i + 2:i + 3] != b"<":
             m = _HEREDOC.match(line, i)
             if m is None:
                 return None, False, None
             opened.append((m.group(3), m.group(1) == b"-"))
-            i = m.end() - 1
+            i = m.end()
+            continue
+        elif line[i:i + 3] == b"<<<":
+            i += 3
+            continue
         i += 1
     return quote, False, opened
