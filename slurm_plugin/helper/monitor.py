@@ -79,6 +79,7 @@ from slurm_plugin.helper.watches.mps import MpsWatch
 from slurm_plugin.helper.watches.outcomes import OutcomeWatch
 from slurm_plugin.helper.watches.quirk_guard import QuirkGuardWatch
 from slurm_plugin.helper.watches.round import RoundContext, Watch, WatchState
+from slurm_plugin.helper.watches.run_curves import keep_curve
 from slurm_plugin.helper.watches.steering import SteerWatch
 from slurm_plugin.helper.watches.tracks import (  # noqa: F401  (the names other code imports from here)
     ACTIVE, SAMPLES_KEPT, Fingerprints, Track, TrackWatch, job_shards, submit_time_exclusion, wants_whole_gpu,
@@ -144,7 +145,7 @@ class Monitor:
                                                                     retention.forget_jobs_after_s))
         # the order of a round, explicit
         self.watches: list[Watch] = [
-            TrackWatch(),
+            TrackWatch(on_run_ended=keep_curve),
             OutcomeWatch(),
             HistoryWatch(),
             self.quirk_guard_watch,

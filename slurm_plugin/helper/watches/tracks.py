@@ -6,6 +6,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from mig.catalog import load_catalog
+from mig.errors import MigError
 from packer import comment as comment_mod
 from packer.gres import count_of, type_of
 from slurm_plugin.helper.watches.round import RoundContext
@@ -54,6 +56,26 @@ def submit_time_exclusion(admin_comment: str | None) -> frozenset[str]:
     return frozenset(n for n in avoid.split(",") if n) if avoid else frozenset()
 
 
+_UNKNOWN_PROFILES: set[tuple[str, str]] = set()  # (GPU model, profile) already reported
+
+
+def capacity_of(track: Track, share_bytes: float, gpu_model: str) -> float | None:
+    """Bytes the job may use: its MIG slice, else its shares; None for whole GPUs."""
+    if track.isolation.startswith("mig:"):
+        profile = track.isolation[4:].split("@", 1)[0]
+        try:
+            return load_catalog(gpu_model).profile(profile).memory_mib * 1024**2
+        except MigError as exc:  # the agent isolated it on a slice this catalogue does not hold
+            if (gpu_model, profile) not in _UNKNOWN_PROFILES:
+                _UNKNOWN_PROFILES.add((gpu_model, profile))
+                log.error("job %d runs on MIG %s, which the %s catalogue does not hold (%s): its memory is "
+                          "judged against its %s; check [paths] gpu_model and the node's GPU", track.job_id,
+                          profile, gpu_model, exc, f"{track.shards} shares" if track.shards else "whole GPU")
+    if track.shards:
+        return track.shards * share_bytes
+    return None
+
+
 def job_shards(job: Job) -> int | None:
     """Shards a job holds or asks for (per node); None when it holds none."""
     return count_of((*job.gres_detail, *job.gres), "shard")
@@ -93,9 +115,14 @@ class Fingerprints:
 
 
 class TrackWatch:
-    """Adds each round's newest samples to the tracks of running jobs (a new run starts over)."""
+    """Adds each round's newest samples to the tracks of running jobs (a new run starts over).
+    ``on_run_ended(ctx, track, end_state)``: what to do with a run that ended between two
+    rounds (the monitor keeps its curve, `run_curves.keep_curve`)."""
 
     name = "tracks"
+
+    def __init__(self, on_run_ended: Callable[[RoundContext, Track, str], None] | None = None):
+        self.on_run_ended = on_run_ended
 
     def round(self, ctx: RoundContext) -> None:
         tracks = ctx.state.tracks
@@ -107,10 +134,8 @@ class TrackWatch:
             started = sample.started_at or (job.start_time.timestamp() if job.start_time else sample.at)
             if track is None or abs(track.started_at - started) > 0.5:
                 # first sight, or a new run of a requeued job: start over
-                if track is not None:  # the earlier run ended between two rounds: keep its curve
-                    from slurm_plugin.helper.watches.run_curves import keep_curve
-
-                    keep_curve(ctx, track, "REQUEUED")
+                if track is not None and self.on_run_ended is not None:  # the earlier run ended between two rounds
+                    self.on_run_ended(ctx, track, "REQUEUED")
                 track = Track(
                     job_id=job.job_id, fingerprint=ctx.fingerprint_of(job), node=sample.node,
                     gpu_index=sample.gpu_index, isolation=sample.isolation, started_at=started,
