@@ -88,12 +88,11 @@ class ContentionWatch:
         sim = self.sim
         if not sim.cfg.pair_predict or any(j.rate <= 0.0 for j in g.jobs):
             return True
-        from slurm_plugin.simulator.colocate import _left  # the same work-left reading
         others = [j for j in g.jobs if j is not job]
         if not others:
             return True
-        case = PackCase(_left(job, now), min(1.0, job.rate),
-                        tuple(Resident(_left(j, now), min(1.0, j.rate / max(base.get(j.id, 1.0), 1e-9)))
+        case = PackCase(job.left(now), min(1.0, job.rate),
+                        tuple(Resident(j.left(now), min(1.0, j.rate / max(base.get(j.id, 1.0), 1e-9)))
                               for j in others))
         sched = sim.sched
         return sim.rules.pack_pays(case, sim.policy.queue_view(now, len(sched.front) + len(sched.queue)))

@@ -62,6 +62,10 @@ class Job:
         self.fail_at: float | None = None  # when it fails beside a pair that cannot run together
         self.pair_failures = 0  # attempts that failed so (slurm_plugin.simulator.pair_failure)
 
+    def left(self, now: float) -> float:
+        """The work a running job has left, in seconds alone."""
+        return max(0.0, self.duration - self.done - (now - self.last_t) * self.rate)
+
 
 class Gpu:
     __slots__ = ("id", "jobs", "whole", "state", "inst", "busy", "util_c", "mem_c", "static")
