@@ -17,6 +17,8 @@ kept apart from then on. The replay does the same:
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from packer.corunner import pair_key
 from slurm_plugin.simulator.handles import JobMoves
 from slurm_plugin.simulator.knowledge import PairKnowledge
@@ -24,21 +26,20 @@ from slurm_plugin.simulator.state import Gpu, Job
 from slurm_plugin.simulator.workload import PairTable
 
 
+@dataclass
 class PairFailures:
     """``startup_s``: how long a doomed attempt runs before it fails; ``learns_pairs``: the
     policy keeps apart the pairs in ``avoid`` (else the failed job runs alone next time)."""
 
-    def __init__(self, *, startup_s: float, gpus: list[Gpu], gpu_mem: int, pairs: PairTable,
-                 know: PairKnowledge, avoid: set[tuple[str, str]], learns_pairs: bool, moves: JobMoves):
-        self.startup_s = startup_s
-        self.gpus = gpus
-        self.gpu_mem = gpu_mem
-        self.pairs = pairs
-        self.know = know
-        self.avoid = avoid
-        self.learns_pairs = learns_pairs
-        self.moves = moves
-        self.count = 0  # attempts that failed beside a pair that cannot run together
+    startup_s: float
+    gpus: list[Gpu]
+    gpu_mem: int
+    pairs: PairTable
+    know: PairKnowledge
+    avoid: set[tuple[str, str]]
+    learns_pairs: bool
+    moves: JobMoves
+    count: int = 0  # attempts that failed beside a pair that cannot run together
 
     def arm(self, g: Gpu, rates: list[tuple[Job, float, bool]], now: float) -> None:
         """Before ``g``'s jobs get ``rates``: doom its newest job if a rate is 0, else none."""
