@@ -16,9 +16,10 @@ Everything else counts, however small: ``#SBATCH`` and other directive lines (``
 same line, whitespace inside a line, line endings (``\\r\\n``), any line ending in a
 backslash (a comment too), and every line the shell does not read as a new command: inside
 quotes that span lines, inside a here-document, and after a line ending in a backslash (the
-two lines are one command). A script whose quoting the reader cannot follow to its end, or
-that another interpreter runs (``#!/usr/bin/env python3``: indentation is meaning there),
-is taken byte for byte.
+two lines are one command). A script whose quoting the reader cannot follow to its end,
+one over 64 KiB (``MAX_READ_BYTES``: the submit path decides in milliseconds), or one that
+another interpreter runs (``#!/usr/bin/env python3``: indentation is meaning there), is
+taken byte for byte.
 
 Fingerprints of scripts with comments or blank lines differ from those of releases that
 hashed the exact bytes: their earlier history is found again after their next measured run.
@@ -30,6 +31,8 @@ import re
 
 FINGERPRINT_HEX_CHARS = 16
 SHELLS = frozenset({"sh", "bash", "dash", "ksh", "zsh"})
+#: a larger script is taken byte for byte: the submit path decides within the shim's ~50 ms
+MAX_READ_BYTES = 64 * 1024
 
 _COMMENT_LINE = re.compile(rb"^#([ \t#]|$)")
 _HEREDOC = re.compile(rb"<<(-?)[ \t]*(['\"]?)([A-Za-z0-9_.\-]+)\2")
@@ -60,7 +63,7 @@ def _is_shell(script: bytes) -> bool:
 def workload_text(script: bytes) -> bytes:
     """The script without the edits that do not change what it runs (module docstring);
     the exact bytes where it cannot tell."""
-    if not _is_shell(script):
+    if len(script) > MAX_READ_BYTES or not _is_shell(script):
         return script
     kept: list[bytes] = []
     quote: bytes | None = None  # the quote a line ended inside of

@@ -80,3 +80,12 @@ def test_scripts_it_cannot_read_are_taken_byte_for_byte(script):
 def test_env_shebang_naming_a_shell_is_a_shell():
     script = b"#!/usr/bin/env -S bash\n# c\necho hi\n"
     assert workload_text(script) == b"#!/usr/bin/env -S bash\necho hi"
+
+
+def test_a_script_over_the_reading_limit_is_taken_byte_for_byte():
+    from packer.fingerprint import MAX_READ_BYTES
+
+    big = b"#!/bin/sh\nrun\n" + (b"# " + b"x" * 1000 + b"\n") * (MAX_READ_BYTES // 1000 + 1)
+    assert workload_text(big) == big
+    small = b"#!/bin/sh\nrun\n" + (b"# " + b"x" * 1000 + b"\n") * 8
+    assert workload_text(small) == b"#!/bin/sh\nrun"
