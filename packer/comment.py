@@ -14,12 +14,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from packer.gres import GresParseError, gres_text, parse_item
+
 PREFIX = "gpupack:"
 SEPARATOR = " | "
 VERDICTS = ("packed", "exclusive", "untouched")
 
 _RECORD_RE = re.compile(r"gpupack:\s*(?P<body>[^|]*)")
-_SHARD_RE = re.compile(r"^shard:(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ def render(
         parts.append("advise")
     parts.append(verdict)
     if shards is not None:
-        parts.append(f"shard:{shards}")
+        parts.append(gres_text("shard", shards))
     for key, value in fields.items():
         if value is None:
             continue
@@ -87,13 +88,24 @@ def parse(admin_comment: str | None) -> CommentRecord | None:
         return None
     verdict, shards, fields = tokens[0], None, {}
     for token in tokens[1:]:
-        shard = _SHARD_RE.match(token)
-        if shard:
-            shards = int(shard.group(1))
+        shard = _shard_count(token)
+        if shard is not None:
+            shards = shard
         elif "=" in token:
             key, _, value = token.partition("=")
             fields[key] = value
     return CommentRecord(verdict=verdict, advised=advised, shards=shards, fields=fields)
+
+
+def _shard_count(token: str) -> int | None:
+    """The count of an untyped `shard:K` token (the record's size), read as any GRES item."""
+    if not token.startswith("shard:"):
+        return None
+    try:
+        item = parse_item(token)
+    except GresParseError:
+        return None
+    return item.count if item.type is None else None
 
 
 def merge(site_comment: str | None, record: str) -> str:

@@ -1,16 +1,18 @@
 """What a submitted job asks for, and whether it is a packing candidate.
 
-Pure parsing of Slurm's `tres_per_*` strings in both dialects:
-22.05 writes ``gres:gpu:1`` / ``gres:gpu:h100:1``; 23.11+ writes ``gres/gpu:1``, and 24.11 writes
---gpus-per-task in the TRES form ``gres/gpu=1``.
-A bare ``gpu:1`` (what a user types) is accepted too.
+Pure. The `tres_per_*` strings are read by the suite's one GRES reader, `packer.gres`
+(both dialects, the TRES form, a bare ``gpu:1``).
 
 Which request forms are packed, and why the others are not: docs/request-forms.md.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from packer.gres import GresItem, GresParseError, gres_text, parse_gres
+
+__all__ = ["GresItem", "GresParseError", "JobFacts", "Candidate", "NotCandidate", "classify", "parse_gres",
+           "shard_request", "gres_text", "NO_VAL", "NO_VAL16", "TRES_FIELDS", "SHARED_GRES"]
 
 NO_VAL = 0xFFFFFFFE  # Slurm's "not set" for 32-bit fields
 NO_VAL16 = 0xFFFE
@@ -18,19 +20,6 @@ TRES_FIELDS = ("tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socke
 SHARED_GRES = ("shard", "mps")
 # job_desc.shared: 0 = --exclusive, 2 = --exclusive=user, 3 = --exclusive=mcs, 1 = --oversubscribe
 _EXCLUSIVE_SHARED = {0, 2, 3}
-_TYPE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")  # a GRES type name, as gres.conf takes it
-
-
-class GresParseError(ValueError):
-    """A gres/tres string that does not look like anything Slurm writes."""
-
-
-@dataclass(frozen=True)
-class GresItem:
-    name: str
-    type: str | None
-    count: int
-    dialect: str  # "22.05" (gres:), "23.11" (gres/), or "bare"
 
 
 @dataclass(frozen=True)
@@ -84,53 +73,6 @@ class NotCandidate:
 
 def _unset(value: int | None, no_val: int = NO_VAL) -> bool:
     return value is None or value in (no_val, NO_VAL, NO_VAL16, 0)
-
-
-def parse_gres(text: str) -> list[GresItem]:
-    """Parse one tres_per_* string into items; raise GresParseError on nonsense."""
-    items: list[GresItem] = []
-    for raw in text.split(","):
-        part = raw.strip()
-        if not part:
-            raise GresParseError(f"empty item in {text!r}")
-        if part.startswith("gres:"):
-            dialect, body = "22.05", part[len("gres:"):]
-        elif part.startswith("gres/"):
-            dialect, body = "23.11", part[len("gres/"):]
-        else:
-            dialect, body = "bare", part
-        tres_count = None
-        if "=" in body:  # the TRES form, e.g. 24.11's tres_per_task "gres/gpu=1" (--gpus-per-task)
-            body, tres_count = body.rsplit("=", 1)
-        fields = body.split(":")
-        if not fields[0] or len(fields) > 3 or (tres_count is not None and len(fields) > 2):
-            raise GresParseError(f"cannot read gres item {part!r}")
-        name = fields[0]
-        count_text = "1"
-        gres_type = None
-        if tres_count is not None:
-            count_text = tres_count
-            gres_type = fields[1] if len(fields) == 2 else None
-        elif len(fields) == 2:
-            # gpu:2 or gpu:h100 (count 1)
-            if _digits(fields[1]):
-                count_text = fields[1]
-            else:
-                gres_type = fields[1]
-        elif len(fields) == 3:
-            gres_type, count_text = fields[1], fields[2]
-        if gres_type == "":
-            raise GresParseError(f"empty type in gres item {part!r}")
-        if not _digits(count_text):
-            raise GresParseError(f"count {count_text!r} of gres item {part!r} is not a whole number")
-        items.append(GresItem(name=name, type=gres_type, count=int(count_text), dialect=dialect))
-    return items
-
-
-def _digits(text: str) -> bool:
-    """ASCII digits only: str.isdigit() also accepts '¹' or '٣', which int() refuses or reads
-    as a number Slurm would not."""
-    return text.isascii() and text.isdigit()
 
 
 def _per_gpu(text: str | None) -> int | None | NotCandidate:
@@ -190,8 +132,6 @@ def classify(job: JobFacts) -> Candidate | NotCandidate:
     if job.tres_freq and "gpu" in job.tres_freq:
         return NotCandidate("gpu-freq")
     field_name, item = found[0]
-    if any(i.type is not None and not _TYPE_RE.match(i.type) for _f, i in found):
-        return NotCandidate("unparsable-gres")
     if len(found) > 1 or item.count != 1:
         return NotCandidate("multi-gpu")
     if field_name == "tres_per_task" and not _unset(job.num_tasks) and job.num_tasks != 1:
@@ -225,10 +165,3 @@ def shard_request(k: int, dialect: str, gpu_type: str | None = None) -> str:
         raise ValueError(f"a packed job needs at least one shard, got {k}")
     typed = gres_text("shard", k, gpu_type)
     return f"gres/{typed}" if dialect == "23.11" else f"gres:{typed}"
-
-
-def gres_text(name: str, count: int, gpu_type: str | None = None) -> str:
-    """`shard:h100:2` (`shard:2` without a type), as `--gres` and `scontrol update Gres=` take it."""
-    if gpu_type is not None and not _TYPE_RE.match(gpu_type):
-        raise ValueError(f"GPU type {gpu_type!r} is not a GRES type name")
-    return f"{name}:{gpu_type}:{count}" if gpu_type else f"{name}:{count}"

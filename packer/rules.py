@@ -16,12 +16,15 @@ and gives one method per decision, each delegating to the existing rule unchange
 - :meth:`SuiteRules.judge_pack`: that rule over the GPUs a newcomer could join (the live
   submit path, ``packer.pack_judge``);
 - :meth:`SuiteRules.contention` (sampled throughput or counters, the live watch,
-  ``packer.preemption.find_contention``) and :meth:`SuiteRules.contention_now` (speeds
+  ``packer.contention.find_contention``) and :meth:`SuiteRules.contention_now` (speeds
   already measured, the replay, ``packer.contention.check_contention``): FIG. 4;
   :meth:`SuiteRules.measure` (every senior measured, hurt or not: what the pair knowledge
-  learns from, ``packer.preemption.measure_seniors``);
+  learns from, ``packer.contention.measure_seniors``);
 - :meth:`SuiteRules.restart`: restart a job whose memory forecast warns, or keep it
   (``predictor.restart.decide_restart``, priced with ``restart_cost_s`` and ``oom_penalty_s``);
+- :meth:`SuiteRules.restart_size`: the size a restarted job asks for (``packer.preemption.restart_size``);
+- :meth:`SuiteRules.mig_profile`, :meth:`SuiteRules.mig_slice`: a packed job's MIG slice, its
+  profile and where it goes on one GPU (``mig.slice_rule``: the node agent's and the replay's);
 - :meth:`SuiteRules.grow`: grow by preemption (``packer.grow.plan_growth``);
 - :meth:`SuiteRules.regroup`: free whole GPUs for the head (``packer.regroup.plan_regroup``).
 
@@ -34,17 +37,22 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from mig.catalog import Catalog, Profile
+from mig.fsm import PartitionState, Placement
+from mig.policies import POLICIES as MIG_POLICIES
+from mig.slice_rule import SlicePlan, partition_shards, place_slice, profile_for_share_count
 from packer.admission import AdmissionRule, PackCase, PackJudgement, QueueView, expected_gain, pack_gain
 from packer.pair_model import Prediction
 from packer.config import PackerConfig
-from packer.contention import ContentionVerdict as SharerVerdict
-from packer.contention import Sharer, check_contention
+from packer.contention import (
+    ContentionVerdict, PackMeasure, Resident, Sharer, check_contention, find_contention, measure_seniors,
+)
 from packer.corunner import RULES as CORUNNER_RULES
 from packer.corunner import AvoidSet, GpuLoad, Newcomer, PairSpeed, Ranked, rank_corunners
 from packer.decision import ClusterView, Decision, Estimate, decide, max_shards
 from packer.pack_judge import Kinds, judge_pack
 from packer.grow import GpuShares, GrowDecision, GrowSettings, Preemptor, PreemptorThreshold, plan_growth
-from packer.preemption import ContentionVerdict, PackMeasure, Resident, find_contention, measure_seniors
+from packer.preemption import RestartSize, restart_size
 from packer.regroup import RegroupDecision, plan_regroup
 from packer.regroup_budget import MoveBudget
 from packer.regroup_model import Cluster, HeadJob
@@ -91,6 +99,8 @@ class SuiteRules:
     # published queue; its watches keep the bound (the replay: load-aware)
     admission: str = "slowdown-bound"
     min_speed: float = 0.5
+    # MIG slices (mig.slice_rule): the placement policy of a new slice (mig.policies)
+    mig_policy: str = "fsm"
 
     def __post_init__(self) -> None:
         if self.admission not in ADMISSIONS:
@@ -106,6 +116,8 @@ class SuiteRules:
             raise ValueError("restart_cost_s and oom_penalty_s must be >= 0 (seconds)")
         if self.regroup_moves_per_plan < 0 or self.regroup_moves_per_hour < 0:
             raise ValueError("regroup move limits must be 0 or more")
+        if self.mig_policy not in MIG_POLICIES:
+            raise ValueError(f"MIG placement policy {self.mig_policy!r} is not one of {', '.join(MIG_POLICIES)}")
 
     def with_overrides(self, **overrides: object) -> "SuiteRules":
         return replace(self, **overrides)
@@ -199,18 +211,18 @@ class SuiteRules:
 
     def contention(self, residents: Sequence[Resident]) -> ContentionVerdict | None:
         """The newcomer to requeue on one GPU from its jobs' samples (the live watch):
-        ``packer.preemption.find_contention``."""
+        ``packer.contention.find_contention``."""
         return find_contention(residents, self.contention_threshold, settle_s=self.settle_s,
                                min_before=self.min_samples_before, min_after=self.min_samples_after,
                                counters=self.counter_rule())
 
     def measure(self, residents: Sequence[Resident]) -> PackMeasure | None:
         """Every senior of one GPU measured since its newcomer joined, hurt or not (the
-        samples ``contention`` judges): ``packer.preemption.measure_seniors``."""
+        samples ``contention`` judges): ``packer.contention.measure_seniors``."""
         return measure_seniors(residents, settle_s=self.settle_s, min_before=self.min_samples_before,
                                min_after=self.min_samples_after, counters=self.counter_rule())
 
-    def contention_now(self, sharers: Sequence[Sharer]) -> SharerVerdict:
+    def contention_now(self, sharers: Sequence[Sharer]) -> ContentionVerdict | None:
         """The same verdict from speeds already measured (the replay's agent):
         ``packer.contention.check_contention``, which ``find_contention`` ends in."""
         return check_contention(sharers, self.fig4_threshold)
@@ -225,6 +237,33 @@ class SuiteRules:
                               end_s=end_s, predicted_peak_bytes=predicted_peak_bytes,
                               capacity_bytes=capacity_bytes, restart_cost_s=self.restart_cost_s, p_oom=p_oom,
                               oom_penalty_s=self.oom_penalty_s)
+
+    def restart_size(self, current_shards: int, need_bytes: float,
+                     partitions: Sequence[int] = ()) -> RestartSize:
+        """The size a job restarts with when it needs ``need_bytes``: ``packer.preemption.restart_size``
+        with this config's share and most packed shares; ``partitions``: the share counts a
+        slice can hold (MIG: :meth:`mig_partitions`), () for shares."""
+        return restart_size(current_shards, need_bytes, self.config.share_bytes, self.max_packed_shares,
+                            partitions)
+
+    # ------------------------------------------------------------------ MIG slices
+    def mig_profile(self, catalog: Catalog, shards: int, shares_per_gpu: int | None = None) -> Profile | None:
+        """The profile of a slice for ``shards`` of ``shares_per_gpu`` shares
+        (``mig.slice_rule.profile_for_share_count``). None: the model's share ladder, or with
+        no GPU model configured (``[packer] gpu_model = ""``, the replay's scheme) this
+        config's share count."""
+        if shares_per_gpu is None and not self.config.gpu_model:
+            shares_per_gpu = self.config.shares_per_gpu
+        return profile_for_share_count(catalog, shards, shares_per_gpu)
+
+    def mig_partitions(self, catalog: Catalog) -> tuple[int, ...]:
+        """The share counts a MIG slice of ``catalog`` holds (what a restart rounds up to)."""
+        return partition_shards(catalog)
+
+    def mig_slice(self, state: PartitionState, profile: str, idle: Sequence[Placement] = ()) -> SlicePlan:
+        """Where ``profile``'s slice goes on one GPU: ``mig.slice_rule.place_slice`` with this
+        site's placement policy."""
+        return place_slice(state, profile, idle, self.mig_policy)
 
     # ------------------------------------------------------------------ grow by preemption
     def grow_thresholds(self) -> GrowSettings:

@@ -65,7 +65,9 @@ class RunFigures:
 
 
 def job_fingerprint(runner: SlurmRunner, job_id: int, job: Job | None = None) -> tuple[str, str, str]:
-    """(fingerprint, user, name) of a job Slurm still knows."""
+    """(fingerprint, user, name) of a job Slurm still knows: the one the submit path wrote in
+    its record (`fp=`), else worked out from its batch script (`packer.fingerprint`). The
+    monitor's tracks and the history both ask here."""
     job = job or runner.job(job_id)
     record = parse(job.admin_comment)
     if record is not None and record.fingerprint:

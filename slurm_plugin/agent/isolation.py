@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from mig.catalog import Catalog, Profile
 from mig.share_ladder import LadderError, model_ladder
+from mig.slice_rule import profile_for_share_count, profile_for_shards  # noqa: F401  (re-exported: the agent's callers)
 
 ISOLATION_MODES = ("mig", "mps")
 
@@ -57,36 +58,6 @@ def grant_from_env(env: dict[str, str]) -> StepGrant:
         if idx:
             return StepGrant(idx, shards)
     return StepGrant((), shards)
-
-
-def profile_for_shards(catalog: Catalog, shards: int) -> Profile | None:
-    """The smallest MIG profile holding ``shards`` memory slices (one shard = one slice).
-
-    Ties (1g.20gb vs 2g.20gb) go to fewer compute slices, leaving compute to the neighbours.
-    Media-extension profiles are never chosen. None when no profile is that large.
-    """
-    if shards <= 0:
-        return None
-    fits = [p for p in catalog.profiles if p.memory_slices >= shards and not p.media_extensions]
-    if not fits:
-        return None
-    return min(fits, key=lambda p: (p.memory_slices, p.compute_slices, p.memory_mib, p.name))
-
-
-def profile_for_share_count(catalog: Catalog, shards: int, shares_per_gpu: int | None) -> Profile | None:
-    """The MIG profile of a packed job holding ``shards`` of ``shares_per_gpu`` shares (None:
-    the model's own count): the profile of the rung that holds it on the model's share
-    ladder (``mig.share_ladder``: any combination of rungs Slurm gives is placeable; a count
-    between rungs, asked for around the packer, takes the next rung's profile and may not
-    place). With a share count no ladder makes safe (e.g. 8 on an H100): one shard per memory
-    slice (:func:`profile_for_shards`). None when the count is above the GPU's shares."""
-    try:
-        ladder = model_ladder(catalog.model, shares_per_gpu)
-    except LadderError:
-        return profile_for_shards(catalog, shards)
-    if not 1 <= shards <= ladder.shares_per_gpu:
-        return None
-    return catalog.profile(ladder.profile_for(shards))
 
 
 def ladder_shares(catalog: Catalog, shares_per_gpu: int | None) -> int:

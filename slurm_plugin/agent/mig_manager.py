@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from mig.backend import MigInstance
 from mig.errors import MigError
+from mig.fsm import Placement
 from mig.node_layout import LAYOUT_POLICIES, layout_step
-from mig.planner import plan_merge_split
-from mig.policies import choose
-from slurm_plugin.agent import isolation as iso
+from packer.rules import SuiteRules
 from slurm_plugin.agent.journal import SliceJournal
 from slurm_plugin.agent.paths import AgentError
 from slurm_plugin.agent.state import Assignment
@@ -27,10 +27,15 @@ class MigManager:
     """The MIG instances of this node's GPUs; counts every instance created or destroyed."""
 
     def __init__(self, backend, policy: str, assignments: Callable[[], Iterable[Assignment]],
-                 journal: SliceJournal | None = None, shares_per_gpu: int | None = None):
+                 journal: SliceJournal | None = None, shares_per_gpu: int | None = None,
+                 rules: SuiteRules | None = None):
+        """``rules``: the slice rules (``SuiteRules.mig_profile``/``mig_slice``, the replay's
+        too); None: the defaults with ``policy`` as the placement policy. ``shares_per_gpu``:
+        None, each GPU model's share ladder (mig.share_ladder)."""
         self.backend = backend
         self.policy = policy
-        self.shares_per_gpu = shares_per_gpu  # None: each GPU model's share ladder (mig.share_ladder)
+        self.shares_per_gpu = shares_per_gpu
+        self.rules = rules or SuiteRules(mig_policy=policy)
         self._assignments = assignments
         self.journal = journal
         # slices no journal line accounts for (made by an agent that died before writing
@@ -49,7 +54,7 @@ class MigManager:
     def slice_for(self, a: Assignment) -> MigInstance:
         """The MIG instance for a job of ``a.shards`` shares on ``a.gpu_index`` (made or taken)."""
         cat = self.backend.catalog(a.gpu_index)
-        profile = iso.profile_for_share_count(cat, a.shards, self.shares_per_gpu)
+        profile = self.rules.mig_profile(cat, a.shards, self.shares_per_gpu)
         if profile is None:
             raise AgentError(f"no MIG profile of {cat.model} holds {a.shards} shares")
         if not self.backend.mig_mode(a.gpu_index):
@@ -57,19 +62,21 @@ class MigManager:
                 self.backend.set_mig_mode(a.gpu_index, True)
             except MigError as exc:
                 raise AgentError(f"GPU {a.gpu_index} is not in MIG mode and cannot switch: {exc}") from exc
-        inst = self.idle_instance(a.gpu_index, profile.name)
-        if inst is not None:  # a slice the layout prepared for this size: no reconfiguration
+        idle = {Placement(i.profile, i.start): i for i in self.idle(a.gpu_index)}
+        plan = self.rules.mig_slice(self.backend.partition_state(a.gpu_index), profile.name, tuple(idle))
+        if plan.reuse:  # a slice the layout prepared for this size: no reconfiguration
+            inst = idle[Placement(plan.profile, plan.start)]
             if hasattr(self.backend, "set_owner"):
                 self.backend.set_owner(a.gpu_index, inst.gi_id, a.owner)
             a.notes.append(f"took the idle {inst.profile}@{inst.start} the layout had ready")
             return inst
-        start = self.place(a.gpu_index, profile.name)
-        if start is None:
-            start = self.merge_split(a.gpu_index, profile.name)
-        if start is None:
+        if plan.feasible and not all(self.destroy(a.gpu_index, idle[p], f"merge/split for {profile.name}")
+                                     for p in plan.destroy):
+            plan = replace(plan, start=None)
+        if not plan.feasible:
             held = ", ".join(f"{i.profile}@{i.start}(job {i.owner})" for i in self.backend.list_instances(a.gpu_index))
             raise AgentError(f"no room for {profile.name} on GPU {a.gpu_index} (instances: {held or 'none'})")
-        inst = self.backend.create_instance(a.gpu_index, profile.name, start, owner=a.owner)
+        inst = self.backend.create_instance(a.gpu_index, profile.name, plan.start, owner=a.owner)
         self.reconfigurations += 1
         return inst
 
@@ -99,11 +106,7 @@ class MigManager:
             log.error("job %d: could not free its %s on GPU %d: %s", a.job_id, a.profile, a.gpu_index, exc)
         return keep
 
-    # -- placement and idle instances ---------------------------------------------------------
-    def place(self, gpu_index: int, profile: str) -> int | None:
-        state = self.backend.partition_state(gpu_index)
-        return choose(state, profile, self.policy).start
-
+    # -- idle instances -----------------------------------------------------------------------
     def _held(self, gpu_index: int) -> tuple[set[int], set[str]]:
         mine = [a for a in self._assignments() if a.gpu_index == gpu_index and a.gi_id is not None]
         return {a.gi_id for a in mine}, {a.device_uuid for a in mine if a.device_uuid}
@@ -134,19 +137,6 @@ class MigManager:
         for inst in self.idle(gpu_index):
             self.destroy(gpu_index, inst, "to make room")
 
-    def merge_split(self, gpu_index: int, profile: str) -> int | None:
-        """Destroy the fewest idle instances that let ``profile`` fit; its start, or None."""
-        idle = {(i.profile, i.start): i for i in self.idle(gpu_index)}
-        state = self.backend.partition_state(gpu_index)
-        busy = [p for p in state.placements if (p.profile, p.start) not in idle]
-        plan = plan_merge_split(state, profile, busy=busy)
-        if not plan.feasible:
-            return None
-        for p in plan.destroy:
-            if not self.destroy(gpu_index, idle[(p.profile, p.start)], f"merge/split for {profile}"):
-                return None
-        return plan.start
-
     # -- layouts that follow the queue ----------------------------------------------------
     def follow_queue(self, policy: str, mode: str, pending_shards: list[int]) -> list[dict]:
         """Prepare idle MIG slices for the pending jobs (the helper's layout policy).
@@ -165,7 +155,7 @@ class MigManager:
 
     def _follow_on(self, gpu_index: int, policy: str, pending_shards: list[int]) -> list[dict]:
         cat = self.backend.catalog(gpu_index)
-        profiles = [p.name for p in (iso.profile_for_share_count(cat, s, self.shares_per_gpu) for s in pending_shards)
+        profiles = [p.name for p in (self.rules.mig_profile(cat, s, self.shares_per_gpu) for s in pending_shards)
                     if p is not None]
         idle = {(i.profile, i.start): i for i in self.idle(gpu_index)}
         state = self.backend.partition_state(gpu_index)

@@ -11,6 +11,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
+from slurm_plugin.devcluster import node_side
 from slurm_plugin.devcluster import spec as specmod
 from slurm_plugin.devcluster.errors import DevClusterError
 from slurm_plugin.devcluster.spec import ClusterSpec
@@ -68,10 +69,6 @@ def slurm_release() -> tuple[int, int, int]:
 
 def plugstack_conf(spec: ClusterSpec) -> str:
     lines = ["# Written by `gpupack devcluster up`."]
-    try:
-        from slurm_plugin.devcluster import node_side
-    except ImportError:
-        return "\n".join(lines) + "\n"
     return "\n".join(lines + node_side.plugstack_lines(spec)) + "\n"
 
 

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from slurm_plugin.devcluster import node_side
 from slurm_plugin.devcluster.commands import cluster_env, run_slurm
 from slurm_plugin.devcluster.errors import DevClusterError
 from slurm_plugin.devcluster.files import slurm_release, write_files
@@ -234,18 +235,10 @@ class DevCluster:
 
 
 def build_node_side(spec: ClusterSpec) -> None:
-    """Build what the nodes need (the SPANK plugin), when the node-side module is present."""
-    try:
-        from slurm_plugin.devcluster import node_side
-    except ImportError:
-        return
+    """Build what the nodes need (the SPANK plugin)."""
     node_side.build(spec)
 
 
 def node_side_processes(spec: ClusterSpec) -> list[tuple[str, str, list[str]]]:
     """(role, name, gpupack arguments) of each node-side daemon to run (the node agents)."""
-    try:
-        from slurm_plugin.devcluster import node_side
-    except ImportError:
-        return []
     return node_side.processes(spec)

@@ -88,6 +88,7 @@ from slurm_plugin.helper.watches.outcomes import OutcomeWatch
 from slurm_plugin.helper.watches.quirk_guard import QuirkGuardWatch
 from slurm_plugin.helper.watches.round import RoundContext, Watch, WatchState
 from slurm_plugin.helper.watches.dispatch import DispatchWatch
+from slurm_plugin.helper.watches.run_curves import keep_curve
 from slurm_plugin.helper.watches.steering import SteerWatch
 from slurm_plugin.helper.watches.unisolated import UnisolatedWatch
 from slurm_plugin.helper.watches.tracks import (  # noqa: F401  (the names other code imports from here)
@@ -159,7 +160,7 @@ class Monitor:
                                                                     retention.forget_jobs_after_s))
         # the order of a round, explicit
         self.watches: list[Watch] = [
-            TrackWatch(),
+            TrackWatch(on_run_ended=keep_curve),
             OutcomeWatch(),
             HistoryWatch(),
             self.quirk_guard_watch,

@@ -5,7 +5,7 @@ senior job alone and then a newcomer beside it, for every ordered pair of worklo
 the co-location traces and several noise seeds. The senior's utilisation is read the way
 the node agent reads it (:class:`slurm_plugin.agent.counters.CounterReader`, one reading
 per agent round of one second) and judged each round by the helper's rule
-(:func:`packer.preemption.find_contention` with no reported throughput), for a grid of
+(:func:`packer.contention.find_contention` with no reported throughput), for a grid of
 ``z`` (how many noise standard errors a drop must exceed).
 
 - **detected**: of the pairs whose slowdown is past the threshold (the senior loses more
@@ -25,7 +25,7 @@ from statistics import median
 
 from mig.sim_backend import SimGpuBackend
 from mig.sim_counters import CounterNoise
-from packer.preemption import Resident, find_contention
+from packer.contention import Resident, find_contention
 from packer.util_contention import CounterRule
 from slurm_plugin.agent.counters import CounterReader
 from slurm_plugin.agent.state import Assignment

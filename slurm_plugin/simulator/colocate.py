@@ -218,7 +218,7 @@ class ColocatePolicy(Policy):
             return True  # the patent's FIG. 3/4 alone: pack, then requeue on a slowdown
         sched = sim.sched
         case = PackCase(max(0.0, job.duration - job.done), _unit(ranked.mine),
-                        tuple(Resident(_left(x, now), _unit(s)) for x, s in zip(g.jobs, ranked.theirs)))
+                        tuple(Resident(x.left(now), _unit(s)) for x, s in zip(g.jobs, ranked.theirs)))
         view = self.queue_view(now, len(sched.front) + len(sched.queue) - 1 - sched.position, idle, sched.position)
         if sim.rules.pack_pays(case, view):
             return True
@@ -286,11 +286,6 @@ class ColocatePolicy(Policy):
 def _unit(speed: float) -> float:
     """A predicted speed as the admission rule takes it (a model may stray past [0, 1])."""
     return min(1.0, max(0.0, speed))
-
-
-def _left(job: Job, now: float) -> float:
-    """A running job's work left, in seconds alone."""
-    return max(0.0, job.duration - job.done - (now - job.last_t) * job.rate)
 
 
 class _Memo:

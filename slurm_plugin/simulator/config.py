@@ -48,7 +48,6 @@ class SimConfig:
     shard_jobs_per_gpu: int = 2  # shard-fixed: shares per GPU / shares per job
     mig_static_layout: str | None = None  # a profile (homogeneous) or "P@S,..."; default all smallest
     mig_static_fraction: float = 0.5  # share of GPUs partitioned in mig-static
-    mig_compute_slack: float = 0.10  # a MIG job may get this much less compute than it uses
     lucid_max_label_sum: int = 2
     predictor_samples: int = 50  # memory samples per run of a growing job
     timeline_step_s: float = 600.0

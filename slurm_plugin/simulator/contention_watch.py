@@ -67,17 +67,17 @@ class ContentionWatch:
         # each job's throughput against what it had just before the newcomer joined (alone:
         # 1.0; with more than two per GPU, what the others there already took)
         base = job.pack_base
-        sharers = [Sharer(str(j.id), j.workload, j.packed_at if j.packed_at is not None
+        sharers = [Sharer(j.id, j.workload, j.packed_at if j.packed_at is not None
                           and j is job else j.start, base.get(j.id, 1.0), j.rate)
                    for j in g.jobs]
         v = sim.rules.contention_now(sharers)
-        if v.requeue is None:
+        if v is None:
             if self._still_pays(job, g, base, now):
                 return
             victim = job
         else:
             sim.avoid.update(v.avoid_pairs)
-            victim = next(j for j in g.jobs if str(j.id) == v.requeue)
+            victim = next(j for j in g.jobs if j.id == v.newcomer)
         victim.preemptions += 1
         sim.stop(victim, now)
         sim.sched.requeue(victim, now)
@@ -88,12 +88,11 @@ class ContentionWatch:
         sim = self.sim
         if not sim.cfg.pair_predict or any(j.rate <= 0.0 for j in g.jobs):
             return True
-        from slurm_plugin.simulator.colocate import _left  # the same work-left reading
         others = [j for j in g.jobs if j is not job]
         if not others:
             return True
-        case = PackCase(_left(job, now), min(1.0, job.rate),
-                        tuple(Resident(_left(j, now), min(1.0, j.rate / max(base.get(j.id, 1.0), 1e-9)))
+        case = PackCase(job.left(now), min(1.0, job.rate),
+                        tuple(Resident(j.left(now), min(1.0, j.rate / max(base.get(j.id, 1.0), 1e-9)))
                               for j in others))
         sched = sim.sched
         return sim.rules.pack_pays(case, sim.policy.queue_view(now, len(sched.front) + len(sched.queue)))

@@ -46,6 +46,7 @@ from slurm_plugin.simulator.growth import GrowPreemption
 from slurm_plugin.simulator.knowledge import PairKnowledge
 from slurm_plugin.simulator.memory import MemoryRestarts
 from slurm_plugin.simulator.mig_state import MigState
+from slurm_plugin.simulator.handles import JobMoves
 from slurm_plugin.simulator.pair_failure import PairFailures
 from slurm_plugin.simulator.progress import Progress
 from slurm_plugin.simulator.regrouping import Regrouper
@@ -103,9 +104,13 @@ class Simulator:
         self.shares = ShareIndex(self.share_bytes, per_gpu, multi_on=cfg.policy == "colocate" and per_gpu > 2)
         self.usage = UsageMeter(cfg.timeline_step_s)
         # the MIG side of the cluster (MIG policies only)
-        self.mig = MigState(cfg, self.catalog, self.gpus, self.idle) if self.policy.uses_mig else None
+        self.mig = MigState(cfg, self.catalog, self.gpus, self.idle, self.rules) if self.policy.uses_mig else None
         self.memory = MemoryRestarts(cfg, self.rules, self.gpu_mem, self.mig)
-        self.pair_failures = PairFailures(self)  # pairs that cannot run together (speed 0)
+        self.moves = JobMoves(stop=self.stop, requeue=self.requeue_at_head,
+                              start_shared=lambda *a: self.cluster.start_shared(*a))
+        self.pair_failures = PairFailures(  # pairs that cannot run together (speed 0)
+            startup_s=cfg.oom_startup_s, gpus=self.gpus, gpu_mem=self.gpu_mem, pairs=pairs, know=self.know,
+            avoid=self.avoid, learns_pairs=self.policy.learns_pairs, moves=self.moves)
         n_whole = self.mig.n_whole if self.mig else cfg.gpus
         self.skipped = 0
         self.jobs: list[Job] = []
@@ -114,7 +119,7 @@ class Simulator:
                 self.skipped += 1
                 continue
             self.jobs.append(Job(s, profiles[s.profile]))
-        self.grow = GrowPreemption(self) if cfg.grow_preempt else None
+        self.grow = GrowPreemption(self.rules, self.gpus, self.moves) if cfg.grow_preempt else None
         self.regrouper = Regrouper(self) if cfg.regroup else None
 
     # ----------------------------------------------------------------- run
@@ -176,6 +181,10 @@ class Simulator:
             return
         if grow is not None and grow.try_grow(job, now, predicted):
             return  # restarted bigger on its GPU at once, younger neighbours evicted
+        self.requeue_at_head(job, now)
+
+    def requeue_at_head(self, job: Job, now: float) -> None:
+        """Take ``job`` off its GPU (its attempt lost) and put it back at the head of the queue."""
         self.stop(job, now)
         self.sched.requeue(job, now)
 

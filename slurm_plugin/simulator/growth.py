@@ -23,36 +23,39 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING
 
-from packer.decision import max_shards
+from packer.config import PackerConfig
 from packer.grow import GpuShares, GrowDecision, Preemptor, Tenant, grow_request
+from packer.rules import SuiteRules
+from slurm_plugin.simulator.handles import JobMoves
 from slurm_plugin.simulator.memory import mem_now
-
-if TYPE_CHECKING:
-    from slurm_plugin.simulator.engine import Simulator
-    from slurm_plugin.simulator.state import Gpu, Job
+from slurm_plugin.simulator.state import Gpu, Job
 
 log = logging.getLogger(__name__)
 
 
-def held_shares(sim: "Simulator", job: "Job", now: float) -> int:
+def held_shares(config: PackerConfig, job: Job, now: float) -> int:
     """Shares `job` holds on its GPU: its share count, else the memory it holds now (what
-    NVML shows, at least its estimate), in shares."""
-    total = sim.pk.shares_per_gpu
+    NVML shows, at least its estimate), in shares of ``config``'s GPU."""
+    total = config.shares_per_gpu
     if job.shards:
         return job.shards
     mem = max(mem_now(job, now), job.mem0)
-    return max(1, min(total, math.ceil(mem / sim.share_bytes)))
+    return max(1, min(total, math.ceil(mem / config.share_bytes)))
 
 
 class GrowPreemption:
-    """The running-preemptor wiring and its counters."""
+    """The running-preemptor wiring and its counters: ``rules`` decide (``SuiteRules.grow``),
+    ``moves`` act on the jobs of ``gpus``."""
 
-    def __init__(self, sim: "Simulator"):
-        self.sim = sim
-        self.max_packed = max_shards(sim.pk)
-        self.total = sim.pk.shares_per_gpu
+    def __init__(self, rules: SuiteRules, gpus: list[Gpu], moves: JobMoves):
+        self.rules = rules
+        self.config = rules.config
+        self.share_bytes = rules.config.share_bytes
+        self.gpus = gpus
+        self.moves = moves
+        self.max_packed = rules.max_packed_shares
+        self.total = rules.config.shares_per_gpu
         self.restarts = 0  # growers restarted bigger in place
         self.evictions = 0  # younger neighbours requeued for them
         self.lost_s = 0.0  # work those neighbours lost
@@ -60,22 +63,21 @@ class GrowPreemption:
 
     def tenants(self, g: "Gpu", now: float) -> GpuShares:
         return GpuShares(str(g.id), self.total, tuple(
-            Tenant(j.id, j.start, held_shares(self.sim, j, now)) for j in g.jobs))
+            Tenant(j.id, j.start, held_shares(self.config, j, now)) for j in g.jobs))
 
     def _decide(self, job: "Job", now: float, predicted: bool, need: int) -> GrowDecision | None:
         """The rules' grow decision for `job` needing `need` bytes; None: not a packed
         one-GPU job, or it needs a whole GPU (only the queue gives one)."""
-        sim = self.sim
         if not job.shards or len(job.gpu_ids) != 1:
             return None
-        req = grow_request(job.shards, need, sim.share_bytes, self.max_packed)
+        req = grow_request(job.shards, need, self.share_bytes, self.max_packed)
         if req is None:
             return None
-        g = sim.gpus[job.gpu_ids[0]]
+        g = self.gpus[job.gpu_ids[0]]
         why = "the predictor warns it will outgrow its share" if predicted else "ran out of memory"
         p = Preemptor(job.id, str(g.id), True, req[0], req[1], since=job.start, waiting_since=now,
                       held_shares=job.shards, why=why)
-        (d,) = sim.rules.grow([self.tenants(g, now)], [p], now)
+        (d,) = self.rules.grow([self.tenants(g, now)], [p], now)
         return d
 
     def evicts_for_warning(self, job: "Job", now: float, need: int) -> bool:
@@ -88,11 +90,10 @@ class GrowPreemption:
         """Grow `job` in place if the decision says so; False: it goes through the queue.
 
         Called when it must restart for memory, after its remembered size was raised."""
-        sim = self.sim
         d = self._decide(job, now, predicted, job.remembered)
         if d is None:
             return False
-        g = sim.gpus[job.gpu_ids[0]]
+        g = self.gpus[job.gpu_ids[0]]
         if not d.acted:
             self.declined += 1
             log.debug("job %d: %s", job.id, d.reason)
@@ -102,14 +103,13 @@ class GrowPreemption:
             victim = by_id[e.job_id]
             victim.preemptions += 1
             before = victim.lost_work
-            sim.stop(victim, now)
-            sim.sched.requeue(victim, now)
+            self.moves.requeue(victim, now)
             self.evictions += 1
             self.lost_s += victim.lost_work - before  # its progress, not the wall time
-        sim.stop(job, now)
+        self.moves.stop(job, now)
         base = {x.id: x.rate for x in g.jobs}
-        job.remembered = max(job.remembered, int(d.grower_shares * sim.share_bytes))
-        sim.cluster.start_shared(job, g, now, int(d.grower_shares * sim.share_bytes), d.grower_shares)
+        job.remembered = max(job.remembered, int(d.grower_shares * self.share_bytes))
+        self.moves.start_shared(job, g, now, int(d.grower_shares * self.share_bytes), d.grower_shares)
         job.pack_base = base
         self.restarts += 1
         log.debug("%s", d.reason)

@@ -4,7 +4,8 @@ larger size a job restarts with after an out-of-memory or a warning.
 A growing job's memory rises linearly from ``mem0`` to ``mem1`` with its progress. With
 ``SimConfig(predictor=True)`` the suite's ``predictor.forecast.Forecaster`` reads the
 job's samples as the node agent would and says when it would warn and with which size;
-the warning becomes a job event (:mod:`~slurm_plugin.simulator.progress`). At the warning
+the warning becomes a job event (:mod:`~slurm_plugin.simulator.progress`), sized as the live
+memory watch sizes it (:meth:`MemoryRestarts.restart_bytes`, ``SuiteRules.restart_size``). At the warning
 the run's ``SuiteRules.restart`` (``predictor.restart.decide_restart``, the live memory
 watch's rule, with the same restart costs) prices a restart now against an OOM later, from
 what the replay knows as the watch would: the warning time, the checkpoint (the attempt's
@@ -95,7 +96,9 @@ class MemoryRestarts:
                 fc = f.update(i, mem)
                 if fc.warn:
                     crossing = fc.crossing_step / n if fc.crossing_step is not None else None
-                    hit = (i / n, fc.next_partition, crossing, fc.predicted_peak_bytes, f.options.confidence)
+                    need = max(fc.upper_bytes, fc.predicted_peak_bytes)  # what the live memory watch sizes on
+                    hit = (i / n, self.restart_bytes(job.cap, need), crossing, fc.predicted_peak_bytes,
+                           f.options.confidence)
                     break
             self._warn_cache[key] = hit
         frac, nxt = hit[:2]
@@ -163,3 +166,14 @@ class MemoryRestarts:
         """Count a warned restart and raise the size the job asks for next time."""
         job.pred_restarts += 1
         job.remembered = max(job.remembered, job.warn_next or self.gpu_mem)
+
+    def restart_bytes(self, cap: int, need_bytes: float) -> int:
+        """The memory of the size a job holding ``cap`` restarts with when it needs
+        ``need_bytes``: the live memory watch's ``SuiteRules.restart_size`` (rounded up to a
+        slice under MIG, ``SuiteRules.mig_partitions``), the whole GPU past a packed size."""
+        share = self.pk.share_bytes
+        partitions = self.rules.mig_partitions(self.mig.space.catalog) if self.mig else ()
+        size = self.rules.restart_size(max(1, round(cap / share)), need_bytes, partitions)
+        if size.whole_gpu:
+            return self.gpu_mem
+        return self.mig.slice_bytes(size.shards) if self.mig else int(size.shards * share)

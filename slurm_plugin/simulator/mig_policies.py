@@ -2,10 +2,12 @@
 
 - ``mig-static``: a fixed share of GPUs partitioned once (``mig_static_layout``); a job
   takes the smallest idle instance that holds its memory, or a whole unpartitioned GPU;
-- ``mig-in-order`` / ``mig-by-size``: instances made on demand: an idle one of the job's
-  size, else one created where ``mig.policies.choose`` (fsm) places it (by-size: an empty
-  GPU gets a homogeneous layout of that size first), else idle instances merged or split
-  (``mig.planner.plan_merge_split``). The GPUs' partition states are the loop's.
+- ``mig-in-order`` / ``mig-by-size``: instances made on demand with the node agent's rule
+  (``SuiteRules.mig_slice``, ``mig.slice_rule``): an idle one of the job's size, else one
+  created where the run's placement policy puts it (by-size: an empty GPU gets a
+  homogeneous layout of that size first), else idle instances merged or split. Which GPU
+  is tried first is the replay's scheduling (Slurm's, live). The GPUs' partition states
+  are the loop's.
 """
 from __future__ import annotations
 
@@ -15,8 +17,7 @@ from typing import TYPE_CHECKING
 
 from mig.fsm import PartitionState, Placement
 from mig.layout import homogeneous_layout
-from mig.planner import plan_merge_split
-from mig.policies import choose
+from mig.slice_rule import SlicePlan
 
 from slurm_plugin.simulator.policy import Policy
 
@@ -55,8 +56,7 @@ class MigDynamicPolicy(Policy):
 
     def __init__(self, sim: "Simulator"):
         super().__init__(sim)
-        self._choose_cache: dict = {}
-        self._plan_cache: dict = {}
+        self._slice_cache: dict = {}
 
     def shape(self, job: Job) -> tuple:
         return ("m", self.sim.mig.profile_for(job).name)
@@ -92,7 +92,7 @@ class MigDynamicPolicy(Policy):
                     p = next(q for q in g.inst if q.profile == name and g.inst[q] is None)
                     sim.cluster.start_instance(job, g, p, now)
                     return True
-                start = self._choose(g.state, name)
+                start = self._slice(g.state, name, ()).start  # no idle instance of its own to give
                 if start is not None:
                     p = Placement(name, start)
                     sim.mig.create(g, p)
@@ -109,35 +109,26 @@ class MigDynamicPolicy(Policy):
                 continue
             if g.busy == 0 and not sim.sched.may_take_idle(job, now, bf, 1):
                 continue
-            busy = tuple(sorted(p for p, j in g.inst.items() if j is not None))
-            plan = self._plan(g.state, name, busy)
+            idle = tuple(sorted(p for p, j in g.inst.items() if j is None))
+            plan = self._slice(g.state, name, idle)
             if not plan.feasible:
                 continue
             for p in plan.destroy:
                 sim.mig.destroy(g, p)
             target = Placement(name, plan.start)
-            sim.mig.create(g, target)
-            for p in plan.recreate:
-                if g.state.can_alloc(p.profile, p.start):
-                    sim.mig.create(g, p)
+            if not plan.reuse:
+                sim.mig.create(g, target)
             sim.cluster.start_instance(job, g, target, now)
             return True
         return False
 
-    def _choose(self, state: PartitionState, profile: str) -> int | None:
-        """mig.policies.choose (fsm), memoised: a GPU has few distinct states."""
-        key = (state.mask, profile)
-        hit = self._choose_cache.get(key, -1)
-        if hit == -1:
-            hit = self._choose_cache[key] = choose(state, profile, "fsm").start
-        return hit
-
-    def _plan(self, state: PartitionState, profile: str, busy: tuple[Placement, ...]):
-        """mig.planner.plan_merge_split, memoised on (state, busy instances, profile)."""
-        key = (state.mask, profile, busy)
-        hit = self._plan_cache.get(key)
+    def _slice(self, state: PartitionState, profile: str, idle: tuple[Placement, ...]) -> SlicePlan:
+        """The run's ``SuiteRules.mig_slice`` (the node agent's rule), memoised on (state,
+        idle instances, profile): a GPU has few distinct states."""
+        key = (state.mask, profile, idle)
+        hit = self._slice_cache.get(key)
         if hit is None:
-            hit = self._plan_cache[key] = plan_merge_split(state, profile, busy=busy)
+            hit = self._slice_cache[key] = self.sim.rules.mig_slice(state, profile, idle)
         return hit
 
 

@@ -9,18 +9,21 @@ job or None).
 """
 from __future__ import annotations
 
+import math
+
 from mig.catalog import Catalog
 from mig.fsm import PartitionState, Placement, get_space
 from mig.layout import homogeneous_layout
+from packer.rules import SuiteRules
 from slurm_plugin.simulator.config import SimConfig
 from slurm_plugin.simulator.state import Gpu, Job
 from slurm_plugin.simulator.workload import SimJobSpec
 
 
 class MigState:
-    def __init__(self, cfg: SimConfig, catalog: Catalog, gpus: list[Gpu], idle: dict[int, None]):
+    def __init__(self, cfg: SimConfig, catalog: Catalog, gpus: list[Gpu], idle: dict[int, None], rules: SuiteRules):
         self.catalog = catalog
-        self.slack = cfg.mig_compute_slack
+        self.rules = rules
         self.space = get_space(catalog, tuple(p.name for p in catalog.profiles
                                               if not p.media_extensions))
         self.profiles = sorted(  # smallest first
@@ -75,21 +78,22 @@ class MigState:
 
     # ----------------------------------------------------------------- sizing a job
     def profile_for(self, job: Job):
-        """Smallest instance holding the memory and (less the slack) the compute the job
-        uses alone: the max of the memory and the compute requirement (MIG thesis 4.3)."""
-        key = (job.profile, job.remembered)
-        hit = self._prof_cache.get(key)
+        """The profile of the job's slice, as the node agent picks it (``SuiteRules.mig_profile``):
+        the smallest holding its memory in shares (the largest when none does)."""
+        shards = self.shards_of(max(job.mem0, job.remembered))
+        hit = self._prof_cache.get(shards)
         if hit is None:
-            hit = self._prof_cache[key] = self._profile_of(job)
+            hit = self._prof_cache[shards] = self.rules.mig_profile(self.space.catalog, shards) or self.profiles[-1]
         return hit
 
-    def _profile_of(self, job: Job):
-        need = max(job.mem0, job.remembered)
-        c = self.catalog.compute_slices * job.util / 100.0 * (1.0 - self.slack)
-        for p in self.profiles:
-            if (p.memory_mib << 20) >= need and p.compute_slices >= c - 1e-9:
-                return p
-        return self.profiles[-1]
+    def shards_of(self, need_bytes: float) -> int:
+        """The shares that hold ``need_bytes`` (the packer's share: a memory slice)."""
+        return max(1, math.ceil(need_bytes / self.rules.config.share_bytes))
+
+    def slice_bytes(self, shards: int) -> int:
+        """The memory of the slice a job of ``shards`` shares gets."""
+        p = self.rules.mig_profile(self.space.catalog, shards) or self.profiles[-1]
+        return p.memory_mib << 20
 
     # ----------------------------------------------------------------- partitions
     def set_free(self, g: Gpu, n: int | None) -> None:

@@ -17,21 +17,31 @@ kept apart from then on. The replay does the same:
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from packer.corunner import pair_key
+from slurm_plugin.simulator.handles import JobMoves
+from slurm_plugin.simulator.knowledge import PairKnowledge
+from slurm_plugin.simulator.state import Gpu, Job
+from slurm_plugin.simulator.workload import PairTable
 
-if TYPE_CHECKING:
-    from slurm_plugin.simulator.engine import Simulator
-    from slurm_plugin.simulator.state import Gpu, Job
 
-
+@dataclass
 class PairFailures:
-    def __init__(self, sim: "Simulator"):
-        self.sim = sim
-        self.count = 0  # attempts that failed beside a pair that cannot run together
+    """``startup_s``: how long a doomed attempt runs before it fails; ``learns_pairs``: the
+    policy keeps apart the pairs in ``avoid`` (else the failed job runs alone next time)."""
 
-    def arm(self, g: "Gpu", rates: list[tuple["Job", float, bool]], now: float) -> None:
+    startup_s: float
+    gpus: list[Gpu]
+    gpu_mem: int
+    pairs: PairTable
+    know: PairKnowledge
+    avoid: set[tuple[str, str]]
+    learns_pairs: bool
+    moves: JobMoves
+    count: int = 0  # attempts that failed beside a pair that cannot run together
+
+    def arm(self, g: Gpu, rates: list[tuple[Job, float, bool]], now: float) -> None:
         """Before ``g``'s jobs get ``rates``: doom its newest job if a rate is 0, else none."""
         stuck = any(r <= 0.0 for _, r, _ in rates)
         newest = max(g.jobs, key=lambda j: (j.start, j.id)) if stuck else None
@@ -39,22 +49,20 @@ class PairFailures:
             if j is not newest:
                 j.fail_at = None
             elif j.fail_at is None:
-                j.fail_at = max(now, j.start + self.sim.cfg.oom_startup_s)
+                j.fail_at = max(now, j.start + self.startup_s)
 
-    def fail(self, job: "Job", now: float) -> None:
+    def fail(self, job: Job, now: float) -> None:
         """The event: ``job`` fails beside the jobs it cannot run with; the pairs are learned."""
-        sim = self.sim
-        speed = sim.pairs.speed
-        g = sim.gpus[job.gpu_ids[0]]
+        speed = self.pairs.speed
+        g = self.gpus[job.gpu_ids[0]]
         for o in g.jobs:
             if o is not job and (speed(job.profile, o.profile) <= 0.0
                                  or speed(o.profile, job.profile) <= 0.0):
-                sim.know.observe(job.profile, o.profile)
-                sim.know.observe(o.profile, job.profile)
-                sim.avoid.add(pair_key(job.workload, o.workload))
+                self.know.observe(job.profile, o.profile)
+                self.know.observe(o.profile, job.profile)
+                self.avoid.add(pair_key(job.workload, o.workload))
         job.pair_failures += 1
         self.count += 1
-        if not sim.policy.learns_pairs:
-            job.remembered = max(job.remembered, sim.gpu_mem)  # alone next time
-        sim.stop(job, now)
-        sim.sched.requeue(job, now)
+        if not self.learns_pairs:
+            job.remembered = max(job.remembered, self.gpu_mem)  # alone next time
+        self.moves.requeue(job, now)

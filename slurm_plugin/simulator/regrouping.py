@@ -135,7 +135,7 @@ class Regrouper:
         for g in sim.gpus:
             if not g.jobs or g.whole:
                 continue
-            used = sum(held_shares(sim, j, now) for j in g.jobs)
+            used = sum(held_shares(sim.pk, j, now) for j in g.jobs)
             if all(j.gpus == 1 and mov[j.id] for j in g.jobs):
                 clear.append((len(g.jobs), used, g.id))
             elif len(g.jobs) < per_gpu and used < self.total:
@@ -161,7 +161,7 @@ class Regrouper:
             move = Movability()  # no topology in the replay: moving it frees nothing
         else:
             (n, i), = keys
-            holdings = (Holding(n, i, shares=held_shares(sim, j, now)),)
+            holdings = (Holding(n, i, shares=held_shares(sim.pk, j, now)),)
             move = Movability(requeue=True, signal=self.signal) if self.movable[j.id] else Movability()
         return RunningJob(j.id, holdings, j.start, max(0.0, j.t_end - now), move, speed=j.rate,
                           restart_s=sim.cfg.restart_s, workload=j.workload, util_pct=j.util)

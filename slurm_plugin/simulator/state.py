@@ -64,6 +64,10 @@ class Job:
         self.jump_at = spec.jump_at  # its memory jumps mem0 -> mem1 at this fraction of its work
         self.oom_failed = False  # left FAILED out of memory (retries spent: packer.oom_restart)
 
+    def left(self, now: float) -> float:
+        """The work a running job has left, in seconds alone."""
+        return max(0.0, self.duration - self.done - (now - self.last_t) * self.rate)
+
 
 class Gpu:
     __slots__ = ("id", "jobs", "whole", "state", "inst", "busy", "util_c", "mem_c", "static")

@@ -146,16 +146,21 @@ class PairTable:
         return (a, b) in self.measured
 
 
+#: the checkout this package is in (slurm_plugin/simulator/workload.py -> its root)
+_CHECKOUT = Path(__file__).resolve().parents[2]
+
+
 def default_data_dir() -> Path | None:
-    """``$GPUPACK_DATA_DIR``, else ``shared/data/traces`` beside or above the working dir."""
+    """``$GPUPACK_DATA_DIR``, else the checkout's ``shared/data/traces`` (in it, or beside it),
+    found from where this package is, whatever the working folder; None when neither holds
+    ``philly_jobs.csv``."""
     env = os.environ.get("GPUPACK_DATA_DIR")
     if env:
         return Path(env)
-    here = Path.cwd().resolve()
-    for base in (here, *here.parents):
-        for cand in (base / "shared" / "data" / "traces", base.parent / "shared" / "data" / "traces"):
-            if (cand / "philly_jobs.csv").exists():
-                return cand
+    for base in (_CHECKOUT, _CHECKOUT.parent):
+        cand = base / "shared" / "data" / "traces"
+        if (cand / "philly_jobs.csv").exists():
+            return cand
     return None
 
 

@@ -15,7 +15,8 @@ A node's GRES, configured and in use (22.05 recorded; later releases add `(S:..)
 A job's allocation (`gres_detail`, one entry per node): `shard:2(IDX:0)`,
 `gpu:h100:1(IDX:1)`.
 
-Nothing here raises on bad text: a malformed item is logged and left out.
+The items are read by the one GRES reader, `packer.gres`; nothing here raises on bad text:
+a malformed item is logged and left out.
 """
 from __future__ import annotations
 
@@ -24,117 +25,22 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 
-from slurm_plugin.slurm.model import GresItem, Job
+from packer.gres import GresItem, GresParseError, is_other_tres, parse_index_list, parse_item, split_top_level
+from slurm_plugin.slurm.model import Job
 
 log = logging.getLogger(__name__)
 
-_MULTIPLIERS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-_COUNT_RE = re.compile(r"^(\d+)([kKmMgGtT]?)$")
-_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
-_PER_DEVICE_RE = re.compile(r"^(\d+|-)/\d+(,(\d+|-)/\d+)*$")
-#: TRES that are not GRES (licenses, burst buffers, cpu=, mem=, ...): ignored in requests.
-_OTHER_TRES_RE = re.compile(r"^(?!gres[/:])[a-z_]+/|^(cpu|mem|node|billing|energy|vmem|pages)=")
-
-
-def _count(text: str) -> int | None:
-    match = _COUNT_RE.match(text)
-    if not match:
-        return None
-    return int(match.group(1)) * _MULTIPLIERS[match.group(2).lower()]
-
-
-def split_top_level(text: str, sep: str = ",") -> list[str]:
-    """Split on `sep` outside parentheses: `gpu:2(IDX:0,2),shard:0` -> 2 parts."""
-    parts, depth, current = [], 0, []
-    for char in text:
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            depth = max(depth - 1, 0)
-        if char == sep and depth == 0:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-    parts.append("".join(current))
-    return [p.strip() for p in parts if p.strip()]
-
-
-def parse_index_list(text: str) -> tuple[int, ...] | None:
-    """`0-1,3` -> (0, 1, 3); `N/A` or empty -> (); garbage -> None."""
-    text = text.strip()
-    if text in ("", "N/A", "n/a"):
-        return ()
-    found: list[int] = []
-    for part in text.split(","):
-        first, sep, last = part.strip().partition("-")
-        if not (first.isascii() and first.isdigit()) or (sep and not (last.isascii() and last.isdigit())):
-            return None
-        if sep:
-            if int(last) < int(first):
-                return None
-            found.extend(range(int(first), int(last) + 1))
-        else:
-            found.append(int(first))
-    return tuple(found)
+__all__ = ["GresItem", "parse_index_list", "split_top_level", "parse_gres_item", "parse_gres_list",
+           "parse_gres_request", "format_gres", "expand_hostlist", "shard_usage", "REQUEST_FIELDS"]
 
 
 def parse_gres_item(text: str, per: str = "node") -> GresItem | None:
-    """One item: `gpu`, `gpu:2`, `gpu:h100:2`, `gpu:h100=2`, `gpu:h100:1(IDX:0-1)`.
-
-    Returns None (and logs) when the text is not a GRES item.
-    """
-    raw = text.strip()
-    body, _, suffix = raw.partition("(")
-    suffix = suffix[:-1] if suffix.endswith(")") else suffix
-    for prefix in ("gres:", "gres/"):
-        if body.startswith(prefix):
-            body = body[len(prefix):]
-            break
-    count: int | None = 1
-    if "=" in body:
-        body, _, count_text = body.partition("=")
-        count = _count(count_text)
-    parts = body.split(":")
-    if len(parts) > 3 or not parts[0]:
-        log.warning("ignoring malformed GRES item %r", raw)
+    """One item (`packer.gres.parse_item`); None (and logged) when the text is not a GRES item."""
+    try:
+        return parse_item(text, per)
+    except GresParseError as exc:
+        log.warning("ignoring malformed GRES item: %s", exc)
         return None
-    name, gres_type = parts[0], None
-    rest = parts[1:]
-    if rest and "=" not in raw:
-        last_count = _count(rest[-1])
-        if last_count is not None:
-            count = last_count
-            rest = rest[:-1]
-        elif len(rest) == 2:
-            count = None
-    if len(rest) > 1 or count is None:
-        log.warning("ignoring malformed GRES item %r", raw)
-        return None
-    if rest:
-        gres_type = rest[0]
-    if not _NAME_RE.match(name) or (gres_type is not None and not _NAME_RE.match(gres_type)):
-        log.warning("ignoring GRES item with odd characters %r", raw)
-        return None
-    indexes: tuple[int, ...] | None = None
-    per_device: tuple[tuple[int, int], ...] | None = None
-    if suffix.startswith("IDX:"):
-        indexes = parse_index_list(suffix[4:])
-        if indexes is None:
-            log.warning("ignoring unreadable device indexes in %r", raw)
-    elif _PER_DEVICE_RE.match(suffix):
-        # 26.05 prints `-` for a device taken whole by a gpu job (24.11 prints 0/8 there):
-        # no shard of it is in use.
-        per_device = tuple(
-            (0 if used == "-" else int(used), int(total))
-            for used, total in (pair.split("/") for pair in suffix.split(","))
-        )
-        # 23.11+ prints a shard job's allocation this way (`shard:h100:2(0/8,2/8)`, no IDX):
-        # the GPUs it is on are the devices with shares in use, as 22.05's IDX list said
-        indexes = tuple(i for i, (used, _total) in enumerate(per_device) if used > 0)
-    return GresItem(
-        name=name, type=gres_type, count=count, per=per, indexes=indexes, per_device=per_device
-    )
 
 
 def parse_gres_list(text: str | None, per: str = "node") -> tuple[GresItem, ...]:
@@ -143,7 +49,7 @@ def parse_gres_list(text: str | None, per: str = "node") -> tuple[GresItem, ...]
         return ()
     items: list[GresItem] = []
     for part in split_top_level(text):
-        if _OTHER_TRES_RE.match(part.lower()):
+        if not part or is_other_tres(part):
             continue
         item = parse_gres_item(part, per=per)
         if item is not None:

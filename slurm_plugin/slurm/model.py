@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from packer.gres import GresItem  # one GRES item for the whole suite (re-exported here)
+
 #: Base job states (Slurm's `enum job_states`).
 BASE_JOB_STATES = frozenset(
     {
@@ -103,28 +105,6 @@ class Dialect:
     def structured_numbers(self) -> bool:
         """v0.0.40+: numbers as {"set","infinite","number"}, states as lists."""
         return self.parser not in ("v0.0.37", "v0.0.38", "v0.0.39", "unknown")
-
-
-@dataclass(frozen=True)
-class GresItem:
-    """One generic resource, requested or configured or in use.
-
-    `per` says what the count is for: "node" (tres_per_node, --gres), "job" (--gpus),
-    "task" (--gpus-per-task) or "socket". `indexes` are device indexes where Slurm
-    prints them (`IDX:0-1`); `per_device` is (used, total) per device for shared GRES
-    (shards) where Slurm prints `(2/8,0/8)`.
-    """
-
-    name: str
-    type: str | None = None
-    count: int = 1
-    per: str = "node"
-    indexes: tuple[int, ...] | None = None
-    per_device: tuple[tuple[int, int], ...] | None = None
-
-    def __str__(self) -> str:
-        head = self.name if self.type is None else f"{self.name}:{self.type}"
-        return f"{head}:{self.count}"
 
 
 @dataclass(frozen=True)

@@ -478,8 +478,9 @@ def _tres_gres(reader: _Reader, entries: Any, per: str) -> tuple[GresItem, ...]:
         count = reader.number("tres.count", entry.get("count"), use_value=True)
         if not isinstance(name, str) or not name or count is None:
             continue
-        base, _, gres_type = name.partition(":")
-        items.append(GresItem(name=base, type=gres_type or None, count=count, per=per))
+        item = parse_gres_item(f"{name}={count}", per=per)  # `gpu:h100` and its count, the TRES form
+        if item is not None:
+            items.append(item)
     return tuple(items)
 
 

@@ -21,7 +21,8 @@ def simgpu_script(args: str, *, tag: str = "gpupack test run", report: bool = Tr
     """A batch script running one simulated GPU workload; `report=False`: it never reports
     its progress (the agent sees only the GPU's counters)."""
     quiet = "" if report else " --no-report"
-    return f"#!/bin/sh\n# {tag} {RUN}\nexec {PY} -m slurm_plugin simgpu run{quiet} {args}\n".encode()
+    # the run's tag is a no-op command, not a comment: a comment does not change the workload
+    return f"#!/bin/sh\n: '{tag} {RUN}'\nexec {PY} -m slurm_plugin simgpu run{quiet} {args}\n".encode()
 
 
 def fill_all_but_one_gpu(cluster, tag: str) -> tuple[dict[str, int], int]:

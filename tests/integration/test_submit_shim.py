@@ -20,7 +20,8 @@ RUN = str(time.time_ns()).encode()  # the cluster's history outlives a test run:
 
 
 def script(tag: str, body: bytes = b"sleep 30\n") -> bytes:
-    return b"#!/bin/sh\n# gpupack test " + tag.encode() + b" " + RUN + b"\n" + body
+    # the tag is a no-op command, not a comment: a comment does not change the workload
+    return b"#!/bin/sh\n: 'gpupack test " + tag.encode() + b" " + RUN + b"'\n" + body
 
 
 def seed_history(cluster, name: str, body: bytes, peak_gib: float = 7.6, util: float = 30.0, user: str = "root") -> str:

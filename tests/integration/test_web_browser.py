@@ -84,7 +84,7 @@ def test_status_lists_the_web_view_with_its_url(cluster, web):
 
 def test_nodes_a_packed_job_in_its_slice_a_live_requeue_event_and_the_job_plot(cluster, web, browser):
     cluster.set_option("pack_only_when_no_idle_gpu", "false")
-    body = (f"#!/bin/sh\n# gpupack web test {RUN}\nexec {sys.executable} -m slurm_plugin simgpu run "
+    body = (f"#!/bin/sh\n: 'gpupack web test {RUN}'\nexec {sys.executable} -m slurm_plugin simgpu run "
             "--workload ResNet18 --mem-start 6GiB --mem-growth 10MiB --iters 1200 --iter-ms 100\n").encode()
     # its history says 3 GiB: packed on one share (a 1g.10gb slice, 9.75 GiB); it grows by
     # ~100 MiB/s from 6 GiB (a steady trend, not a warm-up that doubles its memory) and would
@@ -170,7 +170,7 @@ def test_a_finished_packed_jobs_page_shows_the_curve_stored_at_its_end(cluster, 
     from packer.curve_store import RunCurves
 
     cluster.set_option("pack_only_when_no_idle_gpu", "false")
-    body = (f"#!/bin/sh\n# gpupack stored curve test {RUN}\nexec {sys.executable} -m slurm_plugin simgpu run "
+    body = (f"#!/bin/sh\n: 'gpupack stored curve test {RUN}'\nexec {sys.executable} -m slurm_plugin simgpu run "
             "--workload ResNet18 --mem-start 2GiB --mem-growth 2MiB --iters 100 --iter-ms 100\n").encode()
     # slow growth: even carried on to its 2-minute limit it stays inside its share, so the
     # memory watch has no reason to restart it (at 20 MiB an iteration it rightly did)

@@ -192,7 +192,7 @@ def test_one_rules_object_judges_contention_live_and_in_the_replay(tmp_path):
         replayed, mark = _decisions(rules, "contention"), len(rules.given)
         state = _live_newcomer(tmp_path / str(threshold), rules)
         live = [v for v in _decisions(rules, "contention", mark) if v is not None]
-        assert len(replayed) == 1 and (replayed[0].requeue == "1") is requeued
+        assert len(replayed) == 1 and (replayed[0] is not None and replayed[0].newcomer == 1) is requeued
         assert bool(live) is requeued and (jobs[1].preemptions == 1) is requeued
         assert (state == "PENDING") is requeued
 

@@ -1,6 +1,6 @@
 """Contention: a newcomer that slows a job already on its GPU.
 
-Per shared GPU, `packer.preemption.find_contention` (through `ctx.rules.contention`); the
+Per shared GPU, `packer.contention.find_contention` (through `ctx.rules.contention`); the
 newcomer is requeued at the head of the queue and each (newcomer, hurt job) pair of
 fingerprints is recorded so they are never packed together again.
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from packer.preemption import Resident
+from packer.contention import Resident
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.helper.watches.tracks import Track
 from slurm_plugin.slurm.gres import expand_hostlist

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import logging
 
+from slurm_plugin.agent.client import AgentRefused, AgentUnavailable, send_layout
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.helper.watches.tracks import job_shards
+from slurm_plugin.slurm.gres import expand_hostlist
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +33,6 @@ class QueueLayoutWatch:
             key=lambda j: (-(j.priority or 0), j.submit_time.timestamp() if j.submit_time else 0.0, j.job_id),
         )
         shards = [job_shards(j) for j in pending][:32]
-        from slurm_plugin.agent.client import AgentRefused, AgentUnavailable, send_layout
-
         if ctx.agents is None:
             return
         now = ctx.now
@@ -64,6 +64,4 @@ class QueueLayoutWatch:
         known = getattr(getattr(ctx.agents, "directory", None), "nodes", None)
         if known is not None:
             return list(known())
-        from slurm_plugin.slurm.gres import expand_hostlist
-
         return sorted({n for j in ctx.jobs.values() if j.nodes for n in expand_hostlist(j.nodes)})

@@ -11,35 +11,27 @@ from mig.catalog import load_catalog
 from mig.errors import MigError
 from packer import comment as comment_mod
 from packer.decision import max_shards
-from packer.preemption import restart_size
 from packer.request import gres_text
 from predictor.forecast import Forecaster
 from slurm_plugin.helper.watches.round import RoundContext
-from slurm_plugin.helper.watches.tracks import Track, job_gpu_type
+from slurm_plugin.helper.watches.run_curves import history_prior
+from slurm_plugin.helper.watches.tracks import Track, capacity_of, job_gpu_type
 from slurm_plugin.slurm.errors import SlurmError
 
 log = logging.getLogger(__name__)
 
 GIB = 1024**3
 KIND = "restart-memory"
-_UNKNOWN_PROFILES: set[tuple[str, str]] = set()  # (GPU model, profile) already reported
-
-
-def capacity_of(track: Track, share_bytes: float, gpu_model: str) -> float | None:
-    """Bytes the job may use: its MIG slice, else its shares; None for whole GPUs."""
-    if track.isolation.startswith("mig:"):
-        profile = track.isolation[4:].split("@", 1)[0]
-        try:
-            return load_catalog(gpu_model).profile(profile).memory_mib * 1024**2
-        except MigError as exc:  # the agent isolated it on a slice this catalogue does not hold
-            if (gpu_model, profile) not in _UNKNOWN_PROFILES:
-                _UNKNOWN_PROFILES.add((gpu_model, profile))
-                log.error("job %d runs on MIG %s, which the %s catalogue does not hold (%s): its memory is "
-                          "judged against its %s; check [paths] gpu_model and the node's GPU", track.job_id,
-                          profile, gpu_model, exc, f"{track.shards} shares" if track.shards else "whole GPU")
-    if track.shards:
-        return track.shards * share_bytes
-    return None
+def mig_partitions(ctx: RoundContext, track: Track) -> tuple[int, ...]:
+    """The share counts a MIG slice holds, for a job on one (its restart rounds up to one,
+    as the replay's does); () for a job on shares, or a model the catalogue does not hold
+    (`tracks.capacity_of` said so)."""
+    if not track.isolation.startswith("mig:"):
+        return ()
+    try:
+        return ctx.rules.mig_partitions(load_catalog(ctx.gpu_model))
+    except MigError:
+        return ()
 
 
 def track_forecast(ctx: RoundContext, t: Track, job, capacity: float):
@@ -47,8 +39,6 @@ def track_forecast(ctx: RoundContext, t: Track, job, capacity: float):
     (oldest first); one forecaster per run, shared by the watches that read it (grow, memory).
     Its prior is the workload's earlier runs' stored curves (`run_curves.history_prior`), read
     once per run. None before the first sample."""
-    from slurm_plugin.helper.watches.run_curves import history_prior
-
     if t.forecaster is None:
         # forecast to the job's end (its time limit) when Slurm knows it
         horizon = ctx.settings.memory_horizon_s
@@ -114,7 +104,10 @@ class MemoryWatch:
                                       lose_now_s=priced.lose_now_s, lose_at_oom_s=priced.lose_at_oom_s)
                 continue
             need = max(forecast.upper_bytes, forecast.predicted_peak_bytes)
-            size = restart_size(t.shards, need, config.share_bytes, max_shards(config), partition_shards=config.rungs)
+            # on the share ladder (every rung placeable) where a GPU model is set; else a MIG job
+            # rounds up to a slice's share count, as the replay's does
+            partitions = config.rungs if config.gpu_model else mig_partitions(ctx, t)
+            size = ctx.rules.restart_size(t.shards, need, partitions)
             gres = gres_text("gpu", 1, job_gpu_type(job)) if size.whole_gpu else gres_text("shard", size.shards, job_gpu_type(job))
             remembered = size.shards if size.shards is not None else max_shards(config) + 1
             reason = (f"memory will outgrow shard:{t.shards} ({capacity / GIB:.1f}GiB): forecast "

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from packer.action_ledger import ActionLedger, LedgerRow
 from packer.action_outcomes import MISSED, RIGHT, UNKNOWN, Judgement, judge_memory_run, judge_recovery, ran_out
+from packer.contention import throughput_loss
 from packer.oom_restart import KIND as OOM, judge_oom_retry
-from packer.preemption import throughput_loss
 from slurm_plugin.helper.watches.contention import KIND as CONTENTION
 from slurm_plugin.helper.watches.grow import KIND as GROW
 from slurm_plugin.helper.watches.memory import KIND as MEMORY, capacity_of

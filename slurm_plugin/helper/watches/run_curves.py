@@ -8,9 +8,8 @@ import sqlite3
 
 from packer.curve_store import RunCurves
 from packer.curves import CurvePoint, RunCurve, downsample
-from slurm_plugin.helper.watches.memory import capacity_of
 from slurm_plugin.helper.watches.round import RoundContext
-from slurm_plugin.helper.watches.tracks import Track
+from slurm_plugin.helper.watches.tracks import Track, capacity_of
 
 log = logging.getLogger(__name__)
 

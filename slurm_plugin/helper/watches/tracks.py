@@ -6,9 +6,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from mig.catalog import load_catalog
+from mig.errors import MigError
 from packer import comment as comment_mod
-from packer.fingerprint import fingerprint as compute_fingerprint
+from packer.gres import count_of, type_of
 from slurm_plugin.helper.watches.round import RoundContext
+from slurm_plugin.history_recorder import job_fingerprint
 from slurm_plugin.slurm.errors import SlurmError
 from slurm_plugin.slurm.model import Job
 
@@ -53,12 +56,29 @@ def submit_time_exclusion(admin_comment: str | None) -> frozenset[str]:
     return frozenset(n for n in avoid.split(",") if n) if avoid else frozenset()
 
 
-def job_shards(job: Job) -> int | None:
-    """Shards a job asks for or holds (per node); None when it holds none."""
-    for item in (*job.gres_detail, *job.gres):
-        if item.name == "shard":
-            return item.count
+_UNKNOWN_PROFILES: set[tuple[str, str]] = set()  # (GPU model, profile) already reported
+
+
+def capacity_of(track: Track, share_bytes: float, gpu_model: str) -> float | None:
+    """Bytes the job may use: its MIG slice, else its shares; None for whole GPUs."""
+    if track.isolation.startswith("mig:"):
+        profile = track.isolation[4:].split("@", 1)[0]
+        try:
+            return load_catalog(gpu_model).profile(profile).memory_mib * 1024**2
+        except MigError as exc:  # the agent isolated it on a slice this catalogue does not hold
+            if (gpu_model, profile) not in _UNKNOWN_PROFILES:
+                _UNKNOWN_PROFILES.add((gpu_model, profile))
+                log.error("job %d runs on MIG %s, which the %s catalogue does not hold (%s): its memory is "
+                          "judged against its %s; check [paths] gpu_model and the node's GPU", track.job_id,
+                          profile, gpu_model, exc, f"{track.shards} shares" if track.shards else "whole GPU")
+    if track.shards:
+        return track.shards * share_bytes
     return None
+
+
+def job_shards(job: Job) -> int | None:
+    """Shards a job holds or asks for (per node); None when it holds none."""
+    return count_of((*job.gres_detail, *job.gres), "shard")
 
 
 def job_gpu_type(job: Job) -> str | None:
@@ -67,10 +87,7 @@ def job_gpu_type(job: Job) -> str | None:
     type of the GPU it holds is not added: 22.05 refuses an update that types an untyped
     request, "Invalid GRES specification (with and without type identification)"; the submit
     path types packed jobs when `[packer] gpu_type` is set)."""
-    for item in job.gres:
-        if item.name in ("shard", "gpu") and item.type:
-            return item.type
-    return None
+    return type_of(job.gres, ("shard", "gpu"))
 
 
 def wants_whole_gpu(job: Job) -> bool:
@@ -78,7 +95,8 @@ def wants_whole_gpu(job: Job) -> bool:
 
 
 class Fingerprints:
-    """A job's fingerprint: from its record (`fp=`), else from its batch script; cached."""
+    """A job's fingerprint (`slurm_plugin.history_recorder.job_fingerprint`), cached; None
+    when Slurm cannot give its batch script."""
 
     def __init__(self, runner: Callable[[], object]):
         self._runner = runner  # the monitor's runner of the moment (tests swap it)
@@ -87,23 +105,24 @@ class Fingerprints:
     def __call__(self, job: Job) -> str | None:
         if job.job_id in self._cache:
             return self._cache[job.job_id]
-        record = comment_mod.parse(job.admin_comment)
-        fp = record.fingerprint if record is not None else None
-        if not fp:
-            try:
-                script = self._runner().batch_script(job.job_id)
-                fp = compute_fingerprint(job.user or "", job.name or "", script.encode("utf-8", "surrogateescape"))
-            except SlurmError as exc:
-                log.info("job %d: no fingerprint (%s)", job.job_id, exc)
-                fp = None
+        try:
+            fp: str | None = job_fingerprint(self._runner(), job.job_id, job)[0]
+        except SlurmError as exc:
+            log.info("job %d: no fingerprint (%s)", job.job_id, exc)
+            fp = None
         self._cache[job.job_id] = fp
         return fp
 
 
 class TrackWatch:
-    """Adds each round's newest samples to the tracks of running jobs (a new run starts over)."""
+    """Adds each round's newest samples to the tracks of running jobs (a new run starts over).
+    ``on_run_ended(ctx, track, end_state)``: what to do with a run that ended between two
+    rounds (the monitor keeps its curve, `run_curves.keep_curve`)."""
 
     name = "tracks"
+
+    def __init__(self, on_run_ended: Callable[[RoundContext, Track, str], None] | None = None):
+        self.on_run_ended = on_run_ended
 
     def round(self, ctx: RoundContext) -> None:
         tracks = ctx.state.tracks
@@ -115,10 +134,8 @@ class TrackWatch:
             started = sample.started_at or (job.start_time.timestamp() if job.start_time else sample.at)
             if track is None or abs(track.started_at - started) > 0.5:
                 # first sight, or a new run of a requeued job: start over
-                if track is not None:  # the earlier run ended between two rounds: keep its curve
-                    from slurm_plugin.helper.watches.run_curves import keep_curve
-
-                    keep_curve(ctx, track, "REQUEUED")
+                if track is not None and self.on_run_ended is not None:  # the earlier run ended between two rounds
+                    self.on_run_ended(ctx, track, "REQUEUED")
                 track = Track(
                     job_id=job.job_id, fingerprint=ctx.fingerprint_of(job), node=sample.node,
                     gpu_index=sample.gpu_index, isolation=sample.isolation, started_at=started,

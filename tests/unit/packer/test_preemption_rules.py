@@ -3,15 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from packer.preemption import (
-    MAX_NICE,
-    Resident,
-    find_contention,
-    head_nice,
-    measure_seniors,
-    restart_size,
-    throughput_loss,
-)
+from packer.contention import Resident, find_contention, measure_seniors, throughput_loss
+from packer.preemption import MAX_NICE, head_nice, restart_size
 
 GIB = 1024**3
 

@@ -10,7 +10,7 @@ from packer.contention import Sharer, check_contention
 from packer.corunner import GpuLoad, Newcomer, RunningJob, rank_corunners
 from packer.decision import ClusterView, Estimate, decide
 from packer.grow import GpuShares, Preemptor, Tenant, plan_growth
-from packer.preemption import Resident, find_contention
+from packer.contention import Resident, find_contention
 from packer.regroup_budget import MoveBudget
 from packer.regroup_model import Cluster, GpuInfo, HeadJob, Holding, Movability, RunningJob as Moved, SignalSpec
 from packer.regroup import plan_regroup
@@ -76,9 +76,9 @@ def test_contention_is_find_contention_and_check_contention_with_the_rules_thres
         counters=CounterRule(threshold=0.1, z=4.0, window=20, min_before=8, min_after=8, settle_s=2.0))
     assert strict.contention([senior, newcomer]).newcomer == 2
     assert loose.contention([senior, newcomer]) is None
-    sharers = [Sharer("1", "a", 0.0, 1.0, 0.8), Sharer("2", "b", 5.0, 1.0, 0.9)]
+    sharers = [Sharer(1, "a", 0.0, 1.0, 0.8), Sharer(2, "b", 5.0, 1.0, 0.9)]
     assert strict.contention_now(sharers) == check_contention(sharers, 0.1)
-    assert strict.contention_now(sharers).requeue == "2" and loose.contention_now(sharers).requeue is None
+    assert strict.contention_now(sharers).newcomer == 2 and loose.contention_now(sharers) is None
 
 
 def test_restart_prices_with_the_rules_costs():

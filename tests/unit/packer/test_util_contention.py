@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from packer.preemption import Resident, find_contention
+from packer.contention import Resident, find_contention
 from packer.util_contention import CounterRule, utilisation_drop
 
 RULE = CounterRule(threshold=0.10, z=4.0, window=20, min_before=5, min_after=5, settle_s=2.0)

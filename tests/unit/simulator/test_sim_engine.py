@@ -100,8 +100,9 @@ def test_mig_in_order_runs_small_jobs_side_by_side():
     res, j = run("mig-in-order", [job(0, 0, 100), job(1, 1, 100)], gpus=1)
     assert j[1].first_start == 1 and j[0].inst != j[1].inst
     assert res.reconfig_creates >= 2
-    # 30 % util: 7 x 0.30 x (1 - 10 % slack) = 1.89 -> a 2-slice instance, speed 2/7 / 0.30
-    assert j[0].inst.profile.startswith("2g") and j[0].min_rate == pytest.approx(2 / 7 / 0.30)
+    # sized by memory only, as the node agent sizes it (one share: a 1g slice); 30 % busy
+    # alone, it runs at 1/7 / 0.30 of its speed there
+    assert j[0].inst.profile == "1g.10gb" and j[0].min_rate == pytest.approx(1 / 7 / 0.30)
 
 
 def test_mig_static_routes_by_memory_and_never_reconfigures():

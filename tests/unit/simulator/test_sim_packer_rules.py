@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from packer.contention import Sharer, check_contention, throughput_loss
+from packer.contention import Sharer, check_contention, speed_loss
 from packer.corunner import GpuLoad, Newcomer, RunningJob, choose_corunner, pair_key
 
 G = 1 << 30
@@ -55,20 +55,21 @@ def test_ties_are_deterministic_and_bad_rule_raises():
 
 def test_contention_requeues_the_newest_and_names_the_pair():
     v = check_contention([
-        Sharer("1", "resnet", 0.0, 100.0, 80.0),  # pre-existing, lost 20 %
-        Sharer("2", "bert", 50.0, 100.0, 60.0),  # the newcomer (it may lose more: not judged)
+        Sharer(1, "resnet", 0.0, 100.0, 80.0),  # pre-existing, lost 20 %
+        Sharer(2, "bert", 50.0, 100.0, 60.0),  # the newcomer (it may lose more: not judged)
     ], threshold=0.10)
-    assert v.requeue == "2" and v.hurt == ("1",)
+    assert v.newcomer == 2 and [h.job_id for h in v.hurt] == [1]
     assert v.avoid_pairs == (pair_key("bert", "resnet"),)
     assert "20%" in v.reason and "requeue 2" in v.reason
 
 
 def test_contention_within_threshold_and_edge_cases():
-    ok = check_contention([Sharer("1", "a", 0, 1.0, 0.91), Sharer("2", "b", 5, 1.0, 0.5)])
-    assert ok.requeue is None and ok.reason.startswith("within")
-    assert check_contention([Sharer("1", "a", 0, 1.0, 0.1)]).requeue is None
-    unknown = check_contention([Sharer("1", "a", 0, None, 0.5), Sharer("2", "b", 5, 1.0, 1.0)])
-    assert unknown.requeue is None and "without a throughput" in unknown.reason
-    assert throughput_loss(0, 1) is None and throughput_loss(2.0, 1.0) == pytest.approx(0.5)
+    assert check_contention([Sharer(1, "a", 0, 1.0, 0.91), Sharer(2, "b", 5, 1.0, 0.5)]) is None
+    assert check_contention([Sharer(1, "a", 0, 1.0, 0.1)]) is None  # alone
+    assert check_contention([Sharer(1, "a", 0, None, 0.5), Sharer(2, "b", 5, 1.0, 1.0)]) is None  # unknown
+    assert speed_loss(0, 1) is None and speed_loss(2.0, 1.0) == pytest.approx(0.5)
     # exactly 10 % is allowed: "more than" the threshold
-    assert check_contention([Sharer("1", "a", 0, 1.0, 0.9), Sharer("2", "b", 5, 1.0, 1.0)]).requeue is None
+    assert check_contention([Sharer(1, "a", 0, 1.0, 0.9), Sharer(2, "b", 5, 1.0, 1.0)]) is None
+    # a senior with no workload name is requeued for, never recorded as a pair
+    anonymous = check_contention([Sharer(1, None, 0, 1.0, 0.5), Sharer(2, "b", 5, 1.0, 1.0)])
+    assert anonymous.newcomer == 2 and anonymous.avoid_pairs == ()

@@ -218,3 +218,19 @@ def test_the_shipped_replay_is_the_same_in_any_machine_time_zone(tmp_path):
         outs.append(p.stdout)
     assert outs[0] == outs[1] == outs[2]
     assert "[0.0, 10800.0]" in outs[0]
+
+
+def test_the_shared_data_is_found_from_the_package_not_the_working_folder(tmp_path, monkeypatch):
+    from slurm_plugin.simulator import workload
+
+    checkout = tmp_path / "repo"
+    traces = tmp_path / "shared" / "data" / "traces"  # beside the checkout, as ../shared
+    traces.mkdir(parents=True)
+    (traces / "philly_jobs.csv").write_text("")
+    monkeypatch.delenv("GPUPACK_DATA_DIR", raising=False)
+    monkeypatch.setattr(workload, "_CHECKOUT", checkout)
+    monkeypatch.chdir("/")  # whatever the working folder
+    assert workload.default_data_dir() == traces
+    monkeypatch.setattr(workload, "_CHECKOUT", tmp_path / "elsewhere" / "repo")
+    monkeypatch.chdir(tmp_path)  # the data sits below the working folder: not looked for there
+    assert workload.default_data_dir() is None
