@@ -36,7 +36,9 @@ def fill_all_but_one_gpu(cluster, tag: str) -> tuple[dict[str, int], int]:
     return fillers, waiting
 
 
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.5, explain=None):
+    """Poll `predicate` until it returns something true (returned); else fail with `what`,
+    the last value and, when given, `explain()` (what the test saw, for the failure)."""
     deadline = time.time() + timeout
     value = None
     while time.time() < deadline:
@@ -44,7 +46,33 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"{what}: not true after {timeout}s (last: {value!r})")
+    seen = f"; {explain()}" if explain is not None else ""
+    raise AssertionError(f"{what}: not true after {timeout}s (last: {value!r}){seen}")
+
+
+def within_rounds(cluster, predicate, what: str, rounds: int = 2, timeout: float = 180.0, interval: float = 0.5):
+    """Poll `predicate` until it returns something true (returned); fail once the helper's
+    watcher has ended `rounds` whole rounds since the call without it. What a round does is
+    judged by rounds: a round's cycle stretches with the round (its duty cap), up to 20 s
+    seen on a loaded machine, so no fixed time fits. (`timeout`: a watcher that stopped.)"""
+    from test_metrics_live import sample, scrape, status_rows
+
+    url = next(r["metrics_url"] for r in status_rows(cluster) if r["role"] == "watcher")
+
+    def ended() -> float:
+        return sample(scrape(url), "gpupack_monitor_rounds_total")
+
+    # the round under way may have begun before the call: the one after it began after
+    start, deadline = ended(), time.time() + timeout
+    while True:
+        done = ended() - start  # read before the predicate: a round ended counts only once seen
+        value = predicate()
+        if value:
+            return value
+        if done >= rounds or time.time() > deadline:
+            raise AssertionError(f"{what}: not true after {done:.0f} rounds of the watcher "
+                                 f"({time.time() - deadline + timeout:.0f}s; last: {value!r})")
+        time.sleep(interval)
 
 
 def events(cluster, kind: str, job_id: int):

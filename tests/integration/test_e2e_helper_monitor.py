@@ -121,15 +121,37 @@ def test_idle_mig_slices_follow_the_pending_queue(cluster):
             finally:
                 store.close()
 
-        wait_for(changes, 20, "a layout change on node1")
         # node1's simulated GPUs, as node1 sees them (its own on the multi-host layout)
         backend = SimGpuBackend(cluster.node_path("node1", cluster.spec.simgpu_dir), "node1")
-        instances = [i for g in (0, 1) for i in backend.list_instances(g)]
-        status = client.ask(cluster.node_view("node1") / "run" / "agent-node1.sock", {"op": "status"})
-        device = status["jobs"][str(holder)]["device"]
-        held = [i for i in instances if i.uuid == device]
-        assert len(held) == 1 and held[0].profile == "3g.40gb"  # the running job's slice is untouched
-        ready = [i for i in instances if i.uuid != device and i.profile == "1g.10gb"]
-        assert len(ready) >= 3, instances
+
+        def instances():
+            return [i for g in (0, 1) for i in backend.list_instances(g)]
+
+        def holder_device():
+            status = client.ask(cluster.node_view("node1") / "run" / "agent-node1.sock", {"op": "status"})
+            return status["jobs"].get(str(holder), {}).get("device")
+
+        device = wait_for(holder_device, 20, f"node1's agent gave job {holder} its slice")
+        (held,) = [i for i in instances() if i.uuid == device]
+        assert held.profile == "3g.40gb", held
+
+        def where(i):  # what identifies a slice and its place on the GPU
+            return (i.gpu_index, i.gi_id, i.profile, i.start, i.size, i.uuid, i.owner)
+
+        # the agent lays the slices out over one change or several (a round each): wait for
+        # the layout the queue asks for, not for its first step
+        seen: list = []
+
+        def three_idle_slices():
+            seen[:] = instances()
+            ready = [i for i in seen if i.uuid != device and i.profile == "1g.10gb" and not i.busy]
+            return ready if len(ready) >= 3 else None
+
+        wait_for(three_idle_slices, 45, "3 idle 1g.10gb slices on node1 for the 3 pending 1-share jobs",
+                 explain=lambda: f"node1's instances: {seen}")
+        # the running job's slice is untouched: the same instance, where it was, still its own
+        assert [where(i) for i in seen if i.uuid == device] == [where(held)], seen
+        assert holder_device() == device and cluster.state(holder) == "RUNNING"
+        wait_for(changes, 20, "a mig-reconfigure event for node1's new layout")
     finally:
         cluster.cancel_all()
