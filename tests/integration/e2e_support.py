@@ -50,11 +50,13 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.5, explai
     raise AssertionError(f"{what}: not true after {timeout}s (last: {value!r}){seen}")
 
 
-def within_rounds(cluster, predicate, what: str, rounds: int = 2, timeout: float = 180.0, interval: float = 0.5):
-    """Poll `predicate` until it returns something true (returned); fail once the helper's
-    watcher has ended `rounds` whole rounds since the call without it. What a round does is
-    judged by rounds: a round's cycle stretches with the round (its duty cap), up to 20 s
-    seen on a loaded machine, so no fixed time fits. (`timeout`: a watcher that stopped.)"""
+def within_rounds(cluster, predicate, what: str, rounds: int = 2, after_s: float = 0.0, timeout: float = 240.0,
+                  interval: float = 0.5):
+    """Poll `predicate` until it returns something true (returned); fail once `after_s` seconds
+    have passed (what the jobs need first, e.g. samples to judge) and the helper's watcher has
+    then ended `rounds` whole rounds without it. What a round does is judged by rounds: a
+    round's cycle stretches with the round (its duty cap), up to 20 s seen on a loaded machine,
+    so no fixed time fits. (`timeout`: a watcher that stopped.)"""
     from test_metrics_live import sample, scrape, status_rows
 
     url = next(r["metrics_url"] for r in status_rows(cluster) if r["role"] == "watcher")
@@ -62,16 +64,19 @@ def within_rounds(cluster, predicate, what: str, rounds: int = 2, timeout: float
     def ended() -> float:
         return sample(scrape(url), "gpupack_monitor_rounds_total")
 
-    # the round under way may have begun before the call: the one after it began after
-    start, deadline = ended(), time.time() + timeout
+    # the round under way may have begun before the count: the one after it began after
+    began, start, done = time.time(), None, 0.0
     while True:
-        done = ended() - start  # read before the predicate: a round ended counts only once seen
+        if start is None and time.time() - began >= after_s:
+            start = ended()
+        if start is not None:
+            done = ended() - start  # read before the predicate: a round ended counts only once seen
         value = predicate()
         if value:
             return value
-        if done >= rounds or time.time() > deadline:
-            raise AssertionError(f"{what}: not true after {done:.0f} rounds of the watcher "
-                                 f"({time.time() - deadline + timeout:.0f}s; last: {value!r})")
+        if (start is not None and done >= rounds) or time.time() - began > timeout:
+            raise AssertionError(f"{what}: not true after {time.time() - began:.0f}s, the last {done:.0f} "
+                                 f"rounds of the watcher included (last: {value!r})")
         time.sleep(interval)
 
 

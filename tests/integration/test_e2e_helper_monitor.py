@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from e2e_support import SLEEP, events, fill_all_but_one_gpu, simgpu_script, wait_for
+from e2e_support import SLEEP, events, fill_all_but_one_gpu, simgpu_script, wait_for, within_rounds
 from packer.store import Store
 from slurm_plugin.agent import client
 
@@ -40,7 +40,9 @@ def test_newcomer_that_slows_its_neighbour_is_requeued_next_to_start_and_never_p
         assert cluster.job(newcomer)["NodeList"] == "node1"  # beside the senior: nowhere else has room
         cluster.run("scontrol", "release", str(waiting))
 
-        (event,) = wait_for(lambda: events(cluster, "requeue-contention", newcomer), 40, "contention requeue")
+        # 30 s of samples beside the senior, then the watcher's next whole round to act on them
+        (event,) = within_rounds(cluster, lambda: events(cluster, "requeue-contention", newcomer), "contention requeue",
+                                 after_s=30)
         assert event.data["hurt"] == [senior] and "lost" in event.detail
         assert cluster.state(senior) == "RUNNING"  # the senior is never touched
         info = cluster.job(newcomer)
