@@ -53,24 +53,29 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.5, explai
 def within_rounds(cluster, predicate, what: str, rounds: int = 2, after_s: float = 0.0, timeout: float = 240.0,
                   interval: float = 0.5):
     """Poll `predicate` until it returns something true (returned); fail once `after_s` seconds
-    have passed (what the jobs need first, e.g. samples to judge) and the helper's watcher has
-    then ended `rounds` whole rounds without it. What a round does is judged by rounds: a
-    round's cycle stretches with the round (its duty cap), up to 20 s seen on a loaded machine,
-    so no fixed time fits. (`timeout`: a watcher that stopped.)"""
+    have passed (the time the test allowed before: what the jobs and the cluster need first)
+    and the helper's watcher has then ended `rounds` whole rounds without it. A round's cycle
+    stretches with the round (its duty cap), up to 20 s seen on a loaded machine, so no fixed
+    time fits what a round does. (`timeout`: a watcher that stopped.)"""
     from test_metrics_live import sample, scrape, status_rows
 
     url = next(r["metrics_url"] for r in status_rows(cluster) if r["role"] == "watcher")
 
-    def ended() -> float:
-        return sample(scrape(url), "gpupack_monitor_rounds_total")
+    def ended() -> float | None:
+        try:
+            return sample(scrape(url), "gpupack_monitor_rounds_total")
+        except OSError:  # the watcher (re)starting: it does not serve its metrics yet
+            return None
 
     # the round under way may have begun before the count: the one after it began after
     began, start, done = time.time(), None, 0.0
     while True:
-        if start is None and time.time() - began >= after_s:
-            start = ended()
-        if start is not None:
-            done = ended() - start  # read before the predicate: a round ended counts only once seen
+        if time.time() - began >= after_s:
+            count = ended()  # read before the predicate: a round ended counts only once seen
+            if start is None:
+                start = count
+            elif count is not None:
+                done = count - start
         value = predicate()
         if value:
             return value

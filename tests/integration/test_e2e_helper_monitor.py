@@ -40,9 +40,9 @@ def test_newcomer_that_slows_its_neighbour_is_requeued_next_to_start_and_never_p
         assert cluster.job(newcomer)["NodeList"] == "node1"  # beside the senior: nowhere else has room
         cluster.run("scontrol", "release", str(waiting))
 
-        # 30 s of samples beside the senior, then the watcher's next whole round to act on them
+        # 40 s of samples beside the senior, then the watcher's next whole rounds to act on them
         (event,) = within_rounds(cluster, lambda: events(cluster, "requeue-contention", newcomer), "contention requeue",
-                                 after_s=30)
+                                 after_s=40)
         assert event.data["hurt"] == [senior] and "lost" in event.detail
         assert cluster.state(senior) == "RUNNING"  # the senior is never touched
         info = cluster.job(newcomer)

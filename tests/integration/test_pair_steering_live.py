@@ -47,8 +47,9 @@ def test_a_pending_job_is_kept_off_the_node_where_it_would_slow_every_packed_job
     finally:
         store.close()
 
-    # within the watcher's next whole round (a round's cycle is up to 20 s on a loaded machine)
-    within_rounds(cluster, lambda: cluster.job(newcomer)["ExcNodeList"] == "node1", "node1 in the pending job's ExcNodeList")
+    # 15 s, and then the watcher's next whole rounds (a round's cycle is up to 20 s on a loaded machine)
+    within_rounds(cluster, lambda: cluster.job(newcomer)["ExcNodeList"] == "node1", "node1 in the pending job's ExcNodeList",
+                  after_s=15)
     (steer,) = wait_for(lambda: events(cluster, "steer", newcomer), 10, "a steer event")
     assert f"predicted slowdown with job {seniors[0]} ({fps[0]}): 0.60" in steer.detail
     assert f"predicted slowdown with job {seniors[1]} ({fps[1]}): 0.70" in steer.detail

@@ -33,9 +33,9 @@ def _packed_beside_the_senior(cluster, tag: str, newcomer_args: list[str]) -> tu
 def test_a_contention_requeue_never_strands_a_job_pinned_to_its_node(idle_cluster):
     cluster = idle_cluster
     senior, newcomer = _packed_beside_the_senior(cluster, "pin", ["-w", "node1"])
-    # 30 s of samples beside the senior, then the watcher's next whole round to act on them
+    # 40 s of samples beside the senior, then the watcher's next whole rounds to act on them
     (skipped,) = within_rounds(cluster, lambda: events(cluster, "requeue-contention-skipped", newcomer),
-                               "the contention requeue of a pinned job, skipped", after_s=30)
+                               "the contention requeue of a pinned job, skipped", after_s=40)
     assert "pinned to node1 (-w)" in skipped.detail
     info = cluster.job(newcomer)
     assert info["JobState"] == "RUNNING" and int(info["Restarts"]) == 0 and info.get("Reason") != "BadConstraints"
@@ -64,6 +64,6 @@ def test_the_kill_switch_stops_the_watchers_requeues_within_a_round(idle_cluster
         switch.unlink(missing_ok=True)
     # the switch removed: the watcher acts again, on the same pair
     within_rounds(cluster, lambda: events(cluster, "requeue-contention", newcomer), "the contention requeue after the switch",
-                  after_s=10)
+                  after_s=40)
     assert sample(scrape(watcher_url), "gpupack_actions_halted") == 0
     assert cluster.state(senior) == "RUNNING"
