@@ -85,7 +85,8 @@ class NodeAgent:
         self.sampled_at: float | None = None  # the agent's time of its last sampling round
         self.oom_ends = OomEnds(node, clock)  # packed jobs' out-of-memory ends, until the helper answers
         self.reconciler = Reconciler(node, backend, self._running_jobs, self._finish, clock,
-                                     journal=self.journal, unsure=self.mig.unsure)
+                                     journal=self.journal, unsure=self.mig.unsure,
+                                     lists_taken=self._lists_taken if hasattr(list_running_jobs, "lists") else None)
 
     # -- what the collaborators hold ------------------------------------------------------
     @property
@@ -111,6 +112,9 @@ class NodeAgent:
 
     def _running_jobs(self) -> set[int] | None:
         return self.list_running_jobs() if self.list_running_jobs else None
+
+    def _lists_taken(self) -> int:
+        return self.list_running_jobs.lists  # a PushedJobs: the helper's lists, counted
 
     # -- isolate ----------------------------------------------------------------------------
     def isolate(self, job_id: int, step_id: int, uid: int | None, env: dict[str, str]) -> Assignment:

@@ -1,7 +1,12 @@
 """Making the node agent's assignments, the GPU and Slurm agree (after a restart, and every few seconds).
 
 - an assignment whose job Slurm no longer runs is finished (its isolation freed), once the
-  job is older than :data:`RECONCILE_GRACE_S` (squeue lags behind a new job);
+  job is older than :data:`RECONCILE_GRACE_S` (squeue lags behind a new job) and a job list
+  made after the agent first saw the assignment leaves it out: the helper pushes one list a
+  round, after the round's listing, so the :data:`LISTS_TO_TRUST`-th list to arrive after a
+  moment was made after it. A round's cycle stretches with the round (the helper's duty cap),
+  far past the grace on a loaded machine, and a list made before a job started must not free
+  it (seen: a running job's isolation freed and its reports refused);
 - at start, an assignment whose MIG instance is gone is noted, and one whose instance lost
   its owner mark is marked again;
 - at start, an instance held by a job the state does not know (the agent died mid-isolate)
@@ -28,7 +33,9 @@ from slurm_plugin.agent.state import Assignment
 log = logging.getLogger(__name__)
 
 RECONCILE_GRACE_S = 10.0  # a job isolated this recently is not freed because squeue lags
+LISTS_TO_TRUST = 2  # lists taken since an assignment was first seen before one may free it
 JobLister = Callable[[], "set[int] | None"]  # running job ids on this node; None = Slurm unreachable
+ListCount = Callable[[], int]  # how many job lists the lister has taken (slurm_jobs.PushedJobs.lists)
 Finisher = Callable[[Assignment, str], object]  # frees a job's isolation and forgets it
 
 
@@ -37,7 +44,7 @@ class Reconciler:
 
     def __init__(self, node: str, backend, running_jobs: JobLister, finish: Finisher,
                  clock: Callable[[], float], journal: SliceJournal | None = None,
-                 unsure: set[str] | None = None):
+                 unsure: set[str] | None = None, lists_taken: ListCount | None = None):
         self.node = node
         self.backend = backend
         self.running_jobs = running_jobs
@@ -45,6 +52,8 @@ class Reconciler:
         self.clock = clock
         self.journal = journal
         self.unsure = unsure if unsure is not None else set()
+        self.lists_taken = lists_taken  # None: a lister without a count; the grace alone
+        self._first_seen: dict[tuple[int, float], int | None] = {}  # run -> lists taken when first seen
 
     def run(self, jobs: dict[int, Assignment], at_start: bool = False) -> list[str]:
         """Reconcile ``jobs`` (changed in place); returns what was done, one line each."""
@@ -52,6 +61,8 @@ class Reconciler:
         if at_start:
             done += self.from_journal(jobs)
             done += self.gpu(jobs)
+        lists = self.lists_taken() if self.lists_taken is not None else None  # before the list itself
+        self._note(jobs, lists)
         running = self.running_jobs()
         if running is None:
             if at_start and self.unsure:
@@ -61,7 +72,7 @@ class Reconciler:
             return done
         now = self.clock()
         for a in list(jobs.values()):
-            if a.job_id in running or now - a.created_at < RECONCILE_GRACE_S:
+            if a.job_id in running or now - a.created_at < RECONCILE_GRACE_S or not self._listed_since(a, lists):
                 continue
             self.finish(a, "job no longer running in Slurm")
             done.append(f"job {a.job_id}: gone from Slurm, isolation freed")
@@ -71,6 +82,18 @@ class Reconciler:
         for line in done:
             log.info("reconcile: %s", line)
         return done
+
+    def _note(self, jobs: dict[int, Assignment], lists: int | None) -> None:
+        """Remember how many lists were taken when each run was first seen; forget ended runs."""
+        self._first_seen = {r: self._first_seen.get(r, lists) for r in (_run(a) for a in jobs.values())}
+
+    def _listed_since(self, a: Assignment, lists: int | None) -> bool:
+        """Whether the list in hand was made after the reconciler first saw the run (a lister
+        without a count: the grace alone decides)."""
+        if lists is None:
+            return True
+        first = self._first_seen.get(_run(a))
+        return first is not None and lists >= first + LISTS_TO_TRUST
 
     def gpu(self, jobs: dict[int, Assignment]) -> list[str]:
         """Each assignment's MIG instance as the GPU has it now."""
@@ -187,3 +210,8 @@ class Reconciler:
                           device_uuid=inst.uuid, created_instance=True,
                           token=secrets.token_hex(16), created_at=now, started_at=now,
                           notes=["adopted after an agent restart"])
+
+
+def _run(a: Assignment) -> tuple[int, float]:
+    """One run of a job on this node (a requeued job isolated here again is another)."""
+    return a.job_id, a.created_at

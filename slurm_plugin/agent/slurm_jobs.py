@@ -5,6 +5,11 @@ node's job ids to its agent with a generation number (the helper's clock in mill
 older generation than the last one taken is refused. When no list came for
 :data:`PUSHED_JOBS_MAX_AGE_S` (the helper is down or cut off) the agent knows nothing, and
 frees nothing until a list comes again.
+
+The list in hand may have been made before a job the agent isolated since: the helper lists
+once a round, and a round's cycle stretches with the round (seen: 20 s cycles on a loaded
+machine). ``lists`` counts the lists taken, so the reconciler (:mod:`.reconcile`) judges a
+job only by a list made after it first saw the job.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ class PushedJobs:
         self.max_age_s = max_age_s
         self.clock = clock
         self.generation = -1
+        self.lists = 0  # lists of newer generations taken since the agent started
         self._jobs: set[int] | None = None
         self._at = 0.0
         self._lock = threading.Lock()
@@ -31,6 +37,8 @@ class PushedJobs:
         with self._lock:
             if generation < self.generation:
                 return False
+            if generation > self.generation:  # the same list again (a retry) is not a newer one
+                self.lists += 1
             self.generation = generation
             self._jobs = set(job_ids)
             self._at = self.clock()

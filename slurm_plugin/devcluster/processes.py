@@ -37,7 +37,7 @@ class Process:
             return self.pid
         if self.pidfile:
             try:
-                pid = int(Path(self.pidfile).read_text().strip() or "0")
+                pid = pid_in(Path(self.pidfile))
             except (OSError, ValueError):
                 return None
             if pid and alive_with(pid, self.marker):
@@ -83,12 +83,20 @@ def alive_with(pid: int, marker: str) -> bool:
     return marker in cmdline
 
 
+def pid_in(pidfile: Path) -> int:
+    """The pid a daemon wrote (0: none yet): the file's first line. Slurm 24.11, re-executing
+    on `scontrol reconfigure`, writes its new pid over the old one without truncating the
+    file: "31548\n" became "560\n8\n" once the pid counter had wrapped (a ValueError if
+    the first line is no number)."""
+    return int(pidfile.read_text().split("\n", 1)[0].strip() or "0")
+
+
 def started_pid(pidfile: Path, marker: str, what: str, logs: Path, timeout: float = 10.0) -> int:
     """The pid a daemon wrote, once it has written it and is still alive a moment later."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
-            pid = int(pidfile.read_text().strip() or "0")
+            pid = pid_in(pidfile)
         except (OSError, ValueError):
             pid = 0
         if pid and alive_with(pid, marker):

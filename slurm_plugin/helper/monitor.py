@@ -183,6 +183,7 @@ class Monitor:
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None
         self.cycle_s: float | None = None  # the last round plus its pause (None before the first)
+        self.round_laps = RoundLaps()  # where the last round's time went
 
     def _job_maps(self, grow: GrowWatch, regroup: RegroupWatch) -> list:
         """Every map and set keyed by a job id (or a tuple starting with one) that the watches
@@ -274,26 +275,28 @@ class Monitor:
             except Exception:  # never let the watcher die: log and go on next round
                 log.exception("monitor round failed")
             round_s = time.monotonic() - started
-            pause = self.pause_after(round_s)
+            pause = self.pause_after(round_s, self.round_laps.slowest())
             self.cycle_s = round_s + pause  # what the next round's watches can count on to act
             self._stop.wait(pause)
 
-    def pause_after(self, round_s: float) -> float:
+    def pause_after(self, round_s: float, why: str = "") -> float:
         """Seconds to wait after a round that took `round_s`: the interval, stretched so
-        rounds take at most `max_duty` of the time."""
+        rounds take at most `max_duty` of the time (`why`: where its time went, for the log)."""
         duty = self.settings.max_duty
         stretched = round_s * (1 - duty) / duty
         pause = max(0.05, self.settings.interval_s - round_s, stretched)
         if stretched > self.settings.interval_s and round_s > 2 * self.settings.interval_s:
-            log.info("a monitor round took %.1f s (long queue?); next round in %.1f s", round_s, pause)
+            log.info("a monitor round took %.1f s (%s); next round in %.1f s", round_s, why or "long queue?", pause)
         return pause
 
     # ------------------------------------------------------------------ one round
     def tick(self) -> None:
         now = self.clock()
+        lap = self.round_laps = RoundLaps()
         if self.action_modes is not None:
             self.actions.modes = self.action_modes()
         listing = self.runner.jobs_in_play(also=self.state.tracks.keys())
+        lap("listing")
         jobs_by_node: dict[str, list[int]] = {}
         for j in listing:
             if j.state in ACTIVE:
@@ -305,6 +308,7 @@ class Monitor:
             samples = self.samples_source(jobs_by_node)
         else:
             samples = self.samples_source(jobs_by_node) if jobs_by_node else []
+        lap("agents")
         self.actions.stale_nodes = dict(self.stale_nodes)
         log_agreement_events(self.agreement, self.actions.log_event)
         if self.on_jobs is not None:
@@ -312,12 +316,14 @@ class Monitor:
                 self.on_jobs(listing, now)
             except Exception:  # publishing the view must not stop the watching
                 log.exception("publishing the cluster view failed")
+            lap("view")
         ctx = self._context(now, listing, samples)
         halted = self.actions.halted = self.kill_switch.check(self.actions.log_event)
         for watch in self.watches:
             if halted and watch.name not in RUN_WHILE_HALTED:
                 continue
             watch.round(ctx)
+            lap(watch.name)
 
     def _context(self, now: float, listing: list[Job], samples: list) -> RoundContext:
         config = self.config()
@@ -331,3 +337,23 @@ class Monitor:
             gpu_model=config.gpu_model or getattr(self.helper.paths, "gpu_model", None) or "H100-80GB",
             act_s=self.settings.memory_act_s + (self.cycle_s or self.settings.interval_s),
         )
+
+
+class RoundLaps:
+    """Where a round's time went: the seconds since the last lap, by part (said when a round
+    is slow: the Slurm listing, the agents, or a watch's actions)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self._last = clock()
+        self.parts: dict[str, float] = {}
+
+    def __call__(self, part: str) -> None:
+        now = self.clock()
+        self.parts[part] = self.parts.get(part, 0.0) + now - self._last
+        self._last = now
+
+    def slowest(self, n: int = 3, at_least_s: float = 0.1) -> str:
+        """e.g. 'listing 4.1 s, memory 0.5 s' (empty when no part took `at_least_s`)."""
+        top = sorted(self.parts.items(), key=lambda kv: -kv[1])[:n]
+        return ", ".join(f"{part} {s:.1f} s" for part, s in top if s >= at_least_s)

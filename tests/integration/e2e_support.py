@@ -37,7 +37,9 @@ def fill_all_but_one_gpu(cluster, tag: str) -> tuple[dict[str, int], int]:
     return fillers, waiting
 
 
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.5, explain=None):
+    """Poll `predicate` until it returns something true (returned); else fail with `what`,
+    the last value and, when given, `explain()` (what the test saw, for the failure)."""
     deadline = time.time() + timeout
     value = None
     while time.time() < deadline:
@@ -45,7 +47,43 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"{what}: not true after {timeout}s (last: {value!r})")
+    seen = f"; {explain()}" if explain is not None else ""
+    raise AssertionError(f"{what}: not true after {timeout}s (last: {value!r}){seen}")
+
+
+def within_rounds(cluster, predicate, what: str, rounds: int = 2, after_s: float = 0.0, timeout: float = 240.0,
+                  interval: float = 0.5):
+    """Poll `predicate` until it returns something true (returned); fail once `after_s` seconds
+    have passed (the time the test allowed before: what the jobs and the cluster need first)
+    and the helper's watcher has then ended `rounds` whole rounds without it. A round's cycle
+    stretches with the round (its duty cap), up to 20 s seen on a loaded machine, so no fixed
+    time fits what a round does. (`timeout`: a watcher that stopped.)"""
+    from test_metrics_live import sample, scrape, status_rows
+
+    url = next(r["metrics_url"] for r in status_rows(cluster) if r["role"] == "watcher")
+
+    def ended() -> float | None:
+        try:
+            return sample(scrape(url), "gpupack_monitor_rounds_total")
+        except OSError:  # the watcher (re)starting: it does not serve its metrics yet
+            return None
+
+    # the round under way may have begun before the count: the one after it began after
+    began, start, done = time.time(), None, 0.0
+    while True:
+        if time.time() - began >= after_s:
+            count = ended()  # read before the predicate: a round ended counts only once seen
+            if start is None:
+                start = count
+            elif count is not None:
+                done = count - start
+        value = predicate()
+        if value:
+            return value
+        if (start is not None and done >= rounds) or time.time() - began > timeout:
+            raise AssertionError(f"{what}: not true after {time.time() - began:.0f}s, the last {done:.0f} "
+                                 f"rounds of the watcher included (last: {value!r})")
+        time.sleep(interval)
 
 
 def events(cluster, kind: str, job_id: int):

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from e2e_support import SLEEP, events, fill_all_but_one_gpu, simgpu_script, wait_for
+from e2e_support import SLEEP, events, fill_all_but_one_gpu, simgpu_script, wait_for, within_rounds
 from packer.store import Store
 from slurm_plugin.agent import client
 
@@ -40,7 +40,9 @@ def test_newcomer_that_slows_its_neighbour_is_requeued_next_to_start_and_never_p
         assert cluster.job(newcomer)["NodeList"] == "node1"  # beside the senior: nowhere else has room
         cluster.run("scontrol", "release", str(waiting))
 
-        (event,) = wait_for(lambda: events(cluster, "requeue-contention", newcomer), 40, "contention requeue")
+        # 40 s of samples beside the senior, then the watcher's next whole rounds to act on them
+        (event,) = within_rounds(cluster, lambda: events(cluster, "requeue-contention", newcomer), "contention requeue",
+                                 after_s=40)
         assert event.data["hurt"] == [senior] and "lost" in event.detail
         assert cluster.state(senior) == "RUNNING"  # the senior is never touched
         info = cluster.job(newcomer)
@@ -127,15 +129,37 @@ def test_idle_mig_slices_follow_the_pending_queue(cluster):
             finally:
                 store.close()
 
-        wait_for(changes, 20, "a layout change on node1")
         # node1's simulated GPUs, as node1 sees them (its own on the multi-host layout)
         backend = SimGpuBackend(cluster.node_path("node1", cluster.spec.simgpu_dir), "node1")
-        instances = [i for g in (0, 1) for i in backend.list_instances(g)]
-        status = client.ask(cluster.node_view("node1") / "run" / "agent-node1.sock", {"op": "status"})
-        device = status["jobs"][str(holder)]["device"]
-        held = [i for i in instances if i.uuid == device]
-        assert len(held) == 1 and held[0].profile == "3g.40gb"  # the running job's slice is untouched
-        ready = [i for i in instances if i.uuid != device and i.profile == "1g.10gb"]
-        assert len(ready) >= 3, instances
+
+        def instances():
+            return [i for g in (0, 1) for i in backend.list_instances(g)]
+
+        def holder_device():
+            status = client.ask(cluster.node_view("node1") / "run" / "agent-node1.sock", {"op": "status"})
+            return status["jobs"].get(str(holder), {}).get("device")
+
+        device = wait_for(holder_device, 20, f"node1's agent gave job {holder} its slice")
+        (held,) = [i for i in instances() if i.uuid == device]
+        assert held.profile == "3g.40gb", held
+
+        def where(i):  # what identifies a slice and its place on the GPU
+            return (i.gpu_index, i.gi_id, i.profile, i.start, i.size, i.uuid, i.owner)
+
+        # the agent lays the slices out over one change or several (a round each): wait for
+        # the layout the queue asks for, not for its first step
+        seen: list = []
+
+        def three_idle_slices():
+            seen[:] = instances()
+            ready = [i for i in seen if i.uuid != device and i.profile == "1g.10gb" and not i.busy]
+            return ready if len(ready) >= 3 else None
+
+        wait_for(three_idle_slices, 45, "3 idle 1g.10gb slices on node1 for the 3 pending 1-share jobs",
+                 explain=lambda: f"node1's instances: {seen}")
+        # the running job's slice is untouched: the same instance, where it was, still its own
+        assert [where(i) for i in seen if i.uuid == device] == [where(held)], seen
+        assert holder_device() == device and cluster.state(holder) == "RUNNING"
+        wait_for(changes, 20, "a mig-reconfigure event for node1's new layout")
     finally:
         cluster.cancel_all()

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from packer.store import Store
-from e2e_support import events, fill_all_but_one_gpu, simgpu_script, wait_for
+from e2e_support import events, fill_all_but_one_gpu, simgpu_script, wait_for, within_rounds
 from test_metrics_live import sample, scrape, status_rows
 
 pytestmark = pytest.mark.integration
@@ -33,8 +33,9 @@ def _packed_beside_the_senior(cluster, tag: str, newcomer_args: list[str]) -> tu
 def test_a_contention_requeue_never_strands_a_job_pinned_to_its_node(idle_cluster):
     cluster = idle_cluster
     senior, newcomer = _packed_beside_the_senior(cluster, "pin", ["-w", "node1"])
-    (skipped,) = wait_for(lambda: events(cluster, "requeue-contention-skipped", newcomer), 40,
-                          "the contention requeue of a pinned job, skipped")
+    # 40 s of samples beside the senior, then the watcher's next whole rounds to act on them
+    (skipped,) = within_rounds(cluster, lambda: events(cluster, "requeue-contention-skipped", newcomer),
+                               "the contention requeue of a pinned job, skipped", after_s=40)
     assert "pinned to node1 (-w)" in skipped.detail
     info = cluster.job(newcomer)
     assert info["JobState"] == "RUNNING" and int(info["Restarts"]) == 0 and info.get("Reason") != "BadConstraints"
@@ -62,6 +63,7 @@ def test_the_kill_switch_stops_the_watchers_requeues_within_a_round(idle_cluster
     finally:
         switch.unlink(missing_ok=True)
     # the switch removed: the watcher acts again, on the same pair
-    wait_for(lambda: events(cluster, "requeue-contention", newcomer), 40, "the contention requeue after the switch")
+    within_rounds(cluster, lambda: events(cluster, "requeue-contention", newcomer), "the contention requeue after the switch",
+                  after_s=40)
     assert sample(scrape(watcher_url), "gpupack_actions_halted") == 0
     assert cluster.state(senior) == "RUNNING"

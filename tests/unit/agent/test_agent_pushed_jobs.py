@@ -29,6 +29,7 @@ def test_pushed_list_is_taken_in_generation_order_and_forgotten_when_old():
     assert jobs.update([1, 2], generation=10) and jobs() == {1, 2}
     assert not jobs.update([1], generation=9) and jobs() == {1, 2}  # a delayed older list is refused
     assert jobs.update([2], generation=10) and jobs() == {2}  # the same generation again: idempotent
+    assert jobs.lists == 1  # one list made by the helper (neither the older nor the repeat count)
     clock.now += 61  # the helper went silent: no list is trusted
     assert jobs() is None
 
@@ -49,7 +50,10 @@ def test_a_job_missing_from_the_pushed_list_is_freed_and_its_final_kept_until_ac
     agent.tick()
     assert agent.reconcile() == [] and 7 in agent.jobs
     clock.now += 2
+    # judged only by a list made after the agent first saw the job: the second to come since
     dispatch(agent, "jobs", {"job_ids": [], "generation": 2}, ROOT)
+    assert agent.reconcile() == [] and 7 in agent.jobs
+    dispatch(agent, "jobs", {"job_ids": [], "generation": 3}, ROOT)
     assert agent.reconcile() == ["job 7: gone from Slurm, isolation freed"]
     (final,) = dispatch(agent, "finals", {}, ROOT)["finals"]
     assert final["job_id"] == 7 and final["gaps"] == pytest.approx(30.0) and final["run"].startswith("7.")
@@ -59,6 +63,36 @@ def test_a_job_missing_from_the_pushed_list_is_freed_and_its_final_kept_until_ac
     assert dispatch(agent, "finals", {}, ROOT)["finals"] == []
     with pytest.raises(ValueError, match="older"):
         dispatch(agent, "jobs", {"job_ids": [7], "generation": 1}, ROOT)
+
+
+def test_a_list_made_before_a_job_started_never_frees_it_however_long_the_helpers_round(tmp_path):
+    """Seen on a loaded machine: the helper's rounds took 5 s, so (its duty cap) a list came
+    every 20 s; a job that started after one listing was freed by it 11 s later, its reports
+    refused ("not isolated"), its checkpoint never seen."""
+    clock = Clock()
+    agent = NodeAgent("node1", tmp_path, SimGpuBackend(None, "node1", gpus=["H100-80GB"]),
+                      list_running_jobs=PushedJobs(clock=clock), clock=clock)
+    dispatch(agent, "jobs", {"job_ids": [], "generation": 1}, ROOT)  # listed before job 7 started
+    agent.isolate(7, BATCH_STEP, 0, {"SLURM_STEP_GPUS": "0", "SLURM_SHARDS_ON_NODE": "1"})
+    for _ in range(4):  # 20 s without a list: far past the grace
+        clock.now += 5
+        assert agent.reconcile() == [] and 7 in agent.jobs
+    # the round's list comes, made before the job started (the helper pushes after its listing)
+    dispatch(agent, "jobs", {"job_ids": [], "generation": 2}, ROOT)
+    clock.now += 20
+    assert agent.reconcile() == [] and 7 in agent.jobs
+    # the next one was made after that one came, so after the job started: it is believed
+    dispatch(agent, "jobs", {"job_ids": [], "generation": 3}, ROOT)
+    assert agent.reconcile() == ["job 7: gone from Slurm, isolation freed"]
+
+    # a requeued run isolated here again is judged anew: the lists so far were made before it
+    clock.now += 5
+    agent.isolate(7, BATCH_STEP, 0, {"SLURM_STEP_GPUS": "0", "SLURM_SHARDS_ON_NODE": "1"})
+    clock.now += 30
+    assert agent.reconcile() == [] and 7 in agent.jobs
+    dispatch(agent, "jobs", {"job_ids": [7], "generation": 4}, ROOT)
+    dispatch(agent, "jobs", {"job_ids": [7], "generation": 5}, ROOT)
+    assert agent.reconcile() == [] and 7 in agent.jobs  # listed: running
 
 
 def test_a_layout_older_than_the_last_is_refused(tmp_path):

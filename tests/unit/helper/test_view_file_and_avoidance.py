@@ -128,6 +128,25 @@ def test_monitor_rounds_stretch_with_a_long_queue():
     assert monitor.pause_after(1.5) == 4.5
 
 
+def test_a_slow_round_says_where_its_time_went(caplog):
+    from slurm_plugin.helper.monitor import Monitor, RoundLaps
+
+    now = [0.0]
+    laps = RoundLaps(clock=lambda: now[0])
+    for part, took in (("listing", 4.1), ("agents", 0.05), ("memory", 0.5), ("regroup", 0.2), ("steer", 0.3)):
+        now[0] += took
+        laps(part)
+    now[0] += 0.4
+    laps("memory")  # a part counted twice adds up
+    assert laps.slowest() == "listing 4.1 s, memory 0.9 s, steer 0.3 s"
+    assert RoundLaps(clock=lambda: 0.0).slowest() == ""
+    monitor = Monitor.__new__(Monitor)
+    monitor.settings = MonitorSettings(interval_s=1.0, max_duty=0.25)
+    with caplog.at_level("INFO", logger="slurm_plugin.helper.monitor"):
+        monitor.pause_after(5.0, laps.slowest())
+    assert "a monitor round took 5.0 s (listing 4.1 s, memory 0.9 s, steer 0.3 s); next round in 15.0 s" in caplog.text
+
+
 def test_a_stale_node_is_kept_off_packed_jobs_and_all_stale_keeps_them_whole():
     from slurm_plugin.helper.cluster_view import STALE, packing_exclusion
     from slurm_plugin.helper.slurm_poll import snapshot_from
