@@ -125,10 +125,10 @@ def _replayed_restart(rules: Recording) -> tuple[int, int]:
 
 
 def _first_only(remember):
-    def wrapped(job, predicted):
-        remember(job, predicted)
+    def wrapped(job):  # a warned restart (an out-of-memory retry is MemoryRestarts.retry_oom)
+        remember(job)
         owner = remember.__self__
-        if predicted and not hasattr(owner, "first_remembered"):
+        if not hasattr(owner, "first_remembered"):
             owner.first_remembered = job.remembered
     return wrapped
 
