@@ -1,4 +1,5 @@
-"""MIG partition manager: catalogues, the partition state machine, layout policies, backends.
+"""MIG partition manager: catalogues, the partition state machine, layout policies, the backend protocol
+(the backends themselves are in `gpus/`).
 
 Public API (pure code unless noted)::
 
@@ -18,12 +19,12 @@ Public API (pure code unless noted)::
     mig.simulate.parse_events(text) / run_events(space, events, policy) -> SimulationResult
     mig.apply.apply_layout(backend, gpu_index, placements, dry_run=False) -> ApplyResult
     mig.backend.GpuBackend                               # the backend Protocol
-    mig.sim_backend.SimGpuBackend(state_dir=None, node="node0", gpus=None)
-    mig.nvml_backend.NvmlBackend()                       # NVML (mig/nvml_*.py: the only modules using pynvml)
+    gpus.sim.backend.SimGpuBackend(state_dir=None, node="node0", gpus=None)
+    gpus.nvml.backend.NvmlBackend()                       # NVML (gpus/nvml/*.py: the only modules using pynvml)
     mig.errors.MigError and subclasses                   # shared by both backends
 
 Also: ``mig.demand`` (the value of a state under a node's size mix, for ``policy="demand"``),
 ``mig.node_layout`` (one GPU's next step toward the queue's layout), ``mig.bench`` (the
-policies compared), ``mig.sim_store`` / ``sim_memory`` / ``sim_counters`` (the simulated
+policies compared), ``gpus.sim.store`` / ``gpus.sim.memory`` / ``gpus.sim.counters`` (the simulated
 GPU's state, memory and NVML/DCGM counters).
 """

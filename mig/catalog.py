@@ -1,7 +1,7 @@
 """GPU catalogues as data: MIG GPU-instance profiles and their placements.
 
 A catalogue is loaded from ``mig/data/<model>.json`` (each file cites its source) or built
-from NVML on a real GPU (see :mod:`mig.nvml_backend`). Placement starts and sizes are in
+from NVML on a real GPU (see :mod:`gpus.nvml.backend`). Placement starts and sizes are in
 **memory slices**.
 """
 from __future__ import annotations

@@ -2,5 +2,6 @@
 contention, grow by preemption, regrouping, the run-time actions' modes and outcomes.
 
 `rules.SuiteRules` holds the settings and makes every decision the helper and the simulator
-share; `store.Store` is the SQLite store (history, pairs, pair speeds, events, action ledger).
+share. The SQLite store
+(history, pairs, pair speeds, events, action ledger) is `store.db.Store`, outside this package.
 """

@@ -4,7 +4,7 @@ A packer learns a pair's speeds once it has run that pair (the node agent measur
 throughput before and after the other joined) and has to guess every other pair from what it
 knows of each job alone: its utilisation, its memory, and its sharing label (Lucid's tiny /
 medium / jumbo, from utilisation). Shared by the simulator's ``observed``/``model`` knowledge
-(:mod:`slurm_plugin.simulator.knowledge`, keyed by workload profile) and the live helper's
+(:mod:`simulator.knowledge`, keyed by workload profile) and the live helper's
 steering (keyed by history fingerprint, observed speeds from the store's ``pair_speeds``).
 
 - :func:`pair_features`: the features of "a beside b" (both utilisations, their product and

@@ -16,7 +16,7 @@ capacity), ``may_exceed`` (the upper bound does), ``confident`` (converged), ``w
 On a whole series: ``predictor.decision.decide(series, capacity_bytes, horizon=None,
 partition_sizes=None, options=None) -> Decision``; ``predictor.series.read_series(path)``;
 ``predictor.bench.run_bench(dir)``. Sources of series (NVML, PyTorch probe, cgroup,
-procfs): ``predictor.sources``. Memory of LLM inference from model configs:
+procfs): ``slurm_plugin.agent.memory_sources``. Memory of LLM inference from model configs:
 ``predictor.kvmodel``. Closed-form OLS bounds: ``predictor.linfit``.
 
 Inside the forecaster: ``predictor.regime`` (the window fitted: regime breaks, plateau),

@@ -3,7 +3,7 @@
 
 It changes no GPU setting: no MIG mode change, no instance created or destroyed, no reset,
 no compute-mode change. It only reads, through the same modules the node agent uses
-(:mod:`mig.nvml_backend` and its parts), and starts one ordinary CUDA process of its own
+(:mod:`gpus.nvml.backend` and its parts), and starts one ordinary CUDA process of its own
 (a load, when PyTorch is there) so that per-process memory, utilisation and the
 pid-to-job attribution can be read from something real.
 
@@ -35,9 +35,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from mig.errors import MigError  # noqa: E402
-from mig.nvml_backend import NvmlBackend  # noqa: E402
-from mig.nvml_catalog import static_catalog  # noqa: E402
-from mig.nvml_session import text  # noqa: E402
+from gpus.nvml.backend import NvmlBackend  # noqa: E402
+from gpus.nvml.catalog import static_catalog  # noqa: E402
+from gpus.nvml.session import text  # noqa: E402
 
 JOB_ID_MARK = "424242"  # the job id the load process carries in SLURM_JOB_ID
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from packer.comment import parse
 from packer.fingerprint import fingerprint
 from packer.run_truth import RunEnd, judge
-from packer.store import RunRecord, Store, UnmeasuredRun
+from store.db import RunRecord, Store, UnmeasuredRun
 from slurm_plugin.slurm.errors import JobNotFoundError
 from slurm_plugin.slurm.model import FINISHED_JOB_STATES, Job
 from slurm_plugin.slurm.runner import SlurmRunner

@@ -18,7 +18,7 @@ from typing import Callable
 
 from packer.config import PackerConfig
 from packer.decision import ClusterView
-from packer.store import Store
+from store.db import Store
 from slurm_plugin.helper.server import HelperServer, Reply
 from slurm_plugin.helper.submit_service import SubmitService
 

@@ -4,12 +4,12 @@
   start, saying so (a node agent that silently ran a simulated GPU would hand packed jobs
   made-up devices);
 - ``nvml``: NVML, or the reason it cannot be opened;
-- ``sim``: the simulated-GPU backend (:class:`mig.sim_backend.SimGpuBackend`), for unit
+- ``sim``: the simulated-GPU backend (:class:`gpus.sim.backend.SimGpuBackend`), for unit
   tests and the offline simulator.
 
 The library NVML calls (``--nvml-library``, or ``GPUPACK_NVML_LIBRARY``) is the driver's
 ``libnvidia-ml.so.1`` by default, another file by path, or ``simulated:DIR``: the simulated
-GPU of this node kept in ``DIR`` (:class:`slurm_plugin.simgpu.nvml.SimulatedNvml`), which is
+GPU of this node kept in ``DIR`` (:class:`gpus.sim.nvml.SimulatedNvml`), which is
 how the dev cluster runs the same agent as a real node.
 """
 from __future__ import annotations
@@ -48,11 +48,11 @@ def load_nvml_library(spec: str, node: str, gpus: list[str], mig_enabled: bool) 
         if not directory:
             raise BackendChoiceError(f"--nvml-library {spec!r}: name the simulated GPU's folder, "
                                      f"simulated:DIR")
-        from slurm_plugin.simgpu.nvml import SimulatedNvml, install
+        from gpus.sim.nvml import SimulatedNvml, install
 
         install(SimulatedNvml(Path(directory), node, gpus=gpus, mig_enabled=mig_enabled))
         return Path(directory)
-    from mig.nvml_session import import_pynvml
+    from gpus.nvml.session import import_pynvml
 
     pynvml = import_pynvml()
     try:
@@ -70,14 +70,14 @@ def open_backend(kind: str, library: str | None, node: str, sim_dir: Path, gpus:
     if kind == "sim":
         if library:
             raise BackendChoiceError("--nvml-library goes with the NVML backend, not --backend sim")
-        from mig.sim_backend import SimGpuBackend
+        from gpus.sim.backend import SimGpuBackend
 
         try:
             return OpenedBackend(SimGpuBackend(sim_dir, node, gpus=gpus, mig_enabled=mig_enabled), "sim", sim_dir)
         except MigError as exc:
             raise BackendChoiceError(f"cannot open the simulated GPU in {sim_dir}: {exc}") from exc
     simulated = load_nvml_library(library, node, gpus, mig_enabled) if library else None
-    from mig.nvml_backend import NvmlBackend
+    from gpus.nvml.backend import NvmlBackend
 
     try:
         backend = NvmlBackend()

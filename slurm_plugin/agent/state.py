@@ -11,7 +11,7 @@ import logging
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from mig.jsonfile import write_json_atomic
+from store.jsonfile import write_json_atomic
 
 log = logging.getLogger(__name__)
 

@@ -50,7 +50,7 @@ def time_requests(link: AgentLink, node: str, requests: int, target: str) -> Lat
 
 def run_latency_bench(requests: int, jobs: int = 4, munge_backend: str = "auto") -> LatencyBench:
     """Standalone: a private munged and an agent with ``jobs`` simulated jobs on 127.0.0.1."""
-    from mig.sim_backend import SimGpuBackend
+    from gpus.sim.backend import SimGpuBackend
     from slurm_plugin.agent.daemon import NodeAgent
     from slurm_plugin.agent.directory import AgentAddress
     from slurm_plugin.agent.link_server import AgentLinkServer
@@ -98,7 +98,7 @@ def run_rpc_count(nodes: int, jobs: int, pending: int, rounds: int, round_s: flo
     """Count the Slurm commands of ``rounds`` watcher rounds (a fake Slurm, the real monitor,
     agents answering in memory) and of the agents' reconcile over the same time."""
     from packer.config import PackerConfig
-    from packer.store import Store
+    from store.db import Store
     from slurm_plugin.helper.monitor import Monitor
     from slurm_plugin.helper.monitor_settings import MonitorSettings
     from slurm_plugin.helper.sample_source import AgentSamples

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mig.jsonfile import write_json_atomic
+from store.jsonfile import write_json_atomic
 from packer.samples import JobSample
 from slurm_plugin.agent.paths import final_path
 from slurm_plugin.helper.daemon import Helper
@@ -136,7 +136,7 @@ class _WatcherOwner:
     """What the monitor reads of its process: the config, the paths, a store of its own."""
 
     def __init__(self, helper: Helper):
-        from packer.store import Store
+        from store.db import Store
 
         self.config, self.paths = helper.config, helper.paths
         self.store = Store(helper.paths.database)

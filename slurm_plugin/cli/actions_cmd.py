@@ -44,7 +44,7 @@ def report(config: Path, database: Path | None, as_json: bool) -> None:
     precision right / (right + wrong)
     recall    right / (right + missed)
     """
-    from packer.action_ledger import ActionLedger
+    from store.ledger import ActionLedger
     from packer.action_report import summarise
 
     with opened_store(config, database) as store:
@@ -69,7 +69,7 @@ def list_rows(config: Path, database: Path | None, action: str | None, limit: in
     """Each decision (and miss) with its measured reason and its outcome."""
     from dataclasses import asdict
 
-    from packer.action_ledger import ActionLedger
+    from store.ledger import ActionLedger
 
     with opened_store(config, database) as store:
         rows = ActionLedger(store, create=False).rows(action, limit)

@@ -12,7 +12,7 @@ from typing import Protocol
 
 import click
 
-from packer.store import Store
+from store.db import Store
 
 
 class Outcome(Protocol):

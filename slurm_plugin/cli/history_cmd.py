@@ -18,7 +18,7 @@ config_option = click.option(
 
 
 def _store(config: Path):
-    from packer.store import Store, StoreError
+    from store.db import Store, StoreError
     from slurm_plugin.helper.settings import load_paths
 
     try:
@@ -48,7 +48,7 @@ def show(fingerprint: str | None, as_json: bool, limit: int, config: Path) -> No
     fingerprint gives and the summary of each run's stored memory curve (points, peak,
     duration). With FINGERPRINT, the curves of its runs that are not history (requeued,
     failed) follow."""
-    from packer.curve_store import RunCurves
+    from store.curves import RunCurves
 
     store = _store(config)
     runs = store.runs(fingerprint, limit=limit)

@@ -250,10 +250,10 @@ def _open_backend(backend: str, state_dir: str | None, node: str | None, sim_gpu
     if backend == "auto":
         backend = "sim" if state_dir else "nvml"
     if backend == "nvml":
-        from mig.nvml_backend import NvmlBackend
+        from gpus.nvml.backend import NvmlBackend
 
         return NvmlBackend()
-    from mig.sim_backend import SimGpuBackend
+    from gpus.sim.backend import SimGpuBackend
 
     node = node or socket.gethostname().split(".")[0]
     gpus = [g.strip() for g in sim_gpus.split(",") if g.strip()] if sim_gpus else None

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from slurm_plugin.simgpu.workload import parse_size
+from simjobs.workload import parse_size
 
 
 class _Size(click.ParamType):
@@ -51,7 +51,7 @@ def run(mem_start: int, mem_growth: int, grow_iters: int | None, grow_after: int
     Dies with `CUDA out of memory` (exit 1) when it outgrows its partition (a MIG slice, or its
     MPS memory limit), after telling the node agent what it asked for and held.
     """
-    from slurm_plugin.simgpu.workload import run as run_workload
+    from simjobs.workload import run as run_workload
 
     raise SystemExit(run_workload(mem_start=mem_start, mem_growth=mem_growth, grow_iters=grow_iters,
                                   grow_after=grow_after,
@@ -83,7 +83,7 @@ def counters_bench(seeds: int, null_seeds: int, horizon: float, zs: str, modes: 
     clock, the senior's utilisation read as the node agent reads it and judged by the
     helper's rule (jobs that report nothing)."""
     from slurm_plugin.helper.monitor_settings import MonitorSettings
-    from slurm_plugin.simgpu.counter_bench import bench, render
+    from simjobs.counter_bench import bench, render
 
     defaults = MonitorSettings()
 

@@ -1,6 +1,6 @@
 """`gpupack simulate`: replay a job trace on a simulated cluster under a packing policy.
 
-Thin: loads the workload, calls :mod:`slurm_plugin.simulator`, prints. Library errors
+Thin: loads the workload, calls :mod:`simulator`, prints. Library errors
 become one ``Error:`` line.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _errors(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         from mig.errors import UnknownGpuModelError
-        from slurm_plugin.simulator.workload import WorkloadError
+        from simulator.workload import WorkloadError
 
         try:
             return fn(*args, **kwargs)
@@ -212,7 +212,7 @@ def _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction, data_dir
     """(specs, profiles, pairs); ``inputs``: the --truth/--timezone/--bad-rows values
     (:func:`_inputs`); ``report`` (a LoadReport) is filled with what the load skipped."""
     from mig.catalog import load_catalog
-    from slurm_plugin.simulator import load_workload
+    from simulator import load_workload
 
     cat = load_catalog(gpu_model)
     return load_workload(trace, data_dir=data_dir, seed=seed, jobs=n_jobs,
@@ -229,7 +229,7 @@ def _inputs(truth, timezone, bad_rows) -> dict:
 def _config(policy, predictor, gpus, gpu_model, bf_depth, corunner_rule, mig_static_layout,
             mig_static_fraction, pair_predict=True, pair_knowledge="observed",
             max_jobs_per_gpu=None, contention_threshold=0.10):
-    from slurm_plugin.simulator import SimConfig
+    from simulator import SimConfig
 
     per_gpu = {}
     if max_jobs_per_gpu is not None:
@@ -344,8 +344,8 @@ def simulate(ctx, policy, predictor, grow_preempt, regroup, trace, gpus, gpu_mod
         return
     if policy is None:
         raise click.UsageError("give --policy NAME (or a sub-command, e.g. `compare`)")
-    from slurm_plugin.simulator import LoadReport, run_policy, write_jobs_csv
-    from slurm_plugin.simulator.metrics import with_load
+    from simulator import LoadReport, run_policy, write_jobs_csv
+    from simulator.metrics import with_load
 
     report = LoadReport()
     specs, profiles, pairs = _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction,
@@ -427,7 +427,7 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
     suite policy per load, and (matplotlib) sweep_jct.png: average JCT against cluster size
     for every policy.
     """
-    from slurm_plugin.simulator.report import compare as run_compare
+    from simulator.report import compare as run_compare
 
     names = _policy_names(policies)
     site, contention_threshold, actions = _site(
@@ -441,7 +441,7 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
                out_dir, gpus_list, target_alloc, seed_list, as_json, actions, site,
                inputs=inputs, offered_loads=offered_loads, plots=not no_plots)
         return
-    from slurm_plugin.simulator import LoadReport
+    from simulator import LoadReport
 
     report = LoadReport()
     specs, profiles, pairs = _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction,
@@ -473,8 +473,8 @@ def _sweep(names, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_frac
            contention_threshold, mig_static_layout, mig_static_fraction, out_dir, gpus_list,
            target_alloc, seed_list,
            as_json, actions=None, site=None, inputs=None, offered_loads=None, plots=True):
-    from slurm_plugin.simulator import LoadReport
-    from slurm_plugin.simulator.sweep import gpus_for_alloc, gpus_for_load, sweep
+    from simulator import LoadReport
+    from simulator.sweep import gpus_for_alloc, gpus_for_load, sweep
 
     say = functools.partial(click.echo, err=True)
     seeds = [int(x) for x in seed_list.split(",") if x.strip()] if seed_list else [seed]
@@ -547,7 +547,7 @@ def scaling(policies, jobs_list, gpus_list, trace, gpus, gpu_model, n_jobs, time
     gpupack simulate scaling --policies exclusive,colocate+pred --gpus 1000 --out sim-report/
     gpupack simulate scaling --jobs-list 5000,10000 --gpus-list 100,200 --gpus 200
     """
-    from slurm_plugin.simulator.report import scaling as run_scaling
+    from simulator.report import scaling as run_scaling
 
     names = _policy_names(policies)
     job_counts, gpu_counts = _int_list(jobs_list), _int_list(gpus_list)

@@ -38,8 +38,8 @@ def stress_pairs(mean, spread, tail_frac, tail_max, zero_frac, seed, data_dir, o
     """
     from pathlib import Path
 
-    from slurm_plugin.simulator.stress import StressSpec, describe, stress_pairs as draw, write_pairs
-    from slurm_plugin.simulator.workload import load_profiles
+    from simulator.stress import StressSpec, describe, stress_pairs as draw, write_pairs
+    from simulator.workload import load_profiles
 
     spec = StressSpec(mean=mean, spread=spread, tail_frac=tail_frac, tail_max=tail_max,
                       zero_frac=zero_frac, seed=seed)

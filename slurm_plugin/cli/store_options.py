@@ -12,7 +12,7 @@ import click
 from slurm_plugin.helper.settings import DEFAULT_CONFIG
 
 if TYPE_CHECKING:
-    from packer.store import Store
+    from store.db import Store
 
 F = TypeVar("F", bound=Callable)
 
@@ -32,7 +32,7 @@ def opened_store(config: Path, database: Path | None) -> Iterator[Store]:
     """The database named by `database`, else by `config`'s [paths]; closed on leaving. A
     ClickException when the config is wrong, the database is missing or cannot be read."""
     from packer.config import ConfigError
-    from packer.store import Store, StoreError
+    from store.db import Store, StoreError
     from slurm_plugin.helper.settings import load_paths
 
     try:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from packer.decision import Decision
 from packer.request import JobFacts
-from packer.store import Store
+from store.db import Store
 from slurm_plugin.helper.cluster_view import packing_exclusion
 from slurm_plugin.helper.finals import EndedSpool, spool_path
 from slurm_plugin.helper.server import HelperServer, Reply

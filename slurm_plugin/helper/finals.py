@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
-from packer.store import Store
+from store.db import Store
 from slurm_plugin.history_recorder import NOT_FINISHED, UNATTRIBUTED, HistoryRecorder, RunFigures
 from slurm_plugin.slurm.errors import SlurmError
 from slurm_plugin.slurm.gres import expand_hostlist

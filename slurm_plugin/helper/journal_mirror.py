@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from packer.store import Store
+from store.db import Store
 
 log = logging.getLogger(__name__)
 

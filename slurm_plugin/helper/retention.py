@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from packer.store import Store
+from store.db import Store
 from slurm_plugin.config.bounds import RetentionSettings
 from slurm_plugin.helper.watches.round import RoundContext
 

@@ -39,7 +39,7 @@ from packer.pack_judge import Kinds, kinds_of
 from packer.config import PackerConfig
 from packer.decision import Decision
 from packer.rules import SuiteRules
-from packer.store import Store
+from store.db import Store
 from slurm_plugin.helper.cluster_view import Snapshot, idle_gpus
 from slurm_plugin.helper.queue_state import QueueState
 

@@ -21,7 +21,7 @@ from packer.decision import ClusterView, Decision, packed_type
 from packer.fingerprint import fingerprint
 from packer.request import Candidate, JobFacts, classify, shard_request
 from packer.rules import SuiteRules
-from packer.store import Store
+from store.db import Store
 from slurm_plugin.helper.cluster_view import Snapshot
 from slurm_plugin.helper.submit_admission import SubmitAdmission
 from slurm_plugin.metrics.submit import SubmitMetrics

@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from mig.jsonfile import write_json_atomic
+from store.jsonfile import write_json_atomic
 from packer.decision import ClusterView
 from packer.placement import Running
 from slurm_plugin.helper.cluster_view import NodeGpus, Snapshot, idle_gpus

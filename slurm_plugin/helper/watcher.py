@@ -14,7 +14,7 @@ import signal
 import threading
 from pathlib import Path
 
-from packer.store import Store
+from store.db import Store
 from slurm_plugin.config.reloading import ReloadingConfig
 from slurm_plugin.helper.settings import Paths
 from slurm_plugin.helper.view_file import publish, view_path

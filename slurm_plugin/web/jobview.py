@@ -10,7 +10,7 @@ from packer import comment as comment_mod
 from packer.curves import CurvePoint, RunCurve
 from packer.decision import Estimate
 from packer.samples import JobSample
-from packer.store import RunRecord
+from store.db import RunRecord
 from predictor.forecast import Forecast
 from slurm_plugin.slurm.model import Job
 from slurm_plugin.web.model import ACTIVE, EventRow, JobRow, job_row

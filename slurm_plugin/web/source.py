@@ -16,8 +16,8 @@ from pathlib import Path
 
 from packer import comment as comment_mod
 from packer.config import PackerConfig
-from packer.curve_store import RunCurves
-from packer.store import Store, StoreError
+from store.curves import RunCurves
+from store.db import Store, StoreError
 from slurm_plugin.agent.client import helper_link
 from slurm_plugin.helper.monitor_settings import load_monitor_settings
 from slurm_plugin.helper.settings import Paths

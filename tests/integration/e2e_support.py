@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from packer.store import Store
+from store.db import Store
 
 PY = sys.executable
 RUN = time.time_ns()  # the cluster's history and pairs outlive a test run: keep runs apart

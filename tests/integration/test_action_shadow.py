@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from e2e_support import events, fill_all_but_one_gpu, simgpu_script, wait_for
-from packer.action_ledger import ActionLedger
-from packer.store import Store
+from store.ledger import ActionLedger
+from store.db import Store
 
 pytestmark = pytest.mark.integration
 

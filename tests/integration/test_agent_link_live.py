@@ -79,7 +79,7 @@ def test_each_run_of_a_requeued_job_is_collected_over_the_link_and_acknowledged(
     """Each run of a requeued job leaves its own final summary on the node; the helper collects
     both over the link, records them (the requeued run as a lower bound) and acknowledges them,
     after which the agent keeps none."""
-    from packer.store import Store
+    from store.db import Store
     from slurm_plugin.agent.client import collect_finals
 
     link = cluster.link
@@ -107,7 +107,7 @@ def test_each_run_of_a_requeued_job_is_collected_over_the_link_and_acknowledged(
 def test_a_node_whose_gres_conf_disagrees_is_not_packed_onto_and_recovers_when_fixed(cluster):
     """node2's gres.conf gives one shard per GPU fewer than gpupack.toml: the helper refuses to
     pack onto node2, says why (event, metric, cluster view), and packs there again once fixed."""
-    from packer.store import Store
+    from store.db import Store
 
     gres = cluster.spec.etc / "gres.conf"  # the site's shared configuration (read-only on the nodes)
     original = cluster.node_path("node2", gres).read_text()
@@ -187,7 +187,7 @@ def test_an_agent_that_lost_its_state_and_journal_gets_its_slice_back_from_the_c
     and without its journal: the running job's slice is left alone, then given back from the
     controller's copy once NVML and the job list confirm it."""
     from slurm_plugin.helper.journal_mirror import SliceMirror
-    from packer.store import Store
+    from store.db import Store
     from slurm_plugin.agent.client import status
     from slurm_plugin.agent.paths import AgentPaths
 

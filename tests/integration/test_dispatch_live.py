@@ -14,7 +14,7 @@ import pytest
 from e2e_support import SLEEP, events, wait_for
 from packer.comment import parse
 from packer.fingerprint import fingerprint
-from packer.store import RunRecord, Store
+from store.db import RunRecord, Store
 
 pytestmark = pytest.mark.integration
 GIB = 1024**3

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mig.sim_backend import SimGpuBackend
+from gpus.sim.backend import SimGpuBackend
 from slurm_plugin.agent import client
 from slurm_plugin.slurm.runner import SlurmRunner
 
@@ -101,7 +101,7 @@ def _profiled_then_packed(cluster):
 
 
 def _recorded(cluster, job_id: int) -> bool:
-    from packer.store import Store
+    from store.db import Store
 
     store = Store(cluster.spec.database)
     try:

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from e2e_support import events, fill_all_but_one_gpu, simgpu_script, wait_for
-from packer.store import Store
+from store.db import Store
 
 pytestmark = pytest.mark.integration
 

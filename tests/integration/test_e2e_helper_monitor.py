@@ -11,7 +11,7 @@ import time
 import pytest
 
 from e2e_support import SLEEP, events, fill_all_but_one_gpu, simgpu_script, wait_for, within_rounds
-from packer.store import Store
+from store.db import Store
 from slurm_plugin.agent import client
 
 pytestmark = pytest.mark.integration
@@ -112,7 +112,7 @@ def test_job_whose_memory_grows_is_restarted_on_a_larger_partition_before_oom(cl
 def test_idle_mig_slices_follow_the_pending_queue(cluster):
     """Pending packed jobs (not yet eligible) make the agents lay out idle slices of their
     size ahead of them; nothing a job holds is touched, and each change is an event."""
-    from mig.sim_backend import SimGpuBackend
+    from gpus.sim.backend import SimGpuBackend
 
     started = time.time()
     try:

@@ -13,7 +13,7 @@ import pytest
 from e2e_support import simgpu_script, wait_for
 
 from packer.comment import parse
-from packer.store import RunRecord, Store
+from store.db import RunRecord, Store
 from slurm_plugin.agent import client
 
 pytestmark = pytest.mark.integration

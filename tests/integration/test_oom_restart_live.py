@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from e2e_support import SLEEP, events, simgpu_script, wait_for
-from packer.store import Store
+from store.db import Store
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from e2e_support import SLEEP, events, wait_for, within_rounds
-from packer.store import Store
+from store.db import Store
 from slurm_plugin.helper.watches.tracks import Fingerprints
 from slurm_plugin.slurm.runner import SlurmRunner
 

@@ -19,8 +19,8 @@ import sys
 
 import pytest
 
-from packer.action_ledger import ActionLedger
-from packer.store import Store
+from store.ledger import ActionLedger
+from store.db import Store
 from slurm_plugin.cli.demo_regroup import GRACE_S, checkpointing_script, run_regroup
 from slurm_plugin.slurm.runner import SlurmRunner
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from packer.store import Store
+from store.db import Store
 from e2e_support import events, fill_all_but_one_gpu, simgpu_script, wait_for, within_rounds
 from test_metrics_live import sample, scrape, status_rows
 

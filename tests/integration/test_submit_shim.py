@@ -11,7 +11,7 @@ import pytest
 
 from packer.comment import parse
 from packer.fingerprint import fingerprint
-from packer.store import RunRecord, Store
+from store.db import RunRecord, Store
 from slurm_plugin.slurm.gres import expand_hostlist
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,7 @@ import time
 import pytest
 from e2e_support import wait_for
 
-from packer.store import Store
+from store.db import Store
 from slurm_plugin.helper.watches.unisolated import KIND, UNISOLATED_EXIT
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,7 @@ import pytest
 
 from packer.comment import parse
 from packer.fingerprint import fingerprint
-from packer.store import RunRecord, Store
+from store.db import RunRecord, Store
 from slurm_plugin.web.browser import chromium, missing
 
 pytestmark = pytest.mark.integration
@@ -144,7 +144,7 @@ def test_nodes_a_packed_job_in_its_slice_a_live_requeue_event_and_the_job_plot(c
         assert "live" in browser.find_element("id", "live-status").text
 
         # the restarted run left its curve: an admin sees later why it was restarted
-        from packer.curve_store import RunCurves
+        from store.curves import RunCurves
 
         def restarted_curve(_d):
             store = Store(cluster.spec.database)
@@ -167,7 +167,7 @@ def test_nodes_a_packed_job_in_its_slice_a_live_requeue_event_and_the_job_plot(c
 
 
 def test_a_finished_packed_jobs_page_shows_the_curve_stored_at_its_end(cluster, web, browser):
-    from packer.curve_store import RunCurves
+    from store.curves import RunCurves
 
     cluster.set_option("pack_only_when_no_idle_gpu", "false")
     body = (f"#!/bin/sh\n: 'gpupack stored curve test {RUN}'\nexec {sys.executable} -m slurm_plugin simgpu run "

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 import click
 import pytest
 
-from packer.store import Store
+from store.db import Store
 from slurm_plugin.cli.demo_steps import echo_outcome, excluded_by, first_event, scenario_events, wait_until
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 from packer.config import PackerConfig
 from packer.rules import SuiteRules
 from packer.samples import JobSample
-from packer.store import Store
+from store.db import Store
 from slurm_plugin.helper.monitor import Monitor
 from slurm_plugin.helper.monitor_settings import MonitorSettings
-from slurm_plugin.simulator import PairTable, SimConfig, SimJobSpec, Simulator, WorkloadProfile, summary
+from simulator import PairTable, SimConfig, SimJobSpec, Simulator, WorkloadProfile, summary
 from slurm_plugin.slurm.fake import FAKE_EPOCH, FakeSlurm
 from slurm_plugin.slurm.runner import SlurmRunner
 

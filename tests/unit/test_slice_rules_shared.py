@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from mig.catalog import load_catalog
-from mig.sim_backend import SimGpuBackend
+from gpus.sim.backend import SimGpuBackend
 from packer import comment
 from packer.preemption import RestartSize
 from packer.rules import SuiteRules
 from slurm_plugin.agent.mig_manager import MigManager
 from slurm_plugin.agent.state import Assignment
-from slurm_plugin.simulator import SimConfig, SimJobSpec, Simulator
+from simulator import SimConfig, SimJobSpec, Simulator
 from slurm_plugin.slurm.fake import FAKE_EPOCH
 from tests.unit.test_rules_shared import CONFIG, PROFILES, G, PairTable, _monitor, _running
 

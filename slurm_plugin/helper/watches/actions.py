@@ -17,12 +17,12 @@ import logging
 from collections.abc import Callable
 
 from packer import comment as comment_mod
-from packer.action_ledger import ActionLedger
+from store.ledger import ActionLedger
 from packer.action_modes import ActionMode, action_mode
 from packer.config import PackerConfig
 from packer.feasibility import ClusterFacts, stranded_by
 from packer.placement import merge_exclusions
-from packer.store import Store
+from store.db import Store
 from slurm_plugin.helper.kill_switch import ACTIONS_WHILE_HALTED
 from slurm_plugin.helper.watches.head_lift import Lift, lift
 from slurm_plugin.helper.watches.round import WatchState

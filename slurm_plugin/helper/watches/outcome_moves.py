@@ -11,7 +11,7 @@ from what happened next (`packer.action_outcomes.judge_growth`, `judge_head_star
 """
 from __future__ import annotations
 
-from packer.action_ledger import ActionLedger, LedgerRow
+from store.ledger import ActionLedger, LedgerRow
 from packer.action_outcomes import UNKNOWN, Judgement, judge_growth, judge_head_start
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.helper.watches.tracks import ACTIVE, Track

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from packer.action_ledger import ActionLedger, LedgerRow
+from store.ledger import ActionLedger, LedgerRow
 from packer.action_outcomes import MISSED, RIGHT, UNKNOWN, Judgement, judge_memory_run, judge_recovery, ran_out
 from packer.contention import throughput_loss
 from packer.oom_restart import KIND as OOM, judge_oom_retry

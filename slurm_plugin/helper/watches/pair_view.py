@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from packer.config import GIB, PackerConfig
 from packer.corunner import GpuLoad, PairSpeed, RunningJob
 from packer.pair_knowledge import JobTraits, PairKnowledge
-from packer.store import Store
+from store.db import Store
 from slurm_plugin.slurm.gres import expand_hostlist
 from slurm_plugin.slurm.model import Job, Node
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 
-from packer.curve_store import RunCurves
+from store.curves import RunCurves
 from packer.curves import CurvePoint, RunCurve, downsample
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.helper.watches.tracks import Track, capacity_of

@@ -49,7 +49,7 @@ capture() {
     sinfo --json >"$out/sinfo_${label}_${parser}.json"
     scontrol -d -o show job >"$out/scontrol_${label}_show_job_oneliner.txt"
     scontrol -d -o show node >"$out/scontrol_${label}_show_node_oneliner.txt"
-    # the export `gpupack simulate --trace sacct:FILE` reads (slurm_plugin.simulator.workload.SACCT_HELP)
+    # the export `gpupack simulate --trace sacct:FILE` reads (simulator.workload.SACCT_HELP)
     sacct -P -a -S now-2hours -E now --format=JobID,User,JobName,Submit,Start,End,Elapsed,AllocTRES,ReqTRES,State,TRESUsageInMax,TRESUsageInAve \
         >"$out/sacct_${label}_pipe.txt" 2>/dev/null || rm -f "$out/sacct_${label}_pipe.txt"
     if sacct --json -a -S now-2hours >"$out/sacct_${label}_${parser}.json" 2>"$out/sacct_${label}.stderr.txt"; then

@@ -9,7 +9,7 @@ import pynvml
 import pytest
 from click.testing import CliRunner
 
-from mig.sim_backend import SimGpuBackend
+from gpus.sim.backend import SimGpuBackend
 from slurm_plugin.agent.backends import BackendChoiceError, open_backend
 from slurm_plugin.cli.agent_cmd import agent
 

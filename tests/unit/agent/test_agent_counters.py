@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from mig.sim_backend import SimGpuBackend
-from mig.sim_counters import CounterNoise
+from gpus.sim.backend import SimGpuBackend
+from gpus.sim.counters import CounterNoise
 from slurm_plugin.agent.daemon import NodeAgent
 from slurm_plugin.agent.state import BATCH_STEP
 

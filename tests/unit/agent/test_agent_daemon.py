@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from mig.sim_backend import SimGpuBackend
+from gpus.sim.backend import SimGpuBackend
 from slurm_plugin.agent.daemon import AgentError, NodeAgent, final_path
 from slurm_plugin.agent.state import BATCH_STEP
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from mig.sim_backend import SimGpuBackend
+from gpus.sim.backend import SimGpuBackend
 from slurm_plugin.agent.daemon import NodeAgent
 from slurm_plugin.agent.facts import LINK_PROTOCOL, NodeFacts, node_gres, read_node_gres
 from slurm_plugin.agent.ops import dispatch

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mig.sim_backend import SimGpuBackend
+from gpus.sim.backend import SimGpuBackend
 from slurm_plugin.agent.daemon import NodeAgent
 from slurm_plugin.agent.ops import dispatch
 from slurm_plugin.agent.plans import Generations, StalePlan

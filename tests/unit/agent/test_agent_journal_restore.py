@@ -7,13 +7,13 @@ import os
 
 import pytest
 
-from mig.nvml_backend import NvmlBackend
+from gpus.nvml.backend import NvmlBackend
 from slurm_plugin.helper.journal_mirror import HeldSlice, SliceMirror
-from packer.store import Store
+from store.db import Store
 from slurm_plugin.agent.daemon import NodeAgent
 from slurm_plugin.agent.ops import dispatch
 from slurm_plugin.agent.trust import Peer
-from slurm_plugin.simgpu.nvml import FakeNvml
+from gpus.sim.nvml import FakeNvml
 
 UID = os.getuid()
 SHARD2 = {"SLURM_JOB_GPUS": "0", "SLURM_SHARDS_ON_NODE": "2"}

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 from mig.catalog import load_catalog
 from mig.fsm import PartitionState, Placement, get_space
 from mig.node_layout import layout_step
-from mig.sim_backend import SimGpuBackend
+from gpus.sim.backend import SimGpuBackend
 from slurm_plugin.agent.daemon import NodeAgent
 from slurm_plugin.agent.state import BATCH_STEP
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mig.sim_backend import SimGpuBackend
+from gpus.sim.backend import SimGpuBackend
 from slurm_plugin.agent.client import AgentLink, AgentRefused, AgentUnavailable, collect_finals, samples, status
 from slurm_plugin.agent.daemon import NodeAgent
 from slurm_plugin.agent.directory import AgentAddress

@@ -8,10 +8,10 @@ import subprocess
 
 import pytest
 
-from mig.nvml_backend import NvmlBackend
+from gpus.nvml.backend import NvmlBackend
 from slurm_plugin.agent.daemon import NodeAgent
 from slurm_plugin.agent.state import BATCH_STEP
-from slurm_plugin.simgpu.nvml import FakeNvml
+from gpus.sim.nvml import FakeNvml
 
 GIB = 1 << 30
 UID = os.getuid()

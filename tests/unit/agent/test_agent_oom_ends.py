@@ -1,7 +1,7 @@
 """The node agent holds a packed job's out-of-memory end until the helper answers (oom_ends)."""
 import pytest
 
-from mig.sim_backend import SimGpuBackend
+from gpus.sim.backend import SimGpuBackend
 from slurm_plugin.agent import ops
 from slurm_plugin.agent.daemon import NodeAgent
 from slurm_plugin.agent.oom_ends import HOLD_S, KEEP_S

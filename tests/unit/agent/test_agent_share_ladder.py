@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from mig.catalog import list_models, load_catalog
 from mig.share_ladder import ShareLadder, counterexample, model_ladder
-from mig.sim_backend import SimGpuBackend
+from gpus.sim.backend import SimGpuBackend
 from packer.config import GIB, PackerConfig
 from packer.decision import max_shards, shards_needed
 from slurm_plugin.agent.daemon import AgentError, NodeAgent

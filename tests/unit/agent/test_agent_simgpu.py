@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from mig.sim_backend import SimGpuBackend
-from slurm_plugin.simgpu import pairs
-from slurm_plugin.simgpu.workload import parse_size, run, target_from_env
+from gpus.sim.backend import SimGpuBackend
+from simjobs import pairs
+from simjobs.workload import parse_size, run, target_from_env
 
 
 def test_parse_size():
@@ -79,7 +79,7 @@ def test_without_the_agents_answer_it_says_what_is_missing():
 
 
 def test_a_workload_slows_down_beside_a_neighbour_and_the_gpu_sees_it_less_busy():
-    from slurm_plugin.simgpu.workload import _Engines
+    from simjobs.workload import _Engines
 
     gpu = SimGpuBackend(None, "node1", gpus=["H100-80GB"], mig_enabled=False)
     uuid = gpu.list_gpus()[0].uuid

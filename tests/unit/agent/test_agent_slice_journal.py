@@ -9,11 +9,11 @@ import os
 
 import pytest
 
-from mig.nvml_backend import NvmlBackend
+from gpus.nvml.backend import NvmlBackend
 from slurm_plugin.agent.daemon import NodeAgent
 from slurm_plugin.agent.journal import SliceJournal
 from slurm_plugin.agent.state import BATCH_STEP
-from slurm_plugin.simgpu.nvml import FakeNvml
+from gpus.sim.nvml import FakeNvml
 
 UID = os.getuid()
 SHARD2 = {"SLURM_JOB_GPUS": "0", "SLURM_SHARDS_ON_NODE": "2"}

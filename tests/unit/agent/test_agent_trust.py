@@ -5,7 +5,7 @@ import tempfile
 
 import pytest
 
-from mig.sim_backend import SimGpuBackend
+from gpus.sim.backend import SimGpuBackend
 from slurm_plugin.agent import client
 from slurm_plugin.agent.daemon import NodeAgent
 from slurm_plugin.agent.server import AgentServer

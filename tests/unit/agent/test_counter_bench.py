@@ -1,10 +1,10 @@
 """The counters benchmark runs the agent's reading and the helper's rule on the simulated GPU."""
 from __future__ import annotations
 
-from mig.sim_counters import CounterNoise
+from gpus.sim.counters import CounterNoise
 from packer.util_contention import CounterRule
-from slurm_plugin.simgpu import pairs
-from slurm_plugin.simgpu.counter_bench import Trial, detection_delay, evaluate, run_trial
+from simjobs import pairs
+from simjobs.counter_bench import Trial, detection_delay, evaluate, run_trial
 
 RULE = CounterRule(z=4.0, window=20, min_before=8, min_after=8)
 

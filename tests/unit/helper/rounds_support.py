@@ -10,7 +10,7 @@ from pathlib import Path
 
 from packer.config import PackerConfig
 from packer.samples import JobSample
-from packer.store import Store
+from store.db import Store
 from slurm_plugin.helper.monitor import Monitor
 from slurm_plugin.helper.monitor_settings import MonitorSettings
 from slurm_plugin.slurm.fake import FAKE_EPOCH, FakeSlurm

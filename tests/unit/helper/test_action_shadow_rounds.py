@@ -6,7 +6,7 @@ import json
 
 from click.testing import CliRunner
 
-from packer.action_ledger import ActionLedger
+from store.ledger import ActionLedger
 from slurm_plugin.slurm.fake import FAKE_EPOCH
 
 from tests.unit.helper.rounds_support import GIB, make, running

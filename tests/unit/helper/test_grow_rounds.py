@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from packer.action_ledger import ActionLedger
+from store.ledger import ActionLedger
 from packer.config import ConfigError
 from slurm_plugin.helper.monitor_settings import MonitorSettings
 from slurm_plugin.slurm.fake import FAKE_EPOCH

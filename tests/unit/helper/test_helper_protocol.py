@@ -7,7 +7,7 @@ from hypothesis import given, strategies as st
 from packer.config import GIB, PackerConfig
 from packer.decision import ClusterView
 from packer.fingerprint import fingerprint
-from packer.store import RunRecord, Store
+from store.db import RunRecord, Store
 from slurm_plugin.helper.cluster_view import ClusterViewPoller, NodeGpus, Snapshot, idle_gpus
 from slurm_plugin.helper.protocol import (
     ProtocolError, decode_request, decode_response, encode_request, encode_response, request_complete,

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from packer.store import Store
+from store.db import Store
 from slurm_plugin.agent.paths import final_path
 from slurm_plugin.helper.finals import EndedSpool, FinalsCollector, FinalsSweep, LocalFinals
 from slurm_plugin.history_recorder import (MERGED, NOT_FINISHED, RECORDED, UNATTRIBUTED, HistoryRecorder,

@@ -5,9 +5,9 @@ import json
 
 from click.testing import CliRunner
 
-from packer.curve_store import RunCurves
+from store.curves import RunCurves
 from packer.curves import CurvePoint, RunCurve
-from packer.store import RunRecord, Store
+from store.db import RunRecord, Store
 from slurm_plugin.cli.history_cmd import history
 
 GIB = 1024**3

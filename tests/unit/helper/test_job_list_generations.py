@@ -2,7 +2,7 @@
 counts on from the agent's newest generation instead of leaving the node stale."""
 from __future__ import annotations
 
-from mig.sim_backend import SimGpuBackend
+from gpus.sim.backend import SimGpuBackend
 from slurm_plugin.agent.daemon import NodeAgent
 from slurm_plugin.agent.ops import dispatch
 from slurm_plugin.agent.paths import AgentError

@@ -4,7 +4,7 @@ unsure of; what the agent leaves alone is said once."""
 from __future__ import annotations
 
 from slurm_plugin.helper.journal_mirror import HeldSlice, JournalMirror, SliceMirror
-from packer.store import Store
+from store.db import Store
 from slurm_plugin.agent.client import AgentUnavailable
 from slurm_plugin.config.bounds import RetentionSettings
 from slurm_plugin.helper.retention import DAY_S, prune_store

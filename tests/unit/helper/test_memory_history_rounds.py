@@ -2,7 +2,7 @@
 a job whose earlier runs peaked above its share is warned within its first samples."""
 from __future__ import annotations
 
-from packer.curve_store import RunCurves
+from store.curves import RunCurves
 from packer.curves import CurvePoint, RunCurve
 from slurm_plugin.slurm.fake import FAKE_EPOCH
 from tests.unit.helper.rounds_support import GIB, make, running

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from packer.decision import max_shards
-from packer.store import RunRecord
+from store.db import RunRecord
 from slurm_plugin.helper.monitor import Monitor
 from slurm_plugin.slurm.fake import FAKE_EPOCH, FakeSlurm
 from slurm_plugin.slurm.runner import SlurmRunner
@@ -448,7 +448,7 @@ def test_a_slurm_hiccup_skips_the_round(tmp_path, caplog):
 def test_every_events_option_has_help_and_the_command_reads_the_log(tmp_path):
     from click.testing import CliRunner
 
-    from packer.store import RunRecord, Store
+    from store.db import RunRecord, Store
     from slurm_plugin.cli.events_cmd import events
 
     db = tmp_path / "g.db"
@@ -588,7 +588,7 @@ def test_each_measured_senior_is_recorded_once_as_its_speed_beside_the_newcomer(
 
 
 def test_a_completed_runs_curve_is_stored_under_the_runs_key(tmp_path):
-    from packer.curve_store import RunCurves
+    from store.curves import RunCurves
 
     fake, helper, samples, monitor = make(tmp_path)
     running(fake, 9, fp="hist", shards=2)
@@ -608,7 +608,7 @@ def test_a_completed_runs_curve_is_stored_under_the_runs_key(tmp_path):
 
 
 def test_a_requeued_runs_curve_is_stored_and_its_run_is_a_lower_bound(tmp_path):
-    from packer.curve_store import RunCurves
+    from store.curves import RunCurves
 
     fake, helper, samples, monitor = make(tmp_path)
     running(fake, 9, fp="hist")
@@ -635,7 +635,7 @@ def test_a_requeued_runs_curve_is_stored_and_its_run_is_a_lower_bound(tmp_path):
 
 
 def test_curves_per_fingerprint_bounds_what_is_kept(tmp_path):
-    from packer.curve_store import RunCurves
+    from store.curves import RunCurves
 
     fake, helper, samples, monitor = make(tmp_path, curves_per_fingerprint=2)
     for job_id in (1, 2, 3):
@@ -651,7 +651,7 @@ def test_curves_per_fingerprint_bounds_what_is_kept(tmp_path):
 
 
 def test_a_run_restarted_for_memory_keeps_its_curve_and_says_why_it_ended(tmp_path):
-    from packer.curve_store import RunCurves
+    from store.curves import RunCurves
 
     fake, helper, samples, monitor = make(tmp_path, memory_horizon_s=60)
     running(fake, 7, fp="grow", shards=1)  # one share = 10 GiB
@@ -673,7 +673,7 @@ def test_a_run_restarted_for_memory_keeps_its_curve_and_says_why_it_ended(tmp_pa
 
 
 def test_a_run_with_no_memory_measured_leaves_no_curve(tmp_path):
-    from packer.curve_store import RunCurves
+    from store.curves import RunCurves
 
     fake, helper, samples, monitor = make(tmp_path)
     running(fake, 9, fp="hist")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from packer.config import PackerConfig
 from packer.feasibility import ClusterFacts, JobFacts, NodeFacts, features_match, parse_licenses, stranded_by
-from packer.store import Store
+from store.db import Store
 from slurm_plugin.helper.watches.actions import Actions
 from slurm_plugin.helper.watches.round import WatchState
 from slurm_plugin.slurm.fake import FAKE_EPOCH, FakeNode, FakeSlurm

@@ -3,7 +3,7 @@ could land on is busy with packed jobs predicted to slow down beside it (the sim
 colocate rule, `ctx.rules.corunners`, on the live pair knowledge)."""
 from __future__ import annotations
 
-from packer.store import RunRecord
+from store.db import RunRecord
 
 from tests.unit.helper import rounds_support
 from tests.unit.helper.rounds_support import GIB, running

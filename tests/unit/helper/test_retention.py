@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-from packer.store import RunRecord, Store
+from store.db import RunRecord, Store
 from slurm_plugin.config.bounds import RetentionSettings
 from slurm_plugin.helper.retention import DAY_S, JobMemory, prune_store
 from slurm_plugin.slurm.fake import FAKE_EPOCH

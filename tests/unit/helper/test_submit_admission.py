@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from packer.config import GIB, PackerConfig
 from packer.decision import ClusterView
 from packer.fingerprint import fingerprint
-from packer.store import RunRecord, Store
+from store.db import RunRecord, Store
 from slurm_plugin.helper.cluster_view import NodeGpus, Snapshot
 from slurm_plugin.helper.monitor_settings import MonitorSettings
 from slurm_plugin.helper.queue_state import QueueState, SharedGpu, SharedJob, queue_state

@@ -8,7 +8,7 @@ from packer.comment import parse
 from packer.config import GIB, PackerConfig
 from packer.fingerprint import fingerprint
 from packer.placement import Running, submit_exclusion
-from packer.store import RunRecord, Store
+from store.db import RunRecord, Store
 from slurm_plugin.helper.cluster_view import NodeGpus, Snapshot
 from slurm_plugin.helper.monitor import submit_time_exclusion
 from slurm_plugin.helper.monitor_settings import MonitorSettings

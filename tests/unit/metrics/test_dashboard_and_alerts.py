@@ -12,8 +12,8 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mig.sim_backend import SimGpuBackend
-from packer.store import Store
+from gpus.sim.backend import SimGpuBackend
+from store.db import Store
 from slurm_plugin.agent.daemon import NodeAgent
 from slurm_plugin.helper.kill_switch import KillSwitch
 from slurm_plugin.metrics.agent import agent_registry

@@ -7,11 +7,11 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mig.sim_backend import SimGpuBackend
+from gpus.sim.backend import SimGpuBackend
 from packer.config import GIB, PackerConfig
 from packer.decision import ClusterView
 from packer.fingerprint import fingerprint
-from packer.store import RunRecord, Store
+from store.db import RunRecord, Store
 from prometheus_client import generate_latest
 from slurm_plugin.agent.daemon import NodeAgent
 from slurm_plugin.agent.state import BATCH_STEP

@@ -8,18 +8,18 @@ and wrong function names, argument or struct types, struct versions, handle kind
 buffer sizes fail here as they would (or would corrupt memory) on hardware.
 
 This module is the entry point tests import. The fake itself is a packaged part of the
-simulated GPU, ``slurm_plugin.simgpu.nvml`` (the dev cluster's agents load it, backed by the
+simulated GPU, ``gpus.sim.nvml`` (the dev cluster's agents load it, backed by the
 simulated GPU's shared state, with ``--nvml-library simulated:DIR``); its package docstring
 lists its parts.
 """
 from __future__ import annotations
 
-from slurm_plugin.simgpu.nvml.calls import NvmlViolation
-from slurm_plugin.simgpu.nvml.exports import Export, Library
-from slurm_plugin.simgpu.nvml.library import FakeNvml
-from slurm_plugin.simgpu.nvml.model import (FakeComputeInstance, FakeGpu, FakeGpuInstance,
+from gpus.sim.nvml.calls import NvmlViolation
+from gpus.sim.nvml.exports import Export, Library
+from gpus.sim.nvml.library import FakeNvml
+from gpus.sim.nvml.model import (FakeComputeInstance, FakeGpu, FakeGpuInstance,
                                             FakeMigDevice, FakeProcess, NvmlObject)
-from slurm_plugin.simgpu.nvml.nvml_h import (
+from gpus.sim.nvml.nvml_h import (
     CI, CI_PROFILE_INFO_V2, CI_PROFILE_SLICES, CI_SLICES_OFFERED,
     COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, DEV, ERROR_DRIVER_NOT_LOADED, ERROR_IN_USE,
     ERROR_INSUFFICIENT_RESOURCES, ERROR_INSUFFICIENT_SIZE, ERROR_INVALID_ARGUMENT,

@@ -10,7 +10,7 @@ from mig.errors import (
     BackendUnavailableError, InsufficientResourcesError, InUseError, InvalidPlacementError,
     MigDisabledError, NoPermissionError,
 )
-from mig.nvml_backend import NvmlBackend
+from gpus.nvml.backend import NvmlBackend
 
 
 def _err(code):
@@ -143,7 +143,7 @@ def test_catalogue_is_read_from_nvml_and_differences_are_logged(nv, caplog):
     nv.nvmlDeviceGetGpuInstanceProfileInfo.side_effect = info
     nv.nvmlDeviceGetGpuInstancePossiblePlacements.side_effect = placements
     be = NvmlBackend(nvml=nv)
-    with caplog.at_level("WARNING", logger="mig.nvml_catalog"):
+    with caplog.at_level("WARNING", logger="gpus.nvml.catalog"):
         cat = be.catalog(0)
     assert cat.model == "H100-80GB" and cat.memory_slices == 8
     assert cat.profile("1g.20gb").placement_starts == (0, 2, 4, 6)

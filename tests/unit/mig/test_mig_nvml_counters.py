@@ -8,7 +8,7 @@ import pytest
 
 from fake_libnvml import FakeNvml
 from mig.errors import CountersUnavailableError
-from mig.nvml_backend import NvmlBackend
+from gpus.nvml.backend import NvmlBackend
 from slurm_plugin.agent.counters import NVML_PROCESS, CounterReader
 from slurm_plugin.agent.state import Assignment
 

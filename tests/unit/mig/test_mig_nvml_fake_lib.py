@@ -22,7 +22,7 @@ from mig.errors import (BackendUnavailableError, InsufficientResourcesError, InU
                         InvalidPlacementError, MigDisabledError, NoPermissionError,
                         NotFoundError, PlacementOccupiedError)
 from mig.fsm import Placement, get_space
-from mig.nvml_backend import NvmlBackend
+from gpus.nvml.backend import NvmlBackend
 
 H100 = load_catalog("H100-80GB")
 
@@ -113,7 +113,7 @@ def test_list_gpus(backend, fake):
 
 
 def test_catalogue_read_from_nvml_equals_the_static_table(backend, fake, caplog):
-    with caplog.at_level(logging.WARNING, logger="mig.nvml_catalog"):
+    with caplog.at_level(logging.WARNING, logger="gpus.nvml.catalog"):
         cat = backend.catalog(0)
     assert "differs" not in caplog.text
     assert diff_catalogs(H100, cat) == []
@@ -369,7 +369,7 @@ def test_mig_mode_change_refused_while_in_use(backend, fake):
 
 def test_mig_mode_change_pending_until_reset(backend, fake, caplog):
     fake.gpu(1).reset_required = True
-    with caplog.at_level(logging.WARNING, logger="mig.nvml_backend"):
+    with caplog.at_level(logging.WARNING, logger="gpus.nvml.backend"):
         backend.set_mig_mode(1, False)
     assert "reset" in caplog.text
     assert backend.mig_mode(1) is True  # still on until the GPU is reset

@@ -14,7 +14,7 @@ from mig.errors import (
     InvalidPlacementError, MigDisabledError, MigEnabledError, NoPermissionError, NotFoundError,
 )
 from mig.fsm import Placement, get_space
-from mig.sim_backend import MIB, SimGpuBackend
+from gpus.sim.backend import MIB, SimGpuBackend
 
 MODELS = ["A100-SXM4-40GB", "A100-80GB", "A30-24GB", "H100-80GB", "H100-NVL-94GB",
           "H200-141GB", "GH200-96GB"]

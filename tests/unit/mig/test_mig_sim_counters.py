@@ -6,8 +6,8 @@ from statistics import median
 import pytest
 
 from mig.errors import CountersUnavailableError, MigDisabledError
-from mig.sim_backend import SimGpuBackend
-from mig.sim_counters import NVML_BUFFER, CounterNoise
+from gpus.sim.backend import SimGpuBackend
+from gpus.sim.counters import NVML_BUFFER, CounterNoise
 
 
 def _whole(clock):

@@ -9,10 +9,10 @@ import pynvml
 import pytest
 
 from mig.errors import CountersUnavailableError, InUseError
-from mig.nvml_backend import NvmlBackend
-from mig.sim_counters import NVML_PERIOD_S, sm_sample
-from mig.sim_backend import SimGpuBackend
-from slurm_plugin.simgpu.nvml.shared import SimulatedNvml
+from gpus.nvml.backend import NvmlBackend
+from gpus.sim.counters import NVML_PERIOD_S, sm_sample
+from gpus.sim.backend import SimGpuBackend
+from gpus.sim.nvml.shared import SimulatedNvml
 
 GIB = 1 << 30
 ME = str(os.getpid())  # a live pid: the simulated workloads register their own

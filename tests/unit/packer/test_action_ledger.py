@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from packer.action_ledger import ActionLedger
+from store.ledger import ActionLedger
 from packer.action_modes import ACTION_KINDS, action_mode, check_action_modes
 from packer.action_outcomes import judge_growth, judge_head_start, judge_memory_run, judge_recovery, ran_out
 from packer.action_report import summarise
 from packer.config import ConfigError
-from packer.store import Store
+from store.db import Store
 
 GIB = 1024**3
 

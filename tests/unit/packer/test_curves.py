@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from packer.curve_store import RunCurves
+from store.curves import RunCurves
 from packer.curves import MAX_POINTS, CurvePoint, RunCurve, downsample
-from packer.store import SCHEMA_VERSION, RunRecord, Store
+from store.db import SCHEMA_VERSION, RunRecord, Store
 
 GIB = 1024**3
 

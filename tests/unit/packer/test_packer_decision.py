@@ -137,7 +137,7 @@ def test_lower_bounds_alone_are_no_history_and_never_pack_below_the_bound():
 
 
 def test_a_lower_bound_above_the_measured_peak_keeps_the_job_off_a_smaller_share():
-    from packer.store import RunRecord, Store
+    from store.db import RunRecord, Store
 
     store = Store()
     store.record_run(RunRecord(job_id=1, fingerprint="fp", peak_mem_bytes=4 * GIB, ended_at=10))

@@ -1,6 +1,6 @@
 import pytest
 
-from packer.store import SCHEMA_VERSION, RunRecord, Store, UnmeasuredRun
+from store.db import SCHEMA_VERSION, RunRecord, Store, UnmeasuredRun
 
 GIB = 1024**3
 

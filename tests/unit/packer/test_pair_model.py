@@ -1,6 +1,6 @@
 """The pair model from counters alone, with its uncertainty (packer.pair_model), the expected
 gain that weighs an uncertain pair (packer.admission.expected_gain), and the left-out-family
-validation (slurm_plugin.simulator.pair_validation)."""
+validation (simulator.pair_validation)."""
 from __future__ import annotations
 
 import random
@@ -48,8 +48,8 @@ def test_expected_gain_is_the_gain_without_spread_and_tries_an_unsure_pair_that_
 
 
 def test_left_out_families_are_predicted_from_counters_with_an_honest_spread():
-    from slurm_plugin.simulator.pair_validation import leave_families_out, load
-    from slurm_plugin.simulator.workload import default_data_dir
+    from simulator.pair_validation import leave_families_out, load
+    from simulator.workload import default_data_dir
 
     data = default_data_dir()
     if data is None:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from predictor.forecast import Forecaster
-from predictor.sources import (
+from slurm_plugin.agent.memory_sources import (
     CgroupMemorySource,
     MemorySource,
     NvmlProcessSource,

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_plugin.simulator.mig_mixes import run, trace_mixes
-from slurm_plugin.simulator.workload import default_data_dir
+from simulator.mig_mixes import run, trace_mixes
+from simulator.workload import default_data_dir
 
 
 @pytest.fixture

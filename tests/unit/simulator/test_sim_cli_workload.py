@@ -7,9 +7,9 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_plugin.cli.simulate_cmd import POLICY_NAMES, simulate
-from slurm_plugin.simulator import SimConfig, load_workload, run_policy
-from slurm_plugin.simulator.traces import load_sacct
-from slurm_plugin.simulator.workload import default_data_dir
+from simulator import SimConfig, load_workload, run_policy
+from simulator.traces import load_sacct
+from simulator.workload import default_data_dir
 
 needs_data = pytest.mark.skipif(default_data_dir() is None,
                                 reason="shared/data/traces not found (set GPUPACK_DATA_DIR)")

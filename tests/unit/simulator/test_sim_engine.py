@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_plugin.simulator import (PairTable, SimConfig, SimJobSpec, WorkloadProfile, simulate,
+from simulator import (PairTable, SimConfig, SimJobSpec, WorkloadProfile, simulate,
                                     summary)
 
 G = 1 << 30

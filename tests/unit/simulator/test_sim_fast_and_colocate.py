@@ -8,9 +8,9 @@ import random
 import pytest
 
 from packer.corunner import GpuLoad, Newcomer, RunningJob, choose_corunner, predicted_speeds
-from slurm_plugin.simulator import (POLICIES, PairTable, SimConfig, SimJobSpec, Simulator,
+from simulator import (POLICIES, PairTable, SimConfig, SimJobSpec, Simulator,
                                     WorkloadProfile, simulate, summary)
-from slurm_plugin.simulator.scheduling import Scheduler
+from simulator.scheduling import Scheduler
 
 G = 1 << 30
 
@@ -215,7 +215,7 @@ def test_best_pair_rule_and_speed_floors():
 
 
 def test_scaling_report_times_jobs_and_gpus(tmp_path):
-    from slurm_plugin.simulator.report import scaling
+    from simulator.report import scaling
 
     (tmp_path / "report.md").write_text("# Simulated policies\n\nbody\n")
     specs = random_trace(300, 5)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_plugin.simulator import PairTable, SimConfig, SimJobSpec, WorkloadProfile, simulate, summary
-from slurm_plugin.simulator.regrouping import declares_movable
+from simulator import PairTable, SimConfig, SimJobSpec, WorkloadProfile, simulate, summary
+from simulator.regrouping import declares_movable
 
 G = 1 << 30
 
@@ -158,7 +158,7 @@ def test_a_warning_the_rules_would_keep_still_grows_when_the_grow_decision_evict
     neighbour is older) is priced, and a restart made dear keeps it running into its OOM."""
     from dataclasses import replace
 
-    from slurm_plugin.simulator import Simulator
+    from simulator import Simulator
 
     def with_dear_restarts(specs):
         cfg = SimConfig(policy="colocate", gpus=1, gpu_model="H100-80GB", predictor=True, known_history=True,

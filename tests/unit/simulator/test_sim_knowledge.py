@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_plugin.simulator import PairTable, SimConfig, SimJobSpec, WorkloadProfile, simulate, summary
-from slurm_plugin.simulator.knowledge import PairKnowledge
+from simulator import PairTable, SimConfig, SimJobSpec, WorkloadProfile, simulate, summary
+from simulator.knowledge import PairKnowledge
 
 G = 1 << 30
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from slurm_plugin.simulator import SimConfig, simulate, summary
-from slurm_plugin.simulator.workload import SimJobSpec, build_jobs
+from simulator import SimConfig, simulate, summary
+from simulator.workload import SimJobSpec, build_jobs
 from tests.unit.simulator.test_sim_engine import PAIRS, PROFILES, G, job
 
 
@@ -40,7 +40,7 @@ def test_a_linear_grower_that_keeps_outgrowing_is_left_failed_once_its_retries_a
 
 
 def test_the_jump_share_is_drawn_only_when_asked_so_other_draws_stay_as_they_were():
-    from slurm_plugin.simulator.workload import TraceJob
+    from simulator.workload import TraceJob
 
     trace = [TraceJob(float(i), 100.0, 1) for i in range(400)]
     plain = build_jobs(trace, PROFILES, seed=3, growing_fraction=0.3)

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_plugin.simulator import POLICIES, PairTable, SimConfig, Simulator, WorkloadProfile
-from slurm_plugin.simulator.policy import Policy
-from slurm_plugin.simulator.registry import POLICY_TYPES
+from simulator import POLICIES, PairTable, SimConfig, Simulator, WorkloadProfile
+from simulator.policy import Policy
+from simulator.registry import POLICY_TYPES
 
 G = 1 << 30
 PROFILES = [WorkloadProfile(0, "light/a", 4 * G, 30.0, 100.0, 0)]

@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_plugin.cli.simulate_cmd import simulate
-from slurm_plugin.simulator import LoadReport, WorkloadError, build_jobs
-from slurm_plugin.simulator.traces import load_philly, load_sacct
-from slurm_plugin.simulator.workload import WorkloadProfile, default_data_dir
+from simulator import LoadReport, WorkloadError, build_jobs
+from simulator.traces import load_philly, load_sacct
+from simulator.workload import WorkloadProfile, default_data_dir
 
 ROOT = Path(__file__).resolve().parents[3]
 needs_data = pytest.mark.skipif(default_data_dir() is None,
@@ -160,8 +160,8 @@ def test_the_summary_counts_skips_by_reason_and_never_ran(tmp_path):
 
 HUGE = r"""
 import sys, time
-from slurm_plugin.simulator import LoadReport, WorkloadError
-from slurm_plugin.simulator.traces import load_philly
+from simulator import LoadReport, WorkloadError
+from simulator.traces import load_philly
 t = time.time()
 rep = LoadReport()
 try:
@@ -198,7 +198,7 @@ def test_a_one_gigabyte_line_is_never_held_in_memory(tmp_path, bad_rows):
 
 TZ_RUN = r"""
 import hashlib, sys
-from slurm_plugin.simulator.traces import load_philly
+from simulator.traces import load_philly
 jobs = load_philly()  # the shipped trace: what the replay's figures rest on
 print(len(jobs), hashlib.sha256(repr([(j.submit, j.duration, j.gpus) for j in jobs]).encode()).hexdigest())
 print([j.submit for j in load_philly(path=sys.argv[1])])
@@ -221,7 +221,7 @@ def test_the_shipped_replay_is_the_same_in_any_machine_time_zone(tmp_path):
 
 
 def test_the_shared_data_is_found_from_the_package_not_the_working_folder(tmp_path, monkeypatch):
-    from slurm_plugin.simulator import workload
+    from simulator import workload
 
     checkout = tmp_path / "repo"
     traces = tmp_path / "shared" / "data" / "traces"  # beside the checkout, as ../shared

@@ -8,10 +8,10 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_plugin.cli.simulate_cmd import simulate
-from slurm_plugin.simulator import WorkloadError, load_workload
-from slurm_plugin.simulator.stress import StressSpec, describe, stress_pairs
-from slurm_plugin.simulator.truth import read_pair_table
-from slurm_plugin.simulator.workload import default_data_dir
+from simulator import WorkloadError, load_workload
+from simulator.stress import StressSpec, describe, stress_pairs
+from simulator.truth import read_pair_table
+from simulator.workload import default_data_dir
 
 needs_data = pytest.mark.skipif(default_data_dir() is None,
                                 reason="shared/data/traces not found (set GPUPACK_DATA_DIR)")

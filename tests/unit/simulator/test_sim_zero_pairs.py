@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from slurm_plugin.simulator import PairTable, SimConfig, SimJobSpec, WorkloadProfile, simulate, summary
+from simulator import PairTable, SimConfig, SimJobSpec, WorkloadProfile, simulate, summary
 
 G = 1 << 30
 PROFILES = [WorkloadProfile(0, "a/x/bs1/amp0", 4 * G, 30.0, 1.0, 0),

@@ -199,7 +199,7 @@ def test_a_restarted_jobs_page_draws_each_earlier_runs_stored_curve():
 
 
 def test_job_page_shows_a_lower_bound_as_one_and_an_estimate_of_bounds_only_as_no_measurement():
-    from packer.store import RunRecord
+    from store.db import RunRecord
 
     job = Job(7, "w", "alice", "COMPLETED", admin_comment="gpupack: exclusive reason=no-history fp=ff")
     runs = [RunRecord(job_id=6, fingerprint="ff", peak_mem_bytes=5 * GIB, lower_bound=True, end_state="failed"),

@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 
 from packer.config import ConfigError, PackerConfig
-from packer.store import Store
+from store.db import Store
 from slurm_plugin.helper.settings import Paths
 from slurm_plugin.slurm.fake import FakeSlurm
 from slurm_plugin.slurm.runner import SlurmRunner
@@ -104,7 +104,7 @@ def test_json_api_and_job_page(served):
 
 
 def test_a_finished_jobs_page_shows_the_curve_stored_at_its_end(served, tmp_path):
-    from packer.curve_store import RunCurves
+    from store.curves import RunCurves
     from packer.curves import CurvePoint, RunCurve
 
     server, fake = served()

@@ -1,0 +1,210 @@
+"""Discrete-event replay of a job trace on a cluster of N GPUs, under one policy.
+
+:class:`Simulator` wires the parts of one run together and plays the trace:
+
+- :mod:`~simulator.events`: the event loop (time, heap of job events, arrivals);
+- :mod:`~simulator.scheduling`: Slurm's queue, FIFO passes and EASY backfill,
+  with :mod:`~simulator.releases` (when each busy GPU is released);
+- :mod:`~simulator.policy`: the one interface of the policies, chosen by name
+  in :mod:`~simulator.registry` (:mod:`~simulator.baselines`,
+  :mod:`~simulator.colocate`, :mod:`~simulator.mig_policies`);
+- :mod:`~simulator.cluster`: putting jobs on GPUs and taking them off, with
+  :mod:`~simulator.sharing` (GPUs shared without MIG: the index of GPUs by
+  what runs on them, pair speeds) and :mod:`~simulator.mig_state` (MIG
+  partitions and instances);
+- :mod:`~simulator.progress` (each job's rate and next event),
+  :mod:`~simulator.memory` (memory growth, the predictor's warnings, restart
+  sizes), :mod:`~simulator.usage` (time-integrated use);
+- the helper's actions on running jobs: :mod:`~simulator.growth` (grow by
+  preemption) and :mod:`~simulator.regrouping`.
+
+The decisions are the suite's own code, called as in production through one
+``packer.rules.SuiteRules`` (``self.rules``, the object the live helper's watches decide
+through): ``packer.decision.decide`` (exclusive or packed, and how many shares),
+``packer.corunner.rank_corunners`` (FIG. 3 co-runner), ``packer.contention.check_contention``
+(FIG. 4 requeue and pair avoidance), ``predictor.restart.decide_restart`` (restart on a
+memory warning or keep the job), ``packer.grow.plan_growth``, ``packer.regroup.plan_regroup``;
+and directly ``mig.fsm``/``mig.policies.choose``/``mig.planner.plan_merge_split``/
+``mig.layout.homogeneous_layout`` (MIG placement, merge/split, homogeneous layouts) and
+``predictor.forecast.Forecaster`` (early restart before an out-of-memory).
+
+A restart (out-of-memory, early restart, contention requeue) loses the work of the attempt,
+as a Slurm requeue does, and the job goes to the head of the queue.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from mig.catalog import Catalog, load_catalog
+from packer.config import GIB, PackerConfig
+from packer.rules import SuiteRules
+from simulator.cluster import Cluster
+from simulator.config import SimConfig
+from simulator.events import CHECK, ELIGIBLE, FINISH, OOM, PAIR_FAIL, WARN, EventLoop
+from simulator.growth import GrowPreemption
+from simulator.knowledge import PairKnowledge
+from simulator.memory import MemoryRestarts
+from simulator.mig_state import MigState
+from simulator.handles import JobMoves
+from simulator.pair_failure import PairFailures
+from simulator.progress import Progress
+from simulator.regrouping import Regrouper
+from simulator.registry import make_policy
+from simulator.releases import ReleaseIndex
+from simulator.result import SimResult
+from simulator.scheduling import Scheduler
+from simulator.sharing import ShareIndex
+from simulator.state import Job
+from simulator.usage import UsageMeter
+from simulator.workload import PairTable, SimJobSpec, WorkloadProfile
+
+log = logging.getLogger(__name__)
+
+
+class Simulator:
+    """One run: the parts, wired together, and the handlers of the job events."""
+
+    def __init__(self, cfg: SimConfig, specs: list[SimJobSpec], profiles: list[WorkloadProfile],
+                 pairs: PairTable, rules: SuiteRules | None = None):
+        """``rules``: the decisions to make, taken whole (its packer settings too); None: those
+        ``cfg`` gives (``SimConfig.rules``)."""
+        self.cfg = cfg
+        self.catalog: Catalog = load_catalog(cfg.gpu_model)
+        self.gpu_mem = int(self.catalog.memory_mib) << 20
+        self.pk = cfg.packer or PackerConfig(
+            mode="enforce", gpu_memory_gib=self.gpu_mem / GIB,
+            shares_per_gpu=self.catalog.memory_slices, gpu_model="")  # its own share per memory slice
+        if cfg.policy == "colocate" and cfg.pair_predict and cfg.packer is None:
+            # the measured pair speeds judge a busy job's pack, not a utilisation cut-off
+            self.pk = self.pk.with_overrides(max_util_pct=100.0)
+            if cfg.admission == "load-aware":
+                # a job with no history is tried at the default size (packer.decision's
+                # pack_unknown) where the pack pays: a wrong guess fails at start-up and is
+                # remembered, refusing it leaves it waiting for a whole GPU
+                self.pk = self.pk.with_overrides(pack_unknown=True)
+        if rules is not None:
+            self.pk = rules.config
+        self.rules = rules or cfg.rules(self.pk)  # every decision of the run, as the helper makes it
+        self.share_bytes = self.pk.share_bytes
+        self.profiles = profiles
+        self.pairs = pairs
+        self.know = PairKnowledge(cfg.pair_knowledge, profiles, pairs)
+        self.policy = make_policy(self)  # the one-GPU start rule and hooks the loop calls
+        self.cluster = Cluster(self, cfg.gpus)
+        self.gpus = self.cluster.gpus
+        self.idle = self.cluster.idle  # idle GPUs, in the order they were freed
+        self.loop = EventLoop()
+        self.sched = Scheduler(self)  # the queue, passes and backfill tests
+        self.releases = ReleaseIndex()  # when each busy GPU is released
+        self.progress = Progress(self)  # each job's rate and next event
+        self.history: set[int] = set()  # profiles with a finished run (the packer's history)
+        self.avoid: set[tuple[str, str]] = set()  # pairs FIG. 4 found hurting
+        per_gpu = self.rules.max_jobs_per_gpu
+        self.shares = ShareIndex(self.share_bytes, per_gpu, multi_on=cfg.policy == "colocate" and per_gpu > 2)
+        self.usage = UsageMeter(cfg.timeline_step_s)
+        # the MIG side of the cluster (MIG policies only)
+        self.mig = MigState(cfg, self.catalog, self.gpus, self.idle, self.rules) if self.policy.uses_mig else None
+        self.memory = MemoryRestarts(cfg, self.rules, self.gpu_mem, self.mig)
+        self.moves = JobMoves(stop=self.stop, requeue=self.requeue_at_head,
+                              start_shared=lambda *a: self.cluster.start_shared(*a))
+        self.pair_failures = PairFailures(  # pairs that cannot run together (speed 0)
+            startup_s=cfg.oom_startup_s, gpus=self.gpus, gpu_mem=self.gpu_mem, pairs=pairs, know=self.know,
+            avoid=self.avoid, learns_pairs=self.policy.learns_pairs, moves=self.moves)
+        n_whole = self.mig.n_whole if self.mig else cfg.gpus
+        self.skipped = 0
+        self.jobs: list[Job] = []
+        for s in specs:
+            if s.gpus > n_whole and (s.gpus > 1 or not (self.mig and self.mig.static_fits(s))):
+                self.skipped += 1
+                continue
+            self.jobs.append(Job(s, profiles[s.profile]))
+        self.grow = GrowPreemption(self.rules, self.gpus, self.moves) if cfg.grow_preempt else None
+        self.regrouper = Regrouper(self) if cfg.regroup else None
+
+    # ----------------------------------------------------------------- run
+    def run(self) -> SimResult:
+        t0 = time.perf_counter()
+        arrivals = sorted(self.jobs, key=lambda j: (j.submit, j.id))
+        handlers = {
+            FINISH: self.finish,
+            OOM: lambda job, t: self.restart_memory(job, t, predicted=False),
+            WARN: lambda job, t: self.restart_memory(job, t, predicted=True),
+            CHECK: self.policy.check,
+            PAIR_FAIL: self.pair_failures.fail,
+            ELIGIBLE: self.sched.eligible,
+        }
+        self.loop.run(arrivals, self.usage.advance, handlers, self.sched.arrive, self.sched.run_pass)
+        use = self.usage
+        use.advance(use.last_t)
+        makespan = max((j.end for j in self.jobs if j.end is not None), default=0.0)
+        unfinished = [j for j in self.jobs if j.end is None]
+        if unfinished:
+            log.warning("%d jobs never ran (first: job %d needing %d GPUs)", len(unfinished),
+                        unfinished[0].id, unfinished[0].gpus)
+        return SimResult(
+            policy=self.cfg.policy, predictor=self.cfg.predictor, config=self.cfg, jobs=self.jobs,
+            skipped=self.skipped, makespan=makespan, busy_area=use.busy_area,
+            util_area=use.util_area, mem_area=use.mem_area,
+            mem_total=float(self.gpu_mem) * self.cfg.gpus,
+            reconfig_creates=self.mig.creates if self.mig else 0,
+            reconfig_destroys=self.mig.destroys if self.mig else 0,
+            avoided_pairs=len(self.avoid), events=self.loop.events,
+            wall_s=time.perf_counter() - t0, passes=self.sched.passes,
+            passes_skipped=self.sched.passes_skipped, timeline=use.timeline,
+            knowledge=self.policy.summary(), actions=self._actions_summary(),
+            rules=self.rules.settings())
+
+    def _actions_summary(self) -> dict:
+        out = {**self.memory.summary(), "pair_failures": self.pair_failures.count}
+        for part in (self.grow, self.regrouper):
+            out.update(part.summary() if part is not None else {})
+        return out
+
+    # ----------------------------------------------------------------- job events
+    def restart_memory(self, job: Job, now: float, predicted: bool) -> None:
+        """Out of memory (or warned before it): restart on a larger size, at the head. A
+        warning is priced first (``SuiteRules.restart``, as the live memory watch does) unless
+        the grow decision evicts neighbours for it (the helper's grow watch acts before its
+        memory watch): a job kept running runs on, and runs out of memory later if its memory
+        really outgrows it."""
+        grow = self.grow
+        growing = predicted and grow is not None and grow.evicts_for_warning(job, now, self.memory.warned_size(job))
+        if predicted and not self.memory.restart_on_warning(job, now, growing):
+            self.progress.set_rate(job, now, job.rate)  # its next event: the end or the OOM
+            return
+        if predicted:
+            self.memory.remember_bigger(job)
+        elif not self.memory.retry_oom(job, now):  # contained in its share; retries spent
+            self.stop(job, now)
+            job.end, job.oom_failed = now, True
+            return
+        if grow is not None and grow.try_grow(job, now, predicted):
+            return  # restarted bigger on its GPU at once, younger neighbours evicted
+        self.requeue_at_head(job, now)
+
+    def requeue_at_head(self, job: Job, now: float) -> None:
+        """Take ``job`` off its GPU (its attempt lost) and put it back at the head of the queue."""
+        self.stop(job, now)
+        self.sched.requeue(job, now)
+
+    def stop(self, job: Job, now: float) -> None:
+        """Take a running job off its GPU(s) without finishing it (work lost)."""
+        job.done += (now - job.last_t) * job.rate
+        job.lost_work += max(0.0, job.done)  # below 0: still redoing a move's restart
+        job.token += 1
+        self.cluster.release(job, now)
+        job.done = 0.0
+
+    def finish(self, job: Job, now: float) -> None:
+        job.done = job.duration
+        job.end = now
+        job.token += 1
+        self.history.add(job.profile)
+        self.cluster.release(job, now)
+
+
+def simulate(cfg: SimConfig, specs: list[SimJobSpec], profiles: list[WorkloadProfile],
+             pairs: PairTable, rules: SuiteRules | None = None) -> SimResult:
+    """Run one policy on one workload (``rules``: see :class:`Simulator`)."""
+    return Simulator(cfg, specs, profiles, pairs, rules).run()
