@@ -1,4 +1,4 @@
-"""Decided again at dispatch (issue 26, item 2): a pending packed job whose turn comes while
+"""Decided again at dispatch: a pending packed job whose turn comes while
 a whole GPU is idle gets the whole GPU back (its request restored before it starts). Pure.
 
 The packer packs a job at submit when no whole GPU is idle *then*; by the time the job's

@@ -1,5 +1,5 @@
-"""The load-aware admission rule over the GPUs a newcomer could join (issue 26, items 1 and
-4): the decision the live helper makes at submit, with the replay's rules. Pure.
+"""The load-aware admission rule over the GPUs a newcomer could join: the
+decision the live helper makes at submit, with the replay's rules. Pure.
 
 The GPUs are the busy, shareable ones (``packer.corunner.GpuLoad``), each job there with its
 work left (``left_s``, seconds alone; ``math.inf`` when no end is known). A GPU has room when

@@ -1,5 +1,4 @@
-"""A pair model that carries over to workloads it was not fitted on, with its uncertainty
-(issue 26, item 3). Pure (numpy).
+"""A pair model that carries over to workloads it was not fitted on, with its uncertainty Pure (numpy).
 
 It predicts a job's speed beside another from what the node measures of each job *alone*:
 

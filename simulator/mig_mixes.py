@@ -1,4 +1,4 @@
-"""MIG placement on request mixes drawn from the public traces' job sizes (issue 26, item 5).
+"""MIG placement on request mixes drawn from the public traces' job sizes.
 
 The placement policies (``mig.policies``: ``fsm``, ``demand``, ``first-fit``) were tuned on
 the named mixes of ``mig.bench``. Here each mix is one Philly virtual cluster (the

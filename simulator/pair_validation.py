@@ -1,5 +1,4 @@
 """Validate pair models on what they were not fitted on: leave whole model families out
-(issue 26, item 3).
 
 For each model family (BERT, ResNet18, ...: the ``model`` column of workload_profiles.csv),
 every model is fitted on the ordered pairs where neither job is of that family, and tested

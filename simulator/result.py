@@ -28,5 +28,5 @@ class SimResult:
     passes_skipped: int = 0  # passes skipped: nothing changed since one that started nothing
     timeline: list[tuple[float, int, float, float]] = field(default_factory=list)
     knowledge: dict = field(default_factory=dict)  # prediction error, pairs observed
-    actions: dict = field(default_factory=dict)  # grow preemptions, regroup moves (issue 13)
+    actions: dict = field(default_factory=dict)  # grow preemptions, regroup moves
     rules: dict = field(default_factory=dict)  # the decision settings of the run (SuiteRules.settings)

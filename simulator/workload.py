@@ -83,7 +83,7 @@ class SimJobSpec:
     mem1: int  # peak memory at the end of the run (== mem0 unless growing)
     own: bool = False  # its profile comes from its own GPU figures (sacct), not a draw
     # a growing job's memory jumps from mem0 to mem1 in one step at this fraction of its work
-    # (predictor/data/stress.py's level_shift shape; issue 24: most real crossings); None: linear
+    # (predictor/data/stress.py's level_shift shape; most real crossings are one-step jumps); None: linear
     jump_at: float | None = None
 
     @property

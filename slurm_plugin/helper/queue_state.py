@@ -1,4 +1,4 @@
-"""The queue as the load-aware admission rule reads it, from the watcher's job listing (issue 26).
+"""The queue as the load-aware admission rule reads it, from the watcher's job listing.
 
 The watcher already lists the jobs every round (squeue); this adapter keeps, in the cluster
 view it publishes, what the submit path needs to judge a pack without calling Slurm:

@@ -1,4 +1,4 @@
-"""The submit path's load-aware admission (issue 26, item 1): a job the packer would pack is
+"""The submit path's load-aware admission: a job the packer would pack is
 packed only where the pack pays given the queue (``SuiteRules.judge_pack``, the replay's rule).
 
 Everything it reads is at hand without Slurm: the queue and the shared GPUs come from the

@@ -1,4 +1,4 @@
-"""Head-of-queue requeues under priority/multifactor with fair-share (issue 23, item 2).
+"""Head-of-queue requeues under priority/multifactor with fair-share.
 
 The session's cluster is brought up again with slurmdbd and MariaDB (`--accounting`),
 priority/multifactor weighing fair-share only, and Slurm's default cred_expire, for this
@@ -43,7 +43,7 @@ def fair_cluster(cluster):
         pytest.skip(DEBIAN_DBD_FAILURE)
     base = cluster.dev.spec
     cluster.cancel_all()
-    # and Slurm's default cred_expire (121 s of requeue delay), as on a real site (issue 23, item 1)
+    # and Slurm's default cred_expire (121 s of requeue delay), as on a real site
     try:
         fair = start_cluster(dataclasses.replace(base, accounting=True, priority="multifactor", cred_expire_s=None),
                              cluster.workdir)

@@ -1,4 +1,4 @@
-"""A packed job that runs out of memory in its share (issue 24 item 1), on the real cluster.
+"""A packed job that runs out of memory in its share, on the real cluster.
 
 Its memory jumps from 5 GiB to 15 GiB in one step in a one-share MIG slice (10 GiB). The slice
 fences it: its neighbour on the same GPU runs on untouched. Its step's end (exit 1 after the

@@ -1,4 +1,4 @@
-"""A packed job is never run unisolated (issue 21 item 5), on the multi-host cluster.
+"""A packed job is never run unisolated, on the multi-host cluster.
 
 node2's agent is stopped; a packed job (shard:1) sent there does not run its program: the
 SPANK plugin ends its task (exit 117) before it starts, Slurm requeues it (RequeueExit, no

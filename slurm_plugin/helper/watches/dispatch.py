@@ -1,4 +1,4 @@
-"""Decided again at dispatch (issue 26, item 2): a pending packed job whose turn comes while a
+"""Decided again at dispatch: a pending packed job whose turn comes while a
 whole GPU is idle gets the whole GPU back before it starts (`packer.dispatch.whole_gpu_back`).
 
 Its request is restored with `scontrol update Gres=`: `gpu:1` (its type kept) where Slurm

@@ -1,4 +1,4 @@
-"""Out-of-memory ends (issue 24 item 1): a packed job that ran out of memory in its share is
+"""Out-of-memory ends: a packed job that ran out of memory in its share is
 requeued at the head on a size that holds it, before Slurm marks it FAILED where it can.
 
 The node agents hold each such end (`slurm_plugin.agent.oom_ends`: the step's nonzero exit

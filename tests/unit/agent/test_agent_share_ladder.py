@@ -1,4 +1,4 @@
-"""Shares that always fit, through the node agent's own placement code (issue 21 item 6).
+"""Shares that always fit, through the node agent's own placement code.
 
 Slurm admits a shard request on a GPU when it fits the GPU's free shard count (gres.conf
 Count=, what the dev cluster writes), in any order of arrivals and departures. The packer asks

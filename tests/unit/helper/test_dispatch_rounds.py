@@ -1,4 +1,4 @@
-"""Decided again at dispatch (issue 26, item 2): the watcher gives a pending packed job whose
+"""Decided again at dispatch: the watcher gives a pending packed job whose
 turn comes with a whole GPU idle that GPU back (its request restored before it starts)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A requeued job's head-of-queue lift ends when it starts (issue 23, item 2).
+"""A requeued job's head-of-queue lift ends when it starts.
 
 The lift is an administrator nice, never a fixed priority: `scontrol update Priority=N` is a
 priority Slurm never computes again (the fake models slurmctld's `direct_set_prio`), which

@@ -1,4 +1,4 @@
-"""The submit path's load-aware admission (issue 26, item 1): the queue from the watcher's
+"""The submit path's load-aware admission: the queue from the watcher's
 job listing, published in the cluster view, and the packer's pack kept only where it pays."""
 from __future__ import annotations
 

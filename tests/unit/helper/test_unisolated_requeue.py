@@ -1,4 +1,4 @@
-"""A packed job whose isolation failed (issue 21 item 5): Slurm requeued it (RequeueExit of
+"""A packed job whose isolation failed: Slurm requeued it (RequeueExit of
 the SPANK plugin's exit code); the helper says why in an event, once per run, and makes it the
 next to start. Other pending jobs, a job requeued for another reason, and the same requeue seen
 again in a later round are left alone."""

@@ -28,7 +28,7 @@ def series(t0, t1, value):
 
 
 def test_the_helpers_default_settings_are_the_rules_defaults():
-    # the one difference: the helper's submit path admits load-aware (issue 26), as the replay
+    # the one difference: the helper's submit path admits load-aware, as the replay
     assert MonitorSettings().rules(PackerConfig()) == SuiteRules(admission="load-aware")
     site = MonitorSettings(contention_threshold=0.3, restart_cost_s=5, oom_penalty_s=7, regroup_moves_per_hour=1,
                            grow_running_max_evictions=1, regroup_min_gain_ratio=2.0)

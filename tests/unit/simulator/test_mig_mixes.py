@@ -1,4 +1,4 @@
-"""MIG placement on mixes drawn from the Philly virtual clusters' job sizes (issue 26, item 5)."""
+"""MIG placement on mixes drawn from the Philly virtual clusters' job sizes."""
 from __future__ import annotations
 
 import pytest
