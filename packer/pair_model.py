@@ -1,4 +1,4 @@
-"""A pair model that carries over to workloads it was not fitted on, with its uncertainty Pure (numpy).
+"""A pair model that carries over to workloads it was not fitted on, with its uncertainty. Pure (numpy).
 
 It predicts a job's speed beside another from what the node measures of each job *alone*:
 
