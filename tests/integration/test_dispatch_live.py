@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from e2e_support import SLEEP, events, wait_for
+from e2e_support import SLEEP, events, wait_for, within_rounds
 from packer.comment import parse
 from packer.fingerprint import fingerprint
 from store.db import RunRecord, Store
@@ -95,7 +95,8 @@ def test_the_jobs_per_gpu_limit_is_held(idle_cluster):
         cluster.wait(job, "RUNNING", 30)
     # one more share fits Slurm's count (5 of 5) but is a third job on a GPU (limit 2)
     newcomer = cluster.submit(["-J", "cap-newcomer", "--hold", "--gres=shard:1"], SLEEP)
-    wait_for(lambda: cluster.job(newcomer)["ExcNodeList"] == "node1", 15, "node1 in the pending job's ExcNodeList")
+    within_rounds(cluster, lambda: cluster.job(newcomer)["ExcNodeList"] == "node1",
+                  "node1 in the pending job's ExcNodeList", after_s=15)
     (steer,) = wait_for(lambda: events(cluster, "steer", newcomer), 10, "a steer event")
     assert "(limit 2 a GPU)" in steer.detail, steer.detail
 
