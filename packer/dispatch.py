@@ -9,8 +9,13 @@ it on a share.
 The queue is walked in Slurm's order (priority, highest first; ties to the older job id). A
 whole-GPU job takes an idle GPU it may use, or, finding none, stops the walk (the jobs behind
 it wait for their turn, or for Slurm's backfill: not this rule's business). A packed job
-finding an idle GPU it may use gets it (the rule names it); finding none, it starts beside
-other jobs on shares as it was packed to, and the walk goes on.
+finding an idle GPU it may use gets it (the rule names it) when the idle GPUs left are enough
+for every packed job still waiting in the walk; finding none, or fewer idle GPUs than packed
+jobs waiting, it starts on shares as it was packed to, and the walk goes on. The second
+condition is the load-aware rule's: when packed jobs outnumber the idle GPUs, giving the first
+a GPU of its own leaves the others waiting for one, where together on shares they all run now
+(and a cluster whose GPUs are all held whole would otherwise never start to pack: each freed
+GPU would go, whole, to the next packed job).
 """
 from __future__ import annotations
 
@@ -39,11 +44,20 @@ def whole_gpu_back(queue: Sequence[QueuedJob], idle: Mapping[str, int]) -> list[
     of that GPU, in the order they come; ``idle``: idle whole GPUs per usable node."""
     left = {n: c for n, c in idle.items() if c > 0}
     out: list[tuple[int, str]] = []
-    for job in sorted(queue, key=lambda j: (-j.priority, j.job_id)):
+    ordered = sorted(queue, key=lambda j: (-j.priority, j.job_id))
+    # the packed jobs that could take one of the idle GPUs (a job kept off them does not count)
+    could = {j.job_id for j in ordered if j.packed and any(_usable(j, n) for n in left)}
+    packed_waiting = len(could)
+    scarce = False  # fewer idle GPUs than packed jobs waiting: from there on, all start on shares
+    for job in ordered:
         node = next((n for n in sorted(left) if left[n] >= job.gpus and _usable(job, n)), None)
-        if node is None:
-            if job.packed:
+        if job.packed:
+            if job.job_id in could:
+                scarce = scarce or sum(left.values()) < packed_waiting  # not a whole GPU each for them
+                packed_waiting -= 1
+            if node is None or scarce:
                 continue  # it starts on shares, as packed
+        elif node is None:
             break  # a whole-GPU job waits: the jobs behind it are not at their turn
         left[node] -= job.gpus
         if not left[node]:

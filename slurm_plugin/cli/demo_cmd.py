@@ -102,9 +102,12 @@ def demo(state_dir: Path, scenario: str, as_json: bool) -> None:
     script = d.workdir / "train.sh"
     script.write_text(_train_script(sys.executable))
     script.chmod(0o755)
-    filler = d.workdir / "other-team.sh"
-    filler.write_text("#!/bin/sh\n# another team's job that keeps a whole GPU busy for a while\nsleep 20\n")
+    filler = d.workdir / "other-team.sh"  # another team's job that keeps a whole GPU busy for a while
+    filler.write_text("#!/bin/sh\nsleep 75\n")
     filler.chmod(0o755)
+    short = d.workdir / "other-team-short.sh"  # ... and one that ends soon
+    short.write_text("#!/bin/sh\nsleep 20\n")
+    short.chmod(0o755)
     click.echo(f"Demo jobs in {d.workdir}; the cluster is `eval \"$(gpupack devcluster env --state-dir {state_dir})\"`.\n")
 
     click.echo("1. First run of train.sh: nothing is known about it, so it gets a whole GPU and is profiled.")
@@ -119,14 +122,16 @@ def demo(state_dir: Path, scenario: str, as_json: bool) -> None:
         click.echo(f"   what the job counted itself: {own[-1][len('simgpu: '):]}")
 
     gpus = d.cluster.spec.nodes * d.cluster.spec.gpus_per_node
-    click.echo(f"\n2. Other teams take all {gpus} GPUs (unknown jobs, so exclusive).")
-    fillers = [d.submit(filler, f"other-team-{i}") for i in range(gpus)]
+    click.echo(f"\n2. Other teams take all {gpus} GPUs (unknown jobs, so exclusive); one of them ends in 20 s.")
+    fillers = [d.submit(short if i == 0 else filler, f"other-team-{i}") for i in range(gpus)]
     deadline = time.time() + 60
     while time.time() < deadline and not all(d.state(j) == "RUNNING" for j in fillers):
         time.sleep(0.5)
     time.sleep(3)  # one poll of the controller helper
 
-    click.echo("\n3. train.sh again, three times: no GPU is idle and its history says it fits in a share.")
+    click.echo("\n3. train.sh again, three times: no GPU is idle and its history says it fits in a share.\n"
+               "   When the short job ends, the three share its GPU (one idle GPU for three packed jobs:\n"
+               "   none gets it whole at dispatch) instead of waiting for a GPU each.")
     second = [d.submit(script, "train") for _ in range(3)]
     for job_id in second:
         click.echo(f"   job {job_id}: {d.comment(job_id)}")

@@ -57,13 +57,20 @@ def test_jobs_ahead_come_first_and_22_05_gets_every_share_of_the_gpu(tmp_path):
     fake, helper, monitor = make(tmp_path, release="22.05.8")
     fake.submit(job_id=1, state="PENDING", gres="gres:gpu:h100:1", priority=300)
     pending_packed(fake, 2, priority=200)
-    pending_packed(fake, 3, priority=100)
     fake.nodes["node2"].gres_used = "gpu:h100:0(IDX:N/A),shard:h100:0(IDX:N/A)"  # two idle GPUs
     monitor.tick()
     assert fake.jobs[1].tres_per_node == "gres:gpu:h100:1"
     assert fake.jobs[2].tres_per_node == "gres:shard:h100:8"  # 22.05: all the GPU's shares
-    assert fake.jobs[3].tres_per_node == "gres:shard:h100:2"  # its turn: no GPU left, it packs
-    assert not events(helper, 3)
+
+
+def test_packed_jobs_that_outnumber_the_idle_gpus_stay_on_their_shares(tmp_path):
+    fake, helper, monitor = make(tmp_path)
+    pending_packed(fake, 2, priority=200)
+    pending_packed(fake, 3, priority=100)
+    fake.nodes["node2"].gres_used = "gpu:h100:1(IDX:0),shard:h100:0(IDX:N/A)"  # one idle GPU for two
+    monitor.tick()
+    assert fake.jobs[2].tres_per_node == fake.jobs[3].tres_per_node == "gres:shard:h100:2"
+    assert not events(helper, 2) and not events(helper, 3)
 
 
 def test_shadow_mode_and_the_kill_switch_leave_the_job_alone(tmp_path):
