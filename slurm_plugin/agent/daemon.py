@@ -23,7 +23,6 @@ from collections import deque
 from pathlib import Path
 from typing import Callable
 
-from mig.errors import MigError
 from packer.samples import JobSample
 from slurm_plugin.agent import isolation as iso
 from slurm_plugin.agent.counters import CounterReader
@@ -32,6 +31,7 @@ from slurm_plugin.agent.finals import KeptFinals, free_memory_of, job_summary
 from slurm_plugin.agent.isolator import Isolator
 from slurm_plugin.agent.journal import SliceJournal
 from slurm_plugin.agent.mig_manager import MigManager
+from slurm_plugin.agent.oom_desk import OomDesk
 from slurm_plugin.agent.oom_ends import OomEnds
 from slurm_plugin.agent.paths import AgentError, AgentPaths, final_path, socket_path
 from slurm_plugin.agent.plans import Generations, MpsPlanFile
@@ -84,6 +84,7 @@ class NodeAgent:
         self.mps_plan = MpsPlanFile(self.paths.mps_plan)
         self.sampled_at: float | None = None  # the agent's time of its last sampling round
         self.oom_ends = OomEnds(node, clock)  # packed jobs' out-of-memory ends, until the helper answers
+        self.oom = OomDesk(self)  # what the SPANK plugin, the job and the helper say of those ends
         self.reconciler = Reconciler(node, backend, self._running_jobs, self._finish, clock,
                                      journal=self.journal, unsure=self.mig.unsure,
                                      lists_taken=self._lists_taken if hasattr(list_running_jobs, "lists") else None)
@@ -162,48 +163,6 @@ class NodeAgent:
                 return self._finish(a, reason="batch step ended")
             self._save()
             return None
-
-    def task_exit(self, job_id: int, step_id: int, exit_code: int) -> str:
-        """A task of a step exited: "hold" while its out-of-memory end waits for the helper."""
-        with self.lock:
-            a = self.jobs.get(job_id)
-            if a is None:
-                return "done"
-            if exit_code and a.device_uuid:
-                self.sampler.sample(a, self.clock())  # what it held at the end, from the GPU
-            return self.oom_ends.task_exit(a, step_id, exit_code, self._memory_limit(a))
-
-    def _memory_limit(self, a: Assignment) -> int | None:
-        """Bytes the job's share lets it hold: its MPS limit, else its MIG slice's memory."""
-        if a.mem_limit_bytes:
-            return a.mem_limit_bytes
-        if a.kind == "mig" and a.profile:
-            try:
-                return self.backend.catalog(a.gpu_index).profile(a.profile).memory_mib * 1024**2
-            except (AgentError, KeyError, ValueError, MigError) as exc:
-                log.warning("job %d: no memory size for MIG %s: %s", a.job_id, a.profile, exc)
-        return None
-
-    def alloc_failed(self, job_id: int, peer: Peer, body: dict) -> dict:
-        """A job says an allocation failed (its token and pid checked): the size it asked for
-        is bounded by the GPU's memory; what it held is read from the GPU, not from it."""
-        with self.lock:
-            a = self.jobs.get(job_id)
-            if a is None:
-                raise ReportRejected(f"job {job_id} is not isolated on {self.node}")
-            check_reporter(job_id, str(body.get("token", "")), a.token, peer)
-            asked = body.get("asked_bytes")
-            total = 1024**2 * max((g.memory_mib for g in self.backend.list_gpus()), default=0)
-            if isinstance(asked, bool) or not isinstance(asked, int) or not 0 < asked <= max(total, 1):
-                raise ReportRejected(f"asked_bytes must be an integer in (0, {total}], got {asked!r}")
-            sample = self.sampler.sample(a, self.clock()) if a.device_uuid else None
-            held = sample.mem_bytes if sample is not None else a.last_mem_bytes
-            self.oom_ends.alloc_failed(job_id, asked, held)
-            return {"status": "ok"}
-
-    def settle_oom(self, job_id: int, outcome: str) -> bool:
-        with self.lock:
-            return self.oom_ends.settle(job_id, outcome)
 
     def finish(self, job_id: int, reason: str = "asked") -> dict | None:
         with self.lock:

@@ -72,18 +72,18 @@ def _task_exit(agent: NodeAgent, body: dict, peer: Peer) -> dict:
     code = body.get("exit_code")
     if isinstance(code, bool) or not isinstance(code, int):
         raise ValueError("exit_code must be an integer")
-    answer = agent.task_exit(_int(body, "job_id"), _int(body, "step_id"), code)
+    answer = agent.oom.task_exit(_int(body, "job_id"), _int(body, "step_id"), code)
     return {"status": "ok", "isolation": answer, "env": {}}
 
 
 def _alloc_failed(agent: NodeAgent, body: dict, peer: Peer) -> dict:
-    return agent.alloc_failed(_int(body, "job_id"), peer, body)
+    return agent.oom.alloc_failed(_int(body, "job_id"), peer, body)
 
 
 def _oom_settle(agent: NodeAgent, body: dict, peer: Peer) -> dict:
     """The helper's answer to an out-of-memory end: the held step may end."""
     outcome = str(body.get("outcome") or "settled")[:200]
-    return {"status": "ok", "node": agent.node, "known": agent.settle_oom(_int(body, "job_id"), outcome)}
+    return {"status": "ok", "node": agent.node, "known": agent.oom.settle(_int(body, "job_id"), outcome)}
 
 
 def _samples(agent: NodeAgent, body: dict, peer: Peer) -> dict:

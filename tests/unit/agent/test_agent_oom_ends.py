@@ -39,24 +39,24 @@ def test_a_failed_allocation_past_the_slice_holds_the_end_until_the_helper_settl
     agent, backend, clock = node
     run_at(agent, backend, 7, 5 * GIB)
     agent.oom_ends.alloc_failed(7, 10 * GIB, 5 * GIB)
-    assert agent.task_exit(7, BATCH_STEP, 1) == "hold"
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"
     (end,) = agent.oom_ends.waiting()
     assert end["limit_bytes"] == backend.catalog(0).profile("1g.10gb").memory_mib * 1024**2
     assert end["asked_bytes"] == 10 * GIB and end["peak_bytes"] == 5 * GIB and end["shards"] == 1
     clock.t += 1
-    assert agent.task_exit(7, BATCH_STEP, 1) == "hold"  # asked again: still waiting
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"  # asked again: still waiting
     answer = ops.dispatch(agent, "oom_settle", {"job_id": 7, "outcome": "requeued"}, ROOT)
     assert answer["known"] is True
-    assert agent.task_exit(7, BATCH_STEP, 1) == "done" and agent.oom_ends.waiting() == []
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "done" and agent.oom_ends.waiting() == []
 
 
 def test_an_end_the_helper_never_answers_is_let_go_after_the_hold_and_stays_listed(node):
     agent, backend, clock = node
     run_at(agent, backend, 7, 5 * GIB)
     agent.oom_ends.alloc_failed(7, 10 * GIB, 5 * GIB)
-    assert agent.task_exit(7, BATCH_STEP, 1) == "hold"
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"
     clock.t += HOLD_S
-    assert agent.task_exit(7, BATCH_STEP, 1) == "done"
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "done"
     assert [e["job_id"] for e in agent.oom_ends.waiting()] == [7]  # the helper may still requeue it
     clock.t += KEEP_S + 1
     assert agent.oom_ends.waiting() == []
@@ -68,14 +68,14 @@ def test_no_evidence_no_hold(node, exit_code, report):
     run_at(agent, backend, 7, 5 * GIB)  # half its slice: a nonzero exit alone is no OOM
     if report:
         agent.oom_ends.alloc_failed(7, 10 * GIB, 5 * GIB)
-    assert agent.task_exit(7, BATCH_STEP, exit_code) == "done" and agent.oom_ends.waiting() == []
+    assert agent.oom.task_exit(7, BATCH_STEP, exit_code) == "done" and agent.oom_ends.waiting() == []
 
 
 def test_a_silent_job_that_fails_with_its_slice_full_is_held(node):
     agent, backend, _ = node
     limit = backend.catalog(0).profile("1g.10gb").memory_mib * 1024**2
     run_at(agent, backend, 7, limit - 1024**2)
-    assert agent.task_exit(7, BATCH_STEP, 1) == "hold"
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"
 
 
 def test_a_whole_gpu_job_is_never_held(node):
@@ -83,20 +83,20 @@ def test_a_whole_gpu_job_is_never_held(node):
     a = agent.isolate(8, BATCH_STEP, 0, {"SLURM_JOB_GPUS": "0", "CUDA_VISIBLE_DEVICES": "0"})
     backend.alloc_memory(a.device_uuid, "8", 79 * GIB)
     agent.tick()
-    assert agent.task_exit(8, BATCH_STEP, 1) == "done"
+    assert agent.oom.task_exit(8, BATCH_STEP, 1) == "done"
 
 
 def test_the_next_run_of_a_requeued_job_is_judged_afresh(node):
     agent, backend, clock = node
     run_at(agent, backend, 7, 5 * GIB)
     agent.oom_ends.alloc_failed(7, 10 * GIB, 5 * GIB)
-    assert agent.task_exit(7, BATCH_STEP, 1) == "hold"
-    agent.settle_oom(7, "requeued")
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"
+    agent.oom.settle(7, "requeued")
     agent.step_end(7, BATCH_STEP)
     clock.t += 30
     run_at(agent, backend, 7, 5 * GIB)  # its next run fails again the same way
     agent.oom_ends.alloc_failed(7, 10 * GIB, 5 * GIB)
-    assert agent.task_exit(7, BATCH_STEP, 1) == "hold"
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"
 
 
 def test_task_exit_over_the_socket_answers_in_lines_words(node):

@@ -1,0 +1,64 @@
+"""A node agent's desk for packed jobs' out-of-memory ends: the SPANK plugin's task exits, the
+job's own word that an allocation failed, and the helper's answer (``oom_ends.OomEnds`` keeps
+the ends themselves; ``packer.oom_restart`` judges them on the controller)."""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from mig.errors import MigError
+from slurm_plugin.agent.paths import AgentError
+from slurm_plugin.agent.state import Assignment
+from slurm_plugin.agent.trust import Peer, ReportRejected, check_reporter
+
+if TYPE_CHECKING:
+    from slurm_plugin.agent.daemon import NodeAgent
+
+log = logging.getLogger(__name__)
+
+
+class OomDesk:
+    def __init__(self, agent: "NodeAgent"):
+        self.agent = agent
+
+    def task_exit(self, job_id: int, step_id: int, exit_code: int) -> str:
+        """A task of a step exited: "hold" while its out-of-memory end waits for the helper."""
+        with self.agent.lock:
+            a = self.agent.jobs.get(job_id)
+            if a is None:
+                return "done"
+            if exit_code and a.device_uuid:
+                self.agent.sampler.sample(a, self.agent.clock())  # what it held at the end, from the GPU
+            return self.agent.oom_ends.task_exit(a, step_id, exit_code, self.memory_limit(a))
+
+    def memory_limit(self, a: Assignment) -> int | None:
+        """Bytes the job's share lets it hold: its MPS limit, else its MIG slice's memory."""
+        if a.mem_limit_bytes:
+            return a.mem_limit_bytes
+        if a.kind == "mig" and a.profile:
+            try:
+                return self.agent.backend.catalog(a.gpu_index).profile(a.profile).memory_mib * 1024**2
+            except (AgentError, KeyError, ValueError, MigError) as exc:
+                log.warning("job %d: no memory size for MIG %s: %s", a.job_id, a.profile, exc)
+        return None
+
+    def alloc_failed(self, job_id: int, peer: Peer, body: dict) -> dict:
+        """A job says an allocation failed (its token and pid checked): the size it asked for
+        is bounded by the GPU's memory; what it held is read from the GPU, not from it."""
+        with self.agent.lock:
+            a = self.agent.jobs.get(job_id)
+            if a is None:
+                raise ReportRejected(f"job {job_id} is not isolated on {self.agent.node}")
+            check_reporter(job_id, str(body.get("token", "")), a.token, peer)
+            asked = body.get("asked_bytes")
+            total = 1024**2 * max((g.memory_mib for g in self.agent.backend.list_gpus()), default=0)
+            if isinstance(asked, bool) or not isinstance(asked, int) or not 0 < asked <= max(total, 1):
+                raise ReportRejected(f"asked_bytes must be an integer in (0, {total}], got {asked!r}")
+            sample = self.agent.sampler.sample(a, self.agent.clock()) if a.device_uuid else None
+            held = sample.mem_bytes if sample is not None else a.last_mem_bytes
+            self.agent.oom_ends.alloc_failed(job_id, asked, held)
+            return {"status": "ok"}
+
+    def settle(self, job_id: int, outcome: str) -> bool:
+        with self.agent.lock:
+            return self.agent.oom_ends.settle(job_id, outcome)
