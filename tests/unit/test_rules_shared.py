@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from packer.config import PackerConfig
 from packer.rules import SuiteRules
 from packer.samples import JobSample
