@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping
+from typing import TypeVar
+
+K = TypeVar("K", bound=Hashable)
 
 TOTAL = 100
 
@@ -60,3 +63,15 @@ def _round_to_total(raw: Mapping[Hashable, float], floor_pct: int) -> dict[Hasha
         biggest = max(out, key=out.get)
         out[biggest] -= 1
     return out
+
+
+def settled_plan(previous: Mapping[K, int] | None, new: Mapping[K, int], min_change: int) -> Mapping[K, int]:
+    """The percentages a GPU keeps: `new` when its jobs changed or some job's share moved by
+    `min_change` points or more, else `previous`. Utilisation averages move by a point or two
+    from round to round; without this, two steps started a round apart would each read a
+    different plan, and their percentages together would not add up to 100."""
+    if previous is None or set(previous) != set(new):
+        return new
+    if any(abs(new[k] - previous[k]) >= min_change for k in new):
+        return new
+    return previous

@@ -102,6 +102,8 @@ class MonitorSettings:
     # MPS percentages from measured utilisation
     mps_headroom: float = setting(0.10, ge=0, le=1)
     mps_floor_pct: int = setting(5, ge=0, le=100)
+    # a GPU's MPS plan changes only when a job's share moves by this many points (or its jobs change)
+    mps_replan_points: int = setting(5, ge=1, le=100)
     # MIG layouts that follow the queue: in-order (FIFO), by-size, or off
     mig_layout: str = setting("in-order", choices=("in-order", "by-size", "off"))
     # `[monitor.actions]`: per run-time action (requeue-contention, restart-memory, grow-preempt,

@@ -208,7 +208,9 @@ def test_mps_shares_come_from_measured_utilisation(cluster):
         # 68.5 % and 68.7 % once each slows the other) would leave the order to the noise.
         assert {e["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] for e in first.values()} == {"40"}
         pct = {w: int(e["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]) for w, e in second.items()}
-        assert pct["LSTM"] > pct["PPO"] + 20 and pct["LSTM"] + pct["PPO"] == 100, pct
+        # each plan adds up to 100; the two steps may start a round apart and read plans that
+        # differ by less than the replan threshold (mps_replan_points, 5)
+        assert pct["LSTM"] > pct["PPO"] + 20 and abs(pct["LSTM"] + pct["PPO"] - 100) < 5, pct
         assert all(e["CUDA_MPS_PIPE_DIRECTORY"].endswith("gpu0/pipe") for e in second.values())
     finally:
         mps_agent.terminate()

@@ -48,7 +48,6 @@ def test_newcomer_that_slows_its_neighbour_is_requeued_next_to_start_and_never_p
         info = cluster.job(newcomer)
         assert info["JobState"] in ("PENDING", "COMPLETING") and int(info["Restarts"]) >= 1
         assert "node1" in info["ExcNodeList"]
-        assert int(info["Priority"]) > int(cluster.job(waiting)["Priority"])
         assert int(info["Nice"]) < 0  # lifted by a nice, not given a priority Slurm never computes again
 
         # once it is back in the queue and eligible (the helper skips Slurm's requeue delay as
@@ -57,6 +56,11 @@ def test_newcomer_that_slows_its_neighbour_is_requeued_next_to_start_and_never_p
         # (eligible: the scheduler has judged it since, "None" right after the requeue is not yet)
         wait_for(lambda: (lambda j: j["JobState"] == "PENDING" and j.get("Reason") in ("Resources", "Priority"))(
             cluster.job(newcomer)), 20, "requeued newcomer eligible again")
+        # above the older waiting job. Slurm may compute the priority again when the old run's
+        # clean-up ends (26.05 seen: one below the lifted one, level with the waiting job); the
+        # keep-at-head watch lifts it again on its next round
+        within_rounds(cluster, lambda: int(cluster.job(newcomer)["Priority"]) > int(cluster.job(waiting)["Priority"]),
+                      "requeued newcomer above the older waiting job")
         cluster.run("scancel", str(fillers["node2"]))
         cluster.wait(newcomer, "RUNNING", 40)
         assert cluster.job(newcomer)["NodeList"] == "node2"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from packer.mps import mps_percentages
+from packer.mps import mps_percentages, settled_plan
 from slurm_plugin.helper.watches.round import RoundContext
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,9 @@ class MpsWatch:
             by_gpu.setdefault((t.node, t.gpu_index), {})[t.job_id] = sum(utils) / len(utils) if utils else None
         s = ctx.settings
         plan = {
-            key: mps_percentages(utils, headroom=s.mps_headroom, floor_pct=s.mps_floor_pct)
+            key: dict(settled_plan(self.mps_plan.get(key),
+                                   mps_percentages(utils, headroom=s.mps_headroom, floor_pct=s.mps_floor_pct),
+                                   s.mps_replan_points))
             for key, utils in by_gpu.items()
         }
         if plan != self.mps_plan:

@@ -35,3 +35,21 @@ def test_sum_never_exceeds_100_and_each_job_gets_some(utils):
     assert set(out) == set(utils)
     assert sum(out.values()) <= 100
     assert all(v >= 1 for v in out.values())
+
+
+def test_a_plan_is_kept_while_every_share_moves_less_than_the_threshold():
+    from packer.mps import settled_plan
+
+    old = {1: 72, 2: 28}
+    assert settled_plan(old, {1: 71, 2: 29}, 5) == old
+    assert settled_plan(old, {1: 76, 2: 24}, 5) == old
+
+
+def test_a_plan_changes_when_a_share_moves_by_the_threshold_or_its_jobs_change():
+    from packer.mps import settled_plan
+
+    old = {1: 72, 2: 28}
+    assert settled_plan(old, {1: 67, 2: 33}, 5) == {1: 67, 2: 33}
+    assert settled_plan(old, {1: 50, 2: 25, 3: 25}, 5) == {1: 50, 2: 25, 3: 25}
+    assert settled_plan(old, {1: 100}, 5) == {1: 100}
+    assert settled_plan(None, {1: 60, 2: 40}, 5) == {1: 60, 2: 40}
