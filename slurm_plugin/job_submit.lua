@@ -14,14 +14,15 @@ Settings come from gpupack_shim.conf next to this file (key=value):
 A number out of its range (timeout_ms: 1 to 1000; not inf, nan or negative) is an error in
 slurmctld's log, and the default is kept.
 
-What it may change, and only as the helper says: tres_per_node (to gres shards), the fields of
-CLEARABLE (cleared), the numbers of SETTABLE (whole numbers in range), exc_nodes (a
-hostlist added) and admin_comment. The request forms: docs/request-forms.md.
+What it may change, and only as the helper says: tres_per_node (to 1 to MAX_SHARDS gres
+shards), the fields of CLEARABLE (cleared), the numbers of SETTABLE (whole numbers in range),
+exc_nodes (a hostlist added) and admin_comment. The request forms: docs/request-forms.md.
 --]]
 
 local CONF_REFRESH_S = 10
 local DEFAULT_TIMEOUT_MS = 50
 local MAX_TIMEOUT_MS = 1000  -- slurmctld waits for the answer holding its job write lock
+local MAX_SHARDS = 65535  -- shards of one GPU in a rewrite (0 would take the job's GPU away)
 local CLEARABLE = { tres_per_job = true, tres_per_task = true, mem_per_tres = true, cpus_per_tres = true,
                    tres_bind = true }
 -- numbers the helper may set, with their ranges (MB; CPUs; CPUs, a 16-bit field below NO_VAL16)
@@ -176,7 +177,8 @@ end
 local function plan(answer)
   local p = { clear = {}, set = {} }
   if not (answer.rewrite and answer.rewrite ~= "") then return p end
-  if not (answer.rewrite:match("^gres[:/]shard:%d+$") or answer.rewrite:match("^gres[:/]shard:[%w_][%w_%.%-]*:%d+$")) then
+  local count = answer.rewrite:match("^gres[:/]shard:(%d+)$") or answer.rewrite:match("^gres[:/]shard:[%w_][%w_%.%-]*:(%d+)$")
+  if not (count and bounded(count, 1, MAX_SHARDS)) then
     return nil, "refused the rewrite " .. answer.rewrite
   end
   p.rewrite = answer.rewrite

@@ -57,6 +57,9 @@ PACKED = {"status": "ok", "verdict": "packed", "reason": "fits", "mode": "enforc
     {"min_cpus": "nan"}, {"min_mem_per_node": "1e3"}, {"cpus_per_task": "65534"}, {"min_mem_per_node": str(2**41)}, {"clear": "script"},
     {"clear": "tres_per_job,partition"}, {"rewrite": "gres:gpu:8"}, {"rewrite": "gres:shard:h100:1,gres:gpu:1"},
     {"rewrite": "gres:shard:h1 00:1"}, {"exclude": "node1;rm"},
+    # the shard count is a number too: 0 would take the job's GPU away, a huge one never runs
+    {"rewrite": "gres:shard:0"}, {"rewrite": "gres/shard:h100:00"}, {"rewrite": "gres:shard:h100:65536"},
+    {"rewrite": "gres:shard:" + "9" * 30},
 ], ids=lambda e: "-".join(f"{k}={v[:12]}" for k, v in e.items()))
 def test_an_answer_out_of_bounds_changes_no_field(tmp_path, extra):
     rig = ShimRig(tmp_path, CONFIG, handler=lambda fields: {**PACKED, **extra})
