@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -160,6 +161,20 @@ def test_interactive_allocations_are_left_alone(packing, launcher):
     record = record_of(packing, job_id)
     assert (record.verdict, record.reason) == ("untouched", "interactive")
     assert packing.job(job_id)["TresPerNode"] == packing.tres("gpu:1")
+
+
+def test_every_component_of_a_heterogeneous_job_is_left_alone(packing):
+    """Slurm asks job_submit once per component; the recordings hold only the first (the
+    recorder refuses it, and Slurm stops there), so the second is checked here."""
+    body = script("hetjob")
+    seed_history(packing, "hetjob", body)
+    leader = packing.submit(["-J", "hetjob", "--gres=gpu:1", ":", "-J", "hetjob", "--gres=gpu:1"], body)
+    lines = packing.run("scontrol", "show", "job", "-o", str(leader)).stdout.decode(errors="replace").splitlines()
+    components = {int(re.search(r"HetJobOffset=(\d+)", line).group(1)): line for line in lines if line.strip()}
+    assert sorted(components) == [0, 1], lines
+    for line in components.values():
+        assert "gpupack: untouched reason=heterogeneous" in line, line
+        assert re.search(r"TresPerNode=(\S+)", line).group(1) == packing.tres("gpu:1"), line
 
 
 def test_a_request_slurm_refuses_is_refused_by_slurm_not_the_shim(packing):
@@ -327,7 +342,7 @@ def test_kill_switch_passes_everything_through_at_once(packing):
 def test_bad_input_is_accepted_and_decided(packing, name, body):
     seed_history(packing, name or "sbatch", body)  # sbatch names a job read from stdin "sbatch"
     args = ["--gres=gpu:1"] + (["-J", name] if name else [])
-    job_id = packing.submit(args, body)
+    job_id = _submit_decided(packing, args, body)  # (seen on 24.11 at load 17: the 1 MB script failed open)
     record = record_of(packing, job_id)
     assert record is not None and record.verdict == "packed"
 
