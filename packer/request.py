@@ -99,9 +99,13 @@ def _may_span_nodes(job: JobFacts) -> bool:
     return _unset(job.ntasks_per_node, NO_VAL16) or job.ntasks_per_node < job.num_tasks
 
 
-def classify(job: JobFacts) -> Candidate | NotCandidate:
+def classify(job: JobFacts, requeue_by_default: bool = True) -> Candidate | NotCandidate:
     """Decide whether the job is a packing candidate; never raises. The order of the checks
-    is the reason a job gets when several apply (docs/request-forms.md)."""
+    is the reason a job gets when several apply (docs/request-forms.md).
+
+    `requeue_by_default`: the cluster's JobRequeue (slurm.conf), what a job that names
+    neither --requeue nor --no-requeue gets: on a cluster that does not requeue by default
+    such a job cannot be requeued, and every safety net of the suite needs a requeue."""
     found: list[tuple[str, GresItem]] = []
     shared_seen = False
     for field_name in TRES_FIELDS:
@@ -127,7 +131,7 @@ def classify(job: JobFacts) -> Candidate | NotCandidate:
         return NotCandidate("heterogeneous")
     if not job.batch:
         return NotCandidate("interactive")
-    if job.requeue == 0:
+    if job.requeue == 0 or (not requeue_by_default and job.requeue in (None, NO_VAL16, NO_VAL)):
         return NotCandidate("no-requeue")
     if job.tres_freq and "gpu" in job.tres_freq:
         return NotCandidate("gpu-freq")

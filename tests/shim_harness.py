@@ -90,7 +90,8 @@ class ShimRig:
 
     def __init__(self, folder: Path, config: PackerConfig, store: Store | None = None,
                  view: ClusterView = ClusterView(0), timeout_ms: object = 1000,
-                 handler: Callable[[dict[str, bytes]], dict[str, str]] | None = None):
+                 handler: Callable[[dict[str, bytes]], dict[str, str]] | None = None,
+                 requeue_by_default: bool = True):
         """`handler`: answer the shim with it instead of the real service (a helper that misbehaves)."""
         if LUA is None:
             raise RuntimeError("lua5.1 is not installed (Debian: apt-get install lua5.1 lua-socket)")
@@ -101,7 +102,8 @@ class ShimRig:
         self.kill_switch = folder / "disable"
         self.write_conf(timeout_ms=timeout_ms)
         self.store = store or Store()
-        self.service = SubmitService(lambda: config, self.store, lambda: view)
+        self.service = SubmitService(lambda: config, self.store, lambda: view,
+                                     requeue_by_default=requeue_by_default)
 
         def submit(fields: dict[str, bytes]) -> Reply:
             answer, after = self.service.respond(fields)

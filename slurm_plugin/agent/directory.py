@@ -80,14 +80,15 @@ def load_agent_settings(path: Path | None) -> AgentSettings:
 
 def node_addr_in_conf(node: str, slurm_conf: Path | None) -> str | None:
     """NodeAddr of ``node`` in slurm.conf (None when it has none, or the file is unreadable)."""
-    from slurm_plugin.metrics.ports import _settings, slurm_conf_path
+    from slurm_plugin.metrics.ports import slurm_conf_path
+    from slurm_plugin.slurm.conf_file import conf_settings
     from slurm_plugin.slurm.gres import expand_hostlist
 
     try:
         text = slurm_conf_path(slurm_conf).read_text()
     except OSError:
         return None
-    for pairs in _settings(text):
+    for pairs in conf_settings(text):
         names, addrs = pairs.get("nodename"), pairs.get("nodeaddr")
         if names and addrs:
             hosts, addr_list = expand_hostlist(names), expand_hostlist(addrs)

@@ -31,7 +31,9 @@ from slurm_plugin.helper.view_file import PublishedView, view_path
 from slurm_plugin.metrics.endpoint import new_registry, serve
 from slurm_plugin.metrics.config_file import ConfigFileCollector
 from slurm_plugin.metrics.settings import MetricsOverride
+from slurm_plugin.metrics.ports import slurm_conf_path
 from slurm_plugin.metrics.submit import SubmitMetrics
+from slurm_plugin.slurm.conf_file import job_requeue_of
 from slurm_plugin.slurm.gres import expand_hostlist
 from slurm_plugin.refusals import RefusalLog, UserLimits
 from slurm_plugin.startup import WATCHER_MODULES, require
@@ -73,6 +75,7 @@ class Helper:
             self.config, self.store, self.view.view, self.paths.kill_switch, self._on_decision,
             avoid=self._avoid_nodes, metrics=self.metrics,
             rules=self.config.file().monitor.rules, snapshot=self.view.snapshot,
+            requeue_by_default=job_requeue_of(slurm_conf_path(self.paths.slurm_conf)),
         )
         # the controller's epilog (`gpupack ctld-epilog`) names a job that ended: the watcher
         # collects its runs from its nodes' agents (no Slurm call, no SQLite on this side)

@@ -158,6 +158,7 @@ class SubmitService:
         metrics: SubmitMetrics | None = None,
         rules: Callable[[PackerConfig], SuiteRules] | None = None,
         snapshot: Callable[[], Snapshot | None] | None = None,
+        requeue_by_default: bool = True,
     ):
         self._config = config
         self._rules: SuiteRules | None = None  # the admit decision (packer.rules), per [packer] table read
@@ -167,6 +168,7 @@ class SubmitService:
         self._on_decision = on_decision
         self._avoid = avoid
         self._metrics = metrics
+        self._requeue_by_default = requeue_by_default  # slurm.conf's JobRequeue
         # the decisions with the [monitor] table's settings (the watches' and the replay's);
         # None: the defaults. `snapshot`: the published view the load-aware admission reads
         self._make_rules = rules or (lambda config: SuiteRules(config=config))
@@ -197,7 +199,7 @@ class SubmitService:
             return answer, self._observer(answer, started)
         text = _decoded(fields)
         facts = job_facts(fields, text)
-        request = classify(facts)
+        request = classify(facts, self._requeue_by_default)
         if isinstance(request, Candidate):
             fp = fingerprint(facts.user, facts.name, facts.script)
             estimate, remembered = self.store.history(fp, config.history_window,

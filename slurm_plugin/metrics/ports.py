@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurm_plugin.slurm.conf_file import conf_settings
 from slurm_plugin.slurm.gres import expand_hostlist
 
 log = logging.getLogger(__name__)
@@ -51,28 +52,12 @@ def slurm_conf_path(configured: Path | None = None) -> Path:
     return Path(configured or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
 
 
-def _settings(text: str) -> list[dict[str, str]]:
-    """slurm.conf as one dict per line (keys lower-case), comments dropped."""
-    lines = []
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        pairs = {}
-        for word in line.split():
-            if "=" in word:
-                key, value = word.split("=", 1)
-                pairs[key.lower()] = value
-        lines.append(pairs)
-    return lines
-
-
 def _first_port(value: str) -> int:
     return int(value.split("-", 1)[0])  # SlurmctldPort may be a range, 6817-6818
 
 
 def slurmctld_port(conf_text: str) -> int:
-    for pairs in _settings(conf_text):
+    for pairs in conf_settings(conf_text):
         if "slurmctldport" in pairs:
             return _first_port(pairs["slurmctldport"])
     return SLURMCTLD_DEFAULT_PORT
@@ -81,10 +66,10 @@ def slurmctld_port(conf_text: str) -> int:
 def slurmd_port(conf_text: str, node: str) -> int:
     """The port slurmd of `node` listens on: its NodeName line's Port=, else SlurmdPort."""
     default = SLURMD_DEFAULT_PORT
-    for pairs in _settings(conf_text):
+    for pairs in conf_settings(conf_text):
         if "slurmdport" in pairs:
             default = int(pairs["slurmdport"])
-    for pairs in _settings(conf_text):
+    for pairs in conf_settings(conf_text):
         name = pairs.get("nodename")
         if name and "port" in pairs and node in expand_hostlist(name):
             return int(pairs["port"])

@@ -86,3 +86,19 @@ def test_the_recordings_name_their_source_and_cover_every_form():
 
 def test_the_docs_table_is_the_one_the_tests_check():
     assert render_table() in DOC.read_text(), "docs/request-forms.md: paste submit_forms.render_table() output"
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_cluster_that_does_not_requeue_by_default_packs_only_jobs_that_ask_for_it(tmp_path, release):
+    """JobRequeue=0: a job that names neither --requeue nor --no-requeue cannot be requeued, and
+    every safety net of the suite needs a requeue; one that asks for --requeue is packed."""
+    rig = ShimRig(tmp_path, CONFIG, requeue_by_default=False)
+    try:
+        (plain,) = recorded(release)["forms"]["gres+plain"]["job_desc"]
+        asks = {**plain, "requeue": 1}
+        left, packed = rig.run([plain, asks], release=release)
+    finally:
+        rig.close()
+    assert plain["requeue"] == 65534  # unset in what the release hands the shim
+    assert left.job_desc["admin_comment"] == "gpupack: untouched reason=no-requeue"
+    assert packed.job_desc["admin_comment"].startswith("gpupack: packed shard:1 ")

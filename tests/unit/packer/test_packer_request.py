@@ -116,3 +116,12 @@ def test_shard_request_keeps_the_gpu_type():
     assert shard_request(1, "23.11", "a100") == "gres/shard:a100:1"
     with pytest.raises(ValueError):
         shard_request(1, "22.05", "h1 00")
+
+
+def test_an_unset_requeue_follows_the_clusters_jobrequeue():
+    from packer.request import NO_VAL16
+
+    unset = JobFacts(tres_per_node="gres:gpu:1", requeue=NO_VAL16)
+    assert classify(unset, requeue_by_default=False) == NotCandidate("no-requeue")
+    assert isinstance(classify(unset), Candidate)
+    assert isinstance(classify(JobFacts(tres_per_node="gres:gpu:1", requeue=1), requeue_by_default=False), Candidate)
