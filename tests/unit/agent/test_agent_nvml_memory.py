@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -29,6 +30,11 @@ def procs():
         kw = {"user": user} if user is not None else {}
         p = subprocess.Popen(["sleep", "60"], env=env, **kw)
         started.append(p)
+        # until it has exec'd, the child's /proc/PID/environ is still this process's (seen
+        # under load): the agent would read the wrong job from it
+        deadline = time.time() + 10
+        while time.time() < deadline and os.readlink(f"/proc/{p.pid}/exe") == os.readlink("/proc/self/exe"):
+            time.sleep(0.01)
         return p.pid
 
     yield start
