@@ -5,6 +5,7 @@ is answered under one lock by its collaborators,
 
 - :class:`.isolator.Isolator` makes a job's isolation (whole GPU, MIG slice, MPS share);
 - :class:`.mig_manager.MigManager` the MIG instances (placement, idle slices, layouts);
+- :class:`.mps_daemons.MpsDaemons` the MPS control daemons (through the isolator);
 - :class:`.sampler.Sampler` the jobs' samples (memory, utilisation counters);
 - :class:`.reconcile.Reconciler` agreement with the GPU and with Slurm;
 - :mod:`.finals` the summary a job leaves behind.
@@ -53,7 +54,8 @@ class NodeAgent:
     def __init__(self, node: str, state_dir: Path, backend, *, isolation_mode: str = "mig",
                  shares_per_gpu: int | None = None, policy: str = "fsm",
                  list_running_jobs: JobLister | None = None, sim_dir: Path | None = None,
-                 clock: Callable[[], float] = time.time, gres_conf: Path | None = None):
+                 clock: Callable[[], float] = time.time, gres_conf: Path | None = None,
+                 mps_control: str | list[str] | None = None):
         if isolation_mode not in iso.ISOLATION_MODES:
             raise ValueError(f"isolation mode must be one of {iso.ISOLATION_MODES}, got {isolation_mode!r}")
         self.node = node
@@ -74,7 +76,8 @@ class NodeAgent:
         self.mig = MigManager(backend, policy, lambda: self.jobs.values(), journal=self.journal,
                               shares_per_gpu=shares_per_gpu)
         self.isolator = Isolator(self.paths, backend, self.mig, mode=isolation_mode,
-                                 shares_per_gpu=shares_per_gpu, sim_dir=sim_dir, clock=clock)
+                                 shares_per_gpu=shares_per_gpu, sim_dir=sim_dir, clock=clock,
+                                 mps_control=mps_control)
         self.sampler = Sampler(node, backend)
         # what the helper checks it agrees with (shares per GPU, GPU model, versions)
         self.facts = FactsReader(node, backend, shares_per_gpu, gres_conf or gres_conf_path(), clock())
@@ -181,6 +184,7 @@ class NodeAgent:
         if hasattr(self.backend, "forget"):
             self.backend.forget(a.owner)
         self.jobs.pop(a.job_id, None)
+        self.isolator.mps_released(a)  # its GPU's MPS daemon stops with the last MPS job
         self.sampler.forget(a.job_id)
         self._save()
         log.info("job %d ended (%s): peak %.2f GiB, %s iterations", a.job_id, reason,
@@ -239,6 +243,7 @@ class NodeAgent:
         """Make the assignments, the GPU and Slurm agree; returns what was done."""
         with self.lock:
             done = self.reconciler.run(self.jobs, at_start)
+            done += self.isolator.watch_mps()
             if done:
                 self._save()
         return done

@@ -15,6 +15,7 @@ from pathlib import Path
 from mig.errors import MigError
 from slurm_plugin.agent import isolation as iso
 from slurm_plugin.agent.mig_manager import MigManager
+from slurm_plugin.agent.mps_daemons import MpsDaemons, MpsLimits
 from slurm_plugin.agent.paths import AgentError, AgentPaths
 from slurm_plugin.agent.state import Assignment
 
@@ -25,7 +26,8 @@ class Isolator:
     """Makes a job's isolation on the GPU Slurm gave it (``mode``: packed jobs on MIG or MPS)."""
 
     def __init__(self, paths: AgentPaths, backend, mig: MigManager, *, mode: str,
-                 shares_per_gpu: int | None, sim_dir: Path | None, clock: Callable[[], float]):
+                 shares_per_gpu: int | None, sim_dir: Path | None, clock: Callable[[], float],
+                 mps_control: str | list[str] | None = None):
         self.paths = paths
         self.node = paths.node
         self.backend = backend
@@ -34,6 +36,7 @@ class Isolator:
         self.shares_per_gpu = shares_per_gpu
         self.sim_dir = sim_dir
         self.clock = clock
+        self.mps_daemons = MpsDaemons(paths.mps, mps_control)
 
     def make(self, job_id: int, uid: int | None, grant: iso.StepGrant) -> Assignment:
         """A new assignment for the job's first step on this node, its isolation made."""
@@ -119,10 +122,9 @@ class Isolator:
         a.mem_limit_bytes = iso.mps_memory_limit_bytes(a.shards, shares, g.memory_mib)
         a.isolation = f"mps:{pct}"
         a.device_uuid = g.uuid
-        pipe = self.paths.mps / f"gpu{a.gpu_index}" / "pipe"
-        logs = self.paths.mps / f"gpu{a.gpu_index}" / "log"
-        for d in (pipe, logs):
-            d.mkdir(parents=True, exist_ok=True)
+        a.env = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct)}
+        daemon = self.mps_daemons.ensure(mps_key(a), g.uuid, self._daemon_limits(a.gpu_index, a))
+        pipe, logs = daemon.pipe, daemon.logs
         a.env = {
             "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct),
             "CUDA_MPS_PIPE_DIRECTORY": str(pipe),
@@ -130,6 +132,52 @@ class Isolator:
             "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={a.mem_limit_bytes // (1024 * 1024)}M",
         }
         return a
+
+    def _mps_jobs(self, gpu_index: int, extra: Assignment | None = None) -> list[Assignment]:
+        jobs = {b.job_id: b for b in self.mig.assignments() if b.kind == "mps" and b.gpu_index == gpu_index}
+        if extra is not None:
+            jobs[extra.job_id] = extra
+        return list(jobs.values())
+
+    def _daemon_limits(self, gpu_index: int, extra: Assignment | None = None) -> MpsLimits:
+        shares = [(int(b.env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "100")), b.mem_limit_bytes or 0)
+                  for b in self._mps_jobs(gpu_index, extra)]
+        return MpsLimits(*iso.mps_daemon_limits(shares))
+
+    def mps_released(self, a: Assignment) -> None:
+        """An MPS job ended: the daemon of its GPU stops with the GPU's last MPS job, else its
+        limits follow the jobs that are left."""
+        if a.kind != "mps":
+            return
+        left = [b for b in self._mps_jobs(a.gpu_index) if b.job_id != a.job_id]
+        try:
+            if left:
+                self.mps_daemons.ensure(mps_key(a), left[0].device_uuid or "", self._daemon_limits(a.gpu_index))
+            else:
+                self.mps_daemons.stop(mps_key(a))
+        except AgentError as exc:
+            log.error("job %d ended; its GPU's MPS daemon: %s", a.job_id, exc)
+
+    def watch_mps(self) -> list[str]:
+        """Every MPS job's daemon running with its limits (started again when it died, also
+        after an agent restart); a daemon no job needs any more is stopped."""
+        done = []
+        wanted: dict[str, Assignment] = {}
+        for b in self.mig.assignments():
+            if b.kind == "mps" and b.device_uuid:
+                wanted.setdefault(mps_key(b), b)
+        for key, b in wanted.items():
+            if key not in self.mps_daemons.daemons:
+                try:
+                    self.mps_daemons.ensure(key, b.device_uuid, self._daemon_limits(b.gpu_index))
+                except AgentError as exc:
+                    done.append(f"MPS daemon {key}: {exc}")
+        done += self.mps_daemons.watch()
+        for key in self.mps_daemons.running_keys():
+            if key not in wanted:
+                self.mps_daemons.stop(key)
+                done.append(f"MPS daemon {key} stopped: no MPS job uses it")
+        return done
 
     def planned_pct(self, gpu_index: int, job_id: int) -> int | None:
         """The helper's MPS percentage for this job, from the GPU's measured utilisations
@@ -152,3 +200,9 @@ class Isolator:
                  a.env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), pct)
         a.env = {**a.env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct), "GPUPACK_ISOLATION": f"mps:{pct}"}
         a.isolation = f"mps:{pct}"
+        self.mps_daemons.ensure(mps_key(a), a.device_uuid or "", self._daemon_limits(a.gpu_index, a))
+
+
+def mps_key(a: Assignment) -> str:
+    """The MPS daemon an MPS job's clients use: its GPU's."""
+    return f"gpu{a.gpu_index}"

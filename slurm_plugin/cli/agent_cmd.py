@@ -99,7 +99,8 @@ def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, nvml_lib
         allowed.add(uid)
     daemon = NodeAgent(node, state_dir, gpu_backend, isolation_mode=isolation_mode,
                        shares_per_gpu=shares_per_gpu, policy=policy,
-                       list_running_jobs=PushedJobs(), sim_dir=sim_dir, gres_conf=gres_conf)
+                       list_running_jobs=PushedJobs(), sim_dir=sim_dir, gres_conf=gres_conf,
+                       mps_control=_mps_control())
     for line in daemon.reconcile(at_start=True):
         click.echo(f"reconciled: {line}", err=True)
     server = AgentServer(socket_path(state_dir, node), daemon, allowed)
@@ -151,6 +152,18 @@ def _link_server(node: str, daemon, allowed: set[int], host: str | None, port: i
         raise click.ClickException(f"cannot listen on {host or own.host}:{port} for the helper: {exc}") from exc
     server.serve_in_thread()
     return server
+
+
+def _mps_control() -> str:
+    """gpupack.toml [agent] mps_control (GPUPACK_CONFIG): the MPS control program."""
+    from packer.config import ConfigError
+    from slurm_plugin.agent.directory import load_agent_settings
+    from slurm_plugin.helper.settings import DEFAULT_CONFIG
+
+    try:
+        return load_agent_settings(DEFAULT_CONFIG).mps_control
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 def _metrics_address(node: str, host: str | None, port: int | None):
