@@ -26,7 +26,6 @@ import logging
 import os
 import socket
 import socketserver
-import subprocess
 import sys
 import threading
 import time
@@ -134,7 +133,7 @@ class _Daemon(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
                 ok = True
             except MpsRefused as exc:
                 ok, answer = False, str(exc)
-            write_json_atomic(self.pipe / STATE_FILE, {"pid": os.getpid(), **self.state.to_dict()})
+            write_json_atomic(self.pipe / STATE_FILE, {"pid": os.getpid(), **self.state.to_dict()}, mode=0o644)
         self.note(f"{line.strip()} -> {'' if ok else 'refused: '}{answer}")
         if self.state.quitting:
             threading.Thread(target=self.shutdown, daemon=True).start()
@@ -168,6 +167,7 @@ def serve(env: dict[str, str]) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     (pipe / SOCKET).unlink(missing_ok=True)
     server = _Daemon(pipe, logs)
+    os.chmod(pipe / SOCKET, 0o777)  # every user's CUDA processes reach the daemon, as with the real one
     (pipe / PID_FILE).write_text(f"{os.getpid()}\n")
     server.note(f"Control daemon started, pid {os.getpid()}, CUDA_VISIBLE_DEVICES="
                 f"{env.get('CUDA_VISIBLE_DEVICES', '')}")
@@ -182,22 +182,32 @@ def serve(env: dict[str, str]) -> int:
 
 
 def start_background(env: dict[str, str]) -> int:
-    """``-d``: the daemon in its own session; returns once it answers."""
+    """``-d``: the daemon forked into its own session, as the real one does; returns once it
+    answers."""
     pipe = pipe_dir(env)
     if daemon_pid(pipe) is not None:
         print("An instance of this daemon is already running", file=sys.stderr)
         return 1
-    proc = subprocess.Popen([sys.executable, "-m", "gpus.sim.mps_control", "-f"], env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    child = os.fork()
+    if child == 0:  # the daemon: its own session, no terminal, until quit
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        status = 1
+        try:
+            status = serve(env)
+        finally:
+            os._exit(status)
     deadline = time.monotonic() + START_WAIT_S
     while time.monotonic() < deadline:
-        if daemon_pid(pipe) == proc.pid and (pipe / SOCKET).exists():
+        if daemon_pid(pipe) == child and (pipe / SOCKET).exists():
             return 0
-        if proc.poll() is not None:
-            print(f"the control daemon exited at start (status {proc.returncode})", file=sys.stderr)
+        done, status = os.waitpid(child, os.WNOHANG)
+        if done:
+            print(f"the control daemon exited at start (status {status >> 8})", file=sys.stderr)
             return 1
-        time.sleep(0.05)
+        time.sleep(0.02)
     print(f"the control daemon did not answer on {pipe} within {START_WAIT_S:.0f}s", file=sys.stderr)
     return 1
 

@@ -131,13 +131,17 @@ class MpsDaemons:
         log.info("MPS control daemon for %s (%s) started, pid %s", d.key, d.device_uuid, self.pid(d.key))
 
     def _set_limits(self, d: MpsDaemon, limits: MpsLimits) -> None:
+        """The defaults, then each running server's limits; one run of the control program
+        when no server runs yet (the isolation waits on it: the SPANK plugin's timeout)."""
         pct, mem = str(limits.active_thread_pct), f"{limits.pinned_mib}M"
-        servers = self.command(d, f"set_default_active_thread_percentage {pct}",
-                               f"set_default_device_pinned_mem_limit 0 {mem}", "get_server_list").split()
-        lines = [line for s in servers for line in (f"set_active_thread_percentage {s} {pct}",
-                                                    f"set_device_pinned_mem_limit {s} 0 {mem}")]
-        out = self.command(d, *lines, "get_default_active_thread_percentage",
-                           "get_default_device_pinned_mem_limit 0").split()
+        defaults = [f"set_default_active_thread_percentage {pct}", f"set_default_device_pinned_mem_limit 0 {mem}"]
+        readback = ["get_default_active_thread_percentage", "get_default_device_pinned_mem_limit 0"]
+        out = self.command(d, *defaults, "get_server_list", *readback).split()
+        servers = out[:-2]
+        if servers:
+            lines = [line for s in servers for line in (f"set_active_thread_percentage {s} {pct}",
+                                                        f"set_device_pinned_mem_limit {s} 0 {mem}")]
+            out = self.command(d, *lines, *readback).split()
         got_pct, got_mem = (out[-2], size_bytes(out[-1])) if len(out) >= 2 else ("", None)
         if got_pct.split(".")[0] != pct or got_mem != limits.pinned_mib << 20:
             raise AgentError(f"the MPS control daemon for {d.key} kept thread percentage {got_pct!r} and "
