@@ -162,3 +162,29 @@ def test_a_second_user_is_refused_by_the_daemon_while_the_first_has_clients(tmp_
 
     with pytest.raises(MpsRefused, match="uid 1000 has clients"):
         connect_client(env, 1001, os.getppid())
+
+
+def test_mps_inside_a_mig_instance_beside_another_instance(tmp_path):
+    """Small jobs share one MIG instance through MPS: a daemon of its own for the instance
+    (CUDA_VISIBLE_DEVICES its MIG UUID), whose limit the simulated GPU holds its clients to,
+    while another instance of the same GPU serves a job of its own."""
+    backend = SimGpuBackend(None, "node1", gpus=["H100-80GB"], mig_enabled=True)
+    pool = backend.create_instance(0, "3g.40gb", 4)
+    other = backend.create_instance(0, "2g.20gb", 0)
+    daemons = MpsDaemons(tmp_path / "mps")
+    half = pool.memory_mib // 2
+    d = daemons.ensure(f"gpu0-gi{pool.gi_id}", pool.uuid, MpsLimits(50, half))
+    assert f"CUDA_VISIBLE_DEVICES={pool.uuid}" in (d.logs / "control.log").read_text()
+    env = {"GPUPACK_SIM_DIR": str(tmp_path / "sim"), "GPUPACK_NODE": "node1", "GPUPACK_SIM_DEVICE": pool.uuid,
+           "CUDA_VISIBLE_DEVICES": pool.uuid, "CUDA_MPS_PIPE_DIRECTORY": str(d.pipe),
+           "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=40G"}  # asks for more than the daemon allows
+    quiet = dict(mem_growth=0, iters=1, iter_ms=1, workload=None, report=False, out=io.StringIO(), backend=backend)
+    err = io.StringIO()
+    assert workload.run(mem_start=(half + 1024) << 20, env=env, err=err, **quiet) == 1
+    assert "CUDA out of memory" in err.getvalue()
+    assert workload.run(mem_start=(half - 1024) << 20, env=env, err=io.StringIO(), **quiet) == 0
+    # the other instance is not the daemon's: a plain process there uses all of it
+    backend.alloc_memory(other.uuid, "job-7", (other.memory_mib - 1) << 20)
+    assert daemon_state(d.pipe)["servers"][0]["pinned"] == {"0": half << 20}
+    daemons.stop(f"gpu0-gi{pool.gi_id}")
+    assert daemons.pid(f"gpu0-gi{pool.gi_id}") is None
