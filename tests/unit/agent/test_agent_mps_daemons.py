@@ -86,7 +86,7 @@ def test_limits_the_daemon_refuses_fail_the_isolation(tmp_path):
 def test_two_jobs_of_one_user_share_one_daemon_stopped_after_the_last(tmp_path):
     backend = SimGpuBackend(None, "node1", gpus=["H100-80GB"], mig_enabled=False)
     agent = NodeAgent("node1", tmp_path, backend, isolation_mode="mps")
-    daemons = agent.isolator.mps_daemons
+    daemons = agent.isolator.mps.daemons
     a = agent.isolate(9, BATCH_STEP, 1000, SHARD2)
     pipe = daemons.dirs("gpu0")[0]
     assert a.env["CUDA_MPS_PIPE_DIRECTORY"] == str(pipe) and daemons.pid("gpu0")
@@ -108,7 +108,7 @@ def test_two_jobs_of_one_user_share_one_daemon_stopped_after_the_last(tmp_path):
 def test_the_agent_restarts_a_dead_daemon_and_stops_an_orphan(tmp_path):
     backend = SimGpuBackend(None, "node1", gpus=["H100-80GB", "H100-80GB"], mig_enabled=False)
     agent = NodeAgent("node1", tmp_path, backend, isolation_mode="mps")
-    daemons = agent.isolator.mps_daemons
+    daemons = agent.isolator.mps.daemons
     agent.isolate(9, BATCH_STEP, 1000, SHARD2)
     os.kill(daemons.pid("gpu0"), signal.SIGKILL)
     orphan = MpsDaemons(daemons.root).ensure("gpu1", backend.list_gpus()[1].uuid, MpsLimits(50, 10))
@@ -188,3 +188,34 @@ def test_mps_inside_a_mig_instance_beside_another_instance(tmp_path):
     assert daemon_state(d.pipe)["servers"][0]["pinned"] == {"0": half << 20}
     daemons.stop(f"gpu0-gi{pool.gi_id}")
     assert daemons.pid(f"gpu0-gi{pool.gi_id}") is None
+
+
+def test_small_jobs_of_one_user_share_a_mig_instance_through_mps(tmp_path):
+    """A MIG node with mps_in_mig_shares=3: jobs of fewer than 3 shares share a MIG instance
+    sized for 3 shares through MPS, one user per instance, one daemon per instance, beside
+    the GPU's other instances; the instance and its daemon go with its last job."""
+    backend = SimGpuBackend(None, "node1", gpus=["H100-80GB"], mig_enabled=True)
+    agent = NodeAgent("node1", tmp_path, backend, mps_in_mig_shares=3)
+    daemons = agent.isolator.mps.daemons
+    a = agent.isolate(9, BATCH_STEP, 1000, SHARD1)
+    assert a.kind == "mps" and a.gi_id is not None and a.env["CUDA_VISIBLE_DEVICES"] == a.device_uuid
+    assert a.device_uuid.startswith("MIG-") and a.isolation.startswith("mps:33@")
+    key = f"gpu0-gi{a.gi_id}"
+    assert a.env["CUDA_MPS_PIPE_DIRECTORY"] == str(daemons.dirs(key)[0]) and daemons.pid(key)
+    assert f"CUDA_VISIBLE_DEVICES={a.device_uuid}" in (daemons.dirs(key)[1] / "control.log").read_text()
+    b = agent.isolate(10, BATCH_STEP, 1000, SHARD2)  # same user, 1 + 2 shares fit: the same instance
+    assert (b.kind, b.device_uuid, b.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]) == ("mps", a.device_uuid, "67")
+    c = agent.isolate(11, BATCH_STEP, 1001, SHARD1)  # another user: an instance (and daemon) of its own
+    assert c.device_uuid != a.device_uuid and daemons.pid(f"gpu0-gi{c.gi_id}")
+    assert len(backend.list_instances(0)) == 2
+    inst = next(i for i in backend.list_instances(0) if i.uuid == a.device_uuid)
+    state = daemon_state(daemons.dirs(key)[0])
+    assert state["default_pct"] == 67 and state["default_pinned"] == {"0": mib_floor(b.mem_limit_bytes)}
+    assert b.mem_limit_bytes == int((inst.memory_mib << 20) * 2 / 3)  # 2 of the instance's 3 shares
+    agent.finish(9)  # the instance stays with job 10, which now owns it
+    inst = next(i for i in backend.list_instances(0) if i.uuid == a.device_uuid)
+    assert inst.owner == "10" and daemons.pid(key)
+    assert {r["job"] for r in agent.journal_view()["held"] if r["uuid"] == a.device_uuid} == {10}
+    agent.finish(10)
+    assert a.device_uuid not in {i.uuid for i in backend.list_instances(0)} and daemons.pid(key) is None
+    agent.finish(11)
