@@ -110,9 +110,10 @@ def idle_cluster(cluster):
 
 
 @contextmanager
-def mps_agent(cluster, node: str):
+def mps_agent(cluster, node: str, isolation: tuple[str, ...] = ("--isolation", "mps")):
     """``node``'s agent restarted in MPS mode for the block (the agent the dev cluster runs,
-    with ``--isolation mps``); its own (MIG) agent again afterwards."""
+    with ``--isolation mps``, or the given isolation options); its own (MIG) agent again
+    afterwards."""
     import json
 
     from slurm_plugin.agent import client
@@ -125,7 +126,7 @@ def mps_agent(cluster, node: str):
     while time.time() < deadline and os.path.exists(f"/proc/{pid}"):
         time.sleep(0.1)
     (_, _, args), = [p for p in node_side.processes(cluster.spec) if p[1] == node]
-    args = [*args[: args.index("--isolation")], "--isolation", "mps"]
+    args = [*args[: args.index("--isolation")], *isolation]
     log = open(cluster.workdir / f"mps-agent-{node}.log", "ab")
     agent = subprocess.Popen([*cluster.on_node(node), PY, "-m", "slurm_plugin", *args], env=cluster.env,
                              stdout=log, stderr=subprocess.STDOUT)

@@ -5,6 +5,8 @@ that raises its own memory limit is still refused past its share by the simulate
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -78,3 +80,51 @@ def test_two_packed_mps_jobs_run_under_one_daemon_with_its_limits(cluster):
                  "GPU 0's MPS daemon quits after the last job", explain=daemon)
         text = (logs / "control.log").read_text()
         assert "quit" in text and text.rstrip().endswith("Control daemon exited")
+
+
+def test_small_jobs_share_a_mig_instance_through_mps(cluster):
+    """node3's agent on MIG with --mps-in-mig-shares 3: two 1-share jobs of one user get the
+    same MIG instance, served by that instance's own MPS daemon (its limits: one of the
+    instance's 3 shares, the jobs' largest), which quits after the last job."""
+    wd = cluster.workdir
+    with mps_agent(cluster, NODE, ("--isolation", "mig", "--mps-in-mig-shares", "3")):
+        jobs = []
+        for _ in range(2):
+            body = (
+                "#!/bin/sh\n"
+                f"env | grep -E '^(CUDA_|GPUPACK_MEM)' > {wd}/mpsmig-env-$SLURM_JOB_ID.txt\n"
+                f"exec {PY} -m slurm_plugin simgpu run --no-report --mem-start 1GiB --iters 200 --iter-ms 50 "
+                f"> {wd}/mpsmig-out-$SLURM_JOB_ID.txt 2>&1\n"
+            ).encode()
+            jobs.append(cluster.submit(["-J", "e2e-mpsmig", "-w", NODE, "--gres=shard:1"], body))
+        envs = {}
+        for job in jobs:
+            cluster.wait(job, "RUNNING", 60)
+            path = wd / f"mpsmig-env-{job}.txt"
+            wait_for(lambda: path.exists() and "CUDA_MPS_PIPE_DIRECTORY" in path.read_text(), 30,
+                     f"job {job} saved its environment")
+            envs[job] = dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+        devices = {e["CUDA_VISIBLE_DEVICES"] for e in envs.values()}
+        pipes = {e["CUDA_MPS_PIPE_DIRECTORY"] for e in envs.values()}
+        assert len(devices) == 1 and next(iter(devices)).startswith("MIG-"), envs
+        assert len(pipes) == 1 and re.search(rf"/mps/{NODE}/gpu\d-gi\d+/pipe$", next(iter(pipes))), pipes
+        assert {e["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] for e in envs.values()} == {"33"}
+        pipe = cluster.node_path(NODE, Path(next(iter(pipes))))
+
+        def serving_both():
+            try:
+                doc = json.loads((pipe / "sim-mps.json").read_text())
+            except (OSError, ValueError):
+                return None
+            servers = doc.get("servers", [])
+            return doc if len(servers) == 1 and len(servers[0]["clients"]) == 2 else None
+
+        doc = wait_for(serving_both, 60, "the instance's MPS daemon serves both jobs")
+        share = int(envs[jobs[0]]["GPUPACK_MEM_LIMIT_BYTES"])
+        assert doc["default_pct"] == 33 and doc["default_pinned"] == {"0": share >> 20 << 20}
+        log_text = (pipe.parent / "log" / "control.log").read_text()
+        assert f"CUDA_VISIBLE_DEVICES={next(iter(devices))}" in log_text
+        for job in jobs:
+            assert cluster.wait(job, DONE, timeout=90) == "COMPLETED", (wd / f"mpsmig-out-{job}.txt").read_text()
+        wait_for(lambda: not (pipe / "nvidia-cuda-mps-control.pid").exists(), 30,
+                 "the instance's MPS daemon quits after the last job")
