@@ -21,7 +21,6 @@ runs as a plain process, as CUDA does.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
