@@ -19,7 +19,8 @@ plugin (``GPUPACK_SIM_DIR``, ``GPUPACK_NODE``, ``GPUPACK_SIM_DEVICE``,
 ``GPUPACK_REPORT_TOKEN``); without ``GPUPACK_SIM_DEVICE`` it falls back to a ``MIG-…``
 in ``CUDA_VISIBLE_DEVICES`` or to the GPU index there. Like a CUDA process, it is known to
 the GPU by its own pid: its process and memory are registered on the simulated GPU under
-it (an MPS client when ``CUDA_MPS_PIPE_DIRECTORY`` is set), and the node agent, reading
+it (an MPS client when ``CUDA_MPS_PIPE_DIRECTORY`` names a running MPS control daemon, under
+the limits the daemon sets: :mod:`gpus.sim.mps_control`), and the node agent, reading
 them through NVML, maps the pid to the job as it does on real GPUs.
 """
 from __future__ import annotations
@@ -213,7 +214,7 @@ def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload
         capacity = min(capacity, target.mem_limit_bytes)
     default_speed = float(env.get("GPUPACK_SIM_DEFAULT_PAIR_SPEED", pairs.DEFAULT_PAIR_SPEED))
     reporter = _Reporter(target, workload, report_every_s) if report else None
-    engines = _Engines(gpu, device, target.owner, workload, default_speed, target.mps)
+    engines = _Engines(gpu, device, target.owner, workload, default_speed, target.mps, env)
     memory = _Memory(gpu, device, target.owner, capacity, gpu_index, err, reporter)
     stopping = _StopSignal()
     checkpoints = _Checkpoints(checkpoint_every, iter_ms, reporter, out)
@@ -268,7 +269,13 @@ def _iterate(memory: _Memory, engines: _Engines, reporter: _Reporter | None, sto
              iter_ms: float, out: TextIO, err: TextIO, grow_after: int = 0) -> int:
     """Make the process (its CUDA context), allocate, then run the iterations (growing and
     reporting); the exit status."""
-    engines.start()
+    from gpus.sim.mps_state import MpsRefused
+
+    try:
+        engines.start()
+    except MpsRefused as exc:
+        print(f"simgpu: the MPS control daemon refused this client: {exc}", file=err)
+        return 2
     if not memory.alloc(mem_start):
         return 1
     done = 0
@@ -368,8 +375,9 @@ class _Engines:
     and how busy it keeps the engines (what the GPU's counters sample)."""
 
     def __init__(self, gpu, device: str, owner: str, workload: str | None, default_speed: float,
-                 mps: bool = False):
+                 mps: bool = False, env: dict[str, str] | None = None):
         self.gpu, self.device, self.owner, self.mps = gpu, device, owner, mps
+        self.env = env or {}
         self.workload = workload
         self.default_speed = default_speed
         self.alone_util = pairs.workload_util(workload)
@@ -377,7 +385,18 @@ class _Engines:
         self.checked = 0.0
 
     def start(self) -> None:
-        self.gpu.start_process(self.device, self.owner, self.workload, self.alone_util, mps=self.mps)
+        """Make the process's CUDA context; with an MPS pipe directory, join the MPS control
+        daemon there as the CUDA driver does (none running: a plain process), under the limits
+        it answers, which the simulated GPU enforces."""
+        limit = None
+        if self.mps:
+            from gpus.sim.mps_control import connect_client
+
+            limits = connect_client(self.env, os.getuid(), os.getpid())
+            self.mps = limits is not None
+            limit = limits.pinned_bytes if limits else None
+        self.gpu.start_process(self.device, self.owner, self.workload, self.alone_util, mps=self.mps,
+                               mps_limit_bytes=limit)
         self.checked = 0.0
 
     def speed(self) -> float:
@@ -393,6 +412,10 @@ class _Engines:
 
     def stop(self) -> None:
         self.gpu.end_process(self.device, self.owner)
+        if self.mps:
+            from gpus.sim.mps_control import client_exit
+
+            client_exit(self.env, os.getpid())
 
 
 def _capacity(gpu, gpu_index: int, gi_id: int | None) -> int:

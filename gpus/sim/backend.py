@@ -14,7 +14,8 @@ mode off (:class:`MigDisabledError`), a start the profile does not have
 an :class:`InsufficientResourcesError`), destroying an instance that is busy or holds memory
 (:class:`InUseError`), switching MIG mode while the GPU is in use (:class:`InUseError`),
 whole-GPU memory allocation while MIG is on (:class:`MigEnabledError`), allocation past a
-device's memory (:class:`GpuOutOfMemoryError`), and any change when read-only
+device's memory or past an MPS client's pinned memory limit (its MPS control daemon's,
+:mod:`gpus.sim.mps_control`) (:class:`GpuOutOfMemoryError`), and any change when read-only
 (:class:`NoPermissionError`).
 """
 from __future__ import annotations

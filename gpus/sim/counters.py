@@ -105,14 +105,16 @@ class SimCounters:
     ``_require_mig``, ``clock``, ``noise`` and ``node``)."""
 
     def start_process(self, device_uuid: str, owner: str, workload: str | None = None,
-                      busy_pct: float = 0.0, mps: bool = False) -> None:
+                      busy_pct: float = 0.0, mps: bool = False,
+                      mps_limit_bytes: int | None = None) -> None:
         """A process of ``owner`` (its pid, for the simulated NVML library) starts computing
-        on a device (it made its CUDA context); ``mps``: as an MPS client."""
+        on a device (it made its CUDA context); ``mps``: as an MPS client, whose allocations
+        past ``mps_limit_bytes`` (its MPS server's pinned device memory limit) the GPU refuses."""
         with self._txn(write=True) as doc:
             _, _, g, _ = self._locate(doc, device_uuid)
             g.setdefault("processes", {}).setdefault(device_uuid, {})[owner] = {
                 "workload": workload, "busy_pct": float(busy_pct), "since": self.clock(),
-                "mps": bool(mps)}
+                "mps": bool(mps), "mps_limit": int(mps_limit_bytes) if mps_limit_bytes else None}
 
     def set_busy(self, device_uuid: str, owner: str, busy_pct: float) -> None:
         """How busy the process keeps the engines now (what the counters will sample)."""

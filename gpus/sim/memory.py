@@ -50,9 +50,20 @@ class SimMemory:
                 )
             rec = g["memory"].setdefault(device_uuid, {}).setdefault(
                 owner, {"current": 0, "peak": 0})
+            self._check_mps_limit(g, device_uuid, owner, rec["current"], nbytes)
             rec["current"] += nbytes
             rec["peak"] = max(rec["peak"], rec["current"])
             return rec["current"]
+
+    def _check_mps_limit(self, g: dict, device_uuid: str, owner: str, held: int, nbytes: int) -> None:
+        """An MPS client may not pin more than its server's limit (the control daemon's
+        ``set_*device_pinned_mem_limit``), whatever its own environment says."""
+        proc = g.get("processes", {}).get(device_uuid, {}).get(owner) or {}
+        limit = proc.get("mps_limit")
+        if limit and held + nbytes > limit:
+            raise GpuOutOfMemoryError(
+                f"out of memory on {device_uuid} of {self.node}: MPS client {owner} asked for "
+                f"{nbytes} bytes, holds {held} of its pinned device memory limit {limit}")
 
     def free_memory(self, device_uuid: str, owner: str, nbytes: int | None = None) -> int:
         """Free ``nbytes`` (all when None) of ``owner`` on a device; returns what it still holds.

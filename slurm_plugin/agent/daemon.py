@@ -5,6 +5,7 @@ is answered under one lock by its collaborators,
 
 - :class:`.isolator.Isolator` makes a job's isolation (whole GPU, MIG slice, MPS share);
 - :class:`.mig_manager.MigManager` the MIG instances (placement, idle slices, layouts);
+- :class:`.mps_shares.MpsShares` MPS shares and their control daemons (through the isolator);
 - :class:`.sampler.Sampler` the jobs' samples (memory, utilisation counters);
 - :class:`.reconcile.Reconciler` agreement with the GPU and with Slurm;
 - :mod:`.finals` the summary a job leaves behind.
@@ -53,7 +54,8 @@ class NodeAgent:
     def __init__(self, node: str, state_dir: Path, backend, *, isolation_mode: str = "mig",
                  shares_per_gpu: int | None = None, policy: str = "fsm",
                  list_running_jobs: JobLister | None = None, sim_dir: Path | None = None,
-                 clock: Callable[[], float] = time.time, gres_conf: Path | None = None):
+                 clock: Callable[[], float] = time.time, gres_conf: Path | None = None,
+                 mps_control: str | list[str] | None = None, mps_in_mig_shares: int = 0):
         if isolation_mode not in iso.ISOLATION_MODES:
             raise ValueError(f"isolation mode must be one of {iso.ISOLATION_MODES}, got {isolation_mode!r}")
         self.node = node
@@ -74,7 +76,8 @@ class NodeAgent:
         self.mig = MigManager(backend, policy, lambda: self.jobs.values(), journal=self.journal,
                               shares_per_gpu=shares_per_gpu)
         self.isolator = Isolator(self.paths, backend, self.mig, mode=isolation_mode,
-                                 shares_per_gpu=shares_per_gpu, sim_dir=sim_dir, clock=clock)
+                                 shares_per_gpu=shares_per_gpu, sim_dir=sim_dir, clock=clock,
+                                 mps_control=mps_control, mps_in_mig_shares=mps_in_mig_shares)
         self.sampler = Sampler(node, backend)
         # what the helper checks it agrees with (shares per GPU, GPU model, versions)
         self.facts = FactsReader(node, backend, shares_per_gpu, gres_conf or gres_conf_path(), clock())
@@ -125,7 +128,7 @@ class NodeAgent:
             a = self.jobs.get(job_id)
             if a is not None and (not grant.gpu_indexes or a.gpu_index in grant.gpu_indexes):
                 if a.kind == "mps":
-                    self.isolator.apply_mps_plan(a)  # a later step starts with the measured share
+                    self.isolator.mps.apply_plan(a)  # a later step starts with the measured share
                 if step_id not in a.steps:
                     a.steps.append(step_id)
                     self._save()
@@ -181,6 +184,10 @@ class NodeAgent:
         if hasattr(self.backend, "forget"):
             self.backend.forget(a.owner)
         self.jobs.pop(a.job_id, None)
+        self.isolator.mps.released(a)  # its device's MPS daemon stops with the last MPS job
+        holder = self.isolator.mps.holder_after(a)
+        if holder is not None:  # an MPS-shared MIG instance: the journal names a job that holds it
+            self.journal.assign(holder)
         self.sampler.forget(a.job_id)
         self._save()
         log.info("job %d ended (%s): peak %.2f GiB, %s iterations", a.job_id, reason,
@@ -239,6 +246,7 @@ class NodeAgent:
         """Make the assignments, the GPU and Slurm agree; returns what was done."""
         with self.lock:
             done = self.reconciler.run(self.jobs, at_start)
+            done += self.isolator.mps.watch()
             if done:
                 self._save()
         return done

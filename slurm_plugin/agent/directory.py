@@ -50,6 +50,8 @@ class AgentSettings:
     max_age_s: float = setting(MAX_AGE_S, gt=0)  # a credential older (or newer) than this is refused
     stale_after_s: float = setting(15.0, gt=0)  # a node whose newest sampling round is older is stale
     timeout_s: float = setting(2.0, gt=0)  # per request of the helper to an agent
+    # the MPS control program the agents run (one daemon per GPU with MPS shares), a command line
+    mps_control: str = setting("nvidia-cuda-mps-control", pattern=r"\S.*", means="a command")
     # the [agents] table, parsed (`parse_agents`): not a key of [agent]
     agents: Mapping[str, AgentAddress] = field(default_factory=dict, metadata={"internal": True})
 

@@ -101,3 +101,13 @@ def answer_lines(isolation: str, env: dict[str, str]) -> str:
 
 def error_line(reason: str) -> str:
     return "ERR " + reason.replace("\n", " ")[:400] + "\n"
+
+
+def mps_daemon_limits(shares: list[tuple[int, int]]) -> tuple[int, int]:
+    """(thread percentage, pinned MiB) an MPS control daemon sets for every client, from its
+    device's MPS jobs' (percentage, memory limit in bytes): the largest of each, since the
+    daemon's limits hold per server and a server serves all of one user's clients; each
+    job's environment lowers it to its own share."""
+    if not shares:
+        raise ValueError("an MPS daemon's limits need at least one job")
+    return max(p for p, _ in shares), max(b for _, b in shares) // (1024 * 1024)

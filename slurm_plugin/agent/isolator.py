@@ -6,7 +6,6 @@ is the job's :class:`~slurm_plugin.agent.state.Assignment`, with the environment
 """
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 from collections.abc import Callable
@@ -15,6 +14,7 @@ from pathlib import Path
 from mig.errors import MigError
 from slurm_plugin.agent import isolation as iso
 from slurm_plugin.agent.mig_manager import MigManager
+from slurm_plugin.agent.mps_shares import MpsShares
 from slurm_plugin.agent.paths import AgentError, AgentPaths
 from slurm_plugin.agent.state import Assignment
 
@@ -25,7 +25,8 @@ class Isolator:
     """Makes a job's isolation on the GPU Slurm gave it (``mode``: packed jobs on MIG or MPS)."""
 
     def __init__(self, paths: AgentPaths, backend, mig: MigManager, *, mode: str,
-                 shares_per_gpu: int | None, sim_dir: Path | None, clock: Callable[[], float]):
+                 shares_per_gpu: int | None, sim_dir: Path | None, clock: Callable[[], float],
+                 mps_control: str | list[str] | None = None, mps_in_mig_shares: int = 0):
         self.paths = paths
         self.node = paths.node
         self.backend = backend
@@ -34,6 +35,8 @@ class Isolator:
         self.shares_per_gpu = shares_per_gpu
         self.sim_dir = sim_dir
         self.clock = clock
+        self.mps = MpsShares(paths, backend, mig, shares_per_gpu=shares_per_gpu, mps_control=mps_control,
+                             mps_in_mig_shares=mps_in_mig_shares)
 
     def make(self, job_id: int, uid: int | None, grant: iso.StepGrant) -> Assignment:
         """A new assignment for the job's first step on this node, its isolation made."""
@@ -97,6 +100,8 @@ class Isolator:
         return a
 
     def _mig(self, a: Assignment) -> Assignment:
+        if self.mps.wants_mig_share(a):  # a small job: an MPS share of a MIG instance
+            return self.mps.mig_share(a)
         inst = self.mig.slice_for(a)
         a.profile, a.start, a.gi_id, a.device_uuid = inst.profile, inst.start, inst.gi_id, inst.uuid
         a.created_instance = True
@@ -104,51 +109,5 @@ class Isolator:
         a.env = {"CUDA_VISIBLE_DEVICES": inst.uuid}
         return a
 
-    # -- MPS ------------------------------------------------------------------------------------
     def _mps(self, a: Assignment) -> Assignment:
-        g = self._gpu(a.gpu_index)
-        other = next((b for b in self.mig.assignments() if b.kind == "mps" and b.gpu_index == a.gpu_index
-                      and b.job_id != a.job_id and b.uid != a.uid), None)
-        if other is not None:  # one MPS server per GPU serves one user at a time
-            raise AgentError(f"GPU {a.gpu_index} serves MPS clients of uid {other.uid} (job {other.job_id}); "
-                             f"MPS servers are per user, so uid {a.uid}'s packed job cannot share it now")
-        if g.mig_enabled:  # MPS shares a whole GPU: MIG must be off (as a MIG slice turns it on)
-            self.mig.leave_mig_mode(a.gpu_index)
-        shares = iso.ladder_shares(self.backend.catalog(a.gpu_index), self.shares_per_gpu)
-        pct = self.planned_pct(a.gpu_index, a.job_id) or iso.mps_percentage(a.shards, shares)
-        a.mem_limit_bytes = iso.mps_memory_limit_bytes(a.shards, shares, g.memory_mib)
-        a.isolation = f"mps:{pct}"
-        a.device_uuid = g.uuid
-        pipe = self.paths.mps / f"gpu{a.gpu_index}" / "pipe"
-        logs = self.paths.mps / f"gpu{a.gpu_index}" / "log"
-        for d in (pipe, logs):
-            d.mkdir(parents=True, exist_ok=True)
-        a.env = {
-            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct),
-            "CUDA_MPS_PIPE_DIRECTORY": str(pipe),
-            "CUDA_MPS_LOG_DIRECTORY": str(logs),
-            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={a.mem_limit_bytes // (1024 * 1024)}M",
-        }
-        return a
-
-    def planned_pct(self, gpu_index: int, job_id: int) -> int | None:
-        """The helper's MPS percentage for this job, from the GPU's measured utilisations
-        (sent over the link, kept at `agent/<node>/mps-plan.json`); None when it has none."""
-        try:
-            doc = json.loads(self.paths.mps_plan.read_text())
-            pct = doc.get("plan", {}).get(str(gpu_index), {}).get(str(job_id))
-        except (OSError, ValueError, AttributeError):
-            return None
-        if isinstance(pct, int) and not isinstance(pct, bool) and 1 <= pct <= 100:
-            return pct
-        return None
-
-    def apply_mps_plan(self, a: Assignment) -> None:
-        """A later step of an MPS job starts with the share the helper measured for it."""
-        pct = self.planned_pct(a.gpu_index, a.job_id)
-        if pct is None or a.env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == str(pct):
-            return
-        log.info("job %d: MPS share %s%% -> %d%% (measured utilisation plan)", a.job_id,
-                 a.env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), pct)
-        a.env = {**a.env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct), "GPUPACK_ISOLATION": f"mps:{pct}"}
-        a.isolation = f"mps:{pct}"
+        return self.mps.share(a, self._gpu(a.gpu_index))

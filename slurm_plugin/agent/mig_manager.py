@@ -93,9 +93,15 @@ class MigManager:
     def release(self, a: Assignment) -> bool:
         """A job ended: its instance is destroyed, or kept idle for the next job of its size
         while a layout policy is on (returns whether it was kept)."""
-        if a.kind not in ("mig", "whole") or a.gi_id is None or not a.created_instance:
+        if a.kind == "mps" and a.gi_id is not None:  # an MPS-shared instance
+            others = [b for b in self._assignments() if b.job_id != a.job_id and b.device_uuid == a.device_uuid]
+            if others:  # its other jobs keep it: the owner mark moves to one of them
+                if hasattr(self.backend, "set_owner"):
+                    self.backend.set_owner(a.gpu_index, a.gi_id, others[0].owner)
+                return True
+        elif a.kind not in ("mig", "whole") or a.gi_id is None or not a.created_instance:
             return False
-        keep = a.kind == "mig" and self.layout_policy != "off"  # left idle for the next job of its size
+        keep = a.kind in ("mig", "mps") and self.layout_policy != "off"  # idle for the next job of its size
         try:
             if hasattr(self.backend, "set_owner"):
                 self.backend.set_owner(a.gpu_index, a.gi_id, None)

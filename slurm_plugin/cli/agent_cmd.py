@@ -50,6 +50,9 @@ def _slurm_user_uid(explicit: str | None) -> int | None:
 @click.option("--shares-per-gpu", type=int, default=None,
               help="Slurm shards per GPU (gres.conf Count=) [default: the GPU model's share ladder, "
                    "`gpupack mig ladder`].")
+@click.option("--mps-in-mig-shares", type=click.IntRange(0, 64), default=0, show_default=True,
+              help="MIG nodes: packed jobs of fewer shares than this share a MIG instance sized for "
+                   "this many shares through MPS, one user per instance (0: every job its own slice).")
 @click.option("--policy", default="fsm", show_default=True, help="MIG placement policy (mig.policies).")
 @click.option("--slurm-user", default=None, help="Also answer this user [default: SlurmUser of slurm.conf].")
 @click.option("--sample-interval", default=1.0, show_default=True, help="Seconds between samples.")
@@ -70,7 +73,8 @@ def _slurm_user_uid(explicit: str | None) -> int | None:
 @click.pass_context
 def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, nvml_library: str | None,
           sim_dir: Path | None, gpus: int,
-          gpu_model: str, isolation_mode: str, shares_per_gpu: int | None, gres_conf: Path | None, policy: str,
+          gpu_model: str, isolation_mode: str, shares_per_gpu: int | None, mps_in_mig_shares: int,
+          gres_conf: Path | None, policy: str,
           slurm_user: str | None, sample_interval: float, metrics_address: str | None,
           metrics_port: int | None, link_address: str | None, link_port: int | None) -> None:
     """Run the node agent for one node (or ask a running one: `status`, `samples`)."""
@@ -99,7 +103,8 @@ def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, nvml_lib
         allowed.add(uid)
     daemon = NodeAgent(node, state_dir, gpu_backend, isolation_mode=isolation_mode,
                        shares_per_gpu=shares_per_gpu, policy=policy,
-                       list_running_jobs=PushedJobs(), sim_dir=sim_dir, gres_conf=gres_conf)
+                       list_running_jobs=PushedJobs(), sim_dir=sim_dir, gres_conf=gres_conf,
+                       mps_control=_mps_control(), mps_in_mig_shares=mps_in_mig_shares)
     for line in daemon.reconcile(at_start=True):
         click.echo(f"reconciled: {line}", err=True)
     server = AgentServer(socket_path(state_dir, node), daemon, allowed)
@@ -151,6 +156,18 @@ def _link_server(node: str, daemon, allowed: set[int], host: str | None, port: i
         raise click.ClickException(f"cannot listen on {host or own.host}:{port} for the helper: {exc}") from exc
     server.serve_in_thread()
     return server
+
+
+def _mps_control() -> str:
+    """gpupack.toml [agent] mps_control (GPUPACK_CONFIG): the MPS control program."""
+    from packer.config import ConfigError
+    from slurm_plugin.agent.directory import load_agent_settings
+    from slurm_plugin.helper.settings import DEFAULT_CONFIG
+
+    try:
+        return load_agent_settings(DEFAULT_CONFIG).mps_control
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 def _metrics_address(node: str, host: str | None, port: int | None):

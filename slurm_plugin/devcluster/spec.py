@@ -5,6 +5,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gpus.sim.mps_control import STAND_IN as MPS_STAND_IN
 from slurm_plugin.devcluster import topology as topo
 from slurm_plugin.helper.watches.unisolated import UNISOLATED_EXIT
 
@@ -279,6 +280,8 @@ def gpupack_toml(spec: ClusterSpec, shares_per_gpu: int, gpu_memory_gib: float) 
         "\n[agent]\n"
         "# the helper reaches each node agent over HTTP, every request MUNGE-authenticated\n"
         f'munge_socket = "{spec.munge_socket}"\n'
+        "# MPS nodes: the simulated GPU's stand-in for nvidia-cuda-mps-control\n"
+        f'mps_control = "{MPS_STAND_IN}"\n'
         "\n[agents]\n"
         "# every agent on its node's address (one host: all on 127.0.0.1, a port each);\n"
         "# a real cluster: NodeAddr + [agent] port\n"

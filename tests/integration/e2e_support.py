@@ -5,8 +5,12 @@ an emptied cluster.
 """
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -103,3 +107,37 @@ def idle_cluster(cluster):
         yield cluster
     finally:
         cluster.cancel_all()
+
+
+@contextmanager
+def mps_agent(cluster, node: str, isolation: tuple[str, ...] = ("--isolation", "mps")):
+    """``node``'s agent restarted in MPS mode for the block (the agent the dev cluster runs,
+    with ``--isolation mps``, or the given isolation options); its own (MIG) agent again
+    afterwards."""
+    import json
+
+    from slurm_plugin.agent import client
+    from slurm_plugin.devcluster import node_side
+
+    procs = json.loads((cluster.state_dir / "run" / "processes.json").read_text())
+    pid = next(p["pid"] for p in procs if p["role"] == "agent" and p["name"] == node)
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.time() + 15
+    while time.time() < deadline and os.path.exists(f"/proc/{pid}"):
+        time.sleep(0.1)
+    (_, _, args), = [p for p in node_side.processes(cluster.spec) if p[1] == node]
+    args = [*args[: args.index("--isolation")], *isolation]
+    log = open(cluster.workdir / f"mps-agent-{node}.log", "ab")
+    agent = subprocess.Popen([*cluster.on_node(node), PY, "-m", "slurm_plugin", *args], env=cluster.env,
+                             stdout=log, stderr=subprocess.STDOUT)
+    try:
+        sock = cluster.node_view(node) / "run" / f"agent-{node}.sock"
+        wait_for(lambda: sock.exists() and client.ask(sock, {"op": "ping"}).get("status") == "ok", 20,
+                 f"{node}'s MPS agent answers")
+        yield agent
+    finally:
+        agent.terminate()
+        agent.wait(timeout=15)
+        log.close()
+        cluster.cancel_all()
+        cluster.dev.up()  # the node's own (MIG) agent again

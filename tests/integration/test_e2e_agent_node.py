@@ -155,33 +155,14 @@ def test_agent_killed_mid_job_and_restarted_loses_no_job(cluster):
     assert set(states.values()) == {"COMPLETED"}, states
 
 
-def _wait_gone(pid: int, timeout: float = 15) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline and os.path.exists(f"/proc/{pid}"):
-        time.sleep(0.1)
-
-
 def test_mps_shares_come_from_measured_utilisation(cluster):
     """node3's agent in MPS mode: two packed jobs share GPU 0 through MPS; a step started
     after the helper has measured them gets the percentage its utilisation calls for."""
-    import subprocess
-
-    from slurm_plugin.devcluster import node_side
+    from e2e_support import mps_agent
 
     node = "node3"
     wd = cluster.workdir
-    os.kill(agent_pid(cluster, node), signal.SIGTERM)
-    _wait_gone(agent_pid(cluster, node))
-    (_, _, args), = [p for p in node_side.processes(cluster.spec) if p[1] == node]
-    args = [*args[: args.index("--isolation")], "--isolation", "mps"]
-    log = open(wd / "mps-agent.log", "wb")
-    mps_agent = subprocess.Popen([*cluster.on_node(node), sys.executable, "-m", "slurm_plugin", *args], env=cluster.env,
-                                 stdout=log, stderr=subprocess.STDOUT)
-    try:
-        sock = cluster.node_view(node) / "run" / f"agent-{node}.sock"
-        deadline = time.time() + 20
-        while time.time() < deadline and not (sock.exists() and client.ask(sock, {"op": "ping"}).get("status") == "ok"):
-            time.sleep(0.2)
+    with mps_agent(cluster, node):
         jobs = {}
         for workload in ("PPO", "LSTM"):
             body = (
@@ -212,9 +193,3 @@ def test_mps_shares_come_from_measured_utilisation(cluster):
         # differ by less than the replan threshold (mps_replan_points, 5)
         assert pct["LSTM"] > pct["PPO"] + 20 and abs(pct["LSTM"] + pct["PPO"] - 100) < 5, pct
         assert all(e["CUDA_MPS_PIPE_DIRECTORY"].endswith("gpu0/pipe") for e in second.values())
-    finally:
-        mps_agent.terminate()
-        mps_agent.wait(timeout=15)
-        log.close()
-        cluster.cancel_all()
-        cluster.dev.up()  # node3's own (MIG) agent again
