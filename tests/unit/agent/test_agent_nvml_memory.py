@@ -30,10 +30,10 @@ def procs():
         kw = {"user": user} if user is not None else {}
         p = subprocess.Popen(["sleep", "60"], env=env, **kw)
         started.append(p)
-        # until it has exec'd, the child's /proc/PID/environ is still this process's (seen
-        # under load): the agent would read the wrong job from it
+        # until its exec is through, the child's /proc/PID/environ is this process's or empty
+        # (seen under load): the agent would read no job, or the wrong one, from it
         deadline = time.time() + 10
-        while time.time() < deadline and os.readlink(f"/proc/{p.pid}/exe") == os.readlink("/proc/self/exe"):
+        while time.time() < deadline and _environ(p.pid) != env:
             time.sleep(0.01)
         return p.pid
 
@@ -41,6 +41,11 @@ def procs():
     for p in started:
         p.kill()
         p.wait()
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = open(f"/proc/{pid}/environ", "rb").read().decode(errors="replace")
+    return dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
 
 
 def _agent(tmp_path, monkeypatch, mig: bool, mode: str = "mig", running=frozenset()):
