@@ -67,9 +67,15 @@ class Accounting:
         shutil.chown(self.dir, "mysql", "mysql")
         os.chmod(self.dir, 0o750)
         password = self._password()
-        init = self.dir / "init.sql"  # read by mariadbd itself, as mysql: the user and its grants
+        init = self.dir / "init.sql"  # read by mariadbd itself, as mysql: the database, user and grants
         user = f"'{DB_USER}'@'127.0.0.1'"
-        _write_private(init, f"CREATE USER IF NOT EXISTS {user} IDENTIFIED BY '{password}';\n"
+        # The database exists before slurmdbd's first connect (as Slurm's accounting guide has
+        # the admin create it): slurmdbd would otherwise create it itself after a failed connect
+        # and then connect again on the same MYSQL handle, which MariaDB Connector/C 3.4.10
+        # (Debian trixie, sid) left with its options cleared; its first query then fails
+        # (docs/accounting.md).
+        _write_private(init, f"CREATE DATABASE IF NOT EXISTS {DB_NAME};\n"
+                             f"CREATE USER IF NOT EXISTS {user} IDENTIFIED BY '{password}';\n"
                              f"ALTER USER {user} IDENTIFIED BY '{password}';\n"
                              f"GRANT ALL ON {DB_NAME}.* TO {user};\n", "mysql")
         _write_private(self.cnf, "\n".join([
