@@ -157,13 +157,34 @@ class Accounting:
 
     def _add_cluster(self) -> None:
         s = self.spec
-        listed = run_slurm(s, "sacctmgr", "-nP", "show", "cluster", "format=cluster", timeout=20)
-        if s.cluster_name in listed.stdout.split():
+        if s.cluster_name not in self._cluster_ids():
+            added = run_slurm(s, "sacctmgr", "-i", "add", "cluster", s.cluster_name, timeout=20)
+            if added.returncode != 0:
+                raise DevClusterError(f"sacctmgr could not add the cluster {s.cluster_name}: "
+                                      f"{(added.stderr or added.stdout).strip()}")
+        self._match_saved_cluster_id(self._cluster_ids().get(s.cluster_name))
+
+    def _cluster_ids(self) -> dict[str, str]:
+        """The clusters in the database, name -> id."""
+        listed = run_slurm(self.spec, "sacctmgr", "-nP", "show", "cluster", "format=cluster,id", timeout=20)
+        pairs = (line.split("|") for line in listed.stdout.splitlines() if line.count("|") == 1)
+        return {name: cluster_id for name, cluster_id in pairs}
+
+    def _match_saved_cluster_id(self, db_id: str | None) -> None:
+        """slurmctld keeps its cluster id in its state folder (`clustername`, written at its
+        first start) and, from Slurm 24.11, refuses to start when slurmdbd gives another
+        ("CLUSTER ID MISMATCH"): a cluster that ran without accounting made its own id. The
+        database is this cluster's own, so the file goes (the override Slurm names) and
+        slurmctld takes the database's id."""
+        saved = self.spec.state_dir / "ctld" / "clustername"
+        try:
+            _, _, saved_id = saved.read_text().strip().partition("|")
+        except FileNotFoundError:
             return
-        added = run_slurm(s, "sacctmgr", "-i", "add", "cluster", s.cluster_name, timeout=20)
-        if added.returncode != 0:
-            raise DevClusterError(f"sacctmgr could not add the cluster {s.cluster_name}: "
-                                  f"{(added.stderr or added.stdout).strip()}")
+        if db_id and saved_id != db_id:
+            log.warning("cluster id %s in %s is not the database's %s: slurmctld takes the database's",
+                        saved_id, saved, db_id)
+            saved.unlink()
 
     def _wait(self, ready, proc: subprocess.Popen | None, what: str, logfile: Path, doing: str) -> None:
         deadline = time.time() + READY_TIMEOUT_S
