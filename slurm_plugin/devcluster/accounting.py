@@ -84,7 +84,10 @@ class Accounting:
             f"pid-file={self.dir / 'mariadbd.pid'}", f"log-error={self.dir / 'mariadbd.err'}",
             "bind-address=127.0.0.1", f"port={s.port + DB_PORT_OFFSET}", "skip-name-resolve",
             f"init-file={init}", "innodb_buffer_pool_size=128M", "innodb_lock_wait_timeout=900",
-            "innodb_flush_log_at_trx_commit=2", "skip-log-bin", "",
+            "innodb_flush_log_at_trx_commit=2", "skip-log-bin",
+            # on by default from MariaDB 11.6 (trixie, sid: 11.8), which Slurm does not support:
+            # slurmdbd stops at the first write that conflicts; `loose-`: 10.11 knows no such option
+            "loose-innodb_snapshot_isolation=OFF", "",
         ]), "root")
         _write_private(s.etc / "slurmdbd.conf", "\n".join([
             "# Written by `gpupack devcluster up --accounting`.",
