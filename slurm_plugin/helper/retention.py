@@ -5,7 +5,8 @@
   age (and open ones twice as long), pair speeds, avoided pairs and remembered sizes not renewed
   for their time, the slice journals' copy (released rows, and those of nodes not heard from);
 - the watcher's per-job memory (`JobMemory`): every map and set keyed by a job id forgets a
-  job Slurm has not listed for `forget_jobs_after_s`.
+  job Slurm has not listed for `forget_jobs_after_s` (the head-of-queue lifts' rows in the
+  store, `head_lifts`, with them: they also go when their job starts or ends).
 
 `RetentionWatch` runs both from the watcher's rounds (the store every `prune_every_s`).
 """
