@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any
 
 from store.db import Store
@@ -83,7 +83,7 @@ class JobMemory:
             del last[job_id]
         for container in self._containers():
             for key in [k for k in container if _job_of(k) in gone]:
-                if isinstance(container, dict):
+                if isinstance(container, MutableMapping):
                     del container[key]
                 else:
                     container.discard(key)
