@@ -27,6 +27,41 @@ from dataclasses import dataclass
 MAX_NICE = 2147483645
 
 
+@dataclass(frozen=True)
+class Lift:
+    """A requeued job kept at the head: its owner's nice (put back when it starts), the nice
+    it has now, and its restart count when it was lifted (None: Slurm did not say). Kept in
+    the store (`store.lifts`), so a helper that restarts still ends it."""
+
+    own_nice: int
+    nice: int
+    restart_cnt: int | None = None
+
+
+#: What a lift needs in a round (`lift_turn`)
+KEEP, END, WAIT, FORGET = "keep", "end", "wait", "forget"
+STARTED_STATES = frozenset({"RUNNING", "SUSPENDED", "CONFIGURING"})
+
+
+def lift_turn(lifted: Lift, state: str | None, restart_cnt: int | None, priority: int | None) -> str:
+    """What the lift of a job in `state` (None: it finished, or Slurm no longer lists it) needs now.
+
+    FORGET: the job is gone or finished (Slurm changes it no more). END: it started, so its
+    owner's nice goes back; so too when its restart count moved on since the lift (it started
+    and was requeued again while no helper watched: a later requeue by Slurm itself keeps no
+    lift). WAIT: its old run is still being cleaned up (COMPLETING) or it is held (priority
+    0: its owner or an administrator releases it). KEEP: pending, kept above the others."""
+    if state is None:
+        return FORGET
+    if state in STARTED_STATES:
+        return END
+    if lifted.restart_cnt is not None and restart_cnt is not None and restart_cnt != lifted.restart_cnt:
+        return END
+    if state != "PENDING" or not priority:
+        return WAIT
+    return KEEP
+
+
 def head_nice(priority: int, nice: int, pending_priorities: Iterable[int | None]) -> int | None:
     """The nice that lifts a job of `priority` (at `nice` now) above every pending job, one
     above the highest; None when it is there already (or nothing else is pending).

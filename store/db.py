@@ -23,7 +23,7 @@ from packer.decision import LOWER_BOUND_SOURCE, Estimate
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 @dataclass(frozen=True)
@@ -142,8 +142,17 @@ def _migrate_to_6(db: sqlite_utils.Database) -> None:
     db["slice_journal"].create_index(["node", "released_at"])
 
 
+def _migrate_to_7(db: sqlite_utils.Database) -> None:
+    """Requeued jobs lifted to the head of the queue (`store.lifts`): the nice they were given,
+    their owner's (put back when they start) and their restart count when lifted."""
+    db["head_lifts"].create(
+        {"job_id": int, "restart_cnt": int, "own_nice": int, "nice": int, "lifted_at": float},
+        pk="job_id", not_null={"own_nice", "nice", "lifted_at"},
+    )
+
+
 MIGRATIONS = {1: _migrate_to_1, 2: _migrate_to_2, 3: _migrate_to_3, 4: _migrate_to_4, 5: _migrate_to_5,
-              6: _migrate_to_6}
+              6: _migrate_to_6, 7: _migrate_to_7}
 
 RUN_COLUMNS = tuple(RunRecord.__dataclass_fields__)
 

@@ -67,9 +67,15 @@ class Accounting:
         shutil.chown(self.dir, "mysql", "mysql")
         os.chmod(self.dir, 0o750)
         password = self._password()
-        init = self.dir / "init.sql"  # read by mariadbd itself, as mysql: the user and its grants
+        init = self.dir / "init.sql"  # read by mariadbd itself, as mysql: the database, user and grants
         user = f"'{DB_USER}'@'127.0.0.1'"
-        _write_private(init, f"CREATE USER IF NOT EXISTS {user} IDENTIFIED BY '{password}';\n"
+        # The database exists before slurmdbd's first connect (as Slurm's accounting guide has
+        # the admin create it): slurmdbd would otherwise create it itself after a failed connect
+        # and then connect again on the same MYSQL handle, which MariaDB Connector/C 3.4.10
+        # (Debian trixie, sid) left with its options cleared; its first query then fails
+        # (docs/accounting.md).
+        _write_private(init, f"CREATE DATABASE IF NOT EXISTS {DB_NAME};\n"
+                             f"CREATE USER IF NOT EXISTS {user} IDENTIFIED BY '{password}';\n"
                              f"ALTER USER {user} IDENTIFIED BY '{password}';\n"
                              f"GRANT ALL ON {DB_NAME}.* TO {user};\n", "mysql")
         _write_private(self.cnf, "\n".join([
@@ -78,7 +84,10 @@ class Accounting:
             f"pid-file={self.dir / 'mariadbd.pid'}", f"log-error={self.dir / 'mariadbd.err'}",
             "bind-address=127.0.0.1", f"port={s.port + DB_PORT_OFFSET}", "skip-name-resolve",
             f"init-file={init}", "innodb_buffer_pool_size=128M", "innodb_lock_wait_timeout=900",
-            "innodb_flush_log_at_trx_commit=2", "skip-log-bin", "",
+            "innodb_flush_log_at_trx_commit=2", "skip-log-bin",
+            # on by default from MariaDB 11.6 (trixie, sid: 11.8), which Slurm does not support:
+            # slurmdbd stops at the first write that conflicts; `loose-`: 10.11 knows no such option
+            "loose-innodb_snapshot_isolation=OFF", "",
         ]), "root")
         _write_private(s.etc / "slurmdbd.conf", "\n".join([
             "# Written by `gpupack devcluster up --accounting`.",
@@ -151,13 +160,34 @@ class Accounting:
 
     def _add_cluster(self) -> None:
         s = self.spec
-        listed = run_slurm(s, "sacctmgr", "-nP", "show", "cluster", "format=cluster", timeout=20)
-        if s.cluster_name in listed.stdout.split():
+        if s.cluster_name not in self._cluster_ids():
+            added = run_slurm(s, "sacctmgr", "-i", "add", "cluster", s.cluster_name, timeout=20)
+            if added.returncode != 0:
+                raise DevClusterError(f"sacctmgr could not add the cluster {s.cluster_name}: "
+                                      f"{(added.stderr or added.stdout).strip()}")
+        self._match_saved_cluster_id(self._cluster_ids().get(s.cluster_name))
+
+    def _cluster_ids(self) -> dict[str, str]:
+        """The clusters in the database, name -> id."""
+        listed = run_slurm(self.spec, "sacctmgr", "-nP", "show", "cluster", "format=cluster,id", timeout=20)
+        pairs = (line.split("|") for line in listed.stdout.splitlines() if line.count("|") == 1)
+        return {name: cluster_id for name, cluster_id in pairs}
+
+    def _match_saved_cluster_id(self, db_id: str | None) -> None:
+        """slurmctld keeps its cluster id in its state folder (`clustername`, written at its
+        first start) and, from Slurm 24.11, refuses to start when slurmdbd gives another
+        ("CLUSTER ID MISMATCH"): a cluster that ran without accounting made its own id. The
+        database is this cluster's own, so the file goes (the override Slurm names) and
+        slurmctld takes the database's id."""
+        saved = self.spec.state_dir / "ctld" / "clustername"
+        try:
+            _, _, saved_id = saved.read_text().strip().partition("|")
+        except FileNotFoundError:
             return
-        added = run_slurm(s, "sacctmgr", "-i", "add", "cluster", s.cluster_name, timeout=20)
-        if added.returncode != 0:
-            raise DevClusterError(f"sacctmgr could not add the cluster {s.cluster_name}: "
-                                  f"{(added.stderr or added.stdout).strip()}")
+        if db_id and saved_id != db_id:
+            log.warning("cluster id %s in %s is not the database's %s: slurmctld takes the database's",
+                        saved_id, saved, db_id)
+            saved.unlink()
 
     def _wait(self, ready, proc: subprocess.Popen | None, what: str, logfile: Path, doing: str) -> None:
         deadline = time.time() + READY_TIMEOUT_S

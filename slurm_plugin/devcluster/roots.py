@@ -50,6 +50,7 @@ DEBIAN_PACKAGES = [
     "gcc", "make", "libc6-dev", "procps", "ca-certificates", "iproute2", "util-linux",
     "python3", "python3-pip", "python3-venv", "python3-click", "sqlite-utils", "python3-prometheus-client", "python3-numpy", "python3-scipy", "python3-statsmodels",
     "python3-pytest", "python3-pytest-mock", "python3-hypothesis", "python3-matplotlib",
+    "mariadb-server", "slurmdbd",  # `devcluster up --accounting` (devcluster.accounting.PACKAGES)
 ]
 #: Extra Debian packages a feature's tests need (a browser for the web view's tests, say).
 EXTRA_PACKAGES_FILE = REPO / "scripts" / "root-packages.txt"

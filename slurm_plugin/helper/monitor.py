@@ -97,6 +97,7 @@ from slurm_plugin.helper.watches.tracks import (  # noqa: F401  (the names other
 from slurm_plugin.slurm.errors import SlurmError
 from slurm_plugin.slurm.gres import expand_hostlist
 from slurm_plugin.slurm.model import Job
+from store.lifts import HeadLifts
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +142,8 @@ class Monitor:
                                                                     agreement=self.agreement)
         self.clock = clock
         self.on_jobs = on_jobs  # called with each round's job listing and when it was asked for
-        self.state = WatchState()
+        # the head-of-queue lifts are kept in the store: after a restart they still end (store.lifts)
+        self.state = WatchState(heading=HeadLifts(lambda: self.actions.store))
         self.actions = Actions(runner, helper.store, self.state, self.config, modes=self.settings.actions)
         # [paths] kill_switch: while it exists, the rounds only observe (slurm_plugin.helper.kill_switch)
         self.kill_switch = KillSwitch(getattr(paths, "kill_switch", None))

@@ -5,14 +5,15 @@
   age (and open ones twice as long), pair speeds, avoided pairs and remembered sizes not renewed
   for their time, the slice journals' copy (released rows, and those of nodes not heard from);
 - the watcher's per-job memory (`JobMemory`): every map and set keyed by a job id forgets a
-  job Slurm has not listed for `forget_jobs_after_s`.
+  job Slurm has not listed for `forget_jobs_after_s` (the head-of-queue lifts' rows in the
+  store, `head_lifts`, with them: they also go when their job starts or ends).
 
 `RetentionWatch` runs both from the watcher's rounds (the store every `prune_every_s`).
 """
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any
 
 from store.db import Store
@@ -82,7 +83,7 @@ class JobMemory:
             del last[job_id]
         for container in self._containers():
             for key in [k for k in container if _job_of(k) in gone]:
-                if isinstance(container, dict):
+                if isinstance(container, MutableMapping):
                     del container[key]
                 else:
                     container.discard(key)

@@ -27,20 +27,11 @@ from e2e_support import SLEEP, events, simgpu_script, wait_for
 pytestmark = pytest.mark.integration
 
 ACCOUNTS = ("fair-a", "fair-b")
-#: Why the Debian roots of Slurm 24.11 (trixie) and 26.05 (sid) cannot run it yet: their
-#: suite's MariaDB 11.8.9 client library fails slurmdbd's first query ("mysql_query failed:
-#: 5027 Number of columns in result (=1) set execeeds maxmimum allowed number of columns
-#: (=0)", then "fatal: _check_mysql_concat_is_sane"), and slurmdbd exits (seen 2026-11-27
-#: with slurmdbd 24.11.5 and 26.05.5). Debian 12's MariaDB 10.11 with Slurm 22.05 works.
-DEBIAN_DBD_FAILURE = ("slurmdbd exits at its first query with Debian trixie's and sid's MariaDB 11.8.9 "
-                      "client (error 5027); docs/accounting.md")
 
 
 @pytest.fixture(scope="module")
 def fair_cluster(cluster):
     """The session's cluster with accounting and fair-share; put back as it was after."""
-    if cluster.release[:2] >= (24, 11):
-        pytest.skip(DEBIAN_DBD_FAILURE)
     base = cluster.dev.spec
     cluster.cancel_all()
     # and Slurm's default cred_expire (121 s of requeue delay), as on a real site

@@ -24,7 +24,7 @@ from packer.feasibility import ClusterFacts, stranded_by
 from packer.placement import merge_exclusions
 from store.db import Store
 from slurm_plugin.helper.kill_switch import ACTIONS_WHILE_HALTED
-from slurm_plugin.helper.watches.head_lift import Lift, lift
+from slurm_plugin.helper.watches.head_lift import lift, lift_of
 from slurm_plugin.helper.watches.round import WatchState
 from slurm_plugin.slurm.constraints import cluster_facts, job_facts
 from slurm_plugin.slurm.errors import SlurmError
@@ -231,10 +231,7 @@ class Actions:
         me = next((j for j in jobs if j.job_id == job_id), None)
         if me is None:
             raise SlurmError(f"job {job_id} is not listed after its release")
-        lifted = self.state.heading.get(job_id)
-        if lifted is None:
-            own = self.runner.nice(job_id)
-            lifted = Lift(own, own)
+        lifted = lift_of(self.runner, self.state.heading, job_id, me.restart_cnt)
         pending = [j.priority for j in jobs if j.state == "PENDING" and j.job_id != job_id]
         lifted, priority = lift(self.runner, job_id, me.priority or 0, lifted, pending)
         self.state.heading[job_id] = lifted

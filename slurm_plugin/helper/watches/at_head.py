@@ -1,9 +1,12 @@
 """Requeued jobs stay the next to start: above every pending job, past Slurm's requeue delay;
-their lift ends when they start (`watches/head_lift.py`)."""
+their lift ends when they start (`watches/head_lift.py`; `packer.preemption.lift_turn` says
+what each lift needs). The lifts are kept in the store (`store.lifts`): after a restart of the
+helper they still end."""
 from __future__ import annotations
 
 import logging
 
+from packer.preemption import END, FORGET, WAIT, lift_turn
 from slurm_plugin.helper.watches.head_lift import end_lift, lift
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.slurm.errors import SlurmError
@@ -28,16 +31,16 @@ class KeepAtHeadWatch:
             if job_id in skip:
                 continue
             job = jobs.get(job_id)
-            if job is None or job.is_finished:  # Slurm changes a finished job no more
+            state = None if job is None or job.is_finished else job.state
+            turn = lift_turn(lifted, state, job.restart_cnt if job else None, job.priority if job else None)
+            if turn == FORGET:  # Slurm changes a finished job no more
                 heading.pop(job_id, None)
                 continue
-            if job.state in ("RUNNING", "SUSPENDED", "CONFIGURING"):
+            if turn == END:
                 end_lift(ctx.actions, job_id, lifted)
                 heading.pop(job_id, None)
                 continue
-            # COMPLETING: the old run is still being cleaned up; held (priority 0): by its
-            # owner or an administrator, who release it
-            if job.state != "PENDING" or not job.priority:
+            if turn == WAIT:
                 continue
             pending = [j.priority for j in jobs.values() if j.state == "PENDING" and j.job_id != job_id]
             try:

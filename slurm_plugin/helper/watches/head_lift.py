@@ -8,22 +8,27 @@ compute it now (the job is pending and was just released: nothing else changes).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
-from dataclasses import dataclass
+from collections.abc import MutableMapping
 
-from packer.preemption import head_nice
+from packer.preemption import Lift, head_nice
 from slurm_plugin.slurm.errors import SlurmError
 
 log = logging.getLogger(__name__)
 
+__all__ = ["Lift", "end_lift", "lift", "lift_of"]
 
-@dataclass(frozen=True)
-class Lift:
-    """A job being kept at the head: its owner's nice (put back when it starts) and the nice
-    it has now."""
 
-    own_nice: int
-    nice: int
+def lift_of(runner, heading: MutableMapping[int, Lift], job_id: int, restart_cnt: int | None) -> Lift:
+    """The lift of `job_id` (requeued: its run number now `restart_cnt`) to raise further: the
+    one it has (its owner's nice is the one from before the first lift), else a new one from
+    the nice it has now. Raises SlurmError."""
+    lifted = heading.get(job_id)
+    if lifted is None:
+        own = runner.nice(job_id)
+        return Lift(own, own, restart_cnt)
+    return dataclasses.replace(lifted, restart_cnt=restart_cnt)
 
 
 def lift(runner, job_id: int, priority: int, lifted: Lift, pending: list[int | None]) -> tuple[Lift, int]:
@@ -41,7 +46,7 @@ def lift(runner, job_id: int, priority: int, lifted: Lift, pending: list[int | N
         except SlurmError:
             runner.release(job_id)  # once more: a lift never leaves a job held
         after = runner.job(job_id).priority
-    return Lift(lifted.own_nice, wanted), after or 0
+    return dataclasses.replace(lifted, nice=wanted), after or 0
 
 
 def end_lift(actions, job_id: int, lifted: Lift) -> None:

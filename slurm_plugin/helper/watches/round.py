@@ -8,7 +8,7 @@ calls the watches in the order of its list, once per round.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -27,10 +27,12 @@ if TYPE_CHECKING:
 
 @dataclass
 class WatchState:
-    """What the watches remember between rounds (lost when the helper restarts)."""
+    """What the watches remember between rounds (lost when the helper restarts, but for the
+    lifts: the monitor keeps them in the store, `store.lifts.HeadLifts`)."""
 
     tracks: dict[int, Track] = field(default_factory=dict)  # running jobs with samples
-    heading: dict[int, Lift] = field(default_factory=dict)  # requeued job -> its head-of-queue lift
+    # requeued job -> its head-of-queue lift
+    heading: MutableMapping[int, Lift] = field(default_factory=dict)
     ours_excluded: dict[int, frozenset[str]] = field(default_factory=dict)  # what we added to ExcNodeList
     quirk_excluded: dict[int, tuple[str, frozenset[int]]] = field(default_factory=dict)  # job -> (node, keepers)
     reported: set[tuple[int, float]] = field(default_factory=set)  # (job, run start) already judged

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from slurm_plugin.helper.watches.head_lift import Lift, lift
+from slurm_plugin.helper.watches.head_lift import lift, lift_of
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.slurm.errors import SlurmError
 from slurm_plugin.slurm.model import Job
@@ -48,10 +48,7 @@ class UnisolatedWatch:
             if ctx.enforcing and not ctx.actions.halted:
                 try:
                     runner = ctx.actions.runner
-                    lifted = ctx.state.heading.get(job.job_id)
-                    if lifted is None:
-                        own = runner.nice(job.job_id)
-                        lifted = Lift(own, own)
+                    lifted = lift_of(runner, ctx.state.heading, job.job_id, job.restart_cnt)
                     others = [j.priority for j in ctx.jobs.values() if j.state == "PENDING" and j.job_id != job.job_id]
                     lifted, priority = lift(runner, job.job_id, job.priority or 0, lifted, others)
                     ctx.state.heading[job.job_id] = lifted  # the keep-at-head watch ends the lift when it starts

@@ -57,6 +57,27 @@ def test_slurmdbd_conf_and_the_database_password_are_private(tmp_path):
     assert len(password) == 32 and f"StoragePass={password}" in dbd.read_text()
     init = spec.state_dir / "mariadb" / "init.sql"
     assert stat.S_IMODE(init.stat().st_mode) == 0o600 and pwd.getpwuid(init.stat().st_uid).pw_name == "mysql"
-    assert "port=24090" in (spec.etc / "mariadb.cnf").read_text()
+    # the database is there before slurmdbd's first connect (it never reconnects on a failed
+    # handle, which Connector/C 3.4.10 leaves unusable: error 5027 on the first query)
+    assert init.read_text().splitlines()[0] == "CREATE DATABASE IF NOT EXISTS slurm_acct_db;"
+    cnf = (spec.etc / "mariadb.cnf").read_text().splitlines()
+    assert "port=24090" in cnf and "loose-innodb_snapshot_isolation=OFF" in cnf  # Slurm does not support it
     Accounting(spec, "slurm").write_files()  # again: the same password
     assert (spec.etc / "slurmdbd.password").read_text().strip() == password
+
+
+def test_a_cluster_id_saved_without_accounting_gives_way_to_the_databases(tmp_path):
+    """Slurm 24.11's slurmctld refuses to start when its saved cluster id (made when the cluster
+    ran without accounting) is not slurmdbd's: the saved one goes, the database's is taken."""
+    from slurm_plugin.devcluster.accounting import Accounting
+
+    spec = ClusterSpec(state_dir=tmp_path / "dc", port=23999, accounting=True)
+    saved = spec.state_dir / "ctld" / "clustername"
+    saved.parent.mkdir(parents=True)
+    saved.write_text("gpupack|1330")
+    accounting = Accounting(spec, "slurm")
+    accounting._match_saved_cluster_id("1330")
+    assert saved.exists()  # the same id: kept
+    accounting._match_saved_cluster_id("627")
+    assert not saved.exists()
+    accounting._match_saved_cluster_id("627")  # no file (a new cluster): nothing to do

@@ -110,3 +110,10 @@ def test_a_mount_of_a_checkout_made_again_is_stale(tmp_path):
     other.mkdir()
     assert _stale(str(checkout), other)  # a deleted and re-cloned checkout: another inode
     assert _stale(str(tmp_path / "gone"), checkout)
+
+
+def test_a_root_has_what_accounting_needs():
+    """slurmdbd and MariaDB come with the root's build, not from the network at a test's start."""
+    from slurm_plugin.devcluster.accounting import PACKAGES
+
+    assert set(PACKAGES) <= set(roots.wanted_packages())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from packer.preemption import Lift
 from slurm_plugin.slurm.fake import FAKE_EPOCH
 
 from tests.unit.helper import rounds_support
@@ -79,3 +80,44 @@ def test_the_owners_own_nice_is_what_comes_back(tmp_path):
     start(fake, 7)
     monitor.tick()
     assert fake.jobs[7].nice == 50
+
+
+def test_a_helper_restarted_between_the_lift_and_the_start_still_ends_the_lift(tmp_path):
+    """The lift is kept in the store: a watcher started anew (its memory gone) reloads it and
+    puts the owner's nice back when the job starts; the store's row goes with it."""
+    fake, helper, samples, monitor = rounds_support.make(tmp_path, fixed_clock=True, priority_type="multifactor")
+    running(fake, 7, fp="big")
+    fake.jobs[7].factors, fake.jobs[7].nice = 300, 50
+    fake.submit(job_id=5, state="PENDING", priority=500)
+    monitor.tick()
+    requeue_at_head(monitor, 7)
+    assert fake.jobs[7].priority == 501 and fake.jobs[7].nice < 50
+    _, _, _, restarted = rounds_support.make(tmp_path, fixed_clock=True, priority_type="multifactor")
+    restarted.runner = monitor.runner  # the same Slurm; the same database file, read anew
+    assert dict(restarted.state.heading) == {7: Lift(50, fake.jobs[7].nice, 1)}
+    start(fake, 7)
+    restarted.tick()
+    assert fake.jobs[7].nice == 50  # the owner's own nice: the lift ended
+    assert not restarted.state.heading
+    assert not helper.store.db.execute("select * from head_lifts").fetchall()
+
+
+def test_a_job_started_and_requeued_again_while_no_helper_watched_loses_its_lift(tmp_path):
+    """The restart count kept with the lift says the job ran since: a requeue by Slurm itself
+    (a node failure) while the helper was down keeps no lift."""
+    fake, helper, samples, monitor = rounds_support.make(tmp_path, fixed_clock=True, priority_type="multifactor")
+    running(fake, 7, fp="big")
+    fake.jobs[7].factors = 300
+    fake.submit(job_id=5, state="PENDING", priority=500)
+    monitor.tick()
+    requeue_at_head(monitor, 7)
+    assert fake.jobs[7].nice < 0
+    start(fake, 7)  # the helper is down meanwhile: it never sees the run
+    job = fake.jobs[7]
+    job.state, job.state_reason, job.restart_cnt = "PENDING", "BeginTime", job.restart_cnt + 1
+    _, _, _, restarted = rounds_support.make(tmp_path, fixed_clock=True, priority_type="multifactor")
+    restarted.runner = monitor.runner
+    restarted.tick()
+    fake.recompute_priorities()
+    assert job.nice == 0 and job.priority < fake.jobs[5].priority  # fair-share decides again
+    assert not restarted.state.heading

@@ -46,6 +46,20 @@ def test_a_job_slurm_no_longer_lists_is_forgotten_by_every_map():
     assert heading == {8: 1} and reported == {(8, 2.0)} and set(memory.last_listed) == {8}
 
 
+def test_a_forgotten_jobs_lift_leaves_the_store_too():
+    """The monitor's lifts are a mapping kept in the store (`store.lifts`), not a dict."""
+    from packer.preemption import Lift
+    from store.lifts import HeadLifts
+
+    store = Store()
+    heading = HeadLifts(lambda: store)
+    heading[7], heading[8] = Lift(0, -5, 1), Lift(0, -6, 1)
+    memory = JobMemory(lambda: [heading], forget_after_s=60)
+    memory.round([7, 8], now=0.0)
+    memory.round([8], now=61.0)
+    assert dict(heading) == {8: Lift(0, -6, 1)} and dict(HeadLifts(lambda: store)) == {8: Lift(0, -6, 1)}
+
+
 def test_the_watchers_maps_stay_bounded_over_many_judged_runs(tmp_path):
     """`reported` (one entry per judged run) grew for good; now it forgets ended jobs."""
     fake, helper, samples, monitor = rounds_support.make(tmp_path, fixed_clock=False)

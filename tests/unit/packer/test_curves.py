@@ -97,13 +97,14 @@ def test_a_schema_3_database_gets_the_curves_table_and_keeps_its_rows(tmp_path):
     old.log_event("history", "recorded", 1)
     old.db.execute("drop table run_curves")
     old.db.execute("drop table slice_journal")  # schema 6's
+    old.db.execute("drop table head_lifts")  # schema 7's
     for undo in ("drop index idx_runs_fp_bound_ended", "alter table runs drop column lower_bound",
                  "alter table runs drop column end_state"):  # schema 5's
         old.db.execute(undo)
     old.db.execute("pragma user_version = 3")
     old.close()
     store = Store(path)
-    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
     (run,) = store.runs("fp")
     assert (run.job_id, run.peak_mem_bytes, run.started_at) == (1, 3 * GIB, 10.0)
     assert store.must_avoid("a", "b") and math.isclose(store.pair_speeds()[("a", "b")].speed, 0.8)

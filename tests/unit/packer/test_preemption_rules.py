@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from packer.contention import Resident, find_contention, measure_seniors, throughput_loss
-from packer.preemption import MAX_NICE, head_nice, restart_size
+from packer.preemption import END, FORGET, KEEP, MAX_NICE, WAIT, Lift, head_nice, lift_turn, restart_size
 
 GIB = 1024**3
 
@@ -74,6 +74,24 @@ def test_head_nice_lifts_the_job_one_above_every_pending_job():
 def test_head_nice_does_not_climb_when_already_at_the_head_and_stays_in_slurms_range():
     assert head_nice(4294901800, -900, [4294901759]) is None
     assert head_nice(1, 0, [4294901759]) == -MAX_NICE
+
+
+def test_a_lift_is_kept_while_pending_and_ends_when_the_job_starts():
+    lifted = Lift(own_nice=50, nice=-400, restart_cnt=1)
+    assert lift_turn(lifted, "PENDING", 1, 900) == KEEP
+    assert lift_turn(lifted, "RUNNING", 1, 900) == END
+    assert lift_turn(lifted, "CONFIGURING", 1, 0) == END
+    assert lift_turn(lifted, "COMPLETING", 1, 900) == WAIT  # its old run is still being cleaned up
+    assert lift_turn(lifted, "PENDING", 1, 0) == WAIT  # held: its owner or an administrator releases it
+    assert lift_turn(lifted, None, None, None) == FORGET  # finished or gone
+
+
+def test_a_lift_ends_when_the_job_ran_since_it_though_no_start_was_seen():
+    """A restart count past the lift's: the job started and was requeued again (by Slurm,
+    while no helper watched); a count Slurm did not give changes nothing."""
+    assert lift_turn(Lift(0, -10, 1), "PENDING", 2, 900) == END
+    assert lift_turn(Lift(0, -10, None), "PENDING", 2, 900) == KEEP
+    assert lift_turn(Lift(0, -10, 1), "PENDING", None, 900) == KEEP
 
 
 def test_restart_size_grows_to_what_the_forecast_needs():
