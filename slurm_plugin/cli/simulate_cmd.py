@@ -92,7 +92,7 @@ def workload_options(fn):
                           "before packing (pack only where the job already there keeps "
                           ">= 90 %); off: the patent's FIG. 3/4 alone (pack, then requeue on "
                           "> 10 % slowdown). Off needs --corunner lowest-util or best-fit."),
-        click.option("--pair-knowledge", type=click.Choice(["observed", "model", "oracle"]),
+        click.option("--pair-knowledge", type=click.Choice(["observed", "model", "oracle", "counters"]),
                      default="observed", show_default=True,
                      help="colocate: what the pair prediction knows. observed: a pair's speeds "
                           "once the replay has run it, other pairs from a model of per-job "
