@@ -21,6 +21,7 @@ on the GPU's engine with a wide spread (``PRIOR_SD``).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ MIN_PAIRS = 20
 RIDGE = 1.0  # prior precision of the weights (features are of order 1)
 PRIOR_SD = 0.25  # the spread of a processor-sharing guess with nothing fitted
 FLOOR = 0.0
+MEMO_SIZE = 65536  # predictions kept per fitted model (the same counters recur across submissions)
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,10 @@ class PairModel:
                  memory_engine: bool = False):
         self.weights, self.cov, self.noise_sd = weights, cov, noise_sd
         self.memory_engine = memory_engine
+        # plain floats for predict: a handful of features, called per pair on the submit path
+        self._w = None if weights is None else [float(v) for v in weights]
+        self._cov = None if cov is None else [[float(v) for v in row] for row in cov]
+        self._memo: dict[tuple[AloneCounters, AloneCounters], Prediction] = {}
 
     @classmethod
     def fit(cls, pairs: Sequence[tuple[AloneCounters, AloneCounters, float]],
@@ -98,12 +104,20 @@ class PairModel:
         return cls(w, np.linalg.inv(precision) * noise**2, noise, memory_engine)
 
     def predict(self, a: AloneCounters, b: AloneCounters) -> Prediction:
-        x = np.array(features(a, b, self.memory_engine and self.weights is not None))
-        if self.weights is None:
-            return Prediction(float(np.clip(x[1], FLOOR, 1.0)), PRIOR_SD)
-        mean = float(np.clip(x @ self.weights, FLOOR, 1.0))
-        sd = float(np.sqrt(self.noise_sd**2 + x @ self.cov @ x))
-        return Prediction(mean, sd)
+        hit = self._memo.get((a, b))
+        if hit is None:
+            if len(self._memo) >= MEMO_SIZE:
+                self._memo.clear()
+            hit = self._memo[(a, b)] = self._predict(a, b)
+        return hit
+
+    def _predict(self, a: AloneCounters, b: AloneCounters) -> Prediction:
+        x = features(a, b, self.memory_engine and self._w is not None)
+        if self._w is None or self._cov is None:
+            return Prediction(min(1.0, max(FLOOR, x[1])), PRIOR_SD)
+        mean = min(1.0, max(FLOOR, sum(xi * wi for xi, wi in zip(x, self._w))))
+        spread = sum(xi * sum(c * xj for c, xj in zip(row, x)) for xi, row in zip(x, self._cov))
+        return Prediction(mean, math.sqrt(self.noise_sd**2 + max(0.0, spread)))
 
 
 # three-point Gauss-Hermite rule for E[f(X)], X ~ N(mean, sd^2): nodes mean + {-1, 0, 1} * sqrt(3) sd
