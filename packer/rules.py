@@ -34,7 +34,7 @@ from its ``SimConfig`` (``gpupack simulate --config FILE`` reads the same file t
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from mig.catalog import Catalog, Profile
@@ -42,7 +42,8 @@ from mig.fsm import PartitionState, Placement
 from mig.policies import POLICIES as MIG_POLICIES
 from mig.slice_rule import SlicePlan, partition_shards, place_slice, profile_for_share_count
 from packer.admission import AdmissionRule, PackCase, PackJudgement, QueueView, expected_gain, pack_gain
-from packer.pair_model import Prediction
+from packer.pair_model import AloneCounters, Prediction
+from packer.pair_predictor import TRIAL_Z, PairPredictor
 from packer.config import PackerConfig
 from packer.contention import (
     ContentionVerdict, PackMeasure, Resident, Sharer, check_contention, find_contention, measure_seniors,
@@ -99,6 +100,8 @@ class SuiteRules:
     # published queue; its watches keep the bound (the replay: load-aware)
     admission: str = "slowdown-bound"
     min_speed: float = 0.5
+    # an unmeasured pair is judged at its upper bound, mean + pair_trial_z sd (packer.pair_predictor)
+    pair_trial_z: float = TRIAL_Z
     # MIG slices (mig.slice_rule): the placement policy of a new slice (mig.policies)
     mig_policy: str = "fsm"
 
@@ -193,6 +196,14 @@ class SuiteRules:
         if min(newcomer.mean, *(p.mean for _, p in residents)) < self.min_speed:
             return False
         return expected_gain(newcomer_s, newcomer, residents, queue) > 0.0
+
+    def pair_predictor(self, solo: Mapping[Hashable, AloneCounters],
+                       measured: Mapping[tuple[Hashable, Hashable], float]) -> PairPredictor:
+        """Pair speeds with their spread from each workload's counters alone and the pairs
+        measured (``packer.pair_predictor``), a pack judged at ``trial_speed`` (an unmeasured
+        pair at its upper bound, ``pair_trial_z``): what the live submit path and the
+        replay's ``counters`` knowledge predict with."""
+        return PairPredictor.build(solo, measured, self.pair_trial_z)
 
     def judge_pack(self, newcomer: Newcomer, newcomer_s: float, gpus: Sequence[GpuLoad] | Kinds,
                    left_s: dict[str, float],

@@ -26,9 +26,10 @@ class SimConfig:
     # would requeue the newcomer) and the newcomer >= min_newcomer_speed. Busy jobs (above
     # the packer's max_util_pct) may then be packed too: the pair decides, not utilisation.
     pair_predict: bool = True
-    # what the pair prediction knows (see simulator.knowledge): observed |
-    # model | oracle (the replay's own table: an upper bound)
-    pair_knowledge: str = "observed"
+    # what the pair prediction knows (see simulator.knowledge): counters (the rules' pair
+    # model, as the live submit path) | observed | model | oracle (the replay's own table:
+    # an upper bound)
+    pair_knowledge: str = "counters"
     min_newcomer_speed: float = 0.0
     # colocate: most jobs on one GPU (every job there still predicted at >= 1 - threshold
     # of its speed alone, memory under the packer's cap); more than two relies on the

@@ -89,7 +89,7 @@ class Simulator:
         self.share_bytes = self.pk.share_bytes
         self.profiles = profiles
         self.pairs = pairs
-        self.know = PairKnowledge(cfg.pair_knowledge, profiles, pairs)
+        self.know = PairKnowledge(cfg.pair_knowledge, profiles, pairs, self.rules)
         self.policy = make_policy(self)  # the one-GPU start rule and hooks the loop calls
         self.cluster = Cluster(self, cfg.gpus)
         self.gpus = self.cluster.gpus

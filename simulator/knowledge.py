@@ -12,7 +12,12 @@ same table would be exact by construction. So:
 - ``oracle``: the truth table: an upper bound, not what a site gets;
 - ``observed`` (default): a pair the replay has run (and watched for ``monitor_s``) is
   known exactly; any other pair is predicted by the feature model;
-- ``model``: every pair predicted by the feature model.
+- ``model``: every pair predicted by the feature model;
+- ``counters``: as ``observed``, but the other pairs are predicted with their spread by the
+  rules' pair model (``SuiteRules.pair_predictor``, ``packer.pair_predictor``: what the live
+  submit path predicts with) from each profile's utilisation and memory alone, refitted on
+  the pairs observed as the feature model is; an unobserved pair is judged at its upper
+  bound (``PairPredictor.trial_speed``: tried unless the model is sure it is too slow).
 
 The feature model (:mod:`packer.pair_knowledge`, the one the live helper's steering uses) is a ridge regression of a job's speed beside another on features of the
 two jobs alone (both utilisations, their product and square, the processor-sharing share
@@ -27,13 +32,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from packer.pair_knowledge import MIN_FIT, N_FEATURES, ObservedPairs, pair_features, prior_speed, ridge_fit, \
     ridge_predict
+from packer.pair_model import AloneCounters
 from simulator.workload import PairTable, WorkloadProfile
 
-MODES = ("observed", "model", "oracle")
+if TYPE_CHECKING:
+    from packer.rules import SuiteRules
+
+MODES = ("observed", "model", "oracle", "counters")
 __all__ = ["MIN_FIT", "MODES", "PairKnowledge", "PredictionError"]
 
 
@@ -69,9 +80,13 @@ class PredictionError:
 class PairKnowledge:
     """A policy's view of pair speeds, by profile index; ``version`` changes when it does."""
 
-    def __init__(self, mode: str, profiles: list[WorkloadProfile], truth: PairTable):
+    def __init__(self, mode: str, profiles: list[WorkloadProfile], truth: PairTable,
+                 rules: "SuiteRules | None" = None):
         if mode not in MODES:
             raise ValueError(f"unknown pair knowledge {mode!r}; choose one of {', '.join(MODES)}")
+        if mode == "counters" and rules is None:
+            raise ValueError("the counters pair knowledge predicts with the run's rules: pass rules")
+        self.rules = rules
         self.mode = mode
         self.profiles = profiles
         self.truth = truth
@@ -80,7 +95,8 @@ class PairKnowledge:
                             for a in range(n)], dtype=float) if n else np.zeros((0, 0, N_FEATURES))
         self.pairs: ObservedPairs[int] = ObservedPairs()
         self._weights: np.ndarray | None = None
-        self._model = self._prior()
+        self._solo = {p.index: AloneCounters.from_history(p.util_pct, p.mem_bytes) for p in profiles}
+        self._model = self._prior() if mode != "counters" else self._counters()
         self.version = 0  # any prediction changed
         self.model_version = 0  # the feature model was refitted
         self.profile_version = [0] * n  # a pair of this profile became known
@@ -95,11 +111,19 @@ class PairKnowledge:
     def _prior(self) -> np.ndarray:
         return prior_speed(self._x) if self._x.size else self._x
 
+    def _counters(self) -> np.ndarray:
+        """The rules' pair model fitted on the pairs observed: every pair's trial speed (the
+        model's, a pair observed included: :meth:`speed` answers those from ``seen``)."""
+        assert self.rules is not None
+        pred, solo = self.rules.pair_predictor(self._solo, self.seen), self._solo
+        n = len(self.profiles)
+        return np.array([[pred.trial(pred.model.predict(solo[a], solo[b])) for b in range(n)] for a in range(n)])
+
     def speed(self, a: int, b: int) -> float:
         """Predicted speed of profile ``a`` beside profile ``b`` (1 = as fast as alone)."""
         if self.mode == "oracle":
             return self.truth.speed(a, b)
-        if self.mode == "observed":
+        if self.mode in ("observed", "counters"):
             hit = self.seen.get((a, b))
             if hit is not None:
                 return hit
@@ -110,7 +134,7 @@ class PairKnowledge:
         return self.model_version, self.profile_version[a]
 
     def known(self, a: int, b: int) -> bool:
-        return self.mode == "oracle" or (self.mode == "observed" and (a, b) in self.seen)
+        return self.mode == "oracle" or (self.mode in ("observed", "counters") and (a, b) in self.seen)
 
     # ---------------------------------------------------------------- learning
     def observe(self, a: int, b: int) -> None:
@@ -120,7 +144,7 @@ class PairKnowledge:
             return
         if self.mode == "oracle":
             return
-        if self.mode == "observed":
+        if self.mode in ("observed", "counters"):
             self.version += 1
             self.profile_version[a] += 1
             self.profile_version[b] += 1
@@ -128,6 +152,12 @@ class PairKnowledge:
             self._fit()
 
     def _fit(self) -> None:
+        if self.mode == "counters":
+            self._model = self._counters()
+            self.pairs.fitted()
+            self.version += 1
+            self.model_version += 1
+            return
         keys = list(self.seen)
         x = np.array([self._x[a, b] for a, b in keys])
         y = np.array([self.seen[k] for k in keys])

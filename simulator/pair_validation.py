@@ -9,8 +9,10 @@ standard deviation and the share of measured speeds inside the predicted 95 % in
 
 Models compared: ``processor-sharing`` (``min(1, 1/(busy_a + busy_b))``: no fit),
 ``feature-ridge`` (``packer.pair_knowledge``, what the replay's ``model`` knowledge and the
-live steering use: utilisation, memory, sharing label) and ``counters-bayes``
-(``packer.pair_model``: both engines' busy fractions and memory, with uncertainty).
+live steering use: utilisation, memory, sharing label), ``counters-bayes``
+(``packer.pair_model``: both engines' busy fractions and memory, with uncertainty) and
+``counters-no-mem-engine`` (the same without the memory controller's busy fraction: what the
+history store keeps, so what the live submit path and the replay's ``counters`` knowledge fit).
 
     python3 -m simulator.pair_validation [--data-dir DIR] [--truth PAIRS.csv]
 
@@ -28,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from packer.pair_knowledge import JobTraits, pair_features, ridge_fit, ridge_predict
-from packer.pair_model import AloneCounters, PairModel, features
+from packer.pair_model import AloneCounters, PairModel
 from simulator.truth import profile_key
 from simulator.workload import default_data_dir
 
@@ -68,6 +70,8 @@ def _fit(name: str, profiles: dict[str, dict], train: list[Pair]) -> Predictor:
     if name == "feature-ridge":
         w = ridge_fit(np.array([pair_features(t[a], t[b]) for a, b, _ in train]), np.array([s for *_, s in train]))
         return lambda a, b: (float(ridge_predict(np.array(pair_features(t[a], t[b])), w)), None)
+    if name == "counters-no-mem-engine":
+        c = {k: AloneCounters(v.busy, None, v.mem_gib) for k, v in c.items()}
     model = PairModel.fit([(c[a], c[b], s) for a, b, s in train])
 
     def predict(a: str, b: str) -> tuple[float, float | None]:
@@ -76,7 +80,8 @@ def _fit(name: str, profiles: dict[str, dict], train: list[Pair]) -> Predictor:
     return predict
 
 
-MODELS = ("processor-sharing", "feature-ridge", "counters-bayes")
+MODELS = ("processor-sharing", "feature-ridge", "counters-bayes", "counters-no-mem-engine")
+SPREAD = ("counters-bayes", "counters-no-mem-engine")  # the models that give a spread
 
 
 def leave_families_out(profiles: dict[str, dict], pairs: list[Pair]) -> dict[str, dict[str, float]]:
@@ -98,8 +103,8 @@ def leave_families_out(profiles: dict[str, dict], pairs: list[Pair]) -> dict[str
                     acc["sd"] += sd
                     acc["inside"] += abs(mean - s) <= 1.96 * sd
     return {m: {"mae": a["abs"] / a["n"], "pairs": a["n"],
-                "mean_sd": a["sd"] / a["n"] if MODELS.index(m) == 2 else math.nan,
-                "coverage_95": a["inside"] / a["n"] if MODELS.index(m) == 2 else math.nan}
+                "mean_sd": a["sd"] / a["n"] if m in SPREAD else math.nan,
+                "coverage_95": a["inside"] / a["n"] if m in SPREAD else math.nan}
             for m, a in sums.items()}
 
 

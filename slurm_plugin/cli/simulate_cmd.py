@@ -92,13 +92,15 @@ def workload_options(fn):
                           "before packing (pack only where the job already there keeps "
                           ">= 90 %); off: the patent's FIG. 3/4 alone (pack, then requeue on "
                           "> 10 % slowdown). Off needs --corunner lowest-util or best-fit."),
-        click.option("--pair-knowledge", type=click.Choice(["observed", "model", "oracle"]),
-                     default="observed", show_default=True,
-                     help="colocate: what the pair prediction knows. observed: a pair's speeds "
-                          "once the replay has run it, other pairs from a model of per-job "
-                          "features (utilisation, memory, label) learnt from the pairs seen; "
-                          "model: that model alone; oracle: the replay's own pair table (an "
-                          "upper bound no site has)."),
+        click.option("--pair-knowledge", type=click.Choice(["counters", "observed", "model", "oracle"]),
+                     default="counters", show_default=True,
+                     help="colocate: what the pair prediction knows. counters: a pair's speeds "
+                          "once the replay has run it, other pairs from the rules' pair model "
+                          "(each job's utilisation and memory alone, with its spread; tried at "
+                          "its 95 % upper bound), as the live submit path; observed: the same "
+                          "with a feature model (utilisation, memory, label) judged at its "
+                          "mean; model: that feature model alone; oracle: the replay's own pair "
+                          "table (an upper bound no site has)."),
         click.option("--max-jobs-per-gpu", type=click.IntRange(min=1), default=None,
                      help="colocate: most jobs packed on one GPU (default 2), each still "
                           "predicted at >= 90 % of its speed alone; shard-fixed: jobs per GPU "
@@ -227,7 +229,7 @@ def _inputs(truth, timezone, bad_rows) -> dict:
 
 
 def _config(policy, predictor, gpus, gpu_model, bf_depth, corunner_rule, mig_static_layout,
-            mig_static_fraction, pair_predict=True, pair_knowledge="observed",
+            mig_static_fraction, pair_predict=True, pair_knowledge="counters",
             max_jobs_per_gpu=None, contention_threshold=0.10):
     from simulator import SimConfig
 

@@ -16,15 +16,19 @@ slow pairs). Otherwise, what it asks of the rule:
   with their work left by their time limits;
 - the queue: the jobs waiting (all ahead of the newcomer: it is the last one in), the GPUs,
   and when a whole GPU would free for it (the ``waiting + 1``-th release);
-- pair speeds: measured ones with the newcomer (the store's ``pair_speeds``), else processor
-  sharing on both jobs' mean utilisation from history (``packer.corunner.predicted_speeds``;
-  the fitted feature model is the steering's, refitted each round: too slow for a path that
-  holds slurmctld's locks); a pair with no utilisation known has no prediction (the GPU does
-  not qualify under a fairness floor); a pair to avoid is never packed beside.
+- pair speeds with their spread (``SuiteRules.pair_predictor``, the replay's ``counters``
+  knowledge): measured ones (the store's ``pair_speeds``) as measured, else the pair model
+  (``packer.pair_model``) fitted on the measured pairs from each workload's counters alone
+  as the agent records them (mean GPU utilisation, peak memory: the store's estimates), an
+  unmeasured pair judged at its upper bound (``PairPredictor.trial_speed``: tried unless
+  the model is sure it is too slow; the watches requeue it on its measured speed). A pair
+  with a workload whose utilisation is unknown has no prediction (the GPU does not qualify
+  under a fairness floor); a pair to avoid is never packed beside.
 
-The residents (the shared GPUs' jobs, their utilisation and work left) are read once per
-published view; each submission then asks the store three indexed questions of its own
-workload (measured pairs, partners to avoid, mean run length).
+The residents (the shared GPUs' jobs, their utilisation and work left) and the pair model
+(every measured pair and its workloads' estimates, one fit) are built once per published
+view; each submission then asks the store three indexed questions of its own workload
+(measured pairs, partners to avoid, mean run length).
 """
 from __future__ import annotations
 
@@ -36,6 +40,8 @@ from dataclasses import dataclass, replace
 from packer.admission import PackJudgement, QueueView, release_wait
 from packer.corunner import GpuLoad, Newcomer, RunningJob
 from packer.pack_judge import Kinds, kinds_of
+from packer.pair_model import AloneCounters
+from packer.pair_predictor import PairPredictor
 from packer.config import PackerConfig
 from packer.decision import Decision
 from packer.rules import SuiteRules
@@ -55,10 +61,31 @@ class _Residents:
     gpus: Kinds  # the busy shared GPUs, by kind (packer.pack_judge.kinds_of)
     left: dict[str, float]
     fingerprints: frozenset[str]
+    pairs: PairPredictor[str]
 
 
-def _residents(store: Store, snapshot: Snapshot, config: PackerConfig) -> _Residents:
-    queue = snapshot.queue
+def _unit(speed: float) -> float:
+    return min(1.0, max(0.0, speed))  # a measured ratio a little over 1 is noise: as fast as alone
+
+
+def counters(estimate) -> AloneCounters | None:
+    """A workload's counters alone from its history estimate (None: no utilisation known)."""
+    if estimate is None or estimate.mean_util_pct is None:
+        return None
+    return AloneCounters.from_history(estimate.mean_util_pct, estimate.peak_mem_bytes)
+
+
+def _pair_predictor(store: Store, rules: SuiteRules, fps: set[str], since: float) -> PairPredictor[str]:
+    """The pair model of this view: every measured pair, fitted on its workloads' counters."""
+    measured = {k: _unit(p.speed) for k, p in store.pair_speeds().items()}
+    keys = fps | {f for pair in measured for f in pair}
+    solo = {f: c for f, e in store.estimates(keys, rules.config.history_window, since=since).items()
+            if (c := counters(e)) is not None}
+    return rules.pair_predictor(solo, measured)
+
+
+def _residents(store: Store, snapshot: Snapshot, rules: SuiteRules, now: float) -> _Residents:
+    queue, config = snapshot.queue, rules.config
     assert queue is not None
     fps = {j.fingerprint for g in queue.shared for j in g.jobs if j.fingerprint}
     utils = {f: e.mean_util_pct for f, e in store.estimates(fps, config.history_window).items()}
@@ -71,7 +98,8 @@ def _residents(store: Store, snapshot: Snapshot, config: PackerConfig) -> _Resid
             jobs.append(RunningJob(str(j.job_id), fp, int(j.shards * config.share_bytes), utils.get(fp)))
             left[str(j.job_id)] = math.inf if j.left_s is None else j.left_s
         loads.append(GpuLoad(g.gpu_id, capacity, tuple(jobs)))
-    return _Residents(snapshot.taken_at, kinds_of(loads), left, frozenset(fps))
+    pairs = _pair_predictor(store, rules, fps, config.history_since(now))
+    return _Residents(snapshot.taken_at, kinds_of(loads), left, frozenset(fps), pairs)
 
 
 class SubmitAdmission:
@@ -97,22 +125,18 @@ class SubmitAdmission:
         queue, fp, config, store = snapshot.queue, decision.fingerprint, rules.config, self.store
         res = self._residents
         if res is None or res.taken_at != snapshot.taken_at:
-            res = self._residents = _residents(store, snapshot, config)
+            res = self._residents = _residents(store, snapshot, rules, now)
         est = decision.estimate
         newcomer = Newcomer("new", fp, int((decision.shards or 1) * config.share_bytes),
                             est.mean_util_pct if est is not None else None)
-        observed = store.pair_speeds_with(fp, res.fingerprints)
+        observed = {k: _unit(v) for k, v in store.pair_speeds_with(fp, res.fingerprints).items()}
+        pairs = res.pairs.including(fp, counters(est), observed)
         partners = store.avoided_with(fp)
         wait = max(0.0, release_wait(queue.releases_s, queue.waiting) - max(0.0, now - snapshot.taken_at))
         view = QueueView(waiting=0, gpus=max(1, queue.gpus), wait_s=wait)
         work = store.mean_run_s(fp, config.history_window, since=config.history_since(now))
-
-        def speed(a: str, b: str) -> float | None:
-            s = observed.get((a, b))
-            return None if s is None else min(1.0, max(0.0, s))
-
         return rules.judge_pack(newcomer, math.inf if work is None else work, res.gpus, res.left, view,
-                                lambda a, b: (b if a == fp else a) in partners, speed)
+                                lambda a, b: (b if a == fp else a) in partners, pairs.trial_speed)
 
     def decide(self, rules: SuiteRules, decision: Decision, now: float) -> Decision:
         """``decision`` as the load-aware rule leaves it: a pack the rule refuses keeps its

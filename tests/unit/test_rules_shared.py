@@ -52,6 +52,11 @@ class Recorded(SuiteRules):
         self.given.append(("corunners", r))
         return r
 
+    def pair_predictor(self, solo, measured):
+        p = super().pair_predictor(solo, measured)
+        self.given.append(("pair_predictor", p))
+        return p
+
 
 # one configuration both sides can use: the helper's [packer] table for an 80 GiB GPU in 8
 # shares (10 GiB each, as the simulator's A100-80GB), busy jobs packable (the pair decides)
@@ -227,6 +232,59 @@ def test_one_rules_object_ranks_corunners_live_and_in_the_replay(tmp_path):
         assert replayed and live, "both sides asked the one object"
         assert (jobs[1].first_start == 10.0) is packs and bool(replayed[0]) is packs
         assert (excluded == "") is packs and (excluded == "node1") is not packs
+
+
+# two busy workloads (100 % each: processor sharing says half speed each, 0.5)
+BUSY = [WorkloadProfile(0, "steady/a", 4 * G, 100.0, 100.0, 2), WorkloadProfile(1, "grows/b", 4 * G, 100.0, 100.0, 2)]
+
+
+def _replay_busy(rules: SuiteRules):
+    """The steady job runs 5000 s alone; the second arrives at 10 s on the one GPU (truth:
+    0.95 each beside the other); the replay predicts with the rules' pair model."""
+    pairs = PairTable(BUSY, {(0, 0): 0.95, (0, 1): 0.95, (1, 0): 0.95, (1, 1): 0.95})
+    specs = [SimJobSpec(0, 0.0, 5000.0, 1, 0, 4 * G, 4 * G), SimJobSpec(1, 10.0, 2000.0, 1, 1, 4 * G, 4 * G)]
+    sim = Simulator(SimConfig(policy="colocate", gpus=1, known_history=True, pair_knowledge="counters"), specs,
+                    BUSY, pairs, rules=rules)
+    assert sim.know.rules is rules
+    return {j.id: j for j in sim.run().jobs}
+
+
+def _live_submit(rules: SuiteRules) -> str:
+    """The same two workloads live: steady/a holds a share of the one GPU with 2 hours of work
+    left, no GPU frees for a day; grows/b is submitted packed. The verdict the submit path leaves."""
+    from packer.decision import Decision, Estimate
+    from store.db import RunRecord
+    from slurm_plugin.helper.cluster_view import NodeGpus, Snapshot
+    from slurm_plugin.helper.queue_state import QueueState, SharedGpu, SharedJob
+    from slurm_plugin.helper.submit_admission import SubmitAdmission
+
+    store, now = Store(), FAKE_EPOCH
+    for i, fp in enumerate(("steady/a", "grows/b")):
+        store.record_run(RunRecord(i + 1, fp, 4 * G, 100.0, started_at=now - 9000, ended_at=now - 100))
+    queue = QueueState(waiting=0, gpus=1, releases_s=(86400.0,), shared=(SharedGpu("node1", 0, (
+        SharedJob(11, "steady/a", 2, 7200.0),)),))
+    snap = Snapshot(nodes=(NodeGpus("node1", frozenset({"MIXED"}), 1, frozenset({0})),), pending_whole_gpu_jobs=0,
+                    taken_at=now, queue=queue)
+    packed = Decision("packed", "history", 1, Estimate(4 * G, 100.0, 1), "grows/b")
+    return SubmitAdmission(store, lambda: snap).decide(rules, packed, now).verdict
+
+
+def test_one_rules_object_predicts_pairs_live_and_in_the_replay():
+    """Both sides ask the one object for their pair model and get the same prediction for the
+    same counters alone (100 % busy, 4 GiB). An unmeasured pair judged at its mean (0.5, under
+    a 0.6 floor) is packed by neither; at its 95 % upper bound (the default) by both."""
+    for z, packs in ((0.0, False), (1.96, True)):
+        rules = Recorded(config=CONFIG, admission="load-aware", min_speed=0.6, pair_trial_z=z)
+        jobs = _replay_busy(rules)
+        replayed, mark = _decisions(rules, "pair_predictor"), len(rules.given)
+        verdict = _live_submit(rules)
+        live = _decisions(rules, "pair_predictor", mark)
+        assert replayed and len(live) == 1, "both sides asked the one object"
+        r, lv = replayed[0], live[0]
+        assert r.predict(0, 0) == lv.predict("steady/a", "steady/a")
+        assert r.trial_speed(0, 0) == lv.trial_speed("steady/a", "steady/a") == pytest.approx(0.99 if packs else 0.5)
+        assert (jobs[1].first_start == 10.0) is packs
+        assert verdict == ("packed" if packs else "exclusive")
 
 
 SACCT = """JobID|User|JobName|Submit|Start|End|Elapsed|AllocTRES|State

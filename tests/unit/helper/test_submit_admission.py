@@ -139,3 +139,23 @@ def test_history_older_than_the_configured_age_is_not_looked_at():
     assert answer(store, lambda: None).reason == "no-history"
     store.record_run(RunRecord(2, NEW_FP, int(7.6 * GIB), 30.0, ended_at=NOW - 10 * 86400))
     assert answer(store, lambda: None).verdict == "packed"
+
+
+def test_an_unmeasured_pair_is_judged_by_the_pair_model_fitted_on_the_stores_pairs():
+    """The newcomer and the job there are both busy (90 %) and never ran together. Processor
+    sharing says 0.56 each (above the 0.5 floor); the pairs the store measured between other
+    workloads say two busy jobs run at 0.2 beside each other: the model fitted on them keeps
+    the newcomer off that GPU. With no pairs measured it is tried (its upper bound)."""
+    fresh = store_with(resident_util=90.0, new_util=90.0)
+    assert answer(fresh, lambda: snapshot(release_s=1e9)).verdict == "packed"
+    store = store_with(resident_util=90.0, new_util=90.0)
+    others = [f"w{i}" for i in range(10)]
+    for i, fp in enumerate(others):
+        store.record_run(RunRecord(100 + i, fp, 10 * GIB, 90.0 if i % 2 == 0 else 10.0,
+                                   started_at=NOW - 9000, ended_at=NOW - 100))
+    for a in others:
+        for b in others:
+            if a != b:
+                store.record_pair_speed(a, b, 0.2 if int(a[1:]) % 2 == 0 and int(b[1:]) % 2 == 0 else 0.95)
+    refused = answer(store, lambda: snapshot(release_s=1e9))
+    assert (refused.verdict, refused.reason) == ("exclusive", "below-min-speed")

@@ -82,7 +82,9 @@ def test_preemption_on_slowdown_and_pair_avoidance():
 
 
 def test_busy_jobs_are_not_packed_and_lucid_keeps_jumbo_alone():
-    _, j = run("colocate", [job(0, 0, 100), job(1, 1, 10, profile=2)], admission="slowdown-bound")
+    # the feature model at its mean (processor sharing before a fit), not a trial at its upper bound
+    _, j = run("colocate", [job(0, 0, 100), job(1, 1, 10, profile=2)], admission="slowdown-bound",
+               pair_knowledge="observed")
     assert j[1].first_start == 100  # the pair at 0.6 < 0.9: waits for a whole GPU
     # load-aware: 10 s at 0.6 beside job 0 (~13 s lost) beats waiting 99 s
     _, j = run("colocate", [job(0, 0, 100), job(1, 1, 10, profile=2)])
@@ -149,8 +151,14 @@ def test_load_aware_admission_packs_when_waiting_costs_more_than_the_pair_loses(
 def test_load_aware_admission_lets_a_job_wait_when_the_gpu_frees_soon():
     # two busy jobs at 0.5 each (one GPU of work together): the newcomer waits 10 s instead
     # of overlapping for 20 s at half speed; with 990 s to wait it packs
-    _, j = run("colocate", [job(0, 0, 100, profile=2), job(1, 90, 1000, profile=2)], predictor=True)
+    # (the pair judged at its predicted mean: the feature model's processor sharing)
+    _, j = run("colocate", [job(0, 0, 100, profile=2), job(1, 90, 1000, profile=2)], predictor=True,
+               pair_knowledge="observed")
     assert j[1].first_start == 100 and not j[1].shared_with
+    # the default knowledge (the rules' pair model) tries the unmeasured pair at its upper
+    # bound (nothing fitted yet: a wide spread), so it packs at once and then measures it
+    _, j = run("colocate", [job(0, 0, 100, profile=2), job(1, 90, 1000, profile=2)], predictor=True)
+    assert j[1].first_start == 90
     _, j = run("colocate", [job(0, 0, 1000, profile=2), job(1, 10, 100, profile=2)], predictor=True)
     assert j[1].first_start == 10 and j[1].shared_with == {0}
 
