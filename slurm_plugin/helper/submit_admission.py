@@ -75,8 +75,9 @@ def counters(estimate) -> AloneCounters | None:
     return AloneCounters.from_history(estimate.mean_util_pct, estimate.peak_mem_bytes)
 
 
-def _pair_predictor(store: Store, rules: SuiteRules, fps: set[str], since: float) -> PairPredictor[str]:
-    """The pair model of this view: every measured pair, fitted on its workloads' counters."""
+def pair_predictor_of(store: Store, rules: SuiteRules, fps: set[str], since: float) -> PairPredictor[str]:
+    """The pair model of the store (the submit path's, per view, and the steering's, per
+    round): every measured pair, fitted on its workloads' counters; `fps` have counters too."""
     measured = {k: _unit(p.speed) for k, p in store.pair_speeds().items()}
     keys = fps | {f for pair in measured for f in pair}
     solo = {f: c for f, e in store.estimates(keys, rules.config.history_window, since=since).items()
@@ -98,7 +99,7 @@ def _residents(store: Store, snapshot: Snapshot, rules: SuiteRules, now: float) 
             jobs.append(RunningJob(str(j.job_id), fp, int(j.shards * config.share_bytes), utils.get(fp)))
             left[str(j.job_id)] = math.inf if j.left_s is None else j.left_s
         loads.append(GpuLoad(g.gpu_id, capacity, tuple(jobs)))
-    pairs = _pair_predictor(store, rules, fps, config.history_since(now))
+    pairs = pair_predictor_of(store, rules, fps, config.history_since(now))
     return _Residents(snapshot.taken_at, kinds_of(loads), left, frozenset(fps), pairs)
 
 

@@ -23,9 +23,9 @@ import logging
 
 from packer import comment as comment_mod
 from packer.corunner import GpuLoad, Newcomer, Ranked
-from packer.pair_knowledge import PairKnowledge
 from packer.placement import NodeGpus, Running, avoid_nodes, merge_exclusions, slow_nodes
-from slurm_plugin.helper.watches.pair_view import node_gpus, pair_knowledge, steering_speed
+from slurm_plugin.helper.submit_admission import pair_predictor_of
+from slurm_plugin.helper.watches.pair_view import node_gpus
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.helper.watches.tracks import ACTIVE, job_shards, submit_time_exclusion
 from slurm_plugin.slurm.errors import SlurmError
@@ -123,11 +123,20 @@ class SteerWatch:
             log.warning("no node list (%s): no steering by pair prediction this round", exc)
             return {}
         fps = {fp for j in (*pending, *packed_running) if (fp := ctx.fingerprint_of(j))}
-        know = pair_knowledge(ctx.actions.store, fps) if ctx.settings.pair_predict else PairKnowledge({})
+        store, config = ctx.actions.store, ctx.config
+        utils = {f: e.mean_util_pct for f, e in store.estimates(fps, config.history_window).items()}
         gpus = [NodeGpus(name, loads) for name, loads in
-                node_gpus(nodes, packed_running, ctx.config, ctx.fingerprint_of, know.traits).items()]
+                node_gpus(nodes, packed_running, config, ctx.fingerprint_of, utils).items()]
         gpu_nodes = {n.name for n in nodes if n.gpus_total}
-        speed = steering_speed(know)  # without pair_predict: no pair is predicted slow (the limits hold)
+        # the submit path's pair model: a measured pair as measured, any other judged at its
+        # upper bound (it is kept off only where the model is sure it is slow); a pair of a
+        # workload with no history, or pair_predict off, is no reason to keep a node off
+        predictor = pair_predictor_of(store, ctx.rules, fps, config.history_since(ctx.now)) \
+            if ctx.settings.pair_predict else None
+
+        def speed(a: str, b: str) -> float:
+            s = predictor.trial_speed(a, b) if predictor is not None else None
+            return 1.0 if s is None else s
         limits = (ctx.rules.max_jobs_per_gpu, ctx.config.max_gpu_fraction)
         # the watches keep the per-job slowdown bound (the admin's fairness setting,
         # contention_threshold) whatever the submit path's admission: FIG. 4 requeues by it
@@ -144,8 +153,7 @@ class SteerWatch:
             fp, shards = ctx.fingerprint_of(job) or "", job_shards(job) or 0
             slow = memo.get((fp, shards))
             if slow is None:
-                t = know.traits.get(fp)
-                new = Newcomer(str(job.job_id), fp, int(shards * ctx.config.share_bytes), t.util_pct if t else None)
+                new = Newcomer(str(job.job_id), fp, int(shards * config.share_bytes), utils.get(fp))
                 slow = memo[(fp, shards)] = slow_nodes(new, gpus, rank, speed, 1.0 - rules.contention_threshold,
                                                        limits)
             if not slow:

@@ -1,12 +1,12 @@
 """Steering by pair prediction: a pending packed job is kept off a node whose every GPU it
 could land on is busy with packed jobs predicted to slow down beside it (the simulator's
-colocate rule, `ctx.rules.corunners`, on the live pair knowledge)."""
+colocate rule, `ctx.rules.corunners`, with the submit path's pair model)."""
 from __future__ import annotations
 
 from store.db import RunRecord
 
 from tests.unit.helper import rounds_support
-from tests.unit.helper.rounds_support import GIB, running
+from tests.unit.helper.rounds_support import FAKE_EPOCH, GIB, running
 
 
 def make(tmp_path, **settings):
@@ -65,20 +65,47 @@ def test_a_qualifying_gpu_keeps_the_node_allowed(tmp_path):
     assert fake.jobs[3].excluded_nodes == ""
 
 
-def test_an_unseen_pair_is_predicted_from_both_jobs_history(tmp_path):
-    fake, helper, _, monitor = make(tmp_path)
-    for i, (fp, util) in enumerate((("aaaa", 90.0), ("bbbb", 90.0), ("cccc", 20.0))):
+def _history(helper, utils: dict[str, float]) -> None:
+    for i, (fp, util) in enumerate(utils.items()):
         helper.store.record_run(RunRecord(job_id=100 + i, fingerprint=fp, peak_mem_bytes=8 * GIB,
-                                          mean_util_pct=util, ended_at=1.0))
+                                          mean_util_pct=util, ended_at=FAKE_EPOCH - 3600.0))
+
+
+def _busy_unseen_pairs(fake):
     running(fake, 1, fp="aaaa", gpu=0)
     running(fake, 2, fp="aaaa", gpu=1)
     pending(fake, 3, "bbbb")  # 90 % + 90 %: processor sharing gives each 100 / 180 = 0.56
     pending(fake, 4, "cccc")  # 90 % + 20 %: 0.91, kept
     pending(fake, 5, "dddd")  # no history: no prediction, no reason to steer
+
+
+def test_an_unseen_pair_the_model_is_sure_of_is_predicted_from_both_jobs_history(tmp_path):
+    """The submit path's pair model (fitted on the measured pairs, here 24 that follow
+    processor sharing): an unseen pair is kept off where even its upper bound is slow."""
+    fake, helper, _, monitor = make(tmp_path)
+    utils = {f"w{i:02d}": 10.0 + 10 * (i % 10) for i in range(12)}
+    _history(helper, {**utils, "aaaa": 90.0, "bbbb": 90.0, "cccc": 20.0})
+    names = sorted(utils)
+    for i, a in enumerate(names):
+        for b in names[i + 1:i + 3]:
+            helper.store.record_pair_speed(a, b, min(1.0, 100.0 / (utils[a] + utils[b])))
+    _busy_unseen_pairs(fake)
     monitor.tick()
     assert fake.jobs[3].excluded_nodes == "node1"
-    assert "(aaaa): 0.56" in steer_events(helper, 3)[0].detail
+    (event,) = steer_events(helper, 3)
+    assert "predicted slowdown with job 1 (aaaa)" in event.detail
+    assert float(event.detail.split("(aaaa): ")[1][:4]) < 0.8
     assert fake.jobs[4].excluded_nodes == "" and fake.jobs[5].excluded_nodes == ""
+
+
+def test_an_unseen_pair_is_tried_while_the_model_has_nothing_fitted(tmp_path):
+    """Before the model has enough measured pairs its guess is wide: the pair is tried (a
+    pair is learnt only by running it), as the submit path tries it."""
+    fake, helper, _, monitor = make(tmp_path)
+    _history(helper, {"aaaa": 90.0, "bbbb": 90.0, "cccc": 20.0})
+    _busy_unseen_pairs(fake)
+    monitor.tick()
+    assert fake.jobs[3].excluded_nodes == "" and not steer_events(helper, 3)
 
 
 def test_pair_predict_off_steers_by_avoided_pairs_alone(tmp_path):
