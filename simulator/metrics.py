@@ -46,6 +46,7 @@
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 from simulator.result import SimResult
@@ -75,7 +76,7 @@ def summary(res: SimResult) -> dict:
     span = res.makespan or 1.0
     multi = [j.first_start - j.submit for j in done if j.gpus > 1]
     n_gpus = res.config.gpus
-    return {
+    return finite({
         "policy": res.policy,
         "predictor": "on" if res.predictor else "off",
         "grow_preempt": "on" if res.config.grow_preempt else "off",
@@ -127,7 +128,18 @@ def summary(res: SimResult) -> dict:
         "sim_passes": res.passes,
         "sim_passes_skipped": res.passes_skipped,
         "rules": res.rules,
-    }
+    })
+
+
+def finite(summ: dict) -> dict:
+    """``summ`` itself; ValueError naming every figure that is infinite or NaN (the trace
+    loaders bound their inputs so that none is: a library caller's job specs may not)."""
+    bad = {k: v for k, v in summ.items() if isinstance(v, float) and not math.isfinite(v)}
+    if bad:
+        raise ValueError(f"the replay gave figures that are not finite: {bad}; a job's "
+                         f"duration or submit time is beyond what a trace may hold "
+                         f"(docs/simulator.md, Trace formats)")
+    return summ
 
 
 def with_load(summ: dict, report) -> dict:

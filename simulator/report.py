@@ -252,7 +252,7 @@ def scaling(configs: list[SimConfig], specs, profiles, pairs, job_counts: list[i
         lines.append(" ".join(parts))
     text = "\n".join(lines) + "\n"
     (out / "scaling.md").write_text(text)
-    (out / "scaling.json").write_text(json.dumps(rows, indent=1))
+    (out / "scaling.json").write_text(json.dumps(rows, indent=1, allow_nan=False))
     report = out / "report.md"
     if report.exists():
         body = report.read_text()

@@ -42,7 +42,8 @@ class StressSpec:
                              f"{(self.mean * (1 - self.mean)) ** 0.5:.3f}")
         if not 0.01 < self.tail_max < self.mean:
             raise ValueError("--tail-max must be above 0.01 and below --mean")
-        if (self.tail_frac < 0 or self.zero_frac < 0 or self.tail_frac + self.zero_frac > 1):
+        if not (self.tail_frac >= 0 and self.zero_frac >= 0  # NaN fails these too
+                and self.tail_frac + self.zero_frac <= 1):
             raise ValueError("--tail-frac and --zero-frac are shares >= 0 summing to at most 1")
 
 

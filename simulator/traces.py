@@ -10,14 +10,16 @@ and counted with ``bad_rows="skip"``) and fills a
   :func:`~simulator.workload.build_jobs`), counted in ``shares``. Above 1 with
   a fraction (1.7): rounded up to whole GPUs (the replay gives multi-GPU jobs whole GPUs),
   counted in ``rounded_up``.
-- Durations: a finite number of seconds > 0, or Slurm's ``[D-][HH:]MM:SS``; 0: skipped
-  (``ran 0 s``); negative, NaN or inf refused.
+- Durations: a finite number of seconds > 0 and at most :data:`MAX_DURATION_S` (ten
+  years), or Slurm's ``[D-][HH:]MM:SS``; 0: skipped (``ran 0 s``); negative, NaN, inf or
+  longer refused (a sum of durations beyond floats' range would make the results infinite).
 - Timestamps: ISO 8601. Without a zone they are read in ``timezone`` (UTC unless given):
   the machine's own zone never matters. With a zone (``+02:00``) each is converted; a file
   mixing both is refused (which zone would the bare ones be in?).
 - sacct: jobs that never started (``PENDING``, ``Start`` unknown) are counted in
   ``never_ran``; jobs still running are skipped (``still running``); steps carry the GPU
-  figures (``gres/gpumem``, ``gres/gpuutil``), which must be finite and >= 0.
+  figures (``gres/gpumem``, ``gres/gpuutil``), which must be finite and >= 0 (``gpumem``
+  at most :data:`MAX_GPU_MEM_BYTES`).
 """
 from __future__ import annotations
 
@@ -42,8 +44,13 @@ SACCT_HELP = (
     "and an NVML-enabled slurmd; they sit on the steps, so do not pass -X)"
 )
 GPU_ALLOWED = "a GPU count: a finite number >= 0 (a fraction below 1 is a share of one GPU)"
+MAX_DURATION_S = 10 * 365 * 86400  # ten years: longer is no job (and sums stay finite)
+MAX_GPU_MEM_BYTES = 1 << 50  # 1 PiB: more is no GPU's memory
+DURATION_ALLOWED = "seconds: a finite number >= 0, at most 315360000 (ten years)"
+ELAPSED_ALLOWED = "[D-][HH:]MM:SS, not negative, at most ten years"
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
-_ELAPSED = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$")
+# bounded digit counts: a cell of 5,000 digits is a bad cell, not an int() error
+_ELAPSED = re.compile(r"^(?:(\d{1,6})-)?(?:(\d{1,9}):)?(\d{1,9}):(\d{1,9}(?:\.\d{1,9})?)$")
 _UNKNOWN = ("", "Unknown", "None", "N/A", "INVALID")
 
 
@@ -113,8 +120,8 @@ def load_philly(data_dir: Path | None = None, path: Path | None = None, *,
         dur = finite_number(row["duration"])
         if ts is None:
             continue
-        if dur is None or dur < 0:
-            reader.bad(n, "duration", row["duration"], "seconds: a finite number >= 0")
+        if dur is None or not 0 <= dur <= MAX_DURATION_S:
+            reader.bad(n, "duration", row["duration"], DURATION_ALLOWED)
             continue
         if dur == 0:
             report.skip("ran 0 s")
@@ -138,12 +145,14 @@ def _in_order(path: Path, rows: list[tuple], report: LoadReport, empty: str) -> 
 
 
 def elapsed_s(text: str) -> float | None:
-    """Slurm's ``[D-][HH:]MM:SS`` in seconds; None when it is not that."""
+    """Slurm's ``[D-][HH:]MM:SS`` in seconds; None when it is not that or is longer than
+    :data:`MAX_DURATION_S`."""
     m = _ELAPSED.match(text.strip())
     if not m:
         return None
     d, h, mi, s = m.groups()
-    return int(d or 0) * 86400 + int(h or 0) * 3600 + int(mi) * 60 + float(s)
+    secs = int(d or 0) * 86400 + int(h or 0) * 3600 + int(mi) * 60 + float(s)
+    return secs if secs <= MAX_DURATION_S else None
 
 
 def tres_values(tres: str) -> dict[str, str]:
@@ -187,9 +196,12 @@ def tres_amount(reader: RowReader, line: int, column: str, tres: str, name: str)
         return None
     mult = _UNITS.get(text[-1].upper())
     v = finite_number(text[:-1] if mult else text)
+    if v is not None and name == "gres/gpumem" and not v * (mult or 1) <= MAX_GPU_MEM_BYTES:
+        v = None  # 1e300G: finite, but no GPU's memory (and no int to hold it)
     if v is None or v < 0:
-        reader.bad(line, column, f"{name}={text}", f"{name} as a finite number >= 0, with an "
-                                                   f"optional K/M/G/T suffix")
+        most = ", at most 1P" if name == "gres/gpumem" else ""
+        reader.bad(line, column, f"{name}={text}", f"{name} as a finite number >= 0{most}, "
+                                                   f"with an optional K/M/G/T suffix")
         return math.nan
     return v * (mult or 1)
 
@@ -291,14 +303,15 @@ def _sacct_duration(reader: RowReader, clock: Clock, n: int, row: dict[str, str]
     if "Elapsed" in row:
         dur = elapsed_s(row["Elapsed"])
         if dur is None:
-            reader.bad(n, "Elapsed", row["Elapsed"], "[D-][HH:]MM:SS, not negative")
+            reader.bad(n, "Elapsed", row["Elapsed"], ELAPSED_ALLOWED)
         return dur
     s = clock.read(reader, n, "Start", row["Start"])
     e = clock.read(reader, n, "End", row["End"]) if s is not None else None
     if s is None or e is None:
         return None
-    if e < s:
-        reader.bad(n, "End", row["End"], "a time no earlier than Start")
+    if not s <= e <= s + MAX_DURATION_S:
+        reader.bad(n, "End", row["End"], "a time no earlier than Start, at most ten years "
+                                         "after it")
         return None
     return e - s
 

@@ -68,7 +68,7 @@ def _lucid(reader: RowReader, head: list, rows, keys: list[str]) -> dict[tuple[i
         try:
             ka = profile_key(row["model1"], row["dataset1"], row["batchsize1"], row["amp1"])
             kb = profile_key(row["model2"], row["dataset2"], row["batchsize2"], row["amp2"])
-        except ValueError:
+        except (ValueError, OverflowError):  # nan, or inf (no int holds it)
             reader.bad(n, "batchsize1", row["batchsize1"], "whole numbers in batchsize and amp")
             continue
         a, b = by_key.get(ka), by_key.get(kb)

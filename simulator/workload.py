@@ -234,6 +234,9 @@ def own_profiles(trace: list[TraceJob], profiles: list[WorkloadProfile], pairs: 
     return out, PairTable(out, pairs.measured, impute=True, proxy=proxy), which
 
 
+MAX_TIME_SCALE = 1000.0  # arrivals stretched further: no replay (and no finite sum)
+
+
 def build_jobs(
     trace: list[TraceJob],
     profiles: list[WorkloadProfile],
@@ -255,9 +258,12 @@ def build_jobs(
     more, so the other jobs' draws stay as they were."""
     if not 0.0 <= jump_fraction <= 1.0:
         raise WorkloadError(f"--jump-fraction is a share in [0, 1], not {jump_fraction}")
+    if not 0.0 <= growing_fraction <= 1.0:
+        raise WorkloadError(f"--growing-fraction is a share in [0, 1], not {growing_fraction}")
     own = own or {}
-    if time_scale <= 0:
-        raise WorkloadError("--time-scale must be positive (0.5 halves the gaps between arrivals)")
+    if not 0 < time_scale <= MAX_TIME_SCALE:  # NaN and inf too: they would be every result
+        raise WorkloadError(f"--time-scale must be above 0 and at most {MAX_TIME_SCALE:g} "
+                            f"(0.5 halves the gaps between arrivals), not {time_scale}")
     rng = random.Random(seed)
     cut = trace[:jobs] if jobs else trace
     out = []

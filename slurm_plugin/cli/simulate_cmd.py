@@ -51,7 +51,8 @@ def workload_options(fn):
         click.option("--jobs", "n_jobs", type=click.IntRange(min=1), default=None,
                      help="Keep only the first N jobs of the trace (by submit time)."),
         click.option("--time-scale", type=float, default=1.0, show_default=True,
-                     help="Multiply submit times by this (0.5 doubles the arrival rate)."),
+                     help="Multiply submit times by this (0.5 doubles the arrival rate; above 0, at "
+                          "most 1000)."),
         click.option("--seed", type=int, default=0, show_default=True,
                      help="Seed of the profile draw (same seed, same workload)."),
         click.option("--growing-fraction", type=click.FloatRange(0, 1), default=0.1,

@@ -35,6 +35,7 @@ def philly(tmp_path, *rows: str) -> Path:
     ("2017-10-09 07:01:00,-5,1,0,c\n", "duration", ">= 0"),
     ("2017-10-09 07:01:00,nan,1,0,c\n", "duration", "finite"),
     ("2017-10-09 07:01:00,inf,1,0,c\n", "duration", "finite"),
+    ("2017-10-09 07:01:00,1e308,1,0,c\n", "duration", "ten years"),  # finite: sums overflow
     ("2017-10-09 07:01:00,60.0\n", "num_gpus", "5 fields"),
     ("yesterday,60.0,1,0,c\n", "timestamp", "ISO 8601"),
     ("2017-10-09T07:01:00+02:00,60.0,1,0,c\n", "timestamp", "without a zone"),
@@ -118,6 +119,10 @@ def _row(elapsed="01:00:00", tres="gres/gpu=1", state="COMPLETED", start="2024-0
     (_row(tres="gres/gpu=inf"), "AllocTRES", "finite"),
     (_row(tres="gres/gpu=-2"), "AllocTRES", ">= 0"),
     (_row(usage="gres/gpumem=infG"), "TRESUsageInMax", "finite"),
+    (_row(usage="gres/gpumem=1e300G"), "TRESUsageInMax", "at most 1P"),  # finite, no int
+    (_row(elapsed="9" * 400 + "-01:00:00"), "Elapsed", "ten years"),  # no float holds it
+    (_row(elapsed="9" * 5000 + "-01:00:00"), "Elapsed", "ten years"),  # no int() reads it
+    (_row(elapsed="4000-00:00:00"), "Elapsed", "ten years"),
     ("2|b|u|2024-01-01T00:05:00\n", "Start", "10 fields"),
     (_row().replace("2024-01-01T00:05:00", "2024-01-01T00:05:00+01:00"), "Submit", "without a zone"),
 ])
@@ -127,6 +132,37 @@ def test_a_bad_sacct_row_is_refused_with_line_column_and_what_is_allowed(tmp_pat
         load_sacct(sacct(tmp_path, row))
     msg = str(err.value)
     assert ":3: column " + column in msg and allowed in msg
+
+
+def test_sacct_start_to_end_over_ten_years_is_refused(tmp_path):
+    f = tmp_path / "se.txt"
+    f.write_text("JobID|Submit|Start|End|AllocTRES\n"
+                 "1|2024-01-01T00:00:00|2024-01-01T00:00:00|2024-01-01T01:00:00|gres/gpu=1\n"
+                 "2|2024-01-01T00:00:00|2024-01-01T00:00:00|9999-01-01T00:00:00|gres/gpu=1\n")
+    with pytest.raises(WorkloadError, match=":3: column End.*ten years"):
+        load_sacct(f)
+
+
+@pytest.mark.parametrize("kw, flag", [({"time_scale": float("nan")}, "--time-scale"),
+                                      ({"time_scale": float("inf")}, "--time-scale"),
+                                      ({"time_scale": 1e308}, "--time-scale"),
+                                      ({"growing_fraction": float("nan")}, "--growing-fraction")])
+def test_a_non_finite_or_unbounded_knob_is_refused_not_carried_into_the_results(tmp_path, kw, flag):
+    prof = [WorkloadProfile(0, "a/x/bs1/amp0", 4 << 30, 50.0, 1.0, 1)]
+    with pytest.raises(WorkloadError, match=flag):
+        build_jobs(load_philly(path=philly(tmp_path)), prof, **kw)
+
+
+def test_a_figure_that_is_not_finite_is_an_error_not_a_result():
+    from simulator import PairTable, SimConfig, SimJobSpec, simulate, summary
+
+    prof = [WorkloadProfile(0, "a/x/bs1/amp0", 4 << 30, 30.0, 1.0, 0)]
+    # job specs built by a library caller, past the loaders' bounds: two such JCTs sum to inf
+    specs = [SimJobSpec(i, 0.0, 1e308, 1, 0, 4 << 30, 4 << 30) for i in range(2)]
+    res = simulate(SimConfig(policy="exclusive", gpus=2), specs, prof,
+                   PairTable(prof, {(0, 0): 0.9}))
+    with pytest.raises(ValueError, match="not finite: .*avg_jct_s"):
+        summary(res)
 
 
 def test_sacct_pending_jobs_never_ran_and_shares_are_counted(tmp_path):

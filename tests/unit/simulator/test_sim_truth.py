@@ -42,6 +42,20 @@ def test_a_bad_pair_row_is_refused(tmp_path, rows, column, allowed):
     assert f"column {column}" in str(err.value) and allowed in str(err.value)
 
 
+def test_a_lucid_row_with_an_infinite_batch_size_is_a_bad_row(tmp_path):
+    f = tmp_path / "l.csv"
+    f.write_text("model1,dataset1,batchsize1,amp1,speed1,model2,dataset2,batchsize2,amp2,speed2\n"
+                 "ResNet18,CIFAR-10,inf,0,0.9,VGG,ImageNet,32,1,0.8\n")
+    with pytest.raises(WorkloadError, match=":2: column batchsize1.*whole numbers"):
+        read_pair_table(f, KEYS)
+
+
+def test_stress_shares_that_are_nan_are_refused():
+    for kw in ({"tail_frac": float("nan")}, {"zero_frac": float("nan")}):
+        with pytest.raises(ValueError, match="--zero-frac"):
+            StressSpec(**kw)
+
+
 def test_a_table_with_neither_layout_names_both(tmp_path):
     f = tmp_path / "t.csv"
     f.write_text("a,b\n1,2\n")
