@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from packer.admission import PackCase, PackJudgement, QueueView, Resident
+from packer.admission import PackCase, PackJudgement, QueueView, ResidentWork
 from packer.corunner import AvoidSet, GpuLoad, Newcomer, PairSpeed, RunningJob, rank_corunners
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ def judge_pack(rules: "SuiteRules", newcomer: Newcomer, newcomer_s: float, gpus:
     for r in ranked:
         for g in by_first[id(r.gpu)]:
             case = PackCase(_finite(newcomer_s), _unit(r.mine),
-                            tuple(Resident(_finite(left_s.get(j.job_id, math.inf)), _unit(s))
+                            tuple(ResidentWork(_finite(left_s.get(j.job_id, math.inf)), _unit(s))
                                   for j, s in zip(g.jobs, r.theirs)))
             if rules.pack_pays(case, queue):
                 return PackJudgement("pays", "pays", g.gpu_id, rules.pack_gain(case, queue))

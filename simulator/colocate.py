@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from packer.admission import PackCase, QueueView, Resident
+from packer.admission import PackCase, QueueView, ResidentWork
 from packer.corunner import GpuLoad, Newcomer, RunningJob, Ranked
 from packer.decision import ClusterView, Estimate
 from packer.request import Candidate
@@ -218,7 +218,7 @@ class ColocatePolicy(Policy):
             return True  # the patent's FIG. 3/4 alone: pack, then requeue on a slowdown
         sched = sim.sched
         case = PackCase(max(0.0, job.duration - job.done), _unit(ranked.mine),
-                        tuple(Resident(x.left(now), _unit(s)) for x, s in zip(g.jobs, ranked.theirs)))
+                        tuple(ResidentWork(x.left(now), _unit(s)) for x, s in zip(g.jobs, ranked.theirs)))
         view = self.queue_view(now, len(sched.front) + len(sched.queue) - 1 - sched.position, idle, sched.position)
         if sim.rules.pack_pays(case, view):
             return True

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from packer.admission import PackCase, Resident
+from packer.admission import PackCase, ResidentWork
 from packer.contention import Sharer
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ class ContentionWatch:
         if not others:
             return True
         case = PackCase(job.left(now), min(1.0, job.rate),
-                        tuple(Resident(j.left(now), min(1.0, j.rate / max(base.get(j.id, 1.0), 1e-9)))
+                        tuple(ResidentWork(j.left(now), min(1.0, j.rate / max(base.get(j.id, 1.0), 1e-9)))
                               for j in others))
         sched = sim.sched
         return sim.rules.pack_pays(case, sim.policy.queue_view(now, len(sched.front) + len(sched.queue)))
