@@ -46,8 +46,11 @@ class ColocatePolicy(Policy):
         self._loads: dict[tuple, GpuLoad] = {}  # kinds of busy GPU as the rule sees them
         self._load_key: dict[str, tuple] = {}
         self._wl_index = {p.key: p.index for p in sim.profiles}
-        self.watch = ContentionWatch(sim)  # FIG. 4, monitor_s after each pack
-        self.full = NoRoomMemo(sim)  # the shapes that found no room (the fast path's skip)
+        self.watch = ContentionWatch(  # FIG. 4, monitor_s after each pack
+            know=sim.know, rules=sim.rules, avoid=sim.avoid, gpus=sim.gpus, sched=sim.sched,
+            requeue=sim.moves.requeue, pair_predict=sim.cfg.pair_predict, queue_view=self.queue_view)
+        self.full = NoRoomMemo(  # the shapes that found no room (the fast path's skip)
+            know=sim.know, avoid=sim.avoid, history=sim.history, shares=sim.shares, idle=sim.idle)
         self.no_room = self.full.still_none  # Policy.no_room, without a call in between
 
     def _estimate(self, job: Job) -> Estimate | None:

@@ -90,24 +90,26 @@ class Simulator:
         self.profiles = profiles
         self.pairs = pairs
         self.know = PairKnowledge(cfg.pair_knowledge, profiles, pairs)
-        self.policy = make_policy(self)  # the one-GPU start rule and hooks the loop calls
         self.cluster = Cluster(self, cfg.gpus)
         self.gpus = self.cluster.gpus
         self.idle = self.cluster.idle  # idle GPUs, in the order they were freed
         self.loop = EventLoop()
         self.sched = Scheduler(self)  # the queue, passes and backfill tests
         self.releases = ReleaseIndex()  # when each busy GPU is released
-        self.progress = Progress(self)  # each job's rate and next event
         self.history: set[int] = set()  # profiles with a finished run (the packer's history)
         self.avoid: set[tuple[str, str]] = set()  # pairs FIG. 4 found hurting
         per_gpu = self.rules.max_jobs_per_gpu
         self.shares = ShareIndex(self.share_bytes, per_gpu, multi_on=cfg.policy == "colocate" and per_gpu > 2)
         self.usage = UsageMeter(cfg.timeline_step_s)
+        self.moves = JobMoves(stop=self.stop, requeue=self.requeue_at_head,
+                              start_shared=lambda *a: self.cluster.start_shared(*a))
+        self.policy = make_policy(self)  # the one-GPU start rule and hooks the loop calls
         # the MIG side of the cluster (MIG policies only)
         self.mig = MigState(cfg, self.catalog, self.gpus, self.idle, self.rules) if self.policy.uses_mig else None
         self.memory = MemoryRestarts(cfg, self.rules, self.gpu_mem, self.mig)
-        self.moves = JobMoves(stop=self.stop, requeue=self.requeue_at_head,
-                              start_shared=lambda *a: self.cluster.start_shared(*a))
+        self.progress = Progress(  # each job's rate and next event
+            predictor=cfg.predictor, oom_startup_s=cfg.oom_startup_s, gpus=self.gpus, loop=self.loop,
+            releases=self.releases, sched=self.sched, plan_warning=self.memory.plan_warning)
         self.pair_failures = PairFailures(  # pairs that cannot run together (speed 0)
             startup_s=cfg.oom_startup_s, gpus=self.gpus, gpu_mem=self.gpu_mem, pairs=pairs, know=self.know,
             avoid=self.avoid, learns_pairs=self.policy.learns_pairs, moves=self.moves)

@@ -41,9 +41,8 @@ KNOWN_CYCLES: set[tuple[str, ...]] = {
     ("slurm_plugin.helper.watches.actions", "slurm_plugin.helper.watches.round", "slurm_plugin.helper.watches.tracks"),
     ("slurm_plugin.slurm", "slurm_plugin.slurm.runner"),
     # the simulator's parts take the whole engine (``if TYPE_CHECKING: from .engine import Simulator``)
-    ("simulator.baselines", "simulator.cluster", "simulator.colocate", "simulator.contention_watch",
-     "simulator.engine", "simulator.mig_policies", "simulator.no_room", "simulator.policy", "simulator.progress",
-     "simulator.registry", "simulator.regrouping", "simulator.scheduling"),
+    ("simulator.baselines", "simulator.cluster", "simulator.colocate", "simulator.engine", "simulator.mig_policies",
+     "simulator.policy", "simulator.registry", "simulator.regrouping", "simulator.scheduling"),
 }
 
 
