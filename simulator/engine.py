@@ -49,7 +49,7 @@ from simulator.mig_state import MigState
 from simulator.handles import JobMoves
 from simulator.pair_failure import PairFailures
 from simulator.progress import Progress
-from simulator.regrouping import Regrouper
+from simulator.regrouping import Regrouper, RegroupHands
 from simulator.registry import make_policy
 from simulator.releases import ReleaseIndex
 from simulator.result import SimResult
@@ -122,7 +122,13 @@ class Simulator:
                 continue
             self.jobs.append(Job(s, profiles[s.profile]))
         self.grow = GrowPreemption(self.rules, self.gpus, self.moves) if cfg.grow_preempt else None
-        self.regrouper = Regrouper(self) if cfg.regroup else None
+        self.regrouper = Regrouper(
+            cfg=cfg, rules=self.rules, pk=self.pk, jobs=self.jobs, gpus=self.gpus, idle=self.idle, avoid=self.avoid,
+            gpu_mem=self.gpu_mem, decide=self.policy._decide, known_speed=self.policy._pair_speed,
+            reservation=self.sched.reservation,
+            hands=RegroupHands(start_whole=self.cluster.start_whole, start_shared=self.cluster.start_shared,
+                               release=self.cluster.release, reschedule=self.progress.reschedule),
+        ) if cfg.regroup else None
 
     # ----------------------------------------------------------------- run
     def run(self) -> SimResult:

@@ -42,7 +42,7 @@ KNOWN_CYCLES: set[tuple[str, ...]] = {
     ("slurm_plugin.slurm", "slurm_plugin.slurm.runner"),
     # the simulator's parts take the whole engine (``if TYPE_CHECKING: from .engine import Simulator``)
     ("simulator.baselines", "simulator.cluster", "simulator.colocate", "simulator.engine", "simulator.mig_policies",
-     "simulator.policy", "simulator.registry", "simulator.regrouping", "simulator.scheduling"),
+     "simulator.policy", "simulator.registry", "simulator.scheduling"),
 }
 
 
