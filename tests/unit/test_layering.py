@@ -40,9 +40,6 @@ KNOWN_CYCLES: set[tuple[str, ...]] = {
     ("slurm_plugin.devcluster.accounting", "slurm_plugin.devcluster.commands", "slurm_plugin.devcluster.spec"),
     ("slurm_plugin.helper.watches.actions", "slurm_plugin.helper.watches.round", "slurm_plugin.helper.watches.tracks"),
     ("slurm_plugin.slurm", "slurm_plugin.slurm.runner"),
-    # the simulator's parts take the whole engine (``if TYPE_CHECKING: from .engine import Simulator``)
-    ("simulator.baselines", "simulator.cluster", "simulator.colocate", "simulator.engine", "simulator.mig_policies",
-     "simulator.policy", "simulator.registry", "simulator.scheduling"),
 }
 
 
