@@ -56,7 +56,7 @@ class QueueView:
 
 
 @dataclass(frozen=True)
-class Resident:
+class ResidentWork:
     """A job already on the GPU: its work left (seconds alone) and its speed with the newcomer."""
 
     remaining_s: float
@@ -69,7 +69,7 @@ class PackCase:
 
     newcomer_s: float  # the newcomer's work, seconds alone
     newcomer_speed: float  # its speed beside the residents
-    residents: tuple[Resident, ...]
+    residents: tuple[ResidentWork, ...]
 
     def __post_init__(self) -> None:
         speeds = (self.newcomer_speed, *(r.speed for r in self.residents))
@@ -168,6 +168,6 @@ def expected_gain(newcomer_s: float, newcomer: "Prediction", residents: "Sequenc
     for combo in product(*grids):
         weight = math.prod(w for _, w in combo)
         speeds = [max(0.01, s) for s, _ in combo]
-        case = PackCase(newcomer_s, speeds[0], tuple(Resident(left, s) for (left, _), s in zip(residents, speeds[1:])))
+        case = PackCase(newcomer_s, speeds[0], tuple(ResidentWork(left, s) for (left, _), s in zip(residents, speeds[1:])))
         total += weight * pack_gain(case, queue)
     return total

@@ -15,10 +15,32 @@ would smooth away is the answer. Pure: no I/O here.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 MAX_POINTS = 200
+
+
+def mig_profile_of(isolation: str | None) -> str | None:
+    """The MIG profile of a job's isolation (``mig:1g.10gb@6`` -> ``1g.10gb``); None off MIG."""
+    if isolation and isolation.startswith("mig:"):
+        return isolation[4:].split("@", 1)[0]
+    return None
+
+
+def partition_capacity(isolation: str | None, shards: int | None, share_bytes: float,
+                       profile_mib: Callable[[str], int | None]) -> tuple[float | None, str]:
+    """The memory of a job's partition and its label: its MIG slice's memory (``profile_mib``
+    of the profile; None or 0: a profile not known, then its shares count), else its shards'
+    worth of the GPU, else none (a whole GPU is not a partition)."""
+    profile = mig_profile_of(isolation)
+    if profile is not None:
+        mib = profile_mib(profile)
+        if mib:
+            return mib * 1024**2, f"MIG {profile}"
+    if shards:
+        return shards * share_bytes, f"shard:{shards}"
+    return None, ""
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from packer.admission import PackCase, PackJudgement, QueueView, Resident
-from packer.corunner import AvoidSet, GpuLoad, Newcomer, PairSpeed, RunningJob, rank_corunners
+from packer.admission import PackCase, PackJudgement, QueueView, ResidentWork
+from packer.config import PackerConfig
+from packer.corunner import AvoidSet, GpuLoad, Newcomer, PairSpeed, Ranked, RunningJob, rank_corunners
 
-if TYPE_CHECKING:
-    from packer.rules import SuiteRules
+
+class PackRules(Protocol):
+    """What the judge asks of the rules (``packer.rules.SuiteRules`` is one)."""
+
+    @property
+    def config(self) -> PackerConfig: ...
+
+    @property
+    def max_jobs_per_gpu(self) -> int: ...
+
+    def corunners(self, newcomer: Newcomer, gpus: Sequence[GpuLoad], avoid: AvoidSet = frozenset(),
+                  pair_speed: PairSpeed | None = None) -> list[Ranked]: ...
+
+    def pack_gain(self, case: PackCase, queue: QueueView) -> float: ...
+
+    def pack_pays(self, case: PackCase, queue: QueueView) -> bool: ...
 
 # a job with no end in sight is taken as running this long (the overlap's bound); finite so
 # the rule's arithmetic stays finite (inf * 0 is nan)
@@ -57,7 +72,7 @@ def _job_key(j: RunningJob) -> tuple:
     return (j.workload, j.mem_bytes, j.util_pct or 0.0)
 
 
-def judge_pack(rules: "SuiteRules", newcomer: Newcomer, newcomer_s: float, gpus: Sequence[GpuLoad] | Kinds,
+def judge_pack(rules: PackRules, newcomer: Newcomer, newcomer_s: float, gpus: Sequence[GpuLoad] | Kinds,
                left_s: dict[str, float], queue: QueueView, avoid: AvoidSet,
                pair_speed: PairSpeed) -> PackJudgement:
     """Whether packing ``newcomer`` (``newcomer_s`` seconds of work alone, ``math.inf``:
@@ -84,7 +99,7 @@ def judge_pack(rules: "SuiteRules", newcomer: Newcomer, newcomer_s: float, gpus:
     for r in ranked:
         for g in by_first[id(r.gpu)]:
             case = PackCase(_finite(newcomer_s), _unit(r.mine),
-                            tuple(Resident(_finite(left_s.get(j.job_id, math.inf)), _unit(s))
+                            tuple(ResidentWork(_finite(left_s.get(j.job_id, math.inf)), _unit(s))
                                   for j, s in zip(g.jobs, r.theirs)))
             if rules.pack_pays(case, queue):
                 return PackJudgement("pays", "pays", g.gpu_id, rules.pack_gain(case, queue))

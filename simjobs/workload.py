@@ -121,6 +121,10 @@ def oom_message(asked: int, capacity: int, used: int, gpu: int | None) -> str:
             f"{used / GIB:.2f} GiB already allocated; {free / MIB:.2f} MiB free)")
 
 
+def _no_agent_client(path: str, body: dict, timeout: float) -> dict:
+    raise OSError("no agent client given (run(ask=...): slurm_plugin.agent.client.ask)")
+
+
 class _Reporter:
     """Sends progress to the agent now and then."""
 
@@ -133,11 +137,7 @@ class _Reporter:
         self.window: tuple[float, int] = (time.monotonic(), 0)
         self.failures = 0
         self.checkpoint_every_s: float | None = None  # sent with every report once known
-        if ask is None:
-            from slurm_plugin.agent.client import ask as _ask
-
-            ask = _ask
-        self._ask = ask
+        self._ask = ask or _no_agent_client
 
     def final(self, iterations: int, patience_s: float = 3.0) -> None:
         """The last report; retried for a while, so an agent that is restarting still gets it."""
@@ -198,8 +198,11 @@ class _Reporter:
 
 def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload: str | None,
         grow_iters: int | None = None, grow_after: int = 0, env: dict[str, str] | None = None, report_every_s: float = 0.5, report: bool = True,
-        checkpoint_every: int = 0, out: TextIO = sys.stdout, err: TextIO = sys.stderr, backend=None) -> int:
-    """Run the workload; returns the process exit status (0 done, 1 out of memory, 2 setup)."""
+        checkpoint_every: int = 0, out: TextIO = sys.stdout, err: TextIO = sys.stderr, backend=None,
+        ask: Callable[[str, dict, float], dict] | None = None) -> int:
+    """Run the workload; returns the process exit status (0 done, 1 out of memory, 2 setup).
+    ``ask`` sends one request to the node agent (`slurm_plugin.agent.client.ask`, passed in by
+    the command, so the simulated jobs do not import the agent); without it no report goes out."""
     from mig.errors import MigError
 
     env = dict(os.environ if env is None else env)
@@ -213,7 +216,7 @@ def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload
     if target.mem_limit_bytes:
         capacity = min(capacity, target.mem_limit_bytes)
     default_speed = float(env.get("GPUPACK_SIM_DEFAULT_PAIR_SPEED", pairs.DEFAULT_PAIR_SPEED))
-    reporter = _Reporter(target, workload, report_every_s) if report else None
+    reporter = _Reporter(target, workload, report_every_s, ask) if report else None
     engines = _Engines(gpu, device, target.owner, workload, default_speed, target.mps, env)
     memory = _Memory(gpu, device, target.owner, capacity, gpu_index, err, reporter)
     stopping = _StopSignal()

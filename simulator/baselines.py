@@ -9,21 +9,18 @@ the scheduler starts multi-GPU jobs on whole idle GPUs for every policy).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
-from simulator.policy import Policy
+from simulator.policy import Policy, PolicyHandles
 
-if TYPE_CHECKING:
-    from simulator.engine import Simulator
-    from simulator.scheduling import Backfill
-    from simulator.state import Gpu, Job
+from simulator.scheduling import Backfill
+from simulator.state import Gpu, Job
 
 
 class ExclusivePolicy(Policy):
     name = "exclusive"
 
     def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
-        return self.sim.cluster.start_idle(job, now, bf)
+        return self.cluster.start_idle(job, now, bf)
 
     def may_place_busy(self) -> bool:
         return False
@@ -33,28 +30,27 @@ class ShardFixedPolicy(Policy):
     name = "shard-fixed"
     packs = True
 
-    def __init__(self, sim: "Simulator"):
-        super().__init__(sim)
+    def __init__(self, h: PolicyHandles):
+        super().__init__(h)
         self.partial: dict[int, None] = {}  # GPUs with free shares, in the order they got them
 
     def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
-        sim = self.sim
-        if job.remembered >= sim.gpu_mem:  # failed for memory beside a job: alone now
-            return sim.cluster.start_idle(job, now, bf)
+        if job.remembered >= self.gpu_mem:  # failed for memory beside a job: alone now
+            return self.cluster.start_idle(job, now, bf)
         if self.partial:
-            g = sim.gpus[next(iter(self.partial))]
-            if sim.sched.may_pack(job, now, bf, g):
-                sim.cluster.start_shared(job, g, now, sim.gpu_mem, None)
+            g = self.gpus[next(iter(self.partial))]
+            if self.sched.may_pack(job, now, bf, g):
+                self.cluster.start_shared(job, g, now, self.gpu_mem, None)
                 return True
-        return sim.cluster.start_idle(job, now, bf, shared=True)
+        return self.cluster.start_idle(job, now, bf, shared=True)
 
     def may_place_busy(self) -> bool:
         return bool(self.partial)
 
     def joined(self, g: Gpu, job: Job, now: float, was_busy: bool) -> None:
-        if len(g.jobs) < self.sim.cfg.shard_jobs_per_gpu:
+        if len(g.jobs) < self.cfg.shard_jobs_per_gpu:
             self.partial[g.id] = None
-            self.sim.shares.opened += 1
+            self.shares.opened += 1
         else:
             self.partial.pop(g.id, None)
 
@@ -63,7 +59,7 @@ class ShardFixedPolicy(Policy):
             self.partial.pop(g.id, None)
         else:
             self.partial[g.id] = None
-            self.sim.shares.opened += 1
+            self.shares.opened += 1
 
 
 class LucidPolicy(Policy):
@@ -71,32 +67,31 @@ class LucidPolicy(Policy):
     packs = True
 
     def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
-        sim = self.sim
-        if job.remembered >= sim.gpu_mem:  # failed for memory beside a job: alone now
-            return sim.cluster.start_idle(job, now, bf)
-        if sim.idle:
-            return sim.cluster.start_idle(job, now, bf, shared=True)
+        if job.remembered >= self.gpu_mem:  # failed for memory beside a job: alone now
+            return self.cluster.start_idle(job, now, bf)
+        if self.idle:
+            return self.cluster.start_idle(job, now, bf, shared=True)
         if job.label >= 2:
             return False
         ranked = []
-        for (prof, held), gids in sim.shares.single.items():
-            p = sim.profiles[prof]
-            if p.label >= 2 or p.label + job.label > sim.cfg.lucid_max_label_sum:
+        for (prof, held), gids in self.shares.single.items():
+            p = self.profiles[prof]
+            if p.label >= 2 or p.label + job.label > self.cfg.lucid_max_label_sum:
                 continue
-            if held + job.mem0 > sim.gpu_mem:
+            if held + job.mem0 > self.gpu_mem:
                 continue
             ranked.append(((p.label + job.label, p.util_pct, prof, held), gids))
         ranked.sort(key=lambda r: r[0])
         for _, gids in ranked:
             for gid in gids:  # the first GPU of the best kind the reservation allows
-                g = sim.gpus[gid]
-                if sim.sched.may_pack(job, now, bf, g):
-                    sim.sched.denied = False
-                    sim.cluster.start_shared(job, g, now, sim.gpu_mem, None)
+                g = self.gpus[gid]
+                if self.sched.may_pack(job, now, bf, g):
+                    self.sched.denied = False
+                    self.cluster.start_shared(job, g, now, self.gpu_mem, None)
                     return True
                 if bf is None or bf.pack_ok or now + job.duration <= bf.shadow:
                     break  # allowed everywhere: only the first one matters
         return False
 
     def may_place_busy(self) -> bool:
-        return bool(self.sim.shares.single) or bool(self.sim.shares.multi)
+        return bool(self.shares.single) or bool(self.shares.multi)

@@ -2,7 +2,7 @@
 
 A one-GPU job runs alone while a GPU it may use is idle; otherwise ``packer.decision.decide``
 sizes it and ``packer.corunner`` ranks the busy GPUs it may join (both through the run's
-``SuiteRules``, ``sim.rules``: ``admit`` and ``corunners``) (predicted pair speeds from
+``SuiteRules``, ``self.rules``: ``admit`` and ``corunners``) (predicted pair speeds from
 this run's :mod:`~simulator.knowledge`); ``check`` is FIG. 4 after
 ``monitor_s`` (:mod:`~simulator.contention_watch`). ``pair_predict`` off: the
 history rule alone (pack, then requeue on a slowdown). The cluster state (GPUs, the
@@ -12,9 +12,8 @@ share index, the queue, the reservation) is the run's
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
-from packer.admission import PackCase, QueueView, Resident
+from packer.admission import PackCase, QueueView, ResidentWork
 from packer.corunner import GpuLoad, Newcomer, RunningJob, Ranked
 from packer.decision import ClusterView, Estimate
 from packer.request import Candidate
@@ -22,12 +21,10 @@ from packer.request import Candidate
 from simulator.contention_watch import ContentionWatch
 from simulator.events import CHECK
 from simulator.no_room import NoRoomMemo
-from simulator.policy import Policy
+from simulator.policy import Policy, PolicyHandles
 
-if TYPE_CHECKING:
-    from simulator.engine import Simulator
-    from simulator.scheduling import Backfill
-    from simulator.state import Gpu, Job
+from simulator.scheduling import Backfill
+from simulator.state import Gpu, Job
 
 _CANDIDATE = Candidate(field="tres_per_node", gpu_type=None, dialect="23.11")
 
@@ -37,81 +34,78 @@ class ColocatePolicy(Policy):
 
     name = "colocate"
     packs = True
-    learns_pairs = True  # the co-runner rule keeps apart sim.avoid
+    learns_pairs = True  # the co-runner rule keeps apart self.avoid
 
-    def __init__(self, sim: "Simulator"):
-        super().__init__(sim)
+    def __init__(self, h: PolicyHandles):
+        super().__init__(h)
         self._decide_cache: dict = {}  # decide() by what it reads
         self._corunner_cache: dict = {}  # per (workload, size) newcomer: see _newcomer
         self._loads: dict[tuple, GpuLoad] = {}  # kinds of busy GPU as the rule sees them
         self._load_key: dict[str, tuple] = {}
-        self._wl_index = {p.key: p.index for p in sim.profiles}
-        self.watch = ContentionWatch(sim)  # FIG. 4, monitor_s after each pack
-        self.full = NoRoomMemo(sim)  # the shapes that found no room (the fast path's skip)
+        self._wl_index = {p.key: p.index for p in self.profiles}
+        self.watch = ContentionWatch(  # FIG. 4, monitor_s after each pack
+            know=self.know, rules=self.rules, avoid=self.avoid, gpus=self.gpus, sched=self.sched,
+            requeue=self.moves.requeue, pair_predict=self.cfg.pair_predict, queue_view=self.queue_view)
+        self.full = NoRoomMemo(  # the shapes that found no room (the fast path's skip)
+            know=self.know, avoid=self.avoid, history=self.history, shares=self.shares, idle=self.idle)
         self.no_room = self.full.still_none  # Policy.no_room, without a call in between
 
     def _estimate(self, job: Job) -> Estimate | None:
-        sim = self.sim
-        if not sim.cfg.known_history and job.profile not in sim.history:
+        if not self.cfg.known_history and job.profile not in self.history:
             return None
-        return Estimate(job.mem0, sim.profiles[job.profile].util_pct, 1, source="sim-history")
+        return Estimate(job.mem0, self.profiles[job.profile].util_pct, 1, source="sim-history")
 
     def _decide(self, job: Job, idle_usable: int):
         """The rules' admit (packer.decision.decide), memoised on what it reads (it is pure)."""
-        sim = self.sim
-        known = sim.cfg.known_history or job.profile in sim.history
+        known = self.cfg.known_history or job.profile in self.history
         key = (job.profile, known, job.remembered, idle_usable > 0)
         d = self._decide_cache.get(key)
         if d is None:
-            remembered = math.ceil(job.remembered / sim.share_bytes) if job.remembered else None
-            d = self._decide_cache[key] = sim.rules.admit(
+            remembered = math.ceil(job.remembered / self.share_bytes) if job.remembered else None
+            d = self._decide_cache[key] = self.rules.admit(
                 _CANDIDATE, self._estimate(job), ClusterView(idle_gpus=idle_usable),
                 fingerprint=job.workload, remembered_shards=remembered)
         return d
 
     def _pair_speed(self, a: str, b: str) -> float | None:
         """Speed of workload ``a`` beside ``b`` as this run's pair knowledge predicts it."""
-        sim = self.sim
-        return sim.know.speed(self._wl_index[a], self._wl_index[b])
+        return self.know.speed(self._wl_index[a], self._wl_index[b])
 
     def _load(self, key: tuple) -> GpuLoad:
         """A group of GPUs running the same jobs, as the co-runner rule sees it: one
         (workload, size) job each, or (more than two per GPU) several."""
-        sim = self.sim
         gl = self._loads.get(key)
         if gl is None:
             members = key if isinstance(key[0], tuple) else (key,)
             jobs = []
             for prof, held in members:
-                p = sim.profiles[prof]
+                p = self.profiles[prof]
                 jobs.append(RunningJob(f"p{prof}", p.key, held, p.util_pct))
             gid = "+".join(f"{prof:03d}/{held}" for prof, held in members)
-            gl = self._loads[key] = GpuLoad(gpu_id=gid, capacity_bytes=sim.gpu_mem,
+            gl = self._loads[key] = GpuLoad(gpu_id=gid, capacity_bytes=self.gpu_mem,
                                             jobs=tuple(jobs))
             self._load_key[gl.gpu_id] = key
         return gl
 
     def _group(self, key: tuple) -> dict[int, None]:
-        sim = self.sim
-        return sim.shares.multi[key] if isinstance(key[0], tuple) else sim.shares.single[key]
+        return self.shares.multi[key] if isinstance(key[0], tuple) else self.shares.single[key]
 
     def may_place_busy(self) -> bool:
-        return bool(self.sim.shares.single) or bool(self.sim.shares.multi)
+        return bool(self.shares.single) or bool(self.shares.multi)
 
     def joined(self, g: Gpu, job: Job, now: float, was_busy: bool) -> None:
         if was_busy:  # FIG. 4 looks at the pack once both jobs' speeds are measured
-            self.sim.loop.push(now + self.sim.cfg.monitor_s, CHECK, job, job.token)
+            self.loop.push(now + self.cfg.monitor_s, CHECK, job, job.token)
 
     def check(self, job: Job, now: float) -> None:
         self.watch.check(job, now)
 
     def summary(self) -> dict:
         """The pair prediction's error and the pairs observed (none without prediction)."""
-        sim = self.sim
-        if not sim.cfg.pair_predict:
+        if not self.cfg.pair_predict:
             return {}
-        return {"pair_knowledge": sim.cfg.pair_knowledge, **sim.know.error.as_dict(),
-                **sim.know.model_error()}
+        return {"pair_knowledge": self.cfg.pair_knowledge, **self.know.error.as_dict(),
+                **self.know.model_error()}
 
     def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
         """FIG. 3: alone on an idle GPU if one is usable, else packed beside the co-runner
@@ -119,79 +113,75 @@ class ColocatePolicy(Policy):
         ``rank_corunners`` ranks that the reservation lets through). Load-aware admission
         with an idle GPU usable: packed first where the pack pays with no wait to save
         (the idle GPU then serves the next job in a long queue), else alone."""
-        sim = self.sim
-        usable = sim.sched.usable_idle(job, now, bf)
+        usable = self.sched.usable_idle(job, now, bf)
         d = self._decide(job, usable)
         if d.verdict != "packed":
             if usable:
-                if sim.rules.admission == "load-aware" and sim.cfg.pair_predict:
+                if self.rules.admission == "load-aware" and self.cfg.pair_predict:
                     d0 = self._decide(job, 0)
                     if d0.verdict == "packed" and self._pack(job, now, bf, d0, idle=True):
                         return True
-                return sim.cluster.start_idle(job, now, bf, shared=True)
+                return self.cluster.start_idle(job, now, bf, shared=True)
             return self.full.found_none(job, None)
         return self._pack(job, now, bf, d, idle=False)
 
     def _pack(self, job: Job, now: float, bf: Backfill | None, d, idle: bool) -> bool:
         """Start ``job`` beside the co-runner the rule picks, if the pack pays (``idle``: a
         whole GPU is there for it, so packing saves it no wait)."""
-        sim = self.sim
-        need = d.shards * int(sim.share_bytes)
+        need = d.shards * int(self.share_bytes)
         memo = self._newcomer(job, need)
-        if not sim.shares.single and not sim.shares.multi:
+        if not self.shares.single and not self.shares.multi:
             return self.full.found_none(job, memo.qualifies)
         cands = self._qualifying(memo)
         if not cands:
             return self.full.found_none(job, memo.qualifies)
         free_pack = bf is None or bf.pack_ok
-        if free_pack and memo.chosen_version == sim.shares.version:
+        if free_pack and memo.chosen_version == self.shares.version:
             # nothing to veto and the same kinds of GPU: the rule picks the same kind again
-            g = sim.gpus[next(iter(self._group(memo.chosen_kind)))]
+            g = self.gpus[next(iter(self._group(memo.chosen_kind)))]
             if not self.pays(job, g, memo.qualifies[memo.chosen_kind], now, idle):
                 return False
-            sim.sched.denied = False
+            self.sched.denied = False
             self._start_beside(job, g, now, need, d.shards)
             return True
         chosen = self._choose(job, now, bf if not free_pack else None, memo, cands)
         if chosen is None:
             return False
         gid, ranked = chosen
-        if not self.pays(job, sim.gpus[gid], ranked, now, idle):
+        if not self.pays(job, self.gpus[gid], ranked, now, idle):
             return False
-        sim.sched.denied = False
-        self._start_beside(job, sim.gpus[gid], now, need, d.shards)
+        self.sched.denied = False
+        self._start_beside(job, self.gpus[gid], now, need, d.shards)
         return True
 
     def _qualifying(self, memo: "_Memo") -> list[tuple]:
         """The kinds of busy GPU that qualify for the job (each assessed alone by the rule,
         memoised per kind; the same kinds of GPU as last time give the same answer)."""
-        sim = self.sim
-        if memo.kinds_version == sim.shares.version:
+        if memo.kinds_version == self.shares.version:
             return memo.cands
         cands = []
         acc = memo.qualifies
-        for key in (*sim.shares.single, *sim.shares.multi) if sim.shares.multi else sim.shares.single:
+        for key in (*self.shares.single, *self.shares.multi) if self.shares.multi else self.shares.single:
             r = acc.get(key)
             if r is None:
                 found = self._rank(memo.new, [self._load(key)])
                 r = acc[key] = found[0] if found else False
             if r:
                 cands.append(key)
-        memo.kinds_version, memo.cands = sim.shares.version, cands
+        memo.kinds_version, memo.cands = self.shares.version, cands
         return cands
 
     def _choose(self, job: Job, now: float, bf: Backfill | None, memo: "_Memo",
                 cands: list[tuple]) -> int | None:
         """choose_corunner's choice: the GPU of the best kind the reservation ``bf`` lets
         through (None: nothing to honour, the best kind), or None when it lets none."""
-        sim = self.sim
         if memo.ranked_cands is not cands and memo.ranked_cands != cands:
             memo.ranked_cands = cands  # rank_corunners' order: each kind assessed alone
-            rule = sim.rules.corunner_rule
+            rule = self.rules.corunner_rule
             memo.ranked = sorted((memo.qualifies[k] for k in cands), key=lambda r: r.key(rule))
         if bf is None:
             best = memo.ranked[0].gpu.gpu_id
-            memo.chosen_version, memo.chosen_kind = sim.shares.version, self._load_key[best]
+            memo.chosen_version, memo.chosen_kind = self.shares.version, self._load_key[best]
             return next(iter(self._group(self._load_key[best]))), memo.ranked[0]
         chosen = None
         for r in memo.ranked:  # choose_corunner asks every kind (a refusal marks the pass denied)
@@ -205,22 +195,20 @@ class ColocatePolicy(Policy):
         one placed, the cluster's GPUs, and when it would have a whole GPU: now (``idle``),
         else when the busy GPUs have freed one for each of the ``ahead`` jobs before it and
         one for it (the last release known, if fewer are busy: a lower bound)."""
-        sim = self.sim
-        rel = sim.releases.sorted
+        rel = self.releases.sorted
         wait = 0.0 if idle else max(0.0, rel[min(ahead, len(rel) - 1)][0] - now) if rel else float("inf")
-        return QueueView(waiting=max(0, behind), gpus=sim.cfg.gpus, wait_s=wait)
+        return QueueView(waiting=max(0, behind), gpus=self.cfg.gpus, wait_s=wait)
 
     def pays(self, job: Job, g: Gpu, ranked: Ranked, now: float, idle: bool = False) -> bool:
         """The rules' load-aware admission (``SuiteRules.pack_pays``) for ``job`` beside
         ``g``'s jobs at the speeds the co-runner rule predicted there."""
-        sim = self.sim
-        if not sim.cfg.pair_predict:
+        if not self.cfg.pair_predict:
             return True  # the patent's FIG. 3/4 alone: pack, then requeue on a slowdown
-        sched = sim.sched
+        sched = self.sched
         case = PackCase(max(0.0, job.duration - job.done), _unit(ranked.mine),
-                        tuple(Resident(x.left(now), _unit(s)) for x, s in zip(g.jobs, ranked.theirs)))
+                        tuple(ResidentWork(x.left(now), _unit(s)) for x, s in zip(g.jobs, ranked.theirs)))
         view = self.queue_view(now, len(sched.front) + len(sched.queue) - 1 - sched.position, idle, sched.position)
-        if sim.rules.pack_pays(case, view):
+        if self.rules.pack_pays(case, view):
             return True
         # the verdict moves with the clock and the queue: the next pass must not be skipped,
         # nor another job of this shape (its duration and co-runner differ)
@@ -231,7 +219,6 @@ class ColocatePolicy(Policy):
                  theirs: tuple[float, ...]) -> int | None:
         """A GPU of this kind the head's reservation does not count on, or one the pack
         leaves free in time; None (and the pass marked denied) when there is none."""
-        sim = self.sim
         shadow = bf.shadow
         run = job.duration / max(mine, 1e-9)  # the newcomer's run beside it
         new_ok = now + run <= shadow
@@ -240,35 +227,33 @@ class ColocatePolicy(Policy):
         # stays refused while nothing changes)
         delay = run * (1.0 - min(theirs))
         for gid in self._group(self._load_key[gl.gpu_id]):
-            end = max(x.t_end for x in sim.gpus[gid].jobs)
+            end = max(x.t_end for x in self.gpus[gid].jobs)
             if end > shadow or (new_ok and end + delay <= shadow):
                 return gid
-        sim.sched.denied = True
+        self.sched.denied = True
         return None
 
     def _start_beside(self, job: Job, g: Gpu, now: float, need: int, shards: int) -> None:
         """Start ``job`` on busy GPU ``g``; remember its neighbours' speeds just before (FIG. 4
         compares with them) and what the rule predicted for the pack."""
-        sim = self.sim
         base = {x.id: x.rate for x in g.jobs}
-        sim.cluster.start_shared(job, g, now, need, shards)
+        self.cluster.start_shared(job, g, now, need, shards)
         job.pack_base = base
-        if sim.cfg.pair_predict:
+        if self.cfg.pair_predict:
             job.pack_pred = self.watch.predict(g)
 
     def _newcomer(self, job: Job, need: int) -> "_Memo":
         """The co-runner rule's view of a queued job and its memo (:class:`_Memo`). Valid
         while no pair is added to avoid and the predictions of its pairs stand."""
-        sim = self.sim
         # a kind of GPU qualifies by the pairs of this job's workload with those there: they
         # change when the model is refitted or a pair of this workload is observed (with more
         # than two per GPU the pairs among those there count too: any change)
-        stamp = (len(sim.avoid),
-                 sim.know.version if sim.shares.multi_on else sim.know.stamp(job.profile))
+        stamp = (len(self.avoid),
+                 self.know.version if self.shares.multi_on else self.know.stamp(job.profile))
         key = (job.profile, need)
         hit = self._corunner_cache.get(key)
         if hit is None or hit.stamp != stamp:
-            p = sim.profiles[job.profile]
+            p = self.profiles[job.profile]
             hit = self._corunner_cache[key] = _Memo(stamp, Newcomer(f"p{job.profile}", p.key, need, p.util_pct))
         return hit
 
@@ -278,9 +263,8 @@ class ColocatePolicy(Policy):
         A GPU qualifies on its own (memory, pairs to avoid, predicted speeds) and the order is
         a stable sort by the rule's key, so the kinds of GPU are assessed one at a time
         (memoised) and the qualifying ones sorted together give the same ranking."""
-        sim = self.sim
-        return sim.rules.corunners(new, loads, avoid=sim.avoid,
-                                   pair_speed=self._pair_speed if sim.cfg.pair_predict else None)
+        return self.rules.corunners(new, loads, avoid=self.avoid,
+                                   pair_speed=self._pair_speed if self.cfg.pair_predict else None)
 
 
 def _unit(speed: float) -> float:

@@ -49,13 +49,14 @@ from simulator.mig_state import MigState
 from simulator.handles import JobMoves
 from simulator.pair_failure import PairFailures
 from simulator.progress import Progress
-from simulator.regrouping import Regrouper
-from simulator.registry import make_policy
+from simulator.regrouping import Regrouper, RegroupHands
+from simulator.policy import PolicyHandles
+from simulator.registry import policy_type
 from simulator.releases import ReleaseIndex
 from simulator.result import SimResult
 from simulator.scheduling import Scheduler
 from simulator.sharing import ShareIndex
-from simulator.state import Job
+from simulator.state import Gpu, Job
 from simulator.usage import UsageMeter
 from simulator.workload import PairTable, SimJobSpec, WorkloadProfile
 
@@ -90,27 +91,39 @@ class Simulator:
         self.profiles = profiles
         self.pairs = pairs
         self.know = PairKnowledge(cfg.pair_knowledge, profiles, pairs, self.rules)
-        self.policy = make_policy(self)  # the one-GPU start rule and hooks the loop calls
-        self.cluster = Cluster(self, cfg.gpus)
-        self.gpus = self.cluster.gpus
-        self.idle = self.cluster.idle  # idle GPUs, in the order they were freed
+        self.gpus = [Gpu(i) for i in range(cfg.gpus)]
+        self.idle: dict[int, None] = {i: None for i in range(cfg.gpus)}  # idle GPUs, in the order freed
         self.loop = EventLoop()
-        self.sched = Scheduler(self)  # the queue, passes and backfill tests
         self.releases = ReleaseIndex()  # when each busy GPU is released
-        self.progress = Progress(self)  # each job's rate and next event
         self.history: set[int] = set()  # profiles with a finished run (the packer's history)
         self.avoid: set[tuple[str, str]] = set()  # pairs FIG. 4 found hurting
         per_gpu = self.rules.max_jobs_per_gpu
         self.shares = ShareIndex(self.share_bytes, per_gpu, multi_on=cfg.policy == "colocate" and per_gpu > 2)
+        self.sched = Scheduler(  # the queue, passes and backfill tests
+            cfg=cfg, loop=self.loop, idle=self.idle, releases=self.releases, shares=self.shares)
         self.usage = UsageMeter(cfg.timeline_step_s)
-        # the MIG side of the cluster (MIG policies only)
-        self.mig = MigState(cfg, self.catalog, self.gpus, self.idle, self.rules) if self.policy.uses_mig else None
-        self.memory = MemoryRestarts(cfg, self.rules, self.gpu_mem, self.mig)
         self.moves = JobMoves(stop=self.stop, requeue=self.requeue_at_head,
                               start_shared=lambda *a: self.cluster.start_shared(*a))
+        policy = policy_type(cfg.policy)
+        # the MIG side of the cluster (MIG policies only)
+        self.mig = MigState(cfg, self.catalog, self.gpus, self.idle, self.rules) if policy.uses_mig else None
+        self.memory = MemoryRestarts(cfg, self.rules, self.gpu_mem, self.mig)
+        self.progress = Progress(  # each job's rate and next event
+            predictor=cfg.predictor, oom_startup_s=cfg.oom_startup_s, gpus=self.gpus, loop=self.loop,
+            releases=self.releases, sched=self.sched, plan_warning=self.memory.plan_warning)
         self.pair_failures = PairFailures(  # pairs that cannot run together (speed 0)
             startup_s=cfg.oom_startup_s, gpus=self.gpus, gpu_mem=self.gpu_mem, pairs=pairs, know=self.know,
-            avoid=self.avoid, learns_pairs=self.policy.learns_pairs, moves=self.moves)
+            avoid=self.avoid, learns_pairs=policy.learns_pairs, moves=self.moves)
+        self.cluster = Cluster(  # jobs on and off GPUs, every index kept up to date
+            gpus=self.gpus, idle=self.idle, gpu_mem=self.gpu_mem, catalog=self.catalog, pairs=pairs,
+            sched=self.sched, progress=self.progress, shares=self.shares,
+            releases=self.releases, usage=self.usage, mig=self.mig, pair_failures=self.pair_failures)
+        self.policy = policy(PolicyHandles(  # the one-GPU start rule and hooks the loop calls
+            cfg=cfg, rules=self.rules, profiles=profiles, catalog=self.catalog, gpu_mem=self.gpu_mem,
+            share_bytes=self.share_bytes, gpus=self.gpus, idle=self.idle, shares=self.shares,
+            releases=self.releases, loop=self.loop, sched=self.sched, cluster=self.cluster, mig=self.mig,
+            know=self.know, avoid=self.avoid, history=self.history, moves=self.moves))
+        self.cluster.attach(self.policy)
         n_whole = self.mig.n_whole if self.mig else cfg.gpus
         self.skipped = 0
         self.jobs: list[Job] = []
@@ -120,7 +133,14 @@ class Simulator:
                 continue
             self.jobs.append(Job(s, profiles[s.profile]))
         self.grow = GrowPreemption(self.rules, self.gpus, self.moves) if cfg.grow_preempt else None
-        self.regrouper = Regrouper(self) if cfg.regroup else None
+        self.regrouper = Regrouper(
+            cfg=cfg, rules=self.rules, pk=self.pk, jobs=self.jobs, gpus=self.gpus, idle=self.idle, avoid=self.avoid,
+            gpu_mem=self.gpu_mem, decide=self.policy._decide, known_speed=self.policy._pair_speed,
+            reservation=self.sched.reservation,
+            hands=RegroupHands(start_whole=self.cluster.start_whole, start_shared=self.cluster.start_shared,
+                               release=self.cluster.release, reschedule=self.progress.reschedule),
+        ) if cfg.regroup else None
+        self.sched.attach(self.policy, self.cluster.start_whole, self.regrouper)
 
     # ----------------------------------------------------------------- run
     def run(self) -> SimResult:

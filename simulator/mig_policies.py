@@ -13,18 +13,15 @@ from __future__ import annotations
 
 import math
 from itertools import islice
-from typing import TYPE_CHECKING
 
 from mig.fsm import PartitionState, Placement
 from mig.layout import homogeneous_layout
 from mig.slice_rule import SlicePlan
 
-from simulator.policy import Policy
+from simulator.policy import Policy, PolicyHandles
 
-if TYPE_CHECKING:
-    from simulator.engine import Simulator
-    from simulator.scheduling import Backfill
-    from simulator.state import Job
+from simulator.scheduling import Backfill
+from simulator.state import Job
 
 
 class MigStaticPolicy(Policy):
@@ -32,19 +29,18 @@ class MigStaticPolicy(Policy):
     uses_mig = True
 
     def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
-        sim = self.sim
-        prof = next((p for p in sim.mig.static_profiles if (p.memory_mib << 20) >= max(
+        prof = next((p for p in self.mig.static_profiles if (p.memory_mib << 20) >= max(
             job.mem0, job.remembered)), None)
         if prof is None:
-            if not sim.idle or not sim.sched.may_take_idle(job, now, bf, 1):
+            if not self.idle or not self.sched.may_take_idle(job, now, bf, 1):
                 return False
-            sim.cluster.start_whole(job, [next(iter(sim.idle))], now)
+            self.cluster.start_whole(job, [next(iter(self.idle))], now)
             return True
-        slots = sim.mig.idle_inst.get(prof.name)
+        slots = self.mig.idle_inst.get(prof.name)
         if not slots:
             return False
         gid, p = next(iter(slots))
-        sim.cluster.start_instance(job, sim.gpus[gid], p, now)
+        self.cluster.start_instance(job, self.gpus[gid], p, now)
         return True
 
 
@@ -54,71 +50,70 @@ class MigDynamicPolicy(Policy):
     uses_mig = True
     by_size: bool = False
 
-    def __init__(self, sim: "Simulator"):
-        super().__init__(sim)
+    def __init__(self, h: PolicyHandles):
+        super().__init__(h)
         self._slice_cache: dict = {}
 
     def shape(self, job: Job) -> tuple:
-        return ("m", self.sim.mig.profile_for(job).name)
+        return ("m", self.mig.profile_for(job).name)
 
     def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
-        sim = self.sim
-        prof = sim.mig.profile_for(job)
+        prof = self.mig.profile_for(job)
         name = prof.name
-        slots = sim.mig.idle_inst[name]
+        slots = self.mig.idle_inst[name]
         if slots:
             gid, p = next(iter(slots))
-            g = sim.gpus[gid]
-            if g.busy or sim.sched.may_take_idle(job, now, bf, 1):
-                sim.cluster.start_instance(job, g, p, now)
+            g = self.gpus[gid]
+            if g.busy or self.sched.may_take_idle(job, now, bf, 1):
+                self.cluster.start_instance(job, g, p, now)
                 return True
-        full = sim.catalog.memory_slices
+        full = self.catalog.memory_slices
         by_size = self.by_size
         # by-size: an empty GPU first (a homogeneous layout of this size); in-order: tightest fit
         order = ([full, *range(prof.memory_slices, full)] if by_size
                  else range(prof.memory_slices, full + 1))
         tried = 0
         for n in order:
-            for gid in list(sim.mig.by_free[n]):
-                g = sim.gpus[gid]
-                if g.busy == 0 and not sim.sched.may_take_idle(job, now, bf, 1):
+            for gid in list(self.mig.by_free[n]):
+                g = self.gpus[gid]
+                if g.busy == 0 and not self.sched.may_take_idle(job, now, bf, 1):
                     continue
                 if by_size and not g.inst:
                     layout = homogeneous_layout(g.state, name)
                     for p in layout.placements:
                         if p not in g.inst:
-                            sim.mig.create(g, p)
-                    sim.mig.refresh_free(g)
+                            self.mig.create(g, p)
+                    self.mig.refresh_free(g)
                     p = next(q for q in g.inst if q.profile == name and g.inst[q] is None)
-                    sim.cluster.start_instance(job, g, p, now)
+                    self.cluster.start_instance(job, g, p, now)
                     return True
                 start = self._slice(g.state, name, ()).start  # no idle instance of its own to give
                 if start is not None:
                     p = Placement(name, start)
-                    sim.mig.create(g, p)
-                    sim.cluster.start_instance(job, g, p, now)
+                    self.mig.create(g, p)
+                    self.cluster.start_instance(job, g, p, now)
                     return True
                 tried += 1
                 if tried > 64:
                     break
             if tried > 64:
                 break
-        for gid in list(islice(sim.mig.has_idle, 64)):
-            g = sim.gpus[gid]
+        for gid in list(islice(self.mig.has_idle, 64)):
+            g = self.gpus[gid]
             if g.whole or g.static:
                 continue
-            if g.busy == 0 and not sim.sched.may_take_idle(job, now, bf, 1):
+            if g.busy == 0 and not self.sched.may_take_idle(job, now, bf, 1):
                 continue
             idle = tuple(sorted(p for p, j in g.inst.items() if j is None))
             plan = self._slice(g.state, name, idle)
             if not plan.feasible:
                 continue
             for p in plan.destroy:
-                sim.mig.destroy(g, p)
+                self.mig.destroy(g, p)
             target = Placement(name, plan.start)
             if not plan.reuse:
-                sim.mig.create(g, target)
-            sim.cluster.start_instance(job, g, target, now)
+                self.mig.create(g, target)
+            self.cluster.start_instance(job, g, target, now)
             return True
         return False
 
@@ -128,7 +123,7 @@ class MigDynamicPolicy(Policy):
         key = (state.mask, profile, idle)
         hit = self._slice_cache.get(key)
         if hit is None:
-            hit = self._slice_cache[key] = self.sim.rules.mig_slice(state, profile, idle)
+            hit = self._slice_cache[key] = self.rules.mig_slice(state, profile, idle)
         return hit
 
 
@@ -146,7 +141,6 @@ class MigBySizePolicy(MigDynamicPolicy):
     by_size = True
 
     def order(self, cand: list[Job]) -> list[Job]:
-        sim = self.sim
-        cand.sort(key=lambda j: (sim.mig.profile_for(j).memory_mib if j.gpus == 1 else math.inf,
+        cand.sort(key=lambda j: (self.mig.profile_for(j).memory_mib if j.gpus == 1 else math.inf,
                                  j.submit, j.id))
         return cand

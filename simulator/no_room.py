@@ -18,19 +18,22 @@ the policy's own per-newcomer memo; anything it does not know sends the job to `
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Collection
 
-if TYPE_CHECKING:
-    from simulator.engine import Simulator
-    from simulator.state import Job
+from simulator.knowledge import PairKnowledge
+from simulator.sharing import ShareIndex
+from simulator.state import Job
 
 
 class NoRoomMemo:
     """(profile, remembered) -> [state, position in the log of appeared kinds, which kinds
     qualify for the shape (None: the packer would not pack it, no kind matters)]."""
 
-    def __init__(self, sim: "Simulator"):
-        self.sim = sim
+    def __init__(self, *, know: PairKnowledge, avoid: Collection, history: Collection, shares: ShareIndex,
+                 idle: Collection):
+        """What decides a shape's room: the pair knowledge, the pairs to avoid, the workloads
+        with a history, the kinds of busy GPU (``shares``) and the idle GPUs."""
+        self.know, self.avoid, self.history, self.shares, self.idle = know, avoid, history, shares, idle
         self._seen: dict[tuple[int, int], list] = {}
         self.skips = 0  # jobs found still without room (not tried)
 
@@ -39,39 +42,36 @@ class NoRoomMemo:
         workloads with a history, the predictions of this workload's pairs (with more than
         two per GPU: of every pair). Each count only grows, so their sum changes whenever
         one does."""
-        sim = self.sim
-        know = sim.know
-        return len(sim.avoid) + len(sim.history) + (
-            know.version if sim.shares.multi_on else know.model_version + know.profile_version[profile])
+        know = self.know
+        return len(self.avoid) + len(self.history) + (
+            know.version if self.shares.multi_on else know.model_version + know.profile_version[profile])
 
-    def found_none(self, job: "Job", qualifies: dict | None) -> bool:
+    def found_none(self, job: Job, qualifies: dict | None) -> bool:
         """``place`` found no room for ``job`` (no time test refused it): remember it while no
         GPU is idle. ``qualifies``: kind of GPU -> truthy when it qualifies for the job (the
         policy's memo, filled as kinds are assessed)."""
-        sim = self.sim
-        if not sim.idle:
+        if not self.idle:
             self._seen[(job.profile, job.remembered)] = [
-                self._state(job.profile), len(sim.shares.appeared), qualifies]
+                self._state(job.profile), len(self.shares.appeared), qualifies]
         return False
 
-    def still_none(self, job: "Job") -> bool:
+    def still_none(self, job: Job) -> bool:
         """True when ``place`` would surely find no room for ``job`` again."""
-        sim = self.sim
-        if sim.idle:
+        if self.idle:
             return False
         seen = self._seen.get((job.profile, job.remembered))
         if seen is None:
             return False
-        know = sim.know  # _state, inline (called millions of times)
-        if seen[0] != len(sim.avoid) + len(sim.history) + (
-                know.version if sim.shares.multi_on
+        know = self.know  # _state, inline (called millions of times)
+        if seen[0] != len(self.avoid) + len(self.history) + (
+                know.version if self.shares.multi_on
                 else know.model_version + know.profile_version[job.profile]):
             return False
         qualifies = seen[2]
         if qualifies is None:
             self.skips += 1
             return True
-        shares = sim.shares
+        shares = self.shares
         log = shares.appeared
         n = len(log)
         if seen[1] < n:

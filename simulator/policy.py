@@ -21,12 +21,47 @@ The implementations are chosen by name in :mod:`~simulator.registry`.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from dataclasses import dataclass, fields
+from typing import ClassVar
 
-if TYPE_CHECKING:
-    from simulator.engine import Simulator
-    from simulator.scheduling import Backfill
-    from simulator.state import Gpu, Job
+from mig.catalog import Catalog
+from packer.rules import SuiteRules
+from simulator.cluster import Cluster
+from simulator.config import SimConfig
+from simulator.handles import JobMoves
+from simulator.knowledge import PairKnowledge
+from simulator.mig_state import MigState
+from simulator.events import EventLoop
+from simulator.releases import ReleaseIndex
+from simulator.scheduling import Backfill, Scheduler
+from simulator.sharing import ShareIndex
+from simulator.state import Gpu, Job
+from simulator.workload import WorkloadProfile
+
+
+@dataclass(frozen=True)
+class PolicyHandles:
+    """What a policy is given of the run: its settings and rules, the cluster's GPUs and
+    indexes, the queue, the pair knowledge and the job moves (each policy uses some)."""
+
+    cfg: SimConfig
+    rules: SuiteRules
+    profiles: list[WorkloadProfile]
+    catalog: Catalog
+    gpu_mem: int
+    share_bytes: int
+    gpus: list[Gpu]
+    idle: dict[int, None]
+    shares: ShareIndex
+    releases: ReleaseIndex
+    loop: EventLoop
+    sched: Scheduler
+    cluster: Cluster
+    mig: MigState | None
+    know: PairKnowledge
+    avoid: set[tuple[str, str]]
+    history: set[int]
+    moves: JobMoves
 
 
 class Policy:
@@ -35,33 +70,34 @@ class Policy:
     name: ClassVar[str] = ""
     packs: ClassVar[bool] = False  # puts one-GPU jobs beside others without isolation or MIG
     uses_mig: ClassVar[bool] = False  # one-GPU jobs run on MIG instances
-    learns_pairs: ClassVar[bool] = False  # keeps apart the pairs to avoid (``sim.avoid``)
+    learns_pairs: ClassVar[bool] = False  # keeps apart the pairs to avoid (``avoid``)
 
-    def __init__(self, sim: "Simulator"):
-        self.sim = sim
+    def __init__(self, h: PolicyHandles):
+        for f in fields(h):  # each handle an attribute of its own: self.gpus, self.sched, ...
+            setattr(self, f.name, getattr(h, f.name))
 
-    def place(self, job: "Job", now: float, bf: "Backfill | None") -> bool:
+    def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
         raise NotImplementedError
 
     def may_place_busy(self) -> bool:
         return True
 
-    def shape(self, job: "Job") -> tuple:
+    def shape(self, job: Job) -> tuple:
         return ("p", job.profile, job.remembered)  # the profile fixes memory and utilisation
 
-    def no_room(self, job: "Job") -> bool:
+    def no_room(self, job: Job) -> bool:
         return False  # no memo: every job is tried
 
-    def order(self, cand: list["Job"]) -> list["Job"]:
+    def order(self, cand: list[Job]) -> list[Job]:
         return cand
 
-    def joined(self, g: "Gpu", job: "Job", now: float, was_busy: bool) -> None:
+    def joined(self, g: Gpu, job: Job, now: float, was_busy: bool) -> None:
         pass
 
-    def left(self, g: "Gpu") -> None:
+    def left(self, g: Gpu) -> None:
         pass
 
-    def check(self, job: "Job", now: float) -> None:
+    def check(self, job: Job, now: float) -> None:
         pass
 
     def summary(self) -> dict:

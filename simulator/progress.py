@@ -11,22 +11,33 @@ its failure beside a pair that cannot run together (``fail_at``,
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
-from simulator.events import FINISH, OOM, PAIR_FAIL, WARN
+from simulator.events import FINISH, OOM, PAIR_FAIL, WARN, EventLoop
+from simulator.releases import ReleaseIndex
+from simulator.state import Gpu, Job
 
-if TYPE_CHECKING:
-    from simulator.engine import Simulator
-    from simulator.state import Job
+
+class PassFlag(Protocol):
+    """The scheduler's mark that something a pass looks at changed."""
+
+    dirty: bool
 
 
 class Progress:
-    def __init__(self, sim: "Simulator"):
-        self.sim = sim
-        self.predictor = sim.cfg.predictor
-        self.oom_startup_s = sim.cfg.oom_startup_s
+    def __init__(self, *, predictor: bool, oom_startup_s: float, gpus: Sequence[Gpu], loop: EventLoop,
+                 releases: ReleaseIndex, sched: PassFlag, plan_warning: Callable[[Job], None]):
+        """``plan_warning``: the memory part's warning plan for a job that will outgrow its room."""
+        self.predictor = predictor
+        self.oom_startup_s = oom_startup_s
+        self.gpus = gpus
+        self.loop = loop
+        self.releases = releases
+        self.sched = sched
+        self.plan_warning = plan_warning
 
-    def begin(self, job: "Job", now: float, cap: int) -> None:
+    def begin(self, job: Job, now: float, cap: int) -> None:
         """A new attempt of ``job`` starts now with ``cap`` bytes it may use."""
         if job.first_start is None:
             job.first_start = now
@@ -41,9 +52,9 @@ class Progress:
         job.warn_next = None
         job.fail_at = None
         if self.predictor and job.mem1 > cap and job.jump_at is None:  # no series foresees a jump
-            self.sim.memory.plan_warning(job)
+            self.plan_warning(job)
 
-    def set_rate(self, job: "Job", now: float, rate: float) -> None:
+    def set_rate(self, job: Job, now: float, rate: float) -> None:
         job.done += (now - job.last_t) * job.rate
         job.last_t = now
         job.rate = rate
@@ -51,9 +62,8 @@ class Progress:
             job.min_rate = rate
         self.reschedule(job, now)
 
-    def reschedule(self, job: "Job", now: float) -> None:
+    def reschedule(self, job: Job, now: float) -> None:
         """Push the job's next event (its earlier ones go stale) and re-file its GPUs."""
-        sim = self.sim
         job.token += 1
         remaining = job.duration - job.done
         rate = job.rate
@@ -61,9 +71,10 @@ class Progress:
             job.t_end = now + self.oom_startup_s + remaining  # an estimate, for the reservations
         else:
             job.t_end = now + remaining / rate
-        sim.sched.dirty = True
+        self.sched.dirty = True
+        touch, gpus = self.releases.touch, self.gpus
         for gid in job.gpu_ids:
-            sim.releases.touch(sim.gpus[gid])
+            touch(gpus[gid])
         kind, t = (FINISH, job.t_end) if rate > 0.0 else (FINISH, math.inf)
         if job.mem1 > job.mem0 and rate > 0.0:
             if job.warn_work is not None and job.warn_work > job.done:
@@ -85,4 +96,4 @@ class Progress:
             kind, t = PAIR_FAIL, job.fail_at
         if t == math.inf:
             return
-        sim.loop.push(t, kind, job, job.token)
+        self.loop.push(t, kind, job, job.token)

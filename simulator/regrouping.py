@@ -32,19 +32,19 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import replace
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, replace
 from itertools import islice
-from typing import TYPE_CHECKING
 
 from packer.corunner import pair_key
 from packer.decision import max_shards
 from packer.regroup_model import Cluster, GpuInfo, HeadJob, Holding, Movability, RunningJob, SignalSpec
 from packer.regroup_plan import RegroupPlan
+from packer.config import PackerConfig
+from packer.rules import SuiteRules
+from simulator.config import SimConfig
 from simulator.growth import held_shares
-
-if TYPE_CHECKING:
-    from simulator.engine import Simulator
-    from simulator.state import Job
+from simulator.state import Gpu, Job
 
 log = logging.getLogger(__name__)
 
@@ -59,20 +59,37 @@ def declares_movable(job_id: int, fraction: float) -> bool:
     return ((job_id * 2654435761 + 40503) % 2**32) / 2**32 < fraction
 
 
+@dataclass(frozen=True)
+class RegroupHands:
+    """What a plan does to jobs: start the head on whole GPUs (job, GPU ids, now) or shared
+    (job, GPU, now, memory, shares), take a job off its GPU, push a job's next event."""
+
+    start_whole: Callable[[Job, list[int], float], None]
+    start_shared: Callable[[Job, Gpu, float, int, int | None], None]
+    release: Callable[[Job, float], None]
+    reschedule: Callable[[Job, float], None]
+
+
 class Regrouper:
     """The regrouping wiring, its budget and its counters."""
 
-    def __init__(self, sim: "Simulator"):
-        cfg = sim.cfg
-        self.sim = sim
+    def __init__(self, *, cfg: SimConfig, rules: SuiteRules, pk: PackerConfig, jobs: Iterable[Job],
+                 gpus: Sequence[Gpu], idle: Collection[int], avoid: Collection[tuple[str, str]], gpu_mem: int,
+                 decide: Callable, known_speed: Callable[[str, str], float],
+                 reservation: Callable, hands: RegroupHands):
+        """``decide``, ``known_speed``: the policy's admit (memoised) and pair speed;
+        ``reservation``: the scheduler's reservation of a head job."""
+        self.cfg, self.rules, self.pk, self.gpus, self.idle, self.avoid = cfg, rules, pk, gpus, idle, avoid
+        self.gpu_mem, self.decide, self.known_speed, self.reservation = gpu_mem, decide, known_speed, reservation
+        self.hands = hands
         self.now = 0.0
         # the rules' thresholds; an idle target frees no GPU in a replay without nodes
-        self.settings = replace(sim.rules.regroup_settings, allow_idle_targets=False)
-        self.budget = sim.rules.move_budget(lambda: self.now)
+        self.settings = replace(self.rules.regroup_settings, allow_idle_targets=False)
+        self.budget = self.rules.move_budget(lambda: self.now)
         self.signal = SignalSpec("USR1", int(cfg.checkpoint_grace_s), batch_only=True)
-        self.movable = {j.id: declares_movable(j.id, cfg.movable_fraction) for j in sim.jobs}
-        self.total = sim.pk.shares_per_gpu
-        self.keys = [(NODE, g.id) for g in sim.gpus]
+        self.movable = {j.id: declares_movable(j.id, cfg.movable_fraction) for j in jobs}
+        self.total = self.pk.shares_per_gpu
+        self.keys = [(NODE, g.id) for g in self.gpus]
         self.gid = {k: i for i, k in enumerate(self.keys)}
         self.gpu_view = tuple(GpuInfo(n, i, shares=self.total) for n, i in self.keys)
         self.last_try: dict[int, float] = {}
@@ -83,36 +100,35 @@ class Regrouper:
     def _wants_whole(self, head: "Job") -> bool:
         if head.gpus > 1:
             return True
-        return self.sim.policy._decide(head, 0).verdict != "packed"
+        return self.decide(head, 0).verdict != "packed"
 
     def _fewest_moves(self, missing: int) -> int | None:
         """The fewest moves that could clear `missing` GPUs (each clearable GPU costs one
         move per job on it); None when fewer GPUs than that can be cleared at all."""
         mov = self.movable
-        counts = sorted(len(g.jobs) for g in self.sim.gpus
+        counts = sorted(len(g.jobs) for g in self.gpus
                         if g.jobs and not g.whole and all(j.gpus == 1 and mov[j.id] for j in g.jobs))
         return sum(counts[:missing]) if len(counts) >= missing else None
 
     def try_head(self, head: "Job", now: float) -> bool:
         """Run a plan that starts `head` now on freed GPUs; False when none is worth it."""
-        sim = self.sim
         self.now = now
         last = self.last_try.get(head.id)
-        if last is not None and now - last < sim.cfg.regroup_retry_s:
+        if last is not None and now - last < self.cfg.regroup_retry_s:
             return False
-        allowed = min(sim.rules.regroup_moves_per_plan, self.budget.remaining())
-        missing = head.gpus - len(sim.idle)
+        allowed = min(self.rules.regroup_moves_per_plan, self.budget.remaining())
+        missing = head.gpus - len(self.idle)
         if missing <= 0 or missing > allowed or not self._wants_whole(head):
             return False  # it fits (another rule holds it), or needs more moves than allowed
         self.last_try[head.id] = now  # looked at now (a scan of the GPUs, then maybe a plan)
         fewest = self._fewest_moves(missing)
         if fewest is None or fewest > allowed:
             return False
-        shadow, _ = sim.sched.reservation(head, now)
+        shadow, _ = self.reservation(head, now)
         target = HeadJob(head.id, gpus=head.gpus, submitted_at=head.submit,
                          expected_start=shadow if math.isfinite(shadow) else None)
         self.planner_calls += 1
-        d = sim.rules.regroup(self._view(head, now), target, now, self.budget, pair_speed=self._pair_speed,
+        d = self.rules.regroup(self._view(head, now), target, now, self.budget, pair_speed=self._pair_speed,
                               settings=self.settings)
         if d.chosen is None:
             log.debug("head job %d: %s", head.id, d.reason)
@@ -127,15 +143,14 @@ class Regrouper:
         cheapest to clear (fewest jobs, fewest shares; twice what is missing, plus
         ``SPARE_CLEARABLE``) and up to ``MAX_TARGETS`` GPUs with room for a moved job
         (most free shares first). Bounded, so a plan costs the same on any cluster size."""
-        sim = self.sim
         mov = self.movable
-        per_gpu = sim.rules.max_jobs_per_gpu
-        idle = list(islice(sim.idle, head.gpus))
+        per_gpu = self.rules.max_jobs_per_gpu
+        idle = list(islice(self.idle, head.gpus))
         clear, room = [], []
-        for g in sim.gpus:
+        for g in self.gpus:
             if not g.jobs or g.whole:
                 continue
-            used = sum(held_shares(sim.pk, j, now) for j in g.jobs)
+            used = sum(held_shares(self.pk, j, now) for j in g.jobs)
             if all(j.gpus == 1 and mov[j.id] for j in g.jobs):
                 clear.append((len(g.jobs), used, g.id))
             elif len(g.jobs) < per_gpu and used < self.total:
@@ -147,34 +162,32 @@ class Regrouper:
         gids = idle + [gid for _, _, gid in clear[:n_clear]] + [gid for _, gid in room[:MAX_TARGETS]]
         jobs: dict[int, "Job"] = {}
         for gid in gids:
-            for j in sim.gpus[gid].jobs:
+            for j in self.gpus[gid].jobs:
                 jobs[j.id] = j
         return Cluster(tuple(self.gpu_view[gid] for gid in gids),
                        tuple(self._running(j, now) for j in jobs.values()),
-                       max_jobs_per_gpu=per_gpu, max_packed_shares=max_shards(sim.pk))
+                       max_jobs_per_gpu=per_gpu, max_packed_shares=max_shards(self.pk))
 
     def _running(self, j: "Job", now: float) -> RunningJob:
-        sim = self.sim
         keys = [self.keys[gid] for gid in j.gpu_ids]
-        if j.gpus > 1 or any(sim.gpus[gid].whole for gid in j.gpu_ids):
+        if j.gpus > 1 or any(self.gpus[gid].whole for gid in j.gpu_ids):
             holdings = tuple(Holding(n, i) for n, i in keys)
             move = Movability()  # no topology in the replay: moving it frees nothing
         else:
             (n, i), = keys
-            holdings = (Holding(n, i, shares=held_shares(sim.pk, j, now)),)
+            holdings = (Holding(n, i, shares=held_shares(self.pk, j, now)),)
             move = Movability(requeue=True, signal=self.signal) if self.movable[j.id] else Movability()
         return RunningJob(j.id, holdings, j.start, max(0.0, j.t_end - now), move, speed=j.rate,
-                          restart_s=sim.cfg.restart_s, workload=j.workload, util_pct=j.util)
+                          restart_s=self.cfg.restart_s, workload=j.workload, util_pct=j.util)
 
     def _pair_speed(self, a: str, b: str) -> float | None:
-        if pair_key(a, b) in self.sim.avoid:
+        if pair_key(a, b) in self.avoid:
             return AVOIDED_SPEED
-        return self.sim.policy._pair_speed(a, b)
+        return self.known_speed(a, b)
 
     # ------------------------------------------------------------------ the moves
     def _run(self, plan: RegroupPlan, head: "Job", now: float) -> None:
-        sim = self.sim
-        on = {j.id: j for g in sim.gpus for j in g.jobs}
+        on = {j.id: j for g in self.gpus for j in g.jobs}
         for m in plan.moves:
             (h,) = m.to
             self._relocate(on[m.job_id], self.gid[h.gpu], now, m.lost_s, m.restart_s + m.requeue_s)
@@ -182,18 +195,18 @@ class Regrouper:
             self.lost_s += m.lost_s
             self.restart_s += m.restart_s + m.requeue_s
         gids = [self.gid[k] for k in plan.frees]
-        if any(gid not in sim.idle for gid in gids):
+        if any(gid not in self.idle for gid in gids):
             raise RuntimeError(f"regroup plan for job {head.id} left {plan.frees} busy: {plan.summary()}")
         first = head.first_start is None
         if head.gpus > 1:
-            sim.cluster.start_whole(head, gids, now)
+            self.hands.start_whole(head, gids, now)
         else:
-            sim.cluster.start_shared(head, sim.gpus[gids[0]], now, sim.gpu_mem, None)
+            self.hands.start_shared(head, self.gpus[gids[0]], now, self.gpu_mem, None)
         delay = max(0.0, plan.head_start_with - now)  # its GPUs held while the moves finish
         if first:
             head.first_start = now + delay
         head.done = -delay
-        sim.progress.reschedule(head, now)
+        self.hands.reschedule(head, now)
         self.plans += 1
         self.head_gain_s += plan.head_gain_s
         log.debug("%s", plan.summary())
@@ -201,18 +214,17 @@ class Regrouper:
     def _relocate(self, job: "Job", gid: int, now: float, lost: float, overhead: float) -> None:
         """Move a one-GPU job to GPU `gid` keeping its checkpointed work; it redoes `lost`
         seconds of work and spends `overhead` seconds requeueing and restarting."""
-        sim = self.sim
         done = job.done + (now - job.last_t) * job.rate
         job.token += 1
-        sim.cluster.release(job, now)
-        g = sim.gpus[gid]
+        self.hands.release(job, now)
+        g = self.gpus[gid]
         base = {x.id: x.rate for x in g.jobs}
-        sim.cluster.start_shared(job, g, now, job.cap, job.shards)
+        self.hands.start_shared(job, g, now, job.cap, job.shards)
         job.pack_base = base
         job.done = done - lost - overhead
         job.lost_work += lost + overhead
         job.moves += 1
-        sim.progress.reschedule(job, now)
+        self.hands.reschedule(job, now)
 
     def summary(self) -> dict:
         return {"regroup_plans": self.plans, "regroup_moves": self.moves,

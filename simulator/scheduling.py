@@ -25,13 +25,36 @@ from __future__ import annotations
 from collections import deque
 from itertools import chain, islice
 import math
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Callable
+from typing import Iterator, Protocol
 
-from simulator.events import ELIGIBLE
+from simulator.events import ELIGIBLE, EventLoop
+from simulator.releases import ReleaseIndex
+from simulator.sharing import ShareIndex
+from simulator.config import SimConfig
 from simulator.state import Gpu, Job
 
-if TYPE_CHECKING:
-    from simulator.engine import Simulator
+class StartRule(Protocol):
+    """What a pass asks of the policy (``simulator.policy.Policy``)."""
+
+    packs: bool
+    uses_mig: bool
+
+    def place(self, job: Job, now: float, bf: "Backfill | None") -> bool: ...
+
+    def may_place_busy(self) -> bool: ...
+
+    def shape(self, job: Job) -> tuple: ...
+
+    def no_room(self, job: Job) -> bool: ...
+
+    def order(self, cand: list[Job]) -> list[Job]: ...
+
+
+class HeadMover(Protocol):
+    """The regrouping: start the head now on GPUs it frees, if a plan is worth it."""
+
+    def try_head(self, head: Job, now: float) -> bool: ...
 
 
 class Backfill:
@@ -68,9 +91,14 @@ class Backfill:
 class Scheduler:
     """The queue (requeued jobs first, then by arrival) and the scheduling pass."""
 
-    def __init__(self, sim: "Simulator"):
-        self.sim = sim
-        self.cfg = sim.cfg
+    def __init__(self, *, cfg: SimConfig, loop: EventLoop, idle: dict[int, None], releases: ReleaseIndex,
+                 shares: ShareIndex):
+        """``idle``: the idle GPUs (the cluster keeps them); the policy, the whole-GPU start
+        and the regrouping come with `attach`, once they are built."""
+        self.cfg, self.loop, self.idle, self.releases, self.shares = cfg, loop, idle, releases, shares
+        self.policy: StartRule
+        self.start_whole: Callable[[Job, list[int], float], None]
+        self.regrouper: HeadMover | None = None
         self.front: deque[Job] = deque()  # requeued jobs, at the head
         self.queue: dict[int, Job] = {}  # waiting jobs by arrival
         self.dirty = True  # something a scheduling pass looks at changed since the last one
@@ -79,6 +107,10 @@ class Scheduler:
         self.position = 0  # the place in the queue of the job being tried (0: the head)
         self.passes = self.passes_skipped = 0
         self.late_skips = 0  # jobs not tried: ending after the reservation, as one refused
+
+    def attach(self, policy: StartRule, start_whole: Callable[[Job, list[int], float], None],
+               regrouper: HeadMover | None) -> None:
+        self.policy, self.start_whole, self.regrouper = policy, start_whole, regrouper
 
     # ----------------------------------------------------------------- queue
     def arrive(self, job: Job, now: float) -> None:
@@ -94,7 +126,7 @@ class Scheduler:
         if delay <= 0:
             self.front.appendleft(job)
             return
-        self.sim.loop.push(now + delay, ELIGIBLE, job, job.token)
+        self.loop.push(now + delay, ELIGIBLE, job, job.token)
 
     def eligible(self, job: Job, now: float) -> None:
         """A requeued job's BeginTime has come: it is at the head of the queue."""
@@ -135,7 +167,7 @@ class Scheduler:
         self.passes += 1
         self.dirty = False
         head = None
-        regroup = self.sim.regrouper
+        regroup = self.regrouper
         while self.front or self.queue:
             head = self.front[0] if self.front else next(iter(self.queue.values()))
             self.position = 0
@@ -148,8 +180,7 @@ class Scheduler:
         self._backfill(head, now, fast)
 
     def _backfill(self, head: Job, now: float, fast: bool) -> None:
-        sim = self.sim
-        policy = sim.policy
+        policy = self.policy
         bf = Backfill(self, head, now, head.gpus == 1 and policy.packs)
         failed: dict = {}  # shape -> shortest duration that failed since the last start
         late: set = set()  # shapes a time test refused though the job ends after the reservation
@@ -160,7 +191,7 @@ class Scheduler:
         shape, no_room = policy.shape, policy.no_room
         for pos, job in enumerate(cand, 1):
             self.position = pos
-            if not (can1 if job.gpus == 1 else len(sim.idle) >= job.gpus):
+            if not (can1 if job.gpus == 1 else len(self.idle) >= job.gpus):
                 continue
             if fast:
                 key = ("g", job.gpus) if job.gpus > 1 else shape(job)
@@ -173,11 +204,11 @@ class Scheduler:
                     failed[key] = -inf  # as if tried: it found no room in this same state
                     continue
             self.denied = self.refused = False
-            opened = sim.shares.opened
+            opened = self.shares.opened
             if self.try_start(job, now, bf):
                 self._remove(job)
                 can1 = self._can_try_one()
-                if failed and (sim.shares.opened != opened or policy.uses_mig):
+                if failed and (self.shares.opened != opened or policy.uses_mig):
                     failed.clear()  # the start opened room a shape that failed may use
                     late.clear()
             elif fast and not self.refused:  # a refused pack says nothing of the next job
@@ -191,27 +222,26 @@ class Scheduler:
 
     def _can_try_one(self) -> bool:
         """Cheap test: could anything start a one-GPU job now?"""
-        return bool(self.sim.idle) or self.sim.policy.may_place_busy()
+        return bool(self.idle) or self.policy.may_place_busy()
 
     def try_start(self, job: Job, now: float, bf: Backfill | None) -> bool:
-        sim = self.sim
         if job.gpus > 1:
-            if len(sim.idle) < job.gpus or not self.may_take_idle(job, now, bf, job.gpus):
+            if len(self.idle) < job.gpus or not self.may_take_idle(job, now, bf, job.gpus):
                 return False
-            sim.cluster.start_whole(job, list(islice(sim.idle, job.gpus)), now)
+            self.start_whole(job, list(islice(self.idle, job.gpus)), now)
             return True
-        return sim.policy.place(job, now, bf)
+        return self.policy.place(job, now, bf)
 
     # ----------------------------------------------------------------- backfill tests
     def reservation(self, head: Job, now: float) -> tuple[float, int]:
         """EASY: when will the head have its whole GPUs, and how many spare GPUs then."""
         need = head.gpus
-        free = len(self.sim.idle)
-        if self.sim.policy.uses_mig and need == 1:
+        free = len(self.idle)
+        if self.policy.uses_mig and need == 1:
             return math.inf, 0  # a MIG head waits for an instance: no whole-GPU reservation
         if need <= free:
             return now, free - need
-        return self.sim.releases.shadow(need - free, free, need)
+        return self.releases.shadow(need - free, free, need)
 
     def may_take_idle(self, job: Job, now: float, bf: Backfill | None, n: int) -> bool:
         if bf is None:
@@ -232,14 +262,14 @@ class Scheduler:
         delay the head)."""
         if bf is None or bf.pack_ok or now + job.duration <= bf.shadow:
             return True
-        if g is not None and self.sim.releases.end(g.id) > bf.shadow:
+        if g is not None and self.releases.end(g.id) > bf.shadow:
             return True
         self.denied = True
         return False
 
     def usable_idle(self, job: Job, now: float, bf: Backfill | None) -> int:
         """Idle GPUs this one-GPU job may take now (backfill keeps some for the head)."""
-        n = len(self.sim.idle)
+        n = len(self.idle)
         if not n or bf is None or now + job.duration <= bf.shadow:
             return n
         if bf.extra >= 1:

@@ -83,3 +83,8 @@ class RunCurves:
         rows = self.conn.execute(f"select {', '.join(COLUMNS)} from run_curves {where} "
                                  "order by ended_at desc limit ?", [*args, int(limit)]).fetchall()
         return [_curve(r) for r in rows]
+
+    def prune(self, before: float) -> int:
+        """Delete the curves of runs ended before ``before``; rows deleted."""
+        with self.conn:
+            return self.conn.execute("delete from run_curves where ended_at < ?", [before]).rowcount

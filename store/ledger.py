@@ -91,6 +91,15 @@ class ActionLedger:
             return []
         return [tuple(r) for r in self.store.db.execute(f"select action, mode, outcome from {TABLE}").fetchall()]
 
+    def prune(self, judged_before: float, open_before: float) -> int:
+        """Delete judged rows decided before ``judged_before`` and every row decided before
+        ``open_before``; rows deleted (none when the table was never created)."""
+        if not self._table.exists():
+            return 0
+        with self.store.db.conn:
+            return self.store.db.execute(f"delete from {TABLE} where (outcome is not null and at < ?) or at < ?",
+                                         [judged_before, open_before]).rowcount
+
     def _rows(self, where: str | None, args: list, limit: int | None = None) -> list[LedgerRow]:
         if not self._table.exists():
             return []

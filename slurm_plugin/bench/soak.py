@@ -113,7 +113,7 @@ def soak(jobs: int, every: int, workloads: int, folder: Path, events_max_rows: i
                 store = watcher_owner.store
                 out.append(Checkpoint(
                     jobs=n, store_bytes=sum(p.stat().st_size for p in folder.glob("gpupack.db*")),
-                    rss_bytes=rss_bytes(), events=store.db["events"].count, runs=store.db["runs"].count,
+                    rss_bytes=rss_bytes(), **store.counts("events", "runs"),
                     watcher_job_maps=sum(len(c) for c in monitor._job_maps(*_grow_regroup(monitor)))
                     + len(monitor.retention_watch.memory.last_listed) + len(monitor.tracks),
                     seconds=time.monotonic() - started))

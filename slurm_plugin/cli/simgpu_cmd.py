@@ -52,12 +52,13 @@ def run(mem_start: int, mem_growth: int, grow_iters: int | None, grow_after: int
     MPS memory limit), after telling the node agent what it asked for and held.
     """
     from simjobs.workload import run as run_workload
+    from slurm_plugin.agent.client import ask
 
     raise SystemExit(run_workload(mem_start=mem_start, mem_growth=mem_growth, grow_iters=grow_iters,
                                   grow_after=grow_after,
                                   iters=iters, iter_ms=iter_ms,
                                   workload=workload, report_every_s=report_every, report=report,
-                                  checkpoint_every=checkpoint_every))
+                                  checkpoint_every=checkpoint_every, ask=ask))
 
 
 @simgpu.command("counters-bench")
@@ -83,7 +84,7 @@ def counters_bench(seeds: int, null_seeds: int, horizon: float, zs: str, modes: 
     clock, the senior's utilisation read as the node agent reads it and judged by the
     helper's rule (jobs that report nothing)."""
     from slurm_plugin.helper.monitor_settings import MonitorSettings
-    from simjobs.counter_bench import bench, render
+    from slurm_plugin.bench.counters import bench, render
 
     defaults = MonitorSettings()
 

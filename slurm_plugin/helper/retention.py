@@ -16,7 +16,10 @@ import logging
 from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any
 
+from store.curves import RunCurves
 from store.db import Store
+from store.ledger import ActionLedger
+from store.slices import SliceMirror
 from slurm_plugin.config.bounds import RetentionSettings
 from slurm_plugin.helper.watches.round import RoundContext
 
@@ -25,36 +28,16 @@ log = logging.getLogger(__name__)
 DAY_S = 86400.0
 
 
-def _tables(store: Store) -> set[str]:
-    return set(store.db.table_names())
-
-
 def prune_store(store: Store, r: RetentionSettings, now: float) -> dict[str, int]:
     """Delete what `r` no longer keeps; rows deleted per table."""
-    tables = _tables(store)
     runs_cut, pair_cut = now - r.runs_days * DAY_S, now - r.pair_days * DAY_S
-    statements: list[tuple[str, str, list[Any]]] = [
-        ("events", "delete from events where at < ?", [now - r.events_days * DAY_S]),
-        ("events", "delete from events where id <= (select id from events order by id desc limit 1 offset ?)",
-         [r.events_max_rows]),
-        ("runs", "delete from runs where ended_at < ?", [runs_cut]),
-        ("runs", "delete from runs where rowid in (select rowid from (select rowid, row_number() over "
-                 "(partition by fingerprint order by ended_at desc) as n from runs) where n > ?)",
-         [r.runs_per_fingerprint]),
-        ("run_curves", "delete from run_curves where ended_at < ?", [runs_cut]),
-        ("action_ledger", "delete from action_ledger where (outcome is not null and at < ?) or at < ?",
-         [now - r.action_ledger_days * DAY_S, now - 2 * r.action_ledger_days * DAY_S]),
-        ("pair_speeds", "delete from pair_speeds where updated_at < ?", [pair_cut]),
-        ("avoid_pairs", "delete from avoid_pairs where created_at < ?", [pair_cut]),
-        ("sizes", "delete from sizes where updated_at < ?", [now - r.sizes_days * DAY_S]),
-        ("slice_journal", "delete from slice_journal where coalesce(released_at, last_seen) < ?",
-         [now - r.slice_journal_days * DAY_S]),
-    ]
-    deleted: dict[str, int] = {}
-    with store.db.conn:
-        for table, sql, args in statements:
-            if table in tables:
-                deleted[table] = deleted.get(table, 0) + store.db.execute(sql, args).rowcount
+    deleted = store.prune(events_before=now - r.events_days * DAY_S, events_max_rows=r.events_max_rows,
+                          runs_before=runs_cut, runs_per_fingerprint=r.runs_per_fingerprint,
+                          pairs_before=pair_cut, sizes_before=now - r.sizes_days * DAY_S)
+    deleted["run_curves"] = RunCurves(store).prune(runs_cut)
+    deleted["action_ledger"] = ActionLedger(store, create=False).prune(
+        now - r.action_ledger_days * DAY_S, now - 2 * r.action_ledger_days * DAY_S)
+    deleted["slice_journal"] = SliceMirror(store).prune(now - r.slice_journal_days * DAY_S)
     return {t: n for t, n in deleted.items() if n}
 
 

@@ -80,18 +80,14 @@ class EventLogCollector(Collector):
         self.totals = EventTotals()
 
     def _connection(self) -> sqlite3.Connection:
-        if self._store.path == ":memory:":
-            return self._store.db.conn
         if self._conn is None:  # a read connection of its own: scrapes come from other threads
-            self._conn = sqlite3.connect(self._store.path, timeout=5.0, check_same_thread=False)
+            self._conn = self._store.reader()
         return self._conn
 
     def refresh(self) -> EventTotals:
         with self._lock:
             try:
-                rows = self._connection().execute(
-                    "select id, kind, detail, data from events where id > ? order by id", [self.totals.last_id]
-                ).fetchall()
+                rows = self._store.events_after(self.totals.last_id, self._connection())
             except sqlite3.Error as exc:
                 log.warning("metrics: cannot read the event log: %s", exc)
                 return self.totals

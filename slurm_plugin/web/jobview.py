@@ -3,7 +3,7 @@ history estimate its decision came from, its memory curve with the forecast and 
 its partition (a finished job: the curve stored at its run's end, no forecast), and its events."""
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from packer import comment as comment_mod
@@ -15,7 +15,7 @@ from predictor.forecast import Forecast
 from slurm_plugin.slurm.model import Job
 from slurm_plugin.web.model import ACTIVE, EventRow, JobRow, job_row
 
-__all__ = ["CurvePoint", "JobDetail", "as_stored", "assemble_job", "capacity_of", "curve_of", "this_run"]
+__all__ = ["CurvePoint", "JobDetail", "as_stored", "assemble_job", "curve_of", "this_run"]
 
 
 @dataclass(frozen=True)
@@ -46,20 +46,6 @@ class JobDetail:
     def finished(self) -> bool:
         """Slurm forgot it, or it is neither running nor waiting for its first run."""
         return self.row is None or (self.row.state not in ACTIVE and self.row.state != "PENDING")
-
-
-def capacity_of(isolation: str | None, shards: int | None, share_bytes: float,
-                profile_mib: Callable[[str], int | None]) -> tuple[float | None, str]:
-    """The memory of the job's partition, as the monitor counts it: the MIG instance's
-    memory, else its shards' worth of the GPU, else none (a whole GPU is not a partition)."""
-    if isolation and isolation.startswith("mig:"):
-        profile = isolation[4:].split("@", 1)[0]
-        mib = profile_mib(profile)
-        if mib:
-            return mib * 1024.0**2, f"MIG {profile}"
-    if shards:
-        return shards * share_bytes, f"shard:{shards}"
-    return None, ""
 
 
 def curve_of(samples: Sequence[JobSample], started_at: float) -> tuple[CurvePoint, ...]:

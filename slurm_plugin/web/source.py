@@ -16,6 +16,8 @@ from pathlib import Path
 
 from packer import comment as comment_mod
 from packer.config import PackerConfig
+from packer.curves import partition_capacity
+from packer.gres import count_of
 from store.curves import RunCurves
 from store.db import Store, StoreError
 from slurm_plugin.agent.client import helper_link
@@ -26,7 +28,7 @@ from slurm_plugin.slurm.gres import expand_hostlist
 from slurm_plugin.slurm.runner import SlurmRunner
 from slurm_plugin.web import pages
 from slurm_plugin.web.forecasts import ForecastCache
-from slurm_plugin.web.jobview import JobDetail, assemble_job, capacity_of, this_run
+from slurm_plugin.web.jobview import JobDetail, assemble_job, this_run
 from slurm_plugin.web.model import ACTIVE, EventRow, Overview, assemble
 from slurm_plugin.web.slices import AgentJob, IdleInstance
 from slurm_plugin.web.settings import WebSettings
@@ -192,11 +194,9 @@ class WebSource:
         else:
             estimate, remembered, runs = None, None, []
         events = self._events(50, job_id)
-        shards = None
-        if job is not None:
-            shards = next((i.count for i in (*job.gres_detail, *job.gres) if i.name == "shard"), None)
+        shards = count_of((*job.gres_detail, *job.gres), "shard") if job is not None else None
         isolation = samples[-1].isolation if samples else None
-        capacity = capacity_of(isolation, shards, self.config.share_bytes, lambda p: (self._profile(p) or (None, None))[1])
+        capacity = partition_capacity(isolation, shards, self.config.share_bytes, lambda p: (self._profile(p) or (None, None))[1])
         forecast = None
         if samples and capacity[0]:
             horizon = self.horizon_s

@@ -186,7 +186,7 @@ def test_an_agent_that_lost_its_state_and_journal_gets_its_slice_back_from_the_c
     """The controller mirrors node1's slice journal; node1's agent restarts without state.json
     and without its journal: the running job's slice is left alone, then given back from the
     controller's copy once NVML and the job list confirm it."""
-    from slurm_plugin.helper.journal_mirror import SliceMirror
+    from store.slices import SliceMirror
     from store.db import Store
     from slurm_plugin.agent.client import status
     from slurm_plugin.agent.paths import AgentPaths

@@ -9,7 +9,7 @@ import sqlite3
 from store.curves import RunCurves
 from packer.curves import CurvePoint, RunCurve, downsample
 from slurm_plugin.helper.watches.round import RoundContext
-from slurm_plugin.helper.watches.tracks import Track, capacity_of
+from slurm_plugin.helper.watches.tracks import Track, partition_of
 
 log = logging.getLogger(__name__)
 
@@ -21,13 +21,7 @@ def curve_of_track(ctx: RoundContext, track: Track, end_state: str, started_at: 
         return None
     points = [CurvePoint(s.at - track.started_at, int(s.mem_bytes), int(max(s.peak_mem_bytes, s.mem_bytes)))
               for s in track.samples]
-    capacity = capacity_of(track, ctx.config.share_bytes, ctx.gpu_model)
-    if not capacity:
-        label = ""
-    elif track.isolation.startswith("mig:"):
-        label = "MIG " + track.isolation[4:].split("@", 1)[0]
-    else:
-        label = f"shard:{track.shards}"
+    capacity, label = partition_of(track, ctx.config.share_bytes, ctx.gpu_model)
     return RunCurve(
         job_id=track.job_id, fingerprint=track.fingerprint or "", started_at=started_at, ended_at=ctx.now,
         end_state=end_state, node=track.node, gpu_index=track.gpu_index, isolation=track.isolation,

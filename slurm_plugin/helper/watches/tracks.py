@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from mig.catalog import load_catalog
 from mig.errors import MigError
 from packer import comment as comment_mod
+from packer.curves import partition_capacity
 from packer.gres import count_of, type_of
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.history_recorder import job_fingerprint
@@ -59,21 +60,27 @@ def submit_time_exclusion(admin_comment: str | None) -> frozenset[str]:
 _UNKNOWN_PROFILES: set[tuple[str, str]] = set()  # (GPU model, profile) already reported
 
 
-def capacity_of(track: Track, share_bytes: float, gpu_model: str) -> float | None:
-    """Bytes the job may use: its MIG slice, else its shares; None for whole GPUs."""
-    if track.isolation.startswith("mig:"):
-        profile = track.isolation[4:].split("@", 1)[0]
+def partition_of(track: Track, share_bytes: float, gpu_model: str) -> tuple[float | None, str]:
+    """The bytes the job may use and their label: its MIG slice, else its shares; (None, "")
+    for whole GPUs (`packer.curves.partition_capacity`)."""
+
+    def profile_mib(profile: str) -> int | None:
         try:
-            return load_catalog(gpu_model).profile(profile).memory_mib * 1024**2
+            return load_catalog(gpu_model).profile(profile).memory_mib
         except MigError as exc:  # the agent isolated it on a slice this catalogue does not hold
             if (gpu_model, profile) not in _UNKNOWN_PROFILES:
                 _UNKNOWN_PROFILES.add((gpu_model, profile))
                 log.error("job %d runs on MIG %s, which the %s catalogue does not hold (%s): its memory is "
                           "judged against its %s; check [paths] gpu_model and the node's GPU", track.job_id,
                           profile, gpu_model, exc, f"{track.shards} shares" if track.shards else "whole GPU")
-    if track.shards:
-        return track.shards * share_bytes
-    return None
+            return None
+
+    return partition_capacity(track.isolation, track.shards, share_bytes, profile_mib)
+
+
+def capacity_of(track: Track, share_bytes: float, gpu_model: str) -> float | None:
+    """Bytes the job may use: its MIG slice, else its shares; None for whole GPUs."""
+    return partition_of(track, share_bytes, gpu_model)[0]
 
 
 def job_shards(job: Job) -> int | None:

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from gpus.nvml.backend import NvmlBackend
-from slurm_plugin.helper.journal_mirror import HeldSlice, SliceMirror
+from store.slices import HeldSlice, SliceMirror
 from store.db import Store
 from slurm_plugin.agent.daemon import NodeAgent
 from slurm_plugin.agent.ops import dispatch

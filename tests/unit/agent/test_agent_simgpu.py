@@ -113,17 +113,16 @@ def _reporting(monkeypatch, gpu, inst):
         sent.append(dict(body))
         return {"status": "ok", "neighbours": []}
 
-    monkeypatch.setattr("slurm_plugin.agent.client.ask", ask)
-    return sent, _env(gpu, inst.uuid, GPUPACK_AGENT_SOCKET="/agent.sock", GPUPACK_REPORT_TOKEN="t")
+    return sent, ask, _env(gpu, inst.uuid, GPUPACK_AGENT_SOCKET="/agent.sock", GPUPACK_REPORT_TOKEN="t")
 
 
 def test_checkpoints_every_n_iterations_are_printed_and_reported(monkeypatch):
     gpu = SimGpuBackend(None, "node1", gpus=["H100-80GB"])
     inst = gpu.create_instance(0, "1g.10gb", 0, owner="7")
-    sent, env = _reporting(monkeypatch, gpu, inst)
+    sent, ask, env = _reporting(monkeypatch, gpu, inst)
     out = io.StringIO()
     rc = run(mem_start=1 << 20, mem_growth=0, iters=6, iter_ms=1, workload=None, env=env, out=out,
-             err=io.StringIO(), backend=gpu, report_every_s=60, checkpoint_every=3)
+             err=io.StringIO(), backend=gpu, report_every_s=60, checkpoint_every=3, ask=ask)
     assert rc == 0
     lines = [x for x in out.getvalue().splitlines() if "checkpoint at" in x]
     assert len(lines) == 2 and "after 3 iterations (every 3 iterations)" in lines[0] and "after 6" in lines[1]
@@ -139,12 +138,12 @@ def test_sigusr1_makes_it_checkpoint_after_the_iteration_it_is_in(monkeypatch):
 
     gpu = SimGpuBackend(None, "node1", gpus=["H100-80GB"])
     inst = gpu.create_instance(0, "1g.10gb", 0, owner="7")
-    sent, env = _reporting(monkeypatch, gpu, inst)
+    sent, ask, env = _reporting(monkeypatch, gpu, inst)
     out = io.StringIO()
     threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGUSR1)).start()
     before = signal.getsignal(signal.SIGUSR1)
     rc = run(mem_start=1 << 20, mem_growth=0, iters=20, iter_ms=50, workload=None, env=env, out=out,
-             err=io.StringIO(), backend=gpu, report_every_s=60)  # no periodic checkpoints
+             err=io.StringIO(), backend=gpu, report_every_s=60, ask=ask)  # no periodic checkpoints
     assert rc == 0 and signal.getsignal(signal.SIGUSR1) == before  # the handler is put back
     lines = [x for x in out.getvalue().splitlines() if "checkpoint at" in x]
     assert len(lines) == 1 and "on signal USR1" in lines[0], out.getvalue()

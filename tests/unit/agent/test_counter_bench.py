@@ -4,7 +4,7 @@ from __future__ import annotations
 from gpus.sim.counters import CounterNoise
 from packer.util_contention import CounterRule
 from simjobs import pairs
-from simjobs.counter_bench import Trial, detection_delay, evaluate, run_trial
+from slurm_plugin.bench.counters import Trial, detection_delay, evaluate, run_trial
 
 RULE = CounterRule(z=4.0, window=20, min_before=8, min_after=8)
 

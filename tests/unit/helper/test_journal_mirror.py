@@ -3,7 +3,8 @@ pruned by [retention]) and gives an agent that lost its own the records of the s
 unsure of; what the agent leaves alone is said once."""
 from __future__ import annotations
 
-from slurm_plugin.helper.journal_mirror import HeldSlice, JournalMirror, SliceMirror
+from slurm_plugin.helper.journal_mirror import JournalMirror
+from store.slices import HeldSlice, SliceMirror
 from store.db import Store
 from slurm_plugin.agent.client import AgentUnavailable
 from slurm_plugin.config.bounds import RetentionSettings

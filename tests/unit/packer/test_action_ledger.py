@@ -109,3 +109,20 @@ def test_regroup_outcome_is_the_head_start_against_the_plans_time():
     assert judge_head_start(at, expected, 30, None, True, 1020, shadow=False).outcome == "unknown"
     assert judge_head_start(at, expected, 30, 1010, False, 1012, shadow=True).outcome == "wrong"  # not needed
     assert judge_head_start(at, expected, 30, None, False, 1091, shadow=True).outcome == "right"
+
+
+def test_prune_leaves_a_ledger_never_written_absent():
+    store = Store()
+    assert ActionLedger(store, create=False).prune(judged_before=1e12, open_before=1e12) == 0
+    assert "action_ledger" not in store.db.table_names()  # a reader's prune creates nothing
+
+
+def test_prune_keeps_open_rows_longer_than_judged_ones():
+    store = Store()
+    ledger = ActionLedger(store)
+    judged = ledger.record("restart-memory", 1, 0.0, "enforce", "r", at=100.0)
+    ledger.close(judged, "right", "ok", at=100.0)
+    ledger.record("restart-memory", 2, 0.0, "enforce", "r", at=100.0)  # still open
+    ledger.record("restart-memory", 3, 0.0, "enforce", "r", at=10.0)  # open, older than both cut-offs
+    assert ledger.prune(judged_before=150.0, open_before=50.0) == 2
+    assert [r.job_id for r in ledger.rows()] == [2]

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from packer.admission import AdmissionRule, PackCase, QueueView, Resident, pack_gain
+from packer.admission import AdmissionRule, PackCase, QueueView, ResidentWork, pack_gain
 from packer.corunner import GpuLoad, Newcomer, RunningJob
 from packer.rules import SuiteRules
 
@@ -33,12 +33,12 @@ def test_gain_is_the_completion_times_saved(ra, db, sa, sb, wait, waiting, gpus)
     # ra (A) + db (B on a GPU of its own)
     saved = ra + db - packed_free
     expect = (seq_sum - packed_sum) + waiting / gpus * saved
-    got = pack_gain(PackCase(db, sb, (Resident(ra, sa),)), QueueView(waiting, gpus, wait))
+    got = pack_gain(PackCase(db, sb, (ResidentWork(ra, sa),)), QueueView(waiting, gpus, wait))
     assert got == pytest.approx(expect)
 
 
 def test_a_long_queue_packs_a_pair_that_adds_throughput_a_draining_one_does_not():
-    case = PackCase(3600.0, 0.7, (Resident(7200.0, 0.7),))  # 1.4 GPUs of work together
+    case = PackCase(3600.0, 0.7, (ResidentWork(7200.0, 0.7),))  # 1.4 GPUs of work together
     rule = AdmissionRule()
     assert rule.pays(case, QueueView(waiting=300, gpus=100, wait_s=60.0))
     assert not rule.pays(case, QueueView(waiting=0, gpus=100, wait_s=60.0))
@@ -47,19 +47,19 @@ def test_a_long_queue_packs_a_pair_that_adds_throughput_a_draining_one_does_not(
 
 
 def test_a_pair_below_one_gpu_of_work_never_pays_on_a_long_queue():
-    case = PackCase(3600.0, 0.5, (Resident(7200.0, 0.45),))
+    case = PackCase(3600.0, 0.5, (ResidentWork(7200.0, 0.45),))
     rule = AdmissionRule(min_speed=0.4)
     assert not rule.pays(case, QueueView(waiting=10_000, gpus=100, wait_s=600.0))
 
 
 def test_a_pair_that_cannot_run_together_never_pays():
-    case = PackCase(3600.0, 0.0, (Resident(7200.0, 0.9),))
+    case = PackCase(3600.0, 0.0, (ResidentWork(7200.0, 0.9),))
     assert pack_gain(case, QueueView(5, 1, 1e9)) == -math.inf
     assert not AdmissionRule(min_speed=1e-9).pays(case, QueueView(5, 1, math.inf))
 
 
 def test_fairness_is_a_separate_floor():
-    case = PackCase(3600.0, 0.95, (Resident(7200.0, 0.45),))  # 1.4 together, one job at 0.45
+    case = PackCase(3600.0, 0.95, (ResidentWork(7200.0, 0.45),))  # 1.4 together, one job at 0.45
     q = QueueView(waiting=500, gpus=100, wait_s=60.0)
     assert pack_gain(case, q) > 0
     assert not AdmissionRule().pays(case, q)
@@ -75,7 +75,7 @@ def test_bad_queue_views_are_refused(bad):
 
 def test_bad_cases_and_rules_are_refused():
     with pytest.raises(ValueError, match="speeds"):
-        PackCase(1.0, 1.2, (Resident(1.0, 0.5),))
+        PackCase(1.0, 1.2, (ResidentWork(1.0, 0.5),))
     with pytest.raises(ValueError, match="at least one"):
         PackCase(1.0, 0.5, ())
     with pytest.raises(ValueError, match="min_speed"):

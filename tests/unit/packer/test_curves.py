@@ -6,7 +6,7 @@ import math
 import pytest
 
 from store.curves import RunCurves
-from packer.curves import MAX_POINTS, CurvePoint, RunCurve, downsample
+from packer.curves import MAX_POINTS, CurvePoint, RunCurve, downsample, mig_profile_of, partition_capacity
 from store.db import SCHEMA_VERSION, RunRecord, Store
 
 GIB = 1024**3
@@ -111,3 +111,12 @@ def test_a_schema_3_database_gets_the_curves_table_and_keeps_its_rows(tmp_path):
     assert [e.kind for e in store.events()] == ["history"]
     RunCurves(store).save(curve(1, "fp", 1000.0, started_at=10.0))
     assert RunCurves(store).of_job(1).started_at == run.started_at  # keyed like the run
+
+
+def test_a_partition_is_the_mig_slice_else_the_shares_else_none():
+    mib = {"1g.10gb": 9984}.get
+    assert mig_profile_of("mig:1g.10gb@6") == "1g.10gb" and mig_profile_of("mps:30") is None
+    assert partition_capacity("mig:1g.10gb@6", 1, 10.0, mib) == (9984 * 1024**2, "MIG 1g.10gb")
+    assert partition_capacity("mig:9g.99gb@0", 2, 10.0, mib) == (20.0, "shard:2")  # a profile not known
+    assert partition_capacity("mps:30", 3, 10.0, mib) == (30.0, "shard:3")
+    assert partition_capacity(None, None, 10.0, mib) == (None, "")

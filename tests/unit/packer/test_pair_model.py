@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import pytest
 
-from packer.admission import PackCase, QueueView, Resident, expected_gain, pack_gain
+from packer.admission import PackCase, QueueView, ResidentWork, expected_gain, pack_gain
 from packer.pair_model import MIN_PAIRS, PRIOR_SD, AloneCounters, PairModel, Prediction
 from packer.rules import SuiteRules
 
@@ -38,7 +38,7 @@ def test_a_fit_learns_the_speeds_and_is_surer_where_it_has_seen_more():
 def test_expected_gain_is_the_gain_without_spread_and_tries_an_unsure_pair_that_pays_on_average():
     q = QueueView(0, 4, 3000.0)
     sure = expected_gain(3600, Prediction(0.8, 0.0), [(7200, Prediction(0.8, 0.0))], q)
-    assert sure == pytest.approx(pack_gain(PackCase(3600, 0.8, (Resident(7200, 0.8),)), q))
+    assert sure == pytest.approx(pack_gain(PackCase(3600, 0.8, (ResidentWork(7200, 0.8),)), q))
     rules = SuiteRules(admission="load-aware")
     unsure = Prediction(0.85, 0.3)  # its pessimistic point (0.33) is under the 0.5 floor
     long_wait = QueueView(0, 4, 20000.0)

@@ -72,7 +72,7 @@ class _CheckedScheduler(Scheduler):
 
     def reservation(self, head, now):
         got = super().reservation(head, now)
-        sim = self.sim
+        sim = self.engine  # the run it checks (the scan reads every GPU and the MIG side)
         need, free = head.gpus, len(sim.idle)
         if not (sim.mig and need == 1) and need > free:
             releases = sorted(max(j.t_end for j in g.jobs) for g in sim.gpus
@@ -89,11 +89,13 @@ class _CheckedScheduler(Scheduler):
 
 
 @pytest.mark.parametrize("policy", ["exclusive", "colocate", "shard-fixed", "mig-in-order"])
-def test_release_index_matches_a_scan(policy):
+def test_release_index_matches_a_scan(policy, monkeypatch):
     _CheckedScheduler.checked = 0
+    monkeypatch.setattr("simulator.engine.Scheduler", _CheckedScheduler)  # the one every part is given
     sim = Simulator(SimConfig(policy=policy, gpus=6, bf_depth=20), random_trace(300, 7),
                     PROFILES, PAIRS)
-    sim.sched = _CheckedScheduler(sim)
+    assert type(sim.sched) is _CheckedScheduler
+    sim.sched.engine = sim
     sim.run()
     assert _CheckedScheduler.checked > 10
 

@@ -9,7 +9,8 @@ from packer.samples import JobSample
 from slurm_plugin.slurm.model import GresItem, Job, Node
 from slurm_plugin.web import pages
 from slurm_plugin.web.forecasts import ForecastCache
-from slurm_plugin.web.jobview import assemble_job, capacity_of, this_run
+from packer.curves import partition_capacity
+from slurm_plugin.web.jobview import assemble_job, this_run
 from slurm_plugin.web.model import EventRow, assemble
 from slurm_plugin.web.slices import AgentJob
 
@@ -77,7 +78,7 @@ def samples_growing(n: int, started: float = 100.0, per_s: float = 0.3 * GIB) ->
 def test_job_page_draws_the_curve_the_partition_and_a_forecast_that_warns():
     samples = samples_growing(30)
     run, started = this_run(samples)
-    capacity = capacity_of("mig:1g.10gb@6", 1, 10 * GIB, lambda p: 9984 if p == "1g.10gb" else None)
+    capacity = partition_capacity("mig:1g.10gb@6", 1, 10 * GIB, lambda p: 9984 if p == "1g.10gb" else None)
     assert capacity == (9984 * 1024.0**2, "MIG 1g.10gb")
     fc = ForecastCache().forecast(7, started, capacity[0], 60.0, run)
     assert fc is not None and fc.samples == 30 and fc.predicted_peak_bytes > capacity[0]
