@@ -19,6 +19,7 @@ from typing import Any
 from store.curves import RunCurves
 from store.db import Store
 from store.ledger import ActionLedger
+from store.retention import StoreRetention
 from store.slices import SliceMirror
 from slurm_plugin.config.bounds import RetentionSettings
 from slurm_plugin.helper.watches.round import RoundContext
@@ -31,9 +32,9 @@ DAY_S = 86400.0
 def prune_store(store: Store, r: RetentionSettings, now: float) -> dict[str, int]:
     """Delete what `r` no longer keeps; rows deleted per table."""
     runs_cut, pair_cut = now - r.runs_days * DAY_S, now - r.pair_days * DAY_S
-    deleted = store.prune(events_before=now - r.events_days * DAY_S, events_max_rows=r.events_max_rows,
-                          runs_before=runs_cut, runs_per_fingerprint=r.runs_per_fingerprint,
-                          pairs_before=pair_cut, sizes_before=now - r.sizes_days * DAY_S)
+    deleted = StoreRetention(store).prune(events_before=now - r.events_days * DAY_S, events_max_rows=r.events_max_rows,
+                                          runs_before=runs_cut, runs_per_fingerprint=r.runs_per_fingerprint,
+                                          pairs_before=pair_cut, sizes_before=now - r.sizes_days * DAY_S)
     deleted["run_curves"] = RunCurves(store).prune(runs_cut)
     deleted["action_ledger"] = ActionLedger(store, create=False).prune(
         now - r.action_ledger_days * DAY_S, now - 2 * r.action_ledger_days * DAY_S)
