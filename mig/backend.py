@@ -57,6 +57,13 @@ class ProcessMemory:
         return asdict(self)
 
 
+# compute modes (nvmlComputeMode_t), by name: what a device allows of CUDA contexts
+COMPUTE_DEFAULT = "DEFAULT"  # any number of contexts
+COMPUTE_EXCLUSIVE_PROCESS = "EXCLUSIVE_PROCESS"  # one context (an MPS server's, shared by its clients)
+COMPUTE_PROHIBITED = "PROHIBITED"  # none
+COMPUTE_MODES = (COMPUTE_DEFAULT, COMPUTE_EXCLUSIVE_PROCESS, COMPUTE_PROHIBITED)
+
+
 @runtime_checkable
 class GpuBackend(Protocol):
     """What the node agent and the CLI need from a GPU backend."""
@@ -82,6 +89,12 @@ class GpuBackend(Protocol):
     def device_uuids(self, gpu_index: int) -> dict[int, str]: ...
 
     def process_memory(self, gpu_index: int, gi_id: int | None = None) -> list[ProcessMemory]: ...
+
+    def compute_mode(self, gpu_index: int, gi_id: int | None = None) -> str: ...
+
+    def set_compute_mode(self, gpu_index: int, gi_id: int | None, mode: str) -> None:
+        """The compute mode of a whole GPU (``gi_id`` None, MIG off) or of the MIG device
+        of one GPU instance (on a MIG-enabled GPU only its MIG devices have one)."""
 
 
 def partition_state_of(catalog: Catalog, instances: list[MigInstance],

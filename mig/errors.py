@@ -56,6 +56,12 @@ class GpuOutOfMemoryError(MigError):
     """An allocation past the capacity of the GPU or MIG device."""
 
 
+class DevicesUnavailableError(MigError):
+    """A CUDA context the device's compute mode does not allow (EXCLUSIVE_PROCESS with
+    another context on it, or PROHIBITED): CUDA's "all CUDA-capable devices are busy or
+    unavailable"."""
+
+
 class BackendUnavailableError(MigError):
     """The backend cannot be used here (no NVML library, no driver, no state file)."""
 

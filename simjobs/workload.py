@@ -20,7 +20,9 @@ plugin (``GPUPACK_SIM_DIR``, ``GPUPACK_NODE``, ``GPUPACK_SIM_DEVICE``,
 in ``CUDA_VISIBLE_DEVICES`` or to the GPU index there. Like a CUDA process, it is known to
 the GPU by its own pid: its process and memory are registered on the simulated GPU under
 it (an MPS client when ``CUDA_MPS_PIPE_DIRECTORY`` names a running MPS control daemon, under
-the limits the daemon sets: :mod:`gpus.sim.mps_control`), and the node agent, reading
+the limits the daemon sets: :mod:`gpus.sim.mps_control`; refused, as CUDA refuses it, when
+the device's compute mode allows no such context: :mod:`gpus.sim.compute_mode`), and the
+node agent, reading
 them through NVML, maps the pid to the job as it does on real GPUs.
 """
 from __future__ import annotations
@@ -273,11 +275,15 @@ def _iterate(memory: _Memory, engines: _Engines, reporter: _Reporter | None, sto
     """Make the process (its CUDA context), allocate, then run the iterations (growing and
     reporting); the exit status."""
     from gpus.sim.mps_state import MpsRefused
+    from mig.errors import DevicesUnavailableError
 
     try:
         engines.start()
     except MpsRefused as exc:
         print(f"simgpu: the MPS control daemon refused this client: {exc}", file=err)
+        return 2
+    except DevicesUnavailableError as exc:  # the device's compute mode: as cudaErrorDevicesUnavailable
+        print(f"simgpu: {exc}", file=err, flush=True)
         return 2
     if not memory.alloc(mem_start):
         return 1
@@ -398,8 +404,17 @@ class _Engines:
             limits = connect_client(self.env, os.getuid(), os.getpid())
             self.mps = limits is not None
             limit = limits.pinned_bytes if limits else None
-        self.gpu.start_process(self.device, self.owner, self.workload, self.alone_util, mps=self.mps,
-                               mps_limit_bytes=limit)
+        from mig.errors import MigError
+
+        try:
+            self.gpu.start_process(self.device, self.owner, self.workload, self.alone_util, mps=self.mps,
+                                   mps_limit_bytes=limit)
+        except MigError:
+            if self.mps:  # no context after all: the daemon forgets this client
+                from gpus.sim.mps_control import client_exit
+
+                client_exit(self.env, os.getpid())
+            raise
         self.checked = 0.0
 
     def speed(self) -> float:

@@ -6,7 +6,9 @@ imported when the backend is created:
 - :mod:`gpus.nvml.session` NVML's calls, with its errors translated; device handles, MIG mode;
 - :mod:`gpus.nvml.catalog` the MIG profiles and placements NVML reports;
 - :mod:`gpus.nvml.instances` GPU instances (list, create, destroy) and their MIG devices;
-- :mod:`gpus.nvml.counters` memory per process and utilisation counters.
+- :mod:`gpus.nvml.counters` memory per process and utilisation counters;
+- :mod:`gpus.nvml.compute_mode` the compute mode of a GPU or MIG device (EXCLUSIVE_PROCESS
+  under an MPS daemon).
 
 Notes that matter on hardware:
 
@@ -43,6 +45,7 @@ from mig.catalog import Catalog
 from mig.errors import MigDisabledError
 from mig.fsm import PartitionState
 from gpus.nvml.catalog import NvmlCatalogReader, static_catalog
+from gpus.nvml.compute_mode import NvmlComputeMode
 from gpus.nvml.counters import NvmlCounters
 from gpus.nvml.instances import NvmlInstances
 from gpus.nvml.session import MIB, NvmlSession, import_pynvml, text
@@ -64,6 +67,7 @@ class NvmlBackend:
         self._reader = NvmlCatalogReader(self.session)
         self._instances = NvmlInstances(self.session, self.catalog)
         self._counters = NvmlCounters(self.session, self._instances)
+        self._compute = NvmlComputeMode(self.session, self._instances)
 
     def close(self) -> None:
         self.session.close()
@@ -146,6 +150,13 @@ class NvmlBackend:
 
     def device_uuids(self, gpu_index: int) -> dict[int, str]:
         return self._instances.device_uuids(gpu_index)
+
+    # -- compute mode ---------------------------------------------------------------------
+    def compute_mode(self, gpu_index: int, gi_id: int | None = None) -> str:
+        return self._compute.get(gpu_index, gi_id)
+
+    def set_compute_mode(self, gpu_index: int, gi_id: int | None, mode: str) -> None:
+        self._compute.set(gpu_index, gi_id, mode)
 
     # -- memory and utilisation counters -------------------------------------------------
     def process_memory(self, gpu_index: int, gi_id: int | None = None) -> list[ProcessMemory]:

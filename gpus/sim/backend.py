@@ -15,7 +15,8 @@ an :class:`InsufficientResourcesError`), destroying an instance that is busy or 
 (:class:`InUseError`), switching MIG mode while the GPU is in use (:class:`InUseError`),
 whole-GPU memory allocation while MIG is on (:class:`MigEnabledError`), allocation past a
 device's memory or past an MPS client's pinned memory limit (its MPS control daemon's,
-:mod:`gpus.sim.mps_control`) (:class:`GpuOutOfMemoryError`), and any change when read-only
+:mod:`gpus.sim.mps_control`) (:class:`GpuOutOfMemoryError`), a CUDA context its compute mode does not allow
+(:class:`DevicesUnavailableError`), and any change when read-only
 (:class:`NoPermissionError`).
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ from mig.backend import GpuInfo, MigInstance, ProcessMemory
 from mig.catalog import Catalog, load_catalog
 from mig.errors import InUseError, MigError
 from mig.fsm import PartitionState, get_space
+from gpus.sim.compute_mode import SimComputeMode
 from gpus.sim.counters import SimCounters
 from gpus.sim.memory import MIB, SimMemory
 from gpus.sim.store import STATE_VERSION, SimGpuStore, mig_device_uuid, new_state
@@ -35,11 +37,11 @@ log = logging.getLogger(__name__)
 __all__ = ["MIB", "STATE_VERSION", "SimGpuBackend", "new_state"]
 
 
-class SimGpuBackend(SimMemory, SimCounters, SimGpuStore):
+class SimGpuBackend(SimMemory, SimCounters, SimComputeMode, SimGpuStore):
     """The simulated GPUs of one node (see the module docstring): MIG mode and instances here;
     the state document and its locking in :class:`gpus.sim.store.SimGpuStore`, memory in
     :class:`gpus.sim.memory.SimMemory`, processes and their utilisation counters in
-    :class:`gpus.sim.counters.SimCounters`."""
+    :class:`gpus.sim.counters.SimCounters`, compute modes in :class:`gpus.sim.compute_mode.SimComputeMode`."""
 
     def _busy(self, g: dict, inst: dict) -> bool:
         return bool(inst.get("owner")) or self._used(g, inst["uuid"]) > 0
@@ -140,6 +142,7 @@ class SimGpuBackend(SimMemory, SimCounters, SimGpuStore):
             g["instances"].remove(inst)
             g["memory"].pop(inst["uuid"], None)
             g.get("processes", {}).pop(inst["uuid"], None)
+            g.get("compute_modes", {}).pop(inst["uuid"], None)
             log.info("GPU %s of %s: destroyed %s@%s (GI %s)", gpu_index, self.node,
                      inst["profile"], inst["start"], gi_id)
 

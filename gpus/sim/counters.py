@@ -102,16 +102,19 @@ def gr_sample(busy_fraction: float, noise: CounterNoise, device: str, tick: int)
 class SimCounters:
     """The processes of the simulated GPU and their counters (a part of
     :class:`gpus.sim.backend.SimGpuBackend`, which gives ``_txn``, ``_locate``, ``_gpu``,
-    ``_require_mig``, ``clock``, ``noise`` and ``node``)."""
+    ``_require_mig``, ``_check_context``, ``clock``, ``noise`` and ``node``)."""
 
     def start_process(self, device_uuid: str, owner: str, workload: str | None = None,
                       busy_pct: float = 0.0, mps: bool = False,
                       mps_limit_bytes: int | None = None) -> None:
         """A process of ``owner`` (its pid, for the simulated NVML library) starts computing
         on a device (it made its CUDA context); ``mps``: as an MPS client, whose allocations
-        past ``mps_limit_bytes`` (its MPS server's pinned device memory limit) the GPU refuses."""
+        past ``mps_limit_bytes`` (its MPS server's pinned device memory limit) the GPU refuses.
+        DevicesUnavailableError when the device's compute mode allows no such context
+        (:mod:`gpus.sim.compute_mode`)."""
         with self._txn(write=True) as doc:
             _, _, g, _ = self._locate(doc, device_uuid)
+            self._check_context(g, device_uuid, owner, mps)  # the device's compute mode
             g.setdefault("processes", {}).setdefault(device_uuid, {})[owner] = {
                 "workload": workload, "busy_pct": float(busy_pct), "since": self.clock(),
                 "mps": bool(mps), "mps_limit": int(mps_limit_bytes) if mps_limit_bytes else None}

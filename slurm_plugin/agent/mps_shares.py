@@ -1,7 +1,9 @@
 """A packed job's MPS share: on a whole GPU (a node in MPS mode), or inside a MIG instance that
 small jobs of one user share through MPS beside other instances of the GPU (a MIG node with
 ``mps_in_mig_shares``: the hierarchy of MIG + MPS). Each share's device has its MPS control
-daemon (:class:`.mps_daemons.MpsDaemons`), whose limits follow the jobs on it (docs/mps.md).
+daemon (:class:`.mps_daemons.MpsDaemons`), whose limits follow the jobs on it, and is in
+exclusive-process compute mode while it has shares (:class:`.exclusive_mode.ExclusiveMode`;
+docs/mps.md).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from collections.abc import Iterable
 
 from slurm_plugin.agent import isolation as iso
 from slurm_plugin.agent.mig_manager import MigManager
+from slurm_plugin.agent.exclusive_mode import ExclusiveMode
 from slurm_plugin.agent.mps_daemons import MpsDaemons, MpsLimits
 from slurm_plugin.agent.paths import AgentError, AgentPaths
 from slurm_plugin.agent.state import Assignment
@@ -48,6 +51,7 @@ class MpsShares:
         self.shares_per_gpu = shares_per_gpu
         self.in_mig = mps_in_mig_shares
         self.daemons = MpsDaemons(paths.mps, mps_control)
+        self.exclusive = ExclusiveMode(backend, paths.mps)
 
     def share(self, a: Assignment, gpu) -> Assignment:
         """An MPS share of a whole GPU (``gpu``, a GpuInfo): one user's jobs per GPU."""
@@ -89,6 +93,7 @@ class MpsShares:
 
     def _with_daemon(self, a: Assignment, pct: int, env: dict[str, str]) -> Assignment:
         a.env = {**env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct)}
+        self.exclusive.hold(mps_key(a), a.gpu_index, a.gi_id)  # before the daemon, as NVIDIA's docs do
         daemon = self.daemons.ensure(mps_key(a), a.device_uuid or "", self._limits(mps_key(a), a))
         a.env.update({
             "CUDA_MPS_PIPE_DIRECTORY": str(daemon.pipe),
@@ -127,6 +132,7 @@ class MpsShares:
                 self.daemons.ensure(key, left[0].device_uuid or "", self._limits(key))
             else:
                 self.daemons.stop(key)
+                self.exclusive.release(key)
         except AgentError as exc:
             log.error("job %d ended; the MPS daemon %s: %s", a.job_id, key, exc)
 
@@ -141,6 +147,7 @@ class MpsShares:
         for key, b in wanted.items():
             if key not in self.daemons.daemons:
                 try:
+                    self.exclusive.hold(key, b.gpu_index, b.gi_id)
                     self.daemons.ensure(key, b.device_uuid or "", self._limits(key))
                 except AgentError as exc:
                     done.append(f"MPS daemon {key}: {exc}")
@@ -149,6 +156,7 @@ class MpsShares:
             if key not in wanted:
                 self.daemons.stop(key)
                 done.append(f"MPS daemon {key} stopped: no MPS job uses it")
+        done += self.exclusive.sweep(wanted)
         return done
 
     # -- the helper's plan ------------------------------------------------------------------

@@ -1,13 +1,13 @@
 """The C functions of library start-up and of whole devices: init and shutdown, error
-strings, device count and handles, names and UUIDs, and the MIG mode (current/pending,
-activation status)."""
+strings, device count and handles, names and UUIDs, the MIG mode (current/pending,
+activation status) and the compute mode."""
 from __future__ import annotations
 
 import ctypes
 
 from .calls import NvmlCalls
 from .model import FakeMigDevice
-from .nvml_h import (ERROR_IN_USE, ERROR_INVALID_ARGUMENT, ERROR_NO_PERMISSION,
+from .nvml_h import (COMPUTE_MODE_NAMES, ERROR_IN_USE, ERROR_INVALID_ARGUMENT, ERROR_NO_PERMISSION,
                      ERROR_NOT_SUPPORTED, ERROR_RESET_REQUIRED, ERROR_STRINGS, MIG_DISABLE,
                      MIG_ENABLE, SUCCESS)
 from .privileges import PrivilegeRules
@@ -93,3 +93,31 @@ class DeviceCalls(NvmlCalls, PrivilegeRules):
         else:
             dev.mig_current = mode
             status[0] = SUCCESS
+
+    # -- compute mode --------------------------------------------------------------------
+    def _compute_target(self, device):
+        """What holds the compute mode of ``device``: the GPU, or a MIG device's compute
+        instance. NVML: "If MIG is enabled on a GPU, device must be MIG device handle"; the
+        code it answers for a parent handle there is a plausible choice (NOT_SUPPORTED)."""
+        dev = self._device(device)
+        if isinstance(dev, FakeMigDevice):
+            return dev.ci
+        return None if dev.mig_on else dev
+
+    def _get_compute_mode(self, device, mode) -> int:
+        target = self._compute_target(device)
+        self._need(mode, "mode")
+        if target is None:
+            return ERROR_NOT_SUPPORTED
+        mode[0] = target.compute_mode
+
+    def _set_compute_mode(self, device, mode: int) -> int:
+        """Takes effect at once for new contexts; needs root (NO_PERMISSION otherwise)."""
+        target = self._compute_target(device)
+        if mode not in COMPUTE_MODE_NAMES:  # EXCLUSIVE_THREAD's support is removed
+            return ERROR_INVALID_ARGUMENT
+        if target is None:
+            return ERROR_NOT_SUPPORTED
+        if not self._may_set_compute_mode():
+            return ERROR_NO_PERMISSION
+        target.compute_mode = mode

@@ -97,6 +97,8 @@ class FakeNvml(DeviceCalls, GpuInstanceCalls, ComputeInstanceCalls, MigDeviceCal
         e("nvmlDeviceGetMigMode", [DEV, P_UINT, P_UINT], self._get_mig_mode)
         # activationStatus is nvmlReturn_t*; pynvml passes a c_uint (same size)
         e("nvmlDeviceSetMigMode", [DEV, c_uint, P_UINT], self._set_mig_mode)
+        e("nvmlDeviceGetComputeMode", [DEV, P_UINT], self._get_compute_mode)
+        e("nvmlDeviceSetComputeMode", [DEV, c_uint], self._set_compute_mode)
         e("nvmlDeviceGetGpuInstanceProfileInfo",
           [DEV, c_uint, POINTER(pynvml.c_nvmlGpuInstanceProfileInfo_t)], self._gi_profile_v1)
         e("nvmlDeviceGetGpuInstanceProfileInfoV",

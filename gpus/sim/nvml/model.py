@@ -6,7 +6,8 @@ memory slices), GPU instances with placement checks (a placement NVML does not l
 ``NVML_ERROR_INVALID_ARGUMENT``; overlap, compute slices, instance or media-extension
 limit -> ``NVML_ERROR_INSUFFICIENT_RESOURCES``), compute instances, MIG device handles
 and ``MIG-`` UUIDs, processes per compute instance (destroy refused with
-``NVML_ERROR_IN_USE``), MIG mode (current/pending, activation status), and the
+``NVML_ERROR_IN_USE``), MIG mode (current/pending, activation status), the compute mode of each whole GPU and MIG
+device, and the
 privilege rules of the MIG user guide (create/destroy and mode changes need root or the
 ``mig/config`` capability -> ``NVML_ERROR_NO_PERMISSION``; aggregate memory and process
 queries on a MIG-enabled parent device need privileges). The checks and return codes are
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 
 from mig.catalog import Catalog, Profile
 
-from .nvml_h import CI_PROFILE_SLICES, CI_SLICES_OFFERED, MIG_DISABLE, MIG_ENABLE
+from .nvml_h import CI_PROFILE_SLICES, CI_SLICES_OFFERED, COMPUTEMODE_DEFAULT, MIG_DISABLE, MIG_ENABLE
 
 
 class NvmlObject:
@@ -62,6 +63,7 @@ class FakeComputeInstance(NvmlObject):
         self.start, self.slot, self.uuid = start, slot, uuid
         self.processes: list[FakeProcess] = []
         self.mig_device = FakeMigDevice(self)
+        self.compute_mode = COMPUTEMODE_DEFAULT  # its MIG device's (a new instance starts at DEFAULT)
 
 
 class FakeMigDevice(NvmlObject):
@@ -104,6 +106,7 @@ class FakeGpu(NvmlObject):
         self.mig_current = self.mig_pending = MIG_ENABLE if mig_enabled else MIG_DISABLE
         self.gis: dict[int, FakeGpuInstance] = {}
         self.processes: list[FakeProcess] = []  # whole-GPU processes (MIG off)
+        self.compute_mode = COMPUTEMODE_DEFAULT  # Linux: DEFAULT after every boot
         self.mig_slots: dict[int, FakeComputeInstance] = {}
         self.generation = 0
         self.mig_capable = True

@@ -20,6 +20,10 @@ class PrivilegeRules:
         """Create or destroy GPU/compute instances, set the MIG mode."""
         return self.privileged
 
+    def _may_set_compute_mode(self) -> bool:
+        """nvmlDeviceSetComputeMode: "Requires root/admin permissions"."""
+        return self.privileged
+
     def _may_read_aggregate(self, gpu: FakeGpu) -> bool:
         """nvml.h: "In MIG mode, if device handle is provided, the API returns aggregate
         information, only if the caller has appropriate privileges"."""

@@ -33,15 +33,16 @@ from gpus.sim.store import SimGpuStore
 
 from .library import FakeNvml
 from .model import FakeComputeInstance, FakeGpu, FakeGpuInstance, FakeProcess
-from .nvml_h import CI_PROFILE_SLICES, MIG_DISABLE, MIG_ENABLE
+from .nvml_h import CI_PROFILE_SLICES, COMPUTE_MODE_NAMES, COMPUTEMODE_DEFAULT, MIG_DISABLE, MIG_ENABLE
 
 log = logging.getLogger(__name__)
 
 # the C functions that change the GPU: the document is written back after them
 CHANGING = frozenset({
     "nvmlDeviceSetMigMode", "nvmlDeviceCreateGpuInstanceWithPlacement", "nvmlGpuInstanceDestroy",
-    "nvmlGpuInstanceCreateComputeInstance", "nvmlComputeInstanceDestroy",
+    "nvmlGpuInstanceCreateComputeInstance", "nvmlComputeInstanceDestroy", "nvmlDeviceSetComputeMode",
 })
+_MODE_CODES = {name: code for code, name in COMPUTE_MODE_NAMES.items()}
 _FULL_CI = {slices: index for index, slices in CI_PROFILE_SLICES.items()}
 
 
@@ -100,10 +101,13 @@ class SimulatedNvml(FakeNvml):
                 gi = gpu.gis[gi_id] = FakeGpuInstance(gpu, gi_id, gpu.catalog.profile(rec["profile"]),
                                                       rec["start"])
             self._load_cis(gpu, gi, rec)
+        modes = g.get("compute_modes", {})
         gpu.processes = self._processes(g, gpu.uuid)
+        gpu.compute_mode = _MODE_CODES.get(modes.get(gpu.uuid, ""), COMPUTEMODE_DEFAULT)
         for gi in gpu.gis.values():
             for ci in gi.cis.values():
                 ci.processes = self._processes(g, ci.uuid)
+                ci.compute_mode = _MODE_CODES.get(modes.get(ci.uuid, ""), COMPUTEMODE_DEFAULT)
 
     @staticmethod
     def _cis_of(gi: FakeGpuInstance, rec: dict) -> list[dict]:
@@ -156,7 +160,10 @@ class SimulatedNvml(FakeNvml):
         g["generation"] = gpu.generation
         old = {rec["gi_id"]: rec for rec in g["instances"]}
         g["instances"] = [self._record(gi, old.get(gi.id)) for gi in sorted(gpu.gis.values(), key=lambda x: x.id)]
-        live = {gpu.uuid} | {ci.uuid for gi in gpu.gis.values() for ci in gi.cis.values()}
+        cis = [ci for gi in gpu.gis.values() for ci in gi.cis.values()]
+        g["compute_modes"] = {d.uuid: COMPUTE_MODE_NAMES[d.compute_mode] for d in [gpu, *cis]
+                              if d.compute_mode != COMPUTEMODE_DEFAULT}
+        live = {gpu.uuid} | {ci.uuid for ci in cis}
         for key in ("memory", "processes"):
             for dev in [d for d in g.get(key, {}) if d not in live]:
                 del g[key][dev]
