@@ -1,7 +1,9 @@
 """MPS for real on the dev cluster: node3's agent in MPS mode runs one MPS control daemon
 (the simulated GPU's stand-in for nvidia-cuda-mps-control) for GPU 0 while two packed jobs
 of one user share it, sets their limits in it, and quits it after the last job ends; a step
-that raises its own memory limit is still refused past its share by the simulated GPU."""
+that raises its own memory limit is still refused past its share by the simulated GPU, and a
+step run with the MPS variables unset is refused by the GPU, which the agent put in
+exclusive-process compute mode."""
 from __future__ import annotations
 
 import json
@@ -15,6 +17,22 @@ from e2e_support import PY, mps_agent, wait_for
 pytestmark = pytest.mark.integration
 DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"}
 NODE = "node3"
+
+
+# in the job: until an MPS client of the job's GPU has its context on the simulated GPU
+WAIT_MPS_CLIENT = """import json, os, time
+state = os.path.join(os.environ["GPUPACK_SIM_DIR"], os.environ["GPUPACK_NODE"] + ".json")
+device = os.environ["GPUPACK_SIM_DEVICE"]
+def held():
+    try:
+        doc = json.load(open(state))
+    except (OSError, ValueError):
+        return False
+    return any(p.get("mps") for g in doc["gpus"] for p in g.get("processes", {}).get(device, {}).values())
+deadline = time.time() + 60
+while not held() and time.time() < deadline:
+    time.sleep(0.2)
+"""
 
 
 def test_two_packed_mps_jobs_run_under_one_daemon_with_its_limits(cluster):
@@ -41,6 +59,13 @@ def test_two_packed_mps_jobs_run_under_one_daemon_with_its_limits(cluster):
                 + ("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=80G GPUPACK_MEM_LIMIT_BYTES= "
                    f"{PY} -m slurm_plugin simgpu run --no-report --mem-start 40GiB --iters 1 --iter-ms 1 "
                    f"> {wd}/mpsd-lift-$SLURM_JOB_ID.txt 2>&1; echo $? > {wd}/mpsd-lift-rc-$SLURM_JOB_ID.txt\n"
+                   # and runs a step outside MPS (its variables unset) once an MPS client holds
+                   # the GPU: the exclusive-process GPU refuses it
+                   f"{PY} - <<'EOF'\n{WAIT_MPS_CLIENT}EOF\n"
+                   "env -u CUDA_MPS_PIPE_DIRECTORY -u CUDA_MPS_LOG_DIRECTORY -u CUDA_MPS_PINNED_DEVICE_MEM_LIMIT "
+                   f"-u CUDA_MPS_ACTIVE_THREAD_PERCENTAGE {PY} -m slurm_plugin simgpu run --no-report --mem-start 1GiB "
+                   f"--iters 1 --iter-ms 1 > {wd}/mpsd-plain-$SLURM_JOB_ID.txt 2>&1; "
+                   f"echo $? > {wd}/mpsd-plain-rc-$SLURM_JOB_ID.txt\n"
                    if n == 0 else "")
                 + "wait\n"
             ).encode()
@@ -53,6 +78,11 @@ def test_two_packed_mps_jobs_run_under_one_daemon_with_its_limits(cluster):
                            "the step that lifts its own limit ends")
         assert lift_rc == "1", (wd / f"mpsd-lift-{jobs[0]}.txt").read_text()
         assert "CUDA out of memory" in (wd / f"mpsd-lift-{jobs[0]}.txt").read_text()
+        plain = wd / f"mpsd-plain-rc-{jobs[0]}.txt"
+        plain_rc = wait_for(lambda: plain.exists() and plain.read_text().strip(), 90,
+                            "the step outside MPS ends")
+        assert plain_rc == "2" and "all CUDA-capable devices are busy or unavailable" in \
+            (wd / f"mpsd-plain-{jobs[0]}.txt").read_text(), (wd / f"mpsd-plain-{jobs[0]}.txt").read_text()
 
         # while both run: one daemon for GPU 0, its defaults the jobs' share (2 of 5: 40 %
         # of the threads, 2/5 of the memory), one server of the jobs' user with both clients
