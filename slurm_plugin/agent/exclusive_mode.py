@@ -45,6 +45,7 @@ class ExclusiveMode:
         """The device in EXCLUSIVE_PROCESS (read back); AgentError when NVML refuses."""
         where = f"GPU {gpu_index}" + (f" GPU instance {gi_id}" if gi_id is not None else "")
         mark = self._mark(key)
+        fresh = not mark.exists()
         mark.parent.mkdir(parents=True, exist_ok=True)
         mark.write_text(json.dumps({"gpu": gpu_index, "gi": gi_id}))  # before: a crash after still undoes it
         try:
@@ -52,6 +53,8 @@ class ExclusiveMode:
                 self.backend.set_compute_mode(gpu_index, gi_id, COMPUTE_EXCLUSIVE_PROCESS)
             got = self.backend.compute_mode(gpu_index, gi_id)
         except MigError as exc:
+            if fresh:
+                mark.unlink(missing_ok=True)  # nothing changed: nothing to put back
             raise AgentError(f"{where}: cannot set exclusive-process compute mode for its MPS share "
                              f"({exc}); without it a process outside MPS would run beside the packed "
                              f"jobs, so the share is refused") from exc

@@ -168,6 +168,8 @@ def test_nvml_refusing_the_compute_mode_refuses_the_mps_share(node):
         agent.isolate(9, BATCH_STEP, UID, SHARD2)
     assert agent.isolator.mps.daemons.pid("gpu0") is None and 9 not in agent.jobs
     assert nvml_mode(0) == pynvml.NVML_COMPUTEMODE_DEFAULT
+    assert not (agent.isolator.mps.daemons.root / "gpu0" / MARK).exists()  # nothing to put back later
+    assert not [line for line in agent.reconcile() if "compute mode" in line]
 
 
 def test_an_agent_restarted_with_no_mps_share_left_puts_default_back(tmp_path, node):
