@@ -8,6 +8,7 @@ records them (`Store.record_pair_speed`: the senior's speed beside the newcomer)
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
 
@@ -29,12 +30,15 @@ def fingerprint(cluster, job_id: int) -> str:
 
 def test_a_pending_job_is_kept_off_the_node_where_it_would_slow_every_packed_job(idle_cluster):
     cluster = idle_cluster
+    # workloads of their own (a no-op line, not a comment: the fingerprint ignores comments):
+    # the pair speeds a run of this test records stay in the cluster's store for the next run
+    sleep = SLEEP.replace(b"sleep", f": {uuid.uuid4().hex}\nsleep".encode(), 1)
     # node1: both GPUs packed (4 of 5 shares each: one senior a GPU, room for 1 more share on either)
     seniors = [cluster.submit(["-J", f"pairs-senior{i}", "-w", "node1", "--gres=shard:4"],
-                              SLEEP.replace(b"300", f"30{i}".encode())) for i in (1, 2)]
+                              sleep.replace(b"300", f"30{i}".encode())) for i in (1, 2)]
     for job in seniors:
         cluster.wait(job, "RUNNING", 30)
-    newcomer = cluster.submit(["-J", "pairs-newcomer", "--hold", "--gres=shard:1"], SLEEP)
+    newcomer = cluster.submit(["-J", "pairs-newcomer", "--hold", "--gres=shard:1"], sleep)
     fps = [fingerprint(cluster, j) for j in seniors]
     fp_new = fingerprint(cluster, newcomer)
     assert len({*fps, fp_new}) == 3
@@ -60,7 +64,7 @@ def test_a_pending_job_is_kept_off_the_node_where_it_would_slow_every_packed_job
 
     # a senior ends: node1 has a free GPU again, and the next copy may go there
     cluster.run("scancel", str(seniors[1]))
-    again = cluster.submit(["-J", "pairs-newcomer", "--hold", "--gres=shard:1"], SLEEP)
+    again = cluster.submit(["-J", "pairs-newcomer", "--hold", "--gres=shard:1"], sleep)
     wait_for(lambda: cluster.state(seniors[1]) not in ("RUNNING", "COMPLETING"), 20, "the senior gone")
     for _ in range(6):  # a few rounds: nothing keeps it off node1
         time.sleep(1)

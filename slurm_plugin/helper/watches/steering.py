@@ -60,7 +60,9 @@ class SteerWatch:
         predicted = self._predicted_off(ctx, pending_packed)
         stale = set(ctx.stale_nodes)
         every_node = _known_nodes(ctx) if stale else set()
-        for job in jobs.values():
+        # highest priority first: an update can start a job at once (Slurm schedules on it,
+        # 26.05 seen), so a lifted exclusion lands first for the job Slurm would start first
+        for job in sorted(jobs.values(), key=lambda j: (-(j.priority or 0), j.job_id)):
             if job.state != "PENDING":
                 continue
             if job_shards(job) is None and job.job_id not in quirk_excluded:

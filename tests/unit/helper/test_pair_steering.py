@@ -143,3 +143,24 @@ def test_a_job_pinned_with_w_is_not_steered_by_prediction(tmp_path):
                 admin_comment="gpupack: packed shard:2 fp=bbbb")
     monitor.tick()
     assert fake.jobs[3].excluded_nodes == ""
+
+
+def test_exclusions_change_in_the_order_slurm_would_start_the_jobs(tmp_path):
+    """Lifting an exclusion can start the job at once (Slurm schedules on an update): the
+    job with the higher priority gets its node back first, whatever the job ids."""
+    fake, helper, _, monitor = make(tmp_path)
+    helper.store.record_pair_speed("aaaa", "bbbb", 0.6)
+    running(fake, 1, fp="aaaa", gpu=0)
+    running(fake, 2, fp="aaaa", gpu=1)
+    pending(fake, 3, "bbbb")
+    pending(fake, 4, "bbbb")
+    fake.jobs[3].priority, fake.jobs[4].priority = 100, 300  # the younger job goes first
+    monitor.tick()
+    assert fake.jobs[3].excluded_nodes == fake.jobs[4].excluded_nodes == "node1"
+    fake.jobs[2].state = "COMPLETED"  # node1:1 is free again
+    mark = len(fake.calls)
+    monitor.tick()
+    lifted = [int(a.split("=", 1)[1]) for argv in fake.calls[mark:] if "update" in argv
+              for a in argv if a.startswith("JobId=")]
+    assert lifted[:2] == [4, 3], fake.calls[mark:]
+    assert fake.jobs[3].excluded_nodes == fake.jobs[4].excluded_nodes == ""
