@@ -275,7 +275,8 @@ def link_from_config(config_path: Path | None, signer_uids: set[int],
                      node_addrs: Callable[[], dict[str, str]] | None = None) -> AgentLink:
     """The helper's AgentLink as gpupack.toml says (``[agent]``, ``[agents]``); ``node_addrs``
     gives NodeAddr per node (from ``scontrol show node``) for nodes the map does not name."""
-    from slurm_plugin.agent.directory import AgentDirectory, load_agent_settings
+    from slurm_plugin.agent.directory import AgentDirectory
+    from slurm_plugin.config.whole import load_agent_settings
 
     settings = load_agent_settings(config_path)
     return AgentLink(AgentDirectory(settings, node_addrs), Munge(settings.munge_socket), signer_uids,

@@ -64,8 +64,8 @@ from pathlib import Path
 
 from packer.rules import SuiteRules
 from slurm_plugin.agent.client import helper_link, node_facts
-from slurm_plugin.agent.directory import load_agent_settings
 from slurm_plugin.config.bounds import RetentionSettings
+from slurm_plugin.config.whole import load_agent_settings
 from slurm_plugin.helper.agreement import Agreement, expected_from, log_agreement_events
 from slurm_plugin.helper.kill_switch import RUN_WHILE_HALTED, KillSwitch
 from slurm_plugin.helper.monitor_settings import MonitorSettings, load_monitor_settings
