@@ -32,7 +32,6 @@ PACKAGES = frozenset().union(*FLOORS)
 KNOWN_CYCLES: set[tuple[str, ...]] = {
     ("slurm_plugin.cli.simulate_cmd", "slurm_plugin.cli.simulate_stress"),
     ("slurm_plugin.devcluster.accounting", "slurm_plugin.devcluster.commands", "slurm_plugin.devcluster.spec"),
-    ("slurm_plugin.slurm", "slurm_plugin.slurm.runner"),
 }
 
 
