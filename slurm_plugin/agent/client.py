@@ -21,6 +21,7 @@ from pathlib import Path
 from packer.samples import JobSample
 from slurm_plugin.agent.directory import AgentAddress
 from slurm_plugin.agent.paths import final_path, socket_path
+from slurm_plugin.helper.settings import slurm_user_uid
 from slurm_plugin.munge_auth import (
     ANSWER_HEADER, HEADER, SCHEME, CredentialRefused, Munge, MungeError, check_answer, new_claim,
 )
@@ -274,7 +275,8 @@ def link_from_config(config_path: Path | None, signer_uids: set[int],
                      node_addrs: Callable[[], dict[str, str]] | None = None) -> AgentLink:
     """The helper's AgentLink as gpupack.toml says (``[agent]``, ``[agents]``); ``node_addrs``
     gives NodeAddr per node (from ``scontrol show node``) for nodes the map does not name."""
-    from slurm_plugin.agent.directory import AgentDirectory, load_agent_settings
+    from slurm_plugin.agent.directory import AgentDirectory
+    from slurm_plugin.config.whole import load_agent_settings
 
     settings = load_agent_settings(config_path)
     return AgentLink(AgentDirectory(settings, node_addrs), Munge(settings.munge_socket), signer_uids,
@@ -284,8 +286,6 @@ def link_from_config(config_path: Path | None, signer_uids: set[int],
 def helper_link(config_path: Path | None, paths, runner: Callable[[], object]) -> AgentLink:
     """The helper's (and the web view's) link: root and the SlurmUser (``[paths] slurm_user``)
     may sign answers; NodeAddr from ``runner().nodes()`` for nodes ``[agents]`` does not name."""
-    from slurm_plugin.helper.daemon import slurm_user_uid
-
     def node_addrs() -> dict[str, str]:
         return {n.name: n.address or n.name for n in runner().nodes()}
 

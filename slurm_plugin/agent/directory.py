@@ -73,13 +73,6 @@ def parse_agents(table: object, path: str | Path | None) -> dict[str, AgentAddre
     return {str(node): AgentAddress.parse(addr, f"{path}: [agents] {node}") for node, addr in table.items()}
 
 
-def load_agent_settings(path: Path | None) -> AgentSettings:
-    """``[agent]`` with ``[agents]``, as the one loader reads the whole file (`slurm_plugin.config`)."""
-    from slurm_plugin.config.whole import load_settings
-
-    return load_settings(path).agent
-
-
 def node_addr_in_conf(node: str, slurm_conf: Path | None) -> str | None:
     """NodeAddr of ``node`` in slurm.conf (None when it has none, or the file is unreadable)."""
     from slurm_plugin.metrics.ports import slurm_conf_path

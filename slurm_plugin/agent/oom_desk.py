@@ -4,21 +4,35 @@ the ends themselves; ``packer.oom_restart`` judges them on the controller)."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Callable
+from typing import Protocol
 
+from mig.backend import GpuBackend
 from mig.errors import MigError
+from slurm_plugin.agent.oom_ends import OomEnds
 from slurm_plugin.agent.paths import AgentError
+from slurm_plugin.agent.sampler import Sampler
 from slurm_plugin.agent.state import Assignment
 from slurm_plugin.agent.trust import Peer, ReportRejected, check_reporter
-
-if TYPE_CHECKING:
-    from slurm_plugin.agent.daemon import NodeAgent
 
 log = logging.getLogger(__name__)
 
 
+class DeskAgent(Protocol):
+    """What the desk reads of its node agent (``slurm_plugin.agent.daemon.NodeAgent``)."""
+
+    node: str
+    backend: GpuBackend
+    clock: Callable[[], float]
+    lock: threading.RLock
+    jobs: dict[int, Assignment]
+    sampler: Sampler
+    oom_ends: OomEnds
+
+
 class OomDesk:
-    def __init__(self, agent: "NodeAgent"):
+    def __init__(self, agent: DeskAgent):
         self.agent = agent
 
     def task_exit(self, job_id: int, step_id: int, exit_code: int) -> str:

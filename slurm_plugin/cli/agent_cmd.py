@@ -135,7 +135,7 @@ def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, nvml_lib
 def _link_server(node: str, daemon, allowed: set[int], host: str | None, port: int | None):
     """The MUNGE-authenticated command endpoint for the helper (None with port 0)."""
     from packer.config import ConfigError
-    from slurm_plugin.agent.directory import load_agent_settings
+    from slurm_plugin.config.whole import load_agent_settings
     from slurm_plugin.agent.link_server import AgentLinkServer
     from slurm_plugin.helper.settings import DEFAULT_CONFIG
     from slurm_plugin.munge_auth import Munge, MungeError, RequestVerifier
@@ -161,7 +161,7 @@ def _link_server(node: str, daemon, allowed: set[int], host: str | None, port: i
 def _mps_control() -> str:
     """gpupack.toml [agent] mps_control (GPUPACK_CONFIG): the MPS control program."""
     from packer.config import ConfigError
-    from slurm_plugin.agent.directory import load_agent_settings
+    from slurm_plugin.config.whole import load_agent_settings
     from slurm_plugin.helper.settings import DEFAULT_CONFIG
 
     try:

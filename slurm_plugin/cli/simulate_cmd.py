@@ -11,9 +11,10 @@ import logging
 
 import click
 
-log = logging.getLogger(__name__)
+from slurm_plugin.cli.simulate_base import CONTEXT_SETTINGS, library_errors
+from slurm_plugin.cli.simulate_stress import stress_pairs
 
-CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+log = logging.getLogger(__name__)
 
 POLICY_NAMES = ("exclusive", "shard-fixed", "mig-static", "lucid-like", "colocate",
                 "mig-by-size", "mig-in-order")
@@ -22,20 +23,6 @@ TABLE_KEYS = ("policy", "predictor", "jobs", "makespan_s", "avg_jct_s", "p95_jct
               "avg_queue_s", "p95_queue_s", "gpu_util", "gpu_mem_util", "jobs_preempted",
               "oom_restarts", "predictive_restarts", "mig_reconfigurations", "p95_slowdown",
               "run_slowdown_max", "pair_bound_ok", "pair_bound_worst")
-
-
-def _errors(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        from mig.errors import UnknownGpuModelError
-        from simulator.workload import WorkloadError
-
-        try:
-            return fn(*args, **kwargs)
-        except (WorkloadError, UnknownGpuModelError, ValueError, OSError) as exc:
-            raise click.ClickException(str(exc)) from None
-
-    return wrapper
 
 
 def workload_options(fn):
@@ -323,7 +310,7 @@ def _human(s: dict) -> str:
               help="Also write each job's numbers (JCT, queueing, slowdown, restarts) here.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
-@_errors
+@library_errors
 def simulate(ctx, policy, predictor, grow_preempt, regroup, trace, gpus, gpu_model, n_jobs,
              time_scale, seed, growing_fraction, data_dir, truth, timezone, bad_rows, bf_depth, corunner_rule, pair_predict,
              pair_knowledge, max_jobs_per_gpu, contention_threshold, mig_static_layout,
@@ -397,7 +384,7 @@ def simulate(ctx, policy, predictor, grow_preempt, regroup, trace, gpus, gpu_mod
               help="Loads: seeds of the profile draw to average over (95 % intervals); "
                    "default: --seed alone.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
-@_errors
+@library_errors
 def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_fraction,
             data_dir, truth, timezone, bad_rows, bf_depth, corunner_rule, pair_predict,
             pair_knowledge, max_jobs_per_gpu,
@@ -540,7 +527,7 @@ def _float_list(text: str) -> list[float]:
               show_default=True,
               help="Folder for scaling.md and scaling.json (appended to its report.md if any).")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as one JSON object.")
-@_errors
+@library_errors
 def scaling(policies, jobs_list, gpus_list, trace, gpus, gpu_model, n_jobs, time_scale, seed,
             growing_fraction, data_dir, truth, timezone, bad_rows, bf_depth, corunner_rule, pair_predict, pair_knowledge,
             max_jobs_per_gpu, contention_threshold, mig_static_layout, mig_static_fraction, out_dir, as_json):
@@ -571,10 +558,4 @@ def scaling(policies, jobs_list, gpus_list, trace, gpus, gpu_model, n_jobs, time
         click.echo(out["markdown"])
 
 
-def _register() -> None:
-    from slurm_plugin.cli.simulate_stress import stress_pairs
-
-    simulate.add_command(stress_pairs)
-
-
-_register()
+simulate.add_command(stress_pairs)

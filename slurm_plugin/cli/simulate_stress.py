@@ -5,7 +5,7 @@ import json
 
 import click
 
-from slurm_plugin.cli.simulate_cmd import CONTEXT_SETTINGS, _errors
+from slurm_plugin.cli.simulate_base import CONTEXT_SETTINGS, library_errors
 
 
 @click.command("stress-pairs", context_settings=CONTEXT_SETTINGS)
@@ -25,7 +25,7 @@ from slurm_plugin.cli.simulate_cmd import CONTEXT_SETTINGS, _errors
                    "$GPUPACK_DATA_DIR or shared/data/traces).")
 @click.option("-o", "--out", "out_path", type=click.Path(dir_okay=False, writable=True),
               required=True, help="The table to write (workload,beside,speed).")
-@_errors
+@library_errors
 def stress_pairs(mean, spread, tail_frac, tail_max, zero_frac, seed, data_dir, out_path):
     """Write a pair table for every ordered pair of the measured workloads, drawn with a
     given mean, a tail far below it and some pairs that cannot run together; replay with it

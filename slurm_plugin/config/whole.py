@@ -96,3 +96,8 @@ def load_settings(path: str | Path | None) -> GpupackSettings:
         raise ConfigError("\n".join(problems))
     assert settings is not None
     return settings
+
+
+def load_agent_settings(path: Path | None) -> AgentSettings:
+    """``[agent]`` with ``[agents]``, as the one loader reads the whole file."""
+    return load_settings(path).agent

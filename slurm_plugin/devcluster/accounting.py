@@ -25,27 +25,17 @@ from pathlib import Path
 from slurm_plugin.devcluster.commands import run_slurm
 from slurm_plugin.devcluster.errors import DevClusterError
 from slurm_plugin.devcluster.processes import Process, check_started, started_pid
-from slurm_plugin.devcluster.spec import ClusterSpec
+from slurm_plugin.devcluster.spec import DB_PORT_OFFSET, DBD_PORT_OFFSET, ClusterSpec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PACKAGES", "REQUIRED_FILES", "Accounting", "slurm_conf_lines"]
+__all__ = ["PACKAGES", "REQUIRED_FILES", "Accounting"]
 
 PACKAGES = ["mariadb-server", "slurmdbd"]
 REQUIRED_FILES = {"mariadb-server": "/usr/sbin/mariadbd", "slurmdbd": "/usr/sbin/slurmdbd"}
-DBD_PORT_OFFSET = 90  # slurmdbd listens on the cluster's port + 90
-DB_PORT_OFFSET = 91  # MariaDB on 127.0.0.1, port + 91
 DB_USER = "slurm"
 DB_NAME = "slurm_acct_db"
 READY_TIMEOUT_S = 60
-
-
-def slurm_conf_lines(s: ClusterSpec) -> list[str]:
-    """slurm.conf's lines that send accounting to the cluster's slurmdbd."""
-    return ["AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=127.0.0.1",
-            f"AccountingStoragePort={s.port + DBD_PORT_OFFSET}",
-            f"AccountingStoragePass={s.munge_socket}",  # with auth/munge: the munged slurmdbd's callers use
-            "JobAcctGatherType=jobacct_gather/none"]
 
 
 class Accounting:

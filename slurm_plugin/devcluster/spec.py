@@ -20,6 +20,8 @@ MULTIFACTOR_LINES = ["PriorityType=priority/multifactor", "PriorityWeightFairsha
 CRED_EXPIRE_S = 10  # how long a requeued job waits before it may start again
 WEB_PORT_OFFSET = 80  # the web view listens on the cluster's port + 80 (nodes use port + 101...)
 AGENT_PORT_OFFSET = 400  # one-host: node i's agent link listens on port + 400 + i (metrics: + 300 + i)
+DBD_PORT_OFFSET = 90  # slurmdbd listens on the cluster's port + 90 (`accounting`)
+DB_PORT_OFFSET = 91  # MariaDB on 127.0.0.1, port + 91
 
 
 @dataclass(frozen=True)
@@ -197,9 +199,7 @@ def slurm_conf(spec: ClusterSpec, hostname: str, slurm_user: str, epilog: Path, 
     ]
     lines += MULTIFACTOR_LINES if s.priority == "multifactor" else ["PriorityType=priority/basic"]
     if s.accounting:
-        from slurm_plugin.devcluster.accounting import slurm_conf_lines
-
-        lines += slurm_conf_lines(s)
+        lines += accounting_lines(s)
     else:
         lines.append("JobAcctGatherType=jobacct_gather/none")
     lines += node_lines(s, hostname, shards)
@@ -220,6 +220,14 @@ def node_lines(s: ClusterSpec, hostname: str, shards: int) -> list[str]:
         lines.append(f"NodeName={node} {where} CPUs={s.cpus_per_node} RealMemory={s.memory_mb_per_node} "
                      f"Gres=gpu:{s.gres_type}:{s.gpus_per_node},shard:{s.gres_type}:{shards}")
     return lines
+
+
+def accounting_lines(s: ClusterSpec) -> list[str]:
+    """slurm.conf's lines that send accounting to the cluster's slurmdbd (`accounting`)."""
+    return ["AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=127.0.0.1",
+            f"AccountingStoragePort={s.port + DBD_PORT_OFFSET}",
+            f"AccountingStoragePass={s.munge_socket}",  # with auth/munge: the munged slurmdbd's callers use
+            "JobAcctGatherType=jobacct_gather/none"]
 
 
 def cgroup_conf(release: tuple[int, int, int]) -> str:

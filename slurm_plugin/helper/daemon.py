@@ -10,7 +10,6 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import pwd
 import signal
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from slurm_plugin.helper.cluster_view import packing_exclusion
 from slurm_plugin.helper.finals import EndedSpool, spool_path
 from slurm_plugin.helper.server import HelperServer, Reply
 from slurm_plugin.config.reloading import ReloadingConfig
-from slurm_plugin.helper.settings import Paths
+from slurm_plugin.helper.settings import Paths, slurm_user_uid
 from slurm_plugin.helper.submit_service import SubmitService
 from slurm_plugin.helper.view_file import PublishedView, view_path
 from slurm_plugin.metrics.endpoint import new_registry, serve
@@ -43,14 +42,6 @@ log = logging.getLogger(__name__)
 ROLES = ("all", "submit", "watch")
 SUBMIT_NICE = -5
 RESTART_BACKOFF_S = (1.0, 5.0, 30.0)
-
-
-def slurm_user_uid(name: str) -> set[int]:
-    try:
-        return {pwd.getpwnam(name).pw_uid}
-    except KeyError:
-        log.warning("SlurmUser %r does not exist; only root may use the helper", name)
-        return set()
 
 
 class Helper:

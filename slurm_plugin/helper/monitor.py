@@ -64,8 +64,8 @@ from pathlib import Path
 
 from packer.rules import SuiteRules
 from slurm_plugin.agent.client import helper_link, node_facts
-from slurm_plugin.agent.directory import load_agent_settings
 from slurm_plugin.config.bounds import RetentionSettings
+from slurm_plugin.config.whole import load_agent_settings
 from slurm_plugin.helper.agreement import Agreement, expected_from, log_agreement_events
 from slurm_plugin.helper.kill_switch import RUN_WHILE_HALTED, KillSwitch
 from slurm_plugin.helper.monitor_settings import MonitorSettings, load_monitor_settings
@@ -86,13 +86,15 @@ from slurm_plugin.helper.watches.mps import MpsWatch
 from slurm_plugin.helper.watches.oom import OomWatch
 from slurm_plugin.helper.watches.outcomes import OutcomeWatch
 from slurm_plugin.helper.watches.quirk_guard import QuirkGuardWatch
-from slurm_plugin.helper.watches.round import RoundContext, Watch, WatchState
+from slurm_plugin.helper.watches.round import RoundContext, Watch
+from slurm_plugin.helper.watches.state import WatchState
+from slurm_plugin.helper.watches.track_watch import TrackWatch
 from slurm_plugin.helper.watches.dispatch import DispatchWatch
 from slurm_plugin.helper.watches.run_curves import keep_curve
 from slurm_plugin.helper.watches.steering import SteerWatch
 from slurm_plugin.helper.watches.unisolated import UnisolatedWatch
 from slurm_plugin.helper.watches.tracks import (  # noqa: F401  (the names other code imports from here)
-    ACTIVE, SAMPLES_KEPT, Fingerprints, Track, TrackWatch, job_shards, submit_time_exclusion, wants_whole_gpu,
+    ACTIVE, SAMPLES_KEPT, Fingerprints, Track, job_shards, submit_time_exclusion, wants_whole_gpu,
 )
 from slurm_plugin.slurm.errors import SlurmError
 from slurm_plugin.slurm.gres import expand_hostlist

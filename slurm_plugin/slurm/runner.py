@@ -19,13 +19,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 
-from slurm_plugin.slurm import build, parse
+from slurm_plugin.slurm.build import (
+    active_jobs_args, batch_script_args, hold_args, jobs_by_id_args, nice_args, node_jobs_args,
+    release_args, requeue_args, sacct_args, show_job_args, show_nodes_args, signal_args, squeue_args,
+    top_args, update_job_args, version_args,
+)
 from slurm_plugin.slurm.errors import (
     JobNotFoundError,
     SlurmCommandError,
     SlurmTimeoutError,
 )
 from slurm_plugin.slurm.model import Job, JobsDocument, Node, NodesDocument, SlurmVersion
+from slurm_plugin.slurm.parse import loads, parse_jobs_document, parse_nodes_document, parse_version_output
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +171,7 @@ class SlurmRunner:
     def version(self) -> SlurmVersion:
         """The Slurm release of the client commands (`scontrol --version`), cached."""
         if self._version is None:
-            self._version = parse.parse_version_output(self.run(build.version_args()).stdout)
+            self._version = parse_version_output(self.run(version_args()).stdout)
         return self._version
 
     def _document(self, args: Sequence[str], parse_document: Callable[[Mapping], _Document],
@@ -174,7 +179,7 @@ class SlurmRunner:
         """The JSON document `args` print, parsed; errors it reports fail it when it has no
         `records`, else they are logged."""
         result = self.run(args)
-        document = parse_document(parse.loads(result.stdout, source=args[0]))
+        document = parse_document(loads(result.stdout, source=args[0]))
         if document.errors:
             text = "; ".join(document.errors)
             if not records(document):
@@ -183,23 +188,23 @@ class SlurmRunner:
         return document
 
     def _jobs_from(self, args: Sequence[str]) -> JobsDocument:
-        return self._document(args, parse.parse_jobs_document, lambda d: d.jobs)
+        return self._document(args, parse_jobs_document, lambda d: d.jobs)
 
     def job_ids_on_node(self, node: str) -> set[int]:
         """Ids of the jobs holding ``node`` now (running, completing, ...): a cheap text query."""
-        result = self.run(build.node_jobs_args(node))
+        result = self.run(node_jobs_args(node))
         ids: set[int] = set()
         for line in result.stdout.splitlines():
             line = line.strip()
             if line.isdigit():
                 ids.add(int(line))
             elif line:
-                raise SlurmCommandError(build.node_jobs_args(node), 0, f"unexpected squeue line {line!r}")
+                raise SlurmCommandError(node_jobs_args(node), 0, f"unexpected squeue line {line!r}")
         return ids
 
     def jobs_document(self) -> JobsDocument:
         """Every job slurmctld knows (finished ones until MinJobAge), with the dialect."""
-        return self._jobs_from(build.squeue_args())
+        return self._jobs_from(squeue_args())
 
     def jobs(self, job_ids: Iterable[int] | None = None) -> list[Job]:
         """Every job slurmctld knows, or only those in `job_ids`."""
@@ -218,12 +223,12 @@ class SlurmRunner:
         site); on 22.05, which ignores them, it is the whole listing, a superset."""
         if not self.version().filters_json:
             return self.jobs()
-        listing = list(self._jobs_from(build.active_jobs_args()).jobs)
+        listing = list(self._jobs_from(active_jobs_args()).jobs)
         seen = {job.job_id for job in listing}
         missing = sorted(set(also) - seen)
         if missing:
             try:
-                listing += [j for j in self._jobs_from(build.jobs_by_id_args(missing)).jobs if j.job_id not in seen]
+                listing += [j for j in self._jobs_from(jobs_by_id_args(missing)).jobs if j.job_id not in seen]
             except SlurmCommandError as exc:  # every one of them gone from the controller
                 if not _says_invalid_job(exc.stderr):
                     raise
@@ -231,7 +236,7 @@ class SlurmRunner:
 
     def job(self, job_id: int) -> Job:
         """One job; JobNotFoundError when slurmctld does not know it."""
-        args = build.show_job_args(job_id, self.version())
+        args = show_job_args(job_id, self.version())
         try:
             document = self._jobs_from(args)
         except SlurmCommandError as exc:
@@ -245,7 +250,7 @@ class SlurmRunner:
 
     def nice(self, job_id: int) -> int:
         """The job's nice (what Slurm subtracts from the priority it computes)."""
-        args = build.nice_args(job_id)
+        args = nice_args(job_id)
         text = self._run_for_job(args, job_id).stdout.strip()
         try:
             return int(text)
@@ -253,7 +258,7 @@ class SlurmRunner:
             raise SlurmCommandError(args, 0, f"expected one nice value, got {text!r}") from None
 
     def nodes_document(self) -> NodesDocument:
-        return self._document(build.show_nodes_args(self.version()), parse.parse_nodes_document, lambda d: d.nodes)
+        return self._document(show_nodes_args(self.version()), parse_nodes_document, lambda d: d.nodes)
 
     def nodes(self) -> list[Node]:
         """Every node with its GRES configured and in use."""
@@ -263,11 +268,11 @@ class SlurmRunner:
         self, job_ids: Iterable[int] | None = None, *, since: datetime | str | None = None
     ) -> list[Job]:
         """Finished and running jobs from slurmdbd (`sacct --json`)."""
-        return list(self._jobs_from(build.sacct_args(job_ids, since=since)).jobs)
+        return list(self._jobs_from(sacct_args(job_ids, since=since)).jobs)
 
     def batch_script(self, job_id: int) -> str:
         """The job's batch script. 22.05 exits 0 even when it fails, so stderr is read."""
-        args = build.batch_script_args(job_id)
+        args = batch_script_args(job_id)
         result = self._run_for_job(args, job_id)
         if result.stderr.strip() and not result.stdout:
             if _says_invalid_job(result.stderr):
@@ -279,22 +284,22 @@ class SlurmRunner:
 
     def update_job(self, job_id: int, **fields: object) -> None:
         """`scontrol update JobId=ID Key=Value...`, e.g. update_job(7, AdminComment="...")."""
-        self._run_for_job(build.update_job_args(job_id, fields), job_id)
+        self._run_for_job(update_job_args(job_id, fields), job_id)
 
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
         """Put a running or finished job back in the queue (held with hold=True)."""
-        self._run_for_job(build.requeue_args(job_id, hold=hold), job_id)
+        self._run_for_job(requeue_args(job_id, hold=hold), job_id)
 
     def signal(self, job_id: int, signal: str, *, batch: bool = True) -> None:
         """Send `signal` to a running job (its batch shell with `batch`); never cancels it."""
-        self._run_for_job(build.signal_args(job_id, signal, batch=batch), job_id)
+        self._run_for_job(signal_args(job_id, signal, batch=batch), job_id)
 
     def hold(self, job_id: int) -> None:
-        self._run_for_job(build.hold_args(job_id), job_id)
+        self._run_for_job(hold_args(job_id), job_id)
 
     def release(self, job_id: int) -> None:
-        self._run_for_job(build.release_args(job_id), job_id)
+        self._run_for_job(release_args(job_id), job_id)
 
     def top(self, job_id: int) -> None:
         """Move a pending job before its owner's other pending jobs."""
-        self._run_for_job(build.top_args(job_id), job_id)
+        self._run_for_job(top_args(job_id), job_id)

@@ -11,9 +11,9 @@ from pathlib import Path
 from packer.action_modes import ACTION_KINDS
 from packer.config import PackerConfig
 from slurm_plugin.config.toml_file import load_config
-from slurm_plugin.config.whole import GpupackSettings, check_file, load_settings
+from slurm_plugin.config.whole import GpupackSettings, check_file, load_agent_settings, load_settings
 from slurm_plugin.helper.monitor_settings import MonitorSettings, load_monitor_settings
-from slurm_plugin.agent.directory import AgentSettings, load_agent_settings
+from slurm_plugin.agent.directory import AgentSettings
 from slurm_plugin.helper.settings import Paths, load_paths
 from slurm_plugin.metrics.settings import MetricsSettings, load_metrics_settings
 from slurm_plugin.web.settings import WebSettings, load_web_settings

@@ -25,7 +25,7 @@ from packer.placement import merge_exclusions
 from store.db import Store
 from slurm_plugin.helper.kill_switch import ACTIONS_WHILE_HALTED
 from slurm_plugin.helper.watches.head_lift import lift, lift_of
-from slurm_plugin.helper.watches.round import WatchState
+from slurm_plugin.helper.watches.state import WatchState
 from slurm_plugin.slurm.constraints import cluster_facts, job_facts
 from slurm_plugin.slurm.errors import SlurmError
 from slurm_plugin.slurm.gres import expand_hostlist

@@ -8,44 +8,19 @@ calls the watches in the order of its list, once per round.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from packer.config import PackerConfig
 from packer.rules import SuiteRules
 from packer.samples import JobSample
 from slurm_plugin.helper.monitor_settings import MonitorSettings
-from slurm_plugin.helper.watches.head_lift import Lift
+from slurm_plugin.helper.watches.actions import Actions
+from slurm_plugin.helper.watches.state import WatchState
+from slurm_plugin.helper.watches.tracks import Track
 from slurm_plugin.slurm.model import Job
-
-if TYPE_CHECKING:
-    from slurm_plugin.helper.watches.actions import Actions
-    from slurm_plugin.helper.watches.tracks import Track
-
-
-@dataclass
-class WatchState:
-    """What the watches remember between rounds (lost when the helper restarts, but for the
-    lifts: the monitor keeps them in the store, `store.lifts.HeadLifts`)."""
-
-    tracks: dict[int, Track] = field(default_factory=dict)  # running jobs with samples
-    # requeued job -> its head-of-queue lift
-    heading: MutableMapping[int, Lift] = field(default_factory=dict)
-    ours_excluded: dict[int, frozenset[str]] = field(default_factory=dict)  # what we added to ExcNodeList
-    quirk_excluded: dict[int, tuple[str, frozenset[int]]] = field(default_factory=dict)  # job -> (node, keepers)
-    reported: set[tuple[int, float]] = field(default_factory=set)  # (job, run start) already judged
-    # grow evictions left held until their grower starts: victim -> (grower, when requeued)
-    held_for_grower: dict[int, tuple[int, float]] = field(default_factory=dict)
-    # nodes a pending job is kept off until it starts (a regrouped job: the node freed for the
-    # head); steering keeps them in its ExcNodeList instead of lifting them
-    kept_off: dict[int, frozenset[str]] = field(default_factory=dict)
-    # (senior, its run start, newcomer, its run start) whose pair speed is recorded: once per pack
-    pairs_measured: set[tuple[int, float, int, float]] = field(default_factory=set)
-    # tracks of runs an action requeued (track, the action's kind): the history watch stores
-    # their memory curves on its next turn
-    requeued_tracks: list[tuple[Track, str]] = field(default_factory=list)
 
 
 @dataclass

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from packer.config import ConfigError
-from slurm_plugin.agent.directory import AgentAddress, AgentDirectory, load_agent_settings, node_addr_in_conf
+from slurm_plugin.agent.directory import AgentAddress, AgentDirectory, node_addr_in_conf
+from slurm_plugin.config.whole import load_agent_settings
 
 
 def test_the_map_wins_and_nodeaddr_with_the_port_does_the_rest(tmp_path):

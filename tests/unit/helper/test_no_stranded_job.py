@@ -8,7 +8,7 @@ from packer.config import PackerConfig
 from packer.feasibility import ClusterFacts, JobFacts, NodeFacts, features_match, parse_licenses, stranded_by
 from store.db import Store
 from slurm_plugin.helper.watches.actions import Actions
-from slurm_plugin.helper.watches.round import WatchState
+from slurm_plugin.helper.watches.state import WatchState
 from slurm_plugin.slurm.fake import FAKE_EPOCH, FakeNode, FakeSlurm
 from slurm_plugin.slurm.runner import SlurmRunner
 
