@@ -110,17 +110,22 @@ def test_cluster_view_counts_idle_gpus_and_reservations():
     assert poller.view().idle_gpus == 1
 
 
-def test_only_a_slow_decision_is_logged_above_debug(caplog):
+def test_only_a_slow_decision_is_logged_above_debug(caplog, monkeypatch):
     import logging
     import time as _time
+
+    from slurm_plugin.helper import submit_service
 
     fields = {"user_name": b"alice", "name": b"t", "tres_per_node": b"gres:gpu:1"}
     fast = service(Store())
     mine = lambda: [r for r in caplog.records if r.name == "slurm_plugin.helper.submit_service"]  # noqa: E731
+    # a fast decision, judged against a threshold no loaded machine reaches (22 ms seen at load 18)
+    monkeypatch.setattr(submit_service, "SLOW_DECISION_MS", 10_000.0)
     with caplog.at_level(logging.INFO, logger="slurm_plugin.helper.submit_service"):
         answer, log_it = fast.respond(fields)
         log_it()
     assert answer.verdict == "exclusive" and not mine()
+    monkeypatch.undo()
     cfg = PackerConfig()
     slow = SubmitService(lambda: cfg, Store(), lambda: (_time.sleep(0.006), ClusterView(0))[1])
     with caplog.at_level(logging.INFO, logger="slurm_plugin.helper.submit_service"):
