@@ -73,4 +73,9 @@ class PlacementOccupiedError(InsufficientResourcesError, InvalidPlacementError):
 
 class CountersUnavailableError(BackendUnavailableError):
     """A utilisation counter this backend cannot read here (e.g. per-MIG-instance activity,
-    which only DCGM's profiling fields give); the message says where it can be read."""
+    which only DCGM's profiling fields give); the message says where it can be read, and
+    ``reason`` is a short code for it (a metric's label: few values)."""
+
+    def __init__(self, message: str, reason: str = "unsupported"):
+        super().__init__(message)
+        self.reason = reason

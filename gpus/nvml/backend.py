@@ -25,9 +25,10 @@ Notes that matter on hardware:
   back in its activation status (IN_USE while the GPU is busy), which is checked;
 - utilisation counters: per-process samples on a whole GPU (or MPS) come from
   ``nvmlDeviceGetProcessUtilization`` (NOT_SUPPORTED in MIG mode); activity per MIG
-  instance exists only in DCGM's profiling fields (``DCGM_FI_PROF_GR_ENGINE_ACTIVE``), which
-  this backend does not read: :meth:`NvmlBackend.instance_activity` raises
-  :class:`CountersUnavailableError` saying so, and the agent degrades to what jobs report;
+  instance exists only in DCGM's profiling fields (``DCGM_FI_PROF_GR_ENGINE_ACTIVE``), read
+  through ``dcgmi`` when the backend is given one (``dcgm``, :mod:`gpus.dcgm.dcgmi`); without
+  it :meth:`NvmlBackend.instance_activity` raises :class:`CountersUnavailableError` saying
+  so, and the agent degrades to what jobs report;
 - reading needs no root, but the whole-GPU memory of a MIG-enabled GPU is only reported to
   privileged callers; without it the static table's value is used.
 
@@ -60,16 +61,19 @@ class NvmlBackend:
 
     owners_are_pids = True  # NVML names a process by its pid (the agent maps pids to jobs)
 
-    def __init__(self, nvml: Any | None = None):
+    def __init__(self, nvml: Any | None = None, dcgm: Any | None = None):
         self.session = NvmlSession(nvml)
+        self.dcgm = dcgm  # a gpus.dcgm.dcgmi.DcgmiActivity (None: no DCGM)
         self.nv = self.session.nv
         self._catalogs: dict[int, Catalog] = {}
         self._reader = NvmlCatalogReader(self.session)
         self._instances = NvmlInstances(self.session, self.catalog)
-        self._counters = NvmlCounters(self.session, self._instances)
+        self._counters = NvmlCounters(self.session, self._instances, dcgm)
         self._compute = NvmlComputeMode(self.session, self._instances)
 
     def close(self) -> None:
+        if self.dcgm is not None:
+            self.dcgm.close()
         self.session.close()
 
     # -- devices and MIG mode ---------------------------------------------------------------
@@ -168,5 +172,5 @@ class NvmlBackend:
         return self._counters.process_utilization(gpu_index, since_us)
 
     def instance_activity(self, gpu_index: int) -> list[InstanceActivity]:
-        """Not available through NVML: activity per MIG GPU instance is a DCGM profiling field."""
+        """Activity per MIG GPU instance: a DCGM profiling field, read through ``dcgmi``."""
         return self._counters.instance_activity(gpu_index)

@@ -153,7 +153,8 @@ class SimCounters:
             if g["mig_enabled"]:
                 raise CountersUnavailableError(
                     f"GPU {gpu_index} of {self.node} is in MIG mode: NVML gives no per-process "
-                    f"utilisation there (NOT_SUPPORTED); read per-instance activity (DCGM) instead")
+                    f"utilisation there (NOT_SUPPORTED); read per-instance activity (DCGM) instead",
+                    reason="nvml-mig")
             procs = g.get("processes", {}).get(g["uuid"], {})
             out = []
             for owner, p in sorted(procs.items()):

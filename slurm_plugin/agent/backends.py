@@ -63,8 +63,10 @@ def load_nvml_library(spec: str, node: str, gpus: list[str], mig_enabled: bool) 
 
 
 def open_backend(kind: str, library: str | None, node: str, sim_dir: Path, gpus: list[str],
-                 mig_enabled: bool) -> OpenedBackend:
-    """The agent's GPU backend (see the module docstring); raises BackendChoiceError."""
+                 mig_enabled: bool, dcgmi: str | None = None) -> OpenedBackend:
+    """The agent's GPU backend (see the module docstring); ``dcgmi``: the command that reads
+    DCGM's activity per MIG instance for the NVML backend (None: none). Raises
+    BackendChoiceError."""
     if kind not in BACKENDS:
         raise BackendChoiceError(f"--backend must be one of {', '.join(BACKENDS)}, not {kind!r}")
     if kind == "sim":
@@ -79,8 +81,10 @@ def open_backend(kind: str, library: str | None, node: str, sim_dir: Path, gpus:
     simulated = load_nvml_library(library, node, gpus, mig_enabled) if library else None
     from gpus.nvml.backend import NvmlBackend
 
+    from gpus.dcgm.dcgmi import DcgmiActivity
+
     try:
-        backend = NvmlBackend()
+        backend = NvmlBackend(dcgm=DcgmiActivity(dcgmi) if dcgmi else None)
     except (MigError, ImportError) as exc:
         if kind == "auto":
             raise BackendChoiceError(

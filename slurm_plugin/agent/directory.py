@@ -52,6 +52,8 @@ class AgentSettings:
     timeout_s: float = setting(2.0, gt=0)  # per request of the helper to an agent
     # the MPS control program the agents run (one daemon per GPU with MPS shares), a command line
     mps_control: str = setting("nvidia-cuda-mps-control", pattern=r"\S.*", means="a command")
+    # DCGM's dcgmi, a command line: activity per MIG instance (DCGM_FI_PROF_GR_ENGINE_ACTIVE)
+    dcgmi: str = setting("dcgmi", pattern=r"\S.*", means="a command")
     # the [agents] table, parsed (`parse_agents`): not a key of [agent]
     agents: Mapping[str, AgentAddress] = field(default_factory=dict, metadata={"internal": True})
 

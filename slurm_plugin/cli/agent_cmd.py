@@ -93,7 +93,8 @@ def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, nvml_lib
     logging.getLogger().setLevel(min(logging.getLogger().level, logging.INFO))
     try:
         opened = open_backend(backend, nvml_library, node, sim_dir or state_dir / "simgpu",
-                              [gpu_model] * gpus, mig_enabled=isolation_mode == "mig")
+                              [gpu_model] * gpus, mig_enabled=isolation_mode == "mig",
+                              dcgmi=_agent_setting("dcgmi"))
     except BackendChoiceError as exc:
         raise click.ClickException(str(exc)) from exc
     gpu_backend, sim_dir = opened.backend, opened.sim_dir
@@ -104,7 +105,7 @@ def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, nvml_lib
     daemon = NodeAgent(node, state_dir, gpu_backend, isolation_mode=isolation_mode,
                        shares_per_gpu=shares_per_gpu, policy=policy,
                        list_running_jobs=PushedJobs(), sim_dir=sim_dir, gres_conf=gres_conf,
-                       mps_control=_mps_control(), mps_in_mig_shares=mps_in_mig_shares)
+                       mps_control=_agent_setting("mps_control"), mps_in_mig_shares=mps_in_mig_shares)
     for line in daemon.reconcile(at_start=True):
         click.echo(f"reconciled: {line}", err=True)
     server = AgentServer(socket_path(state_dir, node), daemon, allowed)
@@ -158,14 +159,15 @@ def _link_server(node: str, daemon, allowed: set[int], host: str | None, port: i
     return server
 
 
-def _mps_control() -> str:
-    """gpupack.toml [agent] mps_control (GPUPACK_CONFIG): the MPS control program."""
+def _agent_setting(name: str) -> str:
+    """A command of gpupack.toml [agent] (GPUPACK_CONFIG): mps_control (the MPS control
+    program), dcgmi (DCGM's, for activity per MIG instance)."""
     from packer.config import ConfigError
     from slurm_plugin.config.whole import load_agent_settings
     from slurm_plugin.helper.settings import DEFAULT_CONFIG
 
     try:
-        return load_agent_settings(DEFAULT_CONFIG).mps_control
+        return getattr(load_agent_settings(DEFAULT_CONFIG), name)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
 
