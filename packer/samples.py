@@ -1,9 +1,21 @@
 """What the node agent observes about a running job (the contract between agent and helper)."""
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 
 COUNTER_SOURCES = ("nvml-process", "dcgm-gr-active")
+UNAVAILABLE = "unavailable: "  # + "<reason>: <why>": the GPU's counters could not be read
+_REASON = re.compile(r"[a-z][a-z0-9-]{0,31}")
+
+
+def unavailable_reason(source: str | None) -> str | None:
+    """The reason code of an ``unavailable: <reason>: <why>`` source (``other`` when it has
+    none); None for any other source."""
+    if not source or not source.startswith(UNAVAILABLE):
+        return None
+    code, sep, _ = source[len(UNAVAILABLE):].partition(": ")
+    return code if sep and _REASON.fullmatch(code) else "other"
 
 
 @dataclass(frozen=True)
@@ -22,7 +34,7 @@ class JobSample:
     isolation: str = "whole"  # "whole" | "shard:K" | "mig:<profile>@<start>" | "mps:<pct>"
     started_at: float | None = None  # when the job's step started on the GPU
     # where util_pct came from: the GPU's counters ("nvml-process", "dcgm-gr-active"), the
-    # job's own "report", or "unavailable: <why>" (util_pct None)
+    # job's own "report", or "unavailable: <reason>: <why>" (util_pct None)
     util_source: str | None = None
     # the job's own checkpoint reports: when the agent got the last one, the period it gave
     last_checkpoint_at: float | None = None

@@ -87,8 +87,9 @@ class DmonStream:
 
     def failure(self) -> str | None:
         """Why the monitor gives no rows (None while it runs and parses)."""
-        if self.broken and self.proc.poll() is None:
+        if self.broken:  # what dcgmi printed that is not a row: its error, or a format not read here
             self.stop()
+            return f"dcgmi dmon: {self.broken}"
         if self.proc.poll() is None:
             return None
         self._thread.join(1.0)

@@ -7,8 +7,10 @@ instance (``instance_activity``, DCGM's ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``). Each
 job gets the mean of its new samples, in percent, and where the value came from.
 
 Where a counter cannot be read (per-instance activity on a node without DCGM, an older
-driver), the job's reading says ``unavailable: <why>``; the agent logs it once per GPU and
-goes on, and the helper falls back on what the job reports, if anything.
+driver), the job's reading says ``unavailable: <reason>: <why>`` (``reason`` a short code,
+:func:`packer.samples.unavailable_reason`); the agent logs it once per GPU and reason, counts
+it in a metric (``unavailable``: GPU -> (reason, jobs) of the last round) and goes on, and
+the helper falls back on what the job reports, if anything.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ class CounterReading:
     """One job's utilisation this round: a percentage from the GPU's counters, or why none."""
 
     util_pct: float | None
-    source: str  # NVML_PROCESS | DCGM_GR_ACTIVE | "unavailable: <why>"
+    source: str  # NVML_PROCESS | DCGM_GR_ACTIVE | "unavailable: <reason>: <why>"
     samples: int = 0
 
 
@@ -45,6 +47,7 @@ class CounterReader:
         self.pid_to_job = pid_to_job
         self.last_seen_us: dict[int, int] = {}
         self._said: set[tuple[int, str]] = set()
+        self.unavailable: dict[int, tuple[str, int]] = {}  # GPU -> (reason, jobs), the last round
 
     def read(self, jobs: Iterable[Assignment]) -> dict[int, CounterReading]:
         by_gpu: dict[int, list[Assignment]] = defaultdict(list)
@@ -52,6 +55,7 @@ class CounterReader:
             if a.gpu_index >= 0 and a.device_uuid:
                 by_gpu[a.gpu_index].append(a)
         out: dict[int, CounterReading] = {}
+        unavailable: dict[int, tuple[str, int]] = {}
         for gpu, assigned in sorted(by_gpu.items()):
             try:
                 if any(a.kind == "mig" or a.gi_id is not None for a in assigned):
@@ -59,13 +63,18 @@ class CounterReader:
                 else:
                     out.update(self._processes(gpu, assigned))
             except (CountersUnavailableError, AttributeError) as exc:
-                why = str(exc) if isinstance(exc, MigError) else "this GPU backend has no utilisation counters"
-                if (gpu, why) not in self._said:
-                    self._said.add((gpu, why))
-                    log.warning("GPU %d: no utilisation counters for its jobs: %s", gpu, why)
-                out.update({a.job_id: CounterReading(None, f"unavailable: {why}") for a in assigned})
+                if isinstance(exc, MigError):
+                    why, reason = str(exc), getattr(exc, "reason", "unsupported")
+                else:
+                    why, reason = "this GPU backend has no utilisation counters", "no-counters"
+                if (gpu, reason) not in self._said:
+                    self._said.add((gpu, reason))
+                    log.warning("GPU %d: no utilisation counters for its jobs (%s): %s", gpu, reason, why)
+                unavailable[gpu] = (reason, len(assigned))
+                out.update({a.job_id: CounterReading(None, f"unavailable: {reason}: {why}") for a in assigned})
             except MigError as exc:  # a driver hiccup: no reading this round
                 log.info("GPU %d: utilisation counters not read: %s", gpu, exc)
+        self.unavailable = unavailable
         return out
 
     def _processes(self, gpu: int, assigned: list[Assignment]) -> dict[int, CounterReading]:

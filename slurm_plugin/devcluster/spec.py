@@ -5,6 +5,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gpus.sim.dcgmi import STAND_IN as DCGMI_STAND_IN
 from gpus.sim.mps_control import STAND_IN as MPS_STAND_IN
 from slurm_plugin.devcluster import topology as topo
 from slurm_plugin.helper.watches.unisolated import UNISOLATED_EXIT
@@ -290,6 +291,8 @@ def gpupack_toml(spec: ClusterSpec, shares_per_gpu: int, gpu_memory_gib: float) 
         f'munge_socket = "{spec.munge_socket}"\n'
         "# MPS nodes: the simulated GPU's stand-in for nvidia-cuda-mps-control\n"
         f'mps_control = "{MPS_STAND_IN}"\n'
+        "# activity per MIG instance: the simulated GPU's stand-in for DCGM's dcgmi (each node its host name)\n"
+        f'dcgmi = "{DCGMI_STAND_IN} --sim-dir {spec.simgpu_dir}"\n'
         "\n[agents]\n"
         "# every agent on its node's address (one host: all on 127.0.0.1, a port each);\n"
         "# a real cluster: NodeAddr + [agent] port\n"

@@ -1,4 +1,5 @@
-"""A node agent's metrics: per GPU, the shares and MIG slices in use; MIG reconfigurations.
+"""A node agent's metrics: per GPU, the shares and MIG slices in use, the jobs whose
+utilisation counters are unavailable; MIG reconfigurations.
 
 Read at scrape time from the agent's assignments and from the GPU itself (the backend:
 NVML, or the simulated GPU), under the agent's lock.
@@ -73,7 +74,9 @@ class AgentCollector(Collector):
                 if x.kind in by_kind:
                     by_kind[x.kind] += 1
             reconfigurations = a.reconfigurations
+            unavailable = dict(a.sampler.counters.unavailable)
         yield from fams.values()
+        yield _counters_unavailable(node, unavailable)
         jobs = GaugeMetricFamily("gpupack_node_jobs", "Jobs on this node by isolation: whole GPU, MIG slice or "
                                  "MPS share.", labels=["node", "isolation"])
         for kind, n in by_kind.items():
@@ -86,6 +89,17 @@ def _reconfigurations(node: str, n: int) -> CounterMetricFamily:
     fam = CounterMetricFamily("gpupack_mig_reconfigurations", "MIG instances this agent created or destroyed "
                               "since it started.", labels=["node"])
     fam.add_metric([node], n)
+    return fam
+
+
+def _counters_unavailable(node: str, by_gpu: dict[int, tuple[str, int]]) -> GaugeMetricFamily:
+    fam = GaugeMetricFamily("gpupack_gpu_util_counters_unavailable",
+                            "Jobs on this GPU whose utilisation the GPU's counters could not give in the last "
+                            "sampling round (per-MIG-instance activity without DCGM, a driver without "
+                            "per-process samples), by reason; the contention watch does not judge them by "
+                            "utilisation.", labels=["node", "gpu", "reason"])
+    for gpu, (reason, jobs) in sorted(by_gpu.items()):
+        fam.add_metric([node, str(gpu), reason], jobs)
     return fam
 
 

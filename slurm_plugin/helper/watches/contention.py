@@ -4,6 +4,11 @@ Per shared GPU, `packer.contention.find_contention` (through `ctx.rules.contenti
 newcomer is requeued at the head of the queue and each (newcomer, hurt job) pair of
 fingerprints is recorded so they are never packed together again.
 
+A job whose utilisation the GPU's counters could not give (its samples' ``util_source`` is
+``unavailable: <reason>: <why>``) is judged only by what it reports, never by a guessed
+utilisation; the node says so once per (node, GPU, reason): a ``counters-unavailable`` event
+(the agent's metric ``gpupack_gpu_util_counters_unavailable`` counts such jobs each round).
+
 Every senior measured after a newcomer joined (hurt or not, `ctx.rules.measure`) is recorded
 once per pack in the store's `pair_speeds` as its speed beside the newcomer (after / before):
 what the steering's pair knowledge learns from. Measures are recorded whatever the action's
@@ -14,6 +19,7 @@ from __future__ import annotations
 import logging
 
 from packer.contention import Resident
+from packer.samples import UNAVAILABLE, unavailable_reason
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.helper.watches.tracks import Track
 from slurm_plugin.slurm.gres import expand_hostlist
@@ -21,16 +27,35 @@ from slurm_plugin.slurm.gres import expand_hostlist
 log = logging.getLogger(__name__)
 
 KIND = "requeue-contention"
+BLIND = "counters-unavailable"
 
 
 class ContentionWatch:
     name = "contention"
 
+    def __init__(self) -> None:
+        self._blind_said: set[tuple[str, int, str]] = set()  # (node, GPU, reason) told once
+
     def round(self, ctx: RoundContext) -> None:
+        self._say_blind(ctx)
         by_gpu = self._residents(ctx, ctx.acted)
         self._record_pair_speeds(ctx, by_gpu)
         if ctx.actions.mode_of(KIND).mode != "off":
             ctx.acted |= self._check_contention(ctx, by_gpu)
+
+    def _say_blind(self, ctx: RoundContext) -> None:
+        """One event per (node, GPU, reason) where the GPU's counters give no utilisation."""
+        for t in ctx.tracks.values():
+            last = t.samples[-1] if t.samples else None
+            reason = unavailable_reason(last.util_source) if last is not None else None
+            if reason is None or (key := (t.node, t.gpu_index, reason)) in self._blind_said:
+                continue
+            self._blind_said.add(key)
+            why = last.util_source[len(UNAVAILABLE):]
+            ctx.actions.log_event(
+                BLIND, f"{t.node} GPU {t.gpu_index}: no utilisation counters for its jobs ({why}); contention "
+                       f"there is judged only from what jobs report", t.job_id, node=t.node, gpu=t.gpu_index,
+                reason=reason)
 
     @staticmethod
     def _residents(ctx: RoundContext, skip: set[int]) -> dict[tuple[str, int], list[Resident]]:

@@ -3,6 +3,7 @@ simulated GPU is asked for; `--nvml-library simulated:DIR` runs NVML over the si
 from __future__ import annotations
 
 import ctypes.util
+import time
 from pathlib import Path
 
 import pynvml
@@ -56,3 +57,34 @@ def test_sim_backend_only_when_asked(tmp_path):
     assert opened.name == "sim" and isinstance(opened.backend, SimGpuBackend)
     with pytest.raises(BackendChoiceError, match="goes with the NVML backend"):
         open_backend("sim", f"simulated:{tmp_path}", "n1", tmp_path, ["H100-80GB"], True)
+
+
+def test_nvml_reads_activity_per_mig_instance_through_dcgmi(tmp_path, fresh_pynvml):
+    """NVML over the simulated GPU, DCGM's dcgmi its stand-in: each MIG device's GPU instance
+    gets its own activity, found by NVML's GPU instance id through DCGM's entity ids."""
+    from gpus.sim.dcgmi import STAND_IN
+    from slurm_plugin.agent.counters import DCGM_GR_ACTIVE, CounterReader
+    from slurm_plugin.agent.state import Assignment
+
+    opened = open_backend("auto", f"simulated:{tmp_path}", "n1", tmp_path / "unused", ["H100-80GB"], True,
+                          dcgmi=f"{STAND_IN} --sim-dir {tmp_path} --node n1")
+    be = opened.backend
+    try:
+        idle, busy = be.create_instance(0, "1g.10gb", 0), be.create_instance(0, "3g.40gb", 4)
+        SimGpuBackend(tmp_path, "n1").start_process(busy.uuid, "4242", busy_pct=90.0)
+        jobs = [Assignment(1, "n1", 0, "mig", "mig:1g.10gb@0", gi_id=idle.gi_id, device_uuid=idle.uuid),
+                Assignment(2, "n1", 0, "mig", "mig:3g.40gb@4", gi_id=busy.gi_id, device_uuid=busy.uuid)]
+        reader = CounterReader(be)
+        got: dict = {}
+        end = time.monotonic() + 15
+        while len(got) < 2 and time.monotonic() < end:
+            got |= reader.read(jobs)
+            time.sleep(0.1)
+        assert {r.source for r in got.values()} == {DCGM_GR_ACTIVE}
+        assert got[1].util_pct == 0.0 and got[2].util_pct > 5.0
+        end = time.monotonic() + 5
+        while not (later := be.instance_activity(0)) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert later and {(a.gi_id, a.device_uuid) for a in later} <= {(idle.gi_id, idle.uuid), (busy.gi_id, busy.uuid)}
+    finally:
+        be.close()

@@ -122,6 +122,25 @@ def test_a_reported_utilisation_is_not_taken_for_a_counter(tmp_path):
     assert not [e for e in helper.store.events() if e.kind == "requeue-contention"]
 
 
+def test_no_contention_action_on_a_guess_where_the_counters_are_unavailable_and_the_node_says_so(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path)
+    blind = "unavailable: dcgm-profiling: Profiling is not supported for this group of GPUs or GPU"
+    running(fake, 1, fp="aaaa", start=FAKE_EPOCH)
+    for t in range(20):  # an agent that put a figure beside "unavailable" is not believed
+        samples.put(1, FAKE_EPOCH + t, started_at=FAKE_EPOCH, util=70, util_source=blind)
+        monitor.tick()
+    running(fake, 2, fp="bbbb", start=FAKE_EPOCH + 20)
+    for t in range(20, 35):  # the same fall that a counter's samples would be acted on
+        samples.put(1, FAKE_EPOCH + t, started_at=FAKE_EPOCH, util=30, util_source=blind)
+        samples.put(2, FAKE_EPOCH + t, started_at=FAKE_EPOCH + 20, util_source=blind)
+        monitor.tick()
+    assert fake.jobs[2].state == "RUNNING" and fake.jobs[1].state == "RUNNING"
+    assert not [e for e in helper.store.events() if e.kind == "requeue-contention"]
+    (event,) = [e for e in helper.store.events() if e.kind == "counters-unavailable"]  # once, not per round
+    assert event.data["reason"] == "dcgm-profiling" and event.data["node"] == "node1"
+    assert "Profiling is not supported" in event.detail and "only from what jobs report" in event.detail
+
+
 def test_pending_packed_job_is_kept_off_the_node_of_an_avoided_partner(tmp_path):
     fake, helper, samples, monitor = make(tmp_path)
     helper.store.avoid_pair("aaaa", "bbbb", "test")

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import math
 import urllib.request
+from unittest import mock
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpus.sim.backend import SimGpuBackend
+from mig.errors import CountersUnavailableError
 from packer.config import GIB, PackerConfig
 from packer.decision import ClusterView
 from packer.fingerprint import fingerprint
@@ -163,6 +165,14 @@ def test_agent_reports_shares_and_slices_per_gpu(tmp_path):
     f = parse(generate_latest(agent_registry(agent)).decode())
     assert changes and value(f, "gpupack_gpu_mig_slices_idle", node="node1", gpu="0") > 0
     assert value(f, "gpupack_mig_reconfigurations", "_total", node="node1") == before + len(changes)
+    assert not f["gpupack_gpu_util_counters_unavailable"].samples  # nothing sampled yet
+    # a node without DCGM: the MIG slice's activity cannot be read; the metric says so, by reason
+    refusal = CountersUnavailableError("no dcgmi here", reason="no-dcgm")
+    with mock.patch.object(backend, "instance_activity", side_effect=refusal):
+        agent.sampler.sample_all(list(agent.jobs.values()), 1000.0)
+    f = parse(generate_latest(agent_registry(agent)).decode())
+    assert value(f, "gpupack_gpu_util_counters_unavailable", node="node1", gpu="0", reason="no-dcgm") == 1
+    assert agent.sampler.recent[7][-1].util_source == "unavailable: no-dcgm: no dcgmi here"
 
 
 # -- the endpoint -----------------------------------------------------------------------------

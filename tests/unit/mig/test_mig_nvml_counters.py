@@ -57,8 +57,8 @@ def test_activity_per_mig_instance_is_dcgm_only_and_the_agent_degrades():
     reader = CounterReader(be)
     job = Assignment(5, "n1", 0, "mig", "mig:1g.10gb@0", gi_id=9, device_uuid="MIG-x")
     reading = reader.read([job])[5]
-    assert reading.util_pct is None and reading.source.startswith("unavailable: ")
-    assert "DCGM" in reading.source
+    assert reading.util_pct is None and reading.source.startswith("unavailable: no-dcgm: ")
+    assert "DCGM" in reading.source and reader.unavailable == {0: ("no-dcgm", 1)}
 
 
 def test_a_driver_without_process_samples_is_reported_as_unavailable(monkeypatch):
