@@ -131,6 +131,9 @@ def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, nvml_lib
             link.server_close()
         if endpoint is not None:
             endpoint.stop()
+        close = getattr(gpu_backend, "close", None)
+        if close is not None:  # NVML shut down, DCGM's monitor stopped
+            close()
 
 
 def _link_server(node: str, daemon, allowed: set[int], host: str | None, port: int | None):
