@@ -44,13 +44,14 @@ class MpsShares:
     """MPS shares and their daemons, on the GPUs and MIG instances of one node."""
 
     def __init__(self, paths: AgentPaths, backend, mig: MigManager, *, shares_per_gpu: int | None,
-                 mps_control: str | list[str] | None = None, mps_in_mig_shares: int = 0):
+                 mps_control: str | list[str] | None = None, mps_in_mig_shares: int = 0,
+                 daemon_env: dict[str, str] | None = None):
         self.paths = paths
         self.backend = backend
         self.mig = mig
         self.shares_per_gpu = shares_per_gpu
         self.in_mig = mps_in_mig_shares
-        self.daemons = MpsDaemons(paths.mps, mps_control)
+        self.daemons = MpsDaemons(paths.mps, mps_control, env=daemon_env)
         self.exclusive = ExclusiveMode(backend, paths.mps)
 
     def share(self, a: Assignment, gpu) -> Assignment:
@@ -94,7 +95,7 @@ class MpsShares:
     def _with_daemon(self, a: Assignment, pct: int, env: dict[str, str]) -> Assignment:
         a.env = {**env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct)}
         self.exclusive.hold(mps_key(a), a.gpu_index, a.gi_id)  # before the daemon, as NVIDIA's docs do
-        daemon = self.daemons.ensure(mps_key(a), a.device_uuid or "", self._limits(mps_key(a), a))
+        daemon = self.daemons.ensure(mps_key(a), a.device_uuid or "", self._limits(mps_key(a), a), a.uid)
         a.env.update({
             "CUDA_MPS_PIPE_DIRECTORY": str(daemon.pipe),
             "CUDA_MPS_LOG_DIRECTORY": str(daemon.logs),
@@ -129,7 +130,7 @@ class MpsShares:
         left = [b for b in self._jobs(key) if b.job_id != a.job_id]
         try:
             if left:
-                self.daemons.ensure(key, left[0].device_uuid or "", self._limits(key))
+                self.daemons.ensure(key, left[0].device_uuid or "", self._limits(key), left[0].uid)
             else:
                 self.daemons.stop(key)
                 self.exclusive.release(key)
@@ -148,7 +149,7 @@ class MpsShares:
             if key not in self.daemons.daemons:
                 try:
                     self.exclusive.hold(key, b.gpu_index, b.gi_id)
-                    self.daemons.ensure(key, b.device_uuid or "", self._limits(key))
+                    self.daemons.ensure(key, b.device_uuid or "", self._limits(key), b.uid)
                 except AgentError as exc:
                     done.append(f"MPS daemon {key}: {exc}")
         done += self.daemons.watch()
@@ -182,4 +183,4 @@ class MpsShares:
                  a.env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), pct)
         a.env = {**a.env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct), "GPUPACK_ISOLATION": f"mps:{pct}"}
         a.isolation = f"mps:{pct}"
-        self.daemons.ensure(mps_key(a), a.device_uuid or "", self._limits(mps_key(a), a))
+        self.daemons.ensure(mps_key(a), a.device_uuid or "", self._limits(mps_key(a), a), a.uid)
