@@ -13,6 +13,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable
 
+from packer.mps import device_key
 from slurm_plugin.agent import isolation as iso
 from slurm_plugin.agent.mig_manager import MigManager
 from slurm_plugin.agent.exclusive_mode import ExclusiveMode
@@ -26,6 +27,11 @@ log = logging.getLogger(__name__)
 def mps_key(a: Assignment) -> str:
     """The MPS daemon an MPS job's clients use: its GPU's, or its MIG instance's."""
     return f"gpu{a.gpu_index}" if a.gi_id is None else f"gpu{a.gpu_index}-gi{a.gi_id}"
+
+
+def plan_key(a: Assignment) -> str:
+    """The device an MPS job's planned percentage is counted on: its GPU, or its MIG instance."""
+    return device_key(a.gpu_index, None if a.gi_id is None else f"{a.profile}@{a.start}")
 
 
 def pool_for(jobs: Iterable[Assignment], a: Assignment, capacity: int) -> Assignment | None:
@@ -64,7 +70,7 @@ class MpsShares:
         if gpu.mig_enabled:  # MPS shares a whole GPU: MIG must be off (as a MIG slice turns it on)
             self.mig.leave_mig_mode(a.gpu_index)
         shares = iso.ladder_shares(self.backend.catalog(a.gpu_index), self.shares_per_gpu)
-        pct = self.planned_pct(a.gpu_index, a.job_id) or iso.mps_percentage(a.shards, shares)
+        pct = self.planned_pct(plan_key(a), a.job_id) or iso.mps_percentage(a.shards, shares)
         a.mem_limit_bytes = iso.mps_memory_limit_bytes(a.shards, shares, gpu.memory_mib)
         a.isolation = f"mps:{pct}"
         a.device_uuid = gpu.uuid
@@ -87,9 +93,9 @@ class MpsShares:
             a.created_instance = True
         mem_mib = next(i.memory_mib for i in self.backend.list_instances(a.gpu_index) if i.gi_id == a.gi_id)
         a.kind = "mps"
-        pct = iso.mps_percentage(a.shards, self.in_mig)
+        pct = self.planned_pct(plan_key(a), a.job_id) or iso.mps_percentage(a.shards, self.in_mig)
         a.mem_limit_bytes = iso.mps_memory_limit_bytes(a.shards, self.in_mig, mem_mib)
-        a.isolation = f"mps:{pct}@{a.profile}@{a.start}"
+        a.isolation = self._isolation(a, pct)
         return self._with_daemon(a, pct, {"CUDA_VISIBLE_DEVICES": a.device_uuid or ""})
 
     def _with_daemon(self, a: Assignment, pct: int, env: dict[str, str]) -> Assignment:
@@ -161,12 +167,18 @@ class MpsShares:
         return done
 
     # -- the helper's plan ------------------------------------------------------------------
-    def planned_pct(self, gpu_index: int, job_id: int) -> int | None:
-        """The helper's MPS percentage for this job, from the GPU's measured utilisations
-        (sent over the link, kept at `agent/<node>/mps-plan.json`); None when it has none."""
+    @staticmethod
+    def _isolation(a: Assignment, pct: int) -> str:
+        return f"mps:{pct}" if a.gi_id is None else f"mps:{pct}@{a.profile}@{a.start}"
+
+    def planned_pct(self, device: str, job_id: int) -> int | None:
+        """The helper's MPS percentage for this job, from the measured utilisations of the jobs
+        on its device (``plan_key``: a GPU, or an MPS-shared MIG instance, whose threads the
+        percentage counts), sent over the link, kept at `agent/<node>/mps-plan.json`; None when
+        it has none."""
         try:
             doc = json.loads(self.paths.mps_plan.read_text())
-            pct = doc.get("plan", {}).get(str(gpu_index), {}).get(str(job_id))
+            pct = doc.get("plan", {}).get(device, {}).get(str(job_id))
         except (OSError, ValueError, AttributeError):
             return None
         if isinstance(pct, int) and not isinstance(pct, bool) and 1 <= pct <= 100:
@@ -174,13 +186,13 @@ class MpsShares:
         return None
 
     def apply_plan(self, a: Assignment) -> None:
-        """A later step of an MPS job starts with the share the helper measured for it (a
-        whole GPU's share: the plan is per GPU, not per MIG instance)."""
-        pct = self.planned_pct(a.gpu_index, a.job_id) if a.gi_id is None else None
+        """A later step of an MPS job starts with the share the helper measured for it, on its
+        GPU or within its MIG instance; the device's daemon follows (its largest share)."""
+        pct = self.planned_pct(plan_key(a), a.job_id)
         if pct is None or a.env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == str(pct):
             return
-        log.info("job %d: MPS share %s%% -> %d%% (measured utilisation plan)", a.job_id,
-                 a.env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), pct)
-        a.env = {**a.env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct), "GPUPACK_ISOLATION": f"mps:{pct}"}
-        a.isolation = f"mps:{pct}"
+        log.info("job %d: MPS share %s%% -> %d%% on %s (measured utilisation plan)", a.job_id,
+                 a.env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), pct, mps_key(a))
+        a.isolation = self._isolation(a, pct)
+        a.env = {**a.env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct), "GPUPACK_ISOLATION": a.isolation}
         self.daemons.ensure(mps_key(a), a.device_uuid or "", self._limits(mps_key(a), a), a.uid)

@@ -219,3 +219,31 @@ def test_small_jobs_of_one_user_share_a_mig_instance_through_mps(tmp_path):
     agent.finish(10)
     assert a.device_uuid not in {i.uuid for i in backend.list_instances(0)} and daemons.pid(key) is None
     agent.finish(11)
+
+
+def test_the_helpers_plan_for_a_mig_instance_reaches_its_jobs_and_its_daemon(tmp_path):
+    """The helper's measured MPS plan names the MIG instance the jobs share through MPS
+    (``0@profile@start``, percentages counted within it): a later step of each job starts
+    with its planned share, the instance's daemon takes the largest, and a plan for the GPU
+    (or for another instance) does not touch these jobs."""
+    from slurm_plugin.agent.ops import dispatch
+    from slurm_plugin.agent.trust import Peer
+
+    backend = SimGpuBackend(None, "node1", gpus=["H100-80GB"], mig_enabled=True)
+    agent = NodeAgent("node1", tmp_path, backend, mps_in_mig_shares=3)
+    a = agent.isolate(9, BATCH_STEP, 1000, SHARD1)
+    b = agent.isolate(10, BATCH_STEP, 1000, SHARD1)
+    key, where = f"gpu0-gi{a.gi_id}", f"{a.profile}@{a.start}"
+    assert b.device_uuid == a.device_uuid and a.isolation == f"mps:33@{where}"
+    dispatch(agent, "mps_plan", {"plan": {"0": {"9": 90, "10": 10}}, "generation": 1}, Peer(0, 0, 0))
+    assert agent.isolate(9, 0, 1000, SHARD1).env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "33"  # not the GPU's
+    dispatch(agent, "mps_plan", {"plan": {f"0@{where}": {"9": 75, "10": 25}}, "generation": 2}, Peer(0, 0, 0))
+    a2, b2 = agent.isolate(9, 0, 1000, SHARD1), agent.isolate(10, 0, 1000, SHARD1)
+    assert (a2.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], b2.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]) == ("75", "25")
+    assert a2.isolation == f"mps:75@{where}" and b2.isolation == f"mps:25@{where}"  # still the instance's
+    state = daemon_state(agent.isolator.mps.daemons.dirs(key)[0])
+    assert state["default_pct"] == 75 and [s["active_thread_pct"] for s in state["servers"]] == [75]
+    c = agent.isolate(11, BATCH_STEP, 1000, SHARD1)  # joins with the plan's room: its shares' default
+    assert c.device_uuid == a.device_uuid and c.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "33"
+    for job in (9, 10, 11):
+        agent.finish(job)
