@@ -29,6 +29,11 @@ def mps_key(a: Assignment) -> str:
     return f"gpu{a.gpu_index}" if a.gi_id is None else f"gpu{a.gpu_index}-gi{a.gi_id}"
 
 
+def _on_device(a: Assignment) -> bool:
+    """An MPS job whose device is there (not one whose MIG instance a driver reload took)."""
+    return a.kind == "mps" and bool(a.device_uuid)
+
+
 def plan_key(a: Assignment) -> str:
     """The device an MPS job's planned percentage is counted on: its GPU, or its MIG instance."""
     return device_key(a.gpu_index, None if a.gi_id is None else f"{a.profile}@{a.start}")
@@ -111,7 +116,7 @@ class MpsShares:
 
     # -- the daemons' limits, their ends ----------------------------------------------------
     def _jobs(self, key: str, extra: Assignment | None = None) -> list[Assignment]:
-        jobs = {b.job_id: b for b in self.mig.assignments() if b.kind == "mps" and mps_key(b) == key}
+        jobs = {b.job_id: b for b in self.mig.assignments() if _on_device(b) and mps_key(b) == key}
         if extra is not None:
             jobs[extra.job_id] = extra
         return list(jobs.values())
@@ -130,7 +135,7 @@ class MpsShares:
     def released(self, a: Assignment) -> None:
         """An MPS job ended: its device's daemon stops with the device's last MPS job, else its
         limits follow the jobs that are left."""
-        if a.kind != "mps":
+        if not _on_device(a):
             return
         key = mps_key(a)
         left = [b for b in self._jobs(key) if b.job_id != a.job_id]
@@ -149,7 +154,7 @@ class MpsShares:
         done = []
         wanted: dict[str, Assignment] = {}
         for b in self.mig.assignments():
-            if b.kind == "mps" and b.device_uuid:
+            if _on_device(b):
                 wanted.setdefault(mps_key(b), b)
         for key, b in wanted.items():
             if key not in self.daemons.daemons:
@@ -188,7 +193,7 @@ class MpsShares:
     def apply_plan(self, a: Assignment) -> None:
         """A later step of an MPS job starts with the share the helper measured for it, on its
         GPU or within its MIG instance; the device's daemon follows (its largest share)."""
-        pct = self.planned_pct(plan_key(a), a.job_id)
+        pct = self.planned_pct(plan_key(a), a.job_id) if _on_device(a) else None
         if pct is None or a.env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == str(pct):
             return
         log.info("job %d: MPS share %s%% -> %d%% on %s (measured utilisation plan)", a.job_id,

@@ -247,3 +247,34 @@ def test_the_helpers_plan_for_a_mig_instance_reaches_its_jobs_and_its_daemon(tmp
     assert c.device_uuid == a.device_uuid and c.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "33"
     for job in (9, 10, 11):
         agent.finish(job)
+
+
+def test_an_mps_shared_instance_gone_after_a_driver_reload_is_reconciled(tmp_path):
+    """The agent restarts after a driver reload that took the MPS-shared MIG instance: its
+    jobs are noted lost as a plain slice's job is, the instance's daemon is stopped and its
+    compute-mode mark cleared; a new small job gets a new instance and daemon."""
+    from slurm_plugin.agent.exclusive_mode import MARK
+
+    backend = SimGpuBackend(tmp_path / "sim", "node1", gpus=["H100-80GB"], mig_enabled=True)
+    first = NodeAgent("node1", tmp_path, backend, mps_in_mig_shares=3, list_running_jobs=lambda: {9, 10, 11})
+    a = first.isolate(9, BATCH_STEP, 1000, SHARD1)
+    first.isolate(10, BATCH_STEP, 1000, SHARD1)
+    key = f"gpu0-gi{a.gi_id}"
+    daemons = first.isolator.mps.daemons
+    assert daemons.pid(key) and (daemons.root / key / MARK).exists()
+    backend.set_owner(0, a.gi_id, None)  # the driver reload: every MIG instance gone
+    backend.destroy_instance(0, a.gi_id)
+    second = NodeAgent("node1", tmp_path, backend, mps_in_mig_shares=3, list_running_jobs=lambda: {9, 10, 11})
+    done = second.reconcile(at_start=True)
+    assert {f"job {j}: its {a.profile}@{a.start} is gone from GPU 0" for j in (9, 10)} <= set(done), done
+    assert f"MPS daemon {key} stopped: no MPS job uses it" in done
+    assert daemons.pid(key) is None and not (daemons.root / key / MARK).exists()
+    for job in (9, 10):
+        lost = second.jobs[job]
+        assert lost.device_uuid is None and lost.gi_id is None and any("missing" in n for n in lost.notes)
+    assert second.reconcile(at_start=False) == []  # nothing to start again for the lost jobs
+    c = second.isolate(11, BATCH_STEP, 1000, SHARD1)
+    assert c.device_uuid and second.isolator.mps.daemons.pid(f"gpu0-gi{c.gi_id}")
+    for job in (9, 10, 11):
+        second.finish(job)
+    assert not second.isolator.mps.daemons.running_keys()
