@@ -126,8 +126,11 @@ class MpsDaemons:
 
     def _start_server(self, d: MpsDaemon, uid: int) -> None:
         """``start_server -uid``: the user's server (and its context on the device) now, under
-        the daemon's default limits, rather than at the first client."""
-        self.command(d, f"start_server -uid {uid}")
+        the daemon's default limits, rather than at the first client. A server the daemon
+        already runs is the user's (one user's jobs per device; the daemon quits with them),
+        e.g. after an agent restart: it is kept."""
+        if not self.command(d, "get_server_list").split():
+            self.command(d, f"start_server -uid {uid}")
         deadline = time.monotonic() + self.timeout_s
         while not self.command(d, "get_server_list").split():
             if time.monotonic() > deadline:

@@ -278,3 +278,21 @@ def test_an_mps_shared_instance_gone_after_a_driver_reload_is_reconciled(tmp_pat
     for job in (9, 10, 11):
         second.finish(job)
     assert not second.isolator.mps.daemons.running_keys()
+
+
+def test_the_server_started_up_front_is_kept_by_a_restarted_agent(tmp_path):
+    """The agent starts the user's server with the share; an agent restarted beside the
+    running daemon finds that server (the daemon runs one user's jobs) and starts none."""
+    backend = SimGpuBackend(None, "node1", gpus=["H100-80GB"], mig_enabled=False)
+    first = NodeAgent("node1", tmp_path, backend, isolation_mode="mps", list_running_jobs=lambda: {9})
+    first.isolate(9, BATCH_STEP, 1000, SHARD2)
+    pipe, logs = first.isolator.mps.daemons.dirs("gpu0")
+    (server,) = daemon_state(pipe)["servers"]
+    assert server["uid"] == 1000 and server["clients"] == [] and server["active_thread_pct"] == 40
+    second = NodeAgent("node1", tmp_path, backend, isolation_mode="mps", list_running_jobs=lambda: {9})
+    second.reconcile(at_start=True)
+    assert second.isolator.mps.daemons.daemons["gpu0"].server_uid == 1000
+    assert [s["pid"] for s in daemon_state(pipe)["servers"]] == [server["pid"]]
+    assert (logs / "control.log").read_text().count("start_server -uid 1000") == 1
+    second.finish(9)
+    assert second.isolator.mps.daemons.pid("gpu0") is None
