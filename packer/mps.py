@@ -6,6 +6,10 @@ utilisation plus headroom) and the spare is shared out evenly, so the sum is exa
 and no SM sits idle on purpose. Jobs that do not fit together are scaled down in proportion
 to their needs, never below `floor_pct`. A job without a measurement counts as needing an
 equal share. Whole percentages; the sum never exceeds 100.
+
+The percentages are counted on the device the jobs share through one MPS daemon: a whole
+GPU, or a MIG instance that small jobs share through MPS (their threads are the instance's).
+A plan names that device by :func:`device_key`.
 """
 from __future__ import annotations
 
@@ -75,3 +79,16 @@ def settled_plan(previous: Mapping[K, int] | None, new: Mapping[K, int], min_cha
     if any(abs(new[k] - previous[k]) >= min_change for k in new):
         return new
     return previous
+
+
+def device_key(gpu_index: int, instance: str | None = None) -> str:
+    """The name a plan gives the device MPS jobs share: their GPU (``"0"``), or their MIG
+    instance on it (``instance`` as ``profile@start``: ``"0@3g.40gb@4"``)."""
+    return f"{gpu_index}@{instance}" if instance else str(gpu_index)
+
+
+def device_key_of(gpu_index: int, isolation: str) -> str:
+    """:func:`device_key` of an MPS job from its isolation: ``mps:P`` (a whole GPU) or
+    ``mps:P@profile@start`` (a MIG instance shared through MPS)."""
+    _, sep, instance = isolation.partition("@")
+    return device_key(gpu_index, instance if sep else None)

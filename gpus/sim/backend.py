@@ -142,6 +142,7 @@ class SimGpuBackend(SimMemory, SimCounters, SimComputeMode, SimGpuStore):
             g["instances"].remove(inst)
             g["memory"].pop(inst["uuid"], None)
             g.get("processes", {}).pop(inst["uuid"], None)
+            g.get("mps_servers", {}).pop(inst["uuid"], None)
             g.get("compute_modes", {}).pop(inst["uuid"], None)
             log.info("GPU %s of %s: destroyed %s@%s (GI %s)", gpu_index, self.node,
                      inst["profile"], inst["start"], gi_id)

@@ -11,6 +11,12 @@ MPS clients use, a process that does not go through MPS is refused, and while a 
 process holds the device, MPS clients are refused: CUDA's "all CUDA-capable devices are
 busy or unavailable" (:class:`mig.errors.DevicesUnavailableError`).
 
+An MPS server holds that one context from its start (the stand-in control daemon opens it:
+:meth:`SimComputeMode.open_mps_server`), before any client, as the real server does: so a
+server started up front (``start_server -uid``) refuses a later plain process, and a plain
+process that got there first refuses the server (and so every MPS client). A server counts
+while its daemon runs (``g["mps_servers"][device_uuid][server id]`` = the daemon's pid).
+
 A part of :class:`gpus.sim.backend.SimGpuBackend`, which gives ``_txn``, ``_gpu``,
 ``_instance`` and ``node``.
 """
@@ -21,7 +27,12 @@ import os
 from mig.backend import COMPUTE_DEFAULT, COMPUTE_EXCLUSIVE_PROCESS, COMPUTE_MODES, COMPUTE_PROHIBITED
 from mig.errors import DevicesUnavailableError, MigEnabledError
 
+SERVERS = "mps_servers"
 BUSY = "CUDA error: all CUDA-capable devices are busy or unavailable"
+
+
+def _pid_alive(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
 
 
 def _alive(owner: str) -> bool:
@@ -56,6 +67,22 @@ class SimComputeMode:
             if mode == COMPUTE_DEFAULT:
                 del modes[self._device_uuid(g, gi_id)]
 
+    def open_mps_server(self, device_uuid: str, server: int, daemon_pid: int) -> None:
+        """An MPS server makes its (the device's one) context; DevicesUnavailableError when a
+        process outside MPS holds an EXCLUSIVE_PROCESS device."""
+        with self._txn(write=True) as doc:
+            _, _, g, _ = self._locate(doc, device_uuid)
+            self._check_context(g, device_uuid, f"mps-server-{server}", mps=True)
+            g.setdefault(SERVERS, {}).setdefault(device_uuid, {})[str(server)] = int(daemon_pid)
+
+    def close_mps_server(self, device_uuid: str, server: int) -> None:
+        with self._txn(write=True) as doc:
+            _, _, g, _ = self._locate(doc, device_uuid)
+            servers = g.get(SERVERS, {}).get(device_uuid, {})
+            servers.pop(str(server), None)
+            if not servers:
+                g.get(SERVERS, {}).pop(device_uuid, None)
+
     def _check_context(self, g: dict, device_uuid: str, owner: str, mps: bool) -> None:
         """Raise DevicesUnavailableError when the device's compute mode refuses a new context
         of ``owner`` (an MPS client when ``mps``)."""
@@ -66,6 +93,13 @@ class SimComputeMode:
             return
         others = {o: p for o, p in g.get("processes", {}).get(device_uuid, {}).items() if o != owner and _alive(o)}
         holders = sorted(o for o, p in others.items() if not (mps and p.get("mps")))
+        servers = [f"MPS server {s}" for s, pid in sorted(g.get(SERVERS, {}).get(device_uuid, {}).items())
+                   if _pid_alive(pid)]
+        if servers and not mps:
+            raise DevicesUnavailableError(
+                f"{BUSY} ({device_uuid} of {self.node} is in EXCLUSIVE_PROCESS compute mode and its one "
+                f"context is held by {', '.join(servers)}; on this device CUDA runs only through its MPS "
+                f"server (CUDA_MPS_PIPE_DIRECTORY))")
         if holders:
             raise DevicesUnavailableError(
                 f"{BUSY} ({device_uuid} of {self.node} is in EXCLUSIVE_PROCESS compute mode and its one "

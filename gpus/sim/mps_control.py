@@ -17,7 +17,9 @@ The commands and what is refused: :mod:`gpus.sim.mps_state`. A simulated CUDA pr
 ``simgpu`` workload) with ``CUDA_MPS_PIPE_DIRECTORY`` set joins the daemon through
 :func:`connect_client`, as the CUDA driver does, and runs under the limits it answers; the
 simulated GPU refuses its allocations past the pinned memory limit. Without a daemon it
-runs as a plain process, as CUDA does.
+runs as a plain process, as CUDA does. Each server holds the device's one context on the
+simulated GPU (``CUDA_VISIBLE_DEVICES``, the GPU of ``GPUPACK_SIM_DIR``/``GPUPACK_NODE`` in
+the daemon's environment; :class:`SimDevice`) from its start to its end.
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpus.sim.mps_state import MpsRefused, MpsState, env_limit
+from gpus.sim.mps_state import MpsRefused, MpsState, NoDevice, env_limit
+from mig.errors import MigError
 from store.jsonfile import write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -112,12 +115,40 @@ def client_exit(env: dict[str, str], pid: int) -> None:
 
 
 # -- the daemon ------------------------------------------------------------------------------
+class SimDevice:
+    """The simulated device a daemon serves: each server's one context on it, as the real
+    server's (:meth:`gpus.sim.compute_mode.SimComputeMode.open_mps_server`)."""
+
+    def __init__(self, sim_dir: str, node: str, device_uuid: str):
+        from gpus.sim.backend import SimGpuBackend
+
+        self.gpu, self.device = SimGpuBackend(Path(sim_dir), node), device_uuid
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> SimDevice | NoDevice:
+        """The daemon's device; NoDevice when its environment names no simulated GPU."""
+        where = [env.get(k, "") for k in ("GPUPACK_SIM_DIR", "GPUPACK_NODE", "CUDA_VISIBLE_DEVICES")]
+        return cls(*where) if all(where) else NoDevice()
+
+    def open(self, server: int, uid: int) -> None:
+        try:
+            self.gpu.open_mps_server(self.device, server, os.getpid())
+        except MigError as exc:
+            raise MpsRefused(f"the MPS server for uid {uid} cannot make its context: {exc}") from exc
+
+    def close(self, server: int) -> None:
+        try:
+            self.gpu.close_mps_server(self.device, server)
+        except MigError as exc:  # the device is gone (its MIG instance destroyed)
+            log.info("MPS server %s: its device %s is gone (%s)", server, self.device, exc)
+
+
 class _Daemon(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
-    def __init__(self, pipe: Path, logs: Path):
+    def __init__(self, pipe: Path, logs: Path, env: dict[str, str]):
         self.pipe, self.logs = pipe, logs
-        self.state = MpsState()
+        self.state = MpsState(contexts=SimDevice.from_env(env))
         self.lock = threading.Lock()
         super().__init__(str(pipe / SOCKET), _Handler)
 
@@ -165,7 +196,7 @@ def serve(env: dict[str, str]) -> int:
     pipe.mkdir(parents=True, exist_ok=True)
     logs.mkdir(parents=True, exist_ok=True)
     (pipe / SOCKET).unlink(missing_ok=True)
-    server = _Daemon(pipe, logs)
+    server = _Daemon(pipe, logs, env)
     os.chmod(pipe / SOCKET, 0o777)  # every user's CUDA processes reach the daemon, as with the real one
     (pipe / PID_FILE).write_text(f"{os.getpid()}\n")
     server.note(f"Control daemon started, pid {os.getpid()}, CUDA_VISIBLE_DEVICES="
@@ -173,6 +204,8 @@ def serve(env: dict[str, str]) -> int:
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
+        for s in server.state.servers:
+            server.state.contexts.close(s.pid)
         server.server_close()
         (pipe / SOCKET).unlink(missing_ok=True)
         (pipe / PID_FILE).unlink(missing_ok=True)

@@ -13,13 +13,17 @@ talks to the daemon over its private protocol): ``sim_connect_client UID PID`` a
 What it refuses, as the real daemon does: a server for a second user while the first
 user's server has clients (the real daemon queues that user until the clients are done; the
 stand-in answers with an error so a test sees it at once), a percentage outside 1-100, a
-limit it cannot read, a server id it does not run. The stand-in starts no server process: a
-server is a record with an id from its own counter.
+limit it cannot read, a server id it does not run, a server whose device a process outside
+MPS holds (its context refused: the device's compute mode). The stand-in starts no server
+process: a server is a record with an id from its own counter, whose context on the device
+``contexts`` opens when it starts (``start_server -uid`` or a first client) and closes when it
+ends.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
 SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 FIRST_SERVER_ID = 4_000_001  # server ids of the stand-in (no process has them)
@@ -51,6 +55,25 @@ def env_limit(text: str | None, device: int = 0) -> int | None:
     return None
 
 
+class ServerContexts(Protocol):
+    """The device the daemon serves: a server's context opened (MpsRefused when the device
+    refuses it) and closed."""
+
+    def open(self, server: int, uid: int) -> None: ...
+
+    def close(self, server: int) -> None: ...
+
+
+class NoDevice:
+    """No device to hold (the state alone, as in unit tests of the commands)."""
+
+    def open(self, server: int, uid: int) -> None:
+        return None
+
+    def close(self, server: int) -> None:
+        return None
+
+
 @dataclass
 class Server:
     pid: int
@@ -69,9 +92,12 @@ class MpsState:
     servers: list[Server] = field(default_factory=list)
     next_id: int = FIRST_SERVER_ID
     quitting: bool = False
+    contexts: ServerContexts = field(default_factory=NoDevice, repr=False, compare=False)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {"default_pct": self.default_pct, "default_pinned": dict(self.default_pinned),
+                "servers": [asdict(s) for s in self.servers], "next_id": self.next_id,
+                "quitting": self.quitting}
 
     # -- commands ---------------------------------------------------------------------
     def answer(self, line: str, alive=lambda pid: True) -> str:
@@ -108,10 +134,14 @@ class MpsState:
         if active is not None:
             raise MpsRefused(f"Server {active.pid} of uid {active.uid} has clients "
                              f"{active.clients}; a server for uid {uid} cannot start until they end")
-        self.servers = [s for s in self.servers if s.uid == uid]  # an idle other user's server ends
+        for s in self.servers:
+            if s.uid != uid:  # an idle other user's server ends
+                self.contexts.close(s.pid)
+        self.servers = [s for s in self.servers if s.uid == uid]
         own = next((s for s in self.servers if s.uid == uid), None)
         if own is not None:
             return own
+        self.contexts.open(self.next_id, uid)  # its context on the device, before any client
         server = Server(self.next_id, uid, self.default_pct, dict(self.default_pinned))
         self.next_id += 1
         self.servers.append(server)
@@ -169,6 +199,8 @@ class MpsState:
         if args and not (args[0] == "-t" and len(args) == 2 and args[1].isdigit()):
             raise MpsRefused("Usage: quit [-t <timeout in seconds>]")
         self.quitting = True
+        for s in self.servers:
+            self.contexts.close(s.pid)
         return ""
 
     @staticmethod

@@ -36,7 +36,11 @@ class Isolator:
         self.sim_dir = sim_dir
         self.clock = clock
         self.mps = MpsShares(paths, backend, mig, shares_per_gpu=shares_per_gpu, mps_control=mps_control,
-                             mps_in_mig_shares=mps_in_mig_shares)
+                             mps_in_mig_shares=mps_in_mig_shares, daemon_env=self._sim_env())
+
+    def _sim_env(self) -> dict[str, str]:
+        """The simulated GPU's place, for the stand-in MPS daemons (nothing on real GPUs)."""
+        return {} if self.sim_dir is None else {"GPUPACK_SIM_DIR": str(self.sim_dir), "GPUPACK_NODE": self.node}
 
     def make(self, job_id: int, uid: int | None, grant: iso.StepGrant) -> Assignment:
         """A new assignment for the job's first step on this node, its isolation made."""

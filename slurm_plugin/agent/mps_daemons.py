@@ -13,6 +13,10 @@ describes it:
   ``set_device_pinned_mem_limit <pid> 0 <N>M`` on each running server (``get_server_list``);
   each value is read back. Thread percentages need Volta MPS (CUDA 9+); pinned memory limits
   CUDA 11.5+. A client's own environment can only lower what the daemon sets;
+- the server up front: ``start_server -uid <uid>`` for the jobs' user once the limits are
+  set, so the server holds the device's one context (exclusive-process compute mode) before
+  any of the jobs' processes runs: a process that bypasses MPS is the one refused, never the
+  MPS clients; the server is waited for in ``get_server_list``;
 - watch: a daemon whose pid (``nvidia-cuda-mps-control.pid`` in its pipe folder) is gone is
   started again, its limits set again, and the restart is counted and logged;
 - stop: ``echo quit | nvidia-cuda-mps-control`` when the device's last MPS share ends.
@@ -56,6 +60,7 @@ class MpsDaemon:
     pipe: Path
     logs: Path
     limits: MpsLimits | None = None
+    server_uid: int | None = None  # the user whose server was started up front
     restarts: int = 0
     notes: list[str] = field(default_factory=list)
 
@@ -79,8 +84,10 @@ def size_bytes(text: str) -> int | None:
 class MpsDaemons:
     """The node's control daemons, under ``root/<key>/pipe`` and ``root/<key>/log``."""
 
-    def __init__(self, root: Path, control: Sequence[str] | str | None = None, timeout_s: float = WAIT_S):
+    def __init__(self, root: Path, control: Sequence[str] | str | None = None, timeout_s: float = WAIT_S,
+                 env: dict[str, str] | None = None):
         self.root = Path(root)
+        self.env = dict(env or {})  # more for the daemon's environment (the simulated GPU's place)
         self.control = control_command(control)
         self.timeout_s = timeout_s
         self.daemons: dict[str, MpsDaemon] = {}
@@ -100,22 +107,41 @@ class MpsDaemons:
         return pid
 
     # -- start, limits, stop --------------------------------------------------------------
-    def ensure(self, key: str, device_uuid: str, limits: MpsLimits) -> MpsDaemon:
+    def ensure(self, key: str, device_uuid: str, limits: MpsLimits, uid: int | None = None) -> MpsDaemon:
         """The daemon of ``key`` running on ``device_uuid`` with ``limits`` set (started when
-        none runs); AgentError when it cannot be started or refuses the limits."""
+        none runs) and, for a known ``uid``, that user's server started; AgentError when it
+        cannot be started or refuses the limits or the server."""
         d = self.daemons.get(key)
         if d is None or d.device_uuid != device_uuid:
             pipe, logs = self.dirs(key)
             d = self.daemons[key] = MpsDaemon(key, device_uuid, pipe, logs)
         if self.pid(key) is None:
             self._start(d)
-            d.limits = None
+            d.limits = d.server_uid = None
         if d.limits != limits:
             self._set_limits(d, limits)
+        if uid is not None and d.server_uid != uid:
+            self._start_server(d, uid)
         return d
 
+    def _start_server(self, d: MpsDaemon, uid: int) -> None:
+        """``start_server -uid``: the user's server (and its context on the device) now, under
+        the daemon's default limits, rather than at the first client. A server the daemon
+        already runs is the user's (one user's jobs per device; the daemon quits with them),
+        e.g. after an agent restart: it is kept."""
+        if not self.command(d, "get_server_list").split():
+            self.command(d, f"start_server -uid {uid}")
+        deadline = time.monotonic() + self.timeout_s
+        while not self.command(d, "get_server_list").split():
+            if time.monotonic() > deadline:
+                raise AgentError(f"the MPS control daemon for {d.key} did not start uid {uid}'s server "
+                                 f"within {self.timeout_s:.0f}s (get_server_list is empty); see {d.logs}")
+            time.sleep(0.1)
+        d.server_uid = uid
+        log.info("MPS daemon %s: server of uid %d started up front", d.key, uid)
+
     def _env(self, d: MpsDaemon) -> dict[str, str]:
-        return {**os.environ, "CUDA_VISIBLE_DEVICES": d.device_uuid,
+        return {**os.environ, **self.env, "CUDA_VISIBLE_DEVICES": d.device_uuid,
                 "CUDA_MPS_PIPE_DIRECTORY": str(d.pipe), "CUDA_MPS_LOG_DIRECTORY": str(d.logs)}
 
     def _start(self, d: MpsDaemon) -> None:
@@ -195,14 +221,16 @@ class MpsDaemons:
         for d in list(self.daemons.values()):
             if self.pid(d.key) is not None:
                 continue
-            limits, d.restarts = d.limits, d.restarts + 1
+            limits, uid, d.restarts = d.limits, d.server_uid, d.restarts + 1
             log.warning("MPS control daemon %s (%s) is gone; starting it again (restart %d)",
                         d.key, d.device_uuid, d.restarts)
             try:
                 self._start(d)
-                d.limits = None
+                d.limits = d.server_uid = None
                 if limits is not None:
                     self._set_limits(d, limits)
+                if uid is not None:
+                    self._start_server(d, uid)
             except AgentError as exc:
                 d.notes.append(str(exc))
                 log.error("MPS control daemon %s could not be started again: %s", d.key, exc)

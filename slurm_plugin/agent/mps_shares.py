@@ -13,6 +13,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable
 
+from packer.mps import device_key
 from slurm_plugin.agent import isolation as iso
 from slurm_plugin.agent.mig_manager import MigManager
 from slurm_plugin.agent.exclusive_mode import ExclusiveMode
@@ -26,6 +27,16 @@ log = logging.getLogger(__name__)
 def mps_key(a: Assignment) -> str:
     """The MPS daemon an MPS job's clients use: its GPU's, or its MIG instance's."""
     return f"gpu{a.gpu_index}" if a.gi_id is None else f"gpu{a.gpu_index}-gi{a.gi_id}"
+
+
+def _on_device(a: Assignment) -> bool:
+    """An MPS job whose device is there (not one whose MIG instance a driver reload took)."""
+    return a.kind == "mps" and bool(a.device_uuid)
+
+
+def plan_key(a: Assignment) -> str:
+    """The device an MPS job's planned percentage is counted on: its GPU, or its MIG instance."""
+    return device_key(a.gpu_index, None if a.gi_id is None else f"{a.profile}@{a.start}")
 
 
 def pool_for(jobs: Iterable[Assignment], a: Assignment, capacity: int) -> Assignment | None:
@@ -44,13 +55,14 @@ class MpsShares:
     """MPS shares and their daemons, on the GPUs and MIG instances of one node."""
 
     def __init__(self, paths: AgentPaths, backend, mig: MigManager, *, shares_per_gpu: int | None,
-                 mps_control: str | list[str] | None = None, mps_in_mig_shares: int = 0):
+                 mps_control: str | list[str] | None = None, mps_in_mig_shares: int = 0,
+                 daemon_env: dict[str, str] | None = None):
         self.paths = paths
         self.backend = backend
         self.mig = mig
         self.shares_per_gpu = shares_per_gpu
         self.in_mig = mps_in_mig_shares
-        self.daemons = MpsDaemons(paths.mps, mps_control)
+        self.daemons = MpsDaemons(paths.mps, mps_control, env=daemon_env)
         self.exclusive = ExclusiveMode(backend, paths.mps)
 
     def share(self, a: Assignment, gpu) -> Assignment:
@@ -63,7 +75,7 @@ class MpsShares:
         if gpu.mig_enabled:  # MPS shares a whole GPU: MIG must be off (as a MIG slice turns it on)
             self.mig.leave_mig_mode(a.gpu_index)
         shares = iso.ladder_shares(self.backend.catalog(a.gpu_index), self.shares_per_gpu)
-        pct = self.planned_pct(a.gpu_index, a.job_id) or iso.mps_percentage(a.shards, shares)
+        pct = self.planned_pct(plan_key(a), a.job_id) or iso.mps_percentage(a.shards, shares)
         a.mem_limit_bytes = iso.mps_memory_limit_bytes(a.shards, shares, gpu.memory_mib)
         a.isolation = f"mps:{pct}"
         a.device_uuid = gpu.uuid
@@ -86,15 +98,15 @@ class MpsShares:
             a.created_instance = True
         mem_mib = next(i.memory_mib for i in self.backend.list_instances(a.gpu_index) if i.gi_id == a.gi_id)
         a.kind = "mps"
-        pct = iso.mps_percentage(a.shards, self.in_mig)
+        pct = self.planned_pct(plan_key(a), a.job_id) or iso.mps_percentage(a.shards, self.in_mig)
         a.mem_limit_bytes = iso.mps_memory_limit_bytes(a.shards, self.in_mig, mem_mib)
-        a.isolation = f"mps:{pct}@{a.profile}@{a.start}"
+        a.isolation = self._isolation(a, pct)
         return self._with_daemon(a, pct, {"CUDA_VISIBLE_DEVICES": a.device_uuid or ""})
 
     def _with_daemon(self, a: Assignment, pct: int, env: dict[str, str]) -> Assignment:
         a.env = {**env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct)}
         self.exclusive.hold(mps_key(a), a.gpu_index, a.gi_id)  # before the daemon, as NVIDIA's docs do
-        daemon = self.daemons.ensure(mps_key(a), a.device_uuid or "", self._limits(mps_key(a), a))
+        daemon = self.daemons.ensure(mps_key(a), a.device_uuid or "", self._limits(mps_key(a), a), a.uid)
         a.env.update({
             "CUDA_MPS_PIPE_DIRECTORY": str(daemon.pipe),
             "CUDA_MPS_LOG_DIRECTORY": str(daemon.logs),
@@ -104,7 +116,7 @@ class MpsShares:
 
     # -- the daemons' limits, their ends ----------------------------------------------------
     def _jobs(self, key: str, extra: Assignment | None = None) -> list[Assignment]:
-        jobs = {b.job_id: b for b in self.mig.assignments() if b.kind == "mps" and mps_key(b) == key}
+        jobs = {b.job_id: b for b in self.mig.assignments() if _on_device(b) and mps_key(b) == key}
         if extra is not None:
             jobs[extra.job_id] = extra
         return list(jobs.values())
@@ -123,13 +135,13 @@ class MpsShares:
     def released(self, a: Assignment) -> None:
         """An MPS job ended: its device's daemon stops with the device's last MPS job, else its
         limits follow the jobs that are left."""
-        if a.kind != "mps":
+        if not _on_device(a):
             return
         key = mps_key(a)
         left = [b for b in self._jobs(key) if b.job_id != a.job_id]
         try:
             if left:
-                self.daemons.ensure(key, left[0].device_uuid or "", self._limits(key))
+                self.daemons.ensure(key, left[0].device_uuid or "", self._limits(key), left[0].uid)
             else:
                 self.daemons.stop(key)
                 self.exclusive.release(key)
@@ -142,13 +154,13 @@ class MpsShares:
         done = []
         wanted: dict[str, Assignment] = {}
         for b in self.mig.assignments():
-            if b.kind == "mps" and b.device_uuid:
+            if _on_device(b):
                 wanted.setdefault(mps_key(b), b)
         for key, b in wanted.items():
             if key not in self.daemons.daemons:
                 try:
                     self.exclusive.hold(key, b.gpu_index, b.gi_id)
-                    self.daemons.ensure(key, b.device_uuid or "", self._limits(key))
+                    self.daemons.ensure(key, b.device_uuid or "", self._limits(key), b.uid)
                 except AgentError as exc:
                     done.append(f"MPS daemon {key}: {exc}")
         done += self.daemons.watch()
@@ -160,12 +172,18 @@ class MpsShares:
         return done
 
     # -- the helper's plan ------------------------------------------------------------------
-    def planned_pct(self, gpu_index: int, job_id: int) -> int | None:
-        """The helper's MPS percentage for this job, from the GPU's measured utilisations
-        (sent over the link, kept at `agent/<node>/mps-plan.json`); None when it has none."""
+    @staticmethod
+    def _isolation(a: Assignment, pct: int) -> str:
+        return f"mps:{pct}" if a.gi_id is None else f"mps:{pct}@{a.profile}@{a.start}"
+
+    def planned_pct(self, device: str, job_id: int) -> int | None:
+        """The helper's MPS percentage for this job, from the measured utilisations of the jobs
+        on its device (``plan_key``: a GPU, or an MPS-shared MIG instance, whose threads the
+        percentage counts), sent over the link, kept at `agent/<node>/mps-plan.json`; None when
+        it has none."""
         try:
             doc = json.loads(self.paths.mps_plan.read_text())
-            pct = doc.get("plan", {}).get(str(gpu_index), {}).get(str(job_id))
+            pct = doc.get("plan", {}).get(device, {}).get(str(job_id))
         except (OSError, ValueError, AttributeError):
             return None
         if isinstance(pct, int) and not isinstance(pct, bool) and 1 <= pct <= 100:
@@ -173,13 +191,13 @@ class MpsShares:
         return None
 
     def apply_plan(self, a: Assignment) -> None:
-        """A later step of an MPS job starts with the share the helper measured for it (a
-        whole GPU's share: the plan is per GPU, not per MIG instance)."""
-        pct = self.planned_pct(a.gpu_index, a.job_id) if a.gi_id is None else None
+        """A later step of an MPS job starts with the share the helper measured for it, on its
+        GPU or within its MIG instance; the device's daemon follows (its largest share)."""
+        pct = self.planned_pct(plan_key(a), a.job_id) if _on_device(a) else None
         if pct is None or a.env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == str(pct):
             return
-        log.info("job %d: MPS share %s%% -> %d%% (measured utilisation plan)", a.job_id,
-                 a.env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), pct)
-        a.env = {**a.env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct), "GPUPACK_ISOLATION": f"mps:{pct}"}
-        a.isolation = f"mps:{pct}"
-        self.daemons.ensure(mps_key(a), a.device_uuid or "", self._limits(mps_key(a), a))
+        log.info("job %d: MPS share %s%% -> %d%% on %s (measured utilisation plan)", a.job_id,
+                 a.env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), pct, mps_key(a))
+        a.isolation = self._isolation(a, pct)
+        a.env = {**a.env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct), "GPUPACK_ISOLATION": a.isolation}
+        self.daemons.ensure(mps_key(a), a.device_uuid or "", self._limits(mps_key(a), a), a.uid)

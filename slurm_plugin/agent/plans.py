@@ -63,7 +63,9 @@ class Generations:
 
 class MpsPlanFile:
     """The helper's MPS percentages for this node's jobs, kept in the agent's own folder
-    (``{"generation": g, "plan": {gpu: {job: percent}}}``), read when a job's step starts."""
+    (``{"generation": g, "plan": {device: {job: percent}}}``, the device a GPU ``"0"`` or an
+    MPS-shared MIG instance ``"0@profile@start"``: :func:`packer.mps.device_key`), read when a
+    job's step starts."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -78,7 +80,7 @@ class MpsPlanFile:
 
     def write(self, plan: dict, generation: int) -> None:
         if not isinstance(plan, dict) or not all(isinstance(v, dict) for v in plan.values()):
-            raise ValueError("an MPS plan is {gpu: {job: percent}}")
+            raise ValueError("an MPS plan is {device: {job: percent}}")
         with self._lock:
             newest = int(self.read().get("generation", -1))
             if generation < newest:

@@ -8,7 +8,9 @@
   far past the grace on a loaded machine, and a list made before a job started must not free
   it (seen: a running job's isolation freed and its reports refused);
 - at start, an assignment whose MIG instance is gone is noted, and one whose instance lost
-  its owner mark is marked again;
+  its owner mark is marked again; so are the jobs of an MPS-shared MIG instance that is gone
+  (each noted, its device forgotten: :meth:`.mps_shares.MpsShares.watch` then stops the
+  instance's daemon and clears its compute-mode mark, as no job wants them any more);
 - at start, an instance held by a job the state does not know (the agent died mid-isolate)
   is adopted when Slurm still runs the job, and destroyed when it does not (simulated-GPU
   backend: its instances carry an owner mark);
@@ -99,7 +101,8 @@ class Reconciler:
         """Each assignment's MIG instance as the GPU has it now."""
         done = []
         for a in jobs.values():
-            if a.kind != "mig" and not (a.kind == "whole" and a.gi_id is not None):
+            mps_in_mig = a.kind == "mps" and a.gi_id is not None
+            if a.kind != "mig" and not (a.kind == "whole" and a.gi_id is not None) and not mps_in_mig:
                 continue
             insts = {i.gi_id: i for i in self.backend.list_instances(a.gpu_index)}
             inst = insts.get(a.gi_id)
@@ -110,7 +113,9 @@ class Reconciler:
                     self.journal.release(a, kept=False)
                 # never destroy by a GI id that a new instance may have taken
                 a.gi_id, a.created_instance = None, False
-            elif inst.owner != a.owner and hasattr(self.backend, "set_owner"):
+                if mps_in_mig:  # no MPS device any more: no daemon, no compute mode to hold
+                    a.device_uuid = None
+            elif inst.owner != a.owner and not mps_in_mig and hasattr(self.backend, "set_owner"):
                 self.backend.set_owner(a.gpu_index, a.gi_id, a.owner)
                 done.append(f"job {a.job_id}: re-marked its {a.profile}@{a.start} as held")
         return done

@@ -220,11 +220,11 @@ class Monitor:
         return self.state.tracks
 
     @property
-    def mps_plan(self) -> dict[tuple[str, int], dict[int, int]]:
+    def mps_plan(self) -> dict[tuple[str, str], dict[int, int]]:
         return self.mps_watch.mps_plan
 
     @mps_plan.setter
-    def mps_plan(self, plan: dict[tuple[str, int], dict[int, int]]) -> None:
+    def mps_plan(self, plan: dict[tuple[str, str], dict[int, int]]) -> None:
         self.mps_watch.mps_plan = plan
 
     @property

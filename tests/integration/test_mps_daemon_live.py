@@ -115,15 +115,22 @@ def test_two_packed_mps_jobs_run_under_one_daemon_with_its_limits(cluster):
 def test_small_jobs_share_a_mig_instance_through_mps(cluster):
     """node3's agent on MIG with --mps-in-mig-shares 3: two 1-share jobs of one user get the
     same MIG instance, served by that instance's own MPS daemon (its limits: one of the
-    instance's 3 shares, the jobs' largest), which quits after the last job."""
+    instance's 3 shares, the jobs' largest), which quits after the last job. The first job's
+    first process bypasses MPS (its variables unset) before any MPS client runs: the user's
+    server, started up front by the agent, holds the exclusive instance, so that process is
+    refused and the MPS clients after it run."""
     wd = cluster.workdir
     with mps_agent(cluster, NODE, ("--isolation", "mig", "--mps-in-mig-shares", "3")):
         jobs = []
-        for _ in range(2):
+        for n in range(2):
             body = (
                 "#!/bin/sh\n"
                 f"env | grep -E '^(CUDA_|GPUPACK_MEM)' > {wd}/mpsmig-env-$SLURM_JOB_ID.txt\n"
-                f"exec {PY} -m slurm_plugin simgpu run --no-report --mem-start 1GiB --iters 200 --iter-ms 50 "
+                + ("env -u CUDA_MPS_PIPE_DIRECTORY -u CUDA_MPS_LOG_DIRECTORY "
+                   f"{PY} -m slurm_plugin simgpu run --no-report --mem-start 1GiB --iters 1 --iter-ms 1 "
+                   f"> {wd}/mpsmig-plain-$SLURM_JOB_ID.txt 2>&1; echo $? > {wd}/mpsmig-plain-rc-$SLURM_JOB_ID.txt\n"
+                   if n == 0 else "")
+                + f"exec {PY} -m slurm_plugin simgpu run --no-report --mem-start 1GiB --iters 200 --iter-ms 50 "
                 f"> {wd}/mpsmig-out-$SLURM_JOB_ID.txt 2>&1\n"
             ).encode()
             jobs.append(cluster.submit(["-J", "e2e-mpsmig", "-w", NODE, "--gres=shard:1"], body))
@@ -150,6 +157,9 @@ def test_small_jobs_share_a_mig_instance_through_mps(cluster):
             return doc if len(servers) == 1 and len(servers[0]["clients"]) == 2 else None
 
         doc = wait_for(serving_both, 60, "the instance's MPS daemon serves both jobs")
+        plain = (wd / f"mpsmig-plain-rc-{jobs[0]}.txt").read_text().strip()  # written before its client ran
+        said = (wd / f"mpsmig-plain-{jobs[0]}.txt").read_text()
+        assert plain == "2" and "busy or unavailable" in said and "held by MPS server" in said, said
         share = int(envs[jobs[0]]["GPUPACK_MEM_LIMIT_BYTES"])
         assert doc["default_pct"] == 33 and doc["default_pinned"] == {"0": share >> 20 << 20}
         log_text = (pipe.parent / "log" / "control.log").read_text()

@@ -164,7 +164,7 @@ class SimulatedNvml(FakeNvml):
         g["compute_modes"] = {d.uuid: COMPUTE_MODE_NAMES[d.compute_mode] for d in [gpu, *cis]
                               if d.compute_mode != COMPUTEMODE_DEFAULT}
         live = {gpu.uuid} | {ci.uuid for ci in cis}
-        for key in ("memory", "processes"):
+        for key in ("memory", "processes", "mps_servers"):
             for dev in [d for d in g.get(key, {}) if d not in live]:
                 del g[key][dev]
 

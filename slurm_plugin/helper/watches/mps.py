@@ -1,11 +1,12 @@
-"""MPS: percentages for jobs sharing a GPU through MPS (`packer.mps`), from measured
-utilisation, sent to each node's agent over the link with a generation number (the agent
-refuses an older plan than the one it has)."""
+"""MPS: percentages for jobs sharing a GPU (or a MIG instance) through MPS (`packer.mps`),
+from measured utilisation, sent to each node's agent over the link with a generation number
+(the agent refuses an older plan than the one it has). The jobs of one MPS-shared MIG
+instance are planned together, their percentages counted within the instance."""
 from __future__ import annotations
 
 import logging
 
-from packer.mps import mps_percentages, settled_plan
+from packer.mps import device_key_of, mps_percentages, settled_plan
 from slurm_plugin.helper.watches.round import RoundContext
 
 log = logging.getLogger(__name__)
@@ -15,8 +16,9 @@ class MpsWatch:
     name = "mps"
 
     def __init__(self) -> None:
-        self.mps_plan: dict[tuple[str, int], dict[int, int]] = {}
-        self._sent: dict[tuple[str, int], dict[int, int]] = {}  # the plan last sent
+        # (node, device: packer.mps.device_key) -> {job: percent}
+        self.mps_plan: dict[tuple[str, str], dict[int, int]] = {}
+        self._sent: dict[tuple[str, str], dict[int, int]] = {}  # the plan last sent
         self._unsent: set[str] = set()  # nodes whose agent has not taken the newest plan yet
         self._generation = 0
 
@@ -24,18 +26,19 @@ class MpsWatch:
         self._plan_mps(ctx)
 
     def _plan_mps(self, ctx: RoundContext) -> None:
-        by_gpu: dict[tuple[str, int], dict[int, float | None]] = {}
+        by_device: dict[tuple[str, str], dict[int, float | None]] = {}
         for t in ctx.tracks.values():
             if not t.isolation.startswith("mps") or not t.samples:
                 continue
             utils = [s.util_pct for s in t.samples if s.util_pct is not None][-30:]
-            by_gpu.setdefault((t.node, t.gpu_index), {})[t.job_id] = sum(utils) / len(utils) if utils else None
+            key = (t.node, device_key_of(t.gpu_index, t.isolation))
+            by_device.setdefault(key, {})[t.job_id] = sum(utils) / len(utils) if utils else None
         s = ctx.settings
         plan = {
             key: dict(settled_plan(self.mps_plan.get(key),
                                    mps_percentages(utils, headroom=s.mps_headroom, floor_pct=s.mps_floor_pct),
                                    s.mps_replan_points))
-            for key, utils in by_gpu.items()
+            for key, utils in by_device.items()
         }
         if plan != self.mps_plan:
             self.mps_plan = plan
@@ -45,11 +48,11 @@ class MpsWatch:
             self._send(ctx)
 
     @staticmethod
-    def _by_node(plan: dict[tuple[str, int], dict[int, int]]) -> dict[str, dict[str, dict[str, int]]]:
-        """{node: {gpu: {job: percent}}}, as each agent takes it."""
+    def _by_node(plan: dict[tuple[str, str], dict[int, int]]) -> dict[str, dict[str, dict[str, int]]]:
+        """{node: {device: {job: percent}}}, as each agent takes it."""
         nodes: dict[str, dict[str, dict[str, int]]] = {}
-        for (node, gpu), pcts in plan.items():
-            nodes.setdefault(node, {})[str(gpu)] = {str(j): p for j, p in pcts.items()}
+        for (node, device), pcts in plan.items():
+            nodes.setdefault(node, {})[device] = {str(j): p for j, p in pcts.items()}
         return nodes
 
     def _send(self, ctx: RoundContext) -> None:

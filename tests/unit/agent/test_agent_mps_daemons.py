@@ -219,3 +219,80 @@ def test_small_jobs_of_one_user_share_a_mig_instance_through_mps(tmp_path):
     agent.finish(10)
     assert a.device_uuid not in {i.uuid for i in backend.list_instances(0)} and daemons.pid(key) is None
     agent.finish(11)
+
+
+def test_the_helpers_plan_for_a_mig_instance_reaches_its_jobs_and_its_daemon(tmp_path):
+    """The helper's measured MPS plan names the MIG instance the jobs share through MPS
+    (``0@profile@start``, percentages counted within it): a later step of each job starts
+    with its planned share, the instance's daemon takes the largest, and a plan for the GPU
+    (or for another instance) does not touch these jobs."""
+    from slurm_plugin.agent.ops import dispatch
+    from slurm_plugin.agent.trust import Peer
+
+    backend = SimGpuBackend(None, "node1", gpus=["H100-80GB"], mig_enabled=True)
+    agent = NodeAgent("node1", tmp_path, backend, mps_in_mig_shares=3)
+    a = agent.isolate(9, BATCH_STEP, 1000, SHARD1)
+    b = agent.isolate(10, BATCH_STEP, 1000, SHARD1)
+    key, where = f"gpu0-gi{a.gi_id}", f"{a.profile}@{a.start}"
+    assert b.device_uuid == a.device_uuid and a.isolation == f"mps:33@{where}"
+    dispatch(agent, "mps_plan", {"plan": {"0": {"9": 90, "10": 10}}, "generation": 1}, Peer(0, 0, 0))
+    assert agent.isolate(9, 0, 1000, SHARD1).env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "33"  # not the GPU's
+    dispatch(agent, "mps_plan", {"plan": {f"0@{where}": {"9": 75, "10": 25}}, "generation": 2}, Peer(0, 0, 0))
+    a2, b2 = agent.isolate(9, 0, 1000, SHARD1), agent.isolate(10, 0, 1000, SHARD1)
+    assert (a2.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], b2.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]) == ("75", "25")
+    assert a2.isolation == f"mps:75@{where}" and b2.isolation == f"mps:25@{where}"  # still the instance's
+    state = daemon_state(agent.isolator.mps.daemons.dirs(key)[0])
+    assert state["default_pct"] == 75 and [s["active_thread_pct"] for s in state["servers"]] == [75]
+    c = agent.isolate(11, BATCH_STEP, 1000, SHARD1)  # joins with the plan's room: its shares' default
+    assert c.device_uuid == a.device_uuid and c.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "33"
+    for job in (9, 10, 11):
+        agent.finish(job)
+
+
+def test_an_mps_shared_instance_gone_after_a_driver_reload_is_reconciled(tmp_path):
+    """The agent restarts after a driver reload that took the MPS-shared MIG instance: its
+    jobs are noted lost as a plain slice's job is, the instance's daemon is stopped and its
+    compute-mode mark cleared; a new small job gets a new instance and daemon."""
+    from slurm_plugin.agent.exclusive_mode import MARK
+
+    backend = SimGpuBackend(tmp_path / "sim", "node1", gpus=["H100-80GB"], mig_enabled=True)
+    first = NodeAgent("node1", tmp_path, backend, mps_in_mig_shares=3, list_running_jobs=lambda: {9, 10, 11})
+    a = first.isolate(9, BATCH_STEP, 1000, SHARD1)
+    first.isolate(10, BATCH_STEP, 1000, SHARD1)
+    key = f"gpu0-gi{a.gi_id}"
+    daemons = first.isolator.mps.daemons
+    assert daemons.pid(key) and (daemons.root / key / MARK).exists()
+    backend.set_owner(0, a.gi_id, None)  # the driver reload: every MIG instance gone
+    backend.destroy_instance(0, a.gi_id)
+    second = NodeAgent("node1", tmp_path, backend, mps_in_mig_shares=3, list_running_jobs=lambda: {9, 10, 11})
+    done = second.reconcile(at_start=True)
+    assert {f"job {j}: its {a.profile}@{a.start} is gone from GPU 0" for j in (9, 10)} <= set(done), done
+    assert f"MPS daemon {key} stopped: no MPS job uses it" in done
+    assert daemons.pid(key) is None and not (daemons.root / key / MARK).exists()
+    for job in (9, 10):
+        lost = second.jobs[job]
+        assert lost.device_uuid is None and lost.gi_id is None and any("missing" in n for n in lost.notes)
+    assert second.reconcile(at_start=False) == []  # nothing to start again for the lost jobs
+    c = second.isolate(11, BATCH_STEP, 1000, SHARD1)
+    assert c.device_uuid and second.isolator.mps.daemons.pid(f"gpu0-gi{c.gi_id}")
+    for job in (9, 10, 11):
+        second.finish(job)
+    assert not second.isolator.mps.daemons.running_keys()
+
+
+def test_the_server_started_up_front_is_kept_by_a_restarted_agent(tmp_path):
+    """The agent starts the user's server with the share; an agent restarted beside the
+    running daemon finds that server (the daemon runs one user's jobs) and starts none."""
+    backend = SimGpuBackend(None, "node1", gpus=["H100-80GB"], mig_enabled=False)
+    first = NodeAgent("node1", tmp_path, backend, isolation_mode="mps", list_running_jobs=lambda: {9})
+    first.isolate(9, BATCH_STEP, 1000, SHARD2)
+    pipe, logs = first.isolator.mps.daemons.dirs("gpu0")
+    (server,) = daemon_state(pipe)["servers"]
+    assert server["uid"] == 1000 and server["clients"] == [] and server["active_thread_pct"] == 40
+    second = NodeAgent("node1", tmp_path, backend, isolation_mode="mps", list_running_jobs=lambda: {9})
+    second.reconcile(at_start=True)
+    assert second.isolator.mps.daemons.daemons["gpu0"].server_uid == 1000
+    assert [s["pid"] for s in daemon_state(pipe)["servers"]] == [server["pid"]]
+    assert (logs / "control.log").read_text().count("start_server -uid 1000") == 1
+    second.finish(9)
+    assert second.isolator.mps.daemons.pid("gpu0") is None

@@ -116,6 +116,37 @@ def test_a_process_of_the_job_outside_mps_is_refused_by_the_exclusive_gpu(tmp_pa
     assert workload.run(mem_start=40 * GIB, env=hostile, err=io.StringIO(), backend=sim, **QUIET) == 0
 
 
+def test_the_mps_server_started_up_front_refuses_a_plain_process_that_comes_first(tmp_path, node, clients):
+    """The job's plain process (MPS variables unset) starts before any MPS client: the agent
+    started the user's server when it set up the share (``start_server -uid``), so the server
+    already holds the exclusive GPU's one context and the plain process is refused; the MPS
+    client that comes after joins the server. Without the server up front the plain process
+    would hold the GPU and the client be refused. The server's context ends with the daemon."""
+    _lib, sim, make_agent = node
+    agent = make_agent(isolation_mode="mps", sim_dir=tmp_path / "sim")
+    a = agent.isolate(9, BATCH_STEP, UID, SHARD2)
+    daemon = agent.isolator.mps.daemons.daemons["gpu0"]
+    assert daemon.server_uid == UID
+    assert sim.snapshot()["gpus"][0]["mps_servers"][a.device_uuid]  # no client yet
+    hostile = step_env(tmp_path, a)
+    for name in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"):
+        hostile.pop(name)
+    plain = clients(hostile)  # a long run, were it let in
+    try:
+        rc = plain.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the plain process got the exclusive GPU before the MPS server")
+    err = plain.communicate()[1]
+    assert rc == 2 and BUSY in err and "held by MPS server" in err, err
+    client = clients(step_env(tmp_path, a))
+    assert wait_registered(sim, a.device_uuid, client)["mps"] is True
+    client.terminate()
+    client.wait(timeout=10)
+    agent.finish(9)
+    assert not sim.snapshot()["gpus"][0].get("mps_servers")  # the server went with the daemon
+    assert nvml_mode(0) == pynvml.NVML_COMPUTEMODE_DEFAULT
+
+
 def test_a_client_that_raises_its_mps_variables_keeps_the_daemons_limits(tmp_path, node):
     """CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT raised by the
     job's process: the daemon's percentage and memory limit still hold it."""

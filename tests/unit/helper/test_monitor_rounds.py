@@ -422,7 +422,7 @@ def test_mps_shares_follow_measured_utilisation(tmp_path):
     samples.put(1, FAKE_EPOCH + 2, isolation="mps:50", util=30.0, started_at=FAKE_EPOCH)
     samples.put(2, FAKE_EPOCH + 2, isolation="mps:50", util=50.0, started_at=FAKE_EPOCH + 1)
     monitor.tick()
-    plan = monitor.mps_plan[("node1", 0)]
+    plan = monitor.mps_plan[("node1", "0")]
     assert sum(plan.values()) == 100 and plan[2] > plan[1] >= 33
     assert sent == []  # the agent did not answer: sent on a later round
     link.down = False
@@ -727,3 +727,21 @@ def test_a_typed_job_is_restarted_on_its_own_gpu_type(tmp_path):
         if fake.jobs[7].state == "PENDING":
             break
     assert fake.jobs[7].tres_per_node in ("gres:shard:h100:2", "gres:shard:h100:3", "gres:shard:h100:4")
+
+
+def test_mps_jobs_in_a_mig_instance_are_planned_within_it(tmp_path):
+    """Jobs sharing MIG instances through MPS (isolation ``mps:P@profile@start``): each
+    instance's jobs are planned together, their percentages adding to 100 within it, apart
+    from the other instance and the GPU's whole-GPU MPS jobs."""
+    fake, helper, samples, monitor = make(tmp_path)
+    for job in (1, 2, 3):
+        running(fake, job, fp=f"m{job}", start=FAKE_EPOCH + job)
+    samples.put(1, FAKE_EPOCH + 5, isolation="mps:33@3g.40gb@0", util=30.0, started_at=FAKE_EPOCH + 1)
+    samples.put(2, FAKE_EPOCH + 5, isolation="mps:33@3g.40gb@0", util=50.0, started_at=FAKE_EPOCH + 2)
+    samples.put(3, FAKE_EPOCH + 5, isolation="mps:33@3g.40gb@4", util=20.0, started_at=FAKE_EPOCH + 3)
+    monitor.tick()
+    plan = monitor.mps_plan
+    assert set(plan) == {("node1", "0@3g.40gb@0"), ("node1", "0@3g.40gb@4")}
+    pair = plan[("node1", "0@3g.40gb@0")]
+    assert set(pair) == {1, 2} and sum(pair.values()) == 100 and pair[2] > pair[1]
+    assert plan[("node1", "0@3g.40gb@4")] == {3: 100}

@@ -87,3 +87,24 @@ def test_exclusive_process_allows_one_context_shared_by_mps_clients(whole):
     sim.set_compute_mode(0, None, "DEFAULT")
     sim.start_process(gpu, ME)
     sim.start_process(gpu, PARENT)  # DEFAULT: any number of contexts
+
+
+def test_an_mps_server_holds_the_exclusive_device_from_its_start(whole):
+    """The server's context comes before any client's: a plain process after it is refused,
+    the server after a plain process is refused (so its clients would be), and a server whose
+    daemon is gone holds nothing."""
+    _lib, backend, sim = whole
+    backend.set_compute_mode(0, None, "EXCLUSIVE_PROCESS")
+    gpu = sim.list_gpus()[0].uuid
+    sim.open_mps_server(gpu, 4000001, int(ME))
+    with pytest.raises(DevicesUnavailableError, match="held by MPS server 4000001"):
+        sim.start_process(gpu, PARENT)
+    sim.start_process(gpu, PARENT, mps=True)  # a client joins the server's context
+    sim.end_process(gpu, PARENT)
+    sim.close_mps_server(gpu, 4000001)
+    sim.start_process(gpu, PARENT)  # the plain process first now
+    with pytest.raises(DevicesUnavailableError, match=f"held by {PARENT}"):
+        sim.open_mps_server(gpu, 4000002, int(ME))
+    sim.end_process(gpu, PARENT)
+    sim.open_mps_server(gpu, 4000003, 2**22 + 7)  # a daemon pid that does not run
+    sim.start_process(gpu, PARENT)

@@ -49,3 +49,34 @@ def test_sizes():
     assert parse_limit("2G") == 2 << 30 and parse_limit("500M") == 500 << 20 and parse_limit("4096") == 4096
     assert env_limit("0=1G,1=2G", 1) == 2 << 30 and env_limit("3G") == 3 << 30
     assert env_limit("1=2G") is None and env_limit("0=junk") is None and env_limit(None) is None
+
+
+class _Device:
+    def __init__(self, busy: bool = False):
+        self.busy, self.held = busy, []
+
+    def open(self, server: int, uid: int) -> None:
+        if self.busy:
+            raise MpsRefused("all CUDA-capable devices are busy or unavailable")
+        self.held.append(server)
+
+    def close(self, server: int) -> None:
+        self.held.remove(server)
+
+
+def test_a_server_opens_its_context_at_start_server_and_closes_it_when_it_ends():
+    device = _Device()
+    s = MpsState(contexts=device)
+    s.answer("start_server -uid 1000")
+    (server,) = s.servers
+    assert device.held == [server.pid] and "contexts" not in s.to_dict()
+    s.answer("sim_connect_client 1000 11", alive=lambda pid: True)
+    assert device.held == [server.pid]  # the client joins it
+    s.answer("start_server -uid 1001", alive=lambda pid: False)  # the idle server of 1000 ends
+    assert device.held == [s.servers[0].pid] and s.servers[0].uid == 1001
+    s.answer("quit")
+    assert device.held == []
+    busy = MpsState(contexts=_Device(busy=True))
+    with pytest.raises(MpsRefused, match="busy"):
+        busy.answer("start_server -uid 1000")
+    assert busy.servers == []

@@ -53,3 +53,10 @@ def test_a_plan_changes_when_a_share_moves_by_the_threshold_or_its_jobs_change()
     assert settled_plan(old, {1: 50, 2: 25, 3: 25}, 5) == {1: 50, 2: 25, 3: 25}
     assert settled_plan(old, {1: 100}, 5) == {1: 100}
     assert settled_plan(None, {1: 60, 2: 40}, 5) == {1: 60, 2: 40}
+
+
+def test_the_device_a_plan_names_is_the_gpu_or_the_mps_shared_mig_instance():
+    from packer.mps import device_key, device_key_of
+
+    assert device_key(0) == device_key_of(0, "mps:40") == "0"
+    assert device_key(1, "3g.40gb@4") == device_key_of(1, "mps:33@3g.40gb@4") == "1@3g.40gb@4"
