@@ -23,6 +23,7 @@ the daemon's environment; :class:`SimDevice`) from its start to its end.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -30,6 +31,7 @@ import socketserver
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,11 +66,27 @@ def daemon_pid(pipe: Path) -> int | None:
     return pid
 
 
+@contextlib.contextmanager
+def socket_address(pipe: Path) -> Iterator[str]:
+    """The control socket's address: its path, or, where that path is longer than an AF_UNIX
+    address holds (108 bytes), the same file reached through a descriptor of its folder
+    (``/proc/self/fd/N/control``), open while the address is in use."""
+    path = str(pipe / SOCKET)
+    if len(path.encode()) < 100:
+        yield path
+        return
+    fd = os.open(pipe, os.O_PATH | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{SOCKET}"
+    finally:
+        os.close(fd)
+
+
 def ask(pipe: Path, line: str, timeout: float = 5.0) -> tuple[bool, str]:
     """(accepted, answer) of the daemon on ``pipe`` for one command; OSError when none runs."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock, socket_address(pipe) as address:
         sock.settimeout(timeout)
-        sock.connect(str(pipe / SOCKET))
+        sock.connect(address)
         sock.sendall(line.strip().encode() + b"\n")
         sock.shutdown(socket.SHUT_WR)
         data = b""
@@ -150,7 +168,8 @@ class _Daemon(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         self.pipe, self.logs = pipe, logs
         self.state = MpsState(contexts=SimDevice.from_env(env))
         self.lock = threading.Lock()
-        super().__init__(str(pipe / SOCKET), _Handler)
+        with socket_address(pipe) as address:  # bound once: the folder's descriptor can close after
+            super().__init__(address, _Handler)
 
     def note(self, text: str) -> None:
         with open(self.logs / "control.log", "a", encoding="utf-8") as fh:
