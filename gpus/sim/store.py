@@ -3,7 +3,9 @@
 - in memory (``state_dir=None``): one process, for unit tests;
 - persistent (``state_dir=DIR``): the node's GPUs live in ``DIR/<node>.json``; every
   operation takes ``fcntl.flock`` on ``DIR/<node>.lock`` around read-modify-write and
-  replaces the file atomically, so several processes on one machine share one GPU view.
+  replaces the file atomically, so several processes on one machine share one GPU view;
+  the driver's MIG capability files of its instances are kept in ``DIR/<node>.driver``
+  (:mod:`gpus.sim.caps`).
 
 :class:`SimGpuStore` is the base of :class:`gpus.sim.backend.SimGpuBackend`: it gives its
 parts (instances, :class:`gpus.sim.memory.SimMemory`, :class:`gpus.sim.counters.SimCounters`)
@@ -27,6 +29,8 @@ from typing import Iterator, Sequence
 from mig.catalog import load_catalog
 from mig.errors import BackendUnavailableError, MigDisabledError, NoPermissionError, NotFoundError
 from store.jsonfile import write_json_atomic
+from gpus.nvml.caps import DriverFiles
+from gpus.sim import caps
 from gpus.sim.counters import CounterNoise
 
 log = logging.getLogger(__name__)
@@ -75,6 +79,7 @@ class SimGpuStore:
         self._lock = threading.RLock()
         self._path: Path | None = None
         self._mem: dict | None = None
+        self._caps_written: frozenset | None = None  # the instances whose capability files exist
         if state_dir is None:
             self._mem = new_state(node, gpus or ["H100-80GB"], mig_enabled)
             return
@@ -123,6 +128,10 @@ class SimGpuStore:
     def _write(self, doc: dict) -> None:
         assert self._path is not None
         write_json_atomic(self._path, doc)
+        wanted = caps.wanted_caps(doc)
+        if wanted != self._caps_written:  # the driver's capability files follow the instances
+            caps.sync(DriverFiles.for_node(self._path.parent, self.node), doc, wanted)
+            self._caps_written = wanted
 
     @contextmanager
     def _txn(self, write: bool = False) -> Iterator[dict]:
