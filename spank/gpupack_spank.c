@@ -264,6 +264,18 @@ static int apply_fence(char *spec, char *why, size_t why_cap)
     }
     *space = '\0';
     const char *dir = space + 1;
+    /* first the namespace: the nodes are then opened through its own mounts (a bind mount's
+     * source must be in the namespace it is made in) */
+    if (unshare(CLONE_NEWNS) < 0) {
+        snprintf(why, why_cap, "cannot fence to its MIG device: unshare(CLONE_NEWNS): %s", strerror(errno));
+        return -1;
+    }
+    /* nothing mounted here may reach the node's namespace; EINVAL: "/" is no mount point (a
+     * chroot), whose mounts the node made private */
+    if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0 && errno != EINVAL) {
+        snprintf(why, why_cap, "cannot fence to its MIG device: making / a slave mount: %s", strerror(errno));
+        return -1;
+    }
     for (char *name = strtok_r(spec, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
         if (n == FENCE_MAX || strchr(name, '/') || name[0] == '.') {
             snprintf(why, why_cap, "bad FENCE node '%.100s' (or more than %d) from the agent", name, FENCE_MAX);
@@ -279,16 +291,6 @@ static int apply_fence(char *spec, char *why, size_t why_cap)
     }
     if (n == 0) {
         snprintf(why, why_cap, "FENCE line from the agent names no node");
-        goto out;
-    }
-    if (unshare(CLONE_NEWNS) < 0) {
-        snprintf(why, why_cap, "cannot fence to its MIG device: unshare(CLONE_NEWNS): %s", strerror(errno));
-        goto out;
-    }
-    /* nothing mounted here may reach the node's namespace; EINVAL: "/" is no mount point (a
-     * chroot), whose mounts the node made private */
-    if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0 && errno != EINVAL) {
-        snprintf(why, why_cap, "cannot fence to its MIG device: making / a slave mount: %s", strerror(errno));
         goto out;
     }
     if (mount("gpupack-fence", dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=64k") < 0) {

@@ -79,7 +79,6 @@ class SimGpuStore:
         self._lock = threading.RLock()
         self._path: Path | None = None
         self._mem: dict | None = None
-        self._caps_written: frozenset | None = None  # the instances whose capability files exist
         if state_dir is None:
             self._mem = new_state(node, gpus or ["H100-80GB"], mig_enabled)
             return
@@ -90,6 +89,7 @@ class SimGpuStore:
             with self._file_lock(exclusive=True):
                 if not self._path.exists():
                     self._write(new_state(node, gpus, mig_enabled))
+                    self._sync_caps(self._read(), None)
                     log.info("created simulated GPUs %s for %s in %s", list(gpus), node, self._path)
         elif not self._path.exists():
             raise BackendUnavailableError(
@@ -128,10 +128,6 @@ class SimGpuStore:
     def _write(self, doc: dict) -> None:
         assert self._path is not None
         write_json_atomic(self._path, doc)
-        wanted = caps.wanted_caps(doc)
-        if wanted != self._caps_written:  # the driver's capability files follow the instances
-            caps.sync(DriverFiles.for_node(self._path.parent, self.node), doc, wanted)
-            self._caps_written = wanted
 
     @contextmanager
     def _txn(self, write: bool = False) -> Iterator[dict]:
@@ -152,9 +148,19 @@ class SimGpuStore:
             return
         with self._lock, self._file_lock(exclusive=write):
             doc = self._read()
+            before = caps.wanted_caps(doc) if write else None
             yield doc
             if write:
                 self._write(doc)
+                self._sync_caps(doc, before)
+
+    def _sync_caps(self, doc: dict, before: frozenset | None) -> None:
+        """The driver's capability files follow the instances: rewritten by the process that
+        changed them (a workload, which changes none, may be fenced from the folder)."""
+        assert self._path is not None
+        wanted = caps.wanted_caps(doc)
+        if wanted != before:
+            caps.sync(DriverFiles.for_node(self._path.parent, self.node), doc, wanted)
 
     def document(self, write: bool = False):
         """The state document in a transaction, for the simulated NVML library
