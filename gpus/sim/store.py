@@ -89,8 +89,8 @@ class SimGpuStore:
             with self._file_lock(exclusive=True):
                 if not self._path.exists():
                     self._write(new_state(node, gpus, mig_enabled))
-                    self._sync_caps(self._read(), None)
                     log.info("created simulated GPUs %s for %s in %s", list(gpus), node, self._path)
+                self._sync_caps(self._read(), None)  # also for a state kept from before
         elif not self._path.exists():
             raise BackendUnavailableError(
                 f"no simulated GPU state for node {node!r} at {self._path}; create it with "

@@ -92,3 +92,12 @@ def test_a_process_that_cannot_open_the_slices_nodes_cannot_use_it(tmp_path):
     rc, err = _run(gpu, theirs.uuid, tmp_path)
     assert rc == 2 and "no CUDA-capable device is detected" in err and "cannot open its capability" in err, err
     assert gpu.memory_of(str(os.getpid())).get(theirs.uuid, {}).get("peak", 0) == 0  # it allocated nothing
+
+
+def test_the_files_of_a_state_kept_from_before_are_made_when_the_gpu_is_opened(tmp_path):
+    gpu = SimGpuBackend(tmp_path, "n1", gpus=["H100-80GB"])
+    a = gpu.create_instance(0, "1g.10gb", 0)
+    driver = DriverFiles.for_node(tmp_path, "n1")
+    shutil.rmtree(driver.root)  # a state file written before the driver files existed
+    SimGpuBackend(tmp_path, "n1", gpus=["H100-80GB"])  # the agent opens it at its start
+    assert [p.exists() for p in driver.mig_devices(0, a.gi_id, 0)] == [True, True]
