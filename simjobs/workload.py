@@ -21,7 +21,8 @@ in ``CUDA_VISIBLE_DEVICES`` or to the GPU index there. Like a CUDA process, it i
 the GPU by its own pid: its process and memory are registered on the simulated GPU under
 it (an MPS client when ``CUDA_MPS_PIPE_DIRECTORY`` names a running MPS control daemon, under
 the limits the daemon sets: :mod:`gpus.sim.mps_control`; refused, as CUDA refuses it, when
-the device's compute mode allows no such context: :mod:`gpus.sim.compute_mode`), and the
+the device's compute mode allows no such context: :mod:`gpus.sim.compute_mode`, or when it
+cannot open a MIG device's capability nodes: :mod:`gpus.sim.caps`), and the
 node agent, reading
 them through NVML, maps the pid to the job as it does on real GPUs.
 """
@@ -208,10 +209,13 @@ def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload
     from mig.errors import MigError
 
     env = dict(os.environ if env is None else env)
+    from gpus.sim.caps import CapError
+
     try:
         target, gpu, device = _find_device(env, backend, err)
         gpu_index, gi_id = gpu.find_device(device)
-    except (WorkloadSetupError, MigError) as exc:
+        _open_capabilities(gpu, gpu_index, gi_id, device)
+    except (WorkloadSetupError, MigError, CapError) as exc:
         print(f"simgpu: {exc}", file=err)
         return 2
     capacity = _capacity(gpu, gpu_index, gi_id)
@@ -267,6 +271,19 @@ def _find_device(env: dict[str, str], backend, err: TextIO) -> tuple[Target, Any
             device = insts[0].uuid
             print(f"simgpu: no isolation from the node agent; using the first MIG device {device}", file=err)
     return target, gpu, device
+
+
+def _open_capabilities(gpu, gpu_index: int, gi_id: int | None, device: str) -> None:
+    """As CUDA does before it uses a MIG device: open its capability nodes (a process fenced
+    to another slice cannot, :func:`gpus.sim.caps.open_mig_device`). An in-memory simulated
+    GPU (unit tests) has no driver files."""
+    from gpus.nvml.caps import DriverFiles
+    from gpus.sim.caps import open_mig_device
+
+    if gi_id is None or getattr(gpu, "state_path", None) is None:
+        return
+    ci_id = next((i.ci_id for i in gpu.list_instances(gpu_index) if i.gi_id == gi_id), None)
+    open_mig_device(DriverFiles.for_node(gpu.state_path.parent, gpu.node), gpu_index, gi_id, ci_id, device)
 
 
 def _iterate(memory: _Memory, engines: _Engines, reporter: _Reporter | None, stopping: _StopSignal,

@@ -14,7 +14,14 @@
  * (CUDA_VISIBLE_DEVICES, SLURM_JOB_GPUS, SLURM_STEP_GPUS, SLURM_SHARDS_ON_NODE,
  * GPU_DEVICE_ORDINAL) to the agent as one JSON line. The agent answers in lines:
  *   OK <isolation>\nKEY=VALUE\n...        or        ERR <reason>\n
- * Only CUDA_* and GPUPACK_* variables are set. No answer in time, or an error: a step with
+ * Only CUDA_* and GPUPACK_* variables are set. A job on a MIG device also gets the line
+ *   FENCE <node>[,<node>...] <folder>
+ * naming the driver's capability nodes it may open (its GPU instance's and compute
+ * instance's, in /dev/nvidia-caps, or the simulated GPU's folder): the task moves to a mount
+ * namespace of its own where a read-only tmpfs over <folder> holds only those nodes (bind
+ * mounts of them), so no process of the job can open another job's MIG slice whatever
+ * CUDA_VISIBLE_DEVICES says; the user, without CAP_SYS_ADMIN, cannot undo it (docs/fence.md).
+ * A fence that cannot be made counts as an error (below). No answer in time, or an error: a step with
  * whole GPUs (no shards) runs with what Slurm gave it and the reason is logged. A packed step
  * (SLURM_SHARDS_ON_NODE > 0: it shares its GPU with other jobs) never runs unisolated: its
  * task exits with GPUPACK_UNISOLATED_EXIT before the program starts, and slurm.conf's
@@ -27,9 +34,12 @@
  * only after the requeue. At the end of a step (slurm_spank_exit, slurmstepd, root) it tells
  * the agent, which frees the job's isolation when its batch step ends.
  */
+#define _GNU_SOURCE /* O_PATH, unshare() */
 #include <errno.h>
 #include <sys/wait.h>
 #include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -54,6 +64,7 @@ SPANK_PLUGIN(gpupack, 1);
 #define VAL_MAX 1024
 #define HOLD_POLL_MS 500
 #define HOLD_MAX_MS 30000 /* never hold a step's end longer, whatever the agent says */
+#define FENCE_MAX 8 /* capability nodes one job may be given */
 
 static char socket_tmpl[512] = "/run/gpupack/agent-%n.sock";
 static int timeout_ms = 3000;
@@ -239,7 +250,79 @@ static int allowed_var(const char *name)
     return 1;
 }
 
-/* Apply "OK <isolation>\nK=V\n..." to the step; returns the number of variables set or -1. */
+/* The fence of a FENCE line, "<node>[,<node>...] <folder>": a private mount namespace in which
+ * <folder> is a read-only tmpfs holding only bind mounts of the named nodes. Returns 0, or -1
+ * with why filled in. Runs in the task (root, before privileges drop). */
+static int apply_fence(char *spec, char *why, size_t why_cap)
+{
+    char *names[FENCE_MAX], *save = NULL, path[1200], src[64];
+    int fds[FENCE_MAX], n = 0, rc = -1;
+    char *space = strchr(spec, ' ');
+    if (!space || space == spec || space[1] != '/') {
+        snprintf(why, why_cap, "bad FENCE line from the agent: '%.200s'", spec);
+        return -1;
+    }
+    *space = '\0';
+    const char *dir = space + 1;
+    /* first the namespace: the nodes are then opened through its own mounts (a bind mount's
+     * source must be in the namespace it is made in) */
+    if (unshare(CLONE_NEWNS) < 0) {
+        snprintf(why, why_cap, "cannot fence to its MIG device: unshare(CLONE_NEWNS): %s", strerror(errno));
+        return -1;
+    }
+    /* nothing mounted here may reach the node's namespace; EINVAL: "/" is no mount point (a
+     * chroot), whose mounts the node made private */
+    if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0 && errno != EINVAL) {
+        snprintf(why, why_cap, "cannot fence to its MIG device: making / a slave mount: %s", strerror(errno));
+        return -1;
+    }
+    for (char *name = strtok_r(spec, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+        if (n == FENCE_MAX || strchr(name, '/') || name[0] == '.') {
+            snprintf(why, why_cap, "bad FENCE node '%.100s' (or more than %d) from the agent", name, FENCE_MAX);
+            goto out;
+        }
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+        fds[n] = open(path, O_PATH | O_CLOEXEC); /* before the folder is hidden; opens no device */
+        if (fds[n] < 0) {
+            snprintf(why, why_cap, "cannot fence to its MIG device: %.400s: %s", path, strerror(errno));
+            goto out;
+        }
+        names[n++] = name;
+    }
+    if (n == 0) {
+        snprintf(why, why_cap, "FENCE line from the agent names no node");
+        goto out;
+    }
+    if (mount("gpupack-fence", dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=64k") < 0) {
+        snprintf(why, why_cap, "cannot fence to its MIG device: tmpfs on %.400s: %s", dir, strerror(errno));
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+        if (fd < 0 || close(fd) < 0) {
+            snprintf(why, why_cap, "cannot fence to its MIG device: creating %.400s: %s", path, strerror(errno));
+            goto out;
+        }
+        snprintf(src, sizeof(src), "/proc/self/fd/%d", fds[i]);
+        if (mount(src, path, NULL, MS_BIND, NULL) < 0) {
+            snprintf(why, why_cap, "cannot fence to its MIG device: binding %.400s: %s", path, strerror(errno));
+            goto out;
+        }
+    }
+    /* read-only: no node can be made there (a setuid nvidia-modprobe would make the others) */
+    if (mount(NULL, dir, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0) {
+        snprintf(why, why_cap, "cannot fence to its MIG device: read-only %.400s: %s", dir, strerror(errno));
+        goto out;
+    }
+    rc = 0;
+out:
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+    return rc;
+}
+
+/* Apply "OK <isolation>\nFENCE ...\nK=V\n..." to the step; returns the number of variables set or -1. */
 static int apply_answer(spank_t sp, char *resp, uint32_t job, uint32_t step, char *why, size_t why_cap)
 {
     char *save = NULL;
@@ -254,7 +337,15 @@ static int apply_answer(spank_t sp, char *resp, uint32_t job, uint32_t step, cha
     }
     const char *isolation = line[2] == ' ' ? line + 3 : "?";
     int set = 0;
+    const char *fenced = "";
     while ((line = strtok_r(NULL, "\n", &save)) != NULL) {
+        if (strncmp(line, "FENCE ", 6) == 0) {
+            char *spec = line + 6;
+            if (apply_fence(spec, why, why_cap) < 0)
+                return -1;
+            fenced = ", fenced to its MIG capability nodes";
+            continue;
+        }
         char *eq = strchr(line, '=');
         if (!eq)
             continue;
@@ -270,7 +361,7 @@ static int apply_answer(spank_t sp, char *resp, uint32_t job, uint32_t step, cha
         }
         set++;
     }
-    slurm_info("gpupack: job %u step %u: isolation %s (%d variables set)", job, step, isolation, set);
+    slurm_info("gpupack: job %u step %u: isolation %s (%d variables set%s)", job, step, isolation, set, fenced);
     return set;
 }
 

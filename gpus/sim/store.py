@@ -3,7 +3,9 @@
 - in memory (``state_dir=None``): one process, for unit tests;
 - persistent (``state_dir=DIR``): the node's GPUs live in ``DIR/<node>.json``; every
   operation takes ``fcntl.flock`` on ``DIR/<node>.lock`` around read-modify-write and
-  replaces the file atomically, so several processes on one machine share one GPU view.
+  replaces the file atomically, so several processes on one machine share one GPU view;
+  the driver's MIG capability files of its instances are kept in ``DIR/<node>.driver``
+  (:mod:`gpus.sim.caps`).
 
 :class:`SimGpuStore` is the base of :class:`gpus.sim.backend.SimGpuBackend`: it gives its
 parts (instances, :class:`gpus.sim.memory.SimMemory`, :class:`gpus.sim.counters.SimCounters`)
@@ -27,6 +29,8 @@ from typing import Iterator, Sequence
 from mig.catalog import load_catalog
 from mig.errors import BackendUnavailableError, MigDisabledError, NoPermissionError, NotFoundError
 from store.jsonfile import write_json_atomic
+from gpus.nvml.caps import DriverFiles
+from gpus.sim import caps
 from gpus.sim.counters import CounterNoise
 
 log = logging.getLogger(__name__)
@@ -86,6 +90,7 @@ class SimGpuStore:
                 if not self._path.exists():
                     self._write(new_state(node, gpus, mig_enabled))
                     log.info("created simulated GPUs %s for %s in %s", list(gpus), node, self._path)
+                self._sync_caps(self._read(), None)  # also for a state kept from before
         elif not self._path.exists():
             raise BackendUnavailableError(
                 f"no simulated GPU state for node {node!r} at {self._path}; create it with "
@@ -143,9 +148,19 @@ class SimGpuStore:
             return
         with self._lock, self._file_lock(exclusive=write):
             doc = self._read()
+            before = caps.wanted_caps(doc) if write else None
             yield doc
             if write:
                 self._write(doc)
+                self._sync_caps(doc, before)
+
+    def _sync_caps(self, doc: dict, before: frozenset | None) -> None:
+        """The driver's capability files follow the instances: rewritten by the process that
+        changed them (a workload, which changes none, may be fenced from the folder)."""
+        assert self._path is not None
+        wanted = caps.wanted_caps(doc)
+        if wanted != before:
+            caps.sync(DriverFiles.for_node(self._path.parent, self.node), doc, wanted)
 
     def document(self, write: bool = False):
         """The state document in a transaction, for the simulated NVML library

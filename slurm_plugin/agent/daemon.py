@@ -24,10 +24,12 @@ from collections import deque
 from pathlib import Path
 from typing import Callable
 
+from gpus.nvml.caps import DriverFiles
 from packer.samples import JobSample
 from slurm_plugin.agent import isolation as iso
 from slurm_plugin.agent.counters import CounterReader
 from slurm_plugin.agent.facts import FactsReader, gres_conf_path
+from slurm_plugin.agent.fence import Fence, fence_for
 from slurm_plugin.agent.finals import KeptFinals, free_memory_of, job_summary
 from slurm_plugin.agent.isolator import Isolator
 from slurm_plugin.agent.journal import SliceJournal
@@ -66,6 +68,7 @@ class NodeAgent:
         self.policy = policy
         self.list_running_jobs = list_running_jobs
         self.sim_dir = sim_dir
+        self.driver = DriverFiles.for_node(sim_dir, node)  # the MIG capability files (the fence)
         self.clock = clock
         self.guard = ReportGuard()
         self.store = StateFile(self.paths.home)
@@ -145,6 +148,12 @@ class NodeAgent:
             self._save()
             log.info("job %d on GPU %d: %s (%s)", job_id, a.gpu_index, a.isolation, a.device_uuid or "-")
             return a
+
+    def fence(self, a: Assignment) -> Fence | None:
+        """The capability nodes the job's steps may open (:mod:`.fence`); AgentError when a
+        job on a MIG device cannot be fenced."""
+        with self.lock:
+            return fence_for(self.driver, self.backend, a)
 
     def follow_queue(self, policy: str, pending_shards: list[int]) -> list[dict]:
         """Prepare idle MIG slices for the pending jobs (the helper's layout policy).

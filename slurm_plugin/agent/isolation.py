@@ -89,9 +89,17 @@ def mps_memory_limit_bytes(shards: int, shares_per_gpu: int, gpu_memory_mib: int
     return int(gpu_memory_mib * 1024 * 1024 * min(shards, shares_per_gpu) / shares_per_gpu)
 
 
-def answer_lines(isolation: str, env: dict[str, str]) -> str:
-    """The SPANK plugin's text answer: ``OK <isolation>`` then ``KEY=VALUE`` lines."""
+def answer_lines(isolation: str, env: dict[str, str], fence: dict | None = None) -> str:
+    """The SPANK plugin's text answer: ``OK <isolation>``, then ``FENCE <node>[,<node>] <folder>``
+    for a job on a MIG device (the capability nodes it may open, :mod:`.fence`), then
+    ``KEY=VALUE`` lines."""
     lines = [f"OK {isolation}"]
+    if fence is not None:
+        names = fence["allowed"]
+        if not names or any(("," in n or " " in n or "/" in n or "\n" in n) for n in names) \
+                or "\n" in fence["directory"]:
+            raise ValueError(f"cannot write the fence {fence!r} as one line")
+        lines.append(f"FENCE {','.join(names)} {fence['directory']}")
     for key, value in env.items():
         if "\n" in value or "\n" in key:
             raise ValueError(f"newline in {key!r}")

@@ -59,7 +59,11 @@ def _isolate(agent: NodeAgent, body: dict, peer: Peer) -> dict:
         raise AgentError(f"this is the agent of {agent.node}, asked for node {node}")
     uid = body.get("uid")
     a = agent.isolate(_int(body, "job_id"), _int(body, "step_id"), uid if isinstance(uid, int) else None, env)
-    return {"status": "ok", "isolation": a.isolation, "env": a.env}
+    answer = {"status": "ok", "isolation": a.isolation, "env": a.env}
+    fence = agent.fence(a)
+    if fence is not None:
+        answer["fence"] = fence.to_dict()
+    return answer
 
 
 def _step_end(agent: NodeAgent, body: dict, peer: Peer) -> dict:

@@ -65,7 +65,8 @@ class _Handler(socketserver.BaseRequestHandler):
     def _send(self, answer: dict, lines: bool) -> None:
         if lines:
             if answer.get("status") == "ok":
-                text = iso.answer_lines(answer.get("isolation", "none"), answer.get("env", {}))
+                text = iso.answer_lines(answer.get("isolation", "none"), answer.get("env", {}),
+                                        answer.get("fence"))
             else:
                 text = iso.error_line(answer.get("reason", "error"))
             payload = text.encode()

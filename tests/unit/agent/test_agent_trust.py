@@ -47,8 +47,9 @@ def test_reporter_must_hold_the_token_and_belong_to_the_job(tmp_path):
 
 @pytest.fixture
 def served(tmp_path):
-    backend = SimGpuBackend(None, "node1", gpus=["H100-80GB"])
-    agent = NodeAgent("node1", tmp_path, backend)
+    sim = tmp_path / "simgpu"  # file-backed: its driver folder has the MIG capability files
+    backend = SimGpuBackend(sim, "node1", gpus=["H100-80GB"])
+    agent = NodeAgent("node1", tmp_path, backend, sim_dir=sim)
     sockdir = tempfile.mkdtemp(prefix="gp-agent-test-")  # reachable by user nobody
     os.chmod(sockdir, 0o755)
     server = AgentServer(os.path.join(sockdir, "agent-node1.sock"), agent, {0})
@@ -113,7 +114,7 @@ def test_report_from_the_job_itself_is_believed(served, monkeypatch):
     assert bad["status"] == "error" and "token" in bad["reason"]
 
 
-def test_lines_format_for_the_spank_plugin(served):
+def test_lines_format_for_the_spank_plugin(served, tmp_path):
     import socket
 
     agent, server = served
@@ -124,6 +125,9 @@ def test_lines_format_for_the_spank_plugin(served):
         text = s.makefile().read()
     lines = text.splitlines()
     assert lines[0].startswith("OK mig:1g.10gb@") and any(line.startswith("CUDA_VISIBLE_DEVICES=MIG-") for line in lines)
+    # the fence: the capability nodes of its GPU instance and compute instance, in the
+    # simulated driver's nvidia-caps folder (gi1 of GPU 0: minors 12 and 13)
+    assert lines[1] == f"FENCE nvidia-cap12,nvidia-cap13 {tmp_path / 'simgpu' / 'node1.driver' / 'dev' / 'nvidia-caps'}"
     with socket.socket(socket.AF_UNIX) as s:
         s.connect(str(server.socket_path))
         s.sendall(b'{"op":"isolate","format":"lines","job_id":6,"step_id":0,"node":"node9","env":{}}\n')

@@ -1,0 +1,119 @@
+"""The NVIDIA driver's capability files for MIG devices (the ``/dev`` capability interface).
+
+A process uses a MIG device only if it can open the device nodes of its GPU instance's and
+compute instance's ``access`` capabilities (NVIDIA MIG user guide, "Device Nodes and
+Capabilities"). The driver lists them in proc files:
+
+- ``/proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<G>/access`` and
+  ``.../gi<G>/ci<C>/access``, each with ``DeviceFileMinor: <m>`` (and ``DeviceFileMode``,
+  ``DeviceFileModify``);
+- ``/proc/driver/nvidia-caps/mig-minors``: every possible one, ``gpu0/gi0/access 3`` ...
+  (fixed numbering, :func:`mig_minor`);
+
+and the node of minor ``m`` is ``/dev/nvidia-caps/nvidia-cap<m>``.
+
+:class:`DriverFiles` reads them under a root: ``/`` on a real node, the simulated GPU's
+driver folder (``DIR/<node>.driver``) for ``--nvml-library simulated:DIR``, where
+:mod:`gpus.sim.caps` writes the same files. The GPU folder is named by the GPU's device
+minor (``/dev/nvidia<minor>``); the agent uses the NVML index, which is the minor on nodes
+whose GPUs enumerate in PCI order (every node we know of; not checked).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+PROC_CAPS = Path("proc/driver/nvidia/capabilities")
+MIG_MINORS = Path("proc/driver/nvidia-caps/mig-minors")
+DEV_CAPS = Path("dev/nvidia-caps")
+GIS_PER_GPU = 15  # gi0..gi14 per GPU in the driver's numbering
+CIS_PER_GI = 8  # ci0..ci7 per GPU instance
+FIRST_MIG_MINOR = 3  # 1: mig/config, 2: mig/monitor
+_MINOR = re.compile(r"^DeviceFileMinor:\s*(\d+)\s*$", re.MULTILINE)
+
+
+class CapError(RuntimeError):
+    """A MIG capability file is missing or unreadable; the message says which."""
+
+
+def mig_minor(gpu: int, gi: int, ci: int | None = None) -> int:
+    """The driver's fixed minor of ``gpu<gpu>/gi<gi>/access`` (or ``.../ci<ci>/access``)."""
+    if not (0 <= gi < GIS_PER_GPU) or (ci is not None and not 0 <= ci < CIS_PER_GI) or gpu < 0:
+        raise ValueError(f"no MIG capability for gpu{gpu}/gi{gi}" + ("" if ci is None else f"/ci{ci}"))
+    per_gi = 1 + CIS_PER_GI
+    return FIRST_MIG_MINOR + gpu * GIS_PER_GPU * per_gi + gi * per_gi + (0 if ci is None else 1 + ci)
+
+
+def cap_name(gpu: int, gi: int, ci: int | None = None) -> str:
+    """``gpu0/gi1/access`` or ``gpu0/gi1/ci0/access``: the name in mig-minors and under PROC_CAPS
+    (with ``mig/`` after the GPU there)."""
+    return f"gpu{gpu}/gi{gi}/access" if ci is None else f"gpu{gpu}/gi{gi}/ci{ci}/access"
+
+
+def parse_minor(text: str, where: str) -> int:
+    """The ``DeviceFileMinor`` of an access file's text."""
+    m = _MINOR.search(text)
+    if m is None:
+        raise CapError(f"{where}: no 'DeviceFileMinor: N' line in {text[:200]!r}")
+    return int(m.group(1))
+
+
+def access_text(minor: int, mode: int = 0o444) -> str:
+    """An access file as the driver writes it (mode in decimal, as ``DeviceFileMode: 292``)."""
+    return f"DeviceFileMinor: {minor}\nDeviceFileMode: {mode}\nDeviceFileModify: 1\n"
+
+
+def mig_minors_text(gpus: int) -> str:
+    """``/proc/driver/nvidia-caps/mig-minors`` for ``gpus`` GPU minors."""
+    lines = ["config 1", "monitor 2"]
+    for g in range(gpus):
+        for gi in range(GIS_PER_GPU):
+            lines.append(f"{cap_name(g, gi)} {mig_minor(g, gi)}")
+            lines.extend(f"{cap_name(g, gi, ci)} {mig_minor(g, gi, ci)}" for ci in range(CIS_PER_GI))
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class DriverFiles:
+    """The driver's capability files under ``root``."""
+
+    root: Path
+
+    @classmethod
+    def for_node(cls, sim_dir: Path | None, node: str) -> DriverFiles:
+        """The real driver's (``/``), or the simulated GPU's of ``--nvml-library simulated:DIR``."""
+        return cls(Path("/") if sim_dir is None else Path(sim_dir) / f"{node}.driver")
+
+    @property
+    def proc_caps(self) -> Path:
+        return self.root / PROC_CAPS
+
+    @property
+    def dev_caps(self) -> Path:
+        return self.root / DEV_CAPS
+
+    @property
+    def mig_minors(self) -> Path:
+        return self.root / MIG_MINORS
+
+    def access_file(self, gpu: int, gi: int, ci: int | None = None) -> Path:
+        base = self.proc_caps / f"gpu{gpu}" / "mig" / f"gi{gi}"
+        return base / "access" if ci is None else base / f"ci{ci}" / "access"
+
+    def device(self, minor: int) -> Path:
+        return self.dev_caps / f"nvidia-cap{minor}"
+
+    def mig_devices(self, gpu: int, gi: int, ci: int | None) -> list[Path]:
+        """The capability device nodes a process needs to use MIG device gpu/gi/ci (its GPU
+        instance's, then its compute instance's); CapError when an access file is missing."""
+        out = []
+        for c in (None,) if ci is None else (None, ci):
+            path = self.access_file(gpu, gi, c)
+            try:
+                text = path.read_text()
+            except OSError as exc:
+                raise CapError(f"cannot read {path} ({exc.strerror}): the driver lists no capability "
+                               f"for {cap_name(gpu, gi, c)}") from exc
+            out.append(self.device(parse_minor(text, str(path))))
+        return out

@@ -1,0 +1,103 @@
+"""The driver's MIG capability files: numbering and reading on recorded files, and the
+simulated GPU's copy of them (written for its instances, refused to a process that cannot
+open them)."""
+from __future__ import annotations
+
+import io
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gpus.nvml.caps import CapError, DriverFiles, access_text, mig_minor, mig_minors_text, parse_minor
+from gpus.sim.backend import SimGpuBackend
+from gpus.sim.caps import open_mig_device
+from simjobs.workload import run
+
+RECORDED = Path(__file__).resolve().parents[2] / "data" / "nvidia_caps"
+
+
+def test_the_numbering_is_the_drivers():
+    for line in (RECORDED / "proc/driver/nvidia-caps/mig-minors").read_text().splitlines():
+        name, minor = line.split()
+        if name in ("config", "monitor"):
+            continue
+        parts = name.split("/")  # gpuN/giG[/ciC]/access
+        gpu, gi = int(parts[0][3:]), int(parts[1][2:])
+        ci = int(parts[2][2:]) if len(parts) == 4 else None
+        assert mig_minor(gpu, gi, ci) == int(minor), line
+    # and the simulated driver's list has every recorded line
+    ours = set(mig_minors_text(32).splitlines())
+    assert set((RECORDED / "proc/driver/nvidia-caps/mig-minors").read_text().splitlines()) <= ours
+    with pytest.raises(ValueError):
+        mig_minor(0, 15)
+
+
+def test_reads_the_nodes_of_a_mig_device_from_recorded_proc_files():
+    driver = DriverFiles(RECORDED)
+    assert driver.mig_devices(0, 1, 0) == [RECORDED / "dev/nvidia-caps/nvidia-cap12",
+                                           RECORDED / "dev/nvidia-caps/nvidia-cap13"]
+    assert [p.name for p in driver.mig_devices(1, 5, 0)] == ["nvidia-cap183", "nvidia-cap184"]
+    assert [p.name for p in driver.mig_devices(1, 5, None)] == ["nvidia-cap183"]
+    with pytest.raises(CapError, match="gpu0/gi2/access"):
+        driver.mig_devices(0, 2, 0)  # no such GPU instance on that node
+    assert DriverFiles.for_node(None, "n1").dev_caps == Path("/dev/nvidia-caps")
+    assert DriverFiles.for_node(Path("/s"), "n1").proc_caps == Path("/s/n1.driver/proc/driver/nvidia/capabilities")
+
+
+def test_an_access_file_without_a_minor_is_an_error():
+    assert parse_minor(access_text(42), "x") == 42
+    with pytest.raises(CapError, match="DeviceFileMinor"):
+        parse_minor("DeviceFileMode: 292\n", "gi1/access")
+
+
+def test_the_simulated_driver_lists_its_instances_as_the_real_one(tmp_path):
+    gpu = SimGpuBackend(tmp_path, "n1", gpus=["H100-80GB", "H100-80GB"])
+    driver = DriverFiles.for_node(tmp_path, "n1")
+    assert driver.mig_minors.read_text() == mig_minors_text(2)
+    a = gpu.create_instance(1, "1g.10gb", 0)
+    rel = f"proc/driver/nvidia/capabilities/gpu1/mig/gi{a.gi_id}"
+    assert (driver.root / rel / "access").read_text() == access_text(mig_minor(1, a.gi_id))
+    assert (driver.root / rel / "ci0/access").read_text() == access_text(mig_minor(1, a.gi_id, 0))
+    nodes = driver.mig_devices(1, a.gi_id, 0)
+    assert all(n.exists() for n in nodes)
+    open_mig_device(driver, 1, a.gi_id, 0, a.uuid)
+    gpu.destroy_instance(1, a.gi_id)
+    assert not (driver.root / rel).exists()  # gone with its instance
+    with pytest.raises(CapError, match="no CUDA-capable device"):
+        open_mig_device(driver, 1, a.gi_id, 0, a.uuid)
+
+
+def _run(gpu: SimGpuBackend, device: str, sim_dir: Path) -> tuple[int, str]:
+    err = io.StringIO()
+    rc = run(mem_start=1 << 30, mem_growth=0, iters=2, iter_ms=0, workload=None,
+             env={"GPUPACK_SIM_DIR": str(sim_dir), "GPUPACK_NODE": "n1", "GPUPACK_SIM_DEVICE": device},
+             out=io.StringIO(), err=err, backend=gpu, report_every_s=0)
+    return rc, err.getvalue()
+
+
+def test_a_process_that_cannot_open_the_slices_nodes_cannot_use_it(tmp_path):
+    gpu = SimGpuBackend(tmp_path, "n1", gpus=["H100-80GB"])
+    mine, theirs = gpu.create_instance(0, "1g.10gb", 0), gpu.create_instance(0, "1g.10gb", 1)
+    driver = DriverFiles.for_node(tmp_path, "n1")
+    # the fence as the task sees it: only its own slice's nodes in the caps folder
+    kept = {p.name for p in driver.mig_devices(0, mine.gi_id, 0)}
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    for node in driver.dev_caps.iterdir():
+        if node.name not in kept:
+            shutil.move(node, hidden / node.name)
+    assert _run(gpu, mine.uuid, tmp_path) == (0, "")
+    rc, err = _run(gpu, theirs.uuid, tmp_path)
+    assert rc == 2 and "no CUDA-capable device is detected" in err and "cannot open its capability" in err, err
+    assert gpu.memory_of(str(os.getpid())).get(theirs.uuid, {}).get("peak", 0) == 0  # it allocated nothing
+
+
+def test_the_files_of_a_state_kept_from_before_are_made_when_the_gpu_is_opened(tmp_path):
+    gpu = SimGpuBackend(tmp_path, "n1", gpus=["H100-80GB"])
+    a = gpu.create_instance(0, "1g.10gb", 0)
+    driver = DriverFiles.for_node(tmp_path, "n1")
+    shutil.rmtree(driver.root)  # a state file written before the driver files existed
+    SimGpuBackend(tmp_path, "n1", gpus=["H100-80GB"])  # the agent opens it at its start
+    assert [p.exists() for p in driver.mig_devices(0, a.gi_id, 0)] == [True, True]
