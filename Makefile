@@ -19,11 +19,20 @@ demo: deps
 	$(GPUPACK) devcluster up $(ON_SLURM)
 	$(GPUPACK) demo $(ON_SLURM)
 
+# `make test`: the unit tests spread over the cores (pytest-xdist, TEST_WORKERS), then the live
+# tests one at a time on the one local cluster; both parts always run. JUNIT=PREFIX writes
+# PREFIX-unit.xml and PREFIX-live.xml.
+TEST_WORKERS ?= auto
+JUNIT ?=
 test: deps
-	$(IN_SLURM) -m pytest
+	$(IN_SLURM) -m pytest -m "not integration" -n $(TEST_WORKERS) $(if $(JUNIT),--junitxml=$(JUNIT)-unit.xml); \
+	unit=$$?; \
+	$(IN_SLURM) -m pytest -m integration $(if $(JUNIT),--junitxml=$(JUNIT)-live.xml); \
+	live=$$?; \
+	[ $$unit = 0 ] && [ $$live = 0 ]
 
 unit: deps
-	$(IN_SLURM) -m pytest -m "not integration"
+	$(IN_SLURM) -m pytest -m "not integration" -n $(TEST_WORKERS)
 
 down:
 	$(GPUPACK) devcluster down $(ON_SLURM)

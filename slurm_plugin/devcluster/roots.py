@@ -49,7 +49,7 @@ DEBIAN_PACKAGES = [
     "slurmctld", "slurmd", "slurm-client", "munge", "libslurm-dev", "lua-socket", "liblua5.1-0", "lua5.1",
     "gcc", "make", "libc6-dev", "procps", "ca-certificates", "iproute2", "util-linux",
     "python3", "python3-pip", "python3-venv", "python3-click", "sqlite-utils", "python3-prometheus-client", "python3-numpy", "python3-scipy", "python3-statsmodels",
-    "python3-pytest", "python3-pytest-mock", "python3-hypothesis", "python3-matplotlib",
+    "python3-pytest", "python3-pytest-mock", "python3-pytest-xdist", "python3-hypothesis", "python3-matplotlib",
     "mariadb-server", "slurmdbd",  # `devcluster up --accounting` (devcluster.accounting.PACKAGES)
 ]
 #: Extra Debian packages a feature's tests need (a browser for the web view's tests, say).
@@ -261,7 +261,7 @@ def _install_packages(root: SlurmRoot) -> None:
 
 
 #: Modules that must import together in a root (the project's requirements and test tools).
-IMPORT_CHECK = "import click, numpy, scipy, statsmodels.api, sqlite_utils, pynvml, pytest, hypothesis, matplotlib"
+IMPORT_CHECK = "import click, numpy, scipy, statsmodels.api, sqlite_utils, pynvml, pytest, xdist, hypothesis, matplotlib"
 
 
 def _make_venv(root: SlurmRoot, system_site: bool) -> None:
