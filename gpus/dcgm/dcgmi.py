@@ -9,9 +9,10 @@ the instance was busy) does, per GPU-instance entity (``GPU-I``). The adapter ru
   the ones DCGM listed (DCGM renumbers its entities when MIG is reconfigured);
 - ``dcgmi dmon -e 1001 -i i:<id>,... -d <ms>``: one long-running monitor for every GPU
   instance of the node, whose rows a thread keeps (the latest per entity). It is started
-  again when the hierarchy changes; a monitor that exits says why (no hostengine, profiling
-  not supported on the GPU: DCGM_ST_PROFILING_NOT_SUPPORTED), and is not started again
-  before :data:`RETRY_S`.
+  again when the hierarchy changes, and at once when it fails because an instance it
+  watched is gone (a MIG layout changed on any GPU of the node); a monitor that fails on an
+  unchanged hierarchy says why (no hostengine, profiling not supported on the GPU:
+  DCGM_ST_PROFILING_NOT_SUPPORTED), and is not started again before :data:`RETRY_S`.
 
 Each call hands out the values that came since the last one (a value is never counted
 twice); a blank value (``N/A``) is no value. Every failure is a
@@ -186,8 +187,17 @@ class DcgmiActivity:
         if s is not None and s.entities == wanted and (why := s.failure()) is not None:
             s.stop()
             self._stream = None
-            self._failed = (self.clock(), CountersUnavailableError(f"{why}; {SETUP_HINT}", reason=reason_of(why)))
-            log.warning("DCGM per-instance activity stopped: %s", why)
+            # an instance it watched was destroyed (a MIG layout changed, on any GPU of the
+            # node): DCGM's hierarchy then differs, and a monitor of the new one starts at once
+            wanted = frozenset(e.entity_id for e in self.discover().values())
+            if wanted == s.entities:
+                self._failed = (self.clock(), CountersUnavailableError(f"{why}; {SETUP_HINT}", reason=reason_of(why)))
+                log.warning("DCGM per-instance activity stopped: %s", why)
+            else:
+                log.info("DCGM's GPU instances changed under its monitor (%s): watching %s", why, sorted(wanted))
+            if not wanted:
+                raise CountersUnavailableError("DCGM lists no GPU instance on this node (dcgmi discovery -c)",
+                                               reason="dcgm-no-instance")
         if self._failed is not None:
             at, error = self._failed
             if self.clock() - at < RETRY_S:

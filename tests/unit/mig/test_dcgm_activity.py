@@ -138,6 +138,36 @@ def test_the_stand_in_reads_the_simulated_gpu_per_instance_with_dcgm_numbers(tmp
         dcgm.close()
 
 
+def test_an_instance_destroyed_on_another_gpu_does_not_blind_the_node(tmp_path):
+    """The monitor watches every GPU instance DCGM listed on the node. A layout change on GPU 0
+    destroys one, and DCGM numbers the rest anew, while GPU 1's instances (what the agent asks
+    about) stay as they were: the monitor, started with the ids listed before, is refused
+    ("entity not found"). The hierarchy is read again and a monitor of it starts at once, so
+    GPU 1's jobs keep their readings (seen live: none for 60 s)."""
+    sim = SimGpuBackend(tmp_path, "n1", gpus=["H100-80GB", "H100-80GB"], mig_enabled=True)
+    gone = sim.create_instance(0, "3g.40gb", 4)
+    busy = sim.create_instance(1, "2g.20gb", 2)
+    sim.start_process(busy.uuid, "job7", busy_pct=80.0)
+    dcgm = DcgmiActivity(f"{STAND_IN} --sim-dir {tmp_path} --node n1", period_ms=100)
+
+    def reading():
+        try:
+            return dcgm.activity(1, [busy.gi_id])
+        except CountersUnavailableError as exc:
+            assert "not found" in str(exc)  # the stale monitor's refusal, if the adapter gives up
+            return None
+
+    try:
+        before = {k: e.entity_id for k, e in dcgm.discover().items()}
+        sim.destroy_instance(0, gone.gi_id)
+        got = wait_for(reading, timeout=10.0)
+        assert got[busy.gi_id].gr_active > 0.0 and dcgm._failed is None
+        after = {k: e.entity_id for k, e in dcgm.entities.items()}
+        assert after == {(1, busy.gi_id): 0} and before[(1, busy.gi_id)] == 1  # renumbered
+    finally:
+        dcgm.close()
+
+
 def test_the_stand_in_refuses_what_dcgmi_refuses(tmp_path, capsys):
     from gpus.sim import dcgmi
 
