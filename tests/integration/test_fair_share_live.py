@@ -78,8 +78,10 @@ def test_the_requeued_job_goes_first_once_then_fair_share_orders_the_rest(fair_c
     waiting_a = c.submit([*a, "-J", "fair-wait-a", "--gres=shard:5"], SLEEP)  # the older one
     waiting_b = c.submit(["-A", "fair-b", "-J", "fair-wait-b", "--gres=shard:5"], SLEEP)
     wait_for(lambda: priority(c, waiting_b) > priority(c, waiting_a) > 0, 30, "fair-share ranks fair-b first")
+    # 300 MiB/s: its 9.75 GiB share is full after about 26 s (at twice that rate, under load
+    # 16 s, the forecast once came too late, and the job ended out of memory instead)
     grower = c.submit([*a, "-J", "fair-grow", "-w", "node1", "-t", "1", "--gres=shard:1"],
-                      simgpu_script("--mem-start 2GiB --mem-growth 30MiB --iters 400 --iter-ms 50"))
+                      simgpu_script("--mem-start 2GiB --mem-growth 30MiB --iters 400 --iter-ms 100"))
     c.wait(grower, "RUNNING", 30)
 
     (restart,) = wait_for(lambda: events(c, "restart-memory", grower), 60, "the grower's restart")
