@@ -59,23 +59,28 @@ def _write(path: Path, text: str, mode: int = 0o444) -> None:
 
 
 def _make_node(path: Path, minor: int) -> bool:
-    """A character device node (SIM_CAPS_MAJOR, minor) at ``path``; False (and nothing made)
-    where the kernel will not make one, or will not open one there (a nodev mount)."""
+    """A character device node (SIM_CAPS_MAJOR, minor) at ``path`` (in place of a regular file
+    an older simulated driver left); False (and nothing made) where the kernel will not make
+    one, or will not open one there (a nodev mount)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    if os.path.lexists(tmp):
+        tmp.unlink()
     try:
-        os.mknod(path, 0o444 | stat.S_IFCHR, os.makedev(SIM_CAPS_MAJOR, minor))
+        os.mknod(tmp, 0o444 | stat.S_IFCHR, os.makedev(SIM_CAPS_MAJOR, minor))
     except OSError as exc:
         log.warning("simulated GPU: cannot make the device node %s (%s); its capability nodes are "
                     "regular files, which no device cgroup fences", path, exc.strerror)
         return False
     try:
-        os.close(os.open(path, os.O_RDONLY))
+        os.close(os.open(tmp, os.O_RDONLY))
     except OSError as exc:
         if exc.errno not in NO_DRIVER and exc.errno != errno.EPERM:  # EPERM: this process's device cgroup
-            path.unlink()
+            tmp.unlink()
             log.warning("simulated GPU: cannot open the device node %s (%s: a nodev mount?); its "
                         "capability nodes are regular files, which no device cgroup fences", path, exc.strerror)
             return False
+    os.replace(tmp, path)
     return True
 
 
@@ -92,7 +97,9 @@ def sync(files: DriverFiles, doc: dict, wanted: frozenset[tuple[int, int, int | 
         if not access.exists():
             _write(access, access_text(minor))
         node = files.device(minor)
-        if not os.path.lexists(node) and not (nodes and (nodes := _make_node(node, minor))):
+        if node.is_char_device() or (nodes and (nodes := _make_node(node, minor))):
+            continue
+        if not os.path.lexists(node):
             _write(node, f"simulated nvidia-cap{minor}\n")
     gis = {(g, i) for g, i, _ in wanted}
     for gpu_dir in files.proc_caps.glob("gpu*"):

@@ -159,3 +159,16 @@ def test_without_mknod_the_nodes_are_regular_files_and_the_log_says_so(tmp_path,
     assert all(n.is_file() for n in driver.mig_devices(0, a.gi_id, 0))
     assert "regular files, which no device cgroup fences" in caplog.text
     open_mig_device(driver, 0, a.gi_id, 0, a.uuid)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs CAP_MKNOD")
+def test_a_regular_file_an_older_simulated_driver_left_becomes_a_device_node(tmp_path):
+    gpu = SimGpuBackend(tmp_path, "n1", gpus=["H100-80GB"])
+    driver = DriverFiles.for_node(tmp_path, "n1")
+    a = gpu.create_instance(0, "1g.10gb", 0)
+    gpu.destroy_instance(0, a.gi_id)
+    old = driver.device(mig_minor(0, a.gi_id))
+    old.unlink()
+    old.write_text("simulated nvidia-cap\n")  # as the simulated driver wrote them before
+    gpu.create_instance(0, "1g.10gb", 0)
+    assert old.is_char_device() and os.minor(old.stat().st_rdev) == mig_minor(0, a.gi_id)
