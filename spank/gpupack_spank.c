@@ -24,9 +24,9 @@
  * With it comes the line
  *   DENY <major> <lo>-<hi>[,<lo>-<hi>...]
  * the other MIG capability nodes (major:minor), which the task's device cgroup (cgroup v1
- * devices controller) then denies: Slurm's own cgroup of the task if it is in one, else
- * <devices>/gpupack/job<J>_step<S>_<slurmstepd pid>, which the task joins (removed at the
- * step's end). Through /proc/<pid>/root of a process outside the namespace the nodes are
+ * devices controller) then denies: Slurm's own cgroup of the job if the task is in one, else
+ * <its cgroup>/gpupack/job<J>_step<S>_<slurmstepd pid>, which the task joins (removed at the
+ * step's end; never the shared cgroup itself, which slurmd and other jobs are in). Through /proc/<pid>/root of a process outside the namespace the nodes are
  * still visible; the device cgroup refuses their open (EPERM). A node without the v1
  * devices controller (pure cgroup v2) gets the namespace only, and the log says so.
  * A fence that cannot be made counts as an error (below). No answer in time, or an error: a step with
@@ -379,6 +379,25 @@ static int task_devices_cgroup(char *cg, size_t cap)
     return found;
 }
 
+/* Is cgroup path cg Slurm's cgroup of job (a "job_<job>" component)? */
+static int is_job_cgroup(const char *cg, uint32_t job)
+{
+    char comp[32];
+    size_t k = (size_t)snprintf(comp, sizeof(comp), "/job_%u", job);
+    for (const char *p = strstr(cg, comp); p; p = strstr(p + 1, comp))
+        if (p[k] == '/' || p[k] == '\0')
+            return 1;
+    return 0;
+}
+
+/* The cgroup of ours a step's tasks join below cgroup cg: gpupack/job<J>_step<S>_<slurmstepd pid>
+ * (the step daemon's pid: two clusters on one host never share one). */
+static void own_cgroup(char *dir, size_t cap, const char *mnt, const char *cg, uint32_t job, uint32_t step,
+                       int stepd)
+{
+    snprintf(dir, cap, "%s%s/gpupack/job%u_step%u_%d", mnt, strcmp(cg, "/") == 0 ? "" : cg, job, step, stepd);
+}
+
 static int write_text(const char *path, const char *text, char *why, size_t why_cap)
 {
     int fd = open(path, O_WRONLY | O_CLOEXEC);
@@ -447,14 +466,17 @@ static int apply_deny(spank_t sp, char *spec, uint32_t job, uint32_t step, char 
                        "the same user outside it can still reach (docs/fence.md)", job, step);
         return 0;
     }
-    int own = strcmp(cg, "/") == 0; /* not in Slurm's cgroup: one of ours, which the task joins */
+    /* Slurm's cgroup of this job (task/cgroup v1: /slurm/uid_U/job_J/step_S[/task_T]) takes the
+     * denies; any other (the root, slurmd's service cgroup) is shared with other jobs and slurmd
+     * itself: the task joins a cgroup of ours below it, inheriting its rules */
+    int own = !is_job_cgroup(cg, job);
     if (own) {
-        snprintf(dir, sizeof(dir), "%s/gpupack", mnt);
+        snprintf(dir, sizeof(dir), "%s%s/gpupack", mnt, strcmp(cg, "/") == 0 ? "" : cg);
         if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
             snprintf(why, why_cap, "cannot fence in its device cgroup: mkdir %.400s: %s", dir, strerror(errno));
             return -1;
         }
-        snprintf(dir, sizeof(dir), "%s/gpupack/job%u_step%u_%d", mnt, job, step, (int)getppid());
+        own_cgroup(dir, sizeof(dir), mnt, cg, job, step, (int)getppid());
         if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
             snprintf(why, why_cap, "cannot fence in its device cgroup: mkdir %.400s: %s", dir, strerror(errno));
             return -1;
@@ -498,13 +520,14 @@ static int apply_deny(spank_t sp, char *spec, uint32_t job, uint32_t step, char 
     return 0;
 }
 
-/* At the step's end (slurmstepd): remove the device cgroup its tasks joined, if empty. */
+/* At the step's end (slurmstepd, still in the cgroup its tasks were forked in): remove the
+ * device cgroup of ours they joined, if empty. */
 static void remove_deny_cgroup(uint32_t job, uint32_t step)
 {
-    char mnt[1024], dir[1200];
-    if (!devices_mount(mnt, sizeof(mnt)))
+    char mnt[1024], cg[2048], dir[3200];
+    if (!devices_mount(mnt, sizeof(mnt)) || !task_devices_cgroup(cg, sizeof(cg)) || is_job_cgroup(cg, job))
         return;
-    snprintf(dir, sizeof(dir), "%s/gpupack/job%u_step%u_%d", mnt, job, step, (int)getpid());
+    own_cgroup(dir, sizeof(dir), mnt, cg, job, step, (int)getpid());
     if (rmdir(dir) < 0 && errno != ENOENT)
         slurm_info("gpupack: job %u step %u: cannot remove device cgroup %s: %s", job, step, dir, strerror(errno));
 }
