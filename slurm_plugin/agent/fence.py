@@ -18,11 +18,15 @@ minors of every MIG access capability the driver numbers (``mig-minors``) but th
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from gpus.nvml.caps import CapError, DriverFiles
 from slurm_plugin.agent.paths import AgentError
 from slurm_plugin.agent.state import Assignment
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -70,3 +74,28 @@ def fence_for(driver: DriverFiles, backend, a: Assignment) -> Fence | None:
         raise AgentError(f"cannot fence job {a.job_id} in its device cgroup: {exc}") from exc
     keep = {int(n.name.removeprefix("nvidia-cap")) for n in nodes}
     return Fence(str(driver.dev_caps), tuple(n.name for n in nodes), major, deny_ranges(every, keep))
+
+
+DEVICES_V1 = Path("/sys/fs/cgroup/devices")
+# where the plugin makes a step's device cgroup: below the task's cgroup, the root or a
+# service's (system.slice/slurmd.service) (spank/gpupack_spank.c, own_cgroup)
+_OWN_CGROUPS = ("gpupack/job*_step*_*", "*/gpupack/job*_step*_*", "*/*/gpupack/job*_step*_*")
+
+
+def prune_device_cgroups(root: Path = DEVICES_V1, proc: Path = Path("/proc")) -> list[str]:
+    """Remove the plugin's step device cgroups whose step daemon is gone (one killed before it
+    could remove its own at the step's end); a cgroup a process is still in stays (the kernel
+    refuses to remove it). Returns what was removed."""
+    done = []
+    for pattern in _OWN_CGROUPS:
+        for cg in root.glob(pattern):
+            stepd = cg.name.rsplit("_", 1)[1]
+            if not stepd.isdigit() or (proc / stepd).exists():
+                continue
+            try:
+                cg.rmdir()
+            except OSError as exc:
+                log.debug("device cgroup %s of a gone step daemon stays: %s", cg, exc.strerror)
+                continue
+            done.append(f"removed the device cgroup {cg} (its step daemon {stepd} is gone)")
+    return done

@@ -2,7 +2,9 @@
 driver's files; no answer but a refusal when they cannot be read."""
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 
 import pytest
 
@@ -11,7 +13,7 @@ from gpus.sim.backend import SimGpuBackend
 from slurm_plugin.agent import isolation as iso
 from slurm_plugin.agent.daemon import NodeAgent
 from gpus.sim.caps import SIM_CAPS_MAJOR
-from slurm_plugin.agent.fence import deny_ranges
+from slurm_plugin.agent.fence import deny_ranges, prune_device_cgroups
 from slurm_plugin.agent.paths import AgentError
 from slurm_plugin.agent.state import BATCH_STEP
 
@@ -71,3 +73,20 @@ def test_the_fence_line_refuses_what_the_plugin_could_misread():
     for bad in (["a,b"], ["x y"], ["../nvidia-cap1"], []):
         with pytest.raises(ValueError):
             iso.answer_lines("mig:1g.10gb@0", {}, {"directory": "/dev/nvidia-caps", "allowed": bad})
+
+
+def test_device_cgroups_of_gone_step_daemons_are_pruned(tmp_path):
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    proc = tmp_path / "proc"
+    (proc / str(os.getpid())).mkdir(parents=True)  # a live step daemon; the other is gone
+    root = tmp_path / "devices"
+    dead = root / "gpupack" / f"job5_step0_{gone.pid}"
+    live = root / "gpupack" / f"job6_step0_{os.getpid()}"
+    service = root / "system.slice" / "slurmd.service" / "gpupack" / f"job7_step4294967291_{gone.pid}"
+    busy = root / "gpupack" / "job8_step0_999999999"
+    for d in (dead, live, service, busy / "child"):
+        d.mkdir(parents=True)
+    done = prune_device_cgroups(root, proc)
+    assert not dead.exists() and not service.exists() and len(done) == 2
+    assert live.exists() and busy.exists()  # its step daemon runs / a process (here: a child) holds it
