@@ -26,8 +26,8 @@
  * the other MIG capability nodes (major:minor), which the task's device cgroup (cgroup v1
  * devices controller) then denies: Slurm's own cgroup of the job if the task is in one, else
  * <its cgroup>/gpupack/job<J>_step<S>_<slurmstepd pid>, which the task joins (removed at the
- * step's end; never the shared cgroup itself, which slurmd and other jobs are in). Through /proc/<pid>/root of a process outside the namespace the nodes are
- * still visible; the device cgroup refuses their open (EPERM). A node without the v1
+ * step's end; never the shared cgroup itself, which slurmd and other jobs are in). Through
+ * /proc/<pid>/root of a process outside the namespace the nodes are still visible; the device cgroup refuses their open (EPERM). A node without the v1
  * devices controller (pure cgroup v2) gets the namespace only, and the log says so.
  * A fence that cannot be made counts as an error (below). No answer in time, or an error: a step with
  * whole GPUs (no shards) runs with what Slurm gave it and the reason is logged. A packed step
@@ -331,8 +331,9 @@ out:
     return rc;
 }
 
-/* The mount point of the cgroup v1 devices hierarchy (from /proc/self/mountinfo): 1 found, 0 none. */
-static int devices_mount(char *mnt, size_t cap)
+/* The mount point of the cgroup v1 devices hierarchy (from /proc/self/mountinfo), and the folder
+ * of the hierarchy mounted there in root: 1 found, 0 none. */
+static int devices_mount(char *mnt, size_t cap, char *root, size_t root_cap)
 {
     FILE *f = fopen("/proc/self/mountinfo", "re");
     char line[4096];
@@ -341,13 +342,14 @@ static int devices_mount(char *mnt, size_t cap)
         return 0;
     while (!found && fgets(line, sizeof(line), f)) {
         char *dash = strstr(line, " - "), *save = NULL, *tok;
-        char point[1024], fstype[64], opts[1024];
-        if (!dash || sscanf(line, "%*s %*s %*s %*s %1023s", point) != 1 ||
+        char point[1024], fstype[64], opts[1024], at[1024];
+        if (!dash || sscanf(line, "%*s %*s %*s %1023s %1023s", at, point) != 2 ||
             sscanf(dash + 3, "%63s %*s %1023s", fstype, opts) != 2 || strcmp(fstype, "cgroup") != 0)
             continue;
         for (tok = strtok_r(opts, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
             if (strcmp(tok, "devices") == 0) {
                 snprintf(mnt, cap, "%s", point);
+                snprintf(root, root_cap, "%s", at);
                 found = 1;
             }
     }
@@ -388,6 +390,20 @@ static int is_job_cgroup(const char *cg, uint32_t job)
         if (p[k] == '/' || p[k] == '\0')
             return 1;
     return 0;
+}
+
+/* The v1 devices hierarchy's mount point and this process's cgroup in it, as a path below that
+ * mount (a hierarchy mounted from one of its folders, as in a container, shows the cgroup's
+ * path from the hierarchy's top in /proc/self/cgroup): 1 found, 0 none (no v1 controller). */
+static int locate_devices_cgroup(char *mnt, size_t mnt_cap, char *cg, size_t cg_cap)
+{
+    char at[1024];
+    if (!task_devices_cgroup(cg, cg_cap) || !devices_mount(mnt, mnt_cap, at, sizeof(at)))
+        return 0;
+    size_t k = strlen(at);
+    if (strcmp(at, "/") != 0 && strncmp(cg, at, k) == 0 && (cg[k] == '/' || cg[k] == '\0'))
+        memmove(cg, cg[k] ? cg + k : "/", strlen(cg[k] ? cg + k : "/") + 1);
+    return 1;
 }
 
 /* The cgroup of ours a step's tasks join below cgroup cg: gpupack/job<J>_step<S>_<slurmstepd pid>
@@ -458,7 +474,7 @@ static int apply_deny(spank_t sp, char *spec, uint32_t job, uint32_t step, char 
         return -1;
     }
     ranges++;
-    if (!task_devices_cgroup(cg, sizeof(cg)) || !devices_mount(mnt, sizeof(mnt))) {
+    if (!locate_devices_cgroup(mnt, sizeof(mnt), cg, sizeof(cg))) {
         spank_get_item(sp, S_TASK_ID, &task);
         if (task == 0)
             slurm_info("gpupack: job %u step %u: no cgroup v1 devices controller on this node (cgroup v2): "
@@ -525,7 +541,7 @@ static int apply_deny(spank_t sp, char *spec, uint32_t job, uint32_t step, char 
 static void remove_deny_cgroup(uint32_t job, uint32_t step)
 {
     char mnt[1024], cg[2048], dir[3200];
-    if (!devices_mount(mnt, sizeof(mnt)) || !task_devices_cgroup(cg, sizeof(cg)) || is_job_cgroup(cg, job))
+    if (!locate_devices_cgroup(mnt, sizeof(mnt), cg, sizeof(cg)) || is_job_cgroup(cg, job))
         return;
     own_cgroup(dir, sizeof(dir), mnt, cg, job, step, (int)getpid());
     if (rmdir(dir) < 0 && errno != ENOENT)
