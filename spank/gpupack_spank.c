@@ -21,6 +21,14 @@
  * namespace of its own where a read-only tmpfs over <folder> holds only those nodes (bind
  * mounts of them), so no process of the job can open another job's MIG slice whatever
  * CUDA_VISIBLE_DEVICES says; the user, without CAP_SYS_ADMIN, cannot undo it (docs/fence.md).
+ * With it comes the line
+ *   DENY <major> <lo>-<hi>[,<lo>-<hi>...]
+ * the other MIG capability nodes (major:minor), which the task's device cgroup (cgroup v1
+ * devices controller) then denies: Slurm's own cgroup of the job if the task is in one, else
+ * <its cgroup>/gpupack/job<J>_step<S>_<slurmstepd pid>, which the task joins (removed at the
+ * step's end; never the shared cgroup itself, which slurmd and other jobs are in). Through
+ * /proc/<pid>/root of a process outside the namespace the nodes are still visible; the device cgroup refuses their open (EPERM). A node without the v1
+ * devices controller (pure cgroup v2) gets the namespace only, and the log says so.
  * A fence that cannot be made counts as an error (below). No answer in time, or an error: a step with
  * whole GPUs (no shards) runs with what Slurm gave it and the reason is logged. A packed step
  * (SLURM_SHARDS_ON_NODE > 0: it shares its GPU with other jobs) never runs unisolated: its
@@ -40,6 +48,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -322,6 +331,223 @@ out:
     return rc;
 }
 
+/* The mount point of the cgroup v1 devices hierarchy (from /proc/self/mountinfo), and the folder
+ * of the hierarchy mounted there in root: 1 found, 0 none. */
+static int devices_mount(char *mnt, size_t cap, char *root, size_t root_cap)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    char line[4096];
+    int found = 0;
+    if (!f)
+        return 0;
+    while (!found && fgets(line, sizeof(line), f)) {
+        char *dash = strstr(line, " - "), *save = NULL, *tok;
+        char point[1024], fstype[64], opts[1024], at[1024];
+        if (!dash || sscanf(line, "%*s %*s %*s %1023s %1023s", at, point) != 2 ||
+            sscanf(dash + 3, "%63s %*s %1023s", fstype, opts) != 2 || strcmp(fstype, "cgroup") != 0)
+            continue;
+        for (tok = strtok_r(opts, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+            if (strcmp(tok, "devices") == 0) {
+                snprintf(mnt, cap, "%s", point);
+                snprintf(root, root_cap, "%s", at);
+                found = 1;
+            }
+    }
+    fclose(f);
+    return found;
+}
+
+/* The task's cgroup in the v1 devices hierarchy (from /proc/self/cgroup): 1 found, 0 none. */
+static int task_devices_cgroup(char *cg, size_t cap)
+{
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    char line[4096];
+    int found = 0;
+    if (!f)
+        return 0;
+    while (!found && fgets(line, sizeof(line), f)) {
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL, *save = NULL, *tok;
+        if (!c2)
+            continue;
+        *c2 = '\0';
+        c2[1 + strcspn(c2 + 1, "\n")] = '\0';
+        for (tok = strtok_r(c1 + 1, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+            if (strcmp(tok, "devices") == 0) {
+                snprintf(cg, cap, "%s", c2 + 1);
+                found = 1;
+            }
+    }
+    fclose(f);
+    return found;
+}
+
+/* Is cgroup path cg Slurm's cgroup of job (a "job_<job>" component)? */
+static int is_job_cgroup(const char *cg, uint32_t job)
+{
+    char comp[32];
+    size_t k = (size_t)snprintf(comp, sizeof(comp), "/job_%u", job);
+    for (const char *p = strstr(cg, comp); p; p = strstr(p + 1, comp))
+        if (p[k] == '/' || p[k] == '\0')
+            return 1;
+    return 0;
+}
+
+/* The v1 devices hierarchy's mount point and this process's cgroup in it, as a path below that
+ * mount (a hierarchy mounted from one of its folders, as in a container, shows the cgroup's
+ * path from the hierarchy's top in /proc/self/cgroup): 1 found, 0 none (no v1 controller). */
+static int locate_devices_cgroup(char *mnt, size_t mnt_cap, char *cg, size_t cg_cap)
+{
+    char at[1024];
+    if (!task_devices_cgroup(cg, cg_cap) || !devices_mount(mnt, mnt_cap, at, sizeof(at)))
+        return 0;
+    size_t k = strlen(at);
+    if (strcmp(at, "/") != 0 && strncmp(cg, at, k) == 0 && (cg[k] == '/' || cg[k] == '\0'))
+        memmove(cg, cg[k] ? cg + k : "/", strlen(cg[k] ? cg + k : "/") + 1);
+    return 1;
+}
+
+/* The cgroup of ours a step's tasks join below cgroup cg: gpupack/job<J>_step<S>_<slurmstepd pid>
+ * (the step daemon's pid: two clusters on one host never share one). */
+static void own_cgroup(char *dir, size_t cap, const char *mnt, const char *cg, uint32_t job, uint32_t step,
+                       int stepd)
+{
+    snprintf(dir, cap, "%s%s/gpupack/job%u_step%u_%d", mnt, strcmp(cg, "/") == 0 ? "" : cg, job, step, stepd);
+}
+
+static int write_text(const char *path, const char *text, char *why, size_t why_cap)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) {
+        snprintf(why, why_cap, "cannot fence in its device cgroup: writing '%s' to %.400s: %s", text, path,
+                 strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
+/* A cgroup that allows every device by default takes our denies as exceptions; one that denies
+ * by default (only listed devices allowed) ignores a deny of a node its list allows through a
+ * wildcard: refuse that, the fence would not hold. */
+static int wildcard_allows(const char *dir, int major, char *why, size_t why_cap)
+{
+    char path[3300], line[256], type, maj[32], min[32], acc[8];
+    snprintf(path, sizeof(path), "%s/devices.list", dir);
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        snprintf(why, why_cap, "cannot fence in its device cgroup: %.400s: %s", path, strerror(errno));
+        return -1;
+    }
+    int first = 1, bad = 0;
+    while (!bad && fgets(line, sizeof(line), f)) {
+        if (sscanf(line, " %c %31[^:]:%31s %7s", &type, maj, min, acc) != 4)
+            continue;
+        if (first && type == 'a')
+            break; /* "a *:* rwm": every device allowed but the denied ones */
+        first = 0;
+        if ((type == 'a' || type == 'c') && (strcmp(maj, "*") == 0 || atoi(maj) == major) &&
+            strcmp(min, "*") == 0 && strpbrk(acc, "rw"))
+            bad = 1;
+    }
+    fclose(f);
+    if (bad) {
+        line[strcspn(line, "\n")] = '\0';
+        snprintf(why, why_cap, "cannot fence in its device cgroup: %.400s allows every nvidia-caps node ('%.100s')",
+                 path, line);
+        return -1;
+    }
+    return 0;
+}
+
+/* The DENY line, "<major> <lo>-<hi>[,...]": the task's device cgroup denies those nodes. Returns 0
+ * (also where no v1 devices controller exists: logged), or -1 with why filled in. Runs in the task
+ * (root, before privileges drop). */
+static int apply_deny(spank_t sp, char *spec, uint32_t job, uint32_t step, char *why, size_t why_cap)
+{
+    char mnt[1024], cg[2048], dir[3200], path[3300], rule[64], *save = NULL;
+    int major = atoi(spec), task = 0;
+    char *ranges = strchr(spec, ' ');
+    if (major <= 0 || !ranges) {
+        snprintf(why, why_cap, "bad DENY line from the agent: '%.200s'", spec);
+        return -1;
+    }
+    ranges++;
+    if (!locate_devices_cgroup(mnt, sizeof(mnt), cg, sizeof(cg))) {
+        spank_get_item(sp, S_TASK_ID, &task);
+        if (task == 0)
+            slurm_info("gpupack: job %u step %u: no cgroup v1 devices controller on this node (cgroup v2): "
+                       "only its mount namespace fences the step's MIG capability nodes, which a process of "
+                       "the same user outside it can still reach (docs/fence.md)", job, step);
+        return 0;
+    }
+    /* Slurm's cgroup of this job (task/cgroup v1: /slurm/uid_U/job_J/step_S[/task_T]) takes the
+     * denies; any other (the root, slurmd's service cgroup) is shared with other jobs and slurmd
+     * itself: the task joins a cgroup of ours below it, inheriting its rules */
+    int own = !is_job_cgroup(cg, job);
+    if (own) {
+        snprintf(dir, sizeof(dir), "%s%s/gpupack", mnt, strcmp(cg, "/") == 0 ? "" : cg);
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+            snprintf(why, why_cap, "cannot fence in its device cgroup: mkdir %.400s: %s", dir, strerror(errno));
+            return -1;
+        }
+        own_cgroup(dir, sizeof(dir), mnt, cg, job, step, (int)getppid());
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+            snprintf(why, why_cap, "cannot fence in its device cgroup: mkdir %.400s: %s", dir, strerror(errno));
+            return -1;
+        }
+    } else {
+        snprintf(dir, sizeof(dir), "%s%s", mnt, cg);
+    }
+    snprintf(path, sizeof(path), "%s/devices.deny", dir);
+    int fd = open(path, O_WRONLY | O_CLOEXEC), n = 0;
+    if (fd < 0) {
+        snprintf(why, why_cap, "cannot fence in its device cgroup: %.400s: %s", path, strerror(errno));
+        return -1;
+    }
+    for (char *r = strtok_r(ranges, ",", &save); r && strcmp(r, "-") != 0; r = strtok_r(NULL, ",", &save)) {
+        int lo = -1, hi = -1;
+        if (sscanf(r, "%d-%d", &lo, &hi) != 2 || lo < 0 || hi < lo || hi - lo > (1 << 20)) {
+            snprintf(why, why_cap, "bad DENY range '%.50s' from the agent", r);
+            close(fd);
+            return -1;
+        }
+        for (int m = lo; m <= hi; m++, n++) {
+            int k = snprintf(rule, sizeof(rule), "c %d:%d rwm", major, m);
+            if (write(fd, rule, (size_t)k) != k) { /* one rule per write */
+                snprintf(why, why_cap, "cannot fence in its device cgroup: writing '%s' to %.400s: %s", rule,
+                         path, strerror(errno));
+                close(fd);
+                return -1;
+            }
+        }
+    }
+    close(fd);
+    if (wildcard_allows(dir, major, why, why_cap) < 0)
+        return -1;
+    if (own) {
+        snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+        snprintf(rule, sizeof(rule), "%d", (int)getpid());
+        if (write_text(path, rule, why, why_cap) < 0)
+            return -1;
+    }
+    slurm_debug("gpupack: job %u step %u: %d MIG capability nodes denied in device cgroup %s", job, step, n, dir);
+    return 0;
+}
+
+/* At the step's end (slurmstepd, still in the cgroup its tasks were forked in): remove the
+ * device cgroup of ours they joined, if empty. */
+static void remove_deny_cgroup(uint32_t job, uint32_t step)
+{
+    char mnt[1024], cg[2048], dir[3200];
+    if (!locate_devices_cgroup(mnt, sizeof(mnt), cg, sizeof(cg)) || is_job_cgroup(cg, job))
+        return;
+    own_cgroup(dir, sizeof(dir), mnt, cg, job, step, (int)getpid());
+    if (rmdir(dir) < 0 && errno != ENOENT)
+        slurm_info("gpupack: job %u step %u: cannot remove device cgroup %s: %s", job, step, dir, strerror(errno));
+}
+
 /* Apply "OK <isolation>\nFENCE ...\nK=V\n..." to the step; returns the number of variables set or -1. */
 static int apply_answer(spank_t sp, char *resp, uint32_t job, uint32_t step, char *why, size_t why_cap)
 {
@@ -344,6 +570,11 @@ static int apply_answer(spank_t sp, char *resp, uint32_t job, uint32_t step, cha
             if (apply_fence(spec, why, why_cap) < 0)
                 return -1;
             fenced = ", fenced to its MIG capability nodes";
+            continue;
+        }
+        if (strncmp(line, "DENY ", 5) == 0) {
+            if (apply_deny(sp, line + 5, job, step, why, why_cap) < 0)
+                return -1;
             continue;
         }
         char *eq = strchr(line, '=');
@@ -503,6 +734,7 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
     uint32_t job = 0, step = 0;
     if (ids(sp, &job, &step, NULL) < 0 || step == SLURM_EXTERN_CONT)
         return ESPANK_SUCCESS;
+    remove_deny_cgroup(job, step);
     char node[256], path[700], req[1024], resp[1024], why[600];
     node_name(sp, node, sizeof(node));
     socket_path(node, path, sizeof(path));

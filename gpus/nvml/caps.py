@@ -26,6 +26,8 @@ from pathlib import Path
 
 PROC_CAPS = Path("proc/driver/nvidia/capabilities")
 MIG_MINORS = Path("proc/driver/nvidia-caps/mig-minors")
+PROC_DEVICES = Path("proc/devices")
+CAPS_DRIVER = "nvidia-caps"  # the capability nodes' character device driver in /proc/devices
 DEV_CAPS = Path("dev/nvidia-caps")
 GIS_PER_GPU = 15  # gi0..gi14 per GPU in the driver's numbering
 CIS_PER_GI = 8  # ci0..ci7 per GPU instance
@@ -57,6 +59,43 @@ def parse_minor(text: str, where: str) -> int:
     if m is None:
         raise CapError(f"{where}: no 'DeviceFileMinor: N' line in {text[:200]!r}")
     return int(m.group(1))
+
+
+def parse_char_major(text: str, driver: str = CAPS_DRIVER) -> int:
+    """The major of character device ``driver`` in a ``/proc/devices`` text (its
+    ``Character devices:`` section); CapError when it is not listed."""
+    section = None
+    for line in text.splitlines():
+        head = line.strip()
+        if head.endswith("devices:"):
+            section = head
+            continue
+        fields = head.split()
+        if section == "Character devices:" and len(fields) == 2 and fields[1] == driver and fields[0].isdigit():
+            return int(fields[0])
+    raise CapError(f"no character device '{driver}' in the driver's devices list")
+
+
+def parse_mig_minors(text: str) -> dict[str, int]:
+    """``name -> minor`` of every MIG access capability in a ``mig-minors`` text (without
+    ``config``/``monitor``, which every MIG user needs); CapError on a line that is not
+    ``<name> <minor>``."""
+    out: dict[str, int] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 2 or not fields[1].isdigit():
+            raise CapError(f"mig-minors line {n}: expected '<name> <minor>', got {line[:100]!r}")
+        if fields[0].endswith("/access"):
+            out[fields[0]] = int(fields[1])
+    return out
+
+
+def devices_text(caps_major: int) -> str:
+    """A ``/proc/devices`` as a node with the NVIDIA driver shows it (the simulated driver's)."""
+    return (f"Character devices:\n  1 mem\n  4 tty\n195 nvidia-frontend\n{caps_major:3d} {CAPS_DRIVER}\n"
+            "\nBlock devices:\n  7 loop\n  8 sd\n")
 
 
 def access_text(minor: int, mode: int = 0o444) -> str:
@@ -96,6 +135,26 @@ class DriverFiles:
     @property
     def mig_minors(self) -> Path:
         return self.root / MIG_MINORS
+
+    @property
+    def devices(self) -> Path:
+        return self.root / PROC_DEVICES
+
+    def caps_major(self) -> int:
+        """The major of the capability nodes (``nvidia-caps`` in ``/proc/devices``)."""
+        try:
+            return parse_char_major(self.devices.read_text())
+        except OSError as exc:
+            raise CapError(f"cannot read {self.devices} ({exc.strerror})") from exc
+        except CapError as exc:
+            raise CapError(f"{self.devices}: {exc}") from exc
+
+    def all_mig_minors(self) -> list[int]:
+        """Every MIG access capability's minor the driver numbers (``mig-minors``), sorted."""
+        try:
+            return sorted(set(parse_mig_minors(self.mig_minors.read_text()).values()))
+        except OSError as exc:
+            raise CapError(f"cannot read {self.mig_minors} ({exc.strerror})") from exc
 
     def access_file(self, gpu: int, gi: int, ci: int | None = None) -> Path:
         base = self.proc_caps / f"gpu{gpu}" / "mig" / f"gi{gi}"

@@ -29,7 +29,7 @@ from packer.samples import JobSample
 from slurm_plugin.agent import isolation as iso
 from slurm_plugin.agent.counters import CounterReader
 from slurm_plugin.agent.facts import FactsReader, gres_conf_path
-from slurm_plugin.agent.fence import Fence, fence_for
+from slurm_plugin.agent.fence import Fence, fence_for, prune_device_cgroups
 from slurm_plugin.agent.finals import KeptFinals, free_memory_of, job_summary
 from slurm_plugin.agent.isolator import Isolator
 from slurm_plugin.agent.journal import SliceJournal
@@ -297,6 +297,8 @@ class NodeAgent:
                 self.tick()
                 if time.monotonic() >= next_reconcile:
                     self.reconcile()
+                    for line in prune_device_cgroups():  # the host's, not the agent's state: not in reconcile()
+                        log.info("%s", line)
                     next_reconcile = time.monotonic() + reconcile_interval
             except Exception:  # a bad tick must not end the agent
                 log.exception("agent loop failed; trying again")

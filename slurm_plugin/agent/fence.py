@@ -8,23 +8,53 @@ whose user points ``CUDA_VISIBLE_DEVICES`` at another job's slice cannot open th
 The agent names those nodes here, read from the driver's proc files as on a real node (for
 the simulated GPU, from its driver folder); the plugin reads them in the line
 ``FENCE <node>[,<node>] <folder>`` (:func:`slurm_plugin.agent.isolation.answer_lines`).
+
+The namespace hides the other nodes from the task's own view only: through
+``/proc/<pid>/root`` of a process of the same user outside any fence they are still there.
+So the plugin also denies every other MIG capability node in the task's device cgroup
+(cgroup v1 ``devices.deny``), from the line ``DENY <major> <lo>-<hi>[,<lo>-<hi>...]``: the
+capability nodes' major (``nvidia-caps`` in the driver's ``/proc/devices``) and the ranges of
+minors of every MIG access capability the driver numbers (``mig-minors``) but the job's.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from gpus.nvml.caps import CapError, DriverFiles
 from slurm_plugin.agent.paths import AgentError
 from slurm_plugin.agent.state import Assignment
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Fence:
     directory: str  # the driver's capability node folder (/dev/nvidia-caps)
     allowed: tuple[str, ...]  # the node names in it the job may open
+    caps_major: int | None = None  # the nodes' major, for the device cgroup
+    deny: tuple[tuple[int, int], ...] = field(default=())  # minor ranges (inclusive) to deny there
 
     def to_dict(self) -> dict:
-        return {"directory": self.directory, "allowed": list(self.allowed)}
+        out: dict = {"directory": self.directory, "allowed": list(self.allowed)}
+        if self.caps_major is not None:
+            out["caps_major"] = self.caps_major
+            out["deny"] = [list(r) for r in self.deny]
+        return out
+
+
+def deny_ranges(every: list[int], keep: set[int]) -> tuple[tuple[int, int], ...]:
+    """The minors of ``every`` (sorted) but ``keep``, as inclusive ranges of consecutive minors."""
+    out: list[list[int]] = []
+    for m in every:
+        if m in keep:
+            continue
+        if out and out[-1][1] == m - 1:
+            out[-1][1] = m
+        else:
+            out.append([m, m])
+    return tuple((lo, hi) for lo, hi in out)
 
 
 def fence_for(driver: DriverFiles, backend, a: Assignment) -> Fence | None:
@@ -38,4 +68,34 @@ def fence_for(driver: DriverFiles, backend, a: Assignment) -> Fence | None:
     except CapError as exc:
         raise AgentError(f"cannot fence job {a.job_id} to its MIG instance (GPU {a.gpu_index}, GPU "
                          f"instance {a.gi_id}): {exc}") from exc
-    return Fence(str(driver.dev_caps), tuple(n.name for n in nodes))
+    try:
+        major, every = driver.caps_major(), driver.all_mig_minors()
+    except CapError as exc:
+        raise AgentError(f"cannot fence job {a.job_id} in its device cgroup: {exc}") from exc
+    keep = {int(n.name.removeprefix("nvidia-cap")) for n in nodes}
+    return Fence(str(driver.dev_caps), tuple(n.name for n in nodes), major, deny_ranges(every, keep))
+
+
+DEVICES_V1 = Path("/sys/fs/cgroup/devices")
+# where the plugin makes a step's device cgroup: below the task's cgroup, the root or a
+# service's (system.slice/slurmd.service) (spank/gpupack_spank.c, own_cgroup)
+_OWN_CGROUPS = ("gpupack/job*_step*_*", "*/gpupack/job*_step*_*", "*/*/gpupack/job*_step*_*")
+
+
+def prune_device_cgroups(root: Path = DEVICES_V1, proc: Path = Path("/proc")) -> list[str]:
+    """Remove the plugin's step device cgroups whose step daemon is gone (one killed before it
+    could remove its own at the step's end); a cgroup a process is still in stays (the kernel
+    refuses to remove it). Returns what was removed."""
+    done = []
+    for pattern in _OWN_CGROUPS:
+        for cg in root.glob(pattern):
+            stepd = cg.name.rsplit("_", 1)[1]
+            if not stepd.isdigit() or (proc / stepd).exists():
+                continue
+            try:
+                cg.rmdir()
+            except OSError as exc:
+                log.debug("device cgroup %s of a gone step daemon stays: %s", cg, exc.strerror)
+                continue
+            done.append(f"removed the device cgroup {cg} (its step daemon {stepd} is gone)")
+    return done

@@ -89,10 +89,16 @@ def mps_memory_limit_bytes(shards: int, shares_per_gpu: int, gpu_memory_mib: int
     return int(gpu_memory_mib * 1024 * 1024 * min(shards, shares_per_gpu) / shares_per_gpu)
 
 
+def deny_line(major: int, ranges: tuple[tuple[int, int], ...] | list) -> str:
+    """``DENY <major> <lo>-<hi>,...`` (``-`` for no range: the job may open every MIG node)."""
+    text = ",".join(f"{int(lo)}-{int(hi)}" for lo, hi in ranges) or "-"
+    return f"DENY {int(major)} {text}"
+
+
 def answer_lines(isolation: str, env: dict[str, str], fence: dict | None = None) -> str:
     """The SPANK plugin's text answer: ``OK <isolation>``, then ``FENCE <node>[,<node>] <folder>``
-    for a job on a MIG device (the capability nodes it may open, :mod:`.fence`), then
-    ``KEY=VALUE`` lines."""
+    for a job on a MIG device (the capability nodes it may open, :mod:`.fence`) and ``DENY <major>
+    <ranges>`` (the others, for its device cgroup), then ``KEY=VALUE`` lines."""
     lines = [f"OK {isolation}"]
     if fence is not None:
         names = fence["allowed"]
@@ -100,6 +106,8 @@ def answer_lines(isolation: str, env: dict[str, str], fence: dict | None = None)
                 or "\n" in fence["directory"]:
             raise ValueError(f"cannot write the fence {fence!r} as one line")
         lines.append(f"FENCE {','.join(names)} {fence['directory']}")
+        if fence.get("caps_major") is not None:
+            lines.append(deny_line(fence["caps_major"], fence.get("deny", [])))
     for key, value in env.items():
         if "\n" in value or "\n" in key:
             raise ValueError(f"newline in {key!r}")

@@ -2,7 +2,9 @@
 driver's files; no answer but a refusal when they cannot be read."""
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 
 import pytest
 
@@ -10,7 +12,8 @@ from gpus.nvml.caps import DriverFiles, mig_minor
 from gpus.sim.backend import SimGpuBackend
 from slurm_plugin.agent import isolation as iso
 from slurm_plugin.agent.daemon import NodeAgent
-from slurm_plugin.agent.fence import Fence
+from gpus.sim.caps import SIM_CAPS_MAJOR
+from slurm_plugin.agent.fence import deny_ranges, prune_device_cgroups
 from slurm_plugin.agent.paths import AgentError
 from slurm_plugin.agent.state import BATCH_STEP
 
@@ -28,10 +31,17 @@ def test_a_mig_job_is_fenced_to_its_own_instance(tmp_path):
     b = agent.isolate(8, BATCH_STEP, 0, SHARDS)
     fa, fb = agent.fence(a), agent.fence(b)
     caps = str(tmp_path / "simgpu" / "n1.driver" / "dev" / "nvidia-caps")
-    assert fa == Fence(caps, (f"nvidia-cap{mig_minor(1, a.gi_id)}", f"nvidia-cap{mig_minor(1, a.gi_id, 0)}"))
+    own = {mig_minor(1, a.gi_id), mig_minor(1, a.gi_id, 0)}
+    assert fa.directory == caps and fa.allowed == tuple(f"nvidia-cap{m}" for m in sorted(own))
     assert not set(fa.allowed) & set(fb.allowed)  # the other job's nodes are not the first's
+    # the device cgroup's part: every MIG capability of the node's two GPUs but its own two
+    assert fa.caps_major == SIM_CAPS_MAJOR
+    denied = {m for lo, hi in fa.deny for m in range(lo, hi + 1)}
+    assert denied == set(range(3, mig_minor(2, 0))) - own
+    assert {mig_minor(1, b.gi_id), mig_minor(1, b.gi_id, 0)} <= denied
     text = iso.answer_lines(a.isolation, a.env, fa.to_dict())
     assert text.splitlines()[1] == f"FENCE {','.join(fa.allowed)} {caps}"
+    assert text.splitlines()[2] == "DENY 61 " + ",".join(f"{lo}-{hi}" for lo, hi in fa.deny)
     whole = agent.isolate(9, BATCH_STEP, 0, {"SLURM_STEP_GPUS": "0"})
     assert whole.gi_id is not None and agent.fence(whole).allowed  # a whole GPU in MIG mode: its full instance
 
@@ -44,7 +54,39 @@ def test_no_fence_no_answer(tmp_path):
         agent.fence(a)
 
 
+def test_no_caps_major_no_answer(tmp_path):
+    agent = _agent(tmp_path)
+    a = agent.isolate(7, BATCH_STEP, 0, SHARDS)
+    DriverFiles.for_node(tmp_path / "simgpu", "n1").devices.write_text("Character devices:\n195 nvidia\n")
+    with pytest.raises(AgentError, match=r"job 7 in its device cgroup: .*no character device 'nvidia-caps'"):
+        agent.fence(a)
+
+
+def test_deny_ranges_and_line():
+    assert deny_ranges([3, 4, 5, 6, 9, 10, 12], {5, 12}) == ((3, 4), (6, 6), (9, 10))
+    assert deny_ranges([3, 4], {3, 4}) == ()
+    assert iso.deny_line(235, ((3, 4), (6, 6))) == "DENY 235 3-4,6-6"
+    assert iso.deny_line(235, ()) == "DENY 235 -"
+
+
 def test_the_fence_line_refuses_what_the_plugin_could_misread():
     for bad in (["a,b"], ["x y"], ["../nvidia-cap1"], []):
         with pytest.raises(ValueError):
             iso.answer_lines("mig:1g.10gb@0", {}, {"directory": "/dev/nvidia-caps", "allowed": bad})
+
+
+def test_device_cgroups_of_gone_step_daemons_are_pruned(tmp_path):
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    proc = tmp_path / "proc"
+    (proc / str(os.getpid())).mkdir(parents=True)  # a live step daemon; the other is gone
+    root = tmp_path / "devices"
+    dead = root / "gpupack" / f"job5_step0_{gone.pid}"
+    live = root / "gpupack" / f"job6_step0_{os.getpid()}"
+    service = root / "system.slice" / "slurmd.service" / "gpupack" / f"job7_step4294967291_{gone.pid}"
+    busy = root / "gpupack" / "job8_step0_999999999"
+    for d in (dead, live, service, busy / "child"):
+        d.mkdir(parents=True)
+    done = prune_device_cgroups(root, proc)
+    assert not dead.exists() and not service.exists() and len(done) == 2
+    assert live.exists() and busy.exists()  # its step daemon runs / a process (here: a child) holds it

@@ -128,6 +128,8 @@ def test_lines_format_for_the_spank_plugin(served, tmp_path):
     # the fence: the capability nodes of its GPU instance and compute instance, in the
     # simulated driver's nvidia-caps folder (gi1 of GPU 0: minors 12 and 13)
     assert lines[1] == f"FENCE nvidia-cap12,nvidia-cap13 {tmp_path / 'simgpu' / 'node1.driver' / 'dev' / 'nvidia-caps'}"
+    # and every other MIG capability node, for the device cgroup (the simulated major 61)
+    assert lines[2].startswith("DENY 61 3-11,14-") and len(lines[2].split(" ")) == 3, lines[2]
     with socket.socket(socket.AF_UNIX) as s:
         s.connect(str(server.socket_path))
         s.sendall(b'{"op":"isolate","format":"lines","job_id":6,"step_id":0,"node":"node9","env":{}}\n')
