@@ -289,20 +289,22 @@ class NodeAgent:
                 "unsure_slices": sorted(self.mig.unsure),
             }
 
-    def run_loops(self, stop: threading.Event, sample_interval: float = 1.0,
-                  reconcile_interval: float = 5.0) -> None:
-        next_reconcile = 0.0
-        while not stop.is_set():
-            try:
-                self.tick()
-                if time.monotonic() >= next_reconcile:
-                    self.reconcile()
-                    for line in prune_device_cgroups():  # the host's, not the agent's state: not in reconcile()
-                        log.info("%s", line)
-                    next_reconcile = time.monotonic() + reconcile_interval
-            except Exception:  # a bad tick must not end the agent
-                log.exception("agent loop failed; trying again")
-            stop.wait(sample_interval)
+def run_loops(agent: NodeAgent, stop: threading.Event, sample_interval: float = 1.0,
+              reconcile_interval: float = 5.0) -> None:
+    """The agent's rounds until ``stop``: a sample every ``sample_interval``, a reconcile (and
+    the pruning of ended steps' device cgroups) every ``reconcile_interval``."""
+    next_reconcile = 0.0
+    while not stop.is_set():
+        try:
+            agent.tick()
+            if time.monotonic() >= next_reconcile:
+                agent.reconcile()
+                for line in prune_device_cgroups():  # the host's, not the agent's state: not in reconcile()
+                    log.info("%s", line)
+                next_reconcile = time.monotonic() + reconcile_interval
+        except Exception:  # a bad tick must not end the agent
+            log.exception("agent loop failed; trying again")
+        stop.wait(sample_interval)
 
 
 def is_job_step(step_id: int) -> bool:

@@ -86,7 +86,7 @@ def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, nvml_lib
     import logging
 
     from slurm_plugin.agent.backends import BackendChoiceError, open_backend
-    from slurm_plugin.agent.daemon import NodeAgent, socket_path
+    from slurm_plugin.agent.daemon import NodeAgent, run_loops, socket_path
     from slurm_plugin.agent.server import AgentServer
     from slurm_plugin.agent.slurm_jobs import PushedJobs
 
@@ -122,7 +122,7 @@ def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, nvml_lib
                                      server.socket_path, link.url if link else "no network link",
                                      opened.name, isolation_mode, sorted(allowed))
     try:
-        daemon.run_loops(stop, sample_interval=sample_interval)
+        run_loops(daemon, stop, sample_interval=sample_interval)
     finally:
         server.shutdown()
         server.server_close()
