@@ -63,9 +63,10 @@ def reason_of(text: str) -> str:
 class DmonStream:
     """One running ``dcgmi dmon``: its latest row per entity, read by a thread."""
 
-    def __init__(self, argv: list[str], entities: frozenset[int], clock: Callable[[], float],
+    def __init__(self, argv: list[str], watch: frozenset[GiEntity], clock: Callable[[], float],
                  popen: Callable[..., subprocess.Popen] = subprocess.Popen):
-        self.entities = entities
+        self.watch = watch  # the instances it watches, with the entity ids DCGM gave them then
+        self.entities = frozenset(e.entity_id for e in watch)
         self.clock = clock
         self.latest: dict[int, GiValue | None] = {}
         self.tail: deque[str] = deque(maxlen=5)
@@ -179,22 +180,25 @@ class DcgmiActivity:
 
     def _running_stream(self) -> DmonStream:
         """The monitor of every GPU instance DCGM listed, started (again) when needed."""
-        wanted = frozenset(e.entity_id for e in self.entities.values())
+        # the instances with their ids: DCGM may give the same ids to other instances (a layout
+        # changed on another GPU), and a monitor started before reads the instances it had
+        wanted = frozenset(self.entities.values())
         if not wanted:
             raise CountersUnavailableError("DCGM lists no GPU instance on this node (dcgmi discovery -c)",
                                            reason="dcgm-no-instance")
         s = self._stream
-        if s is not None and s.entities == wanted and (why := s.failure()) is not None:
+        if s is not None and s.watch == wanted and (why := s.failure()) is not None:
             s.stop()
             self._stream = None
             # an instance it watched was destroyed (a MIG layout changed, on any GPU of the
             # node): DCGM's hierarchy then differs, and a monitor of the new one starts at once
-            wanted = frozenset(e.entity_id for e in self.discover().values())
-            if wanted == s.entities:
+            wanted = frozenset(self.discover().values())
+            if wanted == s.watch:
                 self._failed = (self.clock(), CountersUnavailableError(f"{why}; {SETUP_HINT}", reason=reason_of(why)))
                 log.warning("DCGM per-instance activity stopped: %s", why)
             else:
-                log.info("DCGM's GPU instances changed under its monitor (%s): watching %s", why, sorted(wanted))
+                log.info("DCGM's GPU instances changed under its monitor (%s): watching %s", why,
+                         sorted(e.entity_id for e in wanted))
             if not wanted:
                 raise CountersUnavailableError("DCGM lists no GPU instance on this node (dcgmi discovery -c)",
                                                reason="dcgm-no-instance")
@@ -203,17 +207,17 @@ class DcgmiActivity:
             if self.clock() - at < RETRY_S:
                 raise error
             self._failed = None
-        if self._stream is not None and self._stream.entities != wanted:
+        if self._stream is not None and self._stream.watch != wanted:
             self._stream.stop()
             self._stream = None
         if self._stream is None:
-            ids = ",".join(f"i:{e}" for e in sorted(wanted))
+            ids = ",".join(f"i:{e}" for e in sorted(e.entity_id for e in wanted))
             argv = self.argv + ["dmon", "-e", str(GR_ENGINE_ACTIVE), "-d", str(self.period_ms), "-i", ids]
             try:
                 self._stream = DmonStream(argv, wanted, self.clock, self._popen)
             except OSError as exc:
                 raise CountersUnavailableError(f"{shlex.join(argv)}: {exc}; {SETUP_HINT}", reason="no-dcgm") from exc
-            self._handed = {e: t for e, t in self._handed.items() if e in wanted}
+            self._handed = {e: t for e, t in self._handed.items() if e in self._stream.entities}
         return self._stream
 
     def close(self) -> None:

@@ -168,6 +168,36 @@ def test_an_instance_destroyed_on_another_gpu_does_not_blind_the_node(tmp_path):
         dcgm.close()
 
 
+def test_ids_that_name_other_instances_after_a_layout_change_start_a_new_monitor(tmp_path):
+    """DCGM numbers the node's GPU instances anew after a layout change: here GPU 0 loses its
+    idle instance and GPU 1 gains one, so the same ids (0, 1, 2) name other instances. The
+    monitor started before reads the instances it had: the busy job must not be read through
+    its new id from it (seen live: a busy job read as 0 % for 14 samples)."""
+    sim = SimGpuBackend(tmp_path, "n1", gpus=["H100-80GB", "H100-80GB"], mig_enabled=True)
+    idle = sim.create_instance(0, "1g.10gb", 0)
+    busy = sim.create_instance(0, "2g.20gb", 2)
+    sim.create_instance(1, "1g.10gb", 0)
+    sim.start_process(busy.uuid, "job7", busy_pct=80.0)
+    dcgm = DcgmiActivity(f"{STAND_IN} --sim-dir {tmp_path} --node n1", period_ms=100)
+
+    def busy_reading():
+        got = dcgm.activity(0, [busy.gi_id])
+        return got and got[busy.gi_id].gr_active > 0.0 and got[busy.gi_id]
+
+    try:
+        wait_for(busy_reading)
+        before = {k: e.entity_id for k, e in dcgm.entities.items()}
+        sim.destroy_instance(0, idle.gi_id)
+        sim.create_instance(1, "1g.10gb", 1)
+        dcgm.discover()  # as the adapter does every REDISCOVER_S while NVML and DCGM differ
+        wait_for(busy_reading, timeout=10.0)
+        after = {k: e.entity_id for k, e in dcgm.entities.items()}
+        assert sorted(before.values()) == sorted(after.values()) == [0, 1, 2]
+        assert after[(0, busy.gi_id)] != before[(0, busy.gi_id)]
+    finally:
+        dcgm.close()
+
+
 def test_the_stand_in_refuses_what_dcgmi_refuses(tmp_path, capsys):
     from gpus.sim import dcgmi
 
