@@ -2,7 +2,8 @@
 
 `GrowWatch` (`watches/grow.py`) requeues each victim and leaves it held, so that it cannot
 take back the shares before the grower restarts on them; this watch releases it at the head
-of the queue (`grow-release`) when the grower runs again, is gone, or did not start within
+of the queue (`grow-release`) when the grower runs again (a run that started after the
+eviction, not its old run still ending), is gone, or did not start within
 `[monitor] grow_hold_victims_s`. It runs whatever the `grow-preempt` mode is now, so that no
 victim stays held after the action is switched off.
 """
@@ -30,11 +31,17 @@ class GrowReleaseWatch:
                     held.pop(victim)  # ended for good (cancelled by its owner)
                 continue
             g = ctx.jobs.get(grower)
-            if g is not None and g.state == "PENDING" and ctx.now - since < ctx.settings.grow_hold_victims_s:
+            # its new run: the old one can still show RUNNING or COMPLETING while Slurm requeues
+            # it (26.05 finishes a requeue seconds later), and a victim released then may start
+            # before the grower, on the shares it was evicted from
+            again = g is not None and g.state in ACTIVE and g.start_time is not None \
+                and g.start_time.timestamp() >= int(since)
+            waiting = g is not None and not again and not g.is_finished
+            if waiting and ctx.now - since < ctx.settings.grow_hold_victims_s:
                 continue
-            why = (f"job {grower} runs again on its larger share" if g is not None and g.state in ACTIVE else
+            why = (f"job {grower} runs again on its larger share" if again else
                    f"job {grower} did not start within {ctx.settings.grow_hold_victims_s:.0f}s"
-                   if g is not None and g.state == "PENDING" else f"job {grower} is gone")
+                   if waiting else f"job {grower} is gone")
             if ctx.actions.release_to_head(victim, RELEASE_KIND, f"released at the head of the queue: {why}",
                                            grower=grower):
                 held.pop(victim)

@@ -71,6 +71,7 @@ def test_the_youngest_neighbour_is_evicted_and_the_grower_restarts_pinned_to_its
     # Slurm starts the grower again on its node: the held victim goes back, at the head
     samples.now.clear()
     grower.state, grower.nodes, grower.gres_detail = "RUNNING", "node1", [f"shard:h100:{shards}(IDX:0)"]
+    grower.start_time = FAKE_EPOCH + 100
     monitor.tick()
     assert young.priority > 0 and young.state_reason != "JobHeldUser"
     release = next(e for e in helper.store.events() if e.kind == "grow-release")
@@ -187,11 +188,16 @@ def test_a_victim_still_being_requeued_stays_held_until_the_grower_runs(tmp_path
     monitor.tick()
     young, grower = fake.jobs[9], fake.jobs[7]
     young.state = "COMPLETING"  # Slurm still ends its old run
-    grower.state, grower.nodes, grower.gres_detail = "RUNNING", "node1", ["shard:h100:4(IDX:0)"]
+    grower.state = "COMPLETING"  # and the grower's
     samples.now.clear()
     monitor.tick()
     assert young.priority == 0 and not [e for e in helper.store.events() if e.kind == "grow-release"]
-    young.state = "PENDING"  # requeued and held: now it goes back, at the head
+    young.state = "PENDING"  # requeued and held, while the grower's old run still shows RUNNING
+    grower.state = "RUNNING"  # (26.05 ends a requeue seconds later): not its new run yet
+    monitor.tick()
+    assert young.priority == 0 and not [e for e in helper.store.events() if e.kind == "grow-release"]
+    grower.nodes, grower.gres_detail = "node1", ["shard:h100:4(IDX:0)"]
+    grower.start_time = FAKE_EPOCH + 10  # its new run, started after the eviction
     monitor.tick()
     assert young.priority > 0
     assert [e.job_id for e in helper.store.events() if e.kind == "grow-release"] == [9]
