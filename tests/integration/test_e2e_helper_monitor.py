@@ -79,7 +79,7 @@ def test_newcomer_that_slows_its_neighbour_is_requeued_next_to_start_and_never_p
 
         # the same workload again, while the senior runs: it is kept off the senior's node
         again = cluster.submit(["-J", "e2e-newcomer", "--gres=shard:2", "--hold"], newcomer_script)
-        wait_for(lambda: "node1" in cluster.job(again)["ExcNodeList"], 15, "pair avoidance on a pending copy")
+        within_rounds(cluster, lambda: "node1" in cluster.job(again)["ExcNodeList"], "pair avoidance on a pending copy")
         cluster.run("scontrol", "release", str(again))
         time.sleep(4)
         assert cluster.job(again)["NodeList"] in ("", "(null)", "node2", "node3")
