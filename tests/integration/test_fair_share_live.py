@@ -78,13 +78,17 @@ def test_the_requeued_job_goes_first_once_then_fair_share_orders_the_rest(fair_c
     waiting_a = c.submit([*a, "-J", "fair-wait-a", "--gres=shard:5"], SLEEP)  # the older one
     waiting_b = c.submit(["-A", "fair-b", "-J", "fair-wait-b", "--gres=shard:5"], SLEEP)
     wait_for(lambda: priority(c, waiting_b) > priority(c, waiting_a) > 0, 30, "fair-share ranks fair-b first")
-    # 300 MiB/s: its 9.75 GiB share is full after about 26 s (at twice that rate, under load
-    # 16 s, the forecast once came too late, and the job ended out of memory instead)
     grower = c.submit([*a, "-J", "fair-grow", "-w", "node1", "-t", "1", "--gres=shard:1"],
-                      simgpu_script("--mem-start 2GiB --mem-growth 30MiB --iters 400 --iter-ms 100"))
+                      simgpu_script("--mem-start 2GiB --mem-growth 30MiB --iters 400 --iter-ms 50"))
     c.wait(grower, "RUNNING", 30)
 
-    (restart,) = wait_for(lambda: events(c, "restart-memory", grower), 60, "the grower's restart")
+    # restarted for its memory: before it runs out (the forecast), or when it runs out in its
+    # share. Both lift it to the head. On a loaded machine the simulated job's growth slows
+    # unevenly, the forecaster reads that as a deceleration and does not extrapolate, and the
+    # share fills first (22.05, 2 of 3 validation rounds with three releases at once). The
+    # forecast's own live test is test_e2e_helper_monitor's.
+    (restart,) = wait_for(lambda: events(c, "restart-memory", grower) or events(c, "restart-oom", grower), 60,
+                          "the grower's restart")
     lifted = restart.data["priority"]  # what the lift gave it, above every pending job
     assert lifted > priority(c, waiting_b) > priority(c, waiting_a), (lifted, priority(c, waiting_b))
     # well before Slurm's requeue delay (cred_expire + 1 s = 121 s): the watcher sets its
