@@ -110,8 +110,18 @@ def run_regroup(env: dict[str, str], workdir: Path, database: Path, timeout: flo
     out = RegroupOutcome(head, movable, others, freed_node=freed)
     wait_until(lambda: any(e["kind"] == "regroup-head-start" for e in events()) or runner.job(head).is_finished,
                time.time() + timeout, interval=1)
-    # the moved job starts again elsewhere
-    wait_until(lambda: runner.job(movable).base_state == "RUNNING", time.time() + 30)
+    # the moved job starts again elsewhere, and its new run's first line is written
+    log_path = workdir / f"regroup-movable-{movable}.out"
+
+    def started_again() -> bool:
+        if runner.job(movable).base_state != "RUNNING":
+            return False
+        try:
+            return "start (restart 1)" in log_path.read_text(errors="replace")
+        except OSError:
+            return False
+
+    wait_until(started_again, time.time() + 30)
     h, m = runner.job(head), runner.job(movable)
     out.events = events()
     out.head_state, out.head_node = h.base_state or "", h.nodes or ""
@@ -120,8 +130,7 @@ def run_regroup(env: dict[str, str], workdir: Path, database: Path, timeout: flo
     out.movable_restarts = m.restart_cnt or 0
     out.movable_excluded = excluded_by(out.events, "regroup-requeue")
     out.others_restarts = [runner.job(j).restart_cnt or 0 for j in others]
-    log = next(iter(workdir.glob(f"regroup-movable-{movable}.out")), None)
-    out.movable_output = log.read_text(errors="replace")[-2000:] if log is not None else ""
+    out.movable_output = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
     kinds = [e["kind"] for e in out.events]
     order = ["regroup-plan", "regroup-signal", "regroup-requeue", "regroup-head-start"]
     out.ok = (all(k in kinds for k in order) and [kinds.index(k) for k in order] == sorted(kinds.index(k) for k in order)
