@@ -2,7 +2,10 @@
  * the plugin's source with the few slurmstepd calls it makes stubbed.
  *   harness JOB "<major> <ranges>" [NODE...]: apply the DENY line as task 0 of step 0 of JOB,
  *   print "rc=<rc> why=<why>", then "open <node> <errno name or OK>" for each node, then the
- *   devices line of /proc/self/cgroup. (tests/unit/agent/test_spank_device_cgroup.py) */
+ *   devices line of /proc/self/cgroup. With HARNESS_CGROUP=v2 in the environment: the cgroup v2
+ *   path (deny_v2: the BPF device program), whatever else the node has, and the v2 line.
+ *   harness query DIR: "progs <count> flags <attach flags>" of the device programs on cgroup DIR.
+ *   (tests/unit/agent/test_spank_device_cgroup.py) */
 #include <stdarg.h>
 #include "gpupack_spank.c"
 
@@ -26,11 +29,25 @@ void slurm_debug(const char *fmt, ...) { va_list ap; va_start(ap, fmt); say("deb
 
 int main(int argc, char **argv)
 {
-    char why[600] = "", spec[4096], cg[2048];
+    char why[600] = "", spec[4096], cg[2048], mnt[1024];
+    const char *mode = getenv("HARNESS_CGROUP");
+    int v2 = mode && strcmp(mode, "v2") == 0, rc = -1;
     if (argc < 3)
         return 2;
+    if (strcmp(argv[1], "query") == 0) {
+        uint32_t flags = 0;
+        int n = devcg_query(argv[2], &flags);
+        printf("progs %d flags %u\n", n, flags);
+        return n < 0;
+    }
     snprintf(spec, sizeof(spec), "%s", argv[2]);
-    int rc = apply_deny(NULL, spec, (uint32_t)atoi(argv[1]), 0, why, sizeof(why));
+    if (!v2) {
+        rc = apply_deny(NULL, spec, (uint32_t)atoi(argv[1]), 0, why, sizeof(why));
+    } else {
+        int major, lo[DEVCG_RANGES_MAX], hi[DEVCG_RANGES_MAX], n;
+        if (parse_deny(spec, &major, lo, hi, &n, why, sizeof(why)) == 0 && locate_v2_cgroup(mnt, sizeof(mnt), cg, sizeof(cg)))
+            rc = deny_v2(mnt, cg, major, lo, hi, n, (uint32_t)atoi(argv[1]), 0, why, sizeof(why));
+    }
     printf("rc=%d why=%s\n", rc, why);
     for (int i = 3; i < argc; i++) {
         int fd = open(argv[i], O_RDONLY);
@@ -38,7 +55,7 @@ int main(int argc, char **argv)
         if (fd >= 0)
             close(fd);
     }
-    if (task_devices_cgroup(cg, sizeof(cg)))
+    if (v2 ? locate_v2_cgroup(mnt, sizeof(mnt), cg, sizeof(cg)) : task_devices_cgroup(cg, sizeof(cg)))
         printf("cgroup %s\n", cg);
     fflush(stdout);
     return 0;
