@@ -48,7 +48,7 @@ static struct bpf_insn insn(uint8_t code, uint8_t dst, uint8_t src, int16_t off,
  *   6+2i  if r2 < lo[i] goto 8+2i        (skip the next: this range does not hold it)
  *   7+2i  if r2 <= hi[i] goto DENY
  *   ALLOW = 6+2n: r0 = 1; exit
- *   DENY  = 8+2n: r0 = 0; exit
+ *   DENY  = 8+2n: r0 = 0; exit          (left out when n is 0: the verifier refuses dead code)
  * Returns the number of instructions. */
 static int devcg_program(struct bpf_insn *p, int major, const int *lo, const int *hi, int n)
 {
@@ -66,8 +66,10 @@ static int devcg_program(struct bpf_insn *p, int major, const int *lo, const int
     }
     p[k++] = insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 1);
     p[k++] = insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0);
-    p[k++] = insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0);
-    p[k++] = insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0);
+    if (n > 0) {
+        p[k++] = insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0);
+        p[k++] = insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0);
+    }
     return k;
 }
 
