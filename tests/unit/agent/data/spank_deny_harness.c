@@ -39,7 +39,8 @@ static void hide(const char *fstype)
     char mnt[1024], at[1024];
     while (strcmp(fstype, "cgroup2") == 0 ? v2_mount(mnt, sizeof(mnt), at, sizeof(at))
                                           : devices_mount(mnt, sizeof(mnt), at, sizeof(at)))
-        if (umount2(mnt, MNT_DETACH) < 0) {
+        /* a slave first: the unmount must not reach the host's namespace */
+        if (mount(NULL, mnt, NULL, MS_REC | MS_SLAVE, NULL) < 0 || umount2(mnt, MNT_DETACH) < 0) {
             perror(mnt);
             exit(3);
         }
@@ -94,7 +95,8 @@ int main(int argc, char **argv)
         task(argc, argv);
         return 0;
     }
-    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0) {
+    /* EINVAL: "/" is no mount point (a chroot, as in the Debian roots) */
+    if (unshare(CLONE_NEWNS) < 0 || (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0 && errno != EINVAL)) {
         perror("mount namespace");
         return 3;
     }
