@@ -11,13 +11,22 @@
  * attached with BPF_F_ALLOW_MULTI to the task's cgroup: Slurm's cgroup of the job if the task is
  * in one (cgroup/v2: .../job_J/step_S/user/task_T), else a cgroup of ours below its own,
  * gpupack/job<J>_step<S>_<slurmstepd pid>, which the task joins (as on v1).
+ *
+ * The kernel's rules (linux/bpf.h, "cgroup-bpf attach flags"): the nearest cgroup at or above
+ * ours that has a device program decides. Attached with BPF_F_ALLOW_MULTI (systemd's), ours runs
+ * beside it. Attached with BPF_F_ALLOW_OVERRIDE (Slurm's cgroup/v2 on its job and step cgroups
+ * under ConstrainDevices), a program below it replaces it for the cgroups below; attached with no
+ * flag (Slurm's on a task cgroup), only a program with the same flags may replace it. In those
+ * two cases ours takes the place of that program P: our checks, then P's own instructions (read
+ * back from the kernel), so P's rules still apply where ours allow.
  */
 #include <linux/bpf.h>
 #include <stddef.h>
 #include <sys/syscall.h>
 
 #define DEVCG_RANGES_MAX 128 /* ranges one program denies: 2 instructions each */
-#define DEVCG_INSNS_MAX (8 + 2 * DEVCG_RANGES_MAX)
+#define DEVCG_INSNS_MAX (11 + 2 * DEVCG_RANGES_MAX)
+#define DEVCG_TAIL_MAX 4096 /* instructions of a program ours takes the place of (Slurm's: a few per device) */
 
 static long sys_bpf(int cmd, union bpf_attr *attr)
 {
@@ -37,8 +46,10 @@ static struct bpf_insn insn(uint8_t code, uint8_t dst, uint8_t src, int16_t off,
     return i;
 }
 
-/* The program for major and the n inclusive minor ranges lo[i]..hi[i] (n <= DEVCG_RANGES_MAX).
- * r1 is the context (struct bpf_cgroup_dev_ctx); a jump's offset counts from the next insn.
+/* The program for major and the n inclusive minor ranges lo[i]..hi[i] (n <= DEVCG_RANGES_MAX),
+ * followed by tail (another program's instructions, what it allows is then up to them) or by
+ * "allow". r1 is the context (struct bpf_cgroup_dev_ctx), left untouched for the tail; a jump's
+ * offset counts from the next instruction.
  *   0  r2 = ctx->access_type            (u32 load)
  *   1  r2 &= 0xffff                     (the device type; the access is in the high half)
  *   2  if r2 != BPF_DEVCG_DEV_CHAR goto ALLOW
@@ -47,29 +58,37 @@ static struct bpf_insn insn(uint8_t code, uint8_t dst, uint8_t src, int16_t off,
  *   5  r2 = ctx->minor
  *   6+2i  if r2 < lo[i] goto 8+2i        (skip the next: this range does not hold it)
  *   7+2i  if r2 <= hi[i] goto DENY
- *   ALLOW = 6+2n: r0 = 1; exit
- *   DENY  = 8+2n: r0 = 0; exit          (left out when n is 0: the verifier refuses dead code)
- * Returns the number of instructions. */
-static int devcg_program(struct bpf_insn *p, int major, const int *lo, const int *hi, int n)
+ *   6+2n  goto ALLOW
+ *   DENY  = 7+2n: r0 = 0; exit
+ *   ALLOW = 9+2n: r0 = 1; exit, or the tail
+ * With n = 0 only the ALLOW part (the verifier refuses unreachable code). Returns the number of
+ * instructions (p holds DEVCG_INSNS_MAX + ntail). */
+static int devcg_program(struct bpf_insn *p, int major, const int *lo, const int *hi, int n,
+                         const struct bpf_insn *tail, int ntail)
 {
-    const int allow = 6 + 2 * n, deny = allow + 2;
+    const int allow = n > 0 ? 9 + 2 * n : 0, deny = 7 + 2 * n;
     int k = 0;
-    p[k++] = insn(BPF_LDX | BPF_MEM | BPF_W, BPF_REG_2, BPF_REG_1, offsetof(struct bpf_cgroup_dev_ctx, access_type), 0);
-    p[k++] = insn(BPF_ALU64 | BPF_AND | BPF_K, BPF_REG_2, 0, 0, 0xffff);
-    p[k] = insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_2, 0, (int16_t)(allow - k - 1), BPF_DEVCG_DEV_CHAR), k++;
-    p[k++] = insn(BPF_LDX | BPF_MEM | BPF_W, BPF_REG_2, BPF_REG_1, offsetof(struct bpf_cgroup_dev_ctx, major), 0);
-    p[k] = insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_2, 0, (int16_t)(allow - k - 1), major), k++;
-    p[k++] = insn(BPF_LDX | BPF_MEM | BPF_W, BPF_REG_2, BPF_REG_1, offsetof(struct bpf_cgroup_dev_ctx, minor), 0);
-    for (int i = 0; i < n; i++) {
-        p[k++] = insn(BPF_JMP | BPF_JLT | BPF_K, BPF_REG_2, 0, 1, lo[i]);
-        p[k] = insn(BPF_JMP | BPF_JLE | BPF_K, BPF_REG_2, 0, (int16_t)(deny - k - 1), hi[i]), k++;
-    }
-    p[k++] = insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 1);
-    p[k++] = insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0);
     if (n > 0) {
+        p[k++] = insn(BPF_LDX | BPF_MEM | BPF_W, BPF_REG_2, BPF_REG_1, offsetof(struct bpf_cgroup_dev_ctx, access_type), 0);
+        p[k++] = insn(BPF_ALU64 | BPF_AND | BPF_K, BPF_REG_2, 0, 0, 0xffff);
+        p[k] = insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_2, 0, (int16_t)(allow - k - 1), BPF_DEVCG_DEV_CHAR), k++;
+        p[k++] = insn(BPF_LDX | BPF_MEM | BPF_W, BPF_REG_2, BPF_REG_1, offsetof(struct bpf_cgroup_dev_ctx, major), 0);
+        p[k] = insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_2, 0, (int16_t)(allow - k - 1), major), k++;
+        p[k++] = insn(BPF_LDX | BPF_MEM | BPF_W, BPF_REG_2, BPF_REG_1, offsetof(struct bpf_cgroup_dev_ctx, minor), 0);
+        for (int i = 0; i < n; i++) {
+            p[k++] = insn(BPF_JMP | BPF_JLT | BPF_K, BPF_REG_2, 0, 1, lo[i]);
+            p[k] = insn(BPF_JMP | BPF_JLE | BPF_K, BPF_REG_2, 0, (int16_t)(deny - k - 1), hi[i]), k++;
+        }
+        p[k++] = insn(BPF_JMP | BPF_JA, 0, 0, 2, 0);
         p[k++] = insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0);
         p[k++] = insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0);
     }
+    if (ntail > 0) {
+        memcpy(p + k, tail, (size_t)ntail * sizeof(*tail));
+        return k + ntail;
+    }
+    p[k++] = insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 1);
+    p[k++] = insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0);
     return k;
 }
 
@@ -96,66 +115,112 @@ static int devcg_load(const struct bpf_insn *p, int count, char *why, size_t why
 }
 
 /* The device programs attached to cgroup folder dir itself: their count, their attach flags in
- * *flags; -1 when it cannot be asked. */
-static int devcg_query(const char *dir, uint32_t *flags)
+ * *flags, the first one's id in *id; -1 when it cannot be asked. */
+static int devcg_query(const char *dir, uint32_t *flags, uint32_t *id)
 {
     union bpf_attr a;
+    uint32_t ids[1] = {0};
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return -1;
     memset(&a, 0, sizeof(a));
     a.query.target_fd = (uint32_t)fd;
     a.query.attach_type = BPF_CGROUP_DEVICE;
+    a.query.prog_ids = (uint64_t)(uintptr_t)ids;
+    a.query.prog_cnt = 1;
     long rc = sys_bpf(BPF_PROG_QUERY, &a);
     int err = errno;
     close(fd);
     errno = err;
-    if (rc < 0)
+    if (rc < 0 && err != ENOSPC) /* ENOSPC: more than one, the count is still set */
         return -1;
     *flags = a.query.attach_flags;
+    *id = ids[0];
     return (int)a.query.prog_cnt;
 }
 
-/* May a program of ours go into cgroup folder dir (below the v2 mount mnt) without taking
- * another's place? The nearest ancestor with a device program decides: attached with
- * BPF_F_ALLOW_MULTI, ours runs beside it; with BPF_F_ALLOW_OVERRIDE ours would replace it
- * below (Slurm's or systemd's rules would stop applying): refused; with no flag the kernel
- * refuses the attach itself. 0, or -1 with why filled in. */
-static int devcg_ancestors_allow(const char *mnt, const char *dir, char *why, size_t why_cap)
+/* The instructions of the loaded program id (as the kernel runs them) into out (cap of them):
+ * their count, or -1 with why filled in. */
+static int devcg_read_program(uint32_t id, struct bpf_insn *out, int cap, char *why, size_t why_cap)
+{
+    union bpf_attr a;
+    struct bpf_prog_info info;
+    memset(&a, 0, sizeof(a));
+    a.prog_id = id;
+    int fd = (int)sys_bpf(BPF_PROG_GET_FD_BY_ID, &a), n = -1;
+    if (fd < 0) {
+        snprintf(why, why_cap, "cannot fence in its device cgroup: program %u: %s", id, strerror(errno));
+        return -1;
+    }
+    for (int pass = 0; pass < 2; pass++) { /* its length, then its instructions */
+        uint32_t len = pass ? info.xlated_prog_len : 0;
+        memset(&info, 0, sizeof(info));
+        info.xlated_prog_len = len;
+        info.xlated_prog_insns = (uint64_t)(uintptr_t)out;
+        memset(&a, 0, sizeof(a));
+        a.info.bpf_fd = (uint32_t)fd;
+        a.info.info_len = sizeof(info);
+        a.info.info = (uint64_t)(uintptr_t)&info;
+        if (sys_bpf(BPF_OBJ_GET_INFO_BY_FD, &a) < 0 ||
+            (pass == 0 && (info.xlated_prog_len == 0 || info.xlated_prog_len > (uint32_t)cap * sizeof(*out)))) {
+            snprintf(why, why_cap, "cannot fence in its device cgroup: reading program %u: %s", id,
+                     info.xlated_prog_len ? "too long" : strerror(errno));
+            close(fd);
+            return -1;
+        }
+        n = (int)(info.xlated_prog_len / sizeof(*out));
+    }
+    close(fd);
+    return n;
+}
+
+/* The nearest cgroup at or above folder dir (up to the v2 mount mnt, the root cgroup) that has a
+ * device program: 1 and its attach flags and its program's id, 0 none, -1 with why filled in. */
+static int devcg_decider(const char *mnt, const char *dir, uint32_t *flags, uint32_t *id, int *at_dir,
+                         char *why, size_t why_cap)
 {
     char up[3200];
     size_t top = strlen(mnt);
     snprintf(up, sizeof(up), "%s", dir);
-    while (strlen(up) > top && strrchr(up, '/')) {
-        uint32_t flags = 0;
-        *strrchr(up, '/') = '\0'; /* the parent, up to the mount point (the root cgroup) */
-        int cnt = devcg_query(up, &flags);
+    for (*at_dir = 1;; *at_dir = 0) {
+        int cnt = devcg_query(up, flags, id);
         if (cnt < 0) {
             snprintf(why, why_cap, "cannot fence in its device cgroup: asking %.400s for its device programs: %s",
                      up, strerror(errno));
             return -1;
         }
-        if (cnt > 0 && !(flags & BPF_F_ALLOW_MULTI)) {
-            snprintf(why, why_cap, "cannot fence in its device cgroup: %.400s has a device program attached "
-                     "without BPF_F_ALLOW_MULTI (flags %u), which a program below it would %s", up, flags,
-                     flags & BPF_F_ALLOW_OVERRIDE ? "replace" : "not be allowed beside");
-            return -1;
-        }
         if (cnt > 0)
+            return 1;
+        if (strlen(up) <= top || !strrchr(up, '/'))
             return 0;
+        *strrchr(up, '/') = '\0'; /* the parent */
     }
-    return 0;
 }
 
-/* Attach the program for the DENY ranges to cgroup folder dir. 0, or -1 with why filled in. */
+/* Attach the program for the DENY ranges to cgroup folder dir (above). 0, or -1 with why filled in. */
 static int devcg_attach(const char *mnt, const char *dir, int major, const int *lo, const int *hi, int n,
                         char *why, size_t why_cap)
 {
-    struct bpf_insn prog[DEVCG_INSNS_MAX];
+    static struct bpf_insn prog[DEVCG_INSNS_MAX + DEVCG_TAIL_MAX], tail[DEVCG_TAIL_MAX];
+    uint32_t flags = 0, id = 0, attach = BPF_F_ALLOW_MULTI;
+    int at_dir = 0, ntail = 0;
     union bpf_attr a;
-    if (devcg_ancestors_allow(mnt, dir, why, why_cap) < 0)
+    int found = devcg_decider(mnt, dir, &flags, &id, &at_dir, why, why_cap);
+    if (found < 0)
         return -1;
-    int pfd = devcg_load(prog, devcg_program(prog, major, lo, hi, n), why, why_cap);
+    if (found && !(flags & BPF_F_ALLOW_MULTI)) {
+        /* ours takes that program's place (it would replace it, or it takes no other beside it) */
+        if (!at_dir && !(flags & BPF_F_ALLOW_OVERRIDE)) {
+            snprintf(why, why_cap, "cannot fence in its device cgroup: a cgroup above %.400s has a device program "
+                     "that allows no other below it (attached with no flag)", dir);
+            return -1;
+        }
+        if ((ntail = devcg_read_program(id, tail, DEVCG_TAIL_MAX, why, why_cap)) < 0)
+            return -1;
+        if (at_dir)
+            attach = flags; /* the same flags replace it */
+    }
+    int pfd = devcg_load(prog, devcg_program(prog, major, lo, hi, n, tail, ntail), why, why_cap);
     if (pfd < 0)
         return -1;
     int cfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -168,7 +233,7 @@ static int devcg_attach(const char *mnt, const char *dir, int major, const int *
     a.target_fd = (uint32_t)cfd;
     a.attach_bpf_fd = (uint32_t)pfd;
     a.attach_type = BPF_CGROUP_DEVICE;
-    a.attach_flags = BPF_F_ALLOW_MULTI;
+    a.attach_flags = attach;
     /* the cgroup keeps the program attached after our fds close, until it is removed */
     long rc = sys_bpf(BPF_PROG_ATTACH, &a);
     int err = errno;
@@ -179,6 +244,9 @@ static int devcg_attach(const char *mnt, const char *dir, int major, const int *
                  dir, strerror(err));
         return -1;
     }
+    if (ntail)
+        slurm_debug("gpupack: the device program %u of cgroup %s%s is taken into ours (%d instructions)", id,
+                    at_dir ? "" : "above ", dir, ntail);
     return 0;
 }
 

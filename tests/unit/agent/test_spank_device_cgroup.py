@@ -169,18 +169,53 @@ def test_v2_a_task_in_slurms_job_cgroup_gets_the_program_there_and_stays(tmp_pat
     assert _programs(harness, task.parent) == "progs 0 flags 0"
 
 
+def _attach(harness: Path, cgroup: Path, flags: int, minor: int) -> None:
+    """A stand-in for Slurm's device program (cgroup/v2, ConstrainDevices): denies MAJOR:minor."""
+    done = subprocess.run([str(harness), "attach", str(cgroup), str(flags), str(MAJOR), str(minor)],
+                          capture_output=True, text=True)
+    if "Operation not permitted" in done.stdout:
+        pytest.skip(f"the kernel refuses BPF device programs here: {done.stdout}")
+    assert done.returncode == 0, done.stdout
+
+
+def _slurm_task_cgroup(base2: Path, job: int) -> Path:
+    task = base2 / "system.slice" / "slurmstepd.scope" / f"job_{job}" / "step_0" / "user" / "task_0"
+    task.mkdir(parents=True)
+    return task
+
+
 @needs_v2
-def test_v2_an_ancestor_program_a_child_would_override_is_refused(tmp_path, harness, base2):
+def test_v2_slurms_step_program_that_ours_would_override_is_taken_into_ours(tmp_path, harness, base2):
+    task = _slurm_task_cgroup(base2, 77)
+    _attach(harness, task.parent.parent, 1, 9)  # Slurm's step program: BPF_F_ALLOW_OVERRIDE
+    denied, own, slurms = _nodes(tmp_path, 4, 6, 9)
+    out = _run_v2(task, harness, 77, f"{MAJOR} 3-5", [denied, own, slurms])
+    assert out["rc"] == "rc=0 why=", out
+    assert out[denied] == "EPERM" and out[own] == "ENXIO", out
+    assert out[slurms] == "EPERM", out  # Slurm's rule still holds below ours (without the takeover: ENXIO)
+    assert _programs(harness, task) == "progs 1 flags 2" and "is taken into ours" in out["log"]
+    assert _programs(harness, task.parent.parent) == "progs 1 flags 1"  # Slurm's own stays as it was
+
+
+@needs_v2
+def test_v2_slurms_task_program_is_replaced_by_ours_with_its_rules(tmp_path, harness, base2):
+    task = _slurm_task_cgroup(base2, 78)
+    _attach(harness, task, 0, 9)  # Slurm's task program: no flag, nothing beside it
+    denied, own, slurms = _nodes(tmp_path, 4, 6, 9)
+    out = _run_v2(task, harness, 78, f"{MAJOR} 3-5", [denied, own, slurms])
+    assert out["rc"] == "rc=0 why=", out
+    assert (out[denied], out[slurms], out[own]) == ("EPERM", "EPERM", "ENXIO"), out
+    assert _programs(harness, task) == "progs 1 flags 0"  # replaced (same flags), not beside
+
+
+@needs_v2
+def test_v2_a_program_above_that_allows_none_below_fails_the_fence(tmp_path, harness, base2):
     shared = base2 / "slurmd.service"
     shared.mkdir(parents=True)
+    _attach(harness, base2, 0, 9)
     denied, = _nodes(tmp_path, 4)
-    attach = subprocess.run([str(harness), "attach", str(base2), "1"], capture_output=True, text=True)  # OVERRIDE
-    if "Operation not permitted" in attach.stdout:
-        pytest.skip(f"the kernel refuses BPF device programs here: {attach.stdout}")
-    assert attach.returncode == 0, attach.stdout
     out = _run_in(shared, harness, 77, f"{MAJOR} 3-5", [denied], mode="v2")
-    assert out["rc"].startswith("rc=-1") and "without BPF_F_ALLOW_MULTI (flags 1)" in out["rc"], out
-    assert "which a program below it would replace" in out["rc"]
+    assert out["rc"].startswith("rc=-1") and "allows no other below it" in out["rc"], out
 
 
 @needs_v2

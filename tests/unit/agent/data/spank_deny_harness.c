@@ -8,8 +8,8 @@
  *   the v2 path (or none) on a host that has both; the task is then a child of the harness,
  *   which then plays slurmstepd at the step's end (remove_deny_cgroup) and prints "removed".
  *   harness query DIR: "progs <count> flags <attach flags>" of the device programs on cgroup DIR.
- *   harness attach DIR FLAGS: attach a device program that allows everything to DIR with those
- *   attach flags (a program of Slurm's or systemd's).
+ *   harness attach DIR FLAGS MAJOR MINOR: attach to DIR, with those attach flags, a device program
+ *   that denies that one node and allows all else (a stand-in for Slurm's or systemd's).
  *   (tests/unit/agent/test_spank_device_cgroup.py) */
 #include <stdarg.h>
 #include "gpupack_spank.c"
@@ -70,16 +70,17 @@ int main(int argc, char **argv)
     if (argc < 3)
         return 2;
     if (strcmp(argv[1], "query") == 0) {
-        uint32_t flags = 0;
-        int n = devcg_query(argv[2], &flags);
+        uint32_t flags = 0, id = 0;
+        int n = devcg_query(argv[2], &flags, &id);
         printf("progs %d flags %u\n", n, flags);
         return n < 0;
     }
-    if (strcmp(argv[1], "attach") == 0 && argc == 4) {
+    if (strcmp(argv[1], "attach") == 0 && argc == 6) {
         struct bpf_insn p[DEVCG_INSNS_MAX];
         char why[600] = "";
         union bpf_attr a;
-        int pfd = devcg_load(p, devcg_program(p, 1, NULL, NULL, 0), why, sizeof(why));
+        int minor = atoi(argv[5]);
+        int pfd = devcg_load(p, devcg_program(p, atoi(argv[4]), &minor, &minor, 1, NULL, 0), why, sizeof(why));
         memset(&a, 0, sizeof(a));
         a.target_fd = (uint32_t)open(argv[2], O_RDONLY | O_DIRECTORY);
         a.attach_bpf_fd = (uint32_t)pfd;
