@@ -8,8 +8,9 @@
  *   char device of <major> whose minor is in one of the ranges -> 0 (the kernel answers EPERM)
  *   anything else                                              -> 1 (allowed: other programs
  *   attached with it, Slurm's or systemd's, still decide for themselves; all must allow)
- * attached with BPF_F_ALLOW_MULTI to the task's cgroup: Slurm's cgroup of the job if the task is
- * in one (cgroup/v2: .../job_J/step_S/user/task_T), else a cgroup of ours below its own,
+ * attached with BPF_F_ALLOW_MULTI to the task's cgroup: Slurm's step cgroup if the task is in its
+ * job's (cgroup/v2: .../job_J/step_S, above both .../step_S/slurm, where the task is forked, and
+ * .../step_S/user/task_T, where slurmstepd moves it), else a cgroup of ours below its own,
  * gpupack/job<J>_step<S>_<slurmstepd pid>, which the task joins (as on v1).
  *
  * The kernel's rules (linux/bpf.h, "cgroup-bpf attach flags"): the nearest cgroup at or above

@@ -550,19 +550,40 @@ static int deny_v1(const char *mnt, const char *cg, int major, const int *lo, co
     return 0;
 }
 
-/* cgroup v2: a BPF device program denying the ranges (devcg_v2.h), attached to the task's cgroup
- * mnt+cg if it is Slurm's of this job (cgroup/v2: .../job_J/step_S/user/task_T), else to one of
- * ours below it, which the task then joins. Ours is a leaf with no controllers enabled, so cgroup
- * v2's rule that a cgroup with controllers in its subtree_control holds no processes is kept. */
+/* Slurm's step cgroup in the task's cgroup path cg of job (cgroup/v2: .../job_J/step_S/slurm for the
+ * step daemon, where a task starts, .../job_J/step_S/user/task_T where slurmstepd then moves it):
+ * cg cut after the component that follows "/job_J" (the job's cgroup if none follows). */
+static void step_cgroup(char *cg, uint32_t job)
+{
+    char comp[32];
+    size_t k = (size_t)snprintf(comp, sizeof(comp), "/job_%u", job);
+    for (char *p = strstr(cg, comp); p; p = strstr(p + 1, comp))
+        if (p[k] == '/' || p[k] == '\0') {
+            char *end = p[k] ? strchr(p + k + 1, '/') : NULL;
+            if (end)
+                *end = '\0';
+            return;
+        }
+}
+
+/* cgroup v2: a BPF device program denying the ranges (devcg_v2.h), attached to Slurm's step cgroup
+ * if the task is in its job's cgroup, else to a cgroup of ours below the task's own, which the task
+ * then joins. The step's, not the task's own: this runs in the task just forked, while slurmstepd
+ * moves it into its task cgroup (task/cgroup, before the program starts): the step's holds both.
+ * Ours is a leaf with no controllers enabled, so cgroup v2's rule that a cgroup with controllers in
+ * its subtree_control holds no processes is kept. */
 static int deny_v2(const char *mnt, const char *cg, int major, const int *lo, const int *hi, int nr, uint32_t job,
                    uint32_t step, char *why, size_t why_cap)
 {
-    char dir[3200];
+    char dir[3200], at[2048];
     int own = !is_job_cgroup(cg, job);
     if (own && make_own_cgroup(dir, sizeof(dir), mnt, cg, job, step, why, why_cap) < 0)
         return -1;
-    if (!own)
-        snprintf(dir, sizeof(dir), "%s%s", mnt, cg);
+    if (!own) {
+        snprintf(at, sizeof(at), "%s", cg);
+        step_cgroup(at, job);
+        snprintf(dir, sizeof(dir), "%s%s", mnt, at);
+    }
     /* attached before the task joins: it never runs there unfenced */
     if (devcg_attach(mnt, dir, major, lo, hi, nr, why, why_cap) < 0 || (own && join_cgroup(dir, why, why_cap) < 0))
         return -1;

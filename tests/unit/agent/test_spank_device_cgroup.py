@@ -157,18 +157,6 @@ def test_v2_a_task_in_a_shared_cgroup_joins_a_step_cgroup_with_the_device_progra
     assert "removed" in out and not (V2 / joined.lstrip("/")).exists() and (shared / "gpupack").is_dir()
 
 
-@needs_v2
-def test_v2_a_task_in_slurms_job_cgroup_gets_the_program_there_and_stays(tmp_path, harness, base2):
-    task = base2 / "system.slice" / "slurmstepd.scope" / "job_77" / "step_0" / "user" / "task_0"
-    task.mkdir(parents=True)
-    denied, own = _nodes(tmp_path, 4, 6)
-    out = _run_v2(task, harness, 77, f"{MAJOR} 3-5", [denied, own])
-    assert out["rc"] == "rc=0 why=" and out[denied] == "EPERM" and out[own] == "ENXIO", out
-    assert out["cgroup"] == f"/{base2.name}/system.slice/slurmstepd.scope/job_77/step_0/user/task_0"
-    assert not list(task.glob("gpupack")) and _programs(harness, task) == "progs 1 flags 2"  # ALLOW_MULTI
-    assert _programs(harness, task.parent) == "progs 0 flags 0"
-
-
 def _attach(harness: Path, cgroup: Path, flags: int, minor: int) -> None:
     """A stand-in for Slurm's device program (cgroup/v2, ConstrainDevices): denies MAJOR:minor."""
     done = subprocess.run([str(harness), "attach", str(cgroup), str(flags), str(MAJOR), str(minor)],
@@ -178,34 +166,69 @@ def _attach(harness: Path, cgroup: Path, flags: int, minor: int) -> None:
     assert done.returncode == 0, done.stdout
 
 
-def _slurm_task_cgroup(base2: Path, job: int) -> Path:
-    task = base2 / "system.slice" / "slurmstepd.scope" / f"job_{job}" / "step_0" / "user" / "task_0"
-    task.mkdir(parents=True)
-    return task
+def _slurm_step(base2: Path, job: int) -> Path:
+    """Slurm's cgroup/v2 step cgroup, with the step daemon's leaf (where a task is forked) and a
+    task's (where slurmstepd moves it before it execs)."""
+    step = base2 / "system.slice" / "slurmstepd.scope" / f"job_{job}" / "step_0"
+    for leaf in ("slurm", "user/task_0"):
+        (step / leaf).mkdir(parents=True)
+    return step
+
+
+def _open_in(cgroup: Path, node: str) -> str:
+    probe = subprocess.run(["sh", "-c", f"echo $$ > {cgroup}/cgroup.procs && exec cat {node}"],
+                           capture_output=True, text=True)
+    return "EPERM" if "Operation not permitted" in probe.stderr else \
+        "ENXIO" if "No such device or address" in probe.stderr else probe.stderr
+
+
+@needs_v2
+def test_v2_a_task_in_slurms_job_cgroup_fences_the_step_cgroup_that_holds_its_task_cgroup(tmp_path, harness, base2):
+    step = _slurm_step(base2, 77)
+    denied, own = _nodes(tmp_path, 4, 6)
+    out = _run_v2(step / "slurm", harness, 77, f"{MAJOR} 3-5", [denied, own])
+    assert out["rc"] == "rc=0 why=" and out[denied] == "EPERM" and out[own] == "ENXIO", out
+    assert out["cgroup"] == f"/{base2.name}/system.slice/slurmstepd.scope/job_77/step_0/slurm"  # not moved
+    assert _programs(harness, step) == "progs 1 flags 2" and not list(step.rglob("gpupack"))
+    # where slurmstepd then moves the task (on the task's own cgroup it would be left behind)
+    assert (_open_in(step / "user" / "task_0", denied), _open_in(step / "user" / "task_0", own)) == ("EPERM", "ENXIO")
+    assert _open_in(step.parent, denied) == "ENXIO"  # the job's other steps: untouched
 
 
 @needs_v2
 def test_v2_slurms_step_program_that_ours_would_override_is_taken_into_ours(tmp_path, harness, base2):
-    task = _slurm_task_cgroup(base2, 77)
-    _attach(harness, task.parent.parent, 1, 9)  # Slurm's step program: BPF_F_ALLOW_OVERRIDE
+    step = _slurm_step(base2, 77)
+    _attach(harness, step.parent, 1, 8)  # Slurm's job program: BPF_F_ALLOW_OVERRIDE
+    _attach(harness, step, 1, 9)  # Slurm's step program: the same
     denied, own, slurms = _nodes(tmp_path, 4, 6, 9)
-    out = _run_v2(task, harness, 77, f"{MAJOR} 3-5", [denied, own, slurms])
+    out = _run_v2(step / "slurm", harness, 77, f"{MAJOR} 3-5", [denied, own, slurms])
     assert out["rc"] == "rc=0 why=", out
-    assert out[denied] == "EPERM" and out[own] == "ENXIO", out
-    assert out[slurms] == "EPERM", out  # Slurm's rule still holds below ours (without the takeover: ENXIO)
-    assert _programs(harness, task) == "progs 1 flags 2" and "is taken into ours" in out["log"]
-    assert _programs(harness, task.parent.parent) == "progs 1 flags 1"  # Slurm's own stays as it was
+    assert (out[denied], out[own], out[slurms]) == ("EPERM", "ENXIO", "EPERM"), out  # Slurm's rule still holds
+    assert _programs(harness, step) == "progs 1 flags 1" and "is taken into ours" in out["log"]  # replaced
+    task = step / "user" / "task_0"
+    assert (_open_in(task, denied), _open_in(task, slurms), _open_in(task, own)) == ("EPERM", "EPERM", "ENXIO")
 
 
 @needs_v2
-def test_v2_slurms_task_program_is_replaced_by_ours_with_its_rules(tmp_path, harness, base2):
-    task = _slurm_task_cgroup(base2, 78)
-    _attach(harness, task, 0, 9)  # Slurm's task program: no flag, nothing beside it
+def test_v2_slurms_job_program_above_a_bare_step_cgroup_is_kept_below_ours(tmp_path, harness, base2):
+    step = _slurm_step(base2, 78)
+    _attach(harness, step.parent, 1, 9)  # only the job's (OVERRIDE): ours below would override it
     denied, own, slurms = _nodes(tmp_path, 4, 6, 9)
-    out = _run_v2(task, harness, 78, f"{MAJOR} 3-5", [denied, own, slurms])
+    out = _run_v2(step / "slurm", harness, 78, f"{MAJOR} 3-5", [denied, own, slurms])
     assert out["rc"] == "rc=0 why=", out
-    assert (out[denied], out[slurms], out[own]) == ("EPERM", "EPERM", "ENXIO"), out
-    assert _programs(harness, task) == "progs 1 flags 0"  # replaced (same flags), not beside
+    assert (out[denied], out[own], out[slurms]) == ("EPERM", "ENXIO", "EPERM"), out  # without the takeover: ENXIO
+    assert _programs(harness, step) == "progs 1 flags 2" and _programs(harness, step.parent) == "progs 1 flags 1"
+
+
+@needs_v2
+def test_v2_a_no_flag_program_on_the_step_cgroup_is_replaced_by_ours_with_its_rules(tmp_path, harness, base2):
+    step = _slurm_step(base2, 79)
+    _attach(harness, step, 0, 9)  # no flag: only a program with the same flags may replace it
+    denied, own, slurms = _nodes(tmp_path, 4, 6, 9)
+    out = _run_v2(step / "slurm", harness, 79, f"{MAJOR} 3-5", [denied, own, slurms])
+    assert out["rc"] == "rc=0 why=", out
+    assert (out[denied], out[own], out[slurms]) == ("EPERM", "ENXIO", "EPERM"), out
+    assert _programs(harness, step) == "progs 1 flags 0"
 
 
 @needs_v2
