@@ -23,12 +23,14 @@
  * CUDA_VISIBLE_DEVICES says; the user, without CAP_SYS_ADMIN, cannot undo it (docs/fence.md).
  * With it comes the line
  *   DENY <major> <lo>-<hi>[,<lo>-<hi>...]
- * the other MIG capability nodes (major:minor), which the task's device cgroup (cgroup v1
- * devices controller) then denies: Slurm's own cgroup of the job if the task is in one, else
+ * the other MIG capability nodes (major:minor), which the task's device cgroup then denies
+ * (cgroup v1: devices.deny; cgroup v2, where no v1 devices controller exists: a BPF device
+ * program, devcg_v2.h): Slurm's own cgroup of the job if the task is in one, else
  * <its cgroup>/gpupack/job<J>_step<S>_<slurmstepd pid>, which the task joins (removed at the
  * step's end; never the shared cgroup itself, which slurmd and other jobs are in). Through
- * /proc/<pid>/root of a process outside the namespace the nodes are still visible; the device cgroup refuses their open (EPERM). A node without the v1
- * devices controller (pure cgroup v2) gets the namespace only, and the log says so.
+ * /proc/<pid>/root of a process outside the namespace the nodes are still visible; the device
+ * cgroup refuses their open (EPERM). A node with no cgroup at all gets the namespace only, and
+ * the log says so.
  * A fence that cannot be made counts as an error (below). No answer in time, or an error: a step with
  * whole GPUs (no shards) runs with what Slurm gave it and the reason is logged. A packed step
  * (SLURM_SHARDS_ON_NODE > 0: it shares its GPU with other jobs) never runs unisolated: its
