@@ -157,6 +157,28 @@ def test_v2_a_task_in_a_shared_cgroup_joins_a_step_cgroup_with_the_device_progra
     assert "removed" in out and not (V2 / joined.lstrip("/")).exists() and (shared / "gpupack").is_dir()
 
 
+@needs_v2
+def test_v2_the_program_denies_exactly_the_ranges_char_devices_of_the_major(tmp_path, harness, base2):
+    minors = (2, 3, 5, 7, 8, 9, 20, 21)
+    nodes = dict(zip(minors, _nodes(tmp_path, *minors)))
+    other_major = tmp_path / "other-major-4"  # 60: another local/experimental major, no driver either
+    os.mknod(other_major, 0o444 | stat.S_IFCHR, os.makedev(MAJOR - 1, 4))
+    block = tmp_path / "block-4"
+    os.mknod(block, 0o444 | stat.S_IFBLK, os.makedev(MAJOR, 4))
+    out = _run_v2(base2, harness, 77, f"{MAJOR} 3-5,8-8,20-20", [*nodes.values(), str(other_major), str(block)])
+    assert out["rc"] == "rc=0 why=", out
+    got = {m: out[n] for m, n in nodes.items()}
+    assert got == {2: "ENXIO", 3: "EPERM", 5: "EPERM", 7: "ENXIO", 8: "EPERM", 9: "ENXIO", 20: "EPERM", 21: "ENXIO"}
+    assert out[str(other_major)] == "ENXIO" and out[str(block)] == "ENXIO", out
+
+
+@needs_v2
+def test_v2_more_ranges_than_the_program_holds_fail_the_fence(harness, base2):
+    many = ",".join(f"{m}-{m}" for m in range(0, 2 * 129, 2))  # 129 ranges
+    out = _run_in(base2, harness, 77, f"{MAJOR} {many}", [], mode="v2")
+    assert out["rc"].startswith("rc=-1") and "(or more than 128) from the agent" in out["rc"], out
+
+
 def _attach(harness: Path, cgroup: Path, flags: int, minor: int) -> None:
     """A stand-in for Slurm's device program (cgroup/v2, ConstrainDevices): denies MAJOR:minor."""
     done = subprocess.run([str(harness), "attach", str(cgroup), str(flags), str(MAJOR), str(minor)],
