@@ -175,6 +175,52 @@ static int devcg_read_program(uint32_t id, struct bpf_insn *out, int cap, char *
     return n;
 }
 
+/* The tag (the kernel's hash of its instructions) of the program of fd into tag: 0, or -1. */
+static int devcg_tag(int fd, uint8_t *tag)
+{
+    union bpf_attr a;
+    struct bpf_prog_info info;
+    memset(&info, 0, sizeof(info));
+    memset(&a, 0, sizeof(a));
+    a.info.bpf_fd = (uint32_t)fd;
+    a.info.info_len = sizeof(info);
+    a.info.info = (uint64_t)(uintptr_t)&info;
+    if (sys_bpf(BPF_OBJ_GET_INFO_BY_FD, &a) < 0)
+        return -1;
+    memcpy(tag, info.tag, BPF_TAG_SIZE);
+    return 0;
+}
+
+/* Is a program with tag already attached to cgroup folder dir (another task of the step put the
+ * same one there)? 1 yes, 0 no or unknown. */
+static int devcg_attached(const char *dir, const uint8_t *tag)
+{
+    uint32_t ids[64]; /* the kernel's limit of programs per cgroup and type */
+    uint8_t other[BPF_TAG_SIZE];
+    union bpf_attr a;
+    int found = 0, fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    memset(&a, 0, sizeof(a));
+    a.query.target_fd = (uint32_t)fd;
+    a.query.attach_type = BPF_CGROUP_DEVICE;
+    a.query.prog_ids = (uint64_t)(uintptr_t)ids;
+    a.query.prog_cnt = 64;
+    long rc = sys_bpf(BPF_PROG_QUERY, &a);
+    close(fd);
+    for (uint32_t i = 0; rc == 0 && !found && i < a.query.prog_cnt && i < 64; i++) {
+        union bpf_attr b;
+        memset(&b, 0, sizeof(b));
+        b.prog_id = ids[i];
+        int pfd = (int)sys_bpf(BPF_PROG_GET_FD_BY_ID, &b);
+        if (pfd < 0)
+            continue;
+        found = devcg_tag(pfd, other) == 0 && memcmp(other, tag, BPF_TAG_SIZE) == 0;
+        close(pfd);
+    }
+    return found;
+}
+
 /* The nearest cgroup at or above folder dir (up to the v2 mount mnt, the root cgroup) that has a
  * device program: 1 and its attach flags and its program's id, 0 none, -1 with why filled in. */
 static int devcg_decider(const char *mnt, const char *dir, uint32_t *flags, uint32_t *id, int *at_dir,
@@ -222,8 +268,13 @@ static int devcg_attach(const char *mnt, const char *dir, int major, const int *
             attach = flags; /* the same flags replace it */
     }
     int pfd = devcg_load(prog, devcg_program(prog, major, lo, hi, n, tail, ntail), why, why_cap);
+    uint8_t tag[BPF_TAG_SIZE];
     if (pfd < 0)
         return -1;
+    if (found && at_dir && (flags & BPF_F_ALLOW_MULTI) && devcg_tag(pfd, tag) == 0 && devcg_attached(dir, tag)) {
+        close(pfd); /* the step's other tasks share the cgroup: one copy of the same program is enough */
+        return 0;
+    }
     int cfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (cfd < 0) {
         snprintf(why, why_cap, "cannot fence in its device cgroup: %.400s: %s", dir, strerror(errno));

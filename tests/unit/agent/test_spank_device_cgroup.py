@@ -212,9 +212,34 @@ def test_v2_a_task_in_slurms_job_cgroup_fences_the_step_cgroup_that_holds_its_ta
     assert out["rc"] == "rc=0 why=" and out[denied] == "EPERM" and out[own] == "ENXIO", out
     assert out["cgroup"] == f"/{base2.name}/system.slice/slurmstepd.scope/job_77/step_0/slurm"  # not moved
     assert _programs(harness, step) == "progs 1 flags 2" and not list(step.rglob("gpupack"))
+    again = _run_v2(step / "slurm", harness, 77, f"{MAJOR} 3-5", [denied])  # the step's next task
+    assert again["rc"] == "rc=0 why=" and again[denied] == "EPERM", again
+    assert _programs(harness, step) == "progs 1 flags 2"  # the same program once, not once a task
     # where slurmstepd then moves the task (on the task's own cgroup it would be left behind)
     assert (_open_in(step / "user" / "task_0", denied), _open_in(step / "user" / "task_0", own)) == ("EPERM", "ENXIO")
     assert _open_in(step.parent, denied) == "ENXIO"  # the job's other steps: untouched
+
+
+@needs_v2
+def test_v2_under_slurms_own_programs_every_rule_of_theirs_and_ours_holds(tmp_path, harness, base2):
+    # Slurm's cgroup/v2 with ConstrainDevices (src/plugins/cgroup/v2): the job's program on job_J
+    # and the step's on step_S/user, both BPF_F_ALLOW_OVERRIDE; a task's own (GPUs bound per
+    # task) on task_T with no flag, attached while the task is being started, after the fence
+    step = _slurm_step(base2, 80)
+    (step / "user" / "task_1").mkdir()
+    _attach(harness, step.parent, 1, 8)
+    _attach(harness, step / "user", 1, 9)
+    denied, own, jobs, steps, tasks = _nodes(tmp_path, 4, 6, 8, 9, 10)
+    out = _run_v2(step / "slurm", harness, 80, f"{MAJOR} 3-5", [denied, own, jobs])
+    assert out["rc"] == "rc=0 why=" and (out[denied], out[own], out[jobs]) == ("EPERM", "ENXIO", "EPERM"), out
+    assert _programs(harness, step) == "progs 1 flags 2" and "is taken into ours" in out["log"]  # the job's
+    for _ in range(2):  # the step's next tasks: ours beside the first (carrying the job's), once
+        assert _run_v2(step / "slurm", harness, 80, f"{MAJOR} 3-5", [jobs])[jobs] == "EPERM"
+    assert _programs(harness, step) == "progs 2 flags 2"
+    _attach(harness, step / "user" / "task_0", 0, 10)
+    task0, task1 = step / "user" / "task_0", step / "user" / "task_1"
+    assert [_open_in(task0, n) for n in (denied, jobs, tasks, own)] == ["EPERM", "EPERM", "EPERM", "ENXIO"]
+    assert [_open_in(task1, n) for n in (denied, jobs, steps, own)] == ["EPERM", "EPERM", "EPERM", "ENXIO"]
 
 
 @needs_v2
