@@ -23,12 +23,14 @@
  * CUDA_VISIBLE_DEVICES says; the user, without CAP_SYS_ADMIN, cannot undo it (docs/fence.md).
  * With it comes the line
  *   DENY <major> <lo>-<hi>[,<lo>-<hi>...]
- * the other MIG capability nodes (major:minor), which the task's device cgroup (cgroup v1
- * devices controller) then denies: Slurm's own cgroup of the job if the task is in one, else
+ * the other MIG capability nodes (major:minor), which the task's device cgroup then denies
+ * (cgroup v1: devices.deny; cgroup v2, where no v1 devices controller exists: a BPF device
+ * program, devcg_v2.h): Slurm's own cgroup of the job if the task is in one, else
  * <its cgroup>/gpupack/job<J>_step<S>_<slurmstepd pid>, which the task joins (removed at the
  * step's end; never the shared cgroup itself, which slurmd and other jobs are in). Through
- * /proc/<pid>/root of a process outside the namespace the nodes are still visible; the device cgroup refuses their open (EPERM). A node without the v1
- * devices controller (pure cgroup v2) gets the namespace only, and the log says so.
+ * /proc/<pid>/root of a process outside the namespace the nodes are still visible; the device
+ * cgroup refuses their open (EPERM). A node with no cgroup at all gets the namespace only, and
+ * the log says so.
  * A fence that cannot be made counts as an error (below). No answer in time, or an error: a step with
  * whole GPUs (no shards) runs with what Slurm gave it and the reason is logged. A packed step
  * (SLURM_SHARDS_ON_NODE > 0: it shares its GPU with other jobs) never runs unisolated: its
@@ -62,6 +64,8 @@
 
 #include <slurm/slurm.h>
 #include <slurm/spank.h>
+
+#include "devcg_v2.h" /* the cgroup v2 device program */
 
 SPANK_PLUGIN(gpupack, 1);
 
@@ -461,59 +465,78 @@ static int wildcard_allows(const char *dir, int major, char *why, size_t why_cap
     return 0;
 }
 
-/* The DENY line, "<major> <lo>-<hi>[,...]": the task's device cgroup denies those nodes. Returns 0
- * (also where no v1 devices controller exists: logged), or -1 with why filled in. Runs in the task
- * (root, before privileges drop). */
-static int apply_deny(spank_t sp, char *spec, uint32_t job, uint32_t step, char *why, size_t why_cap)
+/* The DENY line, "<major> <lo>-<hi>[,<lo>-<hi>...]" (or "<major> -": nothing to deny), into
+ * major and at most DEVCG_RANGES_MAX inclusive ranges. 0, or -1 with why filled in. */
+static int parse_deny(char *spec, int *major, int *lo, int *hi, int *n, char *why, size_t why_cap)
 {
-    char mnt[1024], cg[2048], dir[3200], path[3300], rule[64], *save = NULL;
-    int major = atoi(spec), task = 0;
-    char *ranges = strchr(spec, ' ');
-    if (major <= 0 || !ranges) {
+    char *save = NULL, *ranges = strchr(spec, ' ');
+    *major = atoi(spec);
+    *n = 0;
+    if (*major <= 0 || !ranges) {
         snprintf(why, why_cap, "bad DENY line from the agent: '%.200s'", spec);
         return -1;
     }
-    ranges++;
-    if (!locate_devices_cgroup(mnt, sizeof(mnt), cg, sizeof(cg))) {
-        spank_get_item(sp, S_TASK_ID, &task);
-        if (task == 0)
-            slurm_info("gpupack: job %u step %u: no cgroup v1 devices controller on this node (cgroup v2): "
-                       "only its mount namespace fences the step's MIG capability nodes, which a process of "
-                       "the same user outside it can still reach (docs/fence.md)", job, step);
-        return 0;
+    for (char *r = strtok_r(ranges + 1, ",", &save); r && strcmp(r, "-") != 0; r = strtok_r(NULL, ",", &save)) {
+        int a = -1, b = -1;
+        if (sscanf(r, "%d-%d", &a, &b) != 2 || a < 0 || b < a || b - a > (1 << 20) || *n == DEVCG_RANGES_MAX) {
+            snprintf(why, why_cap, "bad DENY range '%.50s' (or more than %d) from the agent", r, DEVCG_RANGES_MAX);
+            return -1;
+        }
+        lo[*n] = a;
+        hi[(*n)++] = b;
     }
+    return 0;
+}
+
+/* The cgroup of ours a task in the shared cgroup cg (below mount mnt) joins: made, its path in
+ * dir. 0, or -1 with why filled in. */
+static int make_own_cgroup(char *dir, size_t cap, const char *mnt, const char *cg, uint32_t job, uint32_t step,
+                           char *why, size_t why_cap)
+{
+    snprintf(dir, cap, "%s%s/gpupack", mnt, strcmp(cg, "/") == 0 ? "" : cg);
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+        snprintf(why, why_cap, "cannot fence in its device cgroup: mkdir %.400s: %s", dir, strerror(errno));
+        return -1;
+    }
+    own_cgroup(dir, cap, mnt, cg, job, step, (int)getppid());
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+        snprintf(why, why_cap, "cannot fence in its device cgroup: mkdir %.400s: %s", dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* Move this task into cgroup folder dir (v1 or v2: its cgroup.procs). */
+static int join_cgroup(const char *dir, char *why, size_t why_cap)
+{
+    char path[3300], pid[32];
+    snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+    snprintf(pid, sizeof(pid), "%d", (int)getpid());
+    return write_text(path, pid, why, why_cap);
+}
+
+/* cgroup v1: one "c <major>:<minor> rwm" line per denied node in devices.deny of the task's devices
+ * cgroup mnt+cg (Slurm's of this job, or one of ours the task joins). */
+static int deny_v1(const char *mnt, const char *cg, int major, const int *lo, const int *hi, int nr, uint32_t job,
+                   uint32_t step, char *why, size_t why_cap)
+{
+    char dir[3200], path[3300], rule[64];
     /* Slurm's cgroup of this job (task/cgroup v1: /slurm/uid_U/job_J/step_S[/task_T]) takes the
      * denies; any other (the root, slurmd's service cgroup) is shared with other jobs and slurmd
      * itself: the task joins a cgroup of ours below it, inheriting its rules */
-    int own = !is_job_cgroup(cg, job);
-    if (own) {
-        snprintf(dir, sizeof(dir), "%s%s/gpupack", mnt, strcmp(cg, "/") == 0 ? "" : cg);
-        if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
-            snprintf(why, why_cap, "cannot fence in its device cgroup: mkdir %.400s: %s", dir, strerror(errno));
-            return -1;
-        }
-        own_cgroup(dir, sizeof(dir), mnt, cg, job, step, (int)getppid());
-        if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
-            snprintf(why, why_cap, "cannot fence in its device cgroup: mkdir %.400s: %s", dir, strerror(errno));
-            return -1;
-        }
-    } else {
+    int own = !is_job_cgroup(cg, job), n = 0;
+    if (own && make_own_cgroup(dir, sizeof(dir), mnt, cg, job, step, why, why_cap) < 0)
+        return -1;
+    if (!own)
         snprintf(dir, sizeof(dir), "%s%s", mnt, cg);
-    }
     snprintf(path, sizeof(path), "%s/devices.deny", dir);
-    int fd = open(path, O_WRONLY | O_CLOEXEC), n = 0;
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
     if (fd < 0) {
         snprintf(why, why_cap, "cannot fence in its device cgroup: %.400s: %s", path, strerror(errno));
         return -1;
     }
-    for (char *r = strtok_r(ranges, ",", &save); r && strcmp(r, "-") != 0; r = strtok_r(NULL, ",", &save)) {
-        int lo = -1, hi = -1;
-        if (sscanf(r, "%d-%d", &lo, &hi) != 2 || lo < 0 || hi < lo || hi - lo > (1 << 20)) {
-            snprintf(why, why_cap, "bad DENY range '%.50s' from the agent", r);
-            close(fd);
-            return -1;
-        }
-        for (int m = lo; m <= hi; m++, n++) {
+    for (int r = 0; r < nr; r++)
+        for (int m = lo[r]; m <= hi[r]; m++, n++) {
             int k = snprintf(rule, sizeof(rule), "c %d:%d rwm", major, m);
             if (write(fd, rule, (size_t)k) != k) { /* one rule per write */
                 snprintf(why, why_cap, "cannot fence in its device cgroup: writing '%s' to %.400s: %s", rule,
@@ -522,26 +545,86 @@ static int apply_deny(spank_t sp, char *spec, uint32_t job, uint32_t step, char 
                 return -1;
             }
         }
-    }
     close(fd);
-    if (wildcard_allows(dir, major, why, why_cap) < 0)
+    if (wildcard_allows(dir, major, why, why_cap) < 0 || (own && join_cgroup(dir, why, why_cap) < 0))
         return -1;
-    if (own) {
-        snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
-        snprintf(rule, sizeof(rule), "%d", (int)getpid());
-        if (write_text(path, rule, why, why_cap) < 0)
-            return -1;
-    }
     slurm_debug("gpupack: job %u step %u: %d MIG capability nodes denied in device cgroup %s", job, step, n, dir);
     return 0;
 }
 
+/* Slurm's step cgroup in the task's cgroup path cg of job (cgroup/v2: .../job_J/step_S/slurm for the
+ * step daemon, where a task starts, .../job_J/step_S/user/task_T where slurmstepd then moves it):
+ * cg cut after the component that follows "/job_J" (the job's cgroup if none follows). */
+static void step_cgroup(char *cg, uint32_t job)
+{
+    char comp[32];
+    size_t k = (size_t)snprintf(comp, sizeof(comp), "/job_%u", job);
+    for (char *p = strstr(cg, comp); p; p = strstr(p + 1, comp))
+        if (p[k] == '/' || p[k] == '\0') {
+            char *end = p[k] ? strchr(p + k + 1, '/') : NULL;
+            if (end)
+                *end = '\0';
+            return;
+        }
+}
+
+/* cgroup v2: a BPF device program denying the ranges (devcg_v2.h), attached to Slurm's step cgroup
+ * if the task is in its job's cgroup, else to a cgroup of ours below the task's own, which the task
+ * then joins. The step's, not the task's own: this runs in the task just forked, while slurmstepd
+ * moves it into its task cgroup (task/cgroup, before the program starts): the step's holds both.
+ * Ours is a leaf with no controllers enabled, so cgroup v2's rule that a cgroup with controllers in
+ * its subtree_control holds no processes is kept. */
+static int deny_v2(const char *mnt, const char *cg, int major, const int *lo, const int *hi, int nr, uint32_t job,
+                   uint32_t step, char *why, size_t why_cap)
+{
+    char dir[3200], at[2048];
+    int own = !is_job_cgroup(cg, job);
+    if (own && make_own_cgroup(dir, sizeof(dir), mnt, cg, job, step, why, why_cap) < 0)
+        return -1;
+    if (!own) {
+        snprintf(at, sizeof(at), "%s", cg);
+        step_cgroup(at, job);
+        snprintf(dir, sizeof(dir), "%s%s", mnt, at);
+    }
+    /* attached before the task joins: it never runs there unfenced */
+    if (devcg_attach(mnt, dir, major, lo, hi, nr, why, why_cap) < 0 || (own && join_cgroup(dir, why, why_cap) < 0))
+        return -1;
+    slurm_debug("gpupack: job %u step %u: %d ranges of MIG capability nodes denied by a BPF device program on "
+                "cgroup %s", job, step, nr, dir);
+    return 0;
+}
+
+/* The DENY line, "<major> <lo>-<hi>[,...]": the task's device cgroup denies those nodes, through the
+ * cgroup v1 devices controller where the node has one, else a cgroup v2 BPF device program. Returns 0
+ * (also where the node has no cgroup at all: logged), or -1 with why filled in. Runs in the task
+ * (root, before privileges drop). */
+static int apply_deny(spank_t sp, char *spec, uint32_t job, uint32_t step, char *why, size_t why_cap)
+{
+    char mnt[1024], cg[2048];
+    int major = 0, nr = 0, lo[DEVCG_RANGES_MAX], hi[DEVCG_RANGES_MAX], task = 0;
+    if (parse_deny(spec, &major, lo, hi, &nr, why, why_cap) < 0)
+        return -1;
+    if (locate_devices_cgroup(mnt, sizeof(mnt), cg, sizeof(cg)))
+        return deny_v1(mnt, cg, major, lo, hi, nr, job, step, why, why_cap);
+    if (locate_v2_cgroup(mnt, sizeof(mnt), cg, sizeof(cg)))
+        return deny_v2(mnt, cg, major, lo, hi, nr, job, step, why, why_cap);
+    spank_get_item(sp, S_TASK_ID, &task);
+    if (task == 0)
+        slurm_info("gpupack: job %u step %u: no device cgroup on this node (neither the cgroup v1 devices "
+                   "controller nor cgroup v2): only its mount namespace fences the step's MIG capability nodes, "
+                   "which a process of the same user outside it can still reach (docs/fence.md)", job, step);
+    return 0;
+}
+
 /* At the step's end (slurmstepd, still in the cgroup its tasks were forked in): remove the
- * device cgroup of ours they joined, if empty. */
+ * device cgroup of ours they joined, if empty (v1 or v2, whichever the tasks used; a v2 cgroup's
+ * BPF program goes with it). */
 static void remove_deny_cgroup(uint32_t job, uint32_t step)
 {
     char mnt[1024], cg[2048], dir[3200];
-    if (!locate_devices_cgroup(mnt, sizeof(mnt), cg, sizeof(cg)) || is_job_cgroup(cg, job))
+    if (!locate_devices_cgroup(mnt, sizeof(mnt), cg, sizeof(cg)) && !locate_v2_cgroup(mnt, sizeof(mnt), cg, sizeof(cg)))
+        return;
+    if (is_job_cgroup(cg, job))
         return;
     own_cgroup(dir, sizeof(dir), mnt, cg, job, step, (int)getpid());
     if (rmdir(dir) < 0 && errno != ENOENT)

@@ -14,7 +14,9 @@ The namespace hides the other nodes from the task's own view only: through
 So the plugin also denies every other MIG capability node in the task's device cgroup
 (cgroup v1 ``devices.deny``), from the line ``DENY <major> <lo>-<hi>[,<lo>-<hi>...]``: the
 capability nodes' major (``nvidia-caps`` in the driver's ``/proc/devices``) and the ranges of
-minors of every MIG access capability the driver numbers (``mig-minors``) but the job's.
+minors of every MIG access capability the driver numbers (``mig-minors``) but the job's. On a
+node without the v1 devices controller the plugin denies them with a cgroup v2 BPF device program
+instead (``spank/devcg_v2.h``), in the same cgroups.
 """
 from __future__ import annotations
 
@@ -76,18 +78,36 @@ def fence_for(driver: DriverFiles, backend, a: Assignment) -> Fence | None:
     return Fence(str(driver.dev_caps), tuple(n.name for n in nodes), major, deny_ranges(every, keep))
 
 
-DEVICES_V1 = Path("/sys/fs/cgroup/devices")
 # where the plugin makes a step's device cgroup: below the task's cgroup, the root or a
 # service's (system.slice/slurmd.service) (spank/gpupack_spank.c, own_cgroup)
 _OWN_CGROUPS = ("gpupack/job*_step*_*", "*/gpupack/job*_step*_*", "*/*/gpupack/job*_step*_*")
 
 
-def prune_device_cgroups(root: Path = DEVICES_V1, proc: Path = Path("/proc")) -> list[str]:
-    """Remove the plugin's step device cgroups whose step daemon is gone (one killed before it
-    could remove its own at the step's end); a cgroup a process is still in stays (the kernel
-    refuses to remove it). Returns what was removed."""
+def device_cgroup_roots(mountinfo: str) -> list[Path]:
+    """The mount points, in ``/proc/self/mountinfo`` text, of the hierarchies the plugin makes step
+    device cgroups in: the cgroup v1 devices controller's and cgroup v2's (the plugin uses the first
+    where both exist; a hybrid host such as Debian's with systemd's legacy layout has both)."""
+    out = []
+    for line in mountinfo.splitlines():
+        fields, sep, tail = line.partition(" - ")
+        parts, fs = fields.split(), tail.split()
+        if not sep or len(parts) < 5 or len(fs) < 3:
+            continue
+        if (fs[0] == "cgroup" and "devices" in fs[2].split(",")) or fs[0] == "cgroup2":
+            out.append(Path(parts[4]))
+    return out
+
+
+def prune_device_cgroups(roots: list[Path] | None = None, proc: Path = Path("/proc")) -> list[str]:
+    """Remove the plugin's step device cgroups (v1 or v2) whose step daemon is gone (one killed
+    before it could remove its own at the step's end; a v2 one's device program goes with it); a
+    cgroup a process is still in stays (the kernel refuses to remove it). ``roots``: the
+    hierarchies' mount points, by default this host's (:func:`device_cgroup_roots`). Returns what
+    was removed."""
+    if roots is None:
+        roots = device_cgroup_roots(Path("/proc/self/mountinfo").read_text())
     done = []
-    for pattern in _OWN_CGROUPS:
+    for root, pattern in ((r, p) for r in roots for p in _OWN_CGROUPS):
         for cg in root.glob(pattern):
             stepd = cg.name.rsplit("_", 1)[1]
             if not stepd.isdigit() or (proc / stepd).exists():

@@ -5,6 +5,7 @@ files and then waits; the node's daemons are started in its namespaces with ``ns
 Its plan (a JSON file :mod:`slurm_plugin.devcluster.hosts` writes) says what to do:
 
 - the node's hostname, and its own ``/etc/hosts`` and ``/etc/hostname`` (bind-mounted);
+- with ``hide_v1_devices``, no cgroup v1 devices hierarchy (a cgroup v2 node on a hybrid host);
 - the cluster's state folder becomes a read-only tmpfs holding only what a node of a real
   cluster has: the shared folders (``etc`` and ``spank`` read-only, ``log`` writable, the
   node's own fake device folder), bound from the folder underneath, and empty private
@@ -33,6 +34,7 @@ MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -92,6 +94,23 @@ def _root_mount_shared() -> bool:
     return shared
 
 
+def hide_v1_devices() -> list[str]:
+    """Unmount the cgroup v1 devices hierarchy in this node's (private) mount namespace, so that
+    the node's SPANK plugin and agent see a cgroup v2 node on a hybrid host (the plan's
+    ``hide_v1_devices``; docs/fence.md). Returns the mount points taken away."""
+    gone = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields, _, tail = line.partition(" - ")
+        fs = tail.split()
+        if len(fs) >= 3 and fs[0] == "cgroup" and "devices" in fs[2].split(","):
+            point = fields.split()[4].replace("\\040", " ")
+            if _libc.umount2(point.encode(), MNT_DETACH) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"umount {point}: {os.strerror(err)}")
+            gone.append(point)
+    return gone
+
+
 def _bind(source: str, target: Path, read_only: bool) -> None:
     target.mkdir(parents=True, exist_ok=True)
     _mount(source, str(target), None, MS_BIND | MS_REC)
@@ -139,6 +158,8 @@ def main(argv: list[str]) -> int:
     plan = json.loads(Path(argv[1]).read_text())
     try:
         make_private()
+        if plan.get("hide_v1_devices"):
+            hide_v1_devices()
         socket.sethostname(plan["hostname"])
         build_view(plan)
     except (OSError, HolderError, KeyError) as exc:

@@ -36,11 +36,18 @@ PRIVATE = {"run": "755", "agent": "755", "mps": "755", "simgpu": "777"}
 SHARED_RO = ("etc", "spank")  # the cluster's configuration and the SPANK build, as a site installs them
 BRIDGE_NF_CALL = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
 SHARED_RW = ("log",)  # the logs stay in one place, as a site's central logging would have them
+#: GPUPACK_DEVCLUSTER_CGROUP=v2: the nodes hide the cgroup v1 devices hierarchy, so on a hybrid
+#: host their SPANK plugin fences with a cgroup v2 BPF device program (docs/fence.md)
+NODE_CGROUP_KINDS = ("", "v2")
 
 
 def node_plan(spec: ClusterSpec, node: str, controller_name: str) -> dict:
     """What node ``node``'s holder makes (see :mod:`~slurm_plugin.devcluster.holder`)."""
     peers = [(controller_name, spec.controller_address)] + [(n, spec.node_address(n)) for n in spec.node_names]
+    cgroup = os.environ.get("GPUPACK_DEVCLUSTER_CGROUP", "")
+    if cgroup not in NODE_CGROUP_KINDS:
+        raise DevClusterError(f"GPUPACK_DEVCLUSTER_CGROUP={cgroup!r}: expected 'v2' (nodes without the cgroup v1 "
+                              "devices hierarchy) or nothing")
     return {
         "state_dir": str(spec.state_dir), "hostname": node,
         "hosts": topology.hosts_file(node, spec.node_address(node), peers),
@@ -48,6 +55,7 @@ def node_plan(spec: ClusterSpec, node: str, controller_name: str) -> dict:
         "shared_rw": list(SHARED_RW),
         "private": {**PRIVATE, f"spool/{node}": "755"}, "private_size": "64m",
         "owners": {"run/munge": "munge"}, "etc_scratch": "run/etc",
+        "hide_v1_devices": cgroup == "v2",
     }
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from e2e_support import PY, wait_for
+from slurm_plugin.agent.fence import device_cgroup_roots
 
 pytestmark = pytest.mark.integration
 DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"}
@@ -77,8 +78,8 @@ def test_a_packed_job_cannot_use_another_jobs_mig_slice(cluster):
 
 def _no_device_cgroup(cluster) -> str | None:
     """Why no device cgroup can refuse the simulated nodes here (None: it can)."""
-    if not Path("/sys/fs/cgroup/devices/devices.deny").exists():
-        return "no cgroup v1 devices controller (docs/fence.md)"
+    if not device_cgroup_roots(Path("/proc/self/mountinfo").read_text()):
+        return "neither the cgroup v1 devices controller nor cgroup v2 (docs/fence.md)"
     caps = cluster.node_path("node1", cluster.spec.simgpu_dir / "node1.driver" / "dev" / "nvidia-caps")
     if any(not stat.S_ISCHR(p.stat().st_mode) for p in caps.glob("nvidia-cap*")):
         return "the simulated capability nodes are regular files (no device node could be made)"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +14,7 @@ from gpus.sim.backend import SimGpuBackend
 from slurm_plugin.agent import isolation as iso
 from slurm_plugin.agent.daemon import NodeAgent
 from gpus.sim.caps import SIM_CAPS_MAJOR
-from slurm_plugin.agent.fence import deny_ranges, prune_device_cgroups
+from slurm_plugin.agent.fence import deny_ranges, device_cgroup_roots, prune_device_cgroups
 from slurm_plugin.agent.paths import AgentError
 from slurm_plugin.agent.state import BATCH_STEP
 
@@ -80,13 +81,31 @@ def test_device_cgroups_of_gone_step_daemons_are_pruned(tmp_path):
     gone.wait()
     proc = tmp_path / "proc"
     (proc / str(os.getpid())).mkdir(parents=True)  # a live step daemon; the other is gone
-    root = tmp_path / "devices"
+    root, v2 = tmp_path / "devices", tmp_path / "unified"
     dead = root / "gpupack" / f"job5_step0_{gone.pid}"
     live = root / "gpupack" / f"job6_step0_{os.getpid()}"
     service = root / "system.slice" / "slurmd.service" / "gpupack" / f"job7_step4294967291_{gone.pid}"
     busy = root / "gpupack" / "job8_step0_999999999"
-    for d in (dead, live, service, busy / "child"):
+    dead2 = v2 / "system.slice" / "slurmd.service" / "gpupack" / f"job9_step0_{gone.pid}"  # cgroup v2's
+    for d in (dead, live, service, busy / "child", dead2):
         d.mkdir(parents=True)
-    done = prune_device_cgroups(root, proc)
-    assert not dead.exists() and not service.exists() and len(done) == 2
+    done = prune_device_cgroups([root, v2], proc)
+    assert not dead.exists() and not service.exists() and not dead2.exists() and len(done) == 3
     assert live.exists() and busy.exists()  # its step daemon runs / a process (here: a child) holds it
+
+
+# /proc/self/mountinfo of a hybrid host (systemd's legacy layout: v1 controllers and the v2 tree in
+# unified/) and of a pure cgroup v2 host (Debian 12's default), trimmed to the cgroup lines
+HYBRID = """31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+36 31 0:33 / /sys/fs/cgroup/devices rw,relatime - cgroup cgroup rw,devices
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+"""
+PURE_V2 = """25 30 0:22 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot
+"""
+
+
+def test_device_cgroup_roots_are_the_v1_devices_and_the_v2_mounts():
+    assert device_cgroup_roots(HYBRID) == [Path("/sys/fs/cgroup/devices"), Path("/sys/fs/cgroup/unified")]
+    assert device_cgroup_roots(PURE_V2) == [Path("/sys/fs/cgroup")]
+    assert device_cgroup_roots("garbage line\n") == []
