@@ -115,6 +115,19 @@ static int devcg_load(const struct bpf_insn *p, int count, char *why, size_t why
     return fd;
 }
 
+/* Whether this kernel loads a cgroup device program here (a program that allows everything, loaded
+ * and closed, attached nowhere): 0, or -1 with why filled in (seccomp or a lockdown refusing
+ * bpf(2), a kernel without CONFIG_CGROUP_BPF, no CAP_BPF/CAP_SYS_ADMIN). */
+static int devcg_probe(char *why, size_t why_cap)
+{
+    struct bpf_insn p[DEVCG_INSNS_MAX];
+    int fd = devcg_load(p, devcg_program(p, 0, NULL, NULL, 0, NULL, 0), why, why_cap);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    return 0;
+}
+
 /* The device programs attached to cgroup folder dir itself: their count, their attach flags in
  * *flags, the first one's id in *id; -1 when it cannot be asked. */
 static int devcg_query(const char *dir, uint32_t *flags, uint32_t *id)

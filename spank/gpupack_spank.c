@@ -679,10 +679,40 @@ static int apply_answer(spank_t sp, char *resp, uint32_t job, uint32_t step, cha
     return set;
 }
 
+/* Which device cgroup this node's MIG fences will use, said once in slurmd's log when it starts.
+ * Where only cgroup v2 exists and the kernel refuses the BPF device program, every packed MIG step
+ * here would fail its fence (and be requeued): an error now, before a job finds out. */
+static void report_fence_support(void)
+{
+    char mnt[1024], at[1024], why[600] = "";
+    if (devices_mount(mnt, sizeof(mnt), at, sizeof(at))) {
+        slurm_info("gpupack: MIG fences on this node deny capability nodes through the cgroup v1 devices "
+                   "controller (%s)", mnt);
+        return;
+    }
+    if (!v2_mount(mnt, sizeof(mnt), at, sizeof(at))) {
+        slurm_error("gpupack: this node has no device cgroup (neither the cgroup v1 devices controller nor "
+                    "cgroup v2): packed MIG steps are fenced by their mount namespace only, which a process of "
+                    "the same user outside it can get round (docs/fence.md)");
+        return;
+    }
+    if (devcg_probe(why, sizeof(why)) < 0) {
+        slurm_error("gpupack: this node %s; every packed MIG step here will fail its fence and be requeued "
+                    "(exit %d). Let slurmd call bpf(2) (no seccomp filter or lockdown refusing it, a kernel "
+                    "with CONFIG_CGROUP_BPF, CAP_BPF or CAP_SYS_ADMIN), or mount the cgroup v1 devices "
+                    "controller (docs/fence.md)", why, GPUPACK_UNISOLATED_EXIT);
+        return;
+    }
+    slurm_info("gpupack: MIG fences on this node deny capability nodes through a cgroup v2 BPF device program "
+               "(%s)", mnt);
+}
+
 int slurm_spank_init(spank_t sp, int ac, char **av)
 {
     (void)sp;
     parse_args(ac, av);
+    if (spank_context() == S_CTX_SLURMD)
+        report_fence_support();
     return ESPANK_SUCCESS;
 }
 

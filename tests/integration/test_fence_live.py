@@ -6,6 +6,7 @@ capability nodes, seen under /proc/<pid>/root of a process of the same user that
 any fence (an unpacked job's task here), are denied by the packed task's device cgroup (EPERM)."""
 from __future__ import annotations
 
+import os
 import stat
 import time
 from pathlib import Path
@@ -68,6 +69,11 @@ def test_a_packed_job_cannot_use_another_jobs_mig_slice(cluster):
     cluster.run("scancel", str(outside))
     assert cluster.wait(hostile, DONE, timeout=30) == "COMPLETED"
     assert cluster.wait(victim, DONE, timeout=40) == "COMPLETED"
+    # slurmd said at its start which device cgroup the node's fences use (the v2 one was probed)
+    started = (cluster.spec.log / "slurmd-node1.log").read_text(errors="replace")
+    assert "gpupack: MIG fences on this node deny capability nodes through " + (
+        "a cgroup v2 BPF device program" if os.environ.get("GPUPACK_DEVCLUSTER_CGROUP") == "v2"
+        else "the cgroup v") in started or _no_device_cgroup(cluster), started[-2000:]
     hole_rc, hole_dev = rows["hole"].split(" ", 1)
     said = _read(wd / f"fence-b-{tag}.txt.hole")
     if hole_rc == "0" and (why := _no_device_cgroup(cluster)):

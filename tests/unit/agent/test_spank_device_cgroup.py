@@ -294,3 +294,39 @@ def test_no_cgroup_at_all_leaves_the_namespace_alone_and_says_so(tmp_path, harne
     out = _run_in(base2, harness, 77, f"{MAJOR} 3-5", [denied], mode="none")
     assert out["rc"] == "rc=0 why=" and out[denied] == "ENXIO", out
     assert "no device cgroup on this node" in out["log"] and "only its mount namespace fences" in out["log"]
+
+
+def _support(harness: Path, mode: str = "", no_bpf: bool = False) -> str:
+    env = dict(os.environ)
+    if mode:
+        env["HARNESS_CGROUP"] = mode
+    if no_bpf:
+        env["HARNESS_NO_BPF"] = "1"
+    return subprocess.run([str(harness), "support", "-"], check=True, capture_output=True, text=True,
+                          env=env).stdout
+
+
+@needs_v1
+def test_slurmd_start_names_the_v1_devices_controller(harness):
+    out = _support(harness)
+    assert out.startswith("info: gpupack: MIG fences on this node deny capability nodes through the cgroup v1"), out
+
+
+@needs_v2
+def test_slurmd_start_on_cgroup_v2_probes_the_bpf_device_program(harness):
+    out = _support(harness, mode="v2")
+    assert out.startswith("info: gpupack: MIG fences on this node deny capability nodes through a cgroup v2 BPF"), out
+
+
+@needs_v2
+def test_slurmd_start_where_the_kernel_refuses_the_program_is_an_error_naming_the_consequence(harness):
+    out = _support(harness, mode="v2", no_bpf=True)
+    assert out.startswith("error: gpupack: this node cannot fence in its device cgroup: loading the BPF device "
+                          "program: Operation not permitted"), out
+    assert "every packed MIG step here will fail its fence and be requeued (exit 117)" in out
+
+
+@needs_v2
+def test_slurmd_start_with_no_device_cgroup_at_all_is_an_error(harness):
+    out = _support(harness, mode="none")
+    assert out.startswith("error: gpupack: this node has no device cgroup"), out

@@ -7,11 +7,15 @@
  *   hierarchy (and the v2 one) in a mount namespace of its own, so the plugin's own choice takes
  *   the v2 path (or none) on a host that has both; the task is then a child of the harness,
  *   which then plays slurmstepd at the step's end (remove_deny_cgroup) and prints "removed".
+ *   harness support -: what slurmd logs at its start about the node's device cgroup (with
+ *   HARNESS_NO_BPF set, after dropping the capabilities a BPF device program needs).
  *   harness query DIR: "progs <count> flags <attach flags>" of the device programs on cgroup DIR.
  *   harness attach DIR FLAGS MAJOR MINOR: attach to DIR, with those attach flags, a device program
  *   that denies that one node and allows all else (a stand-in for Slurm's or systemd's).
  *   (tests/unit/agent/test_spank_device_cgroup.py) */
 #include <stdarg.h>
+#include <linux/capability.h>
+#include <sys/syscall.h>
 #include "gpupack_spank.c"
 
 spank_err_t spank_get_item(spank_t sp, spank_item_t item, ...)
@@ -27,6 +31,7 @@ spank_err_t spank_get_item(spank_t sp, spank_item_t item, ...)
 spank_err_t spank_getenv(spank_t sp, const char *var, char *buf, int len) { (void)sp; (void)var; (void)buf; (void)len; return ESPANK_ENV_NOEXIST; }
 spank_err_t spank_setenv(spank_t sp, const char *var, const char *val, int o) { (void)sp; (void)var; (void)val; (void)o; return ESPANK_SUCCESS; }
 int spank_remote(spank_t sp) { (void)sp; return 1; }
+spank_context_t spank_context(void) { return S_CTX_SLURMD; }
 static void say(const char *level, const char *fmt, va_list ap) { printf("%s: ", level); vprintf(fmt, ap); printf("\n"); }
 void slurm_info(const char *fmt, ...) { va_list ap; va_start(ap, fmt); say("info", fmt, ap); va_end(ap); }
 void slurm_error(const char *fmt, ...) { va_list ap; va_start(ap, fmt); say("error", fmt, ap); va_end(ap); }
@@ -64,6 +69,20 @@ static void task(int argc, char **argv)
     fflush(stdout);
 }
 
+/* This process without CAP_SYS_ADMIN and CAP_BPF (39), as slurmd under a lockdown or a seccomp
+ * filter: the kernel then refuses to load a cgroup device program (EPERM). */
+static void drop_bpf_capabilities(void)
+{
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct d[2];
+    if (syscall(SYS_capget, &h, d) < 0)
+        exit(4);
+    d[0].effective &= ~(1u << CAP_SYS_ADMIN);
+    d[1].effective &= ~(1u << (39 - 32));
+    if (syscall(SYS_capset, &h, d) < 0)
+        exit(4);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = getenv("HARNESS_CGROUP");
@@ -92,18 +111,26 @@ int main(int argc, char **argv)
         }
         return 0;
     }
+    if (mode) {
+        /* EINVAL: "/" is no mount point (a chroot, as in the Debian roots) */
+        if (unshare(CLONE_NEWNS) < 0 || (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0 && errno != EINVAL)) {
+            perror("mount namespace");
+            return 3;
+        }
+        hide("cgroup");
+        if (strcmp(mode, "none") == 0)
+            hide("cgroup2");
+    }
+    if (strcmp(argv[1], "support") == 0) {
+        if (getenv("HARNESS_NO_BPF"))
+            drop_bpf_capabilities();
+        report_fence_support();
+        return 0;
+    }
     if (!mode) {
         task(argc, argv);
         return 0;
     }
-    /* EINVAL: "/" is no mount point (a chroot, as in the Debian roots) */
-    if (unshare(CLONE_NEWNS) < 0 || (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0 && errno != EINVAL)) {
-        perror("mount namespace");
-        return 3;
-    }
-    hide("cgroup");
-    if (strcmp(mode, "none") == 0)
-        hide("cgroup2");
     fflush(stdout);
     pid_t pid = fork(); /* the task: its parent, this process, is the step daemon */
     if (pid == 0) {
