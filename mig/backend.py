@@ -88,6 +88,10 @@ class GpuBackend(Protocol):
 
     def device_uuids(self, gpu_index: int) -> dict[int, str]: ...
 
+    def device_minor(self, gpu_index: int) -> int:
+        """The GPU's device minor (``/dev/nvidia<minor>``), which names it in the driver's MIG
+        capability files; not always its index."""
+
     def process_memory(self, gpu_index: int, gi_id: int | None = None) -> list[ProcessMemory]: ...
 
     def compute_mode(self, gpu_index: int, gi_id: int | None = None) -> str: ...

@@ -75,6 +75,8 @@ def gpu_facts(backend: NvmlBackend) -> dict:
     for g in out["gpus"]:
         h = backend.session.handle(g["index"])
         g["compute_mode"], g["compute_mode_error"] = attempt(nv.nvmlDeviceGetComputeMode, h)
+        # /dev/nvidia<minor>: names the GPU in the driver's MIG capability files (the fence)
+        g["device_minor"], g["device_minor_error"] = attempt(backend.device_minor, g["index"])
         mem, g["memory_error"] = attempt(nv.nvmlDeviceGetMemoryInfo, h)
         if mem is not None:
             g["memory_used_mib"] = int(mem.used) // 2**20

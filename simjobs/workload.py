@@ -283,7 +283,8 @@ def _open_capabilities(gpu, gpu_index: int, gi_id: int | None, device: str) -> N
     if gi_id is None or getattr(gpu, "state_path", None) is None:
         return
     ci_id = next((i.ci_id for i in gpu.list_instances(gpu_index) if i.gi_id == gi_id), None)
-    open_mig_device(DriverFiles.for_node(gpu.state_path.parent, gpu.node), gpu_index, gi_id, ci_id, device)
+    open_mig_device(DriverFiles.for_node(gpu.state_path.parent, gpu.node), gpu.device_minor(gpu_index), gi_id,
+                    ci_id, device)
 
 
 def _iterate(memory: _Memory, engines: _Engines, reporter: _Reporter | None, stopping: _StopSignal,

@@ -155,6 +155,11 @@ class NvmlBackend:
     def device_uuids(self, gpu_index: int) -> dict[int, str]:
         return self._instances.device_uuids(gpu_index)
 
+    def device_minor(self, gpu_index: int) -> int:
+        s = self.session
+        return int(s.call(self.nv.nvmlDeviceGetMinorNumber, s.handle(gpu_index),
+                          what=f"GPU {gpu_index}: read its device minor (/dev/nvidia<N>)"))
+
     # -- compute mode ---------------------------------------------------------------------
     def compute_mode(self, gpu_index: int, gi_id: int | None = None) -> str:
         return self._compute.get(gpu_index, gi_id)

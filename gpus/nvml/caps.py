@@ -15,8 +15,9 @@ and the node of minor ``m`` is ``/dev/nvidia-caps/nvidia-cap<m>``.
 :class:`DriverFiles` reads them under a root: ``/`` on a real node, the simulated GPU's
 driver folder (``DIR/<node>.driver``) for ``--nvml-library simulated:DIR``, where
 :mod:`gpus.sim.caps` writes the same files. The GPU folder is named by the GPU's device
-minor (``/dev/nvidia<minor>``); the agent uses the NVML index, which is the minor on nodes
-whose GPUs enumerate in PCI order (every node we know of; not checked).
+minor (``/dev/nvidia<minor>``, NVML's ``nvmlDeviceGetMinorNumber``), not by NVML's index: the
+two differ where the driver numbered its devices in another order than NVML's PCI order, so
+the agent asks NVML for the minor (:meth:`gpus.nvml.backend.NvmlBackend.device_minor`).
 """
 from __future__ import annotations
 
@@ -103,10 +104,10 @@ def access_text(minor: int, mode: int = 0o444) -> str:
     return f"DeviceFileMinor: {minor}\nDeviceFileMode: {mode}\nDeviceFileModify: 1\n"
 
 
-def mig_minors_text(gpus: int) -> str:
-    """``/proc/driver/nvidia-caps/mig-minors`` for ``gpus`` GPU minors."""
+def mig_minors_text(gpus: int | list[int]) -> str:
+    """``/proc/driver/nvidia-caps/mig-minors`` for GPU minors ``0..gpus-1`` (or those listed)."""
     lines = ["config 1", "monitor 2"]
-    for g in range(gpus):
+    for g in range(gpus) if isinstance(gpus, int) else gpus:
         for gi in range(GIS_PER_GPU):
             lines.append(f"{cap_name(g, gi)} {mig_minor(g, gi)}")
             lines.extend(f"{cap_name(g, gi, ci)} {mig_minor(g, gi, ci)}" for ci in range(CIS_PER_GI))

@@ -27,6 +27,7 @@ from mig.backend import GpuInfo, MigInstance, ProcessMemory
 from mig.catalog import Catalog, load_catalog
 from mig.errors import InUseError, MigError
 from mig.fsm import PartitionState, get_space
+from gpus.sim.caps import device_minor
 from gpus.sim.compute_mode import SimComputeMode
 from gpus.sim.counters import SimCounters
 from gpus.sim.memory import MIB, SimMemory
@@ -146,6 +147,10 @@ class SimGpuBackend(SimMemory, SimCounters, SimComputeMode, SimGpuStore):
             g.get("compute_modes", {}).pop(inst["uuid"], None)
             log.info("GPU %s of %s: destroyed %s@%s (GI %s)", gpu_index, self.node,
                      inst["profile"], inst["start"], gi_id)
+
+    def device_minor(self, gpu_index: int) -> int:
+        with self._txn() as doc:
+            return device_minor(self._gpu(doc, gpu_index))
 
     def device_uuids(self, gpu_index: int) -> dict[int, str]:
         with self._txn() as doc:

@@ -33,20 +33,29 @@ SIM_CAPS_MAJOR = 61
 # errors of an open of a capability node that the kernel let through to the (absent) driver
 NO_DRIVER = (errno.ENXIO, errno.ENODEV)
 
-__all__ = ["CapError", "open_mig_device", "sync", "wanted_caps"]
+__all__ = ["CapError", "device_minor", "open_mig_device", "sync", "wanted_caps"]
+
+
+def device_minor(g: dict) -> int:
+    """A simulated GPU's device minor (``/dev/nvidia<minor>``, NVML's nvmlDeviceGetMinorNumber),
+    which names its folder in the driver's capability files; state files from before it was
+    kept: the index."""
+    return int(g.get("minor", g["index"]))
 
 
 def wanted_caps(doc: dict) -> frozenset[tuple[int, int, int | None]]:
-    """(gpu, gi, ci or None) of every GPU and compute instance in a state document."""
+    """(gpu, gi, ci or None) of every GPU and compute instance in a state document, the GPU named
+    by its device minor, as the driver's capability files name it."""
     out: set[tuple[int, int, int | None]] = set()
     for g in doc["gpus"]:
+        minor = device_minor(g)
         for rec in g["instances"]:
-            out.add((g["index"], rec["gi_id"], None))
+            out.add((minor, rec["gi_id"], None))
             if "cis" in rec:
                 cis = [c["ci_id"] for c in rec["cis"]]
             else:  # the simulated-GPU backend's instances: one full-size compute instance
                 cis = [rec.get("ci_id") or 0] if rec.get("uuid") else []
-            out.update((g["index"], rec["gi_id"], ci) for ci in cis)
+            out.update((minor, rec["gi_id"], ci) for ci in cis)
     return frozenset(out)
 
 
@@ -87,7 +96,7 @@ def _make_node(path: Path, minor: int) -> bool:
 def sync(files: DriverFiles, doc: dict, wanted: frozenset[tuple[int, int, int | None]]) -> None:
     """Make the capability files of ``files.root`` those of the instances in ``doc``."""
     if not files.mig_minors.exists():
-        _write(files.mig_minors, mig_minors_text(len(doc["gpus"])))
+        _write(files.mig_minors, mig_minors_text(sorted(device_minor(g) for g in doc["gpus"])))
     if not files.devices.exists():
         _write(files.devices, devices_text(SIM_CAPS_MAJOR))
     nodes = True

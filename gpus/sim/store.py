@@ -54,6 +54,7 @@ def new_state(node: str, gpus: Sequence[str], mig_enabled: bool = True) -> dict:
         cat = load_catalog(model)
         out.append({
             "index": i,
+            "minor": i,  # /dev/nvidia<minor> (a real driver's may differ from the index)
             "model": cat.model,
             "uuid": _gpu_uuid(node, i),
             "memory_mib": cat.memory_mib,

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpus.nvml.caps import CapError, DriverFiles
+from mig.errors import MigError
 from slurm_plugin.agent.paths import AgentError
 from slurm_plugin.agent.state import Assignment
 
@@ -65,8 +66,12 @@ def fence_for(driver: DriverFiles, backend, a: Assignment) -> Fence | None:
     if a.gi_id is None or a.gpu_index < 0:
         return None
     ci = next((i.ci_id for i in backend.list_instances(a.gpu_index) if i.gi_id == a.gi_id), None)
+    try:  # the driver's files name a GPU by its device minor, which need not be NVML's index
+        minor = backend.device_minor(a.gpu_index)
+    except MigError as exc:
+        raise AgentError(f"cannot fence job {a.job_id} to its MIG instance (GPU {a.gpu_index}): {exc}") from exc
     try:
-        nodes = driver.mig_devices(a.gpu_index, a.gi_id, ci)
+        nodes = driver.mig_devices(minor, a.gi_id, ci)
     except CapError as exc:
         raise AgentError(f"cannot fence job {a.job_id} to its MIG instance (GPU {a.gpu_index}, GPU "
                          f"instance {a.gi_id}): {exc}") from exc

@@ -63,6 +63,13 @@ class DeviceCalls(NvmlCalls, PrivilegeRules):
         return self._write_str(buf, length, dev.ci.uuid if isinstance(dev, FakeMigDevice)
                                else dev.uuid)
 
+    def _get_minor_number(self, device, minor) -> int:
+        dev = self._device(device)
+        self._need(minor, "minorNumber")
+        if isinstance(dev, FakeMigDevice):  # a MIG device has no /dev/nvidia<N> of its own
+            return ERROR_NOT_SUPPORTED
+        minor[0] = dev.minor
+
     # -- MIG mode ------------------------------------------------------------------------
     def _get_mig_mode(self, device, current, pending) -> int:
         dev = self._parent(device)

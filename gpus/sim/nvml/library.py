@@ -93,6 +93,7 @@ class FakeNvml(DeviceCalls, GpuInstanceCalls, ComputeInstanceCalls, MigDeviceCal
         e("nvmlDeviceGetHandleByIndex_v2", [c_uint, POINTER(DEV)], self._handle_by_index)
         e("nvmlDeviceGetName", [DEV, POINTER(c_char), c_uint], self._get_name)
         e("nvmlDeviceGetUUID", [DEV, POINTER(c_char), c_uint], self._get_uuid)
+        e("nvmlDeviceGetMinorNumber", [DEV, P_UINT], self._get_minor_number)
         e("nvmlDeviceGetMemoryInfo", [DEV, POINTER(pynvml.c_nvmlMemory_t)], self._memory_info)
         e("nvmlDeviceGetMigMode", [DEV, P_UINT, P_UINT], self._get_mig_mode)
         # activationStatus is nvmlReturn_t*; pynvml passes a c_uint (same size)

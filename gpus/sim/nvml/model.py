@@ -102,6 +102,7 @@ class FakeGpu(NvmlObject):
     def __init__(self, index: int, catalog: Catalog, name: str, mig_enabled: bool):
         super().__init__()
         self.index, self.catalog, self.name = index, catalog, name
+        self.minor = index  # /dev/nvidia<minor>: the driver's numbering, not always NVML's order
         self.uuid = f"GPU-{uuidlib.uuid5(uuidlib.NAMESPACE_OID, f'fake-gpu-{index}')}"
         self.mig_current = self.mig_pending = MIG_ENABLE if mig_enabled else MIG_DISABLE
         self.gis: dict[int, FakeGpuInstance] = {}

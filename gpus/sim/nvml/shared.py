@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+from gpus.sim.caps import device_minor
 from gpus.sim.counters import NVML_PERIOD_S, nvml_ticks, sm_sample
 from gpus.sim.store import SimGpuStore
 
@@ -62,7 +63,7 @@ class SimulatedNvml(FakeNvml):
         rows = sorted(doc["gpus"], key=lambda g: g["index"])
         super().__init__([g["model"] for g in rows], privileged=os.geteuid() == 0)
         for gpu, g in zip(self.gpus, rows):
-            gpu.uuid = g["uuid"]
+            gpu.uuid, gpu.minor = g["uuid"], device_minor(g)
         self.clock = clock
         self.alive = alive
         self._activity: dict[tuple[str, int], dict] = {}

@@ -2,6 +2,7 @@
 driver's files; no answer but a refusal when they cannot be read."""
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ from gpus.sim.caps import SIM_CAPS_MAJOR
 from slurm_plugin.agent.fence import deny_ranges, device_cgroup_roots, prune_device_cgroups
 from slurm_plugin.agent.paths import AgentError
 from slurm_plugin.agent.state import BATCH_STEP
+from simjobs import workload
 
 SHARDS = {"SLURM_STEP_GPUS": "1", "SLURM_SHARDS_ON_NODE": "1"}
 
@@ -109,3 +111,39 @@ def test_device_cgroup_roots_are_the_v1_devices_and_the_v2_mounts():
     assert device_cgroup_roots(HYBRID) == [Path("/sys/fs/cgroup/devices"), Path("/sys/fs/cgroup/unified")]
     assert device_cgroup_roots(PURE_V2) == [Path("/sys/fs/cgroup")]
     assert device_cgroup_roots("garbage line\n") == []
+
+
+def test_the_fence_names_a_gpu_by_its_device_minor_not_its_nvml_index(tmp_path, monkeypatch):
+    """The driver's capability files name a GPU by its /dev/nvidia<minor>, which need not follow
+    NVML's index order: the agent asks NVML (nvmlDeviceGetMinorNumber) and fences the job on
+    NVML's GPU 1 to the nodes of the driver's gpu0 when that GPU's minor is 0."""
+    import pynvml
+
+    from gpus.nvml.backend import NvmlBackend
+    from gpus.sim.nvml import SimulatedNvml
+
+    sim = tmp_path / "simgpu"
+    store = SimGpuBackend(sim, "n1", gpus=["H100-80GB"] * 2)
+    with store._txn(write=True) as doc:  # the driver numbered them the other way round
+        doc["gpus"][0]["minor"], doc["gpus"][1]["minor"] = 1, 0
+    lib = SimulatedNvml(sim, "n1")
+    lib.install(monkeypatch)
+    backend = NvmlBackend()
+    assert [pynvml.nvmlDeviceGetMinorNumber(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in (0, 1)] == [1, 0]
+    agent = NodeAgent("n1", tmp_path / "agent", backend, sim_dir=sim)
+    a = agent.isolate(7, BATCH_STEP, 0, SHARDS)  # SLURM_STEP_GPUS=1: NVML's GPU 1
+    assert a.gpu_index == 1
+    fa = agent.fence(a)
+    assert fa.allowed == (f"nvidia-cap{mig_minor(0, a.gi_id)}", f"nvidia-cap{mig_minor(0, a.gi_id, 0)}")
+    driver = DriverFiles.for_node(sim, "n1")
+    assert all(n.exists() for n in driver.mig_devices(0, a.gi_id, 0))  # the simulated driver agrees
+    assert not (driver.proc_caps / "gpu1" / "mig" / f"gi{a.gi_id}").exists()
+    # and the simulated CUDA opens the nodes of the driver's gpu0 for that slice
+    err = io.StringIO()
+    rc = workload.run(mem_start=1 << 30, mem_growth=0, iters=1, iter_ms=0, workload=None, out=io.StringIO(),
+                      err=err, env={"GPUPACK_SIM_DIR": str(sim), "GPUPACK_NODE": "n1",
+                                    "GPUPACK_SIM_DEVICE": a.device_uuid}, backend=store, report_every_s=0)
+    assert rc == 0, err.getvalue()
+    agent.finish(7)
+    backend.close()
+    assert not lib.violations and not lib.errors
