@@ -7,10 +7,13 @@
   moment was made after it. A round's cycle stretches with the round (the helper's duty cap),
   far past the grace on a loaded machine, and a list made before a job started must not free
   it (seen: a running job's isolation freed and its reports refused);
-- at start, an assignment whose MIG instance is gone is noted, and one whose instance lost
-  its owner mark is marked again; so are the jobs of an MPS-shared MIG instance that is gone
-  (each noted, its device forgotten: :meth:`.mps_shares.MpsShares.watch` then stops the
-  instance's daemon and clears its compute-mode mark, as no job wants them any more);
+- at start and every round after, an assignment whose MIG instance is gone is noted, and one
+  whose instance lost its owner mark is marked again; so are the jobs of an MPS-shared MIG
+  instance that is gone (each noted, its device forgotten: :meth:`.mps_shares.MpsShares.watch`
+  then stops the instance's daemon and clears its compute-mode mark, as no job wants them any
+  more). At start that is a node reboot or a driver reload; under a running agent, a GPU reset
+  or an instance destroyed outside the agent (an agent holding NVML keeps the driver loaded).
+  A GPU whose instances cannot be listed is checked the next round;
 - at start, an instance held by a job the state does not know (the agent died mid-isolate)
   is adopted when Slurm still runs the job, and destroyed when it does not (simulated-GPU
   backend: its instances carry an owner mark);
@@ -27,7 +30,7 @@ import secrets
 from collections.abc import Callable
 
 from mig.backend import MigInstance
-from mig.errors import MigError
+from mig.errors import MigDisabledError, MigError
 from slurm_plugin.agent.finals import free_memory_of
 from slurm_plugin.agent.journal import SliceJournal
 from slurm_plugin.agent.state import Assignment
@@ -62,7 +65,7 @@ class Reconciler:
         done: list[str] = []
         if at_start:
             done += self.from_journal(jobs)
-            done += self.gpu(jobs)
+        done += self.gpu(jobs, at_start)
         lists = self.lists_taken() if self.lists_taken is not None else None  # before the list itself
         self._note(jobs, lists)
         running = self.running_jobs()
@@ -97,17 +100,24 @@ class Reconciler:
         first = self._first_seen.get(_run(a))
         return first is not None and lists >= first + LISTS_TO_TRUST
 
-    def gpu(self, jobs: dict[int, Assignment]) -> list[str]:
+    def gpu(self, jobs: dict[int, Assignment], at_start: bool = False) -> list[str]:
         """Each assignment's MIG instance as the GPU has it now."""
         done = []
+        listed: dict[int, dict[int, MigInstance] | None] = {}
         for a in jobs.values():
             mps_in_mig = a.kind == "mps" and a.gi_id is not None
-            if a.kind != "mig" and not (a.kind == "whole" and a.gi_id is not None) and not mps_in_mig:
+            if a.gi_id is None or (a.kind not in ("mig", "whole") and not mps_in_mig):
+                continue  # no instance (a whole GPU without MIG, or one already noted gone)
+            if a.gpu_index not in listed:
+                listed[a.gpu_index] = self._instances(a.gpu_index)
+            insts = listed[a.gpu_index]
+            if insts is None:
                 continue
-            insts = {i.gi_id: i for i in self.backend.list_instances(a.gpu_index)}
             inst = insts.get(a.gi_id)
             if inst is None or inst.uuid != a.device_uuid:
-                a.notes.append("MIG instance missing after agent restart (node reboot or driver reload?)")
+                a.notes.append("MIG instance missing after agent restart (node reboot or driver reload?)" if at_start
+                               else "MIG instance gone from the GPU while the agent ran (GPU reset, or destroyed "
+                                    "outside the agent?)")
                 done.append(f"job {a.job_id}: its {a.profile}@{a.start} is gone from GPU {a.gpu_index}")
                 if self.journal is not None:
                     self.journal.release(a, kept=False)
@@ -119,6 +129,18 @@ class Reconciler:
                 self.backend.set_owner(a.gpu_index, a.gi_id, a.owner)
                 done.append(f"job {a.job_id}: re-marked its {a.profile}@{a.start} as held")
         return done
+
+    def _instances(self, gpu_index: int) -> dict[int, MigInstance] | None:
+        """The GPU's MIG instances by GPU instance id ({} with MIG off: a reset took them); None
+        when they cannot be listed now (nothing is concluded from that)."""
+        try:
+            return {i.gi_id: i for i in self.backend.list_instances(gpu_index)}
+        except MigDisabledError:
+            return {}
+        except MigError as exc:
+            log.warning("reconcile: cannot list GPU %d's MIG instances (%s); its slices are checked next round",
+                        gpu_index, exc)
+            return None
 
     def live(self) -> dict[str, MigInstance]:
         return self._live()

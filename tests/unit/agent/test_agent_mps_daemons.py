@@ -9,6 +9,7 @@ import time
 import pytest
 
 from gpus.sim.backend import SimGpuBackend
+from mig.errors import MigError
 from gpus.sim.mps_control import STATE_FILE, connect_client
 from slurm_plugin.agent.daemon import AgentError, NodeAgent
 from slurm_plugin.agent.mps_daemons import MpsDaemons, MpsLimits
@@ -278,6 +279,42 @@ def test_an_mps_shared_instance_gone_after_a_driver_reload_is_reconciled(tmp_pat
     for job in (9, 10, 11):
         second.finish(job)
     assert not second.isolator.mps.daemons.running_keys()
+
+
+def test_instances_gone_under_a_running_agent_are_reconciled_the_next_round(tmp_path):
+    """A GPU reset (or an admin's `nvidia-smi mig -dgi`) takes the MIG instances while the agent
+    runs: its next reconcile notes the jobs of a plain slice and of an MPS-shared instance lost,
+    stops that instance's daemon and clears its compute-mode mark, once; a job whose slice is
+    still there is untouched."""
+    from slurm_plugin.agent.exclusive_mode import MARK
+
+    backend = SimGpuBackend(tmp_path / "sim", "node1", gpus=["H100-80GB"], mig_enabled=True)
+    agent = NodeAgent("node1", tmp_path, backend, mps_in_mig_shares=2, list_running_jobs=lambda: {9, 10, 12})
+    a = agent.isolate(9, BATCH_STEP, 1000, SHARD1)  # MPS inside a MIG instance
+    plain = agent.isolate(10, BATCH_STEP, 1000, SHARD2)
+    kept = agent.isolate(12, BATCH_STEP, 1000, SHARD2)
+    assert a.kind == "mps" and plain.kind == kept.kind == "mig"
+    key = f"gpu0-gi{a.gi_id}"
+    daemons = agent.isolator.mps.daemons
+    assert agent.reconcile() == [] and daemons.pid(key)
+    for gi in (a.gi_id, plain.gi_id):  # the reset, as far as these two are concerned
+        backend.set_owner(0, gi, None)
+        backend.destroy_instance(0, gi)
+    real_list = backend.list_instances
+    backend.list_instances = lambda gpu: (_ for _ in ()).throw(MigError("NVML: GPU is lost"))
+    assert agent.reconcile() == [] and daemons.pid(key)  # not listed: nothing concluded
+    backend.list_instances = real_list
+    done = agent.reconcile()
+    assert {f"job 9: its {a.profile}@{a.start} is gone from GPU 0",
+            f"job 10: its {plain.profile}@{plain.start} is gone from GPU 0",
+            f"MPS daemon {key} stopped: no MPS job uses it"} <= set(done), done
+    assert not any("job 12" in line for line in done)
+    assert daemons.pid(key) is None and not (daemons.root / key / MARK).exists()
+    assert any("gone from the GPU while the agent ran" in n for n in agent.jobs[10].notes)
+    assert agent.jobs[12].gi_id == kept.gi_id and agent.jobs[12].device_uuid == kept.device_uuid
+    assert agent.reconcile() == []  # said once
+    for job in (9, 10, 12):
+        agent.finish(job)
 
 
 def test_the_server_started_up_front_is_kept_by_a_restarted_agent(tmp_path):
