@@ -128,12 +128,12 @@ static int devcg_probe(char *why, size_t why_cap)
     return 0;
 }
 
-/* The device programs attached to cgroup folder dir itself: their count, their attach flags in
- * *flags, the first one's id in *id; -1 when it cannot be asked. */
-static int devcg_query(const char *dir, uint32_t *flags, uint32_t *id)
+/* The ids of the device programs attached to cgroup folder dir itself (at most cap of them into
+ * ids): their count (all of them, also past cap), their attach flags in *flags; -1 when it cannot
+ * be asked. */
+static int devcg_programs(const char *dir, uint32_t *ids, uint32_t cap, uint32_t *flags)
 {
     union bpf_attr a;
-    uint32_t ids[1] = {0};
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return -1;
@@ -141,16 +141,25 @@ static int devcg_query(const char *dir, uint32_t *flags, uint32_t *id)
     a.query.target_fd = (uint32_t)fd;
     a.query.attach_type = BPF_CGROUP_DEVICE;
     a.query.prog_ids = (uint64_t)(uintptr_t)ids;
-    a.query.prog_cnt = 1;
+    a.query.prog_cnt = cap;
     long rc = sys_bpf(BPF_PROG_QUERY, &a);
     int err = errno;
     close(fd);
     errno = err;
-    if (rc < 0 && err != ENOSPC) /* ENOSPC: more than one, the count is still set */
+    if (rc < 0 && err != ENOSPC) /* ENOSPC: more than cap, the count is still set */
         return -1;
     *flags = a.query.attach_flags;
-    *id = ids[0];
     return (int)a.query.prog_cnt;
+}
+
+/* The device programs attached to cgroup folder dir itself: their count, their attach flags in
+ * *flags, the first one's id in *id; -1 when it cannot be asked. */
+static int devcg_query(const char *dir, uint32_t *flags, uint32_t *id)
+{
+    uint32_t ids[1] = {0};
+    int n = devcg_programs(dir, ids, 1, flags);
+    *id = ids[0];
+    return n;
 }
 
 /* The instructions of the loaded program id (as the kernel runs them) into out (cap of them):
@@ -208,20 +217,10 @@ static int devcg_tag(int fd, uint8_t *tag)
  * same one there)? 1 yes, 0 no or unknown. */
 static int devcg_attached(const char *dir, const uint8_t *tag)
 {
-    uint32_t ids[64]; /* the kernel's limit of programs per cgroup and type */
+    uint32_t ids[64], flags = 0; /* the kernel's limit of programs per cgroup and type */
     uint8_t other[BPF_TAG_SIZE];
-    union bpf_attr a;
-    int found = 0, fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    memset(&a, 0, sizeof(a));
-    a.query.target_fd = (uint32_t)fd;
-    a.query.attach_type = BPF_CGROUP_DEVICE;
-    a.query.prog_ids = (uint64_t)(uintptr_t)ids;
-    a.query.prog_cnt = 64;
-    long rc = sys_bpf(BPF_PROG_QUERY, &a);
-    close(fd);
-    for (uint32_t i = 0; rc == 0 && !found && i < a.query.prog_cnt && i < 64; i++) {
+    int found = 0, n = devcg_programs(dir, ids, 64, &flags);
+    for (int i = 0; !found && i < n && i < 64; i++) {
         union bpf_attr b;
         memset(&b, 0, sizeof(b));
         b.prog_id = ids[i];
@@ -315,9 +314,11 @@ static int devcg_attach(const char *mnt, const char *dir, int major, const int *
     return 0;
 }
 
-/* The cgroup v2 mount point and the folder of the hierarchy mounted there (from
- * /proc/self/mountinfo): 1 found, 0 none. */
-static int v2_mount(char *mnt, size_t cap, char *root, size_t root_cap)
+/* A cgroup hierarchy's mount point and the folder of the hierarchy mounted there (from
+ * /proc/self/mountinfo): of type fstype ("cgroup2", or "cgroup" with the controller among its
+ * options): 1 found, 0 none. */
+static int cgroup_mount(const char *fstype, const char *controller, char *mnt, size_t cap, char *root,
+                        size_t root_cap)
 {
     FILE *f = fopen("/proc/self/mountinfo", "re");
     char line[4096];
@@ -325,10 +326,14 @@ static int v2_mount(char *mnt, size_t cap, char *root, size_t root_cap)
     if (!f)
         return 0;
     while (!found && fgets(line, sizeof(line), f)) {
-        char *dash = strstr(line, " - ");
-        char point[1024], fstype[64], at[1024];
-        if (dash && sscanf(line, "%*s %*s %*s %1023s %1023s", at, point) == 2 &&
-            sscanf(dash + 3, "%63s", fstype) == 1 && strcmp(fstype, "cgroup2") == 0) {
+        char *dash = strstr(line, " - "), *save = NULL, *tok;
+        char point[1024], type[64], opts[1024] = "", at[1024];
+        if (!dash || sscanf(line, "%*s %*s %*s %1023s %1023s", at, point) != 2 ||
+            sscanf(dash + 3, "%63s %*s %1023s", type, opts) < 1 || strcmp(type, fstype) != 0)
+            continue;
+        for (tok = controller ? strtok_r(opts, ",", &save) : NULL; tok && !found; tok = strtok_r(NULL, ",", &save))
+            found = strcmp(tok, controller) == 0;
+        if (found || !controller) {
             snprintf(mnt, cap, "%s", point);
             snprintf(root, root_cap, "%s", at);
             found = 1;
@@ -336,6 +341,12 @@ static int v2_mount(char *mnt, size_t cap, char *root, size_t root_cap)
     }
     fclose(f);
     return found;
+}
+
+/* The cgroup v2 mount point and the folder of the hierarchy mounted there: 1 found, 0 none. */
+static int v2_mount(char *mnt, size_t cap, char *root, size_t root_cap)
+{
+    return cgroup_mount("cgroup2", NULL, mnt, cap, root, root_cap);
 }
 
 /* The v2 mount point and this process's v2 cgroup ("0::<path>" of /proc/self/cgroup) as a path

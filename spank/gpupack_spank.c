@@ -339,26 +339,7 @@ out:
  * of the hierarchy mounted there in root: 1 found, 0 none. */
 static int devices_mount(char *mnt, size_t cap, char *root, size_t root_cap)
 {
-    FILE *f = fopen("/proc/self/mountinfo", "re");
-    char line[4096];
-    int found = 0;
-    if (!f)
-        return 0;
-    while (!found && fgets(line, sizeof(line), f)) {
-        char *dash = strstr(line, " - "), *save = NULL, *tok;
-        char point[1024], fstype[64], opts[1024], at[1024];
-        if (!dash || sscanf(line, "%*s %*s %*s %1023s %1023s", at, point) != 2 ||
-            sscanf(dash + 3, "%63s %*s %1023s", fstype, opts) != 2 || strcmp(fstype, "cgroup") != 0)
-            continue;
-        for (tok = strtok_r(opts, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-            if (strcmp(tok, "devices") == 0) {
-                snprintf(mnt, cap, "%s", point);
-                snprintf(root, root_cap, "%s", at);
-                found = 1;
-            }
-    }
-    fclose(f);
-    return found;
+    return cgroup_mount("cgroup", "devices", mnt, cap, root, root_cap);
 }
 
 /* The task's cgroup in the v1 devices hierarchy (from /proc/self/cgroup): 1 found, 0 none. */
