@@ -20,12 +20,16 @@ demo: deps
 	$(GPUPACK) demo $(ON_SLURM)
 
 # `make test`: the unit tests spread over the cores (pytest-xdist, TEST_WORKERS), then the live
-# tests one at a time on the one local cluster; both parts always run. JUNIT=PREFIX writes
-# PREFIX-unit.xml and PREFIX-live.xml.
+# tests one at a time on a local cluster of the run's own (fresh state folder, free ports, taken
+# down at the end); both parts always run. JUNIT=PREFIX writes PREFIX-unit.xml and PREFIX-live.xml.
+# UNIT=release runs only the unit tests that depend on the Slurm release (marked `release`:
+# CI runs the others once, in the host's leg).
 TEST_WORKERS ?= auto
 JUNIT ?=
+UNIT ?= all
+UNIT_MARK = $(if $(filter release,$(UNIT)),not integration and release,not integration)
 test: deps
-	$(IN_SLURM) -m pytest -m "not integration" -n $(TEST_WORKERS) $(if $(JUNIT),--junitxml=$(JUNIT)-unit.xml); \
+	$(IN_SLURM) -m pytest -m "$(UNIT_MARK)" -n $(TEST_WORKERS) $(if $(JUNIT),--junitxml=$(JUNIT)-unit.xml); \
 	unit=$$?; \
 	$(IN_SLURM) -m pytest -m integration $(if $(JUNIT),--junitxml=$(JUNIT)-live.xml); \
 	live=$$?; \

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Counts from pytest's JUnit XML files: `N passed, N failed, N skipped` (summed with --total)."""
+"""Counts from pytest's JUnit XML files: `N passed, N failed, N skipped` (summed with --total);
+`--slowest N FILE...`: the N slowest test cases of the files, slowest first."""
 from __future__ import annotations
 
 import sys
@@ -20,7 +21,23 @@ def counts(path: str) -> tuple[int, int, int]:
     return tests - failed - skipped, failed, skipped
 
 
+def slowest(paths: list[str], n: int) -> list[tuple[float, str]]:
+    cases = []
+    for path in paths:
+        try:
+            root = ET.parse(path).getroot()
+        except (OSError, ET.ParseError):
+            continue
+        for case in root.iter("testcase"):
+            cases.append((float(case.get("time", 0) or 0), f"{case.get('classname', '')}::{case.get('name', '')}"))
+    return sorted(cases, reverse=True)[:n]
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--slowest"]:
+        for seconds, name in slowest(argv[2:], int(argv[1])):
+            print(f"{seconds:8.1f} s  {name}")
+        return 0
     total = argv[:1] == ["--total"]
     paths = argv[1:] if total else argv
     passed = failed = skipped = 0

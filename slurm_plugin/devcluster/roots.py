@@ -30,9 +30,9 @@ log = logging.getLogger(__name__)
 
 #: Slurm release series -> the Debian suite that ships it.
 SUITES: dict[str, str] = {"22.05": "bookworm", "24.11": "trixie", "26.05": "sid"}
-#: slurmctld's port for the dev cluster / test cluster of a root (the host keeps 16817/17817),
-#: so clusters of several releases can run side by side.
-PORTS: dict[str, tuple[int, int]] = {"24.11": (26817, 27817), "26.05": (36817, 37817), "22.05": (46817, 47817)}
+#: slurmctld's port for the dev cluster of a root (the host keeps 16817), so clusters of several
+#: releases can run side by side; test runs claim free ports of their own (devcluster.ports).
+PORTS: dict[str, int] = {"24.11": 26817, "26.05": 36817, "22.05": 46817}
 ROOTS_DIR = Path(os.environ.get("GPUPACK_ROOTS_DIR", "/var/lib/gpupack/roots"))
 MIRROR = os.environ.get("GPUPACK_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 REPO = Path(__file__).resolve().parents[2]
@@ -76,7 +76,7 @@ class SlurmRoot:
         return self.path.parent / f"bin-{self.series}"
 
     @property
-    def ports(self) -> tuple[int, int]:
+    def dev_port(self) -> int:
         return PORTS[self.series]
 
     def info(self) -> dict | None:
@@ -373,12 +373,12 @@ def unmount(root: SlurmRoot) -> list[str]:
 
 def root_env(root: SlurmRoot, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a command inside ``root``: a clean one, plus gpupack's settings."""
-    dev_port, test_port = root.ports
+    dev_port = root.dev_port
     env = {
         "PATH": f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "HOME": "/root", "LANG": "C.UTF-8", "TERM": os.environ.get("TERM", "dumb"),
         "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1",
-        "GPUPACK_DEVCLUSTER_PORT": str(dev_port), "GPUPACK_TEST_CLUSTER_PORT": str(test_port),
+        "GPUPACK_DEVCLUSTER_PORT": str(dev_port),
         "GPUPACK_ROOT": f"{root.suite} root {root.path}", "GPUPACK_ROOT_BIN": str(root.bin_dir),
     }
     for key, value in os.environ.items():  # the caller's own settings win (its ports too)

@@ -6,10 +6,15 @@ what is missing from Debian's packages, like the demo does.
 """
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,12 +23,35 @@ import pytest
 
 from e2e_support import idle_cluster  # noqa: F401 (its fixture, for every test of this folder)
 from slurm_plugin.devcluster.manager import DevCluster, slurm_release
+from slurm_plugin.devcluster.ports import claim_block
 from slurm_plugin.devcluster.spec import ClusterSpec
 from slurm_plugin.devcluster.topology import DEFAULT_TOPOLOGY
 from slurm_plugin.slurm.runner import SlurmRunner
 
-STATE_DIR = Path(os.environ.get("GPUPACK_TEST_CLUSTER_DIR", "/var/tmp/gpupack-test-cluster"))
-PORT = int(os.environ.get("GPUPACK_TEST_CLUSTER_PORT", "17817"))
+#: GPUPACK_TEST_CLUSTER_DIR reuses a given state folder (and keeps it); by default each run
+#: makes a fresh one (its SQLite store, logs, spool), removed after a run that passed.
+REUSE_STATE = bool(os.environ.get("GPUPACK_TEST_CLUSTER_DIR"))
+
+
+@functools.cache
+def run_port() -> int:
+    """The run's slurmctld port: GPUPACK_TEST_CLUSTER_PORT, or the base of a block of free ports
+    this run claims until it ends (two runs on one machine, or several releases' legs at once,
+    each get their own; :mod:`slurm_plugin.devcluster.ports`)."""
+    if os.environ.get("GPUPACK_TEST_CLUSTER_PORT"):
+        return int(os.environ["GPUPACK_TEST_CLUSTER_PORT"])
+    _CLAIMS.append(claim_block())
+    return _CLAIMS[-1].base
+
+
+@functools.cache
+def run_state_dir() -> Path:
+    """The run's state folder (made on first use, so a unit-test run makes none)."""
+    if REUSE_STATE:
+        return Path(os.environ["GPUPACK_TEST_CLUSTER_DIR"])
+    return Path(tempfile.mkdtemp(prefix=f"gpupack-test-{run_port()}-", dir="/var/tmp"))
+
+
 #: one-host (every daemon on this machine's host) or multi-host (each node a host of its own)
 TOPOLOGY = os.environ.get("GPUPACK_TEST_TOPOLOGY", DEFAULT_TOPOLOGY)
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
@@ -147,20 +175,63 @@ def start_cluster(spec: ClusterSpec, workdir: Path) -> Cluster:
     """Bring the cluster of ``spec`` up (its spec saved, as `devcluster up` does, so the
     command line's `devcluster status/down --state-dir` find it)."""
     dev = DevCluster(spec)
+    track(dev)  # before up: a start that fails half-way is taken down too
     spec.state_dir.mkdir(parents=True, exist_ok=True)
     (spec.state_dir / "spec.json").write_text(json.dumps(spec.to_json(), indent=1))
     dev.up()
     return Cluster(dev=dev, workdir=workdir, env={**os.environ, **dev.env()})
 
 
+#: The clusters this run started, taken down at its end however it ends (pytest's teardown,
+#: Ctrl-C, SIGTERM, a crash in a fixture): a test run owns what it starts.
+_STARTED: list[DevCluster] = []
+_CLAIMS: list = []
+_FAILED = False
+
+
+def _down_all() -> None:
+    while _STARTED:
+        dev = _STARTED.pop()
+        try:
+            dev.down()
+        except Exception as exc:  # noqa: BLE001 - the next cluster still goes down
+            print(f"gpupack tests: taking down the cluster in {dev.spec.state_dir} failed: {exc}")
+    if not REUSE_STATE and run_state_dir.cache_info().currsize:
+        state = run_state_dir()
+        if _FAILED:
+            print(f"gpupack tests: the test cluster's state (logs, store) is kept in {state}")
+        else:
+            for path in (state, state.with_name(state.name + "-mh")):
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def _on_sigterm(signum, frame):  # as Ctrl-C: unwind, so the teardown and atexit run
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_runtest_logreport(report) -> None:
+    global _FAILED
+    if report.failed:
+        _FAILED = True
+
+
+def track(dev: DevCluster) -> None:
+    """Take ``dev`` down at the end of the run (in reverse order of start)."""
+    if not _STARTED:
+        atexit.register(_down_all)
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    _STARTED.append(dev)
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory) -> Cluster:
     if os.geteuid() != 0:
         pytest.fail("the integration tests need root (they run a real Slurm cluster); run them as CI does: `make test` as root")
-    spec = ClusterSpec(state_dir=STATE_DIR, nodes=3, gpus_per_node=2, gpu_model="H100-80GB", mode="enforce", port=PORT,
-                       topology=TOPOLOGY)
+    spec = ClusterSpec(state_dir=run_state_dir(), nodes=3, gpus_per_node=2, gpu_model="H100-80GB", mode="enforce",
+                       port=run_port(), topology=TOPOLOGY)
     c = start_cluster(spec, tmp_path_factory.mktemp("jobs"))
     c.cancel_all()
     yield c
     c.cancel_all()
     c.reset_options()
+    _down_all()

@@ -62,16 +62,7 @@ def within_rounds(cluster, predicate, what: str, rounds: int = 2, after_s: float
     and the helper's watcher has then ended `rounds` whole rounds without it. A round's cycle
     stretches with the round (its duty cap), up to 20 s seen on a loaded machine, so no fixed
     time fits what a round does. (`timeout`: a watcher that stopped.)"""
-    from test_metrics_live import sample, scrape, status_rows
-
-    url = next(r["metrics_url"] for r in status_rows(cluster) if r["role"] == "watcher")
-
-    def ended() -> float | None:
-        try:
-            return sample(scrape(url), "gpupack_monitor_rounds_total")
-        except OSError:  # the watcher (re)starting: it does not serve its metrics yet
-            return None
-
+    ended = watcher_rounds(cluster)
     # the round under way may have begun before the count: the one after it began after
     began, start, done = time.time(), None, 0.0
     while True:
@@ -87,6 +78,45 @@ def within_rounds(cluster, predicate, what: str, rounds: int = 2, after_s: float
         if (start is not None and done >= rounds) or time.time() - began > timeout:
             raise AssertionError(f"{what}: not true after {time.time() - began:.0f}s, the last {done:.0f} "
                                  f"rounds of the watcher included (last: {value!r})")
+        time.sleep(interval)
+
+
+def watcher_rounds(cluster):
+    """A function that reads how many rounds the helper's watcher has ended (None while it
+    does not serve its metrics: (re)starting)."""
+    from test_metrics_live import sample, scrape, status_rows
+
+    url = next(r["metrics_url"] for r in status_rows(cluster) if r["role"] == "watcher")
+
+    def ended() -> float | None:
+        try:
+            return sample(scrape(url), "gpupack_monitor_rounds_total")
+        except OSError:
+            return None
+
+    return ended
+
+
+def through_rounds(cluster, check, rounds: int = 2, min_s: float = 0.0, timeout: float = 240.0,
+                   interval: float = 0.5) -> int:
+    """Run ``check`` (it asserts) until the watcher has ended ``rounds`` whole rounds that began
+    after this call, and at least ``min_s`` seconds passed (what a watch needs to see before it
+    acts, e.g. a throughput window): "nothing happened" holds only once the rounds that could
+    have done it ran. Returns how many times ``check`` ran."""
+    ended = watcher_rounds(cluster)
+    began, start, checks = time.time(), None, 0
+    while True:
+        count = ended()
+        if start is None:
+            start = count
+        check()
+        checks += 1
+        # the round under way when counting began may have begun before: one more must end
+        if (start is not None and count is not None and count - start >= rounds + 1
+                and time.time() - began >= min_s):
+            return checks
+        if time.time() - began > timeout:
+            raise AssertionError(f"the watcher did not end {rounds} rounds in {timeout:.0f}s")
         time.sleep(interval)
 
 

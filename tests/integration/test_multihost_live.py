@@ -2,7 +2,7 @@
 mount namespaces on the cluster's bridge), the controller's state out of the nodes' sight.
 
 Runs on the session's cluster when it is multi-host (GPUPACK_TEST_TOPOLOGY=multi-host),
-else on a small multi-host cluster of its own (2 nodes, port PORT + 250), taken down at the end.
+else on a small multi-host cluster of its own (2 nodes, the run's port + 250), taken down at the end.
 """
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PORT, STATE_DIR, TOPOLOGY, Cluster, start_cluster
+from conftest import TOPOLOGY, Cluster, run_port, run_state_dir, start_cluster
+from slurm_plugin.devcluster.ports import SECOND_CLUSTER_OFFSET
 from slurm_plugin.devcluster.spec import ClusterSpec
 from slurm_plugin.devcluster.topology import MULTI_HOST
 
@@ -26,8 +27,9 @@ def mh(request, tmp_path_factory) -> Cluster:
     if TOPOLOGY == MULTI_HOST:
         yield request.getfixturevalue("cluster")
         return
-    spec = ClusterSpec(state_dir=STATE_DIR.with_name(STATE_DIR.name + "-mh"), nodes=2, gpus_per_node=2,
-                       port=PORT + 250, topology=MULTI_HOST)
+    state = run_state_dir()
+    spec = ClusterSpec(state_dir=state.with_name(state.name + "-mh"), nodes=2, gpus_per_node=2,
+                       port=run_port() + SECOND_CLUSTER_OFFSET, topology=MULTI_HOST)
     c = start_cluster(spec, tmp_path_factory.mktemp("mh-jobs"))
     yield c
     c.dev.down()

@@ -7,12 +7,11 @@ records them (`Store.record_pair_speed`: the senior's speed beside the newcomer)
 """
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
 
-from e2e_support import SLEEP, events, wait_for, within_rounds
+from e2e_support import SLEEP, events, through_rounds, wait_for, within_rounds
 from store.db import Store
 from slurm_plugin.helper.watches.tracks import Fingerprints
 from slurm_plugin.slurm.runner import SlurmRunner
@@ -66,6 +65,8 @@ def test_a_pending_job_is_kept_off_the_node_where_it_would_slow_every_packed_job
     cluster.run("scancel", str(seniors[1]))
     again = cluster.submit(["-J", "pairs-newcomer", "--hold", "--gres=shard:1"], sleep)
     wait_for(lambda: cluster.state(seniors[1]) not in ("RUNNING", "COMPLETING"), 20, "the senior gone")
-    for _ in range(6):  # a few rounds: nothing keeps it off node1
-        time.sleep(1)
+
+    def not_kept_off() -> None:
         assert cluster.job(again)["ExcNodeList"] in ("", "(null)")
+
+    through_rounds(cluster, not_kept_off, rounds=2)  # whole watcher rounds ran: nothing keeps it off node1

@@ -3,7 +3,7 @@
 Run as root with a dev cluster's environment (SLURM_CONF of `gpupack devcluster up`, or of the
 integration tests' cluster), on the release to record:
 
-    python3 tests/data/job_desc/record.py /var/tmp/gpupack-test-cluster
+    python3 tests/data/job_desc/record.py /var/lib/gpupack/devcluster
 
 It puts recorder.lua in place of the cluster's job_submit.lua (slurmctld reloads the script
 when it changes), submits every form of `tests/submit_forms.py` (the recorder refuses each,

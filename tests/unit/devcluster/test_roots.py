@@ -49,16 +49,21 @@ def test_series_of_the_host_needs_no_root(monkeypatch):
 
 
 def test_ports_differ_between_releases_and_from_the_hosts():
-    used = [port for ports in roots.PORTS.values() for port in ports] + [16817, 17817]
+    from slurm_plugin.devcluster import ports
+
+    used = [*roots.PORTS.values(), 16817]
     assert len(set(used)) == len(used)
-    # node i listens on port + 100 + i: no two clusters' ranges overlap for up to 64 nodes
+    # a cluster uses up to port + 499 (srun's range): no two dev clusters' ranges overlap, and
+    # no test run's block of ports overlaps any of them
     ranges = sorted(used)
-    assert min(b - a for a, b in zip(ranges, ranges[1:])) > 100 + 64
+    assert min(b - a for a, b in zip(ranges, ranges[1:])) >= 500
+    for base in ports.candidate_bases():
+        assert not any(base < p + 500 and p < base + ports.BLOCK for p in used)
 
 
 def test_root_environment_is_clean_but_keeps_gpupack_settings(monkeypatch):
     monkeypatch.delenv("GPUPACK_DEVCLUSTER_PORT", raising=False)  # set when this runs in a root
-    monkeypatch.setenv("GPUPACK_TEST_CLUSTER_PORT", "12345")
+    monkeypatch.setenv("GPUPACK_TEST_CLUSTER_PORT", "12345")  # a port the caller chose
     monkeypatch.setenv("LD_PRELOAD", "/host/only.so")
     root = roots.SlurmRoot("24.11", "trixie", roots.ROOTS_DIR / "trixie")
     env = roots.root_env(root)
