@@ -176,7 +176,7 @@ def test_a_schema_4_database_keeps_its_runs_as_measurements(tmp_path):
 
 
 def test_a_lower_bound_raises_the_estimate_but_is_never_the_measurement(tmp_path):
-    """Issue 23: a workload needing 15 GiB whose failed run reached 5 GiB; and the other way
+    """A failed run's peak is a lower bound: a workload needing 15 GiB whose failed run reached 5 GiB; and the other way
     round, a completed 4 GiB run after a run that failed at 6 GiB."""
     store = Store(tmp_path / "db.sqlite")
     store.record_run(RunRecord(job_id=1, fingerprint="fp", peak_mem_bytes=5 * GIB, lower_bound=True,
