@@ -8,6 +8,7 @@ import pytest
 from packer.curves import CurvePoint, RunCurve
 from store.curves import RunCurves
 from store.db import SCHEMA_VERSION, RunRecord, Store
+from tests.unit.store.old_schemas import as_schema
 
 GIB = 1024**3
 
@@ -55,13 +56,7 @@ def test_a_schema_3_database_gets_the_curves_table_and_keeps_its_rows(tmp_path):
     old.avoid_pair("a", "b", "contention")
     old.record_pair_speed("a", "b", 0.8)
     old.log_event("history", "recorded", 1)
-    old.db.execute("drop table run_curves")
-    old.db.execute("drop table slice_journal")  # schema 6's
-    old.db.execute("drop table head_lifts")  # schema 7's
-    for undo in ("drop index idx_runs_fp_bound_ended", "alter table runs drop column lower_bound",
-                 "alter table runs drop column end_state"):  # schema 5's
-        old.db.execute(undo)
-    old.db.execute("pragma user_version = 3")
+    as_schema(old, 3)
     old.close()
     store = Store(path)
     assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
