@@ -17,7 +17,7 @@ import logging
 import time
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable, Iterator
+from typing import Iterable
 
 from mig.catalog import Catalog
 from mig.errors import InvalidPlacementError, PlacementOccupiedError, UnknownProfileError
@@ -319,7 +319,3 @@ def parse_placements(text: str | None) -> list[Placement]:
         out.append(Placement(prof.strip(), int(start)))
     return out
 
-
-def iter_full_configurations(space: PartitionSpace) -> Iterator[tuple[Placement, ...]]:
-    for m in space.full_configs:
-        yield space.placements_of(m)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from dataclasses import asdict, dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from mig.fsm import PartitionSpace
 from mig.policies import choose
@@ -130,7 +130,3 @@ def generate_stream(profiles: Sequence[str], weights: Sequence[float], n_allocs:
         live = still
     return events
 
-
-def format_events(events: Iterable[Event]) -> str:
-    return "".join(
-        f"alloc {e.id} {e.profile}\n" if e.op == "alloc" else f"free {e.id}\n" for e in events)

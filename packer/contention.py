@@ -1,4 +1,4 @@
-"""Contention after a pack (FIG. 4 of the patent seed): the one rule, live and in the replay.
+"""Contention after a pack: the one rule, live and in the replay.
 
 Jobs sharing one GPU are ordered by when they started there. When a job that was already
 running (a *senior*) loses more than ``threshold`` of the throughput it had before the

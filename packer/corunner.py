@@ -1,5 +1,5 @@
-"""Which running job a newcomer should share a GPU with (US 2025/0265126 A1, FIG. 3, blocks
-325-345), as a pure function.
+"""Which running job a newcomer should share a GPU with (the co-runner rule, after US
+2025/0265126 A1), as a pure function.
 
 Rules:
 
@@ -13,8 +13,8 @@ Rules:
 
 Prediction before packing (optional, ``pair_speed``): given the measured speed of a workload
 beside another (``None`` when the pair was never measured), a GPU qualifies only when every
-job already on it is predicted to keep at least ``min_corunner_speed`` of its speed (FIG. 4
-would requeue the newcomer otherwise) and the newcomer at least ``min_newcomer_speed``. An
+job already on it is predicted to keep at least ``min_corunner_speed`` of its speed (the contention
+watch would requeue the newcomer otherwise) and the newcomer at least ``min_newcomer_speed``. An
 unmeasured pair falls back to the aggregate utilisation (the same patent, claim 1): below the
 GPU's capacity (100 %) both run at full speed, above it each gets capacity / aggregate
 (processor sharing); with a utilisation unknown there is no prediction and the GPU

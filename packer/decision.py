@@ -1,6 +1,6 @@
 """Exclusive or packed: the submit-time decision, as a pure function.
 
-Rules (after US 2025/0265126 A1, FIG. 3): a one-GPU job with a history is packed as K shares of
+Rules (after US 2025/0265126 A1): a one-GPU job with a history is packed as K shares of
 a GPU when no whole GPU is idle for it now, its estimated peak memory plus headroom fits in
 at most `max_gpu_fraction` of the GPU, and it is not busy enough to hog the GPU. Unknown jobs
 stay exclusive and are profiled on their first run (unless `pack_unknown`).

@@ -6,7 +6,7 @@ US 9,424,078 (claim 1) makes a *running* job that runs below its maximum resourc
 preemptor, like a queued job, with different thresholds: a running preemptor may preempt
 *until its maximum* becomes available; a queued preemptor only when it *will have its
 minimum* after preempting. Preemptors are taken in order of priority, then time waited.
-US 2025/0265126 A1 (FIG. 4, [0041], [0076]) puts a preempted job at the *head* of the
+US 2025/0265126 A1 ([0041], [0076]) puts a preempted job at the *head* of the
 queue; it records the pair only for contention, which growth is not.
 
 What this module decides, for the jobs sharing one GPU (Slurm shards or MPS shares):

@@ -17,7 +17,7 @@ with ``trial_z = 1.96`` a pair is tried unless the model is 95 % sure it is too 
 is learnt only by running it, so judging an unmeasured pair on its mean refuses every pair
 the model guesses low and never learns it is wrong (on the harsh stress table 49 pairs are
 ever measured that way, against 3,449 when tried); a pair tried wrongly costs one watch
-period (FIG. 4 requeues it on its measured speed, which is then known).
+period (the contention watch requeues it on its measured speed, which is then known).
 
 Built through ``SuiteRules.pair_predictor`` by the live submit path (the history store's
 per-workload estimates and measured pair speeds) and by the replay's ``counters`` pair

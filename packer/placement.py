@@ -5,9 +5,9 @@ the node: a pending packed job is kept off every node where a job it must not sh
 with is running (pair avoidance: a pair that hurt is never packed again), or where Slurm 22.05 has
 already put a whole-GPU job and shards on the same GPU (`quirk_nodes`).
 
-A pending packed job is also kept off a node where the co-runner rule (FIG. 3, what the
+A pending packed job is also kept off a node where the co-runner rule (what the
 simulator's colocate packs by) finds no GPU for it and the pair knowledge predicts a job
-there would lose more than FIG. 4 tolerates (`slow_nodes`).
+there would lose more than the contention watch tolerates (`slow_nodes`).
 
 The user's own `--exclude` is never dropped: what the helper adds is tracked separately
 and `merge_exclusions` lays it over the user's list.

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from packer.gres import GresItem, GresParseError, gres_text, parse_gres
 
-__all__ = ["GresItem", "GresParseError", "JobFacts", "Candidate", "NotCandidate", "classify", "parse_gres",
+__all__ = ["GresParseError", "JobFacts", "Candidate", "NotCandidate", "classify", "parse_gres",
            "shard_request", "gres_text", "NO_VAL", "NO_VAL16", "TRES_FIELDS", "SHARED_GRES"]
 
 NO_VAL = 0xFFFFFFFE  # Slurm's "not set" for 32-bit fields

@@ -17,7 +17,8 @@ and gives one method per decision, each delegating to the existing rule unchange
   submit path, ``packer.pack_judge``);
 - :meth:`SuiteRules.contention` (sampled throughput or counters, the live watch,
   ``packer.contention.find_contention``) and :meth:`SuiteRules.contention_now` (speeds
-  already measured, the replay, ``packer.contention.check_contention``): FIG. 4;
+  already measured, the replay, ``packer.contention.check_contention``): requeue the
+  newcomer when a job already there loses more than :attr:`SuiteRules.tolerated_loss`;
   :meth:`SuiteRules.measure` (every senior measured, hurt or not: what the pair knowledge
   learns from, ``packer.contention.measure_seniors``);
 - :meth:`SuiteRules.restart`: restart a job whose memory forecast warns, or keep it
@@ -71,12 +72,12 @@ class SuiteRules:
     """The settings every decision reads, and the decisions. Frozen: one object, one behaviour."""
 
     config: PackerConfig = field(default_factory=PackerConfig)
-    # FIG. 3 co-runner: the rule, jobs per GPU, and the prediction's floors (a job already
+    # co-runner choice: the rule, jobs per GPU, and the prediction's floors (a job already
     # there must keep >= 1 - contention_threshold of its speed)
     corunner_rule: str = "best-pair"
     max_jobs_per_gpu: int = 2
     min_newcomer_speed: float = 0.0
-    # FIG. 4 contention: a senior losing more than this share of its throughput
+    # contention: a senior losing more than this share of its throughput has its newcomer requeued
     contention_threshold: float = 0.10
     settle_s: float = 2.0
     min_samples_before: int = 2
@@ -142,14 +143,14 @@ class SuiteRules:
     def max_packed_shares(self) -> int:
         return max_shards(self.config)
 
-    # ------------------------------------------------------------------ admit (FIG. 3)
+    # ------------------------------------------------------------------ admit
     def admit(self, request: Candidate | NotCandidate, estimate: Estimate | None, cluster: ClusterView,
               fingerprint: str | None = None, remembered_shards: int | None = None) -> Decision:
         """Exclusive or packed, and how many shares: ``packer.decision.decide``."""
         return decide(request, estimate, cluster, self.config, fingerprint=fingerprint,
                       remembered_shards=remembered_shards)
 
-    # ------------------------------------------------------------------ co-runner (FIG. 3)
+    # ------------------------------------------------------------------ co-runner
     def corunners(self, newcomer: Newcomer, gpus: Sequence[GpuLoad], avoid: AvoidSet = frozenset(),
                   pair_speed: PairSpeed | None = None) -> list[Ranked]:
         """The GPUs ``newcomer`` may join, best first: ``packer.corunner.rank_corunners``.
@@ -160,7 +161,7 @@ class SuiteRules:
         return rank_corunners(
             newcomer, gpus, rule=self.corunner_rule, max_fraction=self.config.max_gpu_fraction,
             max_jobs_per_gpu=self.max_jobs_per_gpu, avoid=avoid, pair_speed=pair_speed,
-            min_corunner_speed=1.0 - self.fig4_threshold if pred else 0.0,
+            min_corunner_speed=1.0 - self.tolerated_loss if pred else 0.0,
             min_newcomer_speed=max(self.min_newcomer_speed, self._fair_floor) if pred else 0.0)
 
     @property
@@ -168,9 +169,9 @@ class SuiteRules:
         return self.min_speed if self.admission == "load-aware" else 0.0
 
     @property
-    def fig4_threshold(self) -> float:
-        """The share of its speed a job there may lose to a newcomer before FIG. 4 requeues
-        the newcomer: ``1 - min_speed`` (load-aware: fairness; throughput is
+    def tolerated_loss(self) -> float:
+        """The share of its speed a job there may lose to a newcomer before the contention
+        watch requeues the newcomer: ``1 - min_speed`` (load-aware: fairness; throughput is
         :meth:`pack_pays`' business) or ``contention_threshold`` (slowdown-bound)."""
         if self.admission == "load-aware":
             return max(self.contention_threshold, 1.0 - self.min_speed)
@@ -213,7 +214,7 @@ class SuiteRules:
         floor, :meth:`pack_pays`): ``packer.pack_judge.judge_pack`` (the live submit path)."""
         return judge_pack(self, newcomer, newcomer_s, gpus, left_s, queue, avoid, pair_speed)
 
-    # ------------------------------------------------------------------ contention (FIG. 4)
+    # ------------------------------------------------------------------ contention
     def counter_rule(self) -> CounterRule:
         """The utilisation-drop rule for jobs that report nothing (packer.util_contention)."""
         return CounterRule(threshold=self.contention_threshold, z=self.counter_z, window=self.counter_window,
@@ -236,7 +237,7 @@ class SuiteRules:
     def contention_now(self, sharers: Sequence[Sharer]) -> ContentionVerdict | None:
         """The same verdict from speeds already measured (the replay's agent):
         ``packer.contention.check_contention``, which ``find_contention`` ends in."""
-        return check_contention(sharers, self.fig4_threshold)
+        return check_contention(sharers, self.tolerated_loss)
 
     # ------------------------------------------------------------------ memory restart
     def restart(self, *, now_s: float, checkpoint_s: float, crossing_s: float | None, end_s: float | None,

@@ -46,10 +46,6 @@ class LineFit:
     xbar: float
     sxx: float
 
-    @property
-    def slope_se(self) -> float:
-        return self.s / math.sqrt(self.sxx)
-
     def predict(self, x0: float) -> float:
         return self.slope * x0 + self.intercept
 

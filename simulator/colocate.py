@@ -3,8 +3,8 @@
 A one-GPU job runs alone while a GPU it may use is idle; otherwise ``packer.decision.decide``
 sizes it and ``packer.corunner`` ranks the busy GPUs it may join (both through the run's
 ``SuiteRules``, ``self.rules``: ``admit`` and ``corunners``) (predicted pair speeds from
-this run's :mod:`~simulator.knowledge`); ``check`` is FIG. 4 after
-``monitor_s`` (:mod:`~simulator.contention_watch`). ``pair_predict`` off: the
+this run's :mod:`~simulator.knowledge`); ``check`` is the contention
+watch after ``monitor_s`` (:mod:`~simulator.contention_watch`). ``pair_predict`` off: the
 history rule alone (pack, then requeue on a slowdown). The cluster state (GPUs, the
 share index, the queue, the reservation) is the run's
 (:class:`~simulator.engine.Simulator`); this object holds the rule and its memos.
@@ -30,7 +30,7 @@ _CANDIDATE = Candidate(field="tres_per_node", gpu_type=None, dialect="23.11")
 
 
 class ColocatePolicy(Policy):
-    """colocate's start rule (FIG. 3); its contention watch (FIG. 4) is ``self.watch``."""
+    """colocate's start rule (the co-runner rule); its contention watch is ``self.watch``."""
 
     name = "colocate"
     packs = True
@@ -43,7 +43,7 @@ class ColocatePolicy(Policy):
         self._loads: dict[tuple, GpuLoad] = {}  # kinds of busy GPU as the rule sees them
         self._load_key: dict[str, tuple] = {}
         self._wl_index = {p.key: p.index for p in self.profiles}
-        self.watch = ContentionWatch(  # FIG. 4, monitor_s after each pack
+        self.watch = ContentionWatch(  # monitor_s after each pack
             know=self.know, rules=self.rules, avoid=self.avoid, gpus=self.gpus, sched=self.sched,
             requeue=self.moves.requeue, pair_predict=self.cfg.pair_predict, queue_view=self.queue_view)
         self.full = NoRoomMemo(  # the shapes that found no room (the fast path's skip)
@@ -94,7 +94,7 @@ class ColocatePolicy(Policy):
         return bool(self.shares.single) or bool(self.shares.multi)
 
     def joined(self, g: Gpu, job: Job, now: float, was_busy: bool) -> None:
-        if was_busy:  # FIG. 4 looks at the pack once both jobs' speeds are measured
+        if was_busy:  # the contention watch looks at the pack once both jobs' speeds are measured
             self.loop.push(now + self.cfg.monitor_s, CHECK, job, job.token)
 
     def check(self, job: Job, now: float) -> None:
@@ -108,7 +108,7 @@ class ColocatePolicy(Policy):
                 **self.know.model_error()}
 
     def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
-        """FIG. 3: alone on an idle GPU if one is usable, else packed beside the co-runner
+        """Alone on an idle GPU if one is usable, else packed beside the co-runner
         ``packer.corunner`` picks (``choose_corunner``'s choice: the first kind of GPU
         ``rank_corunners`` ranks that the reservation lets through). Load-aware admission
         with an idle GPU usable: packed first where the pack pays with no wait to save
@@ -203,7 +203,7 @@ class ColocatePolicy(Policy):
         """The rules' load-aware admission (``SuiteRules.pack_pays``) for ``job`` beside
         ``g``'s jobs at the speeds the co-runner rule predicted there."""
         if not self.cfg.pair_predict:
-            return True  # the patent's FIG. 3/4 alone: pack, then requeue on a slowdown
+            return True  # the history rule alone: pack, then requeue on a slowdown
         sched = self.sched
         case = PackCase(max(0.0, job.duration - job.done), _unit(ranked.mine),
                         tuple(ResidentWork(x.left(now), _unit(s)) for x, s in zip(g.jobs, ranked.theirs)))
@@ -234,8 +234,8 @@ class ColocatePolicy(Policy):
         return None
 
     def _start_beside(self, job: Job, g: Gpu, now: float, need: int, shards: int) -> None:
-        """Start ``job`` on busy GPU ``g``; remember its neighbours' speeds just before (FIG. 4
-        compares with them) and what the rule predicted for the pack."""
+        """Start ``job`` on busy GPU ``g``; remember its neighbours' speeds just before (the
+        contention watch compares with them) and what the rule predicted for the pack."""
         base = {x.id: x.rate for x in g.jobs}
         self.cluster.start_shared(job, g, now, need, shards)
         job.pack_base = base

@@ -20,10 +20,10 @@ class SimConfig:
     gpus: int
     gpu_model: str = "A100-80GB"
     predictor: bool = False
-    corunner_rule: str = "best-pair"  # colocate: lowest-util | best-fit | best-pair (FIG. 3)
+    corunner_rule: str = "best-pair"  # colocate: lowest-util | best-fit | best-pair (the co-runner rule)
     # colocate: predict each pack's slowdown from the measured pairs before packing; pack only
-    # where the job already there keeps >= 1 - contention_threshold of its speed (else FIG. 4
-    # would requeue the newcomer) and the newcomer >= min_newcomer_speed. Busy jobs (above
+    # where the job already there keeps >= 1 - contention_threshold of its speed (else the
+    # contention watch would requeue the newcomer) and the newcomer >= min_newcomer_speed. Busy jobs (above
     # the packer's max_util_pct) may then be packed too: the pair decides, not utilisation.
     pair_predict: bool = True
     # what the pair prediction knows (see simulator.knowledge): counters (the rules' pair
@@ -114,7 +114,7 @@ class SimConfig:
         return (self.site or SuiteRules()).with_overrides(
             config=pk, corunner_rule=self.corunner_rule, max_jobs_per_gpu=self.max_jobs_per_gpu,
             min_newcomer_speed=self.min_newcomer_speed, contention_threshold=self.contention_threshold,
-            admission=self.admission if self.pair_predict else "slowdown-bound",  # FIG. 3/4 alone
+            admission=self.admission if self.pair_predict else "slowdown-bound",  # pack, requeue on a slowdown
             min_speed=self.min_speed, regroup_moves_per_plan=self.regroup_moves_per_plan,
             regroup_moves_per_hour=self.regroup_moves_per_hour)
 

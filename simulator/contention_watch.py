@@ -5,7 +5,7 @@ speed there: the watch records the pack's prediction error (what colocate predic
 packed, :meth:`ContentionWatch.predict`, against the speeds now), makes the pair known to
 this run's pair knowledge, and asks ``packer.contention.check_contention`` (the run's
 ``SuiteRules.contention_now``) whether a job
-lost more than ``SuiteRules.fig4_threshold`` since the pack; if so the job it names is
+lost more than ``SuiteRules.tolerated_loss`` since the pack; if so the job it names is
 requeued (to the head of the queue, its attempt lost) and the pair is avoided from then on.
 Otherwise the pack is judged again with the speeds measured (``SuiteRules.pack_pays``, the
 admission rule, on the queue as it is now): a pack that no longer pays sends the newcomer
@@ -57,7 +57,7 @@ class ContentionWatch:
         return preds, seen
 
     def check(self, job: Job, now: float) -> None:
-        """FIG. 4: has the pre-existing job lost more than the threshold since the pack?
+        """Has the pre-existing job lost more than the threshold since the pack?
 
         The agent has now measured both jobs' speeds: the pair is known from here on."""
         know = self.know

@@ -21,8 +21,8 @@
 The decisions are the suite's own code, called as in production through one
 ``packer.rules.SuiteRules`` (``self.rules``, the object the live helper's watches decide
 through): ``packer.decision.decide`` (exclusive or packed, and how many shares),
-``packer.corunner.rank_corunners`` (FIG. 3 co-runner), ``packer.contention.check_contention``
-(FIG. 4 requeue and pair avoidance), ``predictor.restart.decide_restart`` (restart on a
+``packer.corunner.rank_corunners`` (the co-runner), ``packer.contention.check_contention``
+(requeue on contention and pair avoidance), ``predictor.restart.decide_restart`` (restart on a
 memory warning or keep the job), ``packer.grow.plan_growth``, ``packer.regroup.plan_regroup``;
 and directly ``mig.fsm``/``mig.policies.choose``/``mig.planner.plan_merge_split``/
 ``mig.layout.homogeneous_layout`` (MIG placement, merge/split, homogeneous layouts) and
@@ -96,7 +96,7 @@ class Simulator:
         self.loop = EventLoop()
         self.releases = ReleaseIndex()  # when each busy GPU is released
         self.history: set[int] = set()  # profiles with a finished run (the packer's history)
-        self.avoid: set[tuple[str, str]] = set()  # pairs FIG. 4 found hurting
+        self.avoid: set[tuple[str, str]] = set()  # pairs the contention watch found hurting
         per_gpu = self.rules.max_jobs_per_gpu
         self.shares = ShareIndex(self.share_bytes, per_gpu, multi_on=cfg.policy == "colocate" and per_gpu > 2)
         self.sched = Scheduler(  # the queue, passes and backfill tests

@@ -22,7 +22,7 @@
   for any reason. ``p50_slowdown``/``p95_slowdown``: per-job slowdown percentiles.
 - ``multi_gpu_avg_queue_s``: the average queueing delay (submit to first start) of the
   multi-GPU jobs, the jobs that wait at the head for whole GPUs.
-- Issue 13's actions (zero when switched off): ``grow_preemptions`` (younger packed jobs
+- The grow and regroup actions (zero when switched off): ``grow_preemptions`` (younger packed jobs
   evicted for a growing neighbour), ``grow_restarts_in_place``, ``grow_declined`` (growers
   sent through the queue), ``grow_lost_work_s`` (what the evicted lost);
   ``regroup_plans``, ``regroup_moves``, ``regroup_lost_work_s`` (work lost since the

@@ -2,7 +2,7 @@
 
 On a real cluster two jobs that cannot share a GPU (one makes no progress beside the other,
 or crashes) are found out by the job that arrived last: it fails, or the contention watch
-requeues it (FIG. 4: the job that arrived last pays, never a senior one), and the pair is
+requeues it (the job that arrived last pays, never a senior one), and the pair is
 kept apart from then on. The replay does the same:
 
 - while a GPU shared without MIG holds a pair whose speed in the truth table is 0 (either
@@ -11,7 +11,7 @@ kept apart from then on. The replay does the same:
   its attempt is lost and it is requeued at the head of the queue (``pair_failures``);
 - the pair is learned: the run's pair knowledge observes it (speed 0 from then on, so a
   prediction refuses it: ``packer.corunner`` never packs a pair known at 0), it is added to
-  the pairs to avoid (as FIG. 4 adds a pair that hurt), and a policy blind to pairs
+  the pairs to avoid (as the contention watch adds a pair that hurt), and a policy blind to pairs
   (``learns_pairs`` False: shard-fixed, lucid-like) runs the failed job alone next time, as
   it does after an out-of-memory beside a job.
 """

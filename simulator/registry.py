@@ -4,7 +4,7 @@ from __future__ import annotations
 from simulator.baselines import ExclusivePolicy, LucidPolicy, ShardFixedPolicy
 from simulator.colocate import ColocatePolicy
 from simulator.mig_policies import MigBySizePolicy, MigInOrderPolicy, MigStaticPolicy
-from simulator.policy import Policy, PolicyHandles
+from simulator.policy import Policy
 
 POLICY_TYPES: dict[str, type[Policy]] = {p.name: p for p in (
     ExclusivePolicy, ShardFixedPolicy, MigStaticPolicy, LucidPolicy, ColocatePolicy,
@@ -18,7 +18,3 @@ def policy_type(name: str) -> type[Policy]:
     except KeyError:
         raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_TYPES)}") from None
 
-
-def make_policy(name: str, handles: PolicyHandles) -> Policy:
-    """The policy ``name`` names, given ``handles`` of the run."""
-    return policy_type(name)(handles)

@@ -1,7 +1,7 @@
 """What ``dcgmi`` prints, read: the MIG hierarchy (``dcgmi discovery -c``) and the rows of
 ``dcgmi dmon``. Pure functions over text; the formats are those of NVIDIA DCGM's dcgmi
 (``dcgmi/Query.cpp`` ``FormatMigHierarchy`` and ``dcgmi/DeviceMonitor.cpp``), a sample of each
-in ``tests/unit/mig/data/dcgmi_*.txt``.
+in ``tests/unit/gpus/data/dcgmi_*.txt``.
 
 ``discovery -c`` draws one box per GPU::
 

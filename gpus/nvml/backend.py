@@ -33,7 +33,7 @@ Notes that matter on hardware:
   privileged callers; without it the static table's value is used.
 
 Tested end to end through the real pynvml against a fake libnvidia-ml
-(tests/unit/mig/fake_libnvml.py).
+(tests/unit/gpus/fake_libnvml.py).
 """
 
 from __future__ import annotations

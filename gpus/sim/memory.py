@@ -78,12 +78,6 @@ class SimMemory:
             rec["current"] = 0 if nbytes is None else max(0, rec["current"] - nbytes)
             return rec["current"]
 
-    def memory_usage(self, device_uuid: str) -> list[ProcessMemory]:
-        """Current (and peak) bytes per owner on one device."""
-        with self._txn() as doc:
-            _, _, g, _ = self._locate(doc, device_uuid)
-            return self._usage(g, device_uuid)
-
     def memory_of(self, owner: str) -> dict[str, dict[str, int]]:
         """``{device_uuid: {"current": b, "peak": b}}`` for one owner across the node."""
         out: dict[str, dict[str, int]] = {}

@@ -104,7 +104,7 @@ def _synthetic() -> Iterator[Case]:
 
 
 def warmup_trap() -> list[Row]:
-    """Issue 12's trap: +0.7 GiB a step for 10 steps, then flat at 7.2 GiB (capacity 10 GiB)."""
+    """A warm-up that looks like a leak: +0.7 GiB a step for 10 steps, then flat at 7.2 GiB (capacity 10 GiB)."""
     return [(i, (0.2 + 0.7 * min(i, 10)) * GIB) for i in range(300)]
 
 
@@ -182,7 +182,7 @@ def _warmup_then_growth(rng: random.Random) -> tuple[list[Row], float, float]:
     return rows, capacity, n - 1
 
 
-def _issue12() -> Iterator[Case]:
+def _rises_that_plateau() -> Iterator[Case]:
     """Rises that end by themselves: warm-ups and staircases that plateau, oscillating pods with
     spikes (must not warn), and growth after a warm-up (must warn)."""
     yield "warmup_trap", "warmup_trap", warmup_trap(), 10 * GIB, 299, False
@@ -198,8 +198,8 @@ def _issue12() -> Iterator[Case]:
         yield "warmup_growth", f"warmup_growth_{seed}", rows, cap, horizon, True
 
 
-def _issue24() -> Iterator[Case]:
-    """Issue 24: coarser staircases (a step of 0.5-1 GiB every 40-100 samples, crossing
+def _coarse_steps_and_level_shifts() -> Iterator[Case]:
+    """Coarser staircases (a step of 0.5-1 GiB every 40-100 samples, crossing
     10 GiB; must warn, goal by 25 % of the way) and level shifts (one jump to 70-95 % of the
     capacity at a random step, then flat; must not warn)."""
     for seed in range(1, 9):
@@ -216,7 +216,7 @@ def _issue24() -> Iterator[Case]:
 
 
 def cases() -> Iterator[Case]:
-    for make in (_serving, _lora, _decode, _synthetic, _issue12, _issue24):
+    for make in (_serving, _lora, _decode, _synthetic, _rises_that_plateau, _coarse_steps_and_level_shifts):
         yield from make()
 
 

@@ -125,9 +125,6 @@ class MigManager:
                 if not i.busy and not i.owner and i.gi_id not in gi_ids and i.uuid not in uuids
                 and i.uuid not in self.unsure]
 
-    def idle_instance(self, gpu_index: int, profile: str) -> MigInstance | None:
-        return next((i for i in self.idle(gpu_index) if i.profile == profile), None)
-
     def destroy(self, gpu_index: int, inst: MigInstance, why: str) -> bool:
         try:
             self.backend.destroy_instance(gpu_index, inst.gi_id)

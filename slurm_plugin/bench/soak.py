@@ -114,7 +114,7 @@ def soak(jobs: int, every: int, workloads: int, folder: Path, events_max_rows: i
                 out.append(Checkpoint(
                     jobs=n, store_bytes=sum(p.stat().st_size for p in folder.glob("gpupack.db*")),
                     rss_bytes=rss_bytes(), **store.counts("events", "runs"),
-                    watcher_job_maps=sum(len(c) for c in monitor._job_maps(*_grow_regroup(monitor)))
+                    watcher_job_maps=sum(len(c) for c in monitor.job_maps())
                     + len(monitor.retention_watch.memory.last_listed) + len(monitor.tracks),
                     seconds=time.monotonic() - started))
                 print(_row(out[-1]), flush=True)
@@ -122,14 +122,6 @@ def soak(jobs: int, every: int, workloads: int, folder: Path, events_max_rows: i
         helper.server.shutdown()
         helper.server.server_close()
     return out
-
-
-def _grow_regroup(monitor: Monitor):
-    from slurm_plugin.helper.watches.grow import GrowWatch
-    from slurm_plugin.helper.watches.regroup import RegroupWatch
-
-    return (next(w for w in monitor.watches if isinstance(w, GrowWatch)),
-            next(w for w in monitor.watches if isinstance(w, RegroupWatch)))
 
 
 class _WatcherOwner:

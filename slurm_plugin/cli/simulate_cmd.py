@@ -73,12 +73,12 @@ def workload_options(fn):
         click.option("--corunner", "corunner_rule",
                      type=click.Choice(["best-pair", "lowest-util", "best-fit"]),
                      default="best-pair", show_default=True,
-                     help="colocate: co-runner rule (FIG. 3); best-pair: most predicted "
+                     help="colocate: co-runner rule; best-pair: most predicted "
                           "throughput from the measured pair speeds."),
         click.option("--pair-predict/--no-pair-predict", default=True, show_default=True,
                      help="colocate: predict each pack's slowdown from the measured pairs "
                           "before packing (pack only where the job already there keeps "
-                          ">= 90 %); off: the patent's FIG. 3/4 alone (pack, then requeue on "
+                          ">= 90 %); off: the history rule alone (pack, then requeue on "
                           "> 10 % slowdown). Off needs --corunner lowest-util or best-fit."),
         click.option("--pair-knowledge", type=click.Choice(["counters", "observed", "model", "oracle"]),
                      default="counters", show_default=True,
@@ -96,7 +96,7 @@ def workload_options(fn):
         click.option("--contention-threshold", type=click.FloatRange(0, 1, min_open=True),
                      default=0.10, show_default=True,
                      help="colocate: most throughput a running job may lose to a newcomer "
-                          "(predicted before packing; measured after, FIG. 4 requeue)."),
+                          "(predicted before packing; measured after: the newcomer is requeued)."),
         click.option("--mig-static-layout", default=None, metavar="PROFILE|P@S,…",
                      help="mig-static: layout of each partitioned GPU (default: all smallest "
                           "instances, e.g. 7x1g.10gb)."),

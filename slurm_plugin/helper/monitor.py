@@ -4,37 +4,42 @@ One thread, one round every `[monitor] interval_s`: read every job from Slurm (t
 and the newest sample of each running job from the node agents (`SampleSource`), then run
 each watch of `Monitor.watches`, in this order:
 
-1. **tracks** (`watches/tracks.py`): the samples of each running job;
+1. **tracks** (`watches/track_watch.py`, `watches/tracks.py`): the samples of each running job;
 2. **outcomes** (`watches/outcomes.py`): open decisions of the action ledger are judged from
    what happened next; runs that needed an action and got none are recorded as misses;
 3. **history** (`watches/history.py`): a job that ended COMPLETED has its peak memory, mean
    utilisation and throughput written under its fingerprint;
 4. **22.05 guard** (`watches/quirk_guard.py`): a GPU given whole and as shares;
-5. **contention** (`watches/contention.py`): the newcomer that slows a
+5. **out-of-memory ends** (`watches/oom.py`, docs/oom-restart.md): a packed job whose step
+   ended out of memory in its share (its agent holds the end) is requeued at the head on a
+   size that holds it, before Slurm marks it FAILED;
+6. **contention** (`watches/contention.py`): the newcomer that slows a
    neighbour is requeued at the head and the pair is never packed together again;
-6. **grow by preemption** (`watches/grow.py`): a packed job that must grow
+7. **grow release** (`watches/grow_release.py`): the victims the grow watch left held go back
+   to the head of the queue once their grower runs;
+8. **grow by preemption** (`watches/grow.py`): a packed job that must grow
    requeues younger packed neighbours on its GPU and restarts at once on a larger share
    there (before the memory watch, which restarts through the queue what this one leaves);
-   its held victims go back to the head of the queue once it runs (`watches/grow_release.py`);
-7. **memory growth** (`watches/memory.py`): a job certain to outgrow its
+9. **memory growth** (`watches/memory.py`): a job certain to outgrow its
    share is requeued at the head on a larger size;
-8. **regrouping** (`watches/regroup.py`): a whole-GPU head of the queue waiting
-   while the room exists in pieces gets GPUs freed by moving packed jobs that declared they
-   can be moved (checkpoint signal, then requeue at the head away from the freed node);
-9. **keep at head** (`watches/at_head.py`): requeued jobs stay the next to start (lifted by
-   an administrator nice that ends when they start, `watches/head_lift.py`);
-10. **steering** (`watches/steering.py`): pending packed jobs are kept off avoided partners
+10. **regrouping** (`watches/regroup.py`): a whole-GPU head of the queue waiting
+    while the room exists in pieces gets GPUs freed by moving packed jobs that declared they
+    can be moved (checkpoint signal, then requeue at the head away from the freed node);
+11. **unisolated** (`watches/unisolated.py`): a packed job Slurm requeued because its step
+    could not be isolated is told why and lifted to the head;
+12. **keep at head** (`watches/at_head.py`): requeued jobs stay the next to start (lifted by
+    an administrator nice that ends when they start, `watches/head_lift.py`);
+13. **dispatch** (`watches/dispatch.py`): a pending packed job whose turn comes while a whole
+    GPU is idle gets the whole GPU back before it starts;
+14. **steering** (`watches/steering.py`): pending packed jobs are kept off avoided partners
     and, with `[monitor] pair_predict`, off nodes where every GPU they could land on holds a
     job predicted to slow down beside them (`watches/pair_view.py`, `packer.rules`);
-11. **MPS** (`watches/mps.py`): percentages from measured utilisation, sent to the node agents;
-12. **queue layouts** (`watches/layouts.py`): idle MIG slices follow the pending queue;
-13. **retention** (`retention.py`): the store pruned as `[retention]` says, and the watches'
-    per-job memory of jobs Slurm no longer lists forgotten;
-14. **metrics** (`watches/metrics.py`): metrics.prom written (the Watcher serves the registry).
-
-Right after the 22.05 guard, **out-of-memory ends** (`watches/oom.py`, docs/oom-restart.md): a
-packed job whose step ended out of memory in its share (its agent holds the end) is requeued
-at the head on a size that holds it, before Slurm marks it FAILED.
+15. **MPS** (`watches/mps.py`): percentages from measured utilisation, sent to the node agents;
+16. **queue layouts** (`watches/layouts.py`): idle MIG slices follow the pending queue;
+17. **retention** (`retention.py`): the store pruned as `[retention]` says, and the watches'
+    per-job memory of jobs Slurm no longer lists forgotten (each watch names its own maps,
+    `watches/round.py`'s `KeepsJobs`);
+18. **metrics** (`watches/metrics.py`): metrics.prom written (the Watcher serves the registry).
 
 While the kill switch file exists (`[paths] kill_switch`, `kill_switch.py`) only the watches
 that observe or keep jobs safe run: no requeue, restart, grow, regroup, steering, priority
@@ -86,7 +91,7 @@ from slurm_plugin.helper.watches.mps import MpsWatch
 from slurm_plugin.helper.watches.oom import OomWatch
 from slurm_plugin.helper.watches.outcomes import OutcomeWatch
 from slurm_plugin.helper.watches.quirk_guard import QuirkGuardWatch
-from slurm_plugin.helper.watches.round import RoundContext, Watch
+from slurm_plugin.helper.watches.round import KeepsJobs, RoundContext, Watch
 from slurm_plugin.helper.watches.state import WatchState
 from slurm_plugin.helper.watches.track_watch import TrackWatch
 from slurm_plugin.helper.watches.dispatch import DispatchWatch
@@ -157,11 +162,9 @@ class Monitor:
         self.mps_watch = MpsWatch()
         self.metrics_watch = MetricsWatch(self)
         self.unisolated_watch = UnisolatedWatch()
-        grow, regroup = GrowWatch(), RegroupWatch()
         # [retention]: the store's tables, and every per-job map of the watches
         retention = retention or (settings_file().retention if settings_file is not None else RetentionSettings())
-        self.retention_watch = RetentionWatch(retention, JobMemory(lambda: self._job_maps(grow, regroup),
-                                                                    retention.forget_jobs_after_s))
+        self.retention_watch = RetentionWatch(retention, JobMemory(self.job_maps, retention.forget_jobs_after_s))
         # the order of a round, explicit
         self.watches: list[Watch] = [
             TrackWatch(on_run_ended=keep_curve),
@@ -171,9 +174,9 @@ class Monitor:
             OomWatch(lambda: getattr(self.samples_source, "oom_ends", {})),
             ContentionWatch(),
             GrowReleaseWatch(),
-            grow,
+            GrowWatch(),
             MemoryWatch(),
-            regroup,
+            RegroupWatch(),
             self.unisolated_watch,
             KeepAtHeadWatch(),
             DispatchWatch(),
@@ -189,14 +192,11 @@ class Monitor:
         self.cycle_s: float | None = None  # the last round plus its pause (None before the first)
         self.round_laps = RoundLaps()  # where the last round's time went
 
-    def _job_maps(self, grow: GrowWatch, regroup: RegroupWatch) -> list:
+    def job_maps(self) -> list:
         """Every map and set keyed by a job id (or a tuple starting with one) that the watches
-        keep between rounds: what `JobMemory` prunes."""
-        s = self.state
-        return [s.heading, s.ours_excluded, s.quirk_excluded, s.reported, s.held_for_grower, s.kept_off,
-                s.pairs_measured, self.fingerprint_of._cache, grow._wanting, grow._said, grow._decided,
-                grow.queued, regroup._said, regroup.pending, regroup.heads, self.unisolated_watch.told,
-                *([regroup._signals._cache] if regroup._signals is not None else [])]
+        keep between rounds, as each names its own (`KeepsJobs`): what `JobMemory` prunes."""
+        keepers = [self.state, self.fingerprint_of, *self.watches]
+        return [m for k in keepers if isinstance(k, KeepsJobs) for m in k.job_maps()]
 
     # ------------------------------------------------------------------ what others read and swap
     @property

@@ -1,9 +1,8 @@
-"""Fetch the cluster snapshot the helper answers from (the only Slurm I/O of the submit side)."""
+"""The cluster snapshot the submit side answers from, made from what Slurm said (the watcher asks
+Slurm and publishes it; the submit side runs no Slurm command)."""
 from __future__ import annotations
 
-import time
 from collections.abc import Collection
-from pathlib import Path
 
 from packer import comment
 from packer.placement import Running
@@ -13,7 +12,6 @@ from slurm_plugin.slurm.gres import expand_hostlist
 from slurm_plugin.slurm.model import Job, Node
 
 ACTIVE = ("RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING")
-from slurm_plugin.slurm.runner import SlurmRunner
 
 
 def node_gpus(node: Node, stale: bool = False) -> NodeGpus:
@@ -49,13 +47,6 @@ def running_jobs(jobs: list[Job]) -> tuple[Running, ...]:
         packed = any(item.name == "shard" for item in (*job.gres_detail, *job.gres))
         out.append(Running(job.job_id, record.fingerprint if record else None, expand_hostlist(job.nodes), packed))
     return tuple(out)
-
-
-def fetch_snapshot(slurm_conf: Path | None, runner: SlurmRunner | None = None) -> Snapshot:
-    runner = runner or SlurmRunner(slurm_conf=str(slurm_conf) if slurm_conf else None, timeout=10)
-    started = time.time()
-    nodes = runner.nodes()
-    return snapshot_from(nodes, runner.jobs(), started)
 
 
 def snapshot_from(nodes: list[Node], jobs: list[Job], taken_at: float,

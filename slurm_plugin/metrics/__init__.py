@@ -13,15 +13,3 @@ One scrape endpoint per daemon, each with its own registry and families:
 Addresses default to 127.0.0.1 and a port derived from the cluster's own Slurm ports
 (:mod:`slurm_plugin.metrics.ports`); docs/operations.md describes every family.
 """
-from __future__ import annotations
-
-import os
-from pathlib import Path
-
-
-def write_file(path: Path, text: str) -> None:
-    """Atomic write, readable by all (the textfile collector and the node agents read these)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.chmod(tmp, 0o644)
-    tmp.replace(path)

@@ -2,7 +2,7 @@
 
 Pure parts (no subprocess)::
 
-    model   Job, Node, GresItem, SlurmVersion, Dialect, JobsDocument, NodesDocument
+    model   Job, Node, SlurmVersion, Dialect, JobsDocument, NodesDocument
     gres    parse_gres_list(text, per) / parse_gres_request(fields) / parse_gres_item(text)
             format_gres(items), expand_hostlist(text), shard_usage(jobs)
     parse   loads(text, source), detect_dialect(doc), parse_version_output(text)
@@ -35,7 +35,6 @@ from slurm_plugin.slurm.errors import (
 )
 from slurm_plugin.slurm.model import (
     Dialect,
-    GresItem,
     Job,
     JobsDocument,
     Node,
@@ -47,7 +46,6 @@ from slurm_plugin.slurm.runner import CommandResult, SlurmRunner
 __all__ = [
     "CommandResult",
     "Dialect",
-    "GresItem",
     "Job",
     "JobNotFoundError",
     "JobsDocument",

@@ -30,7 +30,7 @@ from slurm_plugin.slurm.model import Job
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GresItem", "parse_index_list", "split_top_level", "parse_gres_item", "parse_gres_list",
+__all__ = ["parse_index_list", "split_top_level", "parse_gres_item", "parse_gres_list",
            "parse_gres_request", "format_gres", "expand_hostlist", "shard_usage", "REQUEST_FIELDS"]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from packer.gres import GresItem  # one GRES item for the whole suite (re-exported here)
+from packer.gres import GresItem  # one GRES item for the whole suite, defined in packer.gres
 
 #: Base job states (Slurm's `enum job_states`).
 BASE_JOB_STATES = frozenset(

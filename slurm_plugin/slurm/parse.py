@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
+from packer.gres import GresItem
 from slurm_plugin.slurm.errors import SlurmParseError
 from slurm_plugin.slurm.gres import (
     REQUEST_FIELDS,
@@ -33,7 +34,6 @@ from slurm_plugin.slurm.gres import (
 from slurm_plugin.slurm.model import (
     BASE_JOB_STATES,
     Dialect,
-    GresItem,
     Job,
     JobsDocument,
     Node,

@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_plugin.cli.jobs_cmd import jobs as jobs_command
-from slurm_plugin.slurm import GresItem, JobNotFoundError, SlurmCommandError, SlurmRunner
+from packer.gres import GresItem
+from slurm_plugin.slurm import JobNotFoundError, SlurmCommandError, SlurmRunner
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,5 @@
 """The simulated GPU's ``libnvidia-ml.so.1``: a fake NVML library behind the real ``pynvml``,
-in parts. :class:`FakeNvml` keeps its GPUs in memory (unit tests; ``tests/unit/mig/
+in parts. :class:`FakeNvml` keeps its GPUs in memory (unit tests; ``tests/unit/gpus/
 fake_libnvml.py`` re-exports what they use); :class:`SimulatedNvml` (:mod:`.shared`) keeps
 them in the simulated GPU's shared state, for the node agent's ``--nvml-library simulated:DIR``.
 

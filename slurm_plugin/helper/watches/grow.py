@@ -66,6 +66,10 @@ class GrowWatch:
         self._decided: set[tuple[int, float]] = set()  # runs already decided (one action per run)
         self.queued: dict[int, QueuedGrower] = {}
 
+    def job_maps(self) -> list:
+        """What it remembers per job (`round.KeepsJobs`)."""
+        return [self._wanting, self._said, self._decided, self.queued]
+
     def round(self, ctx: RoundContext) -> None:
         mode = ctx.actions.mode_of(KIND)
         if mode.mode == "off":

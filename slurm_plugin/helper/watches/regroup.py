@@ -79,6 +79,11 @@ class RegroupWatch:
         self.heads: dict[int, str] = {}  # head job -> the GPUs freed for it, until it starts
         self.reports = CheckpointReports()
 
+    def job_maps(self) -> list:
+        """What it remembers per job (`round.KeepsJobs`); the checkpoint reports keep the
+        running jobs' alone."""
+        return [self._said, self.pending, self.heads, *(self._signals.job_maps() if self._signals is not None else [])]
+
     def round(self, ctx: RoundContext) -> None:
         mode = ctx.actions.mode_of(KIND)
         self._now = ctx.now

@@ -36,6 +36,9 @@ class CheckpointSignals:
         self._runner = runner
         self._cache: dict[int, SignalSpec | None] = {}
 
+    def job_maps(self) -> list:
+        return [self._cache]
+
     def __call__(self, job: Job) -> SignalSpec | None:
         if job.job_id not in self._cache:
             try:

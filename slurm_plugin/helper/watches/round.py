@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from packer.config import PackerConfig
 from packer.rules import SuiteRules
@@ -63,3 +63,12 @@ class Watch(Protocol):
     name: str
 
     def round(self, ctx: RoundContext) -> None: ...
+
+
+@runtime_checkable
+class KeepsJobs(Protocol):
+    """A watch (or a cache) that remembers jobs between rounds names the maps and sets it keeps
+    them in (keyed by a job id, or by a tuple that starts with one): the retention watch forgets
+    there the jobs Slurm no longer lists (`retention.JobMemory`)."""
+
+    def job_maps(self) -> list[Any]: ...

@@ -29,3 +29,9 @@ class WatchState:
     # tracks of runs an action requeued (track, the action's kind): the history watch stores
     # their memory curves on its next turn
     requeued_tracks: list[tuple[Track, str]] = field(default_factory=list)
+
+    def job_maps(self) -> list:
+        """The maps and sets keyed by a job that the watch that fills them does not empty itself
+        (the tracks go with their runs, the requeued tracks on the history watch's turn)."""
+        return [self.heading, self.ours_excluded, self.quirk_excluded, self.reported, self.held_for_grower,
+                self.kept_off, self.pairs_measured]

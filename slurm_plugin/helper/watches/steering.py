@@ -8,7 +8,8 @@ GPU for it: every GPU it could land on is busy with packed jobs, and a job there
 to keep under `1 - contention_threshold` of its speed beside it (`packer.placement.slow_nodes`;
 pair speeds measured by the contention watch, else the feature model on both jobs' history:
 `pair_view`). A node with a free GPU or a qualifying one stays allowed; never every GPU node
-(Slurm would refuse it: the job then goes where Slurm puts it, and FIG. 4 watches).
+(Slurm would refuse it: the job then goes where Slurm puts it, and the contention
+watch judges the pack).
 
 A pending packed job is also kept off a node whose every GPU is at the jobs-per-GPU limit or
 would go past the cap on its total memory with it (`[monitor] max_jobs_per_gpu`, `[packer]
@@ -141,7 +142,7 @@ class SteerWatch:
             return 1.0 if s is None else s
         limits = (ctx.rules.max_jobs_per_gpu, ctx.config.max_gpu_fraction)
         # the watches keep the per-job slowdown bound (the admin's fairness setting,
-        # contention_threshold) whatever the submit path's admission: FIG. 4 requeues by it
+        # contention_threshold) whatever the submit path's admission: the contention watch requeues by it
         rules = ctx.rules.with_overrides(admission="slowdown-bound")
 
         def rank(new: Newcomer, loads: list[GpuLoad] | tuple[GpuLoad, ...]) -> list[Ranked]:

@@ -36,6 +36,9 @@ class UnisolatedWatch:
     def __init__(self) -> None:
         self.told: set[tuple[int, int]] = set()  # (job, restart count) already explained
 
+    def job_maps(self) -> list:
+        return [self.told]
+
     def round(self, ctx: RoundContext) -> None:
         for job in ctx.jobs.values():
             if not requeued_unisolated(job) or (job.job_id, job.restart_cnt or 0) in self.told:

@@ -8,7 +8,7 @@ from packer.config import GIB, PackerConfig
 from packer.decision import ClusterView
 from packer.fingerprint import fingerprint
 from store.db import RunRecord, Store
-from slurm_plugin.helper.cluster_view import ClusterViewPoller, NodeGpus, Snapshot, idle_gpus
+from slurm_plugin.helper.cluster_view import NodeGpus, Snapshot, idle_gpus
 from slurm_plugin.helper.protocol import (
     ProtocolError, decode_request, decode_response, encode_request, encode_response, request_complete,
 )
@@ -99,15 +99,6 @@ def test_cluster_view_counts_idle_gpus_and_reservations():
     )
     assert idle_gpus(snap) == 2
     assert idle_gpus(snap, reservations=5) == 0
-    poller = ClusterViewPoller(lambda: snap)
-    assert poller.view().idle_gpus == 1  # no poll yet: conservative
-    poller.poll_once()
-    assert poller.view().idle_gpus == 2
-    poller.reserve_whole_gpu()
-    assert poller.view().idle_gpus == 1
-    poller._fetch = lambda: (_ for _ in ()).throw(RuntimeError("slurmctld down"))
-    poller.poll_once()  # keeps the last view
-    assert poller.view().idle_gpus == 1
 
 
 def test_only_a_slow_decision_is_logged_above_debug(caplog, monkeypatch):

@@ -299,7 +299,7 @@ def test_history_is_recorded_when_a_tracked_job_completes(tmp_path):
 
 
 def test_a_failed_run_is_only_a_lower_bound(tmp_path):
-    """Issue 23: a failed run's peak is what it reached before it failed, not what it needs."""
+    """A failed run's peak is what it reached before it failed, not what it needs."""
     fake, helper, samples, monitor = make(tmp_path)
     running(fake, 9, fp="hist")
     samples.put(9, FAKE_EPOCH, mem=GIB, started_at=FAKE_EPOCH)

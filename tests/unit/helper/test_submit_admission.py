@@ -15,7 +15,8 @@ from slurm_plugin.helper.queue_state import QueueState, SharedGpu, SharedJob, qu
 from slurm_plugin.helper.slurm_poll import snapshot_from
 from slurm_plugin.helper.submit_service import SubmitService
 from slurm_plugin.helper.view_file import snapshot_from_doc, snapshot_to_doc
-from slurm_plugin.slurm.model import GresItem, Job, Node
+from packer.gres import GresItem
+from slurm_plugin.slurm.model import Job, Node
 
 NOW = 1_700_000_000.0
 BODY = b"#!/bin/sh\ntrain\n"

@@ -13,7 +13,7 @@ ALL_MODELS = ["A100-SXM4-40GB", "A100-80GB", "A30-24GB", "H100-80GB", "H100-NVL-
               "H200-141GB", "GH200-96GB"]
 
 
-def test_every_issue_model_has_a_catalogue():
+def test_every_supported_model_has_a_catalogue():
     assert set(ALL_MODELS) <= set(list_models())
 
 

@@ -96,6 +96,6 @@ def test_suite_rules_floor_is_fairness_when_load_aware_and_the_slowdown_bound_ot
     assert [r.gpu.gpu_id for r in aware.corunners(new, [_gpu()], pair_speed=sp)] == ["g0"]
     old = SuiteRules()
     assert old.corunners(new, [_gpu()], pair_speed=sp) == []
-    assert aware.fig4_threshold == pytest.approx(0.5) and old.fig4_threshold == pytest.approx(0.10)
+    assert aware.tolerated_loss == pytest.approx(0.5) and old.tolerated_loss == pytest.approx(0.10)
     # the admin's floor above the pair's speeds refuses it under the load-aware rule too
     assert aware.with_overrides(min_speed=0.8).corunners(new, [_gpu()], pair_speed=sp) == []

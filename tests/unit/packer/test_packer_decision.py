@@ -126,7 +126,7 @@ def test_shares_are_sized_for_one_gpu_type():
 
 
 def test_lower_bounds_alone_are_no_history_and_never_pack_below_the_bound():
-    """Issue 23: a workload whose only run failed at 12 GiB is not packed as a 12 GiB job."""
+    """A workload whose only run failed at 12 GiB is not packed as a 12 GiB job."""
     bound = Estimate(12 * GIB, None, 1, source="lower-bound", lower_bound_bytes=12 * GIB)
     d = decide(CAND, bound, BUSY, CFG, "fp")
     assert (d.verdict, d.reason) == ("exclusive", "no-history") and "src=lower-bound(1)" in d.comment()

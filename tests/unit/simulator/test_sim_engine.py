@@ -137,7 +137,7 @@ def test_config_rejects_unknown_policy():
 
 def test_load_aware_admission_packs_when_waiting_costs_more_than_the_pair_loses():
     # profile 0 beside 1: 0.70 and 0.98 (1.68 GPUs of work). Job 1 would wait 990 s for the
-    # GPU; together they lose ~33 s: the load-aware rule packs it and FIG. 4 keeps it (0.70
+    # GPU; together they lose ~33 s: the load-aware rule packs it and the contention watch keeps it (0.70
     # is within the fairness floor 0.5); the 10 % slowdown bound refuses it.
     specs = [job(0, 0, 1000), job(1, 10, 100, profile=1)]
     _, j = run("colocate", specs, predictor=True)
@@ -145,7 +145,7 @@ def test_load_aware_admission_packs_when_waiting_costs_more_than_the_pair_loses(
     _, j = run("colocate", specs, predictor=True, admission="slowdown-bound", pair_knowledge="oracle")
     assert j[1].first_start == 1000
     _, j = run("colocate", specs, predictor=True, admission="slowdown-bound")  # packed on a guess
-    assert j[1].preemptions == 1 and j[1].end > 1000  # then FIG. 4 (10 %) requeues it
+    assert j[1].preemptions == 1 and j[1].end > 1000  # then the contention watch (10 %) requeues it
 
 
 def test_load_aware_admission_lets_a_job_wait_when_the_gpu_frees_soon():

@@ -1,4 +1,4 @@
-"""Issue 13 in the replay: grow by preemption (packer.grow) and regrouping (packer.regroup)
+"""The replay's grow by preemption (packer.grow) and regrouping (packer.regroup)
 wired into the simulator, on hand-made traces where each must happen, and where it must not."""
 from __future__ import annotations
 

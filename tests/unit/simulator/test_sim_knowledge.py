@@ -41,7 +41,7 @@ def test_oracle_never_packs_the_hurting_pair():
 
 @pytest.mark.parametrize("mode", ["observed", "model"])
 def test_a_policy_that_has_not_seen_the_pair_learns_it_by_a_requeue(mode):
-    # utilisation says 30 + 30 % fits: packed; FIG. 4 sees job 0 at 0.5 and requeues job 1
+    # utilisation says 30 + 30 % fits: packed; the contention watch sees job 0 at 0.5 and requeues job 1
     specs = [spec(0, 0, 1000), spec(1, 10, 100, profile=1)]
     res, j = run(specs, pair_knowledge=mode)
     s = summary(res)

@@ -12,7 +12,8 @@ from slurm_plugin.slurm.gres import (
     parse_index_list,
     shard_usage,
 )
-from slurm_plugin.slurm.model import GresItem, Job
+from packer.gres import GresItem
+from slurm_plugin.slurm.model import Job
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from slurm_plugin.slurm.errors import SlurmParseError
-from slurm_plugin.slurm.model import GresItem, SlurmVersion
+from packer.gres import GresItem
+from slurm_plugin.slurm.model import SlurmVersion
 from slurm_plugin.slurm.parse import (
     decode_exit_code,
     detect_dialect,

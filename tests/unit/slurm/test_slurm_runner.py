@@ -14,7 +14,8 @@ from slurm_plugin.slurm.errors import (
     SlurmTimeoutError,
 )
 from slurm_plugin.slurm.fake import FakeSlurm, UnsupportedCommand
-from slurm_plugin.slurm.model import GresItem, SlurmVersion
+from packer.gres import GresItem
+from slurm_plugin.slurm.model import SlurmVersion
 from slurm_plugin.slurm.runner import CommandResult, SlurmRunner, subprocess_executor
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "slurm"

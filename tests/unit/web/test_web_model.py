@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from slurm_plugin.slurm.model import GresItem, Job, Node
+from packer.gres import GresItem
+from slurm_plugin.slurm.model import Job, Node
 from slurm_plugin.web.model import EventRow, assemble
 from slurm_plugin.web.slices import AgentJob, Slice, lay_out
 

@@ -6,7 +6,8 @@ from html.parser import HTMLParser
 
 from packer.decision import Estimate
 from packer.samples import JobSample
-from slurm_plugin.slurm.model import GresItem, Job, Node
+from packer.gres import GresItem
+from slurm_plugin.slurm.model import Job, Node
 from slurm_plugin.web import pages
 from slurm_plugin.web.forecasts import ForecastCache
 from packer.curves import partition_capacity

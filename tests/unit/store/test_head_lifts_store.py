@@ -7,6 +7,7 @@ import pytest
 from packer.preemption import Lift
 from store.db import SCHEMA_VERSION, Store
 from store.lifts import HeadLifts
+from tests.unit.store.old_schemas import as_schema
 
 
 def test_lifts_are_written_through_and_read_again_by_a_new_map(tmp_path):
@@ -38,8 +39,7 @@ def test_a_write_goes_to_the_store_of_the_moment(tmp_path):
 def test_a_schema_6_database_gets_the_lifts_table(tmp_path):
     path = tmp_path / "db.sqlite"
     old = Store(path)
-    old.db.execute("drop table head_lifts")
-    old.db.execute("pragma user_version = 6")
+    as_schema(old, 6)
     old.close()
     store = Store(path)
     assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7

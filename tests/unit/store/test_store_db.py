@@ -1,6 +1,7 @@
 import pytest
 
 from store.db import SCHEMA_VERSION, RunRecord, Store, UnmeasuredRun
+from tests.unit.store.old_schemas import as_schema
 
 GIB = 1024**3
 
@@ -131,14 +132,7 @@ def test_a_schema_2_database_gets_the_pair_speeds_table_and_keeps_its_pairs(tmp_
     path = tmp_path / "db.sqlite"
     old = Store(path)
     old.avoid_pair("a", "b", "contention")
-    old.db.execute("drop table pair_speeds")
-    old.db.execute("drop table run_curves")  # schema 4's
-    old.db.execute("drop table slice_journal")  # schema 6's
-    old.db.execute("drop table head_lifts")  # schema 7's
-    for undo in ("drop index idx_runs_fp_bound_ended", "alter table runs drop column lower_bound",
-                 "alter table runs drop column end_state"):  # schema 5's
-        old.db.execute(undo)
-    old.db.execute("pragma user_version = 2")
+    as_schema(old, 2)
     old.close()
     store = Store(path)
     assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
@@ -163,12 +157,7 @@ def test_a_schema_4_database_keeps_its_runs_as_measurements(tmp_path):
     path = tmp_path / "db.sqlite"
     old = Store(path)
     old.record_run(RunRecord(job_id=1, fingerprint="fp", peak_mem_bytes=3 * GIB, started_at=10.0))
-    old.db.execute("drop table slice_journal")  # schema 6's
-    old.db.execute("drop table head_lifts")  # schema 7's
-    for undo in ("drop index idx_runs_fp_bound_ended", "alter table runs drop column lower_bound",
-                 "alter table runs drop column end_state"):
-        old.db.execute(undo)
-    old.db.execute("pragma user_version = 4")
+    as_schema(old, 4)
     old.close()
     store = Store(path)
     (run,) = store.runs("fp")
@@ -176,7 +165,7 @@ def test_a_schema_4_database_keeps_its_runs_as_measurements(tmp_path):
 
 
 def test_a_lower_bound_raises_the_estimate_but_is_never_the_measurement(tmp_path):
-    """Issue 23: a workload needing 15 GiB whose failed run reached 5 GiB; and the other way
+    """A failed run's peak is a lower bound: a workload needing 15 GiB whose failed run reached 5 GiB; and the other way
     round, a completed 4 GiB run after a run that failed at 6 GiB."""
     store = Store(tmp_path / "db.sqlite")
     store.record_run(RunRecord(job_id=1, fingerprint="fp", peak_mem_bytes=5 * GIB, lower_bound=True,

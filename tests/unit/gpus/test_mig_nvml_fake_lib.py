@@ -2,7 +2,7 @@
 
 Unlike test_mig_nvml_backend.py (pynvml functions replaced by mocks), every call here
 runs pynvml's own wrapper, goes through ctypes with the C prototype of nvml.h, and
-reaches a model of H100-80GB GPUs in MIG mode (tests/unit/mig/fake_libnvml.py). Wrong
+reaches a model of H100-80GB GPUs in MIG mode (tests/unit/gpus/fake_libnvml.py). Wrong
 function names, argument types, struct types or versions, handle kinds and buffer sizes
 fail here as they would (or would corrupt memory) on hardware.
 """

@@ -1,4 +1,4 @@
-"""Activity per MIG instance through DCGM's dcgmi: its output as recorded (tests/unit/mig/data,
+"""Activity per MIG instance through DCGM's dcgmi: its output as recorded (tests/unit/gpus/data,
 see its README), DCGM's entity ids mapped to NVML's GPU instance ids, and every way it fails
 said with a reason, never read as a 0."""
 from __future__ import annotations
