@@ -66,10 +66,12 @@ class OomEvidence:
 
 def oom_basis(e: OomEvidence) -> str | None:
     """What an out-of-memory end rests on: MEASURED (the node saw the job's memory at its
-    share's limit), REPORTED (only the job's word), or None when it is no OOM end."""
+    share's limit: its peak, or what it held when it said an allocation failed, both read from
+    the GPU), REPORTED (only the job's word), or None when it is no OOM end."""
     if oom_end(e) is None:
         return None
-    return MEASURED if e.peak_bytes >= FULL_FRACTION * e.limit_bytes else REPORTED
+    measured = max(e.peak_bytes, e.held_bytes or 0.0)
+    return MEASURED if measured >= FULL_FRACTION * e.limit_bytes else REPORTED
 
 
 def oom_end(e: OomEvidence) -> str | None:

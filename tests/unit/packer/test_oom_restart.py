@@ -105,6 +105,9 @@ def test_the_node_measuring_the_limit_lifts_the_job_the_jobs_word_does_not():
     # a report that also finds the job measured at its limit rests on the measurement
     both = OomEvidence(1, 10 * GIB, 9.8 * GIB, asked_bytes=4 * GIB, held_bytes=9.8 * GIB)
     assert decide_oom_restart(both, shards=1, share_bytes=SHARE, max_shards=7).at_head
+    # what it held when it said so is read from the GPU too: at the limit, it is measured
+    held_full = OomEvidence(1, 10 * GIB, 5 * GIB, asked_bytes=1 * GIB, held_bytes=9.7 * GIB)
+    assert oom_basis(held_full) == MEASURED
 
 
 def test_an_output_that_names_no_size_asks_for_the_next_size_up_on_its_word():
