@@ -233,11 +233,10 @@ class Actions:
         return True
 
     def _release_in_place(self, job_id: int) -> int:
-        """Release a held job with the priority Slurm computes for it, no lift; that priority
-        (0 when Slurm does not list it). Raises SlurmError."""
+        """Release a held job with the priority Slurm computes for it, no lift; that priority.
+        Raises SlurmError."""
         self.runner.release(job_id)
-        me = next((j for j in self.runner.jobs_in_play(also=(job_id,)) if j.job_id == job_id), None)
-        return int(me.priority or 0) if me is not None else 0
+        return int(self.runner.job(job_id).priority or 0)
 
     def _release_at_head(self, job_id: int) -> int:
         """Release a held job, lift it above every pending job with a nice and have the
