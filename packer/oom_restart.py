@@ -6,11 +6,18 @@ fails in the job alone, its neighbours keep their memory. What ends the job is t
 partition alone (a framework that preallocates sits at its limit all the time):
 
 - the step exited nonzero, **and**
-- an allocation failed at the share's limit: the job's own report of the failed allocation
-  (what it held plus what it asked for goes past the limit), or, for a job that reports
-  nothing, its measured memory at the limit when it ended (`FULL_FRACTION`).
+- an allocation failed at the share's limit: its measured memory at the limit when it ended
+  (`FULL_FRACTION`), or the job's own word: its report of the failed allocation, or a
+  framework's out-of-memory text in its output (`packer.oom_texts`), what it held (measured)
+  plus what it asked for going past the limit; a text that names no size stands for the next
+  size up.
 
-Where the job may be requeued it goes back to the head of the queue on the next size that
+**Trust** (issue 33's rule): a node measurement at the share's limit is evidence
+(`MEASURED`): the job goes back to the head of the queue. The job's word (`REPORTED`) may
+earn it a retry on a size that holds what it said it needed, capped like the others, at its
+own place in the queue, never a lift above jobs that waited longer.
+
+Where the job may be requeued it goes back on the next size that
 holds what it needed (what it held plus the failed allocation, its measured peak, and the
 forecast of its measured curve when there is one), or a whole GPU; the failed run's peak is
 a lower bound (`packer.run_truth`), never the workload's size. Retries are capped per job and
@@ -25,6 +32,7 @@ from dataclasses import dataclass
 from packer.preemption import restart_size
 
 KIND = "restart-oom"
+MEASURED, REPORTED = "measured", "reported"  # what an OOM end rests on (the node's figures / the job's word)
 #: a job that reports nothing ended with its measured memory at least this share of its limit
 FULL_FRACTION = 0.95
 GIB = 1024**3
@@ -39,6 +47,7 @@ class OomEvidence:
     peak_bytes: float  # its measured peak (the agent's samples)
     asked_bytes: float | None = None  # the allocation that failed (the job's report; None: none)
     held_bytes: float | None = None  # what it held when that allocation failed
+    said_oom: bool = False  # its output named an out-of-memory failure (a framework's text)
 
     def __post_init__(self) -> None:
         if self.limit_bytes <= 0:
@@ -55,6 +64,16 @@ class OomEvidence:
         return max(self.peak_bytes, held + self.asked_bytes)
 
 
+def oom_basis(e: OomEvidence) -> str | None:
+    """What an out-of-memory end rests on: MEASURED (the node saw the job's memory at its
+    share's limit: its peak, or what it held when it said an allocation failed, both read from
+    the GPU), REPORTED (only the job's word), or None when it is no OOM end."""
+    if oom_end(e) is None:
+        return None
+    measured = max(e.peak_bytes, e.held_bytes or 0.0)
+    return MEASURED if measured >= FULL_FRACTION * e.limit_bytes else REPORTED
+
+
 def oom_end(e: OomEvidence) -> str | None:
     """Why this end is an out-of-memory end in the share, or None when it is not one."""
     if e.exit_code == 0:
@@ -67,6 +86,9 @@ def oom_end(e: OomEvidence) -> str | None:
         return None  # it failed an allocation that fitted: not its share's limit
     if e.peak_bytes >= FULL_FRACTION * e.limit_bytes:
         return f"exit {e.exit_code} with its memory at its {gib:.2f}GiB share ({e.peak_bytes / GIB:.2f}GiB)"
+    if e.said_oom:
+        return (f"exit {e.exit_code}: its output names an out-of-memory failure (no size) in its {gib:.2f}GiB "
+                f"share, {e.peak_bytes / GIB:.2f}GiB measured")
     return None
 
 
@@ -82,14 +104,17 @@ class OomRetryLimits:
 
 @dataclass(frozen=True)
 class OomDecision:
-    """Requeue at the head on `shards` (None: a whole GPU), or leave it FAILED (`requeue`
-    False); `reason` says which and why."""
+    """Requeue on `shards` (None: a whole GPU), or leave it FAILED (`requeue` False); `reason`
+    says which and why. `at_head`: the requeued job is lifted to the head of the queue (only
+    on MEASURED evidence); else it keeps its own place."""
 
     requeue: bool
     reason: str
     shards: int | None = None
     need_bytes: float = 0.0  # what the next run must hold
     lower_bound_bytes: float = 0.0  # the failed run's peak: a bound, never the workload's size
+    evidence: str | None = None  # MEASURED | REPORTED (None: no OOM end)
+    at_head: bool = False
 
     @property
     def whole_gpu(self) -> bool:
@@ -107,13 +132,14 @@ def decide_oom_restart(e: OomEvidence, *, shards: int, share_bytes: float, max_s
     `remembered_shards`: the workload's remembered size; `whole_gpu_allowed`: False where
     Slurm cannot turn a shard job into a GPU job (22.05)."""
     why = oom_end(e)
+    basis = oom_basis(e)
     bound = e.peak_bytes
     if why is None:
         return OomDecision(False, "not an out-of-memory end in its share", lower_bound_bytes=bound)
     need = max(e.wanted_bytes, e.peak_bytes, forecast_bytes or 0.0, e.limit_bytes + 1)
 
     def left(reason: str) -> OomDecision:
-        return OomDecision(False, f"{why}; left FAILED: {reason}", None, need, bound)
+        return OomDecision(False, f"{why}; left FAILED: {reason}", None, need, bound, basis)
 
     if not requeueable:
         return left("it may not be requeued (--no-requeue)")
@@ -131,8 +157,10 @@ def decide_oom_restart(e: OomEvidence, *, shards: int, share_bytes: float, max_s
         return left(f"it needs a whole GPU ({need / GIB:.1f}GiB) and this Slurm cannot turn a shard job "
                     "into a GPU job; its next run is exclusive (size remembered)")
     target = "a whole GPU" if to is None else f"shard:{to}"
-    return OomDecision(True, f"{why}; requeued at the head on {target} (needs {need / GIB:.1f}GiB, "
-                             f"retry {job_retries + 1} of {limits.per_job})", to, need, bound)
+    at_head = basis == MEASURED
+    where = "at the head" if at_head else "at its own place in the queue (the job's word, not measured)"
+    return OomDecision(True, f"{why}; requeued {where} on {target} (needs {need / GIB:.1f}GiB, "
+                             f"retry {job_retries + 1} of {limits.per_job})", to, need, bound, basis, at_head)
 
 
 def judge_oom_retry(mode: str, end_state: str | None) -> tuple[str, str] | None:

@@ -7,6 +7,13 @@ alone times that speed), which is all the GPU's counters ever sample. Reporting 
 to the node agent is optional (``--no-report``: a job that says nothing, like most real
 training jobs).
 
+Out of memory: when an allocation fails (past its MIG slice or its MPS limit) it prints what a
+real framework's process prints to stderr (``--framework pytorch|jax|tensorflow|cuda``, the
+texts of `packer.oom_texts`) and exits 1, as a Python process does on an uncaught exception
+(and a CUDA sample on its failed check). It tells the node agent nothing of it unless
+``--oom-report`` stands for a site's opt-in out-of-memory observer (``alloc_failed``: what it
+asked for and held).
+
 Checkpoints (``--checkpoint-every N``): every N iterations, and at once on SIGUSR1 (the
 regroup watch's checkpoint signal, ``--signal=B:USR1@T``) after finishing the iteration it
 is in, the workload prints ``simgpu: checkpoint at <unix time> ...`` and reports the
@@ -37,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
+from packer.oom_texts import FRAMEWORKS, PYTORCH, render
 from simjobs import pairs
 
 log = logging.getLogger(__name__)
@@ -117,11 +125,10 @@ def parse_size(text: str) -> int:
     return int(value)
 
 
-def oom_message(asked: int, capacity: int, used: int, gpu: int | None) -> str:
-    free = max(capacity - used, 0)
-    return (f"torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate {asked / MIB:.2f} MiB "
-            f"(GPU {gpu if gpu is not None else 0}; {capacity / GIB:.2f} GiB total capacity; "
-            f"{used / GIB:.2f} GiB already allocated; {free / MIB:.2f} MiB free)")
+def oom_message(asked: int, capacity: int, used: int, gpu: int | None, framework: str = PYTORCH) -> str:
+    """What ``framework``'s process prints when an allocation of ``asked`` fails with ``used``
+    held of ``capacity`` (`packer.oom_texts.render`)."""
+    return render(framework, asked, used, capacity, gpu if gpu is not None else 0)
 
 
 def _no_agent_client(path: str, body: dict, timeout: float) -> dict:
@@ -202,11 +209,17 @@ class _Reporter:
 def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload: str | None,
         grow_iters: int | None = None, grow_after: int = 0, env: dict[str, str] | None = None, report_every_s: float = 0.5, report: bool = True,
         checkpoint_every: int = 0, out: TextIO = sys.stdout, err: TextIO = sys.stderr, backend=None,
-        ask: Callable[[str, dict, float], dict] | None = None) -> int:
+        ask: Callable[[str, dict, float], dict] | None = None, framework: str = PYTORCH,
+        oom_report: bool = False) -> int:
     """Run the workload; returns the process exit status (0 done, 1 out of memory, 2 setup).
     ``ask`` sends one request to the node agent (`slurm_plugin.agent.client.ask`, passed in by
-    the command, so the simulated jobs do not import the agent); without it no report goes out."""
+    the command, so the simulated jobs do not import the agent); without it no report goes out.
+    ``framework``: whose out-of-memory text it prints; ``oom_report``: it also tells the agent of
+    a failed allocation (an opt-in observer; off, like a real job)."""
     from mig.errors import MigError
+
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework must be one of {FRAMEWORKS}, got {framework!r}")
 
     env = dict(os.environ if env is None else env)
     from gpus.sim.caps import CapError
@@ -223,8 +236,9 @@ def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload
         capacity = min(capacity, target.mem_limit_bytes)
     default_speed = float(env.get("GPUPACK_SIM_DEFAULT_PAIR_SPEED", pairs.DEFAULT_PAIR_SPEED))
     reporter = _Reporter(target, workload, report_every_s, ask) if report else None
+    observer = (reporter or _Reporter(target, workload, report_every_s, ask)) if oom_report else None
     engines = _Engines(gpu, device, target.owner, workload, default_speed, target.mps, env)
-    memory = _Memory(gpu, device, target.owner, capacity, gpu_index, err, reporter)
+    memory = _Memory(gpu, device, target.owner, capacity, gpu_index, err, observer, framework)
     stopping = _StopSignal()
     checkpoints = _Checkpoints(checkpoint_every, iter_ms, reporter, out)
     old = signal.signal(signal.SIGTERM, stopping)
@@ -375,10 +389,11 @@ class _Memory:
     limit); an allocation past either fails like CUDA's, with its message."""
 
     def __init__(self, gpu, device: str, owner: str, capacity: int, gpu_index: int, err: TextIO,
-                 reporter: _Reporter | None = None):
+                 reporter: _Reporter | None = None, framework: str = PYTORCH):
         self.gpu, self.device, self.owner = gpu, device, owner
         self.capacity, self.gpu_index, self.err = capacity, gpu_index, err
-        self.reporter = reporter  # told of a failed allocation (as a framework's OOM observer would)
+        self.reporter = reporter  # told of a failed allocation (an opt-in OOM observer; None: a real job)
+        self.framework = framework  # whose out-of-memory text it prints
         self.held = 0
 
     def alloc(self, n: int) -> bool:
@@ -389,7 +404,8 @@ class _Memory:
                 raise GpuOutOfMemoryError("over the MPS memory limit")
             self.gpu.alloc_memory(self.device, self.owner, n)
         except GpuOutOfMemoryError:
-            print(oom_message(n, self.capacity, self.held, self.gpu_index), file=self.err, flush=True)
+            print(oom_message(n, self.capacity, self.held, self.gpu_index, self.framework), file=self.err,
+                  end="", flush=True)
             if self.reporter is not None:
                 self.reporter.alloc_failed(n, self.held)
             return False

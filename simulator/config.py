@@ -73,6 +73,12 @@ class SimConfig:
     # skip_requeue_delay`, at its next round), so by default a requeued job waits one round
     cred_expire_s: float = 120.0
     skip_requeue_delay: bool = True
+    # silent jobs (issue 35): the share of one-GPU jobs whose out-of-memory end is seen only
+    # through their output (a framework's text: the job's word, retried like a report) and the
+    # share where it is not seen at all (only a measurement at the share's limit is); the rest
+    # report it (an opt-in observer). Drawn per job from its id.
+    oom_output_share: float = 0.0
+    oom_unseen_share: float = 0.0
     # a site's own rules (`gpupack simulate --config FILE`: its gpupack.toml's [monitor] table,
     # as the helper reads it): restart costs, grow and regroup thresholds. The fields above
     # (the command's flags) still override what they name. None: the suite's defaults.

@@ -23,6 +23,14 @@ the allocation that failed (a jump: the whole step; a linear grower: one sample'
 or left FAILED once its retries are spent (``OomRetryLimits``; a trace job has no identity
 across jobs, so its workload's retries are its own). Counted: jobs retried, jobs left
 FAILED, the work their failed attempts lost.
+
+Silent jobs (``SimConfig.oom_output_share``, ``oom_unseen_share``; issue 35): a one-GPU job's
+end is seen through its report, through its output only (a framework's text: the same
+evidence, the job's word), or not at all, drawn per job (`oom_seen`). Unseen, it is an
+out-of-memory end only when the node measured it at its share's limit (a linear grower);
+a jump that fails far below its limit is a **miss**: the job ends FAILED instead of being
+retried (counted with the GPU-hours its attempts held). The replay requeues every retried
+job at the head (a retry on the job's word keeps its own place live; not modelled here).
 """
 from __future__ import annotations
 
@@ -36,6 +44,21 @@ from simulator.state import Job
 
 if TYPE_CHECKING:
     from simulator.mig_state import MigState
+
+
+SEEN_REPORT, SEEN_OUTPUT, UNSEEN = "report", "output", "unseen"
+
+
+def oom_seen(job_id: int, gpus: int, output_share: float, unseen_share: float) -> str:
+    """How a job's out-of-memory end is seen: its report, its output only, or not at all
+    (one-GPU jobs only; a fixed draw from the job's id, the same in every run)."""
+    if not (0 <= output_share <= 1 and 0 <= unseen_share <= 1 and output_share + unseen_share <= 1):
+        raise ValueError(f"output_share {output_share} and unseen_share {unseen_share} must be shares summing to 1 "
+                         "at most")
+    if gpus != 1:
+        return SEEN_REPORT
+    u = ((job_id * 2654435761 + 0x9E3779B9) % (1 << 32)) / float(1 << 32)
+    return UNSEEN if u < unseen_share else SEEN_OUTPUT if u < unseen_share + output_share else SEEN_REPORT
 
 
 def mem_now(j: Job, now: float) -> int:
@@ -67,6 +90,12 @@ class MemoryRestarts:
         self.oom_retried: set[int] = set()  # jobs requeued bigger after an out-of-memory
         self.oom_left_failed = 0  # jobs left FAILED (retries spent)
         self.oom_lost_s = 0.0  # work their out-of-memory attempts lost
+        self.oom_lost_gpu_s = 0.0  # GPU-seconds those attempts held (their share of a GPU)
+        self.oom_retried_output: set[int] = set()  # retried on their output's word alone
+        self.oom_missed = 0  # out-of-memory ends nobody saw: FAILED instead of retried
+        self.oom_missed_gpu_s = 0.0  # GPU-seconds the missed jobs' last attempts held
+        self.oom_missed_work_gpu_s = 0.0  # GPU-seconds of work the missed jobs never delivered (whole runs)
+        oom_seen(0, 1, cfg.oom_output_share, cfg.oom_unseen_share)  # bad shares refused at the start
 
     def sizes(self) -> tuple[int, ...]:
         """The sizes a job may get, bytes: MIG instances, or share counts and the whole GPU."""
@@ -134,13 +163,19 @@ class MemoryRestarts:
     def summary(self) -> dict:
         return {"memory_warnings_restarted": self.warnings_restarted,
                 "memory_warnings_kept": self.warnings_kept, "oom_jobs_retried": len(self.oom_retried),
-                "oom_jobs_left_failed": self.oom_left_failed, "oom_lost_work_s": round(self.oom_lost_s, 1)}
+                "oom_jobs_left_failed": self.oom_left_failed, "oom_lost_work_s": round(self.oom_lost_s, 1),
+                "oom_lost_gpu_h": round(self.oom_lost_gpu_s / 3600.0, 2),
+                "oom_retried_on_output": len(self.oom_retried_output), "oom_missed": self.oom_missed,
+                "oom_missed_lost_gpu_h": round(self.oom_missed_gpu_s / 3600.0, 2),
+                "oom_missed_work_gpu_h": round(self.oom_missed_work_gpu_s / 3600.0, 2)}
 
     def retry_oom(self, job: Job, now: float) -> bool:
         """The job ran out of memory in its share: requeue it bigger (True, its size
         remembered) or leave it FAILED (False), as the live OOM watch decides."""
         done = job.done + (now - job.last_t) * job.rate
         self.oom_lost_s += max(0.0, done)
+        held_gpu_s = max(0.0, now - job.start) * min(1.0, job.cap / self.gpu_mem) * max(1, job.gpus)
+        self.oom_lost_gpu_s += held_gpu_s
         limit = job.room or job.cap
         if job.mem0 > limit:  # could not even get its starting memory
             held, asked = 0, job.mem0
@@ -149,14 +184,23 @@ class MemoryRestarts:
         else:
             held, asked = limit, max(1, (job.mem1 - job.mem0) // max(1, self.cfg.predictor_samples))
         share = self.pk.share_bytes
-        d = decide_oom_restart(OomEvidence(1, limit, held, asked, held), shards=max(1, job.cap // share),
+        seen = oom_seen(job.id, job.gpus, self.cfg.oom_output_share, self.cfg.oom_unseen_share)
+        evidence = (OomEvidence(1, limit, held) if seen == UNSEEN  # only what the node measured
+                    else OomEvidence(1, limit, held, asked, held))
+        d = decide_oom_restart(evidence, shards=max(1, job.cap // share),
                                share_bytes=share, max_shards=max_shards(self.pk), job_retries=job.oom_restarts,
                                workload_retries=job.oom_restarts, limits=self.oom_limits)
         if not d.requeue:
             self.oom_left_failed += 1
+            if d.evidence is None:  # not seen as an out-of-memory end at all: a miss
+                self.oom_missed += 1
+                self.oom_missed_gpu_s += held_gpu_s
+                self.oom_missed_work_gpu_s += job.duration * min(1.0, job.cap / self.gpu_mem) * max(1, job.gpus)
             return False
         job.oom_restarts += 1
         self.oom_retried.add(job.id)
+        if seen == SEEN_OUTPUT:
+            self.oom_retried_output.add(job.id)
         fits = [s for s in self.sizes() if s >= d.need_bytes and s > job.cap]
         size = self.gpu_mem if d.whole_gpu or not fits else fits[0]
         job.remembered = max(job.remembered, size)

@@ -14,7 +14,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -174,9 +174,15 @@ def status(link: AgentLink, node: str, timeout: float | None = None) -> dict:
     return link.call(node, "status", {}, timeout)
 
 
-def push_jobs(link: AgentLink, node: str, job_ids: list[int], generation: int) -> None:
-    """The jobs Slurm runs on ``node`` now (the agent frees the isolation of the others)."""
-    link.call(node, "jobs", {"job_ids": sorted(int(j) for j in job_ids), "generation": int(generation)})
+def push_jobs(link: AgentLink, node: str, job_ids: list[int], generation: int,
+              outputs: Mapping[int, dict] | None = None) -> None:
+    """The jobs Slurm runs on ``node`` now (the agent frees the isolation of the others), and
+    where each writes its output (``{job: {"uid", "paths"}}``, Slurm's record; the agent reads
+    an ended step's tail with the user's rights)."""
+    body: dict = {"job_ids": sorted(int(j) for j in job_ids), "generation": int(generation)}
+    if outputs:
+        body["outputs"] = {str(int(j)): v for j, v in outputs.items()}
+    link.call(node, "jobs", body)
 
 
 def send_layout(link: AgentLink, node: str, policy: str, pending_shards: list[int], generation: int) -> list[dict]:

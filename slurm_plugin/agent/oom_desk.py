@@ -10,7 +10,9 @@ from typing import Protocol
 
 from mig.backend import GpuBackend
 from mig.errors import MigError
+from packer.oom_texts import OomText, find_oom
 from slurm_plugin.agent.oom_ends import OomEnds
+from slurm_plugin.agent.output_tail import read_tails
 from slurm_plugin.agent.paths import AgentError
 from slurm_plugin.agent.sampler import Sampler
 from slurm_plugin.agent.state import Assignment
@@ -29,6 +31,7 @@ class DeskAgent(Protocol):
     jobs: dict[int, Assignment]
     sampler: Sampler
     oom_ends: OomEnds
+    list_running_jobs: object  # a slurm_jobs.PushedJobs (``output_of``), or another lister
 
 
 class OomDesk:
@@ -36,14 +39,51 @@ class OomDesk:
         self.agent = agent
 
     def task_exit(self, job_id: int, step_id: int, exit_code: int) -> str:
-        """A task of a step exited: "hold" while its out-of-memory end waits for the helper."""
+        """A task of a step exited: "hold" while its out-of-memory end waits for the helper.
+
+        A packed job's nonzero end that has no OOM end yet has its output's tail read first
+        (outside the agent's lock: a slow file system stalls this call only) for a framework's
+        out-of-memory text: the job's word, which `oom_ends` weighs as such."""
+        ends = self.agent.oom_ends
+        with self.agent.lock:
+            a = self.agent.jobs.get(job_id)
+            if a is None:
+                return "done"
+            limit = self.memory_limit(a)
+            look = ends.may_be_oom(a, exit_code, limit) and not ends.has_end(a)
+        said = self.said_in_output(a) if look else None
         with self.agent.lock:
             a = self.agent.jobs.get(job_id)
             if a is None:
                 return "done"
             if exit_code and a.device_uuid:
                 self.agent.sampler.sample(a, self.agent.clock())  # what it held at the end, from the GPU
-            return self.agent.oom_ends.task_exit(a, step_id, exit_code, self.memory_limit(a))
+            return ends.task_exit(a, step_id, exit_code, limit, said)
+
+    def said_in_output(self, a: Assignment) -> OomText | None:
+        """A framework's out-of-memory text at the end of the job's output (Slurm's StdErr and
+        StdOut paths, read as its user could: `output_tail`), or None."""
+        outputs = getattr(self.agent.list_running_jobs, "output_of", None)
+        where = outputs(a.job_id) if outputs is not None else None
+        if where is None:
+            return None
+        if a.uid is not None and a.uid != where.uid:
+            log.warning("job %d: Slurm says its user is uid %d, its steps ran as uid %d: its output is not read",
+                        a.job_id, where.uid, a.uid)
+            return None
+        for tail in read_tails(where.paths, where.uid):
+            found = find_oom(tail.text)
+            if found is None:
+                continue
+            total = 1024**2 * max((g.memory_mib for g in self.agent.backend.list_gpus()), default=0)
+            if found.requested_bytes is not None and found.requested_bytes > total:
+                log.warning("job %d: its output names an allocation of %d bytes, more than a whole GPU here (%d): "
+                            "not one a bigger share would hold", a.job_id, found.requested_bytes, total)
+                return None
+            log.info("job %d: its output names an out-of-memory failure (%s, %s): %s", a.job_id, found.framework,
+                     found.text_id, found.line[:200])
+            return found
+        return None
 
     def memory_limit(self, a: Assignment) -> int | None:
         """Bytes the job's share lets it hold: its MPS limit, else its MIG slice's memory."""

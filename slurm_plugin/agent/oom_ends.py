@@ -2,10 +2,14 @@
 
 The evidence comes from the node: the step's exit status (the SPANK plugin's task-exit
 hook, in slurmstepd, before slurmd tells slurmctld the job ended), what the job held on the
-GPU (the GPU's own accounting, sampled by the agent), and the failed allocation the job
-reported itself (`alloc_failed`, as a framework's out-of-memory observer would; the size it
-asked for is bounded, the memory it held is never taken from it). Whether that is an
-out-of-memory end is `packer.oom_restart.oom_end`.
+GPU (the GPU's own accounting, sampled by the agent), and the job's word: the failed
+allocation it reported itself (`alloc_failed`, as a framework's out-of-memory observer would),
+or, for a job that reports nothing, a framework's out-of-memory text in the tail of its output
+(`packer.oom_texts`, read by `oom_desk` with the user's rights). The size it asked for is
+bounded, the memory it held is never taken from it. Whether that is an out-of-memory end is
+`packer.oom_restart.oom_end`; `evidence` says what it rests on (measured: the node saw its
+memory at the share's limit, the helper requeues it at the head; reported: only the job's word,
+a retry at its own place in the queue).
 
 An OOM end **holds** the step's end: the plugin asks again every half second until the helper
 settles it (it requeued the job, or decided not to) or `HOLD_S` passes, so the helper can
@@ -19,7 +23,8 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from packer.oom_restart import OomEvidence, oom_end
+from packer.oom_restart import OomEvidence, oom_basis, oom_end
+from packer.oom_texts import OomText
 from slurm_plugin.agent.state import Assignment
 
 log = logging.getLogger(__name__)
@@ -48,10 +53,15 @@ class OomEnd:
     reason: str
     started_at: float | None = None
     settled: str | None = None  # the helper's answer ("requeued", "left", ...)
+    evidence: str = "measured"  # measured | reported (`packer.oom_restart.oom_basis`)
+    seen_in: str | None = None  # where the job's word came from: "report", "output:<framework>:<text>"
+    said_line: str | None = None  # the output's line (cut), for the operator
+    said_oom: bool = False  # its output named an out-of-memory failure
 
     @property
-    def evidence(self) -> OomEvidence:
-        return OomEvidence(self.exit_code, self.limit_bytes, self.peak_bytes, self.asked_bytes, self.held_bytes)
+    def oom_evidence(self) -> OomEvidence:
+        return OomEvidence(self.exit_code, self.limit_bytes, self.peak_bytes, self.asked_bytes, self.held_bytes,
+                           self.said_oom)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -71,27 +81,45 @@ class OomEnds:
     def alloc_failed(self, job_id: int, asked: int, held: int) -> None:
         self.failed_allocs[job_id] = (asked, held)
 
-    def task_exit(self, a: Assignment, step_id: int, exit_code: int, limit_bytes: int | None) -> str:
-        """HOLD while the helper has not answered an OOM end of this packed job, else DONE."""
+    @staticmethod
+    def may_be_oom(a: Assignment, exit_code: int, limit_bytes: int | None) -> bool:
+        """Whether an end like this one could be an OOM end in a share at all."""
+        return exit_code != 0 and a.kind in ("mig", "mps") and bool(limit_bytes)
+
+    def has_end(self, a: Assignment) -> bool:
+        end = self.ends.get(a.job_id)
+        return end is not None and end.started_at == a.started_at
+
+    def task_exit(self, a: Assignment, step_id: int, exit_code: int, limit_bytes: int | None,
+                  said: OomText | None = None) -> str:
+        """HOLD while the helper has not answered an OOM end of this packed job, else DONE.
+        ``said``: a framework's out-of-memory text found in the job's output (its word)."""
         now = self.clock()
         self._forget_old(now)
         end = self.ends.get(a.job_id)
         if end is not None and end.started_at != a.started_at:  # an earlier run of a requeued job
             end = self.ends.pop(a.job_id)  and None
         if end is None:
-            if exit_code == 0 or a.kind not in ("mig", "mps") or not limit_bytes:
+            if not self.may_be_oom(a, exit_code, limit_bytes):
                 return DONE
+            assert limit_bytes is not None
             asked, held = self.failed_allocs.pop(a.job_id, (None, None))
+            seen_in = "report" if asked is not None else None
             peak = max(a.peak_mem_bytes, a.last_mem_bytes)
-            ev = OomEvidence(exit_code, limit_bytes, peak, asked, held)
+            if asked is None and said is not None:  # its output's word: held is what the node measured
+                asked, held = said.requested_bytes, (peak if said.requested_bytes is not None else None)
+                seen_in = f"output:{said.framework}:{said.text_id}"
+            ev = OomEvidence(exit_code, limit_bytes, peak, asked, held, said_oom=said is not None)
             why = oom_end(ev)
             if why is None:
                 return DONE
             end = self.ends[a.job_id] = OomEnd(a.job_id, self.node, a.gpu_index, a.isolation, a.shards, step_id,
                                                exit_code, int(limit_bytes), int(peak), asked, held, now, why,
-                                               a.started_at)
-            log.warning("job %d step %d ended out of memory in its share (%s): its end waits up to %.0fs for "
-                        "the helper", a.job_id, step_id, why, self.hold_s)
+                                               a.started_at, evidence=oom_basis(ev) or "measured", seen_in=seen_in,
+                                               said_line=said.line[:300] if said is not None else None,
+                                               said_oom=said is not None)
+            log.warning("job %d step %d ended out of memory in its share (%s; %s): its end waits up to %.0fs for "
+                        "the helper", a.job_id, step_id, why, end.evidence, self.hold_s)
         if end.settled is not None or now - end.at >= self.hold_s:
             return DONE
         return HOLD

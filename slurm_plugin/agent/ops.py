@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from slurm_plugin.agent.daemon import NodeAgent
 from slurm_plugin.agent.paths import AgentError
+from slurm_plugin.agent.slurm_jobs import parse_outputs
 from slurm_plugin.agent.trust import Peer
 
 LINK_OPS = frozenset({"ping", "hello", "samples", "status", "layout", "finish", "jobs", "finals", "ack_finals",
@@ -127,8 +128,12 @@ def _jobs(agent: NodeAgent, body: dict, peer: Peer) -> dict:
         raise AgentError("this agent does not take job lists (started with another job lister)")
     generation = _int(body, "generation")
     agent.generations.take("jobs", generation)  # kept across restarts (a StalePlan is refused)
+    outputs = parse_outputs(body.get("outputs"))
     if not pushed(_ints(body, "job_ids"), generation):
         raise ValueError(f"job list generation {generation} is older than the one this agent has")
+    take = getattr(agent.list_running_jobs, "take_outputs", None)
+    if take is not None:
+        take(outputs)
     return {"status": "ok", "node": agent.node}
 
 

@@ -16,8 +16,39 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 PUSHED_JOBS_MAX_AGE_S = 60.0
+MAX_OUTPUTS = 10000  # jobs whose output paths one list may carry
+
+
+@dataclass(frozen=True)
+class JobOutput:
+    """Where Slurm writes a job's output and whose it is (Slurm's record, through the helper)."""
+
+    uid: int
+    paths: tuple[str, ...]
+
+
+def parse_outputs(raw: object) -> dict[int, JobOutput]:
+    """The helper's ``outputs`` (``{"job": {"uid": int, "paths": [abs path, ...]}}``);
+    ValueError on anything else (the whole list is refused, nothing half taken)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or len(raw) > MAX_OUTPUTS:
+        raise ValueError(f"outputs must be an object of at most {MAX_OUTPUTS} jobs")
+    out: dict[int, JobOutput] = {}
+    for key, value in raw.items():
+        if not isinstance(key, str) or not key.isdigit() or not isinstance(value, dict):
+            raise ValueError(f"outputs: bad entry for {key!r}")
+        uid, paths = value.get("uid"), value.get("paths")
+        if isinstance(uid, bool) or not isinstance(uid, int) or uid < 0:
+            raise ValueError(f"outputs: job {key}: uid must be a non-negative integer")
+        if (not isinstance(paths, list) or not 0 < len(paths) <= 2
+                or not all(isinstance(p, str) and p.startswith("/") and len(p) <= 4096 for p in paths)):
+            raise ValueError(f"outputs: job {key}: paths must be one or two absolute paths")
+        out[int(key)] = JobOutput(uid, tuple(paths))
+    return out
 
 
 class PushedJobs:
@@ -29,8 +60,20 @@ class PushedJobs:
         self.generation = -1
         self.lists = 0  # lists of newer generations taken since the agent started
         self._jobs: set[int] | None = None
+        self._outputs: dict[int, JobOutput] = {}
         self._at = 0.0
         self._lock = threading.Lock()
+
+    def take_outputs(self, outputs: dict[int, JobOutput]) -> None:
+        """Where the listed jobs write their output (kept for a job until a list leaves it out:
+        a step that ends just after its job left the list is still read)."""
+        with self._lock:
+            listed = self._jobs or set()
+            self._outputs = {**{j: o for j, o in self._outputs.items() if j in listed}, **outputs}
+
+    def output_of(self, job_id: int) -> JobOutput | None:
+        with self._lock:
+            return self._outputs.get(job_id)
 
     def update(self, job_ids: list[int], generation: int) -> bool:
         """Take a pushed list; False (and nothing taken) when ``generation`` is older than the last."""

@@ -44,12 +44,19 @@ def simgpu() -> None:
 @click.option("--checkpoint-every", type=click.IntRange(0), default=0, show_default=True,
               help="Checkpoint every N iterations and report it to the agent (0: never by itself); on "
               "SIGUSR1 it checkpoints at once, after the iteration it is in.")
+@click.option("--framework", type=click.Choice(["pytorch", "jax", "tensorflow", "cuda"]), default="pytorch",
+              show_default=True, help="Whose out-of-memory error it prints to stderr when an allocation fails.")
+@click.option("--oom-report/--no-oom-report", default=False, show_default=True,
+              help="Also tell the node agent of a failed allocation (alloc_failed: what it asked for and "
+              "held), as a site's opt-in out-of-memory observer would; a real job tells nothing.")
 def run(mem_start: int, mem_growth: int, grow_iters: int | None, grow_after: int, iters: int, iter_ms: float,
-        workload: str | None, report_every: float, report: bool, checkpoint_every: int) -> None:
+        workload: str | None, report_every: float, report: bool, checkpoint_every: int, framework: str,
+        oom_report: bool) -> None:
     """Run inside a job: allocate on the simulated GPU it was given, grow, report progress.
 
-    Dies with `CUDA out of memory` (exit 1) when it outgrows its partition (a MIG slice, or its
-    MPS memory limit), after telling the node agent what it asked for and held.
+    When it outgrows its partition (a MIG slice, or its MPS memory limit) it dies as a real
+    framework's process does: its out-of-memory error on stderr (--framework), exit 1, and
+    nothing told to the node agent unless --oom-report.
     """
     from simjobs.workload import run as run_workload
     from slurm_plugin.agent.client import ask
@@ -58,7 +65,8 @@ def run(mem_start: int, mem_growth: int, grow_iters: int | None, grow_after: int
                                   grow_after=grow_after,
                                   iters=iters, iter_ms=iter_ms,
                                   workload=workload, report_every_s=report_every, report=report,
-                                  checkpoint_every=checkpoint_every, ask=ask))
+                                  checkpoint_every=checkpoint_every, ask=ask, framework=framework,
+                                  oom_report=oom_report))
 
 
 @simgpu.command("counters-bench")

@@ -49,6 +49,14 @@ def workload_options(fn):
                      expose_value=False, callback=lambda ctx, _p, v: ctx.meta.__setitem__("jump_fraction", v),
                      help="Share of the growing jobs whose memory jumps in one step (contained in "
                           "its share, requeued bigger: restart-oom) instead of rising linearly."),
+        click.option("--oom-output-share", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+                     expose_value=False, callback=lambda ctx, _p, v: ctx.meta.__setitem__("oom_output_share", v),
+                     help="Share of one-GPU jobs whose out-of-memory end is seen only through their "
+                          "output (a framework's text; retried on the job's word)."),
+        click.option("--oom-unseen-share", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+                     expose_value=False, callback=lambda ctx, _p, v: ctx.meta.__setitem__("oom_unseen_share", v),
+                     help="Share of one-GPU jobs whose out-of-memory end is not seen at all (only a "
+                          "measurement at the share's limit tells): a jump far below it ends FAILED."),
         click.option("--data-dir", type=click.Path(file_okay=False), default=None,
                      help="Folder with philly_jobs.csv, workload_profiles.csv, "
                           "colocation_pairs.csv (default: $GPUPACK_DATA_DIR or shared/data/traces)."),
@@ -225,7 +233,13 @@ def _config(policy, predictor, gpus, gpu_model, bf_depth, corunner_rule, mig_sta
     if max_jobs_per_gpu is not None:
         per_gpu = ({"max_jobs_per_gpu": max_jobs_per_gpu} if policy == "colocate" else
                    {"shard_jobs_per_gpu": max_jobs_per_gpu} if policy == "shard-fixed" else {})
-    return SimConfig(**per_gpu, policy=policy, gpus=gpus, gpu_model=gpu_model, predictor=predictor,
+    ctx = click.get_current_context(silent=True)
+    meta = ctx.meta if ctx is not None else {}
+    silent = {k: meta[k] for k in ("oom_output_share", "oom_unseen_share") if k in meta}
+    if sum(silent.values()) > 1:
+        raise click.UsageError("--oom-output-share and --oom-unseen-share are shares of the same jobs: "
+                               "their sum must be 1 at most")
+    return SimConfig(**per_gpu, **silent, policy=policy, gpus=gpus, gpu_model=gpu_model, predictor=predictor,
                      bf_depth=bf_depth, corunner_rule=corunner_rule,
                      mig_static_layout=mig_static_layout,
                      mig_static_fraction=mig_static_fraction, pair_predict=pair_predict,
@@ -271,6 +285,11 @@ def _human(s: dict) -> str:
         f"{s['oom_restarts']}, early restarts (predictor) {s['predictive_restarts']} "
         f"({s['memory_warnings_kept']} warnings kept running: a restart priced higher), MIG "
         f"reconfigurations {s['mig_reconfigurations']}",
+        f"  out of memory in a share: {s['oom_jobs_retried']} jobs retried "
+        f"({s.get('oom_retried_on_output', 0)} on their output's word), {s['oom_jobs_left_failed']} left "
+        f"FAILED ({s.get('oom_missed', 0)} never seen), {s.get('oom_lost_gpu_h', 0.0):.1f} GPU-h lost to "
+        f"their failed attempts ({s.get('oom_missed_lost_gpu_h', 0.0):.1f} by the unseen, whose "
+        f"{s.get('oom_missed_work_gpu_h', 0.0):.1f} GPU-h of work never ran to its end)",
         f"  jobs failed {s['jobs_failed']} ({s['pair_failures']} attempts beside a pair that "
         f"cannot run together), restarted {s['jobs_restarted']}, work lost "
         f"{s['lost_gpu_h']:.1f} GPU-h",

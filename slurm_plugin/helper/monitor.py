@@ -75,7 +75,7 @@ from slurm_plugin.helper.agreement import Agreement, expected_from, log_agreemen
 from slurm_plugin.helper.kill_switch import RUN_WHILE_HALTED, KillSwitch
 from slurm_plugin.helper.monitor_settings import MonitorSettings, load_monitor_settings
 from slurm_plugin.helper.retention import JobMemory, RetentionWatch
-from slurm_plugin.helper.sample_source import AgentSamples, SampleSource
+from slurm_plugin.helper.sample_source import AgentSamples, SampleSource, job_outputs_by_node
 from slurm_plugin.helper.watches.actions import Actions
 from slurm_plugin.helper.watches.at_head import KeepAtHeadWatch
 from slurm_plugin.helper.watches.head_lift import Lift
@@ -308,6 +308,9 @@ class Monitor:
                     jobs_by_node.setdefault(n, []).append(j.job_id)
         tell = getattr(self.samples_source, "tell_jobs", None)
         if tell is not None:  # the agents learn their jobs from this listing, never from slurmctld
+            tell_outputs = getattr(self.samples_source, "tell_outputs", None)
+            if tell_outputs is not None:  # where Slurm writes each job's output (`agent.output_tail`)
+                tell_outputs(job_outputs_by_node(listing))
             tell(jobs_by_node)
             samples = self.samples_source(jobs_by_node)
         else:

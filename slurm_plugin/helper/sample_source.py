@@ -29,6 +29,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from packer.samples import JobSample
+from slurm_plugin.slurm.gres import expand_hostlist
+from slurm_plugin.slurm.model import Job
+from slurm_plugin.slurm.stdio import output_paths
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,22 @@ _NEWER = re.compile(r"jobs generation \d+ is older than (\d+)")
 
 class SampleSource(Protocol):
     def __call__(self, nodes: Iterable[str]) -> list[JobSample]: ...
+
+
+def job_outputs_by_node(jobs: Iterable[Job]) -> dict[str, dict[int, dict]]:
+    """node -> {job: {"uid", "paths"}}: where Slurm writes each running job's output, by its
+    record (`slurm_plugin.slurm.stdio`), for the agents to read an ended step's tail with the
+    user's rights (`slurm_plugin.agent.output_tail`). Jobs whose user or paths are unknown are left
+    out."""
+    out: dict[str, dict[int, dict]] = {}
+    for job in jobs:
+        if job.state != "RUNNING" or job.user_id is None:
+            continue
+        for node in expand_hostlist(job.nodes):
+            paths = output_paths(job, job.batch_host or node)
+            if paths:
+                out.setdefault(node, {})[job.job_id] = {"uid": job.user_id, "paths": list(paths)}
+    return out
 
 
 class AgentSamples:
@@ -53,6 +72,7 @@ class AgentSamples:
         self.stale: dict[str, str] = {}  # node -> why its figures are not trusted
         self._seen: dict[str, float] = {}  # node -> newest sample time it sent (its own clock)
         self._jobs: Mapping[str, list[int]] = {}
+        self._outputs: Mapping[str, dict[int, dict]] = {}  # node -> job -> its output's uid and paths
         self.oom_ends: dict[str, tuple[dict, ...]] = {}  # node -> out-of-memory ends its agent holds
         self._generation = 0
         self._pool = ThreadPoolExecutor(max_workers=AGENT_THREADS, thread_name_prefix="agent-link")
@@ -61,6 +81,11 @@ class AgentSamples:
         """The jobs Slurm runs on each node now; pushed to every agent on the next call."""
         self._jobs = dict(jobs_by_node)
         self._generation = max(self._generation + 1, int(self.clock() * 1000))
+
+    def tell_outputs(self, outputs_by_node: Mapping[str, dict[int, dict]]) -> None:
+        """Where each node's jobs write their output (`job_outputs_by_node`); pushed with the
+        next job lists."""
+        self._outputs = dict(outputs_by_node)
 
     def known_nodes(self) -> list[str]:
         nodes = getattr(self.link.directory, "nodes", None)
@@ -109,7 +134,7 @@ class AgentSamples:
         from slurm_plugin.agent.client import AgentRefused, push_jobs
 
         try:
-            push_jobs(self.link, node, self._jobs.get(node, []), self._generation)
+            push_jobs(self.link, node, self._jobs.get(node, []), self._generation, self._outputs.get(node))
         except AgentRefused as exc:
             newer = _NEWER.search(str(exc))
             if newer is None:
@@ -117,7 +142,7 @@ class AgentSamples:
             log.warning("the agent of %s has job list generation %s, newer than this helper's %d (was the "
                         "helper's clock set back?): counting on from it", node, newer.group(1), self._generation)
             self._generation = max(self._generation, int(newer.group(1)) + 1)
-            push_jobs(self.link, node, self._jobs.get(node, []), self._generation)
+            push_jobs(self.link, node, self._jobs.get(node, []), self._generation, self._outputs.get(node))
 
     def _mark(self, node: str, reason: str) -> None:
         if node not in self.stale:

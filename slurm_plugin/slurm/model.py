@@ -143,6 +143,14 @@ class Job:
     features: str | None = None  # --constraint, e.g. "a100&ib"
     reservation: str | None = None  # --reservation
     licenses: str | None = None  # -L, e.g. "matlab:2"
+    # where Slurm writes the job's output (as squeue reports them: patterns such as %j may be left
+    # unexpanded before 24.05, `slurm_plugin.slurm.stdio` expands them), and whose it is
+    std_out: str | None = None
+    std_err: str | None = None
+    work_dir: str | None = None
+    user_id: int | None = None
+    array_job_id: int | None = None
+    array_task_id: int | None = None
 
     @property
     def base_state(self) -> str | None:

@@ -457,6 +457,12 @@ def parse_job(record: Any, *, path: str = "job", strict: bool = False) -> Job:
         features=reader.text("features") or None,
         reservation=reader.text("resv_name") or None,
         licenses=reader.text("licenses") or None,
+        std_out=reader.text("stdout_expanded") or reader.text("standard_output") or None,
+        std_err=reader.text("stderr_expanded") or reader.text("standard_error") or None,
+        work_dir=reader.text("current_working_directory") or None,
+        user_id=reader.number("user_id"),
+        array_job_id=reader.number("array_job_id") or None,
+        array_task_id=reader.number("array_task_id"),
     )
 
 

@@ -79,7 +79,7 @@ def test_the_requeued_job_goes_first_once_then_fair_share_orders_the_rest(fair_c
     waiting_b = c.submit(["-A", "fair-b", "-J", "fair-wait-b", "--gres=shard:5"], SLEEP)
     wait_for(lambda: priority(c, waiting_b) > priority(c, waiting_a) > 0, 30, "fair-share ranks fair-b first")
     grower = c.submit([*a, "-J", "fair-grow", "-w", "node1", "-t", "1", "--gres=shard:1"],
-                      simgpu_script("--mem-start 2GiB --mem-growth 30MiB --iters 400 --iter-ms 50"))
+                      simgpu_script("--oom-report --mem-start 2GiB --mem-growth 30MiB --iters 400 --iter-ms 50"))
     c.wait(grower, "RUNNING", 30)
 
     # restarted for its memory: before it runs out (the forecast), or when it runs out in its

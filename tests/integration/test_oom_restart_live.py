@@ -2,10 +2,11 @@
 
 Its memory jumps from 5 GiB to 15 GiB in one step in a one-share MIG slice (10 GiB). The slice
 fences it: its neighbour on the same GPU runs on untouched. Its step's end (exit 1 after the
-failed allocation) is held by the node agent until the helper has requeued it at the head on
-two shares, so Slurm never marks it FAILED: its `afternotok` dependent never starts, and it
-ends COMPLETED after exactly one `restart-oom` requeue. Asserted through Slurm (state,
-restarts, request, run time) and the event log and store.
+failed allocation) is held by the node agent until the helper has requeued it on two shares
+(`--oom-report`: it tells the agent of the failed allocation, as an opt-in observer would),
+so Slurm never marks it FAILED: its `afternotok` dependent never starts, and it ends COMPLETED
+after exactly one `restart-oom` requeue. Asserted through Slurm (state, restarts, request, run
+time) and the event log and store.
 
 Uses `idle_cluster` of tests/integration/e2e_support.py (the session's `cluster`, emptied).
 """
@@ -31,7 +32,7 @@ def test_a_job_out_of_memory_in_its_share_is_requeued_bigger_before_it_fails(idl
                                simgpu_script("--mem-start 3GiB --iters 800 --iter-ms 50"))
     cluster.wait(neighbour, "RUNNING", 30)
     jumper = cluster.submit(["-J", "oom-jump", "-w", "node1", "--gres=shard:1", "-o", str(jump_out)],
-                            simgpu_script("--mem-start 5GiB --mem-growth 10GiB --grow-after 60 --grow-iters 61 "
+                            simgpu_script("--oom-report --mem-start 5GiB --mem-growth 10GiB --grow-after 60 --grow-iters 61 "
                                           "--iters 200 --iter-ms 50"))
     dependent = cluster.submit(["-J", "oom-dependent", f"--dependency=afternotok:{jumper}"], SLEEP)
     seen: dict[int, set[str]] = {jumper: set(), neighbour: set(), dependent: set()}

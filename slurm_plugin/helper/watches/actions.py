@@ -64,9 +64,9 @@ class Actions:
 
     def decide(self, kind: str, job: Job, reason: str, *, run_start: float, evidence: dict, at: float,
                mode: ActionMode | None = None, **requeue: object) -> bool:
-        """A run-time action's decision: requeued at the head when enforced, an event only in
-        shadow; either way a ledger row with its measured evidence, judged later
-        (`OutcomeWatch`). True when the job was requeued."""
+        """A run-time action's decision: requeued at the head when enforced (``at_head=False``
+        among ``requeue``: at its own place), an event only in shadow; either way a ledger row
+        with its evidence, judged later (`OutcomeWatch`). True when the job was requeued."""
         mode = mode or self.mode_of(kind)
         if mode.mode == "off" or self.on_stale_node(job, kind, reason):
             return False
@@ -119,12 +119,14 @@ class Actions:
 
     def requeue_at_head(self, job: Job, kind: str, reason: str, *, exclude: frozenset[str] = frozenset(),
                         gres: str | None = None, comment: str | None = None, mode: ActionMode | None = None,
-                        keep_held: bool = False, **data) -> bool:
+                        keep_held: bool = False, at_head: bool = True, **data) -> bool:
         """Requeue `job`, change it while held, release it and make it the next to start.
 
         `mode`: the action's own mode; without it, the helper's (enforce acts, else shadow).
         `keep_held`: leave it held (a grow eviction waits for its grower to start first);
-        `release_to_head` later releases it and makes it the next to start."""
+        `release_to_head` later releases it and makes it the next to start.
+        `at_head` False: released with the priority Slurm gives it, no lift (a retry earned by
+        the job's own word, issue 33: never above jobs that waited longer)."""
         mode = mode or ActionMode("enforce" if self.enforcing else "shadow", self.config().mode)
         if self._refused_by_kill_switch(kind, job.job_id):
             return False
@@ -160,12 +162,14 @@ class Actions:
         try:
             if changes:
                 self.runner.update_job(job_id, **changes)
-            priority = 0 if keep_held else self._release_at_head(job_id)
+            priority = (0 if keep_held else self._release_at_head(job_id) if at_head
+                        else self._release_in_place(job_id))
         except SlurmError as exc:
             # requeued and held, but Slurm refused the change: never leave it held for good;
             # it goes back to the head of the queue as it was (a grow eviction stays held
-            # for its grower, whose release watch lets it go)
-            released = keep_held or self._release_unchanged(job_id)
+            # for its grower, whose release watch lets it go; a job requeued on its own word
+            # goes back to its own place)
+            released = keep_held or self._release_unchanged(job_id, at_head)
             self.store.log_event(kind + "-failed", f"requeued, but Slurm refused the change ({exc}); "
                                  + ("released at the head as it was" if released and not keep_held
                                     else "left held for its grower" if keep_held
@@ -175,9 +179,11 @@ class Actions:
             self._end_run(job_id, kind)
             return False
         self._end_run(job_id, kind)
-        self.store.log_event(kind, reason, job_id, priority=priority, excluded=sorted(exclude), gres=gres, **data)
+        self.store.log_event(kind, reason, job_id, priority=priority, excluded=sorted(exclude), gres=gres,
+                             at_head=at_head and not keep_held, **data)
         log.warning("job %d requeued %s: %s", job_id,
-                    "and held" if keep_held else f"at the head (priority {priority})", reason)
+                    "and held" if keep_held else f"at the head (priority {priority})" if at_head
+                    else f"at its own place in the queue (priority {priority})", reason)
         return True
 
     def strands(self, job: Job, exclude: frozenset[str], gres: str | None) -> str | None:
@@ -199,10 +205,14 @@ class Actions:
         if track is not None:
             self.state.requeued_tracks.append((track, kind))
 
-    def _release_unchanged(self, job_id: int) -> bool:
-        """Release a requeued job whose change Slurm refused, at the head of the queue."""
+    def _release_unchanged(self, job_id: int, at_head: bool = True) -> bool:
+        """Release a requeued job whose change Slurm refused, at the head of the queue (or at
+        its own place)."""
         try:
-            self._release_at_head(job_id)
+            if at_head:
+                self._release_at_head(job_id)
+            else:
+                self._release_in_place(job_id)
             return True
         except SlurmError as exc:
             log.error("job %d: could not release it after a refused change: %s", job_id, exc)
@@ -221,6 +231,12 @@ class Actions:
             return False
         self.store.log_event(kind, reason, job_id, priority=priority, **data)
         return True
+
+    def _release_in_place(self, job_id: int) -> int:
+        """Release a held job with the priority Slurm computes for it, no lift; that priority.
+        Raises SlurmError."""
+        self.runner.release(job_id)
+        return int(self.runner.job(job_id).priority or 0)
 
     def _release_at_head(self, job_id: int) -> int:
         """Release a held job, lift it above every pending job with a nice and have the

@@ -3,8 +3,10 @@ requeued at the head on a size that holds it, before Slurm marks it FAILED where
 
 The node agents hold each such end (`slurm_plugin.agent.oom_ends`: the step's nonzero exit
 and the allocation that failed at the share's limit) and list it with their samples. This
-watch decides with `packer.oom_restart` (the simulator's code too): requeue at the head on the
-next size that holds what the job needed, or a whole GPU, remembering the size; or leave it
+watch decides with `packer.oom_restart` (the simulator's code too): requeue on the next size
+that holds what the job needed, or a whole GPU, remembering the size, at the head of the queue
+when the node measured the job at its share's limit, at its own place when the end rests on
+the job's word only (its report, or a framework's text in its output; issue 33); or leave it
 FAILED with the reason (retries capped per job and per workload, `--no-requeue`, a whole GPU
 this Slurm cannot give a shard job). Either way it answers the agent (`settle_oom`), which
 lets the step end: the job is requeued while Slurm still has it RUNNING, so `afternotok`
@@ -23,7 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from packer import comment as comment_mod
 from packer.decision import max_shards
-from packer.oom_restart import KIND, OomDecision, OomEvidence, OomRetryLimits, decide_oom_restart
+from packer.oom_restart import (KIND, MEASURED, REPORTED, OomDecision, OomEvidence, OomRetryLimits,
+                                decide_oom_restart)
 from packer.request import gres_text
 from slurm_plugin.helper.watches.memory import _shard_job_may_become_gpu_job
 from slurm_plugin.helper.watches.round import RoundContext
@@ -76,7 +79,10 @@ class OomWatch:
                               job_id)
             return "not requeued: Slurm does not show the job"
         evidence = OomEvidence(int(end["exit_code"]), float(end["limit_bytes"]), float(end["peak_bytes"]),
-                               end.get("asked_bytes"), end.get("held_bytes"))
+                               end.get("asked_bytes"), end.get("held_bytes"), bool(end.get("said_oom")))
+        told = end.get("evidence")
+        if told is not None and told not in (MEASURED, REPORTED):
+            raise ValueError(f"evidence must be {MEASURED} or {REPORTED}, got {told!r}")
         fp = ctx.fingerprint_of(job)
         decision = decide_oom_restart(
             evidence, shards=int(end["shards"]), share_bytes=ctx.config.share_bytes, max_shards=max_shards(ctx.config),
@@ -89,7 +95,8 @@ class OomWatch:
                 "from_shards": int(end["shards"]), "exit_code": evidence.exit_code,
                 "limit_bytes": evidence.limit_bytes, "peak_bytes": evidence.peak_bytes,
                 "asked_bytes": evidence.asked_bytes, "need_bytes": decision.need_bytes,
-                "lower_bound_bytes": decision.lower_bound_bytes, "fingerprint": fp, "slurm_state": job.state}
+                "lower_bound_bytes": decision.lower_bound_bytes, "fingerprint": fp, "slurm_state": job.state,
+                "evidence_kind": decision.evidence, "seen_in": end.get("seen_in"), "said_line": end.get("said_line")}
         if not decision.requeue:
             return self._leave(ctx, job, decision, data)
         if fp and mode.acts:  # the size is remembered; the failed run's peak is only a bound
@@ -100,9 +107,9 @@ class OomWatch:
                   else comment_mod.render("packed", shards=decision.shards, reason=KIND, fp=fp))
         started = float(end.get("started_at") or end["at"])
         done = actions.decide(KIND, job, decision.reason, run_start=started, evidence=data, at=ctx.now, mode=mode,
-                              gres=gres, comment=record, to=gres, **data)
+                              gres=gres, comment=record, to=gres, at_head=decision.at_head, **data)
         if done:
-            return f"requeued at the head with {gres}"
+            return f"requeued {'at the head' if decision.at_head else 'at its own place'} with {gres}"
         return f"not requeued ({mode.label} mode or refused): {decision.reason}"
 
     def _leave(self, ctx: RoundContext, job, decision: OomDecision, data: dict) -> str:

@@ -1,4 +1,6 @@
 """The node agent holds a packed job's out-of-memory end until the helper answers (oom_ends)."""
+import os
+
 import pytest
 
 from gpus.sim.backend import SimGpuBackend
@@ -105,3 +107,85 @@ def test_task_exit_over_the_socket_answers_in_lines_words(node):
     assert ops.dispatch(agent, "task_exit", {"job_id": 7, "step_id": BATCH_STEP, "exit_code": 0}, ROOT)["isolation"] == "done"
     with pytest.raises(ValueError):
         ops.dispatch(agent, "task_exit", {"job_id": 7, "step_id": BATCH_STEP, "exit_code": "1"}, ROOT)
+
+
+# --- a job that reports nothing: a framework's out-of-memory text in its output (its word) ----
+
+TORCH_TEXT = ("Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n"
+              "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 10.00 GiB. GPU 0 has a total capacity "
+              "of 9.75 GiB of which 4.75 GiB is free.\n")
+
+
+@pytest.fixture
+def pushed(tmp_path):
+    """A node whose agent takes the helper's job lists, with the jobs' output paths."""
+    from slurm_plugin.agent.slurm_jobs import PushedJobs
+
+    backend = SimGpuBackend(tmp_path / "sim", "node1", gpus=["H100-80GB"])
+    clock = Clock()
+    agent = NodeAgent("node1", tmp_path, backend, sim_dir=tmp_path / "sim", clock=clock,
+                      list_running_jobs=PushedJobs(clock=clock))
+    return agent, backend, clock
+
+
+def push_output(agent, tmp_path, text: str, job: int = 7, uid: int = 0, generation: int = 1):
+    out = tmp_path / f"slurm-{job}.out"
+    out.write_text(text)
+    ops.dispatch(agent, "jobs", {"job_ids": [job], "generation": generation,
+                                 "outputs": {str(job): {"uid": uid, "paths": [str(out)]}}}, ROOT)
+    return out
+
+
+def test_a_silent_jobs_framework_text_is_an_oom_end_on_its_word(pushed, tmp_path):
+    agent, backend, _ = pushed
+    run_at(agent, backend, 7, 5 * GIB)  # half its slice: measured alone, no OOM
+    push_output(agent, tmp_path, TORCH_TEXT)
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"
+    (end,) = agent.oom_ends.waiting()
+    assert end["evidence"] == "reported" and end["seen_in"] == "output:pytorch:torch-native"
+    assert end["asked_bytes"] == 10 * GIB and end["held_bytes"] == 5 * GIB  # held: measured, not said
+    assert "Tried to allocate 10.00 GiB" in end["said_line"]
+
+
+def test_the_same_text_with_the_slice_measured_full_is_measured(pushed, tmp_path):
+    agent, backend, _ = pushed
+    limit = backend.catalog(0).profile("1g.10gb").memory_mib * 1024**2
+    run_at(agent, backend, 7, limit - 1024**2)
+    push_output(agent, tmp_path, TORCH_TEXT)
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"
+    (end,) = agent.oom_ends.waiting()
+    assert end["evidence"] == "measured"
+
+
+@pytest.mark.parametrize("case", ["no-paths", "other-owner", "exit-0", "no-text", "past-the-gpu", "uid-disagrees"])
+def test_no_word_that_may_be_read_no_hold(pushed, tmp_path, case):
+    agent, backend, _ = pushed
+    run_at(agent, backend, 7, 5 * GIB)
+    text = {"no-text": "loss=nan, giving up\n",
+            "past-the-gpu": TORCH_TEXT.replace("10.00 GiB", "900.00 GiB")}.get(case, TORCH_TEXT)
+    if case != "no-paths":
+        out = push_output(agent, tmp_path, text, uid=4321 if case == "uid-disagrees" else 0)
+        if case == "other-owner":
+            os.chown(out, 4321, 4321)
+    assert agent.oom.task_exit(7, BATCH_STEP, 0 if case == "exit-0" else 1) == "done"
+    assert agent.oom_ends.waiting() == []
+
+
+def test_a_report_comes_before_the_output(pushed, tmp_path):
+    agent, backend, _ = pushed
+    run_at(agent, backend, 7, 5 * GIB)
+    push_output(agent, tmp_path, TORCH_TEXT)
+    agent.oom_ends.alloc_failed(7, 6 * GIB, 5 * GIB)
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"
+    (end,) = agent.oom_ends.waiting()
+    assert end["asked_bytes"] == 6 * GIB and end["seen_in"] == "report" and end["evidence"] == "reported"
+
+
+@pytest.mark.parametrize("outputs", [[], {"7": {"uid": -1, "paths": ["/x"]}}, {"7": {"uid": 0, "paths": ["rel"]}},
+                                     {"x": {"uid": 0, "paths": ["/x"]}}, {"7": {"uid": 0, "paths": ["/a", "/b", "/c"]}},
+                                     {"7": {"uid": True, "paths": ["/x"]}}])
+def test_a_job_list_with_bad_outputs_is_refused_whole(pushed, outputs):
+    agent, _, _ = pushed
+    with pytest.raises(ValueError):
+        ops.dispatch(agent, "jobs", {"job_ids": [7], "generation": 1, "outputs": outputs}, ROOT)
+    assert agent.list_running_jobs.output_of(7) is None

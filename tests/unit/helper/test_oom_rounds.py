@@ -1,6 +1,7 @@
 """The monitor's OOM watch over a fake Slurm: an out-of-memory end an agent holds is requeued
-at the head on a size that holds it, in shadow mode only recorded, with the kill switch on
-left alone, and past its retries left FAILED with the reason."""
+on a size that holds it (at the head when the node measured it at its limit, at its own place
+on the job's word), in shadow mode only recorded, with the kill switch on left alone, and past
+its retries left FAILED with the reason."""
 from __future__ import annotations
 
 from packer.action_modes import ACTION_KINDS
@@ -32,18 +33,71 @@ def test_restart_oom_is_an_action_with_a_mode():
     assert "restart-oom" in ACTION_KINDS
 
 
-def test_an_oom_end_is_requeued_at_the_head_on_the_size_that_holds_it(tmp_path):
+def event_priority(helper) -> int:
+    (event,) = [e for e in helper.store.events() if e.kind == "restart-oom"]
+    return event.data["priority"]
+
+
+def waiting(fake, job_id=8, priority=5000):
+    """A job that waited in the queue before the OOM end (the running job 7 has priority 1000)."""
+    fake.jobs[7].priority = 1000
+    fake.submit(job_id=job_id, state="PENDING", gres="gres:shard:1", priority=priority)
+
+
+def test_an_oom_end_on_the_jobs_word_is_requeued_on_the_size_that_holds_it_at_its_own_place(tmp_path):
+    """The job's report of the failed allocation (what it held measured at 5 GiB, nowhere near
+    its 10 GiB limit) earns a retry on a share that holds it, never a lift above a job that
+    waited longer (issue 33)."""
     fake, helper, samples, monitor = world(tmp_path)
+    waiting(fake)
     monitor.tick()
     job = fake.jobs[7]
     assert job.state == "PENDING" and job.tres_per_node == "gres:shard:2" and job.priority > 0
+    assert job.priority < fake.jobs[8].priority and event_priority(helper) < fake.jobs[8].priority
     assert "restart-oom" in job.admin_comment
     (event,) = [e for e in helper.store.events() if e.kind == "restart-oom"]
     assert event.data["from_shards"] == 1 and event.data["asked_bytes"] == 10 * GIB
     assert event.data["lower_bound_bytes"] == 5 * GIB and event.data["need_bytes"] == 15 * GIB
+    assert event.data["evidence_kind"] == "reported" and event.data["at_head"] is False
+    assert "at its own place in the queue" in event.detail
     assert helper.store.remembered_size("jump") == 2
     monitor.tick()  # the agent still lists it (it has not seen the answer): decided once
     assert kinds(helper).count("restart-oom") == 1
+
+
+def test_an_oom_end_the_node_measured_at_the_limit_is_requeued_at_the_head(tmp_path):
+    fake, helper, samples, monitor = world(tmp_path)
+    waiting(fake)
+    samples.oom_ends = {"node1": [{**oom_end(), "peak_bytes": LIMIT, "asked_bytes": None, "held_bytes": None}]}
+    monitor.tick()
+    job = fake.jobs[7]
+    assert job.state == "PENDING" and job.tres_per_node == "gres:shard:2"
+    (event,) = [e for e in helper.store.events() if e.kind == "restart-oom"]
+    assert event.data["evidence_kind"] == "measured" and event.data["at_head"] is True
+    assert event.data["priority"] > fake.jobs[8].priority
+
+
+def test_an_oom_text_in_the_output_is_the_jobs_word(tmp_path):
+    """A framework's text found in the job's output (what an echo could print as well): a
+    capped retry at its own place; a text that names no size asks for the next size up."""
+    fake, helper, samples, monitor = world(tmp_path)
+    waiting(fake)
+    said = {**oom_end(), "asked_bytes": None, "held_bytes": None, "peak_bytes": 0, "said_oom": True,
+            "seen_in": "output:cuda:cublas", "said_line": "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED"}
+    samples.oom_ends = {"node1": [said]}
+    monitor.tick()
+    job = fake.jobs[7]
+    assert job.state == "PENDING" and job.tres_per_node == "gres:shard:2" and job.priority < fake.jobs[8].priority
+    (event,) = [e for e in helper.store.events() if e.kind == "restart-oom"]
+    assert event.data["evidence_kind"] == "reported" and event.data["seen_in"] == "output:cuda:cublas"
+    assert "CUBLAS_STATUS_ALLOC_FAILED" in event.data["said_line"]
+
+
+def test_an_end_with_an_unknown_evidence_is_not_read(tmp_path):
+    fake, helper, samples, monitor = world(tmp_path)
+    samples.oom_ends = {"node1": [{**oom_end(), "evidence": "trust-me"}]}
+    monitor.tick()
+    assert fake.jobs[7].state == "RUNNING" and "restart-oom" not in kinds(helper)
 
 
 def test_in_shadow_mode_it_is_only_recorded(tmp_path):

@@ -24,6 +24,8 @@ class FakeLink:
             raise AgentUnavailable(f"agent of {node}: connection refused")
         if op == "jobs":
             self.pushed.append((node, request["job_ids"], request["generation"]))
+            self.outputs = getattr(self, "outputs", {})
+            self.outputs[node] = request.get("outputs")
             return {"status": "ok"}
         assert op == "samples"
         since = request.get("since")
@@ -73,3 +75,12 @@ def test_a_silent_or_behind_agent_makes_its_node_stale_until_it_answers_fresh():
     link.sampled_age = 1.0
     source(["node1"])
     assert source.stale == {}
+
+
+def test_the_job_lists_carry_where_each_job_writes_its_output():
+    link = FakeLink([])
+    source = AgentSamples(link, clock=lambda: 5.0)
+    source.tell_outputs({"node1": {7: {"uid": 1000, "paths": ["/home/ana/slurm-7.out"]}}})
+    source.tell_jobs({"node1": [7], "node2": [9]})
+    source(["node1", "node2"])
+    assert link.outputs == {"node1": {"7": {"uid": 1000, "paths": ["/home/ana/slurm-7.out"]}}, "node2": None}

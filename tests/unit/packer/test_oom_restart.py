@@ -88,3 +88,37 @@ def test_bad_evidence_is_refused():
 def test_a_decision_is_judged_by_how_the_job_then_ended(mode, end, outcome):
     assert judge_oom_retry(mode, end)[0] == outcome
     assert judge_oom_retry(mode, None) is None
+
+
+def test_the_node_measuring_the_limit_lifts_the_job_the_jobs_word_does_not():
+    """Issue 33: what a job says of itself earns a retry at its own place, never a lift."""
+    from packer.oom_restart import MEASURED, REPORTED, oom_basis
+
+    measured = OomEvidence(1, 10 * GIB, 9.9 * GIB)
+    reported = jump()
+    assert oom_basis(measured) == MEASURED and oom_basis(reported) == REPORTED
+    assert oom_basis(OomEvidence(1, 10 * GIB, 5 * GIB)) is None
+    m = decide_oom_restart(measured, shards=1, share_bytes=SHARE, max_shards=7)
+    r = decide_oom_restart(reported, shards=1, share_bytes=SHARE, max_shards=7)
+    assert (m.requeue, m.at_head, m.evidence) == (True, True, MEASURED) and "at the head" in m.reason
+    assert (r.requeue, r.at_head, r.evidence) == (True, False, REPORTED) and "own place" in r.reason
+    # a report that also finds the job measured at its limit rests on the measurement
+    both = OomEvidence(1, 10 * GIB, 9.8 * GIB, asked_bytes=4 * GIB, held_bytes=9.8 * GIB)
+    assert decide_oom_restart(both, shards=1, share_bytes=SHARE, max_shards=7).at_head
+    # what it held when it said so is read from the GPU too: at the limit, it is measured
+    held_full = OomEvidence(1, 10 * GIB, 5 * GIB, asked_bytes=1 * GIB, held_bytes=9.7 * GIB)
+    assert oom_basis(held_full) == MEASURED
+
+
+def test_an_output_that_names_no_size_asks_for_the_next_size_up_on_its_word():
+    said = OomEvidence(1, 10 * GIB, 1 * GIB, said_oom=True)
+    assert "no size" in oom_end(said)
+    d = decide_oom_restart(said, shards=1, share_bytes=SHARE, max_shards=7)
+    assert d.requeue and not d.at_head and d.shards == 2
+    assert oom_end(OomEvidence(0, 10 * GIB, 1 * GIB, said_oom=True)) is None  # it ended well
+
+
+def test_the_jobs_word_is_capped_like_the_rest():
+    d = decide_oom_restart(OomEvidence(1, 10 * GIB, 0, said_oom=True), shards=1, share_bytes=SHARE, max_shards=7,
+                           job_retries=2)
+    assert not d.requeue and "limit 2 per job" in d.reason

@@ -58,7 +58,39 @@ def test_outgrowing_the_partition_dies_like_cuda():
     rc = run(mem_start=9 << 30, mem_growth=200 << 20, iters=50, iter_ms=0, workload=None,
              env=_env(gpu, inst.uuid), out=io.StringIO(), err=err, backend=gpu)
     assert rc == 1
-    assert "CUDA out of memory. Tried to allocate 200.00 MiB (GPU 0; 9.75 GiB total capacity" in err.getvalue()
+    text = err.getvalue()
+    assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 200.00 MiB. GPU 0 has a total capacity " \
+           "of 9.75 GiB" in text and text.startswith("Traceback (most recent call last):")
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "jax", "tensorflow", "cuda"])
+def test_it_dies_as_the_frameworks_process_does_and_tells_the_agent_nothing(monkeypatch, framework):
+    from packer.oom_texts import find_oom
+
+    gpu = SimGpuBackend(None, "node1", gpus=["H100-80GB"])
+    inst = gpu.create_instance(0, "1g.10gb", 0, owner="7")
+    sent, ask, env = _reporting(monkeypatch, gpu, inst)
+    err = io.StringIO()
+    rc = run(mem_start=5 << 30, mem_growth=10 << 30, grow_iters=1, iters=3, iter_ms=0, workload=None, env=env,
+             out=io.StringIO(), err=err, backend=gpu, ask=ask, framework=framework)
+    assert rc == 1
+    found = find_oom(err.getvalue())
+    assert found is not None and found.framework == framework
+    assert found.requested_bytes == (None if framework == "cuda" else 10 << 30)
+    assert not [b for b in sent if b.get("op") == "alloc_failed"]
+
+
+def test_with_oom_report_it_tells_the_agent_as_an_observer_would(monkeypatch):
+    gpu = SimGpuBackend(None, "node1", gpus=["H100-80GB"])
+    inst = gpu.create_instance(0, "1g.10gb", 0, owner="7")
+    sent, ask, env = _reporting(monkeypatch, gpu, inst)
+    rc = run(mem_start=5 << 30, mem_growth=10 << 30, grow_iters=1, iters=3, iter_ms=0, workload=None, env=env,
+             out=io.StringIO(), err=io.StringIO(), backend=gpu, ask=ask, report=False, oom_report=True)
+    assert rc == 1
+    (failed,) = [b for b in sent if b.get("op") == "alloc_failed"]
+    assert failed["asked_bytes"] == 10 << 30 and failed["held_bytes"] == 5 << 30
+    with pytest.raises(ValueError):
+        run(mem_start=1, mem_growth=0, iters=1, iter_ms=0, workload=None, env=env, framework="caffe")
 
 
 def test_mps_memory_limit_is_enforced():
@@ -67,7 +99,7 @@ def test_mps_memory_limit_is_enforced():
     rc = run(mem_start=3 << 30, mem_growth=0, iters=1, iter_ms=0, workload=None,
              env=_env(gpu, gpu.list_gpus()[0].uuid, GPUPACK_MEM_LIMIT_BYTES=str(2 << 30)),
              out=io.StringIO(), err=err, backend=gpu)
-    assert rc == 1 and "2.00 GiB total capacity" in err.getvalue()
+    assert rc == 1 and "total capacity of 2.00 GiB" in err.getvalue()
 
 
 def test_without_the_agents_answer_it_says_what_is_missing():

@@ -49,3 +49,40 @@ def test_the_jump_share_is_drawn_only_when_asked_so_other_draws_stay_as_they_wer
     grows = [s for s in jumps if s.grows]
     assert grows and all(0.2 <= s.jump_at <= 0.8 for s in grows)
     assert all(s.jump_at is None for s in jumps if not s.grows)
+
+
+def test_a_jump_nobody_sees_is_a_miss_the_job_fails_instead_of_being_retried():
+    """Issue 35: a silent job whose end is not seen (no report, no text read) and that fails far
+    below its limit is left FAILED; the GPU-hours its attempt held are counted."""
+    specs = [job(0, 0, 100_000), jumping(1, 10, 10_000, mem1=12 * G, at=0.5)]
+    summ, jobs = run(specs, oom_unseen_share=1.0)
+    assert jobs[1].oom_failed and jobs[1].oom_restarts == 0
+    assert summ["oom_missed"] == 1 and summ["oom_jobs_left_failed"] == 1 and summ["oom_jobs_retried"] == 0
+    assert summ["oom_missed_lost_gpu_h"] > 0 and summ["oom_missed_lost_gpu_h"] == summ["oom_lost_gpu_h"]
+    assert summ["oom_missed_work_gpu_h"] >= summ["oom_missed_lost_gpu_h"]  # the whole run, not only the attempt
+
+
+def test_seen_through_its_output_it_is_retried_as_on_a_report():
+    specs = [job(0, 0, 100_000), jumping(1, 10, 10_000, mem1=12 * G, at=0.5)]
+    summ, jobs = run(specs, oom_output_share=1.0)
+    assert jobs[1].oom_restarts == 1 and not jobs[1].oom_failed
+    assert summ["oom_retried_on_output"] == 1 and summ["oom_missed"] == 0
+
+
+def test_an_unseen_linear_grower_is_still_caught_by_the_measurement_at_its_limit():
+    summ, jobs = run([job(0, 0, 100_000), job(1, 10, 10_000, mem1=60 * G)], oom_unseen_share=1.0)
+    assert jobs[1].oom_restarts == 2 and summ["oom_missed"] == 0
+
+
+def test_the_draw_is_per_job_and_fixed_and_bad_shares_are_refused():
+    import pytest
+
+    from simulator.memory import SEEN_OUTPUT, SEEN_REPORT, UNSEEN, oom_seen
+
+    draws = [oom_seen(i, 1, 0.3, 0.2) for i in range(10_000)]
+    assert draws == [oom_seen(i, 1, 0.3, 0.2) for i in range(10_000)]
+    assert abs(draws.count(UNSEEN) / 10_000 - 0.2) < 0.02 and abs(draws.count(SEEN_OUTPUT) / 10_000 - 0.3) < 0.02
+    assert oom_seen(5, 2, 0.0, 1.0) == SEEN_REPORT  # a multi-GPU job: not modelled as silent
+    for bad in ((0.7, 0.4), (-0.1, 0.0), (0.0, 1.5)):
+        with pytest.raises(ValueError):
+            oom_seen(0, 1, *bad)
