@@ -2,15 +2,19 @@
 
 Its memory jumps from 5 GiB to 15 GiB in one step in a one-share MIG slice (10 GiB). The slice
 fences it: its neighbour on the same GPU runs on untouched. Its step's end (exit 1 after the
-failed allocation) is held by the node agent until the helper has requeued it on two shares
-(`--oom-report`: it tells the agent of the failed allocation, as an opt-in observer would),
-so Slurm never marks it FAILED: its `afternotok` dependent never starts, and it ends COMPLETED
-after exactly one `restart-oom` requeue. Asserted through Slurm (state, restarts, request, run
+failed allocation) is held by the node agent until the helper has requeued it on two shares, so
+Slurm never marks it FAILED: its `afternotok` dependent never starts, and it ends COMPLETED
+after exactly one `restart-oom` requeue. Three ways the failed allocation is known, each the
+job's word (a retry at its own place in the queue, no lift): it tells the agent
+(`--oom-report`, as an opt-in observer would), or it tells nobody and prints what PyTorch or
+JAX prints, which the agent reads in the tail of its output file. Asserted through Slurm (state, restarts, request, run
 time) and the event log and store.
 
 Uses `idle_cluster` of tests/integration/e2e_support.py (the session's `cluster`, emptied).
 """
 from __future__ import annotations
+
+import time
 
 import pytest
 
@@ -22,7 +26,17 @@ pytestmark = pytest.mark.integration
 GIB = 1024**3
 
 
-def test_a_job_out_of_memory_in_its_share_is_requeued_bigger_before_it_fails(idle_cluster, tmp_path):
+#: how the job's failed allocation is known: its simgpu options, and the event's `seen_in`
+SOURCES = {
+    "report": ("--oom-report", None),
+    "pytorch": ("--framework pytorch", "output:pytorch:"),
+    "jax": ("--framework jax", "output:jax:"),
+}
+
+
+@pytest.mark.parametrize("source", list(SOURCES))
+def test_a_job_out_of_memory_in_its_share_is_requeued_bigger_before_it_fails(idle_cluster, tmp_path, source):
+    option, seen_in = SOURCES[source]
     cluster = idle_cluster
     jump_out, neighbour_out = tmp_path / "jump.out", tmp_path / "neighbour.out"
     # node1's second GPU taken, so the neighbour and the jumping job share node1's first GPU
@@ -32,7 +46,7 @@ def test_a_job_out_of_memory_in_its_share_is_requeued_bigger_before_it_fails(idl
                                simgpu_script("--mem-start 3GiB --iters 800 --iter-ms 50"))
     cluster.wait(neighbour, "RUNNING", 30)
     jumper = cluster.submit(["-J", "oom-jump", "-w", "node1", "--gres=shard:1", "-o", str(jump_out)],
-                            simgpu_script("--oom-report --mem-start 5GiB --mem-growth 10GiB --grow-after 60 --grow-iters 61 "
+                            simgpu_script(f"{option} --mem-start 5GiB --mem-growth 10GiB --grow-after 60 --grow-iters 61 "
                                           "--iters 200 --iter-ms 50"))
     dependent = cluster.submit(["-J", "oom-dependent", f"--dependency=afternotok:{jumper}"], SLEEP)
     seen: dict[int, set[str]] = {jumper: set(), neighbour: set(), dependent: set()}
@@ -62,6 +76,10 @@ def test_a_job_out_of_memory_in_its_share_is_requeued_bigger_before_it_fails(idl
     assert event.data["from_shards"] == 1 and event.data["to"].endswith("shard:2"), event.data
     assert event.data["asked_bytes"] == 10 * GIB and event.data["exit_code"] == 1
     assert 4.5 * GIB <= event.data["peak_bytes"] < 10 * GIB  # what it held: a lower bound, not its size
+    # the job's word (its report or its output), not a measurement at its share's limit: no lift
+    assert event.data["evidence_kind"] == "reported" and event.data["at_head"] is False, event.data
+    if seen_in:
+        assert (event.data["seen_in"] or "").startswith(seen_in), event.data
     store = Store(cluster.spec.database)
     try:
         assert store.remembered_size(event.data["fingerprint"]) == 2
@@ -78,3 +96,26 @@ def test_a_job_out_of_memory_in_its_share_is_requeued_bigger_before_it_fails(idl
     # the dependent waits for a failure that never came
     dep = watch(dependent)
     assert "RUNNING" not in seen[dependent] and dep["RunTime"] == "00:00:00", (dep, seen[dependent])
+
+
+def test_a_job_that_prints_the_text_without_using_its_gpu_gets_only_capped_retries_at_its_own_place(idle_cluster,
+                                                                                                     tmp_path):
+    """What a job prints is the job's word: a packed job that prints PyTorch's out-of-memory text
+    without having touched its GPU is retried at most `oom_retries_per_job` (2, shipped) times,
+    each at its own place in the queue (never lifted), then left FAILED with the reason."""
+    cluster = idle_cluster
+    out = tmp_path / "liar.out"
+    text = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 14.00 GiB. GPU 0 has a total capacity "
+            "of 79.19 GiB of which 1.00 GiB is free.")
+    script = f"#!/bin/sh\n: 'oom liar {time.time_ns()}'\nsleep 4\necho '{text}' >&2\nexit 1\n".encode()
+    liar = cluster.submit(["-J", "oom-liar", "--gres=shard:1", "-o", str(out)], script)
+    wait_for(lambda: cluster.state(liar) in ("FAILED", "COMPLETED", "CANCELLED") and events(cluster, "restart-oom-left", liar),
+             240, "the job left FAILED after its retries")
+    assert cluster.state(liar) == "FAILED"
+    retries = events(cluster, "restart-oom", liar)
+    assert 1 <= len(retries) <= 2 and len(retries) == int(cluster.job(liar)["Restarts"]), [e.data for e in retries]
+    for event in retries:
+        assert event.data["evidence_kind"] == "reported" and event.data["at_head"] is False, event.data
+        assert (event.data["seen_in"] or "").startswith("output:pytorch:"), event.data
+    assert cluster.job(liar)["Nice"] == "0"  # never lifted
+    assert "oom-left" in cluster.job(liar)["AdminComment"]
