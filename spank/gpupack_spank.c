@@ -11,8 +11,10 @@
  *
  * In each task, before privileges are dropped (slurm_spank_task_init_privileged, remote
  * context, root), it sends the job id, step id, uid and the GPUs/shards Slurm gave
- * (CUDA_VISIBLE_DEVICES, SLURM_JOB_GPUS, SLURM_STEP_GPUS, SLURM_SHARDS_ON_NODE,
- * GPU_DEVICE_ORDINAL) to the agent as one JSON line. The agent answers in lines:
+ * (SLURM_JOB_GPUS, SLURM_STEP_GPUS, SLURM_SHARDS_ON_NODE) to the agent as one JSON line; the
+ * agent reads only the one slurmstepd sets or clears for the step's type (SLURM_JOB_GPUS for
+ * the batch and interactive steps, SLURM_STEP_GPUS for srun steps: the other is whatever the
+ * user exported). The agent answers in lines:
  *   OK <isolation>\nKEY=VALUE\n...        or        ERR <reason>\n
  * Only CUDA_* and GPUPACK_* variables are set. A job on a MIG device also gets the line
  *   FENCE <node>[,<node>...] <folder>
@@ -82,9 +84,9 @@ SPANK_PLUGIN(gpupack, 1);
 static char socket_tmpl[512] = "/run/gpupack/agent-%n.sock";
 static int timeout_ms = 3000;
 
+/* the agent picks the one slurmstepd set for the step's type (slurm_plugin/agent/isolation.py) */
 static const char *forwarded_env[] = {
-    "CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS",
-    "SLURM_SHARDS_ON_NODE", "GPU_DEVICE_ORDINAL", "SLURMD_NODENAME", NULL,
+    "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_SHARDS_ON_NODE", NULL,
 };
 
 static void parse_args(int ac, char **av)

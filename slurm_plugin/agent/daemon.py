@@ -126,7 +126,7 @@ class NodeAgent:
     # -- isolate ----------------------------------------------------------------------------
     def isolate(self, job_id: int, step_id: int, uid: int | None, env: dict[str, str]) -> Assignment:
         """The job's isolation for this step (made on its first step, reused by the others)."""
-        grant = iso.grant_from_env(env)
+        grant = iso.grant_from_env(env, step_id)
         with self.lock:
             a = self.jobs.get(job_id)
             if a is not None and (not grant.gpu_indexes or a.gpu_index in grant.gpu_indexes):
@@ -136,6 +136,12 @@ class NodeAgent:
                     a.steps.append(step_id)
                     self._save()
                 return a
+            if a is not None and (a.shards > 0 or grant.packed) and step_id not in iso.JOB_LEVEL_STEPS:
+                # only a new run (its batch or interactive step) moves a packed job: an srun step
+                # naming another GPU than the job's never frees nor remakes its isolation
+                raise AgentError(f"job {job_id} step {step_id} names GPU {list(grant.gpu_indexes)}, but the job "
+                                 f"is isolated on GPU {a.gpu_index} of {self.node}; a packed job's step "
+                                 f"runs only on its job's GPU")
             if a is not None:
                 log.warning("job %d comes back on GPU %s (it had GPU %d): freeing the old isolation",
                             job_id, grant.gpu_indexes, a.gpu_index)

@@ -37,7 +37,7 @@ def munge():
 def agent_server(munge, tmp_path):
     agent = NodeAgent("node1", tmp_path, SimGpuBackend(None, "node1", gpus=["H100-80GB"]),
                       list_running_jobs=PushedJobs())
-    agent.isolate(7, BATCH_STEP, 0, {"SLURM_STEP_GPUS": "0", "SLURM_SHARDS_ON_NODE": "1"})
+    agent.isolate(7, BATCH_STEP, 0, {"SLURM_JOB_GPUS": "0", "SLURM_SHARDS_ON_NODE": "1"})
     agent.tick()
     server = AgentLinkServer(("127.0.0.1", 0), agent, RequestVerifier(munge, "node1", {0}, max_age_s=60))
     server.serve_in_thread()
