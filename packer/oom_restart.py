@@ -70,6 +70,14 @@ def oom_end(e: OomEvidence) -> str | None:
     return None
 
 
+def measured_by_node(e: OomEvidence) -> bool:
+    """The node's own measurement shows the share was full when the step ended (its peak, from
+    the GPU's accounting, at the limit): the suite's fence stopped the job, which earns it the
+    head of the queue. Otherwise the end rests on the job's own report (``alloc_failed``), which
+    earns a retry at its own place in the queue, never a lift above jobs that waited longer."""
+    return e.exit_code != 0 and e.peak_bytes >= FULL_FRACTION * e.limit_bytes
+
+
 @dataclass(frozen=True)
 class OomRetryLimits:
     per_job: int = 2  # restart-oom requeues of one job

@@ -8,6 +8,9 @@
  *   socket=PATH     the node agent's Unix socket; %n is replaced by the node name
  *                   (SLURMD_NODENAME), so several slurmd on one host each reach their agent
  *   timeout_ms=N    how long a step start waits for the agent (default 3000)
+ *   spool=DIR       where a packed step that cannot be isolated is recorded for the helper
+ *                   (%n as above; default /var/lib/gpupack/agent/%n/unisolated: the agent's
+ *                   `--state-dir`/agent/<node>/unisolated)
  *
  * In each task, before privileges are dropped (slurm_spank_task_init_privileged, remote
  * context, root), it sends the job id, step id, uid and the GPUs/shards Slurm gave
@@ -35,10 +38,13 @@
  * the log says so.
  * A fence that cannot be made counts as an error (below). No answer in time, or an error: a step with
  * whole GPUs (no shards) runs with what Slurm gave it and the reason is logged. A packed step
- * (SLURM_SHARDS_ON_NODE > 0: it shares its GPU with other jobs) never runs unisolated: its
- * task exits with GPUPACK_UNISOLATED_EXIT before the program starts, and slurm.conf's
- * RequeueExit= of that code requeues a batch job (no node is drained); the helper then says
- * why in an event and puts the job at the head of the queue (`requeue-unisolated`).
+ * (SLURM_SHARDS_ON_NODE > 0: it shares its GPU with other jobs) never runs unisolated: the
+ * plugin (root, in the task) writes a record of it into the node's spool (spool=, root's,
+ * 0700; slurm_plugin/agent/unisolated.py), then the task exits with GPUPACK_UNISOLATED_EXIT
+ * before the program starts. The node's agent carries the record to the helper (also once it
+ * is back, when it was down), which requeues the job at the head of the queue on that record
+ * only (`requeue-unisolated`; no node is drained). The exit code alone is no evidence: slurm.conf
+ * has no RequeueExit for it, and a job that exits 117 by itself is an ordinary failed job.
  * When a task exits (slurm_spank_task_exit, slurmstepd, root) it sends its exit code; the
  * agent answers "OK done", or "OK hold" for a packed job that ran out of memory in its share:
  * the plugin then asks again every HOLD_POLL_MS until the agent says done (the helper has
@@ -72,8 +78,8 @@
 SPANK_PLUGIN(gpupack, 1);
 
 #define REQ_MAX 8192
-/* the exit code of a packed task that could not be isolated (slurm.conf RequeueExit=;
- * slurm_plugin.helper.watches.unisolated.UNISOLATED_EXIT) */
+/* the exit code of a packed task that could not be isolated (slurm_plugin.helper.watches.unisolated.
+ * UNISOLATED_EXIT); the node's record, not the code, is the helper's evidence */
 #define GPUPACK_UNISOLATED_EXIT 117
 #define RESP_MAX 16384
 #define VAL_MAX 1024
@@ -82,6 +88,7 @@ SPANK_PLUGIN(gpupack, 1);
 #define FENCE_MAX 8 /* capability nodes one job may be given */
 
 static char socket_tmpl[512] = "/run/gpupack/agent-%n.sock";
+static char spool_tmpl[512] = "/var/lib/gpupack/agent/%n/unisolated";
 static int timeout_ms = 3000;
 
 /* the agent picks the one slurmstepd set for the step's type (slurm_plugin/agent/isolation.py) */
@@ -94,6 +101,8 @@ static void parse_args(int ac, char **av)
     for (int i = 0; i < ac; i++) {
         if (strncmp(av[i], "socket=", 7) == 0) {
             snprintf(socket_tmpl, sizeof(socket_tmpl), "%s", av[i] + 7);
+        } else if (strncmp(av[i], "spool=", 6) == 0 && av[i][6] == '/') {
+            snprintf(spool_tmpl, sizeof(spool_tmpl), "%s", av[i] + 6);
         } else if (strncmp(av[i], "timeout_ms=", 11) == 0) {
             int v = atoi(av[i] + 11);
             if (v > 0 && v <= 60000)
@@ -101,7 +110,7 @@ static void parse_args(int ac, char **av)
             else
                 slurm_error("gpupack: ignoring %s (expected 1..60000)", av[i]);
         } else {
-            slurm_error("gpupack: unknown plugstack argument '%s' (known: socket=, timeout_ms=)", av[i]);
+            slurm_error("gpupack: unknown plugstack argument '%s' (known: socket=, timeout_ms=, spool=)", av[i]);
         }
     }
 }
@@ -155,10 +164,11 @@ static void node_name(spank_t sp, char *out, size_t cap)
         snprintf(out, cap, "%s", e);
 }
 
-static void socket_path(const char *node, char *out, size_t cap)
+/* tmpl with %n replaced by node */
+static void expand_node(const char *tmpl, const char *node, char *out, size_t cap)
 {
     size_t n = 0;
-    for (const char *p = socket_tmpl; *p && n + 1 < cap; p++) {
+    for (const char *p = tmpl; *p && n + 1 < cap; p++) {
         if (p[0] == '%' && p[1] == 'n') {
             for (const char *q = node; *q && n + 1 < cap; q++)
                 out[n++] = *q;
@@ -168,6 +178,11 @@ static void socket_path(const char *node, char *out, size_t cap)
         }
     }
     out[n] = '\0';
+}
+
+static void socket_path(const char *node, char *out, size_t cap)
+{
+    expand_node(socket_tmpl, node, out, cap);
 }
 
 static long now_ms(void)
@@ -720,17 +735,84 @@ static int step_shards(spank_t sp)
     return atoi(v) > 0 ? atoi(v) : 0;
 }
 
+/* The spool folder, made root's and 0700 where missing (its parents 0755); 0 when it is root's and
+ * nobody else may write it, else -1 with why filled in. */
+static int spool_dir(const char *dir, char *why, size_t why_cap)
+{
+    struct stat st;
+    if (lstat(dir, &st) < 0) {
+        char tmp[700];
+        if (errno != ENOENT || snprintf(tmp, sizeof(tmp), "%s", dir) >= (int)sizeof(tmp)) {
+            snprintf(why, why_cap, "spool %.400s: %s", dir, strerror(errno));
+            return -1;
+        }
+        for (char *p = tmp + 1; *p; p++)
+            if (*p == '/') {
+                *p = '\0';
+                (void)mkdir(tmp, 0755);
+                *p = '/';
+            }
+        if ((mkdir(dir, 0700) < 0 && errno != EEXIST) || lstat(dir, &st) < 0) {
+            snprintf(why, why_cap, "cannot make spool %.400s: %s", dir, strerror(errno));
+            return -1;
+        }
+    }
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022)) {
+        snprintf(why, why_cap, "spool %.400s is not a folder of uid %u that only it may write", dir,
+                 (unsigned)geteuid());
+        return -1;
+    }
+    return 0;
+}
+
+/* Root's record that this packed step did not start, for the helper (slurm_plugin/agent/unisolated.py):
+ * <spool>/<job>.<step>.<pid>.json, written whole (a temporary name, then rename). */
+static void record_unisolated(uint32_t job, uint32_t step, uint32_t uid, const char *node, int shards,
+                              const char *reason)
+{
+    char dir[700], path[900], tmp[900], body[2048], num[160], why[600];
+    size_t len = 0;
+    int bad = 0;
+    expand_node(spool_tmpl, node, dir, sizeof(dir));
+    if (spool_dir(dir, why, sizeof(why)) < 0) {
+        slurm_error("gpupack: job %u step %u: %s; the helper will not requeue it (the job fails)", job, step, why);
+        return;
+    }
+    snprintf(path, sizeof(path), "%s/%u.%u.%d.json", dir, job, step, (int)getpid());
+    snprintf(tmp, sizeof(tmp), "%s/.%u.%u.%d.tmp", dir, job, step, (int)getpid());
+    snprintf(num, sizeof(num), "{\"job_id\":%u,\"step_id\":%u,\"uid\":%u,\"shards\":%d,\"at\":%ld,\"node\":", job,
+             step, uid, shards, (long)time(NULL));
+    bad |= append(body, sizeof(body), &len, num);
+    bad |= json_str(body, sizeof(body), &len, node);
+    bad |= append(body, sizeof(body), &len, ",\"reason\":");
+    bad |= json_str(body, sizeof(body), &len, reason);
+    bad |= append(body, sizeof(body), &len, "}\n");
+    int fd = bad ? -1 : open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 || write(fd, body, len) != (ssize_t)len || fsync(fd) < 0 || close(fd) < 0 || rename(tmp, path) < 0) {
+        slurm_error("gpupack: job %u step %u: cannot record it in %s: %s; the helper will not requeue it", job,
+                    step, dir, bad ? "record too long" : strerror(errno));
+        if (fd >= 0)
+            unlink(tmp);
+        return;
+    }
+}
+
 /* Isolation failed. Whole GPUs: the step runs with what Slurm gave it. Shards: the task
- * (this process, just forked by slurmstepd) exits before the program starts. */
+ * (this process, just forked by slurmstepd) is recorded in the node's spool and exits before the
+ * program starts. */
 static int not_isolated(spank_t sp, uint32_t job, uint32_t step, const char *node, const char *why)
 {
     char cvd[VAL_MAX] = "unset";
     spank_getenv(sp, "CUDA_VISIBLE_DEVICES", cvd, sizeof(cvd));
     int shards = step_shards(sp);
     if (shards > 0) {
+        uid_t u = 0;
+        spank_get_item(sp, S_JOB_UID, &u);
         slurm_error("gpupack: job %u step %u on %s: %s; a packed step (%d shards) never runs unisolated "
-                    "beside other jobs: it does not start (exit %d; RequeueExit requeues a batch job)",
+                    "beside other jobs: it does not start (exit %d; recorded for the helper, which requeues it)",
                     job, step, node[0] ? node : "?", why, shards, GPUPACK_UNISOLATED_EXIT);
+        if (node[0])
+            record_unisolated(job, step, (uint32_t)u, node, shards, why);
         _exit(GPUPACK_UNISOLATED_EXIT);
     }
     slurm_error("gpupack: job %u step %u on %s: %s; the step runs with what Slurm gave it "

@@ -129,6 +129,7 @@ class SampleBatch:
     agent_now: float
     facts: str | None = None  # the digest of what the agent must agree with (None: it tells none)
     oom_ends: tuple[dict, ...] = ()  # packed jobs' out-of-memory ends it holds for the helper
+    unisolated: tuple[dict, ...] = ()  # packed steps root recorded as not started (agent.unisolated)
 
     @property
     def age_s(self) -> float | None:
@@ -146,11 +147,13 @@ def sample_batch(link: AgentLink, node: str, job_id: int | None = None, *, lates
     answer = link.call(node, "samples", req, timeout)
     sampled_at = answer.get("sampled_at")
     ooms = answer.get("oom_ends") or []
+    stopped = answer.get("unisolated") or []
     return SampleBatch([JobSample.from_dict(s) for s in answer.get("samples", [])],
                        float(sampled_at) if isinstance(sampled_at, (int, float)) else None,
                        float(answer.get("now") or time.time()),
                        answer.get("facts") if isinstance(answer.get("facts"), str) else None,
-                       tuple(e for e in ooms if isinstance(e, dict)) if isinstance(ooms, list) else ())
+                       tuple(e for e in ooms if isinstance(e, dict)) if isinstance(ooms, list) else (),
+                       tuple(r for r in stopped if isinstance(r, dict)) if isinstance(stopped, list) else ())
 
 
 def samples(link: AgentLink, node: str, job_id: int | None = None, *, latest: bool = False,
@@ -195,6 +198,11 @@ def settle_oom(link: AgentLink, node: str, job_id: int, outcome: str) -> bool:
     """Answer a job's out-of-memory end (`oom_ends.OomEnds`): its held step may end. Idempotent;
     False when the agent does not know the end (it restarted, or forgot it)."""
     return bool(link.call(node, "oom_settle", {"job_id": int(job_id), "outcome": outcome}).get("known"))
+
+
+def ack_unisolated(link: AgentLink, node: str, keys: list[str]) -> int:
+    """The agent may delete these unisolated-step records (their ``key``). Idempotent; how many it did."""
+    return int(link.call(node, "ack_unisolated", {"keys": list(keys)}).get("forgotten") or 0)
 
 
 def collect_finals(link: AgentLink, node: str) -> list[dict]:

@@ -43,6 +43,7 @@ from slurm_plugin.agent.restore import restore_slices
 from slurm_plugin.agent.sampler import SAMPLES_KEPT, Sampler
 from slurm_plugin.agent.state import BATCH_STEP, EXTERN_STEP, Assignment, StateFile, write_json_atomic
 from slurm_plugin.agent.trust import Peer, ReportGuard, ReportRejected, check_reporter
+from slurm_plugin.agent.unisolated import UnisolatedSpool
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,9 @@ class NodeAgent:
         self.sampled_at: float | None = None  # the agent's time of its last sampling round
         self.oom_ends = OomEnds(node, clock)  # packed jobs' out-of-memory ends, until the helper answers
         self.oom = OomDesk(self)  # what the SPANK plugin, the job and the helper say of those ends
+        # packed steps the SPANK plugin did not let start, as root recorded them (until the helper reads them)
+        self.unisolated = UnisolatedSpool(self.paths.unisolated, node, clock)
+        self.unisolated.ensure()
         self.reconciler = Reconciler(node, backend, self._running_jobs, self._finish, clock,
                                      journal=self.journal, unsure=self.mig.unsure,
                                      lists_taken=self._lists_taken if hasattr(list_running_jobs, "lists") else None)

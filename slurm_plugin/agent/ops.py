@@ -12,7 +12,7 @@ from slurm_plugin.agent.paths import AgentError
 from slurm_plugin.agent.trust import Peer
 
 LINK_OPS = frozenset({"ping", "hello", "samples", "status", "layout", "finish", "jobs", "finals", "ack_finals",
-                      "mps_plan", "journal", "restore", "oom_settle"})
+                      "mps_plan", "journal", "restore", "oom_settle", "ack_unisolated"})
 
 
 def _int(body: dict, key: str, default: int | None = None) -> int:
@@ -97,7 +97,16 @@ def _samples(agent: NodeAgent, body: dict, peer: Peer) -> dict:
                         float(since) if isinstance(since, (int, float)) else None, bool(body.get("latest")))
     # the agent's own clock twice: the helper judges staleness without comparing clocks
     return {"status": "ok", "node": agent.node, "samples": got, "sampled_at": agent.sampled_at,
-            "now": agent.clock(), "facts": agent.facts.digest(), "oom_ends": agent.oom_ends.waiting()}
+            "now": agent.clock(), "facts": agent.facts.digest(), "oom_ends": agent.oom_ends.waiting(),
+            "unisolated": agent.unisolated.pending()}
+
+
+def _ack_unisolated(agent: NodeAgent, body: dict, peer: Peer) -> dict:
+    """The helper has read these unisolated-step records (:mod:`.unisolated`): deleted."""
+    keys = body.get("keys") or []
+    if not isinstance(keys, list):
+        raise ValueError("keys must be a list of record keys")
+    return {"status": "ok", "node": agent.node, "forgotten": agent.unisolated.ack(keys)}
 
 
 def _finish(agent: NodeAgent, body: dict, peer: Peer) -> dict:
@@ -167,4 +176,5 @@ _OPS = {
     "finish": _finish, "status": _status, "report": _report, "layout": _layout, "jobs": _jobs, "finals": _finals,
     "ack_finals": _ack_finals, "mps_plan": _mps_plan, "journal": _journal, "restore": _restore,
     "task_exit": _task_exit, "alloc_failed": _alloc_failed, "oom_settle": _oom_settle,
+    "ack_unisolated": _ack_unisolated,
 }

@@ -42,6 +42,12 @@ class AgentPaths:
         return self.home / "mps-plan.json"
 
     @property
+    def unisolated(self) -> Path:
+        """Records of packed steps the SPANK plugin did not let start, written by root (the
+        plugstack ``spool=`` argument), until the helper acknowledges them (:mod:`.unisolated`)."""
+        return self.home / "unisolated"
+
+    @property
     def generations(self) -> Path:
         """The newest generation of each per-node plan the helper sent (``{kind: generation}``)."""
         return self.home / "generations.json"

@@ -70,4 +70,5 @@ def agent_backend(pid: int) -> str | None:
 
 def plugstack_lines(spec: ClusterSpec) -> list[str]:
     sock = spec.run / "agent-%n.sock"
-    return [f"optional {plugin_path(spec)} socket={sock} timeout_ms={AGENT_TIMEOUT_MS}"]
+    spool = spec.state_dir / "agent" / "%n" / "unisolated"  # AgentPaths.unisolated: the node's private agent folder
+    return [f"optional {plugin_path(spec)} socket={sock} timeout_ms={AGENT_TIMEOUT_MS} spool={spool}"]

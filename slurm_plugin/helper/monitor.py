@@ -156,7 +156,7 @@ class Monitor:
         self.quirk_guard_watch = QuirkGuardWatch()
         self.mps_watch = MpsWatch()
         self.metrics_watch = MetricsWatch(self)
-        self.unisolated_watch = UnisolatedWatch()
+        self.unisolated_watch = UnisolatedWatch(lambda: getattr(self.samples_source, "unisolated", {}))
         grow, regroup = GrowWatch(), RegroupWatch()
         # [retention]: the store's tables, and every per-job map of the watches
         retention = retention or (settings_file().retention if settings_file is not None else RetentionSettings())

@@ -54,6 +54,7 @@ class AgentSamples:
         self._seen: dict[str, float] = {}  # node -> newest sample time it sent (its own clock)
         self._jobs: Mapping[str, list[int]] = {}
         self.oom_ends: dict[str, tuple[dict, ...]] = {}  # node -> out-of-memory ends its agent holds
+        self.unisolated: dict[str, tuple[dict, ...]] = {}  # node -> root's records of packed steps not started
         self._generation = 0
         self._pool = ThreadPoolExecutor(max_workers=AGENT_THREADS, thread_name_prefix="agent-link")
 
@@ -84,6 +85,7 @@ class AgentSamples:
             self._mark(node, f"its agent does not answer ({exc})")
             return []
         self.oom_ends[node] = batch.oom_ends
+        self.unisolated[node] = batch.unisolated
         if batch.samples:
             self._seen[node] = max(x.at for x in batch.samples)
         try:

@@ -34,6 +34,9 @@ from slurm_plugin.slurm.model import Job
 log = logging.getLogger(__name__)
 
 SLURM_ONLY_KINDS = frozenset({"requeue-quirk"})  # decided from Slurm's own figures, not the agents'
+#: decided from a record root wrote on the node (not from samples): a node whose samples are stale
+#: (its agent just came back with the record) does not hold them up
+NODE_RECORD_KINDS = frozenset({"requeue-unisolated"})
 
 
 class Actions:
@@ -119,16 +122,18 @@ class Actions:
 
     def requeue_at_head(self, job: Job, kind: str, reason: str, *, exclude: frozenset[str] = frozenset(),
                         gres: str | None = None, comment: str | None = None, mode: ActionMode | None = None,
-                        keep_held: bool = False, **data) -> bool:
+                        keep_held: bool = False, at_head: bool = True, **data) -> bool:
         """Requeue `job`, change it while held, release it and make it the next to start.
 
         `mode`: the action's own mode; without it, the helper's (enforce acts, else shadow).
         `keep_held`: leave it held (a grow eviction waits for its grower to start first);
-        `release_to_head` later releases it and makes it the next to start."""
+        `release_to_head` later releases it and makes it the next to start.
+        `at_head` False: released at its own place (no lift), for a retry that rests on what the
+        job said of itself (issue 33: a job's own report never lifts it above jobs that waited)."""
         mode = mode or ActionMode("enforce" if self.enforcing else "shadow", self.config().mode)
         if self._refused_by_kill_switch(kind, job.job_id):
             return False
-        if kind not in SLURM_ONLY_KINDS and self.on_stale_node(job, kind, reason):
+        if kind not in SLURM_ONLY_KINDS | NODE_RECORD_KINDS and self.on_stale_node(job, kind, reason):
             return False
         stranded = self.strands(job, exclude, gres)
         if stranded is not None:  # Slurm would take the change and the job would wait for good
@@ -160,7 +165,13 @@ class Actions:
         try:
             if changes:
                 self.runner.update_job(job_id, **changes)
-            priority = 0 if keep_held else self._release_at_head(job_id)
+            if keep_held:
+                priority = 0
+            elif at_head:
+                priority = self._release_at_head(job_id)
+            else:
+                self.runner.release(job_id)
+                priority = None
         except SlurmError as exc:
             # requeued and held, but Slurm refused the change: never leave it held for good;
             # it goes back to the head of the queue as it was (a grow eviction stays held
@@ -177,7 +188,8 @@ class Actions:
         self._end_run(job_id, kind)
         self.store.log_event(kind, reason, job_id, priority=priority, excluded=sorted(exclude), gres=gres, **data)
         log.warning("job %d requeued %s: %s", job_id,
-                    "and held" if keep_held else f"at the head (priority {priority})", reason)
+                    "and held" if keep_held else f"at the head (priority {priority})" if at_head
+                    else "at its own place in the queue", reason)
         return True
 
     def strands(self, job: Job, exclude: frozenset[str], gres: str | None) -> str | None:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from packer import comment as comment_mod
 from packer.decision import max_shards
-from packer.oom_restart import KIND, OomDecision, OomEvidence, OomRetryLimits, decide_oom_restart
+from packer.oom_restart import KIND, OomDecision, OomEvidence, OomRetryLimits, decide_oom_restart, measured_by_node
 from packer.request import gres_text
 from slurm_plugin.helper.watches.memory import _shard_job_may_become_gpu_job
 from slurm_plugin.helper.watches.round import RoundContext
@@ -99,10 +99,14 @@ class OomWatch:
         record = (comment_mod.render("exclusive", reason=KIND, fp=fp) if decision.whole_gpu
                   else comment_mod.render("packed", shards=decision.shards, reason=KIND, fp=fp))
         started = float(end.get("started_at") or end["at"])
-        done = actions.decide(KIND, job, decision.reason, run_start=started, evidence=data, at=ctx.now, mode=mode,
-                              gres=gres, comment=record, to=gres, **data)
+        # the head only on the node's own measurement; on the job's own report, its own place
+        at_head = measured_by_node(evidence)
+        reason = decision.reason if at_head else decision.reason.replace(
+            "requeued at the head", "requeued at its own place (the job's own report of a failed allocation)")
+        done = actions.decide(KIND, job, reason, run_start=started, evidence=data, at=ctx.now, mode=mode,
+                              gres=gres, comment=record, to=gres, at_head=at_head, **data)
         if done:
-            return f"requeued at the head with {gres}"
+            return f"requeued {'at the head' if at_head else 'at its own place'} with {gres}"
         return f"not requeued ({mode.label} mode or refused): {decision.reason}"
 
     def _leave(self, ctx: RoundContext, job, decision: OomDecision, data: dict) -> str:
