@@ -5,8 +5,10 @@
  *   optional /usr/lib/slurm/gpupack_spank-22.05.so socket=/var/lib/gpupack/run/agent-%n.sock timeout_ms=3000
  *
  * Arguments:
- *   socket=PATH     the node agent's Unix socket; %n is replaced by the node name
- *                   (SLURMD_NODENAME), so several slurmd on one host each reach their agent
+ *   socket=PATH     the node agent's Unix socket; %n is replaced by the node name slurmd
+ *                   gave slurmstepd (its NodeName: SLURMD_NODENAME in slurmstepd's own
+ *                   environment, never the job's), so several slurmd on one host each reach
+ *                   their agent
  *   timeout_ms=N    how long a step start waits for the agent (default 3000)
  *   spool=DIR       where a packed step that cannot be isolated is recorded for the helper
  *                   (%n as above; default /var/lib/gpupack/agent/%n/unisolated: the agent's
@@ -154,14 +156,25 @@ static int append(char *buf, size_t cap, size_t *len, const char *s)
     return 0;
 }
 
+/* The node's name as slurmd knows it (its NodeName, from slurmd's conf): slurmstepd puts it into
+ * its own process environment (slurmstepd.c: setenvf(NULL, "SLURMD_NODENAME", conf->node_name), on
+ * 22.05, 24.11 and 26.05) before it forks any task, and a task's process environment is still
+ * slurmstepd's at task_init_privileged (the job's is only given to execve). The job's environment
+ * (spank_getenv) is never read: at task_init_privileged on 22.05 it holds whatever the submitter
+ * exported, and an srun step inside a batch job inherits the batch host's name. Empty when there is
+ * none, or when it is not a plain host name (it is put in paths). */
 static void node_name(spank_t sp, char *out, size_t cap)
 {
-    out[0] = '\0';
-    if (spank_getenv(sp, "SLURMD_NODENAME", out, (int)cap) == ESPANK_SUCCESS && out[0])
-        return;
+    (void)sp;
     const char *e = getenv("SLURMD_NODENAME");
-    if (e)
-        snprintf(out, cap, "%s", e);
+    out[0] = '\0';
+    if (!e || !e[0] || e[0] == '.' || strlen(e) >= cap || strlen(e) > 255)
+        return;
+    for (const char *p = e; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
+              *p == '_' || *p == '.'))
+            return;
+    snprintf(out, cap, "%s", e);
 }
 
 /* tmpl with %n replaced by node */
@@ -833,6 +846,9 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
         return ESPANK_SUCCESS;
     char node[256], path[700], num[64], val[VAL_MAX];
     node_name(sp, node, sizeof(node));
+    if (!node[0])
+        return not_isolated(sp, job, step, node, "slurmstepd gave no node name (SLURMD_NODENAME in its own "
+                                                 "environment)");
     socket_path(node, path, sizeof(path));
 
     char req[REQ_MAX];
@@ -883,6 +899,8 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
         return ESPANK_SUCCESS; /* a clean exit is never held */
     char node[256], path[700], req[1024], resp[1024], why[600];
     node_name(sp, node, sizeof(node));
+    if (!node[0])
+        return ESPANK_SUCCESS;
     socket_path(node, path, sizeof(path));
     size_t len = 0;
     snprintf(req, sizeof(req), "{\"op\":\"task_exit\",\"format\":\"lines\",\"job_id\":%u,\"step_id\":%u,"
@@ -915,6 +933,8 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
     remove_deny_cgroup(job, step);
     char node[256], path[700], req[1024], resp[1024], why[600];
     node_name(sp, node, sizeof(node));
+    if (!node[0])
+        return ESPANK_SUCCESS;
     socket_path(node, path, sizeof(path));
     size_t len = 0;
     snprintf(req, sizeof(req), "{\"op\":\"step_end\",\"format\":\"lines\",\"job_id\":%u,\"step_id\":%u,\"node\":", job, step);

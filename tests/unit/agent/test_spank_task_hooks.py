@@ -121,3 +121,27 @@ def test_a_spool_others_may_write_gets_no_record(harness, node_dir):
     out = run(harness, node_dir)
     assert out.returncode == 117 and list(spool.iterdir()) == []
     assert "only it may write" in out.stdout
+
+
+# -- attack 3: the node's name comes from slurmd, never from the job -------------------------------
+def test_the_node_name_is_slurmds_not_the_jobs(harness, node_dir):
+    """The submitter exported SLURMD_NODENAME=node9 (or a multi-node srun inherited the batch
+    host's): before, the plugin read the job's value first and asked node9's socket (the step
+    failed, exit 117, and the old exit-code requeue lifted it). Now the socket and the request name
+    slurmd's node."""
+    agent = ScriptedAgent(node_dir / "agent-node1.sock", b"OK none\nEND\n")
+    evil = ScriptedAgent(node_dir / "agent-node9.sock", b"OK none\nEND\n")
+    try:
+        out = run(harness, node_dir, shards=None, job_env={"SLURMD_NODENAME": "node9"})
+    finally:
+        agent.close()
+        evil.close()
+    assert out.returncode == 0 and "rc=0" in out.stdout, out.stdout
+    assert evil.requests == [] and [r["node"] for r in agent.requests] == ["node1"]
+    assert "SLURMD_NODENAME" not in agent.requests[0]["env"]
+
+
+@pytest.mark.parametrize("name", [None, "", "../run/x", "a/b", ".hidden"])
+def test_a_packed_step_without_slurmds_node_name_does_not_start(harness, node_dir, name):
+    out = run(harness, node_dir, node=name, job_env={"SLURMD_NODENAME": "node1"})
+    assert out.returncode == 117 and "no node name" in out.stdout, out.stdout
