@@ -2,7 +2,9 @@
  * gpupack SPANK plugin: put the node agent's isolation answer into each job step.
  *
  * plugstack.conf (one line):
- *   optional /usr/lib/slurm/gpupack_spank-22.05.so socket=/var/lib/gpupack/run/agent-%n.sock timeout_ms=3000
+ *   required /usr/lib/slurm/gpupack_spank-22.05.so socket=/var/lib/gpupack/run/agent-%n.sock timeout_ms=3000
+ *             spool=/var/lib/gpupack/agent/%n/unisolated
+ * (required: a .so that fails to load stops the node's steps; optional would run them unisolated)
  *
  * Arguments:
  *   socket=PATH     the node agent's Unix socket; %n is replaced by the node name slurmd
@@ -19,8 +21,9 @@
  * (SLURM_JOB_GPUS, SLURM_STEP_GPUS, SLURM_SHARDS_ON_NODE) to the agent as one JSON line; the
  * agent reads only the one slurmstepd sets or clears for the step's type (SLURM_JOB_GPUS for
  * the batch and interactive steps, SLURM_STEP_GPUS for srun steps: the other is whatever the
- * user exported). The agent answers in lines:
- *   OK <isolation>\nKEY=VALUE\n...        or        ERR <reason>\n
+ * user exported). The agent answers in lines, the last one END (framed: an answer without it, cut
+ * short or not the agent's, is a refusal):
+ *   OK <isolation>\nKEY=VALUE\n...\nEND\n        or        ERR <reason>\nEND\n
  * Only CUDA_* and GPUPACK_* variables are set. A job on a MIG device also gets the line
  *   FENCE <node>[,<node>...] <folder>
  * naming the driver's capability nodes it may open (its GPU instance's and compute
@@ -280,6 +283,10 @@ static int ask_agent(const char *path, const char *req, char *resp, size_t cap, 
     }
     resp[got] = '\0';
     close(fd);
+    if (strlen(resp) != got) {
+        snprintf(why, why_cap, "the answer from %s holds a NUL byte", path);
+        return -1;
+    }
     return 0;
 }
 
@@ -642,10 +649,30 @@ static void remove_deny_cgroup(uint32_t job, uint32_t step)
         slurm_info("gpupack: job %u step %u: cannot remove device cgroup %s: %s", job, step, dir, strerror(errno));
 }
 
-/* Apply "OK <isolation>\nFENCE ...\nK=V\n..." to the step; returns the number of variables set or -1. */
+/* An answer of got bytes in resp is framed: its last line is END (isolation.END_LINE) and it holds no
+ * NUL byte. The END line is cut off (resp then ends with the newline before it). An answer cut short
+ * (the agent died mid-answer, a full socket buffer) or not the agent's is never acted on. */
+static int framed(char *resp, size_t got)
+{
+    if (strlen(resp) != got)
+        return 0;
+    if (got == 4 && strcmp(resp, "END\n") == 0)
+        return 0; /* END alone: no answer in it */
+    if (got < 5 || strcmp(resp + got - 5, "\nEND\n") != 0)
+        return 0;
+    resp[got - 4] = '\0';
+    return 1;
+}
+
+/* Apply "OK <isolation>\nFENCE ...\nK=V\n...\nEND\n" to the step; returns the number of variables set
+ * or -1. */
 static int apply_answer(spank_t sp, char *resp, uint32_t job, uint32_t step, char *why, size_t why_cap)
 {
     char *save = NULL;
+    if (!framed(resp, strlen(resp))) {
+        snprintf(why, why_cap, "the agent's answer has no END line (cut short, or not the agent's): '%.200s'", resp);
+        return -1;
+    }
     char *line = strtok_r(resp, "\n", &save);
     if (!line) {
         snprintf(why, why_cap, "empty answer");
@@ -911,7 +938,7 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
     long deadline = now_ms() + HOLD_MAX_MS;
     int held = 0;
     while (ask_agent(path, req, resp, sizeof(resp), timeout_ms < 1000 ? timeout_ms : 1000, 0, why, sizeof(why)) == 0 &&
-           strncmp(resp, "OK hold", 7) == 0 && now_ms() < deadline) {
+           framed(resp, strlen(resp)) && strcmp(resp, "OK hold\n") == 0 && now_ms() < deadline) {
         if (!held)
             slurm_info("gpupack: job %u step %u ended out of memory in its share (exit %d); its end waits "
                        "for the helper's requeue", job, step, code);

@@ -248,8 +248,11 @@ def ask(path: Path | str, request: dict, timeout: float = 2.0) -> dict:
                 data += chunk
     except OSError as exc:
         raise AgentUnavailable(f"node agent at {path}: {exc}") from exc
+    if not data.endswith(b"\n") or data.count(b"\n") != 1:  # one JSON line, whole: else cut short or not the agent
+        raise AgentUnavailable(f"node agent at {path} gave no whole answer (one line ending in a newline): "
+                               f"{data[:200]!r}")
     try:
-        return json.loads(data or b"{}")
+        return json.loads(data)
     except ValueError as exc:
         raise AgentUnavailable(f"node agent at {path} answered garbage: {data[:200]!r}") from exc
 

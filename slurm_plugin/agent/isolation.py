@@ -141,10 +141,15 @@ def deny_line(major: int, ranges: tuple[tuple[int, int], ...] | list) -> str:
     return f"DENY {int(major)} {text}"
 
 
+#: the last line of every plain-text answer: the SPANK plugin takes an answer without it (cut short,
+#: or not the agent's) as a refusal (spank/gpupack_spank.c, framed())
+END_LINE = "END"
+
+
 def answer_lines(isolation: str, env: dict[str, str], fence: dict | None = None) -> str:
     """The SPANK plugin's text answer: ``OK <isolation>``, then ``FENCE <node>[,<node>] <folder>``
     for a job on a MIG device (the capability nodes it may open, :mod:`.fence`) and ``DENY <major>
-    <ranges>`` (the others, for its device cgroup), then ``KEY=VALUE`` lines."""
+    <ranges>`` (the others, for its device cgroup), then ``KEY=VALUE`` lines, then :data:`END_LINE`."""
     lines = [f"OK {isolation}"]
     if fence is not None:
         names = fence["allowed"]
@@ -157,12 +162,14 @@ def answer_lines(isolation: str, env: dict[str, str], fence: dict | None = None)
     for key, value in env.items():
         if "\n" in value or "\n" in key:
             raise ValueError(f"newline in {key!r}")
+        if key == END_LINE:
+            raise ValueError(f"{key!r} is the answer's end line")
         lines.append(f"{key}={value}")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, END_LINE]) + "\n"
 
 
 def error_line(reason: str) -> str:
-    return "ERR " + reason.replace("\n", " ")[:400] + "\n"
+    return "ERR " + reason.replace("\n", " ")[:400] + "\n" + END_LINE + "\n"
 
 
 def mps_daemon_limits(shares: list[tuple[int, int]]) -> tuple[int, int]:

@@ -87,7 +87,8 @@ def test_mps_share_and_memory_limit():
 
 
 def test_answer_lines_and_error_line():
-    assert iso.answer_lines("mig:1g.10gb@0", {"CUDA_VISIBLE_DEVICES": "MIG-x"}) == "OK mig:1g.10gb@0\nCUDA_VISIBLE_DEVICES=MIG-x\n"
+    assert iso.answer_lines("mig:1g.10gb@0", {"CUDA_VISIBLE_DEVICES": "MIG-x"}) == \
+        "OK mig:1g.10gb@0\nCUDA_VISIBLE_DEVICES=MIG-x\nEND\n"  # framed: the plugin refuses an answer without END
     with pytest.raises(ValueError):
         iso.answer_lines("x", {"A": "b\nEVIL=1"})
-    assert iso.error_line("no\nroom") == "ERR no room\n"
+    assert iso.error_line("no\nroom") == "ERR no room\nEND\n"

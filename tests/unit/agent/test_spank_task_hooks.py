@@ -33,10 +33,12 @@ def harness(tmp_path_factory):
 
 
 class ScriptedAgent:
-    """A Unix socket that records each request (one line) and answers with ``answer`` bytes."""
+    """A Unix socket that records each request (one line) and answers with ``answer`` bytes (a list:
+    one per request in turn, the last one repeated)."""
 
-    def __init__(self, path: Path, answer: bytes):
-        self.path, self.answer, self.requests = path, answer, []
+    def __init__(self, path: Path, answer: bytes | list[bytes]):
+        self.path, self.requests = path, []
+        self.answers = list(answer) if isinstance(answer, list) else [answer]
         self.sock = socket.socket(socket.AF_UNIX)
         self.sock.bind(str(path))
         self.sock.listen(8)
@@ -57,7 +59,7 @@ class ScriptedAgent:
                         break
                     data += chunk
                 self.requests.append(json.loads(data.split(b"\n", 1)[0]))
-                conn.sendall(self.answer)
+                conn.sendall(self.answers[min(len(self.requests), len(self.answers)) - 1])
 
     def close(self):
         self.sock.close()
@@ -101,7 +103,7 @@ def test_a_packed_step_whose_agent_is_down_is_recorded_and_does_not_start(harnes
 
 
 def test_a_refused_packed_step_is_recorded_too(harness, node_dir):
-    agent = ScriptedAgent(node_dir / "agent-node1.sock", b"ERR no room on GPU 0\n")
+    agent = ScriptedAgent(node_dir / "agent-node1.sock", b"ERR no room on GPU 0\nEND\n")
     try:
         out = run(harness, node_dir)
     finally:
@@ -145,3 +147,50 @@ def test_the_node_name_is_slurmds_not_the_jobs(harness, node_dir):
 def test_a_packed_step_without_slurmds_node_name_does_not_start(harness, node_dir, name):
     out = run(harness, node_dir, node=name, job_env={"SLURMD_NODENAME": "node1"})
     assert out.returncode == 117 and "no node name" in out.stdout, out.stdout
+
+
+# -- attack 4: an answer cut short is a refusal --------------------------------------------------
+FULL = b"OK mig:1g.10gb@0\nCUDA_VISIBLE_DEVICES=MIG-abc\nGPUPACK_ISOLATION=mig:1g.10gb@0\nEND\n"
+
+
+@pytest.mark.parametrize("answer", [
+    b"OK mig:1g.10gb@0\nCUDA_VISIBLE_DEVICES=MIG-abc\n",  # cut before END (and before a FENCE line)
+    b"OK mig:1g.10gb@0\nCUDA_VISIBLE_DEVICES=MIG-abc\nEN",
+    b"OK mig:1g.10gb@0\nEND\nCUDA_VISIBLE_DEVICES=0\n",  # something after END
+    b"OK mig:1g.10gb@0\x00\nEND\n",
+    b"END\n",
+    b"",
+])
+def test_an_unframed_answer_is_a_refusal(harness, node_dir, answer):
+    """Before: an "OK ..." cut short (no FENCE line, the agent died mid-answer) was applied and the
+    packed step ran; now it does not start (and is recorded for the helper)."""
+    agent = ScriptedAgent(node_dir / "agent-node1.sock", answer)
+    try:
+        out = run(harness, node_dir)
+    finally:
+        agent.close()
+    assert out.returncode == 117 and "setenv" not in out.stdout, out.stdout
+    assert len(records(node_dir)) == 1
+
+
+def test_a_framed_answer_is_applied(harness, node_dir):
+    agent = ScriptedAgent(node_dir / "agent-node1.sock", FULL)
+    try:
+        out = run(harness, node_dir)
+    finally:
+        agent.close()
+    assert out.returncode == 0 and "rc=0" in out.stdout, out.stdout
+    assert "setenv CUDA_VISIBLE_DEVICES=MIG-abc" in out.stdout and "setenv END" not in out.stdout
+    assert records(node_dir) == []
+
+
+def test_a_hold_is_taken_only_framed(harness, node_dir):
+    """task_exit: "OK hold" without its END line does not hold the step's end."""
+    for answer, held in ((b"OK hold\n", 0), (b"OK hold\nEND\n", 1)):
+        agent = ScriptedAgent(node_dir / "agent-node1.sock", [answer, b"OK done\nEND\n"])
+        try:
+            out = run(harness, node_dir, hook="exit")
+        finally:
+            agent.close()
+            (node_dir / "agent-node1.sock").unlink()
+        assert f"held={held}" in out.stdout, (answer, out.stdout)
