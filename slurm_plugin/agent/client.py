@@ -80,8 +80,10 @@ class AgentLink:
         headers = {HEADER: SCHEME + cred, "Content-Type": "application/json"}
         status, signature, data = self._exchange(address, path, body, headers, timeout or self.timeout, node)
         if status in (401, 403) and signature is None:
-            raise AgentRefused(f"agent of {node} at {address} refused our credential ({status}): "
-                               f"{_reason(data)}")
+            # unsigned: anyone on the path could have said it; a link failure (retried, or the next
+            # round), never the agent's refusal
+            raise AgentUnavailable(f"agent of {node} at {address}: an unsigned {status} ({_reason(data)}); "
+                                   f"not believed as the agent's refusal")
         try:
             check_answer(self.munge, signature, claim, data, self.signers)
         except CredentialRefused as exc:
