@@ -14,7 +14,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,9 +179,15 @@ def status(link: AgentLink, node: str, timeout: float | None = None) -> dict:
     return link.call(node, "status", {}, timeout)
 
 
-def push_jobs(link: AgentLink, node: str, job_ids: list[int], generation: int) -> None:
-    """The jobs Slurm runs on ``node`` now (the agent frees the isolation of the others)."""
-    link.call(node, "jobs", {"job_ids": sorted(int(j) for j in job_ids), "generation": int(generation)})
+def push_jobs(link: AgentLink, node: str, job_ids: list[int], generation: int,
+              gpus: Mapping[int, tuple[int, ...]] | None = None) -> None:
+    """The jobs Slurm runs on ``node`` now (the agent frees the isolation of the others), and the GPU
+    indexes Slurm gave each there where its record names them (the agent refuses a packed step whose
+    own variables name another GPU)."""
+    request: dict = {"job_ids": sorted(int(j) for j in job_ids), "generation": int(generation)}
+    if gpus:
+        request["gpus"] = {str(int(j)): [int(i) for i in idx] for j, idx in gpus.items()}
+    link.call(node, "jobs", request)
 
 
 def send_layout(link: AgentLink, node: str, policy: str, pending_shards: list[int], generation: int) -> list[dict]:

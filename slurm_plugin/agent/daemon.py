@@ -124,6 +124,11 @@ class NodeAgent:
     def _running_jobs(self) -> set[int] | None:
         return self.list_running_jobs() if self.list_running_jobs else None
 
+    def _slurm_gpus(self, job_id: int) -> tuple[int, ...] | None:
+        """The GPUs Slurm's record gives the job here (the helper's pushed list), None when unknown."""
+        gpus_of = getattr(self.list_running_jobs, "gpus_of", None)
+        return gpus_of(job_id) if gpus_of is not None else None
+
     def _lists_taken(self) -> int:
         return self.list_running_jobs.lists  # a PushedJobs: the helper's lists, counted
 
@@ -131,6 +136,13 @@ class NodeAgent:
     def isolate(self, job_id: int, step_id: int, uid: int | None, env: dict[str, str]) -> Assignment:
         """The job's isolation for this step (made on its first step, reused by the others)."""
         grant = iso.grant_from_env(env, step_id)
+        recorded = self._slurm_gpus(job_id)
+        why = iso.grant_outside_record(grant, recorded)
+        if why is not None:
+            if grant.packed:
+                raise AgentError(f"job {job_id} step {step_id}: {why}; a packed step is isolated only on a GPU "
+                                 f"Slurm gave it")
+            log.warning("job %d step %d: %s", job_id, step_id, why)
         with self.lock:
             a = self.jobs.get(job_id)
             if a is not None and (not grant.gpu_indexes or a.gpu_index in grant.gpu_indexes):

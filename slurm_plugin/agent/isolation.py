@@ -79,6 +79,15 @@ def grant_from_env(env: dict[str, str], step_id: int) -> StepGrant:
     return StepGrant(idx or (), shards)
 
 
+def grant_outside_record(grant: StepGrant, recorded: tuple[int, ...] | None) -> str | None:
+    """Why the step's own variables disagree with the controller's record of the job's GPUs on this
+    node (the helper's pushed list, from ``gres_detail``); None when they agree or the record is
+    not known yet (a job newer than the last list): then the step type's variable alone decides."""
+    if recorded is None or not grant.gpu_indexes or set(grant.gpu_indexes) <= set(recorded):
+        return None
+    return f"its step names GPU {list(grant.gpu_indexes)}, Slurm's record of the job here says {list(recorded)}"
+
+
 def gpu_conflict(held: Iterable, job_id: int, uid: int | None, gpu: int, mode: str) -> str | None:
     """Why a packed job (``mode``: the node's packing, mig or mps) may not be isolated on ``gpu``
     beside the jobs the agent ``held`` there (Assignments); None when it may (pure).

@@ -135,8 +135,16 @@ def _jobs(agent: NodeAgent, body: dict, peer: Peer) -> dict:
     if pushed is None:
         raise AgentError("this agent does not take job lists (started with another job lister)")
     generation = _int(body, "generation")
+    raw = body.get("gpus") or {}
+    if not isinstance(raw, dict) or not all(isinstance(v, list) and all(isinstance(i, int) and not isinstance(i, bool)
+                                                                        and i >= 0 for i in v) for v in raw.values()):
+        raise ValueError("gpus must map job ids to lists of GPU indexes")
+    try:
+        gpus = {int(k): tuple(v) for k, v in raw.items()}
+    except ValueError as exc:
+        raise ValueError(f"gpus must map job ids to lists of GPU indexes: {exc}") from None
     agent.generations.take("jobs", generation)  # kept across restarts (a StalePlan is refused)
-    if not pushed(_ints(body, "job_ids"), generation):
+    if not pushed(_ints(body, "job_ids"), generation, gpus):
         raise ValueError(f"job list generation {generation} is older than the one this agent has")
     return {"status": "ok", "node": agent.node}
 

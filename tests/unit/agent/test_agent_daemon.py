@@ -244,3 +244,21 @@ def test_an_srun_step_does_not_move_a_packed_job_to_another_gpu(tmp_path):
     assert agent.jobs[7].gpu_index == 0 and agent.jobs[7].token == a.token
     assert backend.compute_mode(1) == "DEFAULT"
     assert agent.isolate(7, 0, 1000, {"SLURM_STEP_GPUS": "0", "SLURM_SHARDS_ON_NODE": "2"}).gpu_index == 0
+
+
+def test_a_step_naming_a_gpu_outside_slurms_record_is_refused(tmp_path):
+    """Where slurmstepd leaves the step type's variable to the user (an external launcher's step on
+    24.11+ gets the job's environment, not SLURM_STEP_GPUS), the controller's record of the job's
+    GPUs on this node, pushed by the helper, decides: a packed step naming another GPU is refused."""
+    from slurm_plugin.agent.slurm_jobs import PushedJobs
+
+    pushed = PushedJobs(clock=lambda: 0.0)
+    backend = SimGpuBackend(None, "node1", gpus=["H100-80GB", "H100-80GB"], mig_enabled=False)
+    agent = NodeAgent("node1", tmp_path, backend, isolation_mode="mps", list_running_jobs=pushed)
+    pushed.update([7, 8], generation=1, gpus={7: (0,)})
+    with pytest.raises(AgentError, match="Slurm's record"):
+        agent.isolate(7, 0, 1000, {"SLURM_STEP_GPUS": "1", "SLURM_SHARDS_ON_NODE": "1"})
+    assert backend.compute_mode(1) == "DEFAULT" and agent.jobs == {}
+    assert agent.isolate(7, 0, 1000, {"SLURM_STEP_GPUS": "0", "SLURM_SHARDS_ON_NODE": "1"}).gpu_index == 0
+    # a job the record does not know yet (newer than the last list): the step type's variable decides
+    assert agent.isolate(8, 0, 1000, {"SLURM_STEP_GPUS": "0", "SLURM_SHARDS_ON_NODE": "1"}).gpu_index == 0

@@ -73,3 +73,21 @@ def test_a_silent_or_behind_agent_makes_its_node_stale_until_it_answers_fresh():
     link.sampled_age = 1.0
     source(["node1"])
     assert source.stale == {}
+
+
+def test_the_push_carries_slurms_record_of_each_jobs_gpus():
+    """Issue 33: the agent checks a step's own variables against the controller's record."""
+    requests: list[dict] = []
+    link = FakeLink([])
+    real = link.call
+
+    def call(node, op, request=None, timeout=None):
+        if op == "jobs":
+            requests.append(request)
+        return real(node, op, request, timeout)
+
+    link.call = call
+    source = AgentSamples(link, clock=lambda: 5.0)
+    source.tell_jobs({"node1": [7, 8]}, {"node1": {7: (1,)}})
+    source(["node1"])
+    assert requests[0]["gpus"] == {"7": [1]}
