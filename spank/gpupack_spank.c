@@ -93,6 +93,8 @@ SPANK_PLUGIN(gpupack, 1);
 #define FENCE_MAX 8 /* capability nodes one job may be given */
 
 static char socket_tmpl[512] = "/run/gpupack/agent-%n.sock";
+/* the agent refused because of the step's own variables (ERR-STEP): no record, so no requeue */
+static int step_caused = 0;
 static char spool_tmpl[512] = "/var/lib/gpupack/agent/%n/unisolated";
 static int timeout_ms = 3000;
 
@@ -679,6 +681,7 @@ static int apply_answer(spank_t sp, char *resp, uint32_t job, uint32_t step, cha
         return -1;
     }
     if (strncmp(line, "OK", 2) != 0) {
+        step_caused = strncmp(line, "ERR-STEP ", 9) == 0;
         snprintf(why, why_cap, "agent refused: %.400s", line);
         return -1;
     }
@@ -851,7 +854,10 @@ static int not_isolated(spank_t sp, uint32_t job, uint32_t step, const char *nod
         slurm_error("gpupack: job %u step %u on %s: %s; a packed step (%d shards) never runs unisolated "
                     "beside other jobs: it does not start (exit %d; recorded for the helper, which requeues it)",
                     job, step, node[0] ? node : "?", why, shards, GPUPACK_UNISOLATED_EXIT);
-        if (node[0])
+        if (step_caused)
+            slurm_error("gpupack: job %u step %u: refused for what the step itself says: not recorded, so the "
+                        "helper neither requeues nor lifts it", job, step);
+        else if (node[0])
             record_unisolated(job, step, (uint32_t)u, node, shards, why);
         _exit(GPUPACK_UNISOLATED_EXIT);
     }

@@ -36,7 +36,7 @@ from slurm_plugin.agent.journal import SliceJournal
 from slurm_plugin.agent.mig_manager import MigManager
 from slurm_plugin.agent.oom_desk import OomDesk
 from slurm_plugin.agent.oom_ends import OomEnds
-from slurm_plugin.agent.paths import AgentError, AgentPaths, final_path, socket_path
+from slurm_plugin.agent.paths import AgentError, AgentPaths, StepRefused, final_path, socket_path
 from slurm_plugin.agent.plans import Generations, MpsPlanFile
 from slurm_plugin.agent.reconcile import RECONCILE_GRACE_S, JobLister, Reconciler
 from slurm_plugin.agent.restore import restore_slices
@@ -140,8 +140,8 @@ class NodeAgent:
         why = iso.grant_outside_record(grant, recorded)
         if why is not None:
             if grant.packed:
-                raise AgentError(f"job {job_id} step {step_id}: {why}; a packed step is isolated only on a GPU "
-                                 f"Slurm gave it")
+                raise StepRefused(f"job {job_id} step {step_id}: {why}; a packed step is isolated only on a GPU "
+                                  f"Slurm gave it")
             log.warning("job %d step %d: %s", job_id, step_id, why)
         with self.lock:
             a = self.jobs.get(job_id)
@@ -155,7 +155,7 @@ class NodeAgent:
             if a is not None and (a.shards > 0 or grant.packed) and step_id not in iso.JOB_LEVEL_STEPS:
                 # only a new run (its batch or interactive step) moves a packed job: an srun step
                 # naming another GPU than the job's never frees nor remakes its isolation
-                raise AgentError(f"job {job_id} step {step_id} names GPU {list(grant.gpu_indexes)}, but the job "
+                raise StepRefused(f"job {job_id} step {step_id} names GPU {list(grant.gpu_indexes)}, but the job "
                                  f"is isolated on GPU {a.gpu_index} of {self.node}; a packed job's step "
                                  f"runs only on its job's GPU")
             if a is not None:

@@ -177,8 +177,10 @@ def answer_lines(isolation: str, env: dict[str, str], fence: dict | None = None)
     return "\n".join([*lines, END_LINE]) + "\n"
 
 
-def error_line(reason: str) -> str:
-    return "ERR " + reason.replace("\n", " ")[:400] + "\n" + END_LINE + "\n"
+def error_line(reason: str, step_caused: bool = False) -> str:
+    """``ERR <reason>``; ``ERR-STEP <reason>`` when the step's own variables caused the refusal (the
+    plugin then leaves no record for the helper: no requeue, no lift)."""
+    return ("ERR-STEP " if step_caused else "ERR ") + reason.replace("\n", " ")[:400] + "\n" + END_LINE + "\n"
 
 
 def mps_daemon_limits(shares: list[tuple[int, int]]) -> tuple[int, int]:

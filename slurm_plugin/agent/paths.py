@@ -9,6 +9,12 @@ class AgentError(RuntimeError):
     """An isolation request that cannot be met; the message goes to the SPANK plugin's log."""
 
 
+class StepRefused(AgentError):
+    """Refused because of what the step itself says (a variable its user could set disagrees with
+    Slurm's record): the plugin fails the step but leaves no record, so the helper neither requeues
+    nor lifts it (the job's own doing earns no place at the head of the queue)."""
+
+
 @dataclass(frozen=True)
 class AgentPaths:
     state_dir: Path

@@ -15,7 +15,7 @@ from pathlib import Path
 from slurm_plugin.agent import isolation as iso
 from slurm_plugin.agent.daemon import NodeAgent
 from slurm_plugin.agent.ops import dispatch
-from slurm_plugin.agent.paths import AgentError
+from slurm_plugin.agent.paths import AgentError, StepRefused
 from slurm_plugin.agent.trust import Peer, ReportRejected, may_call, peer_of
 from slurm_plugin.server_bounds import Bounds, ConnectionSlots, DeadlineWatch, RefusalCounter
 from slurm_plugin.unix_socket import PeerCheckedUnixServer
@@ -79,7 +79,7 @@ class _Handler(socketserver.BaseRequestHandler):
         except (AgentError, ValueError) as exc:  # ReportRejected is a ValueError
             level = logging.INFO if isinstance(exc, ReportRejected) else logging.WARNING
             log.log(level, "%s from pid %d uid %d: %s", op, peer.pid, peer.uid, exc)
-            answer = {"status": "error", "reason": str(exc)}
+            answer = {"status": "error", "reason": str(exc), "step_caused": isinstance(exc, StepRefused)}
         except Exception as exc:  # never let a bug take the agent down; the plugin fails open
             log.exception("op %s failed", op)
             answer = {"status": "error", "reason": f"agent error: {exc}"}
@@ -91,7 +91,7 @@ class _Handler(socketserver.BaseRequestHandler):
                 text = iso.answer_lines(answer.get("isolation", "none"), answer.get("env", {}),
                                         answer.get("fence"))
             else:
-                text = iso.error_line(answer.get("reason", "error"))
+                text = iso.error_line(answer.get("reason", "error"), bool(answer.get("step_caused")))
             payload = text.encode()
         else:
             payload = (json.dumps(answer) + "\n").encode()

@@ -46,3 +46,35 @@ def test_every_plain_text_answer_ends_with_its_end_line():
     assert iso.error_line("no room").endswith("\nEND\n")
     with pytest.raises(ValueError):
         iso.answer_lines("x", {"END": "1"})
+
+
+def test_a_refusal_the_step_caused_is_marked():
+    assert iso.error_line("its step names GPU [1]", step_caused=True) == "ERR-STEP its step names GPU [1]\nEND\n"
+
+
+def test_the_socket_marks_a_refusal_the_step_caused(tmp_path):
+    import os
+    import tempfile
+
+    from gpus.sim.backend import SimGpuBackend
+    from slurm_plugin.agent.daemon import NodeAgent
+    from slurm_plugin.agent.server import AgentServer
+    from slurm_plugin.agent.state import BATCH_STEP
+
+    agent = NodeAgent("node1", tmp_path, SimGpuBackend(None, "node1", gpus=["H100-80GB", "H100-80GB"],
+                                                       mig_enabled=False), isolation_mode="mps")
+    agent.isolate(7, BATCH_STEP, 0, {"SLURM_JOB_GPUS": "0", "SLURM_SHARDS_ON_NODE": "1"})
+    sockdir = tempfile.mkdtemp(prefix="gp-framing-")
+    server = AgentServer(os.path.join(sockdir, "agent-node1.sock"), agent, {0})
+    server.serve_in_thread()
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(server.socket_path))
+            s.sendall(b'{"op":"isolate","format":"lines","job_id":7,"step_id":0,"uid":0,"node":"node1",'
+                      b'"env":{"SLURM_STEP_GPUS":"1","SLURM_SHARDS_ON_NODE":"1"}}\n')
+            text = s.makefile().read()
+    finally:
+        server.shutdown()
+        server.server_close()
+        os.rmdir(sockdir)
+    assert text.startswith("ERR-STEP ") and text.endswith("\nEND\n"), text

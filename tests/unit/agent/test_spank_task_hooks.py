@@ -194,3 +194,14 @@ def test_a_hold_is_taken_only_framed(harness, node_dir):
             agent.close()
             (node_dir / "agent-node1.sock").unlink()
         assert f"held={held}" in out.stdout, (answer, out.stdout)
+
+
+def test_a_refusal_the_step_itself_caused_leaves_no_record(harness, node_dir):
+    """A step whose own variables disagree with Slurm's record (ERR-STEP) fails, but the helper gets
+    no record: the job's own doing earns neither a requeue nor a lift above jobs that waited."""
+    agent = ScriptedAgent(node_dir / "agent-node1.sock", b"ERR-STEP its step names GPU [1]\nEND\n")
+    try:
+        out = run(harness, node_dir)
+    finally:
+        agent.close()
+    assert out.returncode == 117 and records(node_dir) == [] and "not recorded" in out.stdout
