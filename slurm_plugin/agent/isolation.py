@@ -65,7 +65,10 @@ def trusted_gpu_variable(step_id: int) -> str:
     ``SLURM_STEP_GPUS`` exported at ``sbatch`` time reaches a batch step untouched, and
     ``SLURM_JOB_GPUS`` of the batch step reaches its ``srun`` steps, where a script may change
     it. ``CUDA_VISIBLE_DEVICES``/``GPU_DEVICE_ORDINAL`` are local indexes (and set only where
-    gres.conf asks for them), so neither is read."""
+    gres.conf asks for them), so neither is read. One step slurmstepd builds with the job's
+    variables has a numeric id: an external launcher's (24.11+, ``srun --external-launcher``),
+    whose SLURM_STEP_GPUS is the user's; there the controller's record of the job's GPUs on the
+    node (pushed by the helper, :func:`grant_outside_record`) decides once the job is listed."""
     return "SLURM_JOB_GPUS" if step_id in JOB_LEVEL_STEPS else "SLURM_STEP_GPUS"
 
 
