@@ -114,6 +114,12 @@ class UnisolatedWatch:
     def _one(self, ctx: RoundContext, node: str, job_id: int, record: dict) -> bool:
         """Judge and act on one record; True when it may be acknowledged."""
         job = ctx.jobs.get(job_id)
+        if job is None and job_id >= 0:  # 23.11+ lists no finished job: a step that never started left it FAILED
+            try:
+                job = ctx.actions.runner.job(job_id)
+            except SlurmError as exc:  # JobNotFoundError: slurmctld forgot it (MinJobAge)
+                log.info("job %d: Slurm does not show it (%s)", job_id, exc)
+                job = None
         verdict = judge(record, node, job)
         if verdict.act == "drop":
             log.warning("unisolated-step record from %s (job %s): not acted on: %s", node, job_id, verdict.why)

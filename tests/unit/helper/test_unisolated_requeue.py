@@ -7,6 +7,8 @@ agent deletes it). A job that exits 117 by itself leaves no record: it is an ord
 neither requeued nor lifted (issue 33, attack 2)."""
 from __future__ import annotations
 
+import pytest
+
 from slurm_plugin.helper.watches.unisolated import KIND, UNISOLATED_EXIT, judge
 from slurm_plugin.slurm.fake import FAKE_EPOCH
 from slurm_plugin.slurm.model import GresItem, Job
@@ -24,8 +26,8 @@ def _record(job_id, *, node="node1", at=START + 1.0, step=0xFFFFFFFB, key=None):
             "node": node, "at": at, "shards": 2, "reason": "cannot connect to the agent's socket"}
 
 
-def _world(tmp_path, mode="enforce"):
-    fake, helper, samples, monitor = make(tmp_path, mode=mode, fixed_clock=True)
+def _world(tmp_path, mode="enforce", release="22.05.8"):
+    fake, helper, samples, monitor = make(tmp_path, mode=mode, fixed_clock=True, release=release)
     samples.unisolated = {}
     acked: list[tuple[str, list[str]]] = []
     monitor.unisolated_watch.ack = lambda link, node, keys: acked.append((node, list(keys)))
@@ -67,6 +69,18 @@ def test_a_packed_step_root_recorded_is_requeued_at_the_head_and_acknowledged(tm
     monitor.tick()  # the agent lists it once more (the acknowledgement was lost): acknowledged, not acted on
     assert len(_events(helper, 5)) == 1 and fake.jobs[5].restart_cnt == 1
     assert acked[-1] == ("node1", ["5.4294967291.4242.json"])
+
+
+@pytest.mark.parametrize("release", ["23.11.10", "24.11.1"])
+def test_a_failed_job_squeue_no_longer_lists_is_asked_for(tmp_path, release):
+    """23.11+ lists no finished job in the round's listing: the watch asks Slurm for the job."""
+    fake, helper, samples, monitor, acked = _world(tmp_path, release=release)
+    listing = monitor.runner.jobs_in_play  # as squeue --json honours its filters there: no finished job
+    monitor.runner.jobs_in_play = lambda also=(): [j for j in listing(also) if j.state != "FAILED"]
+    _failed_packed(fake, 5)
+    samples.unisolated = {"node1": (_record(5),)}
+    monitor.tick()
+    assert len(_events(helper, 5)) == 1 and fake.jobs[5].state == "PENDING" and fake.jobs[5].restart_cnt == 1
 
 
 def test_a_record_slurm_does_not_back_is_dropped(tmp_path):
