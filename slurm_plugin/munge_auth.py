@@ -217,25 +217,40 @@ def new_claim(node: str, method: str, path: str, body: bytes, clock=time.time) -
     return Claim(node, method, path, body_hash(body), secrets.token_hex(16), clock())
 
 
-class NonceCache:
-    """Nonces seen in the last ``keep_s`` seconds (a replay of any of them is refused)."""
+#: nonces a cache holds at most (2 x MAX_AGE_S of requests at 800 a second); past it new requests
+#: are refused until old nonces expire: a full cache never forgets one that could still be replayed
+NONCES_MAX = 100_000
 
-    def __init__(self, keep_s: float):
+
+class NonceCache:
+    """Nonces seen in the last ``keep_s`` seconds (a replay of any of them is refused), at most
+    ``max_entries``: when it is full of nonces still within ``keep_s``, a new one is refused
+    (:meth:`admit` says so) rather than an old one forgotten."""
+
+    def __init__(self, keep_s: float, max_entries: int = NONCES_MAX):
         self.keep_s = keep_s
+        self.max_entries = max_entries
         self._seen: set[str] = set()
         self._order: deque[tuple[float, str]] = deque()
         self._lock = threading.Lock()
 
-    def add(self, nonce: str, now: float) -> bool:
-        """False when ``nonce`` was seen already."""
+    def admit(self, nonce: str, now: float) -> str | None:
+        """None when ``nonce`` is new (it is kept), else why it is refused."""
         with self._lock:
             while self._order and self._order[0][0] < now - self.keep_s:
                 self._seen.discard(self._order.popleft()[1])
             if nonce in self._seen:
-                return False
+                return "replayed credential (its nonce was seen already)"
+            if len(self._seen) >= self.max_entries:
+                return (f"{self.max_entries} nonces of the last {self.keep_s:.0f} s held: refusing new requests "
+                        f"until older ones expire (a flood?)")
             self._seen.add(nonce)
             self._order.append((now, nonce))
-            return True
+            return None
+
+    def add(self, nonce: str, now: float) -> bool:
+        """False when ``nonce`` was seen already, or the cache is full."""
+        return self.admit(nonce, now) is None
 
     def __len__(self) -> int:
         return len(self._seen)
@@ -268,6 +283,12 @@ class RequestVerifier:
         self.nonces = NonceCache(2 * max_age_s)
 
     def verify(self, header: str | None, method: str, path: str, body: bytes) -> tuple[Decoded, Claim]:
+        decoded, claim = self.verify_credential(header, method, path)
+        self.check_body(claim, body)
+        return decoded, claim
+
+    def verify_credential(self, header: str | None, method: str, path: str) -> tuple[Decoded, Claim]:
+        """Every check that needs no body: the agent makes them before it reads a byte of it."""
         decoded = _decode(self.munge, header, "the request")
         if decoded.uid not in self.allowed_uids:
             raise CredentialRefused(403, f"uid {decoded.uid} may not command this agent "
@@ -277,15 +298,19 @@ class RequestVerifier:
             raise CredentialRefused(403, f"the credential was made for node {claim.node!r}, this is {self.node!r}")
         if claim.method != method or claim.path != path:
             raise CredentialRefused(401, f"the credential was made for {claim.method} {claim.path}, not {method} {path}")
-        if claim.body_sha256 != body_hash(body):
-            raise CredentialRefused(401, "the body does not match the credential's hash (tampered?)")
         now = self.clock()
         if abs(now - claim.at) > self.max_age_s:
             raise CredentialRefused(401, f"the credential is expired: made {now - claim.at:+.0f} s ago "
                                          f"(at most {self.max_age_s:.0f} s; clocks out of step?)")
-        if not self.nonces.add(claim.nonce, now):
-            raise CredentialRefused(401, "replayed credential (its nonce was seen already)")
         return decoded, claim
+
+    def check_body(self, claim: Claim, body: bytes) -> None:
+        """The body is the one the credential was made for, and its nonce is new."""
+        if claim.body_sha256 != body_hash(body):
+            raise CredentialRefused(401, "the body does not match the credential's hash (tampered?)")
+        why = self.nonces.admit(claim.nonce, self.clock())
+        if why is not None:
+            raise CredentialRefused(401 if why.startswith("replayed") else 503, why)
 
 
 def sign_answer(munge: Munge, request: Claim, body: bytes, clock=time.time) -> str:
@@ -294,9 +319,11 @@ def sign_answer(munge: Munge, request: Claim, body: bytes, clock=time.time) -> s
     return SCHEME + munge.encode(claim.encode())
 
 
-def check_answer(munge: Munge, header: str | None, request: Claim, body: bytes, signers: set[int]) -> Decoded:
+def check_answer(munge: Munge, header: str | None, request: Claim, body: bytes, signers: set[int],
+                 max_age_s: float = MAX_AGE_S, clock=time.time) -> Decoded:
     """The helper's checks of an answer: signed by root or the SlurmUser, for this request
-    (node, path, nonce), over this body."""
+    (node, path, nonce), over this body, made within ``max_age_s`` of now by this host's clock
+    (an answer carries its time; one made outside the window is refused)."""
     decoded = _decode(munge, header, "the answer")
     if decoded.uid not in set(signers) | {0}:
         raise CredentialRefused(403, f"the answer is signed by uid {decoded.uid}, not by root or the SlurmUser")
@@ -306,6 +333,10 @@ def check_answer(munge: Munge, header: str | None, request: Claim, body: bytes, 
                                      f"nonce {claim.nonce[:8]}, not this request")
     if claim.body_sha256 != body_hash(body):
         raise CredentialRefused(401, "the answer's body does not match its credential (tampered?)")
+    now = clock()
+    if abs(now - claim.at) > max_age_s:
+        raise CredentialRefused(401, f"the answer was made {now - claim.at:+.0f} s ago (at most {max_age_s:.0f} s; "
+                                     f"an old answer, or clocks out of step)")
     return decoded
 
 

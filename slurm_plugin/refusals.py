@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter
@@ -73,9 +73,9 @@ class UserLimits:
         self.rate = rate
         self.burst = max(1, burst)
         self._clock = clock
-        self._buckets: dict[int, tuple[float, float]] = {}  # uid -> (tokens, when)
+        self._buckets: dict[Hashable, tuple[float, float]] = {}  # uid (or (peer, submitter)) -> (tokens, when)
 
-    def allow(self, uid: int) -> bool:
+    def allow(self, uid: Hashable) -> bool:
         if self.rate <= 0:
             return True  # 0: no limit
         now = self._clock()

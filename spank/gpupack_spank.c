@@ -2,18 +2,28 @@
  * gpupack SPANK plugin: put the node agent's isolation answer into each job step.
  *
  * plugstack.conf (one line):
- *   optional /usr/lib/slurm/gpupack_spank-22.05.so socket=/var/lib/gpupack/run/agent-%n.sock timeout_ms=3000
+ *   required /usr/lib/slurm/gpupack_spank-22.05.so socket=/var/lib/gpupack/run/agent-%n.sock timeout_ms=3000
+ *             spool=/var/lib/gpupack/agent/%n/unisolated
+ * (required: a .so that fails to load stops the node's steps; optional would run them unisolated)
  *
  * Arguments:
- *   socket=PATH     the node agent's Unix socket; %n is replaced by the node name
- *                   (SLURMD_NODENAME), so several slurmd on one host each reach their agent
+ *   socket=PATH     the node agent's Unix socket; %n is replaced by the node name slurmd
+ *                   gave slurmstepd (its NodeName: SLURMD_NODENAME in slurmstepd's own
+ *                   environment, never the job's), so several slurmd on one host each reach
+ *                   their agent
  *   timeout_ms=N    how long a step start waits for the agent (default 3000)
+ *   spool=DIR       where a packed step that cannot be isolated is recorded for the helper
+ *                   (%n as above; default /var/lib/gpupack/agent/%n/unisolated: the agent's
+ *                   `--state-dir`/agent/<node>/unisolated)
  *
  * In each task, before privileges are dropped (slurm_spank_task_init_privileged, remote
  * context, root), it sends the job id, step id, uid and the GPUs/shards Slurm gave
- * (CUDA_VISIBLE_DEVICES, SLURM_JOB_GPUS, SLURM_STEP_GPUS, SLURM_SHARDS_ON_NODE,
- * GPU_DEVICE_ORDINAL) to the agent as one JSON line. The agent answers in lines:
- *   OK <isolation>\nKEY=VALUE\n...        or        ERR <reason>\n
+ * (SLURM_JOB_GPUS, SLURM_STEP_GPUS, SLURM_SHARDS_ON_NODE) to the agent as one JSON line; the
+ * agent reads only the one slurmstepd sets or clears for the step's type (SLURM_JOB_GPUS for
+ * the batch and interactive steps, SLURM_STEP_GPUS for srun steps: the other is whatever the
+ * user exported). The agent answers in lines, the last one END (framed: an answer without it, cut
+ * short or not the agent's, is a refusal):
+ *   OK <isolation>\nKEY=VALUE\n...\nEND\n        or        ERR <reason>\nEND\n
  * Only CUDA_* and GPUPACK_* variables are set. A job on a MIG device also gets the line
  *   FENCE <node>[,<node>...] <folder>
  * naming the driver's capability nodes it may open (its GPU instance's and compute
@@ -33,10 +43,13 @@
  * the log says so.
  * A fence that cannot be made counts as an error (below). No answer in time, or an error: a step with
  * whole GPUs (no shards) runs with what Slurm gave it and the reason is logged. A packed step
- * (SLURM_SHARDS_ON_NODE > 0: it shares its GPU with other jobs) never runs unisolated: its
- * task exits with GPUPACK_UNISOLATED_EXIT before the program starts, and slurm.conf's
- * RequeueExit= of that code requeues a batch job (no node is drained); the helper then says
- * why in an event and puts the job at the head of the queue (`requeue-unisolated`).
+ * (SLURM_SHARDS_ON_NODE > 0: it shares its GPU with other jobs) never runs unisolated: the
+ * plugin (root, in the task) writes a record of it into the node's spool (spool=, root's,
+ * 0700; slurm_plugin/agent/unisolated.py), then the task exits with GPUPACK_UNISOLATED_EXIT
+ * before the program starts. The node's agent carries the record to the helper (also once it
+ * is back, when it was down), which requeues the job at the head of the queue on that record
+ * only (`requeue-unisolated`; no node is drained). The exit code alone is no evidence: slurm.conf
+ * has no RequeueExit for it, and a job that exits 117 by itself is an ordinary failed job.
  * When a task exits (slurm_spank_task_exit, slurmstepd, root) it sends its exit code; the
  * agent answers "OK done", or "OK hold" for a packed job that ran out of memory in its share:
  * the plugin then asks again every HOLD_POLL_MS until the agent says done (the helper has
@@ -70,8 +83,8 @@
 SPANK_PLUGIN(gpupack, 1);
 
 #define REQ_MAX 8192
-/* the exit code of a packed task that could not be isolated (slurm.conf RequeueExit=;
- * slurm_plugin.helper.watches.unisolated.UNISOLATED_EXIT) */
+/* the exit code of a packed task that could not be isolated (slurm_plugin.helper.watches.unisolated.
+ * UNISOLATED_EXIT); the node's record, not the code, is the helper's evidence */
 #define GPUPACK_UNISOLATED_EXIT 117
 #define RESP_MAX 16384
 #define VAL_MAX 1024
@@ -80,11 +93,14 @@ SPANK_PLUGIN(gpupack, 1);
 #define FENCE_MAX 8 /* capability nodes one job may be given */
 
 static char socket_tmpl[512] = "/run/gpupack/agent-%n.sock";
+/* the agent refused because of the step's own variables (ERR-STEP): no record, so no requeue */
+static int step_caused = 0;
+static char spool_tmpl[512] = "/var/lib/gpupack/agent/%n/unisolated";
 static int timeout_ms = 3000;
 
+/* the agent picks the one slurmstepd set for the step's type (slurm_plugin/agent/isolation.py) */
 static const char *forwarded_env[] = {
-    "CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS",
-    "SLURM_SHARDS_ON_NODE", "GPU_DEVICE_ORDINAL", "SLURMD_NODENAME", NULL,
+    "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_SHARDS_ON_NODE", NULL,
 };
 
 static void parse_args(int ac, char **av)
@@ -92,6 +108,8 @@ static void parse_args(int ac, char **av)
     for (int i = 0; i < ac; i++) {
         if (strncmp(av[i], "socket=", 7) == 0) {
             snprintf(socket_tmpl, sizeof(socket_tmpl), "%s", av[i] + 7);
+        } else if (strncmp(av[i], "spool=", 6) == 0 && av[i][6] == '/') {
+            snprintf(spool_tmpl, sizeof(spool_tmpl), "%s", av[i] + 6);
         } else if (strncmp(av[i], "timeout_ms=", 11) == 0) {
             int v = atoi(av[i] + 11);
             if (v > 0 && v <= 60000)
@@ -99,7 +117,7 @@ static void parse_args(int ac, char **av)
             else
                 slurm_error("gpupack: ignoring %s (expected 1..60000)", av[i]);
         } else {
-            slurm_error("gpupack: unknown plugstack argument '%s' (known: socket=, timeout_ms=)", av[i]);
+            slurm_error("gpupack: unknown plugstack argument '%s' (known: socket=, timeout_ms=, spool=)", av[i]);
         }
     }
 }
@@ -143,20 +161,32 @@ static int append(char *buf, size_t cap, size_t *len, const char *s)
     return 0;
 }
 
+/* The node's name as slurmd knows it (its NodeName, from slurmd's conf): slurmstepd puts it into
+ * its own process environment (slurmstepd.c: setenvf(NULL, "SLURMD_NODENAME", conf->node_name), on
+ * 22.05, 24.11 and 26.05) before it forks any task, and a task's process environment is still
+ * slurmstepd's at task_init_privileged (the job's is only given to execve). The job's environment
+ * (spank_getenv) is never read: at task_init_privileged on 22.05 it holds whatever the submitter
+ * exported, and an srun step inside a batch job inherits the batch host's name. Empty when there is
+ * none, or when it is not a plain host name (it is put in paths). */
 static void node_name(spank_t sp, char *out, size_t cap)
 {
-    out[0] = '\0';
-    if (spank_getenv(sp, "SLURMD_NODENAME", out, (int)cap) == ESPANK_SUCCESS && out[0])
-        return;
+    (void)sp;
     const char *e = getenv("SLURMD_NODENAME");
-    if (e)
-        snprintf(out, cap, "%s", e);
+    out[0] = '\0';
+    if (!e || !e[0] || e[0] == '.' || strlen(e) >= cap || strlen(e) > 255)
+        return;
+    for (const char *p = e; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
+              *p == '_' || *p == '.'))
+            return;
+    snprintf(out, cap, "%s", e);
 }
 
-static void socket_path(const char *node, char *out, size_t cap)
+/* tmpl with %n replaced by node */
+static void expand_node(const char *tmpl, const char *node, char *out, size_t cap)
 {
     size_t n = 0;
-    for (const char *p = socket_tmpl; *p && n + 1 < cap; p++) {
+    for (const char *p = tmpl; *p && n + 1 < cap; p++) {
         if (p[0] == '%' && p[1] == 'n') {
             for (const char *q = node; *q && n + 1 < cap; q++)
                 out[n++] = *q;
@@ -166,6 +196,11 @@ static void socket_path(const char *node, char *out, size_t cap)
         }
     }
     out[n] = '\0';
+}
+
+static void socket_path(const char *node, char *out, size_t cap)
+{
+    expand_node(socket_tmpl, node, out, cap);
 }
 
 static long now_ms(void)
@@ -250,6 +285,10 @@ static int ask_agent(const char *path, const char *req, char *resp, size_t cap, 
     }
     resp[got] = '\0';
     close(fd);
+    if (strlen(resp) != got) {
+        snprintf(why, why_cap, "the answer from %s holds a NUL byte", path);
+        return -1;
+    }
     return 0;
 }
 
@@ -612,16 +651,37 @@ static void remove_deny_cgroup(uint32_t job, uint32_t step)
         slurm_info("gpupack: job %u step %u: cannot remove device cgroup %s: %s", job, step, dir, strerror(errno));
 }
 
-/* Apply "OK <isolation>\nFENCE ...\nK=V\n..." to the step; returns the number of variables set or -1. */
+/* An answer of got bytes in resp is framed: its last line is END (isolation.END_LINE) and it holds no
+ * NUL byte. The END line is cut off (resp then ends with the newline before it). An answer cut short
+ * (the agent died mid-answer, a full socket buffer) or not the agent's is never acted on. */
+static int framed(char *resp, size_t got)
+{
+    if (strlen(resp) != got)
+        return 0;
+    if (got == 4 && strcmp(resp, "END\n") == 0)
+        return 0; /* END alone: no answer in it */
+    if (got < 5 || strcmp(resp + got - 5, "\nEND\n") != 0)
+        return 0;
+    resp[got - 4] = '\0';
+    return 1;
+}
+
+/* Apply "OK <isolation>\nFENCE ...\nK=V\n...\nEND\n" to the step; returns the number of variables set
+ * or -1. */
 static int apply_answer(spank_t sp, char *resp, uint32_t job, uint32_t step, char *why, size_t why_cap)
 {
     char *save = NULL;
+    if (!framed(resp, strlen(resp))) {
+        snprintf(why, why_cap, "the agent's answer has no END line (cut short, or not the agent's): '%.200s'", resp);
+        return -1;
+    }
     char *line = strtok_r(resp, "\n", &save);
     if (!line) {
         snprintf(why, why_cap, "empty answer");
         return -1;
     }
     if (strncmp(line, "OK", 2) != 0) {
+        step_caused = strncmp(line, "ERR-STEP ", 9) == 0;
         snprintf(why, why_cap, "agent refused: %.400s", line);
         return -1;
     }
@@ -718,17 +778,87 @@ static int step_shards(spank_t sp)
     return atoi(v) > 0 ? atoi(v) : 0;
 }
 
+/* The spool folder, made root's and 0700 where missing (its parents 0755); 0 when it is root's and
+ * nobody else may write it, else -1 with why filled in. */
+static int spool_dir(const char *dir, char *why, size_t why_cap)
+{
+    struct stat st;
+    if (lstat(dir, &st) < 0) {
+        char tmp[700];
+        if (errno != ENOENT || snprintf(tmp, sizeof(tmp), "%s", dir) >= (int)sizeof(tmp)) {
+            snprintf(why, why_cap, "spool %.400s: %s", dir, strerror(errno));
+            return -1;
+        }
+        for (char *p = tmp + 1; *p; p++)
+            if (*p == '/') {
+                *p = '\0';
+                (void)mkdir(tmp, 0755);
+                *p = '/';
+            }
+        if ((mkdir(dir, 0700) < 0 && errno != EEXIST) || lstat(dir, &st) < 0) {
+            snprintf(why, why_cap, "cannot make spool %.400s: %s", dir, strerror(errno));
+            return -1;
+        }
+    }
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022)) {
+        snprintf(why, why_cap, "spool %.400s is not a folder of uid %u that only it may write", dir,
+                 (unsigned)geteuid());
+        return -1;
+    }
+    return 0;
+}
+
+/* Root's record that this packed step did not start, for the helper (slurm_plugin/agent/unisolated.py):
+ * <spool>/<job>.<step>.<pid>.json, written whole (a temporary name, then rename). */
+static void record_unisolated(uint32_t job, uint32_t step, uint32_t uid, const char *node, int shards,
+                              const char *reason)
+{
+    char dir[700], path[900], tmp[900], body[2048], num[160], why[600];
+    size_t len = 0;
+    int bad = 0;
+    expand_node(spool_tmpl, node, dir, sizeof(dir));
+    if (spool_dir(dir, why, sizeof(why)) < 0) {
+        slurm_error("gpupack: job %u step %u: %s; the helper will not requeue it (the job fails)", job, step, why);
+        return;
+    }
+    snprintf(path, sizeof(path), "%s/%u.%u.%d.json", dir, job, step, (int)getpid());
+    snprintf(tmp, sizeof(tmp), "%s/.%u.%u.%d.tmp", dir, job, step, (int)getpid());
+    snprintf(num, sizeof(num), "{\"job_id\":%u,\"step_id\":%u,\"uid\":%u,\"shards\":%d,\"at\":%ld,\"node\":", job,
+             step, uid, shards, (long)time(NULL));
+    bad |= append(body, sizeof(body), &len, num);
+    bad |= json_str(body, sizeof(body), &len, node);
+    bad |= append(body, sizeof(body), &len, ",\"reason\":");
+    bad |= json_str(body, sizeof(body), &len, reason);
+    bad |= append(body, sizeof(body), &len, "}\n");
+    int fd = bad ? -1 : open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 || write(fd, body, len) != (ssize_t)len || fsync(fd) < 0 || close(fd) < 0 || rename(tmp, path) < 0) {
+        slurm_error("gpupack: job %u step %u: cannot record it in %s: %s; the helper will not requeue it", job,
+                    step, dir, bad ? "record too long" : strerror(errno));
+        if (fd >= 0)
+            unlink(tmp);
+        return;
+    }
+}
+
 /* Isolation failed. Whole GPUs: the step runs with what Slurm gave it. Shards: the task
- * (this process, just forked by slurmstepd) exits before the program starts. */
+ * (this process, just forked by slurmstepd) is recorded in the node's spool and exits before the
+ * program starts. */
 static int not_isolated(spank_t sp, uint32_t job, uint32_t step, const char *node, const char *why)
 {
     char cvd[VAL_MAX] = "unset";
     spank_getenv(sp, "CUDA_VISIBLE_DEVICES", cvd, sizeof(cvd));
     int shards = step_shards(sp);
     if (shards > 0) {
+        uid_t u = 0;
+        spank_get_item(sp, S_JOB_UID, &u);
         slurm_error("gpupack: job %u step %u on %s: %s; a packed step (%d shards) never runs unisolated "
-                    "beside other jobs: it does not start (exit %d; RequeueExit requeues a batch job)",
+                    "beside other jobs: it does not start (exit %d; recorded for the helper, which requeues it)",
                     job, step, node[0] ? node : "?", why, shards, GPUPACK_UNISOLATED_EXIT);
+        if (step_caused)
+            slurm_error("gpupack: job %u step %u: refused for what the step itself says: not recorded, so the "
+                        "helper neither requeues nor lifts it", job, step);
+        else if (node[0])
+            record_unisolated(job, step, (uint32_t)u, node, shards, why);
         _exit(GPUPACK_UNISOLATED_EXIT);
     }
     slurm_error("gpupack: job %u step %u on %s: %s; the step runs with what Slurm gave it "
@@ -749,6 +879,9 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
         return ESPANK_SUCCESS;
     char node[256], path[700], num[64], val[VAL_MAX];
     node_name(sp, node, sizeof(node));
+    if (!node[0])
+        return not_isolated(sp, job, step, node, "slurmstepd gave no node name (SLURMD_NODENAME in its own "
+                                                 "environment)");
     socket_path(node, path, sizeof(path));
 
     char req[REQ_MAX];
@@ -799,6 +932,8 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
         return ESPANK_SUCCESS; /* a clean exit is never held */
     char node[256], path[700], req[1024], resp[1024], why[600];
     node_name(sp, node, sizeof(node));
+    if (!node[0])
+        return ESPANK_SUCCESS;
     socket_path(node, path, sizeof(path));
     size_t len = 0;
     snprintf(req, sizeof(req), "{\"op\":\"task_exit\",\"format\":\"lines\",\"job_id\":%u,\"step_id\":%u,"
@@ -809,7 +944,7 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
     long deadline = now_ms() + HOLD_MAX_MS;
     int held = 0;
     while (ask_agent(path, req, resp, sizeof(resp), timeout_ms < 1000 ? timeout_ms : 1000, 0, why, sizeof(why)) == 0 &&
-           strncmp(resp, "OK hold", 7) == 0 && now_ms() < deadline) {
+           framed(resp, strlen(resp)) && strcmp(resp, "OK hold\n") == 0 && now_ms() < deadline) {
         if (!held)
             slurm_info("gpupack: job %u step %u ended out of memory in its share (exit %d); its end waits "
                        "for the helper's requeue", job, step, code);
@@ -831,6 +966,8 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
     remove_deny_cgroup(job, step);
     char node[256], path[700], req[1024], resp[1024], why[600];
     node_name(sp, node, sizeof(node));
+    if (!node[0])
+        return ESPANK_SUCCESS;
     socket_path(node, path, sizeof(path));
     size_t len = 0;
     snprintf(req, sizeof(req), "{\"op\":\"step_end\",\"format\":\"lines\",\"job_id\":%u,\"step_id\":%u,\"node\":", job, step);

@@ -80,8 +80,10 @@ class AgentLink:
         headers = {HEADER: SCHEME + cred, "Content-Type": "application/json"}
         status, signature, data = self._exchange(address, path, body, headers, timeout or self.timeout, node)
         if status in (401, 403) and signature is None:
-            raise AgentRefused(f"agent of {node} at {address} refused our credential ({status}): "
-                               f"{_reason(data)}")
+            # unsigned: anyone on the path could have said it; a link failure (retried, or the next
+            # round), never the agent's refusal
+            raise AgentUnavailable(f"agent of {node} at {address}: an unsigned {status} ({_reason(data)}); "
+                                   f"not believed as the agent's refusal")
         try:
             check_answer(self.munge, signature, claim, data, self.signers)
         except CredentialRefused as exc:
@@ -129,6 +131,7 @@ class SampleBatch:
     agent_now: float
     facts: str | None = None  # the digest of what the agent must agree with (None: it tells none)
     oom_ends: tuple[dict, ...] = ()  # packed jobs' out-of-memory ends it holds for the helper
+    unisolated: tuple[dict, ...] = ()  # packed steps root recorded as not started (agent.unisolated)
 
     @property
     def age_s(self) -> float | None:
@@ -146,11 +149,13 @@ def sample_batch(link: AgentLink, node: str, job_id: int | None = None, *, lates
     answer = link.call(node, "samples", req, timeout)
     sampled_at = answer.get("sampled_at")
     ooms = answer.get("oom_ends") or []
+    stopped = answer.get("unisolated") or []
     return SampleBatch([JobSample.from_dict(s) for s in answer.get("samples", [])],
                        float(sampled_at) if isinstance(sampled_at, (int, float)) else None,
                        float(answer.get("now") or time.time()),
                        answer.get("facts") if isinstance(answer.get("facts"), str) else None,
-                       tuple(e for e in ooms if isinstance(e, dict)) if isinstance(ooms, list) else ())
+                       tuple(e for e in ooms if isinstance(e, dict)) if isinstance(ooms, list) else (),
+                       tuple(r for r in stopped if isinstance(r, dict)) if isinstance(stopped, list) else ())
 
 
 def samples(link: AgentLink, node: str, job_id: int | None = None, *, latest: bool = False,
@@ -175,13 +180,16 @@ def status(link: AgentLink, node: str, timeout: float | None = None) -> dict:
 
 
 def push_jobs(link: AgentLink, node: str, job_ids: list[int], generation: int,
-              outputs: Mapping[int, dict] | None = None) -> None:
-    """The jobs Slurm runs on ``node`` now (the agent frees the isolation of the others), and
-    where each writes its output (``{job: {"uid", "paths"}}``, Slurm's record; the agent reads
-    an ended step's tail with the user's rights)."""
+              outputs: Mapping[int, dict] | None = None, gpus: Mapping[int, tuple[int, ...]] | None = None) -> None:
+    """The jobs Slurm runs on ``node`` now (the agent frees the isolation of the others), where
+    each writes its output (``{job: {"uid", "paths"}}``, Slurm's record; the agent reads an ended
+    step's tail with the user's rights), and the GPU indexes Slurm gave each there where its
+    record names them (the agent refuses a packed step whose own variables name another GPU)."""
     body: dict = {"job_ids": sorted(int(j) for j in job_ids), "generation": int(generation)}
     if outputs:
         body["outputs"] = {str(int(j)): v for j, v in outputs.items()}
+    if gpus:
+        body["gpus"] = {str(int(j)): [int(i) for i in idx] for j, idx in gpus.items()}
     link.call(node, "jobs", body)
 
 
@@ -201,6 +209,11 @@ def settle_oom(link: AgentLink, node: str, job_id: int, outcome: str) -> bool:
     """Answer a job's out-of-memory end (`oom_ends.OomEnds`): its held step may end. Idempotent;
     False when the agent does not know the end (it restarted, or forgot it)."""
     return bool(link.call(node, "oom_settle", {"job_id": int(job_id), "outcome": outcome}).get("known"))
+
+
+def ack_unisolated(link: AgentLink, node: str, keys: list[str]) -> int:
+    """The agent may delete these unisolated-step records (their ``key``). Idempotent; how many it did."""
+    return int(link.call(node, "ack_unisolated", {"keys": list(keys)}).get("forgotten") or 0)
 
 
 def collect_finals(link: AgentLink, node: str) -> list[dict]:
@@ -246,8 +259,11 @@ def ask(path: Path | str, request: dict, timeout: float = 2.0) -> dict:
                 data += chunk
     except OSError as exc:
         raise AgentUnavailable(f"node agent at {path}: {exc}") from exc
+    if not data.endswith(b"\n") or data.count(b"\n") != 1:  # one JSON line, whole: else cut short or not the agent
+        raise AgentUnavailable(f"node agent at {path} gave no whole answer (one line ending in a newline): "
+                               f"{data[:200]!r}")
     try:
-        return json.loads(data or b"{}")
+        return json.loads(data)
     except ValueError as exc:
         raise AgentUnavailable(f"node agent at {path} answered garbage: {data[:200]!r}") from exc
 

@@ -36,13 +36,14 @@ from slurm_plugin.agent.journal import SliceJournal
 from slurm_plugin.agent.mig_manager import MigManager
 from slurm_plugin.agent.oom_desk import OomDesk
 from slurm_plugin.agent.oom_ends import OomEnds
-from slurm_plugin.agent.paths import AgentError, AgentPaths, final_path, socket_path
+from slurm_plugin.agent.paths import AgentError, AgentPaths, StepRefused, final_path, socket_path
 from slurm_plugin.agent.plans import Generations, MpsPlanFile
 from slurm_plugin.agent.reconcile import RECONCILE_GRACE_S, JobLister, Reconciler
 from slurm_plugin.agent.restore import restore_slices
 from slurm_plugin.agent.sampler import SAMPLES_KEPT, Sampler
 from slurm_plugin.agent.state import BATCH_STEP, EXTERN_STEP, Assignment, StateFile, write_json_atomic
 from slurm_plugin.agent.trust import Peer, ReportGuard, ReportRejected, check_reporter
+from slurm_plugin.agent.unisolated import UnisolatedSpool
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,9 @@ class NodeAgent:
         self.sampled_at: float | None = None  # the agent's time of its last sampling round
         self.oom_ends = OomEnds(node, clock)  # packed jobs' out-of-memory ends, until the helper answers
         self.oom = OomDesk(self)  # what the SPANK plugin, the job and the helper say of those ends
+        # packed steps the SPANK plugin did not let start, as root recorded them (until the helper reads them)
+        self.unisolated = UnisolatedSpool(self.paths.unisolated, node, clock)
+        self.unisolated.ensure()
         self.reconciler = Reconciler(node, backend, self._running_jobs, self._finish, clock,
                                      journal=self.journal, unsure=self.mig.unsure,
                                      lists_taken=self._lists_taken if hasattr(list_running_jobs, "lists") else None)
@@ -120,13 +124,25 @@ class NodeAgent:
     def _running_jobs(self) -> set[int] | None:
         return self.list_running_jobs() if self.list_running_jobs else None
 
+    def _slurm_gpus(self, job_id: int) -> tuple[int, ...] | None:
+        """The GPUs Slurm's record gives the job here (the helper's pushed list), None when unknown."""
+        gpus_of = getattr(self.list_running_jobs, "gpus_of", None)
+        return gpus_of(job_id) if gpus_of is not None else None
+
     def _lists_taken(self) -> int:
         return self.list_running_jobs.lists  # a PushedJobs: the helper's lists, counted
 
     # -- isolate ----------------------------------------------------------------------------
     def isolate(self, job_id: int, step_id: int, uid: int | None, env: dict[str, str]) -> Assignment:
         """The job's isolation for this step (made on its first step, reused by the others)."""
-        grant = iso.grant_from_env(env)
+        grant = iso.grant_from_env(env, step_id)
+        recorded = self._slurm_gpus(job_id)
+        why = iso.grant_outside_record(grant, recorded)
+        if why is not None:
+            if grant.packed:
+                raise StepRefused(f"job {job_id} step {step_id}: {why}; a packed step is isolated only on a GPU "
+                                  f"Slurm gave it")
+            log.warning("job %d step %d: %s", job_id, step_id, why)
         with self.lock:
             a = self.jobs.get(job_id)
             if a is not None and (not grant.gpu_indexes or a.gpu_index in grant.gpu_indexes):
@@ -136,6 +152,12 @@ class NodeAgent:
                     a.steps.append(step_id)
                     self._save()
                 return a
+            if a is not None and (a.shards > 0 or grant.packed) and step_id not in iso.JOB_LEVEL_STEPS:
+                # only a new run (its batch or interactive step) moves a packed job: an srun step
+                # naming another GPU than the job's never frees nor remakes its isolation
+                raise StepRefused(f"job {job_id} step {step_id} names GPU {list(grant.gpu_indexes)}, but the job "
+                                 f"is isolated on GPU {a.gpu_index} of {self.node}; a packed job's step "
+                                 f"runs only on its job's GPU")
             if a is not None:
                 log.warning("job %d comes back on GPU %s (it had GPU %d): freeing the old isolation",
                             job_id, grant.gpu_indexes, a.gpu_index)

@@ -1,12 +1,15 @@
 """Pure isolation decisions of the node agent (no I/O).
 
-What a step was given comes from the variables Slurm put in its environment; the agent
-turns that into a request (which GPU, whole or K shares) and the answer into the step's
-environment.
+What a step was given comes from the variables slurmstepd itself sets *or clears* for that
+step's type (:func:`grant_from_env`), never from one a user could have exported and Slurm left
+alone; the agent turns that into a request (which GPU, whole or K shares) and the answer into the
+step's environment.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from collections.abc import Iterable
 
 from mig.catalog import Catalog, Profile
 from mig.share_ladder import LadderError, model_ladder
@@ -49,15 +52,70 @@ def parse_indexes(text: str | None) -> tuple[int, ...] | None:
     return tuple(dict.fromkeys(out))
 
 
-def grant_from_env(env: dict[str, str]) -> StepGrant:
-    """The grant a step's environment describes (shards counted on this node)."""
+#: the step ids whose environment slurmstepd builds with ``gres_g_job_set_env`` (the batch
+#: script's step and salloc's interactive step; state.BATCH_STEP, state.INTERACTIVE_STEP)
+JOB_LEVEL_STEPS = (0xFFFFFFFB, 0xFFFFFFFA)
+
+
+def trusted_gpu_variable(step_id: int) -> str:
+    """The one variable that names the GPUs of a step of ``step_id`` and that slurmstepd itself
+    sets or clears for that step (Slurm 22.05-26.05, ``slurmstepd.c``: a batch or interactive
+    step gets ``gres_g_job_set_env`` -> ``SLURM_JOB_GPUS``; an srun step ``gres_g_step_set_env``
+    -> ``SLURM_STEP_GPUS``). The other one is whatever the submitter's environment carried:
+    ``SLURM_STEP_GPUS`` exported at ``sbatch`` time reaches a batch step untouched, and
+    ``SLURM_JOB_GPUS`` of the batch step reaches its ``srun`` steps, where a script may change
+    it. ``CUDA_VISIBLE_DEVICES``/``GPU_DEVICE_ORDINAL`` are local indexes (and set only where
+    gres.conf asks for them), so neither is read. One step slurmstepd builds with the job's
+    variables has a numeric id: an external launcher's (24.11+, ``srun --external-launcher``),
+    whose SLURM_STEP_GPUS is the user's; there the controller's record of the job's GPUs on the
+    node (pushed by the helper, :func:`grant_outside_record`) decides once the job is listed."""
+    return "SLURM_JOB_GPUS" if step_id in JOB_LEVEL_STEPS else "SLURM_STEP_GPUS"
+
+
+def grant_from_env(env: dict[str, str], step_id: int) -> StepGrant:
+    """The grant a step's environment describes (shards counted on this node), read only from
+    what slurmstepd sets or clears for a step of ``step_id`` (:func:`trusted_gpu_variable`;
+    ``SLURM_SHARDS_ON_NODE`` is set or cleared by the shard plugin for both kinds of step)."""
     shards_text = (env.get("SLURM_SHARDS_ON_NODE") or "").strip()
     shards = int(shards_text) if shards_text.isdigit() else 0
-    for key in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"):
-        idx = parse_indexes(env.get(key))
-        if idx:
-            return StepGrant(idx, shards)
-    return StepGrant((), shards)
+    idx = parse_indexes(env.get(trusted_gpu_variable(step_id)))
+    return StepGrant(idx or (), shards)
+
+
+def grant_outside_record(grant: StepGrant, recorded: tuple[int, ...] | None) -> str | None:
+    """Why the step's own variables disagree with the controller's record of the job's GPUs on this
+    node (the helper's pushed list, from ``gres_detail``); None when they agree or the record is
+    not known yet (a job newer than the last list): then the step type's variable alone decides."""
+    if recorded is None or not grant.gpu_indexes or set(grant.gpu_indexes) <= set(recorded):
+        return None
+    return f"its step names GPU {list(grant.gpu_indexes)}, Slurm's record of the job here says {list(recorded)}"
+
+
+def gpu_conflict(held: Iterable, job_id: int, uid: int | None, gpu: int, mode: str) -> str | None:
+    """Why a packed job (``mode``: the node's packing, mig or mps) may not be isolated on ``gpu``
+    beside the jobs the agent ``held`` there (Assignments); None when it may (pure).
+
+    - a GPU another job holds whole is that job's alone: no packed job goes there, whatever kind;
+    - an MPS share of a whole GPU turns the GPU to EXCLUSIVE_PROCESS, whose one MPS server serves
+      one user: no other user's job of any kind may be on it;
+    - a MIG slice does not go on a GPU that another user's whole-GPU MPS share holds (the GPU is
+      out of MIG mode for it)."""
+    for b in held:
+        if b.job_id == job_id or b.gpu_index != gpu:
+            continue
+        if b.kind == "whole":
+            return (f"GPU {gpu} is held whole by job {b.job_id} (uid {b.uid}); a packed job is never "
+                    f"isolated there")
+        if b.uid == uid:
+            continue
+        if mode == "mps":
+            return (f"GPU {gpu} holds job {b.job_id} of uid {b.uid} ({b.kind}); an MPS share puts the GPU "
+                    f"in EXCLUSIVE_PROCESS and MPS servers are per user, so uid {uid}'s packed job cannot "
+                    f"share it now")
+        if b.kind == "mps" and b.gi_id is None:
+            return (f"GPU {gpu} serves MPS clients of uid {b.uid} (job {b.job_id}) on the whole GPU; "
+                    f"uid {uid}'s packed job cannot take a MIG slice of it now")
+    return None
 
 
 def ladder_shares(catalog: Catalog, shares_per_gpu: int | None) -> int:
@@ -95,10 +153,15 @@ def deny_line(major: int, ranges: tuple[tuple[int, int], ...] | list) -> str:
     return f"DENY {int(major)} {text}"
 
 
+#: the last line of every plain-text answer: the SPANK plugin takes an answer without it (cut short,
+#: or not the agent's) as a refusal (spank/gpupack_spank.c, framed())
+END_LINE = "END"
+
+
 def answer_lines(isolation: str, env: dict[str, str], fence: dict | None = None) -> str:
     """The SPANK plugin's text answer: ``OK <isolation>``, then ``FENCE <node>[,<node>] <folder>``
     for a job on a MIG device (the capability nodes it may open, :mod:`.fence`) and ``DENY <major>
-    <ranges>`` (the others, for its device cgroup), then ``KEY=VALUE`` lines."""
+    <ranges>`` (the others, for its device cgroup), then ``KEY=VALUE`` lines, then :data:`END_LINE`."""
     lines = [f"OK {isolation}"]
     if fence is not None:
         names = fence["allowed"]
@@ -111,12 +174,16 @@ def answer_lines(isolation: str, env: dict[str, str], fence: dict | None = None)
     for key, value in env.items():
         if "\n" in value or "\n" in key:
             raise ValueError(f"newline in {key!r}")
+        if key == END_LINE:
+            raise ValueError(f"{key!r} is the answer's end line")
         lines.append(f"{key}={value}")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, END_LINE]) + "\n"
 
 
-def error_line(reason: str) -> str:
-    return "ERR " + reason.replace("\n", " ")[:400] + "\n"
+def error_line(reason: str, step_caused: bool = False) -> str:
+    """``ERR <reason>``; ``ERR-STEP <reason>`` when the step's own variables caused the refusal (the
+    plugin then leaves no record for the helper: no requeue, no lift)."""
+    return ("ERR-STEP " if step_caused else "ERR ") + reason.replace("\n", " ")[:400] + "\n" + END_LINE + "\n"
 
 
 def mps_daemon_limits(shares: list[tuple[int, int]]) -> tuple[int, int]:

@@ -47,9 +47,17 @@ class Isolator:
         now = self.clock()
         token = secrets.token_hex(16)
         if not grant.gpu_indexes:
+            if grant.packed:  # shards on no GPU Slurm named: nothing to isolate it on, never "OK none"
+                raise AgentError(f"job {job_id} holds {grant.shards} shards on {self.node} but Slurm named "
+                                 f"no GPU for its step (SLURM_JOB_GPUS for a batch step, SLURM_STEP_GPUS "
+                                 f"for an srun step); a packed step is not started unisolated")
             return Assignment(job_id, self.node, -1, "none", "none", uid=uid, token=token,
                               created_at=now, started_at=now)
         gpu = grant.gpu_indexes[0]
+        if grant.packed:
+            why = iso.gpu_conflict(self.mig.assignments(), job_id, uid, gpu, self.mode)
+            if why is not None:
+                raise AgentError(f"job {job_id}: {why}")
         if len(grant.gpu_indexes) > 1 and grant.packed:
             log.warning("job %d has shards on GPUs %s; isolating it on GPU %d", job_id, grant.gpu_indexes, gpu)
         base = dict(job_id=job_id, node=self.node, gpu_index=gpu, shards=grant.shards, uid=uid,

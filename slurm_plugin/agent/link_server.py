@@ -11,32 +11,98 @@ isolation and jobs' reports stay on the node's Unix socket.
 """
 from __future__ import annotations
 
+import http.client
 import json
 import logging
+import select
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from slurm_plugin.agent.daemon import NodeAgent
 from slurm_plugin.agent.ops import LINK_OPS, dispatch
 from slurm_plugin.agent.paths import AgentError
 from slurm_plugin.agent.trust import Peer
+from slurm_plugin.server_bounds import Bounds, ConnectionSlots, DeadlineWatch, RefusalCounter
 from slurm_plugin.munge_auth import (
     ANSWER_HEADER, HEADER, Claim, CredentialRefused, MungeError, RequestVerifier, sign_answer,
 )
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 1 << 20
+MAX_BODY_BYTES = 1 << 20  # read only once the request's credential is accepted
+MAX_HEAD_BYTES = 16 * 1024  # the request line and headers: all that is read before authentication
 PREFIX = "/v1/"
+#: 64 connections at once, 24 from one address (the helper keeps one per agent and thread: 16, and
+#: the web view's); 16 kept for addresses whose requests authenticated (the helper's), so a flood
+#: from elsewhere never shuts the helper out; one request 10 s in all (read, run, answered); a kept
+#: connection idle 60 s is closed (the helper asks every round), a new one that says nothing in 10 s
+BOUNDS = Bounds(max_total=64, max_per_key=24, reserved=16, request_s=10.0, idle_s=60.0)
+TRUSTED_KEEP_S = 3600.0  # an address whose request authenticated keeps the kept slots this long
+
+
+class _HeadLimit(http.client.HTTPException):
+    pass
+
+
+class _CappedReader:
+    """The connection's reader, counting what a request reads before it is authenticated."""
+
+    def __init__(self, raw):
+        self.raw = raw
+        self.left = MAX_HEAD_BYTES
+
+    def readline(self, limit: int = -1) -> bytes:
+        if self.left <= 0:
+            raise http.client.LineTooLong(f"request head over {MAX_HEAD_BYTES} bytes")
+        want = self.left + 1 if limit is None or limit < 0 else min(limit, self.left + 1)
+        line = self.raw.readline(want)
+        self.left -= len(line)
+        if self.left < 0:
+            raise http.client.LineTooLong(f"request head over {MAX_HEAD_BYTES} bytes")
+        return line
+
+    def read(self, n: int = -1) -> bytes:  # the body: after authentication only (Content-Length bound)
+        return self.raw.read(n)
+
+    def __getattr__(self, name):
+        return getattr(self.raw, name)
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: "AgentLinkServer"
     protocol_version = "HTTP/1.1"
-    timeout = 10.0
+    timeout = 10.0  # a backstop per read; the request's deadline (BOUNDS.request_s) is what bounds it
     # headers and body leave in two writes: with Nagle's algorithm the body waits for the
     # helper's delayed ACK (40 ms a request, measured by `gpupack bench link`)
     disable_nagle_algorithm = True
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile = _CappedReader(self.rfile)
+
+    def handle(self) -> None:
+        """Each request within one deadline; a connection whose next request does not start within
+        ``idle_s`` (the first within ``request_s``) is closed."""
+        bounds = self.server.bounds
+        wait = bounds.request_s
+        self.close_connection = False
+        while not self.close_connection:
+            ready, _, _ = select.select([self.connection], [], [], wait)
+            if not ready:
+                self.server.refusals.refused("idle", f"{self.client_address[0]}: no request within {wait:g} s")
+                return
+            self.rfile.left = MAX_HEAD_BYTES
+            token = self.server.deadlines.arm(self.connection, bounds.request_s)
+            try:
+                self.handle_one_request()
+            except OSError:  # the deadline shut it down, or the client went away
+                self.server.refusals.refused("deadline", f"{self.client_address[0]}: request not done within "
+                                                         f"{bounds.request_s:g} s, or the client left")
+                return
+            finally:
+                self.server.deadlines.disarm(token)
+            wait = bounds.idle_s
 
     def log_message(self, fmt: str, *args) -> None:  # the agent's log, not stderr
         log.debug("%s " + fmt, self.client_address[0], *args)
@@ -53,13 +119,27 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             length = -1
         if not 0 <= length <= MAX_BODY_BYTES:
+            self.close_connection = True
             return self._answer(400, {"status": "error", "reason": "bad or too large Content-Length"}, None)
-        body = self.rfile.read(length) if length else b""
-        try:
-            caller, claim = self.server.verifier.verify(self.headers.get(HEADER), self.command, self.path, body)
+        verifier = self.server.verifier
+        try:  # before a byte of the body is read
+            caller, claim = verifier.verify_credential(self.headers.get(HEADER), self.command, self.path)
         except CredentialRefused as exc:
-            log.warning("refused %s %s from %s: %s", self.command, self.path, self.client_address[0], exc.reason)
+            self.server.refusals.refused("credential", f"{self.command} {self.path[:60]} from "
+                                                       f"{self.client_address[0]}: {exc.reason}")
+            self.close_connection = True  # its body is never read: the connection cannot carry another
             return self._answer(exc.status, {"status": "refused", "reason": exc.reason}, None)
+        body = self.rfile.read(length) if length else b""
+        if len(body) != length:
+            self.close_connection = True
+            return None
+        try:
+            verifier.check_body(claim, body)
+        except CredentialRefused as exc:
+            self.server.refusals.refused("credential", f"{self.command} {self.path[:60]} from "
+                                                       f"{self.client_address[0]}: {exc.reason}")
+            return self._answer(exc.status, {"status": "refused", "reason": exc.reason}, None)
+        self.server.trust(self.client_address[0])
         status, answer = self._run(body, Peer(0, caller.uid, caller.gid))
         self._answer(status, answer, claim)
 
@@ -94,15 +174,55 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class AgentLinkServer(ThreadingHTTPServer):
-    """A thread per connection (the helper keeps one connection per agent open)."""
+    """A thread per connection (the helper keeps one connection per agent open), within
+    :data:`BOUNDS`: a connection past them is closed at accept, before anything is read or a
+    thread started, and counted (logged at a bounded rate)."""
 
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], agent: NodeAgent, verifier: RequestVerifier):
+    def __init__(self, address: tuple[str, int], agent: NodeAgent, verifier: RequestVerifier,
+                 bounds: Bounds = BOUNDS, clock=time.monotonic):
         self.agent = agent
         self.verifier = verifier
+        self.bounds = bounds
+        self.clock = clock
+        self.slots = ConnectionSlots(bounds)
+        self.deadlines = DeadlineWatch("agent-link")
+        self.refusals = RefusalCounter(log, "agent link")
+        self._trusted: dict[str, float] = {}  # address -> when a request from it last authenticated
+        self._trusted_lock = threading.Lock()
         super().__init__(address, _Handler)
+
+    def trust(self, host: str) -> None:
+        with self._trusted_lock:
+            if host not in self._trusted and len(self._trusted) >= 64:  # bounded: the oldest goes
+                self._trusted.pop(min(self._trusted, key=self._trusted.get))
+            self._trusted[host] = self.clock()
+
+    def trusted(self, host: str) -> bool:
+        with self._trusted_lock:
+            at = self._trusted.get(host)
+            return at is not None and self.clock() - at < TRUSTED_KEEP_S
+
+    def process_request(self, request, client_address) -> None:
+        host = client_address[0]
+        why = self.slots.acquire(host, privileged=self.trusted(host))
+        if why is not None:
+            self.refusals.refused("busy", f"{host}: {why}")
+            self.shutdown_request(request)
+            return
+        threading.Thread(target=self._serve_one, args=(request, client_address), name="agent-link-request",
+                         daemon=True).start()
+
+    def _serve_one(self, request, client_address) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.slots.release(client_address[0])
+            self.shutdown_request(request)
 
     @property
     def url(self) -> str:

@@ -67,11 +67,9 @@ class MpsShares:
 
     def share(self, a: Assignment, gpu) -> Assignment:
         """An MPS share of a whole GPU (``gpu``, a GpuInfo): one user's jobs per GPU."""
-        other = next((b for b in self.mig.assignments() if b.kind == "mps" and b.gpu_index == a.gpu_index
-                      and b.job_id != a.job_id and b.uid != a.uid), None)
-        if other is not None:  # one MPS server per GPU serves one user at a time
-            raise AgentError(f"GPU {a.gpu_index} serves MPS clients of uid {other.uid} (job {other.job_id}); "
-                             f"MPS servers are per user, so uid {a.uid}'s packed job cannot share it now")
+        why = iso.gpu_conflict(self.mig.assignments(), a.job_id, a.uid, a.gpu_index, "mps")
+        if why is not None:  # one MPS server per GPU serves one user at a time; a whole GPU is its job's
+            raise AgentError(why)
         if gpu.mig_enabled:  # MPS shares a whole GPU: MIG must be off (as a MIG slice turns it on)
             self.mig.leave_mig_mode(a.gpu_index)
         shares = iso.ladder_shares(self.backend.catalog(a.gpu_index), self.shares_per_gpu)

@@ -13,7 +13,7 @@ from slurm_plugin.agent.slurm_jobs import parse_outputs
 from slurm_plugin.agent.trust import Peer
 
 LINK_OPS = frozenset({"ping", "hello", "samples", "status", "layout", "finish", "jobs", "finals", "ack_finals",
-                      "mps_plan", "journal", "restore", "oom_settle"})
+                      "mps_plan", "journal", "restore", "oom_settle", "ack_unisolated"})
 
 
 def _int(body: dict, key: str, default: int | None = None) -> int:
@@ -98,7 +98,16 @@ def _samples(agent: NodeAgent, body: dict, peer: Peer) -> dict:
                         float(since) if isinstance(since, (int, float)) else None, bool(body.get("latest")))
     # the agent's own clock twice: the helper judges staleness without comparing clocks
     return {"status": "ok", "node": agent.node, "samples": got, "sampled_at": agent.sampled_at,
-            "now": agent.clock(), "facts": agent.facts.digest(), "oom_ends": agent.oom_ends.waiting()}
+            "now": agent.clock(), "facts": agent.facts.digest(), "oom_ends": agent.oom_ends.waiting(),
+            "unisolated": agent.unisolated.pending()}
+
+
+def _ack_unisolated(agent: NodeAgent, body: dict, peer: Peer) -> dict:
+    """The helper has read these unisolated-step records (:mod:`.unisolated`): deleted."""
+    keys = body.get("keys") or []
+    if not isinstance(keys, list):
+        raise ValueError("keys must be a list of record keys")
+    return {"status": "ok", "node": agent.node, "forgotten": agent.unisolated.ack(keys)}
 
 
 def _finish(agent: NodeAgent, body: dict, peer: Peer) -> dict:
@@ -127,9 +136,17 @@ def _jobs(agent: NodeAgent, body: dict, peer: Peer) -> dict:
     if pushed is None:
         raise AgentError("this agent does not take job lists (started with another job lister)")
     generation = _int(body, "generation")
+    raw = body.get("gpus") or {}
+    if not isinstance(raw, dict) or not all(isinstance(v, list) and all(isinstance(i, int) and not isinstance(i, bool)
+                                                                        and i >= 0 for i in v) for v in raw.values()):
+        raise ValueError("gpus must map job ids to lists of GPU indexes")
+    try:
+        gpus = {int(k): tuple(v) for k, v in raw.items()}
+    except ValueError as exc:
+        raise ValueError(f"gpus must map job ids to lists of GPU indexes: {exc}") from None
     agent.generations.take("jobs", generation)  # kept across restarts (a StalePlan is refused)
     outputs = parse_outputs(body.get("outputs"))
-    if not pushed(_ints(body, "job_ids"), generation):
+    if not pushed(_ints(body, "job_ids"), generation, gpus):
         raise ValueError(f"job list generation {generation} is older than the one this agent has")
     take = getattr(agent.list_running_jobs, "take_outputs", None)
     if take is not None:
@@ -172,4 +189,5 @@ _OPS = {
     "finish": _finish, "status": _status, "report": _report, "layout": _layout, "jobs": _jobs, "finals": _finals,
     "ack_finals": _ack_finals, "mps_plan": _mps_plan, "journal": _journal, "restore": _restore,
     "task_exit": _task_exit, "alloc_failed": _alloc_failed, "oom_settle": _oom_settle,
+    "ack_unisolated": _ack_unisolated,
 }

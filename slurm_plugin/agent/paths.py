@@ -9,6 +9,12 @@ class AgentError(RuntimeError):
     """An isolation request that cannot be met; the message goes to the SPANK plugin's log."""
 
 
+class StepRefused(AgentError):
+    """Refused because of what the step itself says (a variable its user could set disagrees with
+    Slurm's record): the plugin fails the step but leaves no record, so the helper neither requeues
+    nor lifts it (the job's own doing earns no place at the head of the queue)."""
+
+
 @dataclass(frozen=True)
 class AgentPaths:
     state_dir: Path
@@ -40,6 +46,12 @@ class AgentPaths:
         """The helper's MPS percentages for this node's jobs, as sent over the link
         (``{"generation": g, "plan": {gpu: {job: percent}}}``)."""
         return self.home / "mps-plan.json"
+
+    @property
+    def unisolated(self) -> Path:
+        """Records of packed steps the SPANK plugin did not let start, written by root (the
+        plugstack ``spool=`` argument), until the helper acknowledges them (:mod:`.unisolated`)."""
+        return self.home / "unisolated"
 
     @property
     def generations(self) -> Path:

@@ -61,6 +61,7 @@ class PushedJobs:
         self.lists = 0  # lists of newer generations taken since the agent started
         self._jobs: set[int] | None = None
         self._outputs: dict[int, JobOutput] = {}
+        self._gpus: dict[int, tuple[int, ...]] = {}  # job -> the GPU indexes Slurm's record gives it here
         self._at = 0.0
         self._lock = threading.Lock()
 
@@ -75,7 +76,7 @@ class PushedJobs:
         with self._lock:
             return self._outputs.get(job_id)
 
-    def update(self, job_ids: list[int], generation: int) -> bool:
+    def update(self, job_ids: list[int], generation: int, gpus: dict[int, tuple[int, ...]] | None = None) -> bool:
         """Take a pushed list; False (and nothing taken) when ``generation`` is older than the last."""
         with self._lock:
             if generation < self.generation:
@@ -84,8 +85,17 @@ class PushedJobs:
                 self.lists += 1
             self.generation = generation
             self._jobs = set(job_ids)
+            self._gpus = dict(gpus or {})
             self._at = self.clock()
             return True
+
+    def gpus_of(self, job_id: int) -> tuple[int, ...] | None:
+        """The GPUs Slurm's record gives ``job_id`` on this node, from a list not older than
+        ``max_age_s``; None when unknown (not listed yet: a job newer than the last list)."""
+        with self._lock:
+            if self._jobs is None or self.clock() - self._at > self.max_age_s:
+                return None
+            return self._gpus.get(job_id)
 
     def __call__(self) -> set[int] | None:
         with self._lock:

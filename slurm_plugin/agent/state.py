@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 STATE_VERSION = 1
 BATCH_STEP = 0xFFFFFFFB  # SLURM_BATCH_SCRIPT
 EXTERN_STEP = 0xFFFFFFFC  # SLURM_EXTERN_CONT
+INTERACTIVE_STEP = 0xFFFFFFFA  # SLURM_INTERACTIVE_STEP (salloc's step, LaunchParameters=use_interactive_step)
 
 
 @dataclass

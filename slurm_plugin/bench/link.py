@@ -64,7 +64,7 @@ def run_latency_bench(requests: int, jobs: int = 4, munge_backend: str = "auto")
         agent = NodeAgent("node1", Path(state), SimGpuBackend(None, "node1", gpus=["H100-80GB"] * gpus),
                           list_running_jobs=PushedJobs())
         for job in range(jobs):
-            agent.isolate(job + 1, BATCH_STEP, 0, {"SLURM_STEP_GPUS": str(job // 7), "SLURM_SHARDS_ON_NODE": "1"})
+            agent.isolate(job + 1, BATCH_STEP, 0, {"SLURM_JOB_GPUS": str(job // 7), "SLURM_SHARDS_ON_NODE": "1"})
         agent.tick()
         server = AgentLinkServer(("127.0.0.1", 0), agent, RequestVerifier(munge, "node1", {0}))
         server.serve_in_thread()

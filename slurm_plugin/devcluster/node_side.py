@@ -70,4 +70,6 @@ def agent_backend(pid: int) -> str | None:
 
 def plugstack_lines(spec: ClusterSpec) -> list[str]:
     sock = spec.run / "agent-%n.sock"
-    return [f"optional {plugin_path(spec)} socket={sock} timeout_ms={AGENT_TIMEOUT_MS}"]
+    spool = spec.state_dir / "agent" / "%n" / "unisolated"  # AgentPaths.unisolated: the node's private agent folder
+    # required: a plugin that does not load stops every step on the node (never unisolated packed steps)
+    return [f"required {plugin_path(spec)} socket={sock} timeout_ms={AGENT_TIMEOUT_MS} spool={spool}"]

@@ -8,7 +8,6 @@ from pathlib import Path
 from gpus.sim.dcgmi import STAND_IN as DCGMI_STAND_IN
 from gpus.sim.mps_control import STAND_IN as MPS_STAND_IN
 from slurm_plugin.devcluster import topology as topo
-from slurm_plugin.helper.watches.unisolated import UNISOLATED_EXIT
 
 DEFAULT_STATE_DIR = Path(os.environ.get("GPUPACK_DEVCLUSTER_DIR", "/var/lib/gpupack/devcluster"))
 DEFAULT_PORT = int(os.environ.get("GPUPACK_DEVCLUSTER_PORT", "16817"))
@@ -189,9 +188,8 @@ def slurm_conf(spec: ClusterSpec, hostname: str, slurm_user: str, epilog: Path, 
         f"Epilog={epilog}",
         f"EpilogSlurmctld={s.etc}/ctld-epilog.sh",  # tells the helper a job ended (its history)
         "ReturnToService=2",
-        # a packed step the agent could not isolate exits with this code (spank/gpupack_spank.c):
-        # Slurm requeues the batch job, the helper puts it at the head (requeue-unisolated)
-        f"RequeueExit={UNISOLATED_EXIT}",
+        # no RequeueExit: a packed step the agent could not isolate exits 117 and is recorded by root
+        # on its node; the helper requeues it at the head on that record only (requeue-unisolated)
         "SlurmdParameters=config_overrides",
         "MinJobAge=600",
         "KillWait=5",

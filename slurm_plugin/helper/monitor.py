@@ -102,7 +102,7 @@ from slurm_plugin.helper.watches.tracks import (  # noqa: F401  (the names other
     ACTIVE, SAMPLES_KEPT, Fingerprints, Track, job_shards, submit_time_exclusion, wants_whole_gpu,
 )
 from slurm_plugin.slurm.errors import SlurmError
-from slurm_plugin.slurm.gres import expand_hostlist
+from slurm_plugin.slurm.gres import allocated_gpus, expand_hostlist
 from slurm_plugin.slurm.model import Job
 from store.lifts import HeadLifts
 
@@ -161,7 +161,7 @@ class Monitor:
         self.quirk_guard_watch = QuirkGuardWatch()
         self.mps_watch = MpsWatch()
         self.metrics_watch = MetricsWatch(self)
-        self.unisolated_watch = UnisolatedWatch()
+        self.unisolated_watch = UnisolatedWatch(lambda: getattr(self.samples_source, "unisolated", {}))
         # [retention]: the store's tables, and every per-job map of the watches
         retention = retention or (settings_file().retention if settings_file is not None else RetentionSettings())
         self.retention_watch = RetentionWatch(retention, JobMemory(self.job_maps, retention.forget_jobs_after_s))
@@ -302,16 +302,19 @@ class Monitor:
         listing = self.runner.jobs_in_play(also=self.state.tracks.keys())
         lap("listing")
         jobs_by_node: dict[str, list[int]] = {}
+        gpus_by_node: dict[str, dict[int, tuple[int, ...]]] = {}  # Slurm's record of each job's GPUs there
         for j in listing:
             if j.state in ACTIVE:
                 for n in expand_hostlist(j.nodes):
                     jobs_by_node.setdefault(n, []).append(j.job_id)
+                for n, gpus in allocated_gpus(j).items():
+                    gpus_by_node.setdefault(n, {})[j.job_id] = gpus
         tell = getattr(self.samples_source, "tell_jobs", None)
         if tell is not None:  # the agents learn their jobs from this listing, never from slurmctld
             tell_outputs = getattr(self.samples_source, "tell_outputs", None)
             if tell_outputs is not None:  # where Slurm writes each job's output (`agent.output_tail`)
                 tell_outputs(job_outputs_by_node(listing))
-            tell(jobs_by_node)
+            tell(jobs_by_node, gpus_by_node)
             samples = self.samples_source(jobs_by_node)
         else:
             samples = self.samples_source(jobs_by_node) if jobs_by_node else []

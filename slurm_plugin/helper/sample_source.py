@@ -73,13 +73,18 @@ class AgentSamples:
         self._seen: dict[str, float] = {}  # node -> newest sample time it sent (its own clock)
         self._jobs: Mapping[str, list[int]] = {}
         self._outputs: Mapping[str, dict[int, dict]] = {}  # node -> job -> its output's uid and paths
+        self._gpus: dict[str, dict[int, tuple[int, ...]]] = {}
         self.oom_ends: dict[str, tuple[dict, ...]] = {}  # node -> out-of-memory ends its agent holds
+        self.unisolated: dict[str, tuple[dict, ...]] = {}  # node -> root's records of packed steps not started
         self._generation = 0
         self._pool = ThreadPoolExecutor(max_workers=AGENT_THREADS, thread_name_prefix="agent-link")
 
-    def tell_jobs(self, jobs_by_node: Mapping[str, list[int]]) -> None:
-        """The jobs Slurm runs on each node now; pushed to every agent on the next call."""
+    def tell_jobs(self, jobs_by_node: Mapping[str, list[int]],
+                  gpus_by_node: Mapping[str, Mapping[int, tuple[int, ...]]] | None = None) -> None:
+        """The jobs Slurm runs on each node now, and the GPUs Slurm gave each there (its record, which
+        the agent checks a step's own variables against); pushed to every agent on the next call."""
         self._jobs = dict(jobs_by_node)
+        self._gpus = {n: dict(g) for n, g in (gpus_by_node or {}).items()}
         self._generation = max(self._generation + 1, int(self.clock() * 1000))
 
     def tell_outputs(self, outputs_by_node: Mapping[str, dict[int, dict]]) -> None:
@@ -109,6 +114,7 @@ class AgentSamples:
             self._mark(node, f"its agent does not answer ({exc})")
             return []
         self.oom_ends[node] = batch.oom_ends
+        self.unisolated[node] = batch.unisolated
         if batch.samples:
             self._seen[node] = max(x.at for x in batch.samples)
         try:
@@ -134,7 +140,8 @@ class AgentSamples:
         from slurm_plugin.agent.client import AgentRefused, push_jobs
 
         try:
-            push_jobs(self.link, node, self._jobs.get(node, []), self._generation, self._outputs.get(node))
+            push_jobs(self.link, node, self._jobs.get(node, []), self._generation, self._outputs.get(node),
+                      self._gpus.get(node))
         except AgentRefused as exc:
             newer = _NEWER.search(str(exc))
             if newer is None:
@@ -142,7 +149,8 @@ class AgentSamples:
             log.warning("the agent of %s has job list generation %s, newer than this helper's %d (was the "
                         "helper's clock set back?): counting on from it", node, newer.group(1), self._generation)
             self._generation = max(self._generation, int(newer.group(1)) + 1)
-            push_jobs(self.link, node, self._jobs.get(node, []), self._generation, self._outputs.get(node))
+            push_jobs(self.link, node, self._jobs.get(node, []), self._generation, self._outputs.get(node),
+                      self._gpus.get(node))
 
     def _mark(self, node: str, reason: str) -> None:
         if node not in self.stale:

@@ -9,9 +9,12 @@ A connection may carry many requests, one after the other: the shim inside slurm
 one open between submissions (no connect, accept and close per job), tools open one per
 request. One thread serves them all: a decision takes a fraction of a millisecond and
 slurmctld sends one submission at a time anyway (it holds its job write lock), so a thread
-per connection would only add wake-ups. A client that stalls half-way through a request
-holds the others at most READ_TIMEOUT_S (the shim gives up after its own budget and passes
-its job through).
+per connection would only add wake-ups. The loop never waits on one client: a request that
+arrives in pieces is kept in its connection's buffer until it is whole, and refused when it is not
+whole READ_TIMEOUT_S after its first byte (one deadline per request); a connection idle for
+IDLE_S is closed (the shim opens a fresh one on its next submission). At most MAX_CONNECTIONS are
+open, MAX_PER_UID of one uid. The per-user rate limit is kept per submitter (the ``uid`` field
+slurmctld's shim sends), not per peer: slurmctld's peer uid is one for every user.
 
 A handler may return a :class:`Reply` whose ``after`` runs once the answer is sent: logging
 and bookkeeping stay off the clock slurmctld is waiting on.
@@ -38,6 +41,8 @@ log = logging.getLogger(__name__)
 
 READ_TIMEOUT_S = 0.5  # the longest a started request may take to arrive in full
 MAX_CONNECTIONS = 64  # open at once; more are answered "busy" and closed
+MAX_PER_UID = 48  # of them, one uid's (root's tools cannot shut slurmctld's shim out, nor it them)
+IDLE_S = 300.0  # a kept connection with no request for this long is closed
 
 
 @dataclass
@@ -64,6 +69,8 @@ class _Connection:
     sock: socket.socket
     uid: int
     buffer: bytes = b""  # bytes, not bytearray: field values are slices of it
+    started: float | None = None  # when the request now in the buffer began to arrive
+    last: float = 0.0  # the last time a byte arrived
 
 
 class HelperServer:
@@ -116,11 +123,12 @@ class HelperServer:
         selector.register(self._wake_read, selectors.EVENT_READ, "wake")
         try:
             while not self._stop.is_set():
-                for key, _events in selector.select():
+                for key, _events in selector.select(self._next_timeout()):
                     if key.data is None:
                         self._accept()
                     elif isinstance(key.data, _Connection):
                         self._serve(key.data)
+                self._sweep()
         finally:
             for conn in list(self._connections.values()):
                 self._close(conn)
@@ -147,6 +155,29 @@ class HelperServer:
                 pass
         self.socket_path.unlink(missing_ok=True)
 
+    # -- deadlines ---------------------------------------------------------------------
+
+    def _next_timeout(self) -> float | None:
+        """Seconds until the next request deadline or idle end (None: nothing to wait for)."""
+        if not self._connections:
+            return None
+        now = time.monotonic()
+        ends = [c.started + READ_TIMEOUT_S if c.started is not None else c.last + IDLE_S
+                for c in self._connections.values()]
+        return max(0.0, min(ends) - now)
+
+    def _sweep(self) -> None:
+        """Refuse each request not whole within its deadline; close each connection idle too long."""
+        now = time.monotonic()
+        for conn in list(self._connections.values()):
+            if conn.started is not None and now - conn.started > READ_TIMEOUT_S:
+                self.refusals.refused("bad-request", conn.uid, f"request not complete within {READ_TIMEOUT_S:g} s")
+                self._send(conn.sock, pass_through("bad-request"))
+                self._close(conn)
+            elif conn.started is None and now - conn.last > IDLE_S:
+                log.debug("closing a connection of uid %d idle for %.0f s", conn.uid, now - conn.last)
+                self._close(conn)
+
     # -- one connection ----------------------------------------------------------------
 
     def _accept(self) -> None:
@@ -162,13 +193,15 @@ class HelperServer:
             self._send(sock, pass_through("forbidden"))
             sock.close()
             return
-        if len(self._connections) >= MAX_CONNECTIONS:
-            self.refusals.refused("busy", uid, f"{MAX_CONNECTIONS} connections open already")
+        if len(self._connections) >= MAX_CONNECTIONS or \
+                sum(1 for c in self._connections.values() if c.uid == uid) >= MAX_PER_UID:
+            self.refusals.refused("busy", uid, f"{MAX_CONNECTIONS} connections open already, or {MAX_PER_UID} "
+                                               f"of uid {uid}")
             self._send(sock, pass_through("busy"))
             sock.close()
             return
-        sock.settimeout(READ_TIMEOUT_S)
-        conn = _Connection(sock, uid)
+        sock.settimeout(READ_TIMEOUT_S)  # the answer's write; reads happen only when bytes are there
+        conn = _Connection(sock, uid, last=time.monotonic())
         self._connections[sock.fileno()] = conn
         self._selector.register(sock, selectors.EVENT_READ, conn)
 
@@ -181,59 +214,49 @@ class HelperServer:
         conn.sock.close()
 
     def _serve(self, conn: _Connection) -> None:
-        """Read what arrived; answer every whole request in it; close on EOF or trouble."""
+        """Read what arrived (never waiting for more); answer every whole request in it; keep a
+        request not whole yet for the next bytes (its deadline runs from its first byte); close on
+        EOF or trouble."""
         try:
-            chunk = conn.sock.recv(262144)
+            chunk = conn.sock.recv(262144, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
         except OSError:
             chunk = b""
         if not chunk:
             self._close(conn)
             return
+        now = time.monotonic()
+        conn.last = now
+        if conn.started is None:
+            conn.started = now
         conn.buffer += chunk
         while conn.buffer:
             try:
-                fields = self._next_request(conn)
+                parsed = split_request(conn.buffer)
             except ProtocolError as exc:
                 self.refusals.refused("bad-request", conn.uid, str(exc))
                 self._send(conn.sock, pass_through("bad-request"))
-                fields = None
-            if fields is None or not self._answer(conn, fields):
                 self._close(conn)
                 return
-
-    def _next_request(self, conn: _Connection) -> dict[str, bytes] | None:
-        """The first whole request in the buffer, reading the rest of it if it is not all
-        there yet (within READ_TIMEOUT_S); None after answering why there is none."""
-        parsed = split_request(conn.buffer)
-        if parsed is None:  # rare: a request bigger than one read, or split by the sender
-            deadline = time.monotonic() + READ_TIMEOUT_S
-            while parsed is None:
+            if parsed is None:  # not whole yet: wait for its next bytes (the sweep keeps its deadline)
                 if len(conn.buffer) > MAX_REQUEST_BYTES:
                     self.refusals.refused("request-too-large", conn.uid, f"over {MAX_REQUEST_BYTES} bytes")
                     self._send(conn.sock, pass_through("request-too-large"))
-                    return None
-                left = deadline - time.monotonic()
-                try:
-                    if left <= 0:
-                        raise socket.timeout("request not complete in time")
-                    conn.sock.settimeout(left)
-                    chunk = conn.sock.recv(262144)
-                except OSError as exc:
-                    raise ProtocolError(str(exc)) from exc
-                if not chunk:
-                    return None
-                conn.buffer += chunk
-                parsed = split_request(conn.buffer)
-            conn.sock.settimeout(READ_TIMEOUT_S)
-        fields, end = parsed
-        conn.buffer = conn.buffer[end:]
-        return fields
+                    self._close(conn)
+                return
+            fields, end = parsed
+            conn.buffer = conn.buffer[end:]
+            conn.started = now if conn.buffer else None
+            if not self._answer(conn, fields):
+                self._close(conn)
+                return
 
     def _answer(self, conn: _Connection, fields: dict[str, bytes]) -> bool:
         command = fields.pop("op", b"submit").decode("ascii", "replace")
         handler = self.handlers.get(command)
         after = None
-        if self.limits is not None and not self.limits.allow(conn.uid):
+        if self.limits is not None and not self.limits.allow(_rate_key(conn.uid, fields)):
             self.refusals.refused("rate-limited", conn.uid, f"over {self.limits.rate:g} requests/s")
             return self._send(conn.sock, pass_through("rate-limited"))
         if handler is None:
@@ -267,6 +290,16 @@ class HelperServer:
         except OSError as exc:
             log.info("could not answer (client gone?): %s", exc)
             return False
+
+
+def _rate_key(peer_uid: int, fields: dict[str, bytes]) -> tuple[int, int | None]:
+    """Whose requests a rate limit counts: the submitter's (the ``uid`` slurmctld's shim sends) on
+    each peer, so one user's flood of submissions never spends every other user's budget."""
+    raw = fields.get("uid")
+    try:
+        return peer_uid, int(raw) if raw is not None else None
+    except ValueError:
+        return peer_uid, None
 
 
 def ask(path: Path | str, fields: dict[str, bytes | str], timeout: float = 2.0) -> dict[str, str]:

@@ -31,7 +31,8 @@ from slurm_plugin.slurm.model import Job
 log = logging.getLogger(__name__)
 
 __all__ = ["parse_index_list", "split_top_level", "parse_gres_item", "parse_gres_list",
-           "parse_gres_request", "format_gres", "expand_hostlist", "shard_usage", "REQUEST_FIELDS"]
+           "parse_gres_request", "format_gres", "expand_hostlist", "shard_usage", "REQUEST_FIELDS",
+           "allocated_gpus"]
 
 
 def parse_gres_item(text: str, per: str = "node") -> GresItem | None:
@@ -161,3 +162,24 @@ def shard_usage(jobs: Iterable[Job]) -> dict[str, dict[int, int]]:
                 for position, index in enumerate(item.indexes):
                     per_gpu[index] = per_gpu.get(index, 0) + share + (position < extra)
     return usage
+
+
+def allocated_gpus(job: Job) -> dict[str, tuple[int, ...]]:
+    """The GPU indexes Slurm gave ``job`` on each of its nodes (whole GPUs and the GPUs its shards
+    are on), from its allocation (``gres_detail``): the controller's record the node agents check
+    a step's own variables against. A node whose entry names no index is left out (unknown)."""
+    out: dict[str, tuple[int, ...]] = {}
+    hosts = expand_hostlist(job.nodes)
+    if len(hosts) != len(job.gres_detail):  # an entry that did not parse: which node is whose is unknown
+        return out
+    for host, item in zip(hosts, job.gres_detail):
+        if item.name not in ("gpu", "shard"):
+            continue
+        found: set[int] = set()
+        if item.per_device:
+            found.update(i for i, (used, _total) in enumerate(item.per_device) if used > 0)
+        elif item.indexes:
+            found.update(item.indexes)
+        if found:
+            out[host] = tuple(sorted(set(out.get(host, ())) | found))
+    return out

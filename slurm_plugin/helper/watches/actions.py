@@ -34,6 +34,9 @@ from slurm_plugin.slurm.model import Job
 log = logging.getLogger(__name__)
 
 SLURM_ONLY_KINDS = frozenset({"requeue-quirk"})  # decided from Slurm's own figures, not the agents'
+#: decided from a record root wrote on the node (not from samples): a node whose samples are stale
+#: (its agent just came back with the record) does not hold them up
+NODE_RECORD_KINDS = frozenset({"requeue-unisolated"})
 
 
 class Actions:
@@ -130,7 +133,7 @@ class Actions:
         mode = mode or ActionMode("enforce" if self.enforcing else "shadow", self.config().mode)
         if self._refused_by_kill_switch(kind, job.job_id):
             return False
-        if kind not in SLURM_ONLY_KINDS and self.on_stale_node(job, kind, reason):
+        if kind not in SLURM_ONLY_KINDS | NODE_RECORD_KINDS and self.on_stale_node(job, kind, reason):
             return False
         stranded = self.strands(job, exclude, gres)
         if stranded is not None:  # Slurm would take the change and the job would wait for good

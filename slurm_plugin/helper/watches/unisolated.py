@@ -1,64 +1,168 @@
-"""Packed jobs whose isolation failed: never run unisolated, requeued at the head with the reason.
+"""Packed jobs whose isolation failed: never run unisolated, requeued at the head with the reason,
+on the node's own record only.
 
 A packed step (it holds shards: it shares its GPU with other jobs) whose node agent is down or
-refuses does not start: the SPANK plugin ends its task with :data:`UNISOLATED_EXIT` before the
-program runs, and slurm.conf's ``RequeueExit=117`` has Slurm requeue the batch job (a failing
-node Prolog would drain the node; this does not). This watch finds each such requeue (a pending
-job whose last run exited with that code), says why in a ``requeue-unisolated`` event, once per
-run, and lifts the job above every pending one with a nice (the keep-at-head watch keeps it there and ends the lift when it starts). A job whose
-whole GPUs could not be isolated runs as Slurm gave them (fails open) and is not seen here.
+refuses does not start: the SPANK plugin, as root in the task slurmstepd just forked, writes a
+record into the node's root-owned spool (:mod:`slurm_plugin.agent.unisolated`) and ends the task
+with :data:`UNISOLATED_EXIT` before the program runs. The node's agent carries the record to the
+helper with its samples (the link, MUNGE-signed both ways), also when it was down at the time and
+came back since; it deletes the record once this watch acknowledges it.
+
+This watch is the only one that requeues such a job: it judges each record against Slurm's own
+view of the job (:func:`judge`: a packed job per Slurm, on that node, in the run the record was
+written in), requeues it (``scontrol requeuehold`` + release) and lifts it above every pending job
+with a nice (the keep-at-head watch keeps it there and ends the lift when it starts), and says why
+in a ``requeue-unisolated`` event, once per record. The exit code is never evidence: a job that
+exits 117 by itself leaves no record and is an ordinary failed job (slurm.conf has no
+``RequeueExit`` for it any more). A job whose whole GPUs could not be isolated runs as Slurm gave
+them (fails open) and is not seen here.
 """
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from slurm_plugin.helper.watches.head_lift import lift, lift_of
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.slurm.errors import SlurmError
+from slurm_plugin.slurm.gres import expand_hostlist
 from slurm_plugin.slurm.model import Job
 
 log = logging.getLogger(__name__)
 
 #: the exit code of a packed task the SPANK plugin did not let start (spank/gpupack_spank.c
-#: GPUPACK_UNISOLATED_EXIT; slurm.conf RequeueExit=)
+#: GPUPACK_UNISOLATED_EXIT); a code, never evidence: the record is
 UNISOLATED_EXIT = 117
 KIND = "requeue-unisolated"
+#: a record written this long before Slurm's start of the job's run still belongs to it (the
+#: node's and the controller's clocks, and the task's start after the job's)
+RUN_SLACK_S = 10.0
+GONE_STATES = frozenset({"CANCELLED", "BOOT_FAIL", "DEADLINE", "PREEMPTED", "REVOKED", "SPECIAL_EXIT"})
 
 
-def requeued_unisolated(job: Job) -> bool:
-    """Slurm requeued `job` because its packed step could not be isolated."""
-    return job.state == "PENDING" and job.exit_code == UNISOLATED_EXIT and bool(job.restart_cnt)
+@dataclass(frozen=True)
+class Verdict:
+    """What to do with one record: ``requeue`` (and lift), ``lift`` (already pending: Slurm or an
+    administrator requeued it), or ``drop`` (acknowledged, nothing done), and why."""
+
+    act: str
+    why: str
+
+
+def _packed(job: Job) -> bool:
+    return any(item.name == "shard" for item in (*job.gres_detail, *job.gres))
+
+
+def judge(record: Mapping, node: str, job: Job | None) -> Verdict:
+    """What one node's record of a packed step not started earns its job (pure).
+
+    The record is root's word that the step did not start; Slurm's own view must agree that the
+    job is packed, ran on that node, and that this is the run the record was written in."""
+    try:
+        job_id, at = int(record["job_id"]), float(record["at"])
+    except (KeyError, TypeError, ValueError):
+        return Verdict("drop", f"a record that cannot be read: {dict(record)!r}")
+    if record.get("node") != node:
+        return Verdict("drop", f"a record for node {record.get('node')!r} sent by the agent of {node}")
+    if job is None:
+        return Verdict("drop", f"Slurm no longer lists job {job_id}")
+    if not _packed(job):
+        return Verdict("drop", f"job {job_id} holds no shards per Slurm: not a packed job")
+    if job.base_state in GONE_STATES:
+        return Verdict("drop", f"job {job_id} is {job.base_state}")
+    if job.state == "PENDING":
+        return Verdict("lift", "already back in the queue")
+    hosts = expand_hostlist(job.nodes) if job.nodes else []
+    if hosts and node not in hosts:
+        return Verdict("drop", f"job {job_id} runs on {job.nodes}, not on {node}")
+    if job.start_time is not None and at < job.start_time.timestamp() - RUN_SLACK_S:
+        return Verdict("drop", f"the record is of an earlier run of job {job_id} (written {at:.0f}, "
+                               f"this run started {job.start_time.timestamp():.0f})")
+    return Verdict("requeue", "its packed step did not start")
 
 
 class UnisolatedWatch:
     name = "unisolated"
 
-    def __init__(self) -> None:
-        self.told: set[tuple[int, int]] = set()  # (job, restart count) already explained
+    def __init__(self, records: Callable[[], Mapping[str, Sequence[dict]]] = lambda: {},
+                 ack: Callable[[object, str, list[str]], None] | None = None) -> None:
+        self._records = records  # node -> the records its agent listed (AgentSamples.unisolated)
+        self.ack = ack  # (link, node, keys); None: slurm_plugin.agent.client.ack_unisolated
+        self.told: set[tuple[int, str, str]] = set()  # (job, node, record key) acted on or dropped
 
     def job_maps(self) -> list:
         return [self.told]
 
     def round(self, ctx: RoundContext) -> None:
-        for job in ctx.jobs.values():
-            if not requeued_unisolated(job) or (job.job_id, job.restart_cnt or 0) in self.told:
-                continue
-            self.told.add((job.job_id, job.restart_cnt or 0))
-            reason = (f"its packed step could not be isolated on its node (the agent was down or refused; "
-                      f"the node's slurmd log says which): it did not start beside other jobs (exit "
-                      f"{UNISOLATED_EXIT}), Slurm requeued it (RequeueExit), restart {job.restart_cnt}")
-            priority = None
-            if ctx.enforcing and not ctx.actions.halted:
+        for node, records in list(self._records().items()):
+            done: list[str] = []
+            for record in records:
+                key = str(record.get("key", ""))
                 try:
-                    runner = ctx.actions.runner
-                    lifted = lift_of(runner, ctx.state.heading, job.job_id, job.restart_cnt)
-                    others = [j.priority for j in ctx.jobs.values() if j.state == "PENDING" and j.job_id != job.job_id]
-                    lifted, priority = lift(runner, job.job_id, job.priority or 0, lifted, others)
-                    ctx.state.heading[job.job_id] = lifted  # the keep-at-head watch ends the lift when it starts
-                except SlurmError as exc:
-                    log.error("job %d: not put at the head after its unisolated requeue: %s", job.job_id, exc)
-                    priority = None
-            where = f"; at the head of the queue (priority {priority}, lifted by an administrator nice)" if priority is not None else ""
-            ctx.actions.log_event(KIND, reason + where, job.job_id, exit_code=UNISOLATED_EXIT,
-                                  restarts=job.restart_cnt, priority=priority)
-            log.warning("job %d: %s%s", job.job_id, reason, where)
+                    job_id = int(record.get("job_id", -1))
+                except (TypeError, ValueError):
+                    job_id = -1
+                if (job_id, node, key) in self.told:  # acted on; the acknowledgement did not arrive
+                    done.append(key)
+                    continue
+                if ctx.actions.halted:  # the kill switch: kept on the node until it is off
+                    continue
+                if self._one(ctx, node, job_id, record):
+                    self.told.add((job_id, node, key))
+                    done.append(key)
+            if done:
+                self._ack(ctx, node, done)
+
+    def _one(self, ctx: RoundContext, node: str, job_id: int, record: dict) -> bool:
+        """Judge and act on one record; True when it may be acknowledged."""
+        job = ctx.jobs.get(job_id)
+        if job is None and job_id >= 0:  # 23.11+ lists no finished job: a step that never started left it FAILED
+            try:
+                job = ctx.actions.runner.job(job_id)
+            except SlurmError as exc:  # JobNotFoundError: slurmctld forgot it (MinJobAge)
+                log.info("job %d: Slurm does not show it (%s)", job_id, exc)
+                job = None
+        verdict = judge(record, node, job)
+        if verdict.act == "drop":
+            log.warning("unisolated-step record from %s (job %s): not acted on: %s", node, job_id, verdict.why)
+            return True
+        assert job is not None
+        why = str(record.get("reason") or "the agent was down or refused")[:300]
+        reason = (f"its packed step {record.get('step_id')} could not be isolated on {node} ({why}): it did not start "
+                  f"beside other jobs (exit {UNISOLATED_EXIT}, recorded by root on the node); the suite requeues it "
+                  f"at the head of the queue")
+        data = dict(exit_code=UNISOLATED_EXIT, node=node, step=record.get("step_id"), restarts=job.restart_cnt)
+        if verdict.act == "requeue":
+            done = ctx.actions.requeue_at_head(job, KIND, reason, **data)
+            if not done:  # refused (Slurm, shadow mode): said in an event; not tried again
+                log.warning("job %d: unisolated step on %s, not requeued (see the %s events)", job_id, node, KIND)
+            return True
+        return self._lift(ctx, job, reason, data)
+
+    @staticmethod
+    def _lift(ctx: RoundContext, job: Job, reason: str, data: dict) -> bool:
+        """A job already pending again (requeued meanwhile): lifted to the head only."""
+        priority = None
+        if ctx.enforcing:
+            try:
+                runner = ctx.actions.runner
+                lifted = lift_of(runner, ctx.state.heading, job.job_id, job.restart_cnt)
+                others = [j.priority for j in ctx.jobs.values() if j.state == "PENDING" and j.job_id != job.job_id]
+                lifted, priority = lift(runner, job.job_id, job.priority or 0, lifted, others)
+                ctx.state.heading[job.job_id] = lifted  # the keep-at-head watch ends the lift when it starts
+            except SlurmError as exc:
+                log.error("job %d: not put at the head after its unisolated step: %s", job.job_id, exc)
+                priority = None
+        ctx.actions.log_event(KIND, reason if priority is not None else f"would lift ({ctx.config.mode} mode "
+                              f"or refused): {reason}", job.job_id, priority=priority, **data)
+        return True
+
+    def _ack(self, ctx: RoundContext, node: str, keys: list[str]) -> None:
+        from slurm_plugin.agent.client import AgentRefused, AgentUnavailable, ack_unisolated
+
+        try:
+            (self.ack or ack_unisolated)(ctx.agents, node, keys)
+        except (AgentUnavailable, AgentRefused, OSError, ValueError, AttributeError) as exc:
+            log.info("could not acknowledge %d unisolated-step records to %s's agent (%s); again next round",
+                     len(keys), node, exc)

@@ -186,3 +186,79 @@ def test_mps_shares_of_one_gpu_stay_within_one_user(tmp_path):
     agent.step_end(9, BATCH_STEP)
     agent.step_end(10, BATCH_STEP)
     assert agent.isolate(11, BATCH_STEP, 1001, SHARD2).isolation == "mps:40"
+
+
+# -- issue 33, attack 1: a user chooses the GPU of a packed batch job ------------------------------
+def _two_gpu_mps_agent(tmp_path):
+    backend = SimGpuBackend(None, "node1", gpus=["H100-80GB", "H100-80GB"], mig_enabled=False)
+    return NodeAgent("node1", tmp_path, backend, isolation_mode="mps"), backend
+
+
+def test_a_user_exported_step_gpus_does_not_choose_a_batch_jobs_gpu(tmp_path):
+    """Slurm gave GPU 0 (slurmstepd set SLURM_JOB_GPUS=0); another user holds GPU 1 whole; the
+    packed job's submitter exported SLURM_STEP_GPUS=1 (and CUDA_VISIBLE_DEVICES=1), which a batch
+    step keeps. Before the fix the agent read SLURM_STEP_GPUS first: an MPS share on GPU 1 and GPU
+    1 put in EXCLUSIVE_PROCESS under the other user."""
+    agent, backend = _two_gpu_mps_agent(tmp_path)
+    agent.isolate(5, BATCH_STEP, 2000, {"SLURM_JOB_GPUS": "1"})  # the other user's whole GPU
+    forged = {"SLURM_JOB_GPUS": "0", "SLURM_STEP_GPUS": "1", "CUDA_VISIBLE_DEVICES": "1",
+              "GPU_DEVICE_ORDINAL": "1", "SLURM_SHARDS_ON_NODE": "2"}
+    a = agent.isolate(7, BATCH_STEP, 1000, forged)
+    assert a.gpu_index == 0 and a.kind == "mps"
+    assert backend.compute_mode(1) == "DEFAULT"
+    assert backend.compute_mode(0) == "EXCLUSIVE_PROCESS"
+
+
+def test_a_packed_job_never_lands_on_a_gpu_another_job_holds_whole(tmp_path):
+    """Whatever named the GPU, the one-job-per-whole-GPU, one-user-per-MPS-GPU check covers
+    every kind of holder (before: MPS jobs only), for MPS shares and MIG slices alike."""
+    agent, backend = _two_gpu_mps_agent(tmp_path)
+    agent.isolate(5, BATCH_STEP, 2000, {"SLURM_JOB_GPUS": "1"})
+    with pytest.raises(AgentError, match="held whole by job 5"):
+        agent.isolate(7, BATCH_STEP, 1000, {"SLURM_JOB_GPUS": "1", "SLURM_SHARDS_ON_NODE": "2"})
+    assert backend.compute_mode(1) == "DEFAULT" and 7 not in agent.jobs
+    mig_backend = SimGpuBackend(None, "node1", gpus=["H100-80GB", "H100-80GB"])
+    mig_agent = NodeAgent("node1", tmp_path / "mig", mig_backend)
+    mig_agent.isolate(5, BATCH_STEP, 2000, {"SLURM_JOB_GPUS": "1"})
+    with pytest.raises(AgentError, match="held whole by job 5"):
+        mig_agent.isolate(7, BATCH_STEP, 1000, {"SLURM_JOB_GPUS": "1", "SLURM_SHARDS_ON_NODE": "2"})
+
+
+def test_a_packed_grant_that_names_no_gpu_is_refused(tmp_path):
+    """Shards but no GPU Slurm named (a CPU-only job that exported SLURM_SHARDS_ON_NODE, or a
+    forged SLURM_STEP_GPUS in a batch step): refused, never "OK none" (the step fails to start)."""
+    agent, _ = _two_gpu_mps_agent(tmp_path)
+    with pytest.raises(AgentError, match="named no GPU"):
+        agent.isolate(7, BATCH_STEP, 1000, {"SLURM_STEP_GPUS": "1", "SLURM_SHARDS_ON_NODE": "1"})
+    assert agent.jobs == {}
+    assert agent.isolate(8, BATCH_STEP, 1000, {}).isolation == "none"  # a CPU-only job: nothing to do
+
+
+def test_an_srun_step_does_not_move_a_packed_job_to_another_gpu(tmp_path):
+    """A later srun step whose SLURM_STEP_GPUS names another GPU does not free the job's share
+    and make one there; only a new run (its batch step) moves a packed job."""
+    agent, backend = _two_gpu_mps_agent(tmp_path)
+    a = agent.isolate(7, BATCH_STEP, 1000, {"SLURM_JOB_GPUS": "0", "SLURM_SHARDS_ON_NODE": "2"})
+    with pytest.raises(AgentError, match="runs only on its job's GPU"):
+        agent.isolate(7, 0, 1000, {"SLURM_JOB_GPUS": "0", "SLURM_STEP_GPUS": "1", "SLURM_SHARDS_ON_NODE": "2"})
+    assert agent.jobs[7].gpu_index == 0 and agent.jobs[7].token == a.token
+    assert backend.compute_mode(1) == "DEFAULT"
+    assert agent.isolate(7, 0, 1000, {"SLURM_STEP_GPUS": "0", "SLURM_SHARDS_ON_NODE": "2"}).gpu_index == 0
+
+
+def test_a_step_naming_a_gpu_outside_slurms_record_is_refused(tmp_path):
+    """Where slurmstepd leaves the step type's variable to the user (an external launcher's step on
+    24.11+ gets the job's environment, not SLURM_STEP_GPUS), the controller's record of the job's
+    GPUs on this node, pushed by the helper, decides: a packed step naming another GPU is refused."""
+    from slurm_plugin.agent.slurm_jobs import PushedJobs
+
+    pushed = PushedJobs(clock=lambda: 0.0)
+    backend = SimGpuBackend(None, "node1", gpus=["H100-80GB", "H100-80GB"], mig_enabled=False)
+    agent = NodeAgent("node1", tmp_path, backend, isolation_mode="mps", list_running_jobs=pushed)
+    pushed.update([7, 8], generation=1, gpus={7: (0,)})
+    with pytest.raises(AgentError, match="Slurm's record"):
+        agent.isolate(7, 0, 1000, {"SLURM_STEP_GPUS": "1", "SLURM_SHARDS_ON_NODE": "1"})
+    assert backend.compute_mode(1) == "DEFAULT" and agent.jobs == {}
+    assert agent.isolate(7, 0, 1000, {"SLURM_STEP_GPUS": "0", "SLURM_SHARDS_ON_NODE": "1"}).gpu_index == 0
+    # a job the record does not know yet (newer than the last list): the step type's variable decides
+    assert agent.isolate(8, 0, 1000, {"SLURM_STEP_GPUS": "0", "SLURM_SHARDS_ON_NODE": "1"}).gpu_index == 0

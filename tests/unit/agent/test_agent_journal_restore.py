@@ -16,7 +16,7 @@ from slurm_plugin.agent.trust import Peer
 from gpus.sim.nvml import FakeNvml
 
 UID = os.getuid()
-SHARD2 = {"SLURM_JOB_GPUS": "0", "SLURM_SHARDS_ON_NODE": "2"}
+SHARD2 = {"SLURM_JOB_GPUS": "0", "SLURM_STEP_GPUS": "0", "SLURM_SHARDS_ON_NODE": "2"}
 ROOT = Peer(0, 0, 0)
 
 

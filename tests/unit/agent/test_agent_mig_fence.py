@@ -20,7 +20,7 @@ from slurm_plugin.agent.paths import AgentError
 from slurm_plugin.agent.state import BATCH_STEP
 from simjobs import workload
 
-SHARDS = {"SLURM_STEP_GPUS": "1", "SLURM_SHARDS_ON_NODE": "1"}
+SHARDS = {"SLURM_JOB_GPUS": "1", "SLURM_SHARDS_ON_NODE": "1"}
 
 
 def _agent(tmp_path):
@@ -45,7 +45,7 @@ def test_a_mig_job_is_fenced_to_its_own_instance(tmp_path):
     text = iso.answer_lines(a.isolation, a.env, fa.to_dict())
     assert text.splitlines()[1] == f"FENCE {','.join(fa.allowed)} {caps}"
     assert text.splitlines()[2] == "DENY 61 " + ",".join(f"{lo}-{hi}" for lo, hi in fa.deny)
-    whole = agent.isolate(9, BATCH_STEP, 0, {"SLURM_STEP_GPUS": "0"})
+    whole = agent.isolate(9, BATCH_STEP, 0, {"SLURM_JOB_GPUS": "0"})
     assert whole.gi_id is not None and agent.fence(whole).allowed  # a whole GPU in MIG mode: its full instance
 
 
@@ -131,7 +131,7 @@ def test_the_fence_names_a_gpu_by_its_device_minor_not_its_nvml_index(tmp_path, 
     backend = NvmlBackend()
     assert [pynvml.nvmlDeviceGetMinorNumber(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in (0, 1)] == [1, 0]
     agent = NodeAgent("n1", tmp_path / "agent", backend, sim_dir=sim)
-    a = agent.isolate(7, BATCH_STEP, 0, SHARDS)  # SLURM_STEP_GPUS=1: NVML's GPU 1
+    a = agent.isolate(7, BATCH_STEP, 0, SHARDS)  # SLURM_JOB_GPUS=1: NVML's GPU 1
     assert a.gpu_index == 1
     fa = agent.fence(a)
     assert fa.allowed == (f"nvidia-cap{mig_minor(0, a.gi_id)}", f"nvidia-cap{mig_minor(0, a.gi_id, 0)}")

@@ -37,7 +37,7 @@ def test_pushed_list_is_taken_in_generation_order_and_forgotten_when_old():
 def agent_with_job(tmp_path, clock) -> NodeAgent:
     backend = SimGpuBackend(None, "node1", gpus=["H100-80GB"])
     agent = NodeAgent("node1", tmp_path, backend, list_running_jobs=PushedJobs(), clock=clock)
-    agent.isolate(7, BATCH_STEP, 0, {"SLURM_STEP_GPUS": "0", "SLURM_SHARDS_ON_NODE": "1"})
+    agent.isolate(7, BATCH_STEP, 0, {"SLURM_JOB_GPUS": "0", "SLURM_SHARDS_ON_NODE": "1"})
     return agent
 
 
@@ -73,7 +73,7 @@ def test_a_list_made_before_a_job_started_never_frees_it_however_long_the_helper
     agent = NodeAgent("node1", tmp_path, SimGpuBackend(None, "node1", gpus=["H100-80GB"]),
                       list_running_jobs=PushedJobs(clock=clock), clock=clock)
     dispatch(agent, "jobs", {"job_ids": [], "generation": 1}, ROOT)  # listed before job 7 started
-    agent.isolate(7, BATCH_STEP, 0, {"SLURM_STEP_GPUS": "0", "SLURM_SHARDS_ON_NODE": "1"})
+    agent.isolate(7, BATCH_STEP, 0, {"SLURM_JOB_GPUS": "0", "SLURM_SHARDS_ON_NODE": "1"})
     for _ in range(4):  # 20 s without a list: far past the grace
         clock.now += 5
         assert agent.reconcile() == [] and 7 in agent.jobs
@@ -87,7 +87,7 @@ def test_a_list_made_before_a_job_started_never_frees_it_however_long_the_helper
 
     # a requeued run isolated here again is judged anew: the lists so far were made before it
     clock.now += 5
-    agent.isolate(7, BATCH_STEP, 0, {"SLURM_STEP_GPUS": "0", "SLURM_SHARDS_ON_NODE": "1"})
+    agent.isolate(7, BATCH_STEP, 0, {"SLURM_JOB_GPUS": "0", "SLURM_SHARDS_ON_NODE": "1"})
     clock.now += 30
     assert agent.reconcile() == [] and 7 in agent.jobs
     dispatch(agent, "jobs", {"job_ids": [7], "generation": 4}, ROOT)

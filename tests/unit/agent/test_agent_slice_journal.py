@@ -16,7 +16,7 @@ from slurm_plugin.agent.state import BATCH_STEP
 from gpus.sim.nvml import FakeNvml
 
 UID = os.getuid()
-SHARD2 = {"SLURM_JOB_GPUS": "0", "SLURM_SHARDS_ON_NODE": "2"}
+SHARD2 = {"SLURM_JOB_GPUS": "0", "SLURM_STEP_GPUS": "0", "SLURM_SHARDS_ON_NODE": "2"}
 WHOLE = {"SLURM_JOB_GPUS": "0", "CUDA_VISIBLE_DEVICES": "0"}
 
 

@@ -12,7 +12,7 @@ from slurm_plugin.agent.server import AgentServer
 from slurm_plugin.agent.state import BATCH_STEP
 from slurm_plugin.agent.trust import Peer, ReportGuard, ReportRejected, check_reporter, job_of_pid
 
-SHARD1 = {"CUDA_VISIBLE_DEVICES": "0", "SLURM_SHARDS_ON_NODE": "1"}
+SHARD1 = {"SLURM_JOB_GPUS": "0", "SLURM_SHARDS_ON_NODE": "1"}
 
 
 def test_guard_bounds():
@@ -121,7 +121,7 @@ def test_lines_format_for_the_spank_plugin(served, tmp_path):
     with socket.socket(socket.AF_UNIX) as s:
         s.connect(str(server.socket_path))
         s.sendall(b'{"op":"isolate","format":"lines","job_id":5,"step_id":0,"uid":0,"node":"node1",'
-                  b'"env":{"CUDA_VISIBLE_DEVICES":"0","SLURM_SHARDS_ON_NODE":"1"}}\n')
+                  b'"env":{"SLURM_STEP_GPUS":"0","SLURM_SHARDS_ON_NODE":"1"}}\n')
         text = s.makefile().read()
     lines = text.splitlines()
     assert lines[0].startswith("OK mig:1g.10gb@") and any(line.startswith("CUDA_VISIBLE_DEVICES=MIG-") for line in lines)

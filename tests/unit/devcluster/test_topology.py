@@ -133,3 +133,15 @@ def test_forward_filter_note_speaks_only_when_bridged_packets_may_be_dropped(tmp
     assert forward_filter_note("gpk1", sysctl, drops=False) == ""
     note = forward_filter_note("gpk1", sysctl, drops=True)
     assert "br_netfilter" in note and "DROP" in note and "iptables -I FORWARD -i gpk1 -o gpk1 -j ACCEPT" in note
+
+
+def test_no_exit_code_a_job_can_choose_requeues_it():
+    """Issue 33, attack 2: RequeueExit=117 requeued every job that exited 117 by itself; the helper
+    now requeues an unisolated packed step on root's record only. The SPANK plugin gets the spool."""
+    from slurm_plugin.devcluster import node_side
+
+    spec = ClusterSpec(state_dir=Path("/x"), port=18817)
+    conf = specmod.slurm_conf(spec, "h", "slurm", Path("/e"), 7)
+    assert "RequeueExit" not in conf
+    (line,) = node_side.plugstack_lines(spec)
+    assert "spool=/x/agent/%n/unisolated" in line

@@ -137,3 +137,81 @@ def test_shutdown_closes_kept_connections(tmp_path):
     srv.server_close()
     assert not path.exists()
     sock.close()
+
+
+# -- issue 33, item 5: the helper's loop never waits on one client -----------------------------------
+def test_a_stalled_half_request_does_not_hold_up_the_others_at_all(serving, monkeypatch):
+    """Before: the loop waited READ_TIMEOUT_S (0.5 s) on the staller before it served anyone else."""
+    monkeypatch.setattr(server_mod, "READ_TIMEOUT_S", 1.0)
+    _, path, _ = serving
+    with _connect(path) as staller, _connect(path) as other:
+        staller.sendall(encode_request({"op": "echo", "n": "1"})[:15])
+        time.sleep(0.05)
+        started = time.monotonic()
+        other.sendall(encode_request({"op": "echo", "n": "2"}))
+        assert _read_line(other)["n"] == "2"
+        assert time.monotonic() - started < 0.3
+        t0 = time.monotonic()
+        assert _read_line(staller)["reason"] == "bad-request"  # refused at its own deadline
+        assert time.monotonic() - t0 < 2.0
+
+
+def test_a_trickled_request_is_refused_at_one_deadline_from_its_first_byte(serving, monkeypatch):
+    monkeypatch.setattr(server_mod, "READ_TIMEOUT_S", 0.4)
+    _, path, _ = serving
+    request = encode_request({"op": "echo", "n": "1" * 200})
+    with _connect(path) as sock:
+        t0 = time.monotonic()
+        try:
+            for i in range(len(request) - 1):  # a byte every 20 ms: never idle, never whole in time
+                sock.sendall(request[i:i + 1])
+                time.sleep(0.02)
+        except OSError:
+            pass
+        assert _read_line(sock)["reason"] == "bad-request" and time.monotonic() - t0 < 2.0
+
+
+def test_an_idle_kept_connection_is_closed(serving, monkeypatch):
+    """Before: idle privileged connections were never closed (63 idle ones made the 64th "busy")."""
+    monkeypatch.setattr(server_mod, "IDLE_S", 0.3)
+    _, path, _ = serving
+    with _connect(path) as sock:
+        sock.sendall(encode_request({"op": "echo", "n": "x"}))
+        assert _read_line(sock)["n"] == "x"
+        sock.settimeout(3)
+        t0 = time.monotonic()
+        assert sock.recv(10) == b"" and time.monotonic() - t0 < 2.0
+
+
+def test_one_uid_holds_at_most_its_share_of_connections(serving, monkeypatch):
+    monkeypatch.setattr(server_mod, "MAX_PER_UID", 2)
+    _, path, _ = serving
+    with _connect(path) as a, _connect(path) as b:
+        for sock in (a, b):
+            sock.sendall(encode_request({"op": "echo", "n": "x"}))
+            assert _read_line(sock)["n"] == "x"
+        with _connect(path) as c:
+            assert _read_line(c)["reason"] == "busy"
+
+
+def test_the_rate_limit_counts_each_submitter_not_slurmctlds_one_uid(tmp_path):
+    """Before: one bucket for slurmctld's uid, so one user's flood of submissions spent every
+    other user's budget."""
+    from slurm_plugin.refusals import UserLimits
+
+    path = tmp_path / "h.sock"
+    srv = HelperServer(path, {"submit": lambda f: {"status": "ok"}}, {os.getuid()},
+                       limits=UserLimits(rate=0.001, burst=3))
+    srv.serve_in_thread()
+    try:
+        with _connect(path) as sock:
+            answers = []
+            for _ in range(5):
+                sock.sendall(encode_request({"op": "submit", "uid": "1000"}))
+                answers.append(_read_line(sock).get("reason"))
+            assert answers == [None, None, None, "rate-limited", "rate-limited"]
+            sock.sendall(encode_request({"op": "submit", "uid": "1001"}))
+            assert _read_line(sock) == {"status": "ok"}
+    finally:
+        srv.shutdown()
+        srv.server_close()

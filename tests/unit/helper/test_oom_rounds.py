@@ -161,3 +161,30 @@ def test_the_decision_is_judged_right_once_the_requeued_run_completes(tmp_path):
     monitor.tick()
     (row,) = [r for r in monitor.actions.ledger.rows() if r.action == "restart-oom"]
     assert row.mode == "enforce" and row.outcome == "right"
+
+
+def test_an_end_on_the_jobs_own_report_is_retried_at_its_own_place_never_lifted(tmp_path):
+    """Issue 33: what a job says of itself (alloc_failed: its memory 5 GiB of a 10 GiB share, an
+    allocation of 10 GiB failed) earns a retry at its own place in the queue, never a lift above
+    a job that waited longer. Before: requeued at the head, above the waiting 5000 job."""
+    fake, helper, samples, monitor = world(tmp_path)
+    fake.jobs[7].priority = 900
+    fake.submit(job_id=8, state="PENDING", gres="gres:shard:1", priority=5000)
+    monitor.tick()
+    job = fake.jobs[7]
+    assert job.state == "PENDING" and job.tres_per_node == "gres:shard:2"
+    assert job.priority < fake.jobs[8].priority and 7 not in monitor.state.heading
+    (event,) = [e for e in helper.store.events() if e.kind == "restart-oom"]
+    assert "its own place" in event.detail and "at the head" not in event.detail and event.data["priority"] is None
+
+
+def test_an_end_the_node_measured_at_the_share_keeps_its_head_requeue(tmp_path):
+    """The node's own measurement (its peak at the share's limit, from the GPU's accounting) shows
+    the suite's fence stopped it: back at the head."""
+    fake, helper, samples, monitor = world(tmp_path)
+    samples.oom_ends = {"node1": [{**oom_end(), "peak_bytes": LIMIT, "asked_bytes": None, "held_bytes": None}]}
+    fake.jobs[7].priority = 900
+    fake.submit(job_id=8, state="PENDING", gres="gres:shard:1", priority=5000)
+    monitor.tick()
+    (event,) = [e for e in helper.store.events() if e.kind == "restart-oom"]
+    assert fake.jobs[7].state == "PENDING" and "at the head" in event.detail and event.data["priority"] > 5000

@@ -84,3 +84,21 @@ def test_the_job_lists_carry_where_each_job_writes_its_output():
     source.tell_jobs({"node1": [7], "node2": [9]})
     source(["node1", "node2"])
     assert link.outputs == {"node1": {"7": {"uid": 1000, "paths": ["/home/ana/slurm-7.out"]}}, "node2": None}
+
+
+def test_the_push_carries_slurms_record_of_each_jobs_gpus():
+    """Issue 33: the agent checks a step's own variables against the controller's record."""
+    requests: list[dict] = []
+    link = FakeLink([])
+    real = link.call
+
+    def call(node, op, request=None, timeout=None):
+        if op == "jobs":
+            requests.append(request)
+        return real(node, op, request, timeout)
+
+    link.call = call
+    source = AgentSamples(link, clock=lambda: 5.0)
+    source.tell_jobs({"node1": [7, 8]}, {"node1": {7: (1,)}})
+    source(["node1"])
+    assert requests[0]["gpus"] == {"7": [1]}

@@ -127,3 +127,17 @@ def test_shard_usage_counts_running_jobs_per_gpu() -> None:
         Job(5, state="RUNNING", nodes="node2", gres_detail=(GresItem("gpu", "h100", 1, indexes=(0,)),)),
     ]
     assert shard_usage(jobs) == {"node1": {0: 6, 1: 2}, "node2": {1: 2}}
+
+
+def test_allocated_gpus_is_slurms_record_per_node():
+    """Issue 33: the node agents check a step's own variables against this record."""
+    from slurm_plugin.slurm.gres import allocated_gpus, parse_gres_item
+    from slurm_plugin.slurm.model import Job
+
+    job = Job(5, nodes="node[1-2]", gres_detail=(parse_gres_item("shard:h100:2(IDX:1)"),
+                                                 parse_gres_item("gpu:h100:1(IDX:0)")))
+    assert allocated_gpus(job) == {"node1": (1,), "node2": (0,)}
+    modern = Job(6, nodes="node1", gres_detail=(parse_gres_item("shard:h100:2(0/8,2/8)"),))
+    assert allocated_gpus(modern) == {"node1": (1,)}
+    # an entry that did not parse: which node is whose is unknown, nothing is claimed
+    assert allocated_gpus(Job(7, nodes="node[1-2]", gres_detail=(parse_gres_item("gpu:h100:1(IDX:0)"),))) == {}

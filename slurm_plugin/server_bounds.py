@@ -1,0 +1,165 @@
+"""Bounds every server of the suite keeps, whoever connects: how many connections at once (in all,
+and per caller), one deadline per request (not per read), and a bounded number of log lines
+however many connections are refused.
+
+- :class:`ConnectionSlots`: the count of open connections, in all and per key (a uid on a Unix
+  socket, a peer address on the network before it has authenticated); ``reserved`` slots of the
+  total are kept for privileged callers (root, the SlurmUser), so a flood by one user never keeps
+  slurmstepd's isolation requests out. Pure counting under a lock.
+- :class:`DeadlineWatch`: one thread for all of a server's connections; a connection armed with a
+  deadline that passes is shut down (``shutdown(SHUT_RDWR)``), which ends whatever read or write
+  its handler is blocked in. A slow client thus holds a thread at most one deadline, however it
+  trickles its bytes.
+- :class:`RefusalCounter`: refusals counted per reason, logged at most once per ``every_s`` per
+  reason (with the count since), so a flood costs a bounded number of log lines.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """One server's bounds."""
+
+    max_total: int  # connections open at once
+    max_per_key: int  # of them, one caller's (uid, or peer address before authentication)
+    reserved: int  # of max_total, kept for privileged callers
+    request_s: float  # one request, read in full (and, where said, answered)
+    idle_s: float  # a kept connection waiting for its next request
+
+    def __post_init__(self) -> None:
+        if not (0 < self.max_per_key <= self.max_total and 0 <= self.reserved < self.max_total):
+            raise ValueError(f"inconsistent bounds {self}")
+        if self.request_s <= 0 or self.idle_s <= 0:
+            raise ValueError("request_s and idle_s must be positive")
+
+
+class ConnectionSlots:
+    """Open connections, in all and per key (thread-safe)."""
+
+    def __init__(self, bounds: Bounds):
+        self.bounds = bounds
+        self._per_key: Counter[Hashable] = Counter()
+        self._total = 0
+        self._lock = threading.Lock()
+
+    def acquire(self, key: Hashable, privileged: bool = False) -> str | None:
+        """Take a slot for ``key``; None when taken, else why not (nothing taken)."""
+        b = self.bounds
+        with self._lock:
+            if self._total >= b.max_total:
+                return f"{b.max_total} connections open"
+            if not privileged and self._total >= b.max_total - b.reserved:
+                return f"{b.max_total - b.reserved} connections open (the rest kept for root and the SlurmUser)"
+            if not privileged and self._per_key[key] >= b.max_per_key:
+                return f"{b.max_per_key} connections of {key} open"
+            self._per_key[key] += 1
+            self._total += 1
+            return None
+
+    def release(self, key: Hashable) -> None:
+        with self._lock:
+            if self._per_key[key] > 0:
+                self._per_key[key] -= 1
+                self._total -= 1
+                if not self._per_key[key]:
+                    del self._per_key[key]
+
+    @property
+    def total(self) -> int:
+        with self._lock:
+            return self._total
+
+    def of(self, key: Hashable) -> int:
+        with self._lock:
+            return self._per_key[key]
+
+
+class DeadlineWatch:
+    """Shuts down each armed socket whose deadline passed (one thread for a whole server)."""
+
+    def __init__(self, name: str, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self._heap: list[tuple[float, int]] = []
+        self._armed: dict[int, socket.socket] = {}
+        self._ids = itertools.count(1)
+        self._cond = threading.Condition()
+        self.expired = 0
+        self._thread = threading.Thread(target=self._run, name=f"{name}-deadlines", daemon=True)
+        self._thread.start()
+
+    def arm(self, sock: socket.socket, seconds: float) -> int:
+        """Shut ``sock`` down in ``seconds`` unless disarmed first; a token for :meth:`disarm`."""
+        token = next(self._ids)
+        with self._cond:
+            self._armed[token] = sock
+            heapq.heappush(self._heap, (self.clock() + seconds, token))
+            self._cond.notify()
+        return token
+
+    def disarm(self, token: int) -> None:
+        with self._cond:
+            self._armed.pop(token, None)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap:
+                    self._cond.wait()
+                at, token = self._heap[0]
+                left = at - self.clock()
+                if left > 0:
+                    self._cond.wait(min(left, 1.0))
+                    continue
+                heapq.heappop(self._heap)
+                sock = self._armed.pop(token, None)
+            if sock is not None:
+                self.expired += 1
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    @property
+    def armed(self) -> int:
+        with self._cond:
+            return len(self._armed)
+
+
+class RefusalCounter:
+    """Refusals per reason, logged at most once per ``every_s`` per reason."""
+
+    def __init__(self, logger: logging.Logger, what: str, every_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.logger = logger
+        self.what = what
+        self.every_s = every_s
+        self.clock = clock
+        self.counts: Counter[str] = Counter()
+        self._since: Counter[str] = Counter()
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def refused(self, reason: str, detail: str) -> None:
+        with self._lock:
+            self.counts[reason] += 1
+            self._since[reason] += 1
+            now = self.clock()
+            last = self._last.get(reason)
+            if last is not None and now - last < self.every_s:
+                return
+            self._last[reason] = now
+            count, self._since[reason] = self._since[reason], 0
+        self.logger.warning("%s: refused (%s): %s%s", self.what, reason, detail,
+                            f" ({count} such refusals since the last line)" if count > 1 else "")

@@ -1,0 +1,178 @@
+"""The node agent's Unix socket is bounded whoever connects (issue 33, item 5): connections in all
+and per uid (slots kept for root and the SlurmUser), one deadline per request however the bytes
+trickle in, idle connections closed, an unprivileged request read no further than a small limit,
+and a flood costs a bounded number of log lines. Before: a thread per connection with no cap and a
+per-read timeout (uid nobody held 200 threads for 10 s and more)."""
+from __future__ import annotations
+
+import logging
+import os
+import pwd
+import select
+import socket
+import tempfile
+import threading
+import time
+
+import pytest
+
+from gpus.sim.backend import SimGpuBackend
+from slurm_plugin.agent.daemon import NodeAgent
+from slurm_plugin.agent.server import MAX_OPEN_REQUEST_BYTES, AgentServer
+from slurm_plugin.server_bounds import Bounds, ConnectionSlots, DeadlineWatch, RefusalCounter
+
+SMALL = Bounds(max_total=6, max_per_key=2, reserved=2, request_s=0.6, idle_s=0.6)
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
+
+
+def test_slots_cap_all_and_per_key_and_keep_some_for_privileged_callers():
+    slots = ConnectionSlots(SMALL)
+    assert slots.acquire(1000) is None and slots.acquire(1000) is None
+    assert "2 connections of 1000" in slots.acquire(1000)
+    assert slots.acquire(1001) is None and slots.acquire(1001) is None
+    assert "kept for root" in slots.acquire(1002)  # 4 of 6 taken: the last 2 are root's
+    assert slots.acquire(0, privileged=True) is None and slots.acquire(0, privileged=True) is None
+    assert "6 connections open" in slots.acquire(0, privileged=True)
+    slots.release(1000)
+    assert slots.total == 5 and slots.of(1000) == 1
+    slots.release(4242)  # never held: nothing changes
+    assert slots.total == 5
+
+
+def test_a_deadline_ends_a_blocked_read():
+    a, b = socket.socketpair()
+    watch = DeadlineWatch("test")
+    t0 = time.monotonic()
+    watch.arm(a, 0.2)
+    assert a.recv(10) == b"" and 0.15 < time.monotonic() - t0 < 2.0
+    c, d = socket.socketpair()
+    kept = watch.arm(c, 0.1)
+    watch.disarm(kept)
+    time.sleep(0.3)
+    c.setblocking(False)
+    with pytest.raises(BlockingIOError):
+        c.recv(10)  # still open: disarmed
+    assert watch.expired == 1
+
+
+def test_a_flood_of_refusals_costs_a_bounded_number_of_log_lines(caplog):
+    now = [0.0]
+    counter = RefusalCounter(logging.getLogger("t"), "agent socket", every_s=10.0, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="t"):
+        for i in range(1000):
+            now[0] = i * 0.01  # 1,000 refusals in 10 s
+            counter.refused("busy", f"uid 65534 pid {i}")
+        now[0] = 10.5
+        counter.refused("busy", "uid 65534")
+    assert len(caplog.records) == 2 and "1000 such refusals" in caplog.records[1].getMessage()
+    assert counter.counts["busy"] == 1001
+
+
+@pytest.fixture
+def served(tmp_path):
+    agent = NodeAgent("node1", tmp_path, SimGpuBackend(None, "node1", gpus=["H100-80GB"]))
+    sockdir = tempfile.mkdtemp(prefix="gp-bounds-")  # reachable by user nobody
+    os.chmod(sockdir, 0o755)
+    server = AgentServer(os.path.join(sockdir, "agent-node1.sock"), agent, {0}, bounds=SMALL)
+    server.serve_in_thread()
+    yield server
+    server.shutdown()
+    server.server_close()
+    os.rmdir(sockdir)
+
+
+def _as_nobody(fn):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            nobody = pwd.getpwnam("nobody")
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            out = repr(fn())
+        except BaseException as exc:
+            out = f"error {exc!r}"
+        os.write(w, out.encode())
+        os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.waitpid(pid, 0)
+    return data.decode()
+
+
+def _closed_at_once(sock: socket.socket, within: float = 0.2) -> bool:
+    ready, _, _ = select.select([sock], [], [], within)
+    return bool(ready) and sock.recv(10) == b""
+
+
+@needs_root
+def test_one_user_holds_at_most_its_share_and_root_still_gets_in(served):
+    path = str(served.socket_path)
+    held: list[socket.socket] = []
+    root_answer: list[bytes] = []
+
+    def flood():
+        socks = []
+        for _ in range(5):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(path)
+            socks.append(s)
+        time.sleep(0.1)
+        refused = sum(_closed_at_once(s, 0.05) for s in socks)
+        t0 = time.monotonic()
+        ended = [_closed_at_once(s, 2.0) for s in socks]  # the held ones end at their deadline, unanswered
+        return refused, round(time.monotonic() - t0, 2), sum(ended)
+
+    def root_asks():
+        time.sleep(0.05)
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(2)
+            s.connect(path)
+            s.sendall(b'{"op":"ping"}\n')
+            root_answer.append(s.recv(1000))
+
+    t = threading.Thread(target=root_asks)
+    t.start()
+    out = _as_nobody(flood)
+    t.join()
+    refused, waited, ended = eval(out)
+    assert refused == 3, out  # 2 per uid
+    assert waited < 1.5 and ended == 5, out  # idle connections closed at the deadline
+    assert b'"status": "ok"' in root_answer[0]
+    assert served.slots.total == 0 and not held
+
+
+@needs_root
+def test_a_trickling_request_is_cut_at_one_deadline_not_per_read(served):
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(served.socket_path))
+        t0 = time.monotonic()
+        try:
+            for _ in range(40):  # a byte every 0.1 s: each read is fast, the request never ends
+                s.sendall(b" ")
+                time.sleep(0.1)
+        except OSError:
+            pass
+        cut = time.monotonic() - t0
+    assert cut < 1.5, cut  # SMALL.request_s = 0.6; a per-read timeout would have waited 4 s
+
+
+@needs_root
+def test_an_unprivileged_request_is_read_no_further_than_a_small_limit(served):
+    path = str(served.socket_path)
+
+    def big():
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(2)
+            s.connect(path)
+            try:
+                s.sendall(b'{"op":"report","pad":"' + b"x" * (MAX_OPEN_REQUEST_BYTES * 8))
+            except OSError:
+                pass
+            return s.recv(1000).decode()
+
+    out = _as_nobody(big)
+    assert "request too large" in out, out
