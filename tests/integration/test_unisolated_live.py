@@ -53,12 +53,10 @@ def test_a_packed_job_whose_agent_is_down_is_requeued_not_run_unisolated(idle_cl
         ran = wd / f"unisolated-ran-{time.time_ns()}"
         body = f"#!/bin/sh\necho \"$SLURM_RESTART_COUNT $GPUPACK_ISOLATION $CUDA_VISIBLE_DEVICES\" >> {ran}\nsleep 2\n"
         job = cluster.submit(["--gres=shard:1", "-w", node, "-J", "unisolated"], body.encode())
-        event = wait_for(lambda: requeue_events(cluster, job), 60, "a requeue-unisolated event")[0]
-        assert "could not be isolated" in event.detail and "at the head of the queue" in event.detail
+        assert cluster.wait(job, DONE, 60) == "FAILED"
         info = cluster.job(job)
-        # the exit code of the run the watch saw: the job may already be on its next try (at the
-        # head, eligible at once), and Slurm shows a running try's ExitCode as 0:0
-        assert int(info["Restarts"]) >= 1 and event.data["exit_code"] == UNISOLATED_EXIT, (info, event.data)
+        assert info["ExitCode"] == f"{UNISOLATED_EXIT}:0" and int(info["Restarts"]) == 0, info
+        assert not requeue_events(cluster, job)  # root's record is on the node; nobody has read it yet
         assert not ran.exists(), ran.read_text()  # its program never ran without isolation
         assert "DRAIN" not in cluster.run("sinfo", "-h", "-n", node, "-o", "%T").stdout.decode().upper()
 
@@ -68,7 +66,13 @@ def test_a_packed_job_whose_agent_is_down_is_requeued_not_run_unisolated(idle_cl
         assert cluster.wait(plain, DONE, 60) == "COMPLETED" and whole.exists()  # fails open
     finally:
         cluster.dev.up()  # starts what is not running: the agent of node2
+    event = wait_for(lambda: requeue_events(cluster, job), 60, "a requeue-unisolated event")[0]
+    assert "could not be isolated" in event.detail and "at the head of the queue" in event.detail
+    assert event.data["exit_code"] == UNISOLATED_EXIT and event.data["node"] == node, event.data
     assert cluster.wait(job, DONE, 120) == "COMPLETED"
+    assert int(cluster.job(job)["Restarts"]) >= 1
     (line,) = ran.read_text().splitlines()
     restarts, isolation, devices = line.split(" ")
     assert int(restarts) >= 1 and isolation.startswith("mig:1g.10gb") and devices.startswith("MIG-"), line
+    spool = cluster.node_view(node) / "agent" / node / "unisolated"
+    assert not list(spool.glob("*.json")), sorted(p.name for p in spool.iterdir())  # acknowledged, removed

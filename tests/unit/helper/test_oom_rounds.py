@@ -175,7 +175,8 @@ def test_an_end_on_the_jobs_own_report_is_retried_at_its_own_place_never_lifted(
     assert job.state == "PENDING" and job.tres_per_node == "gres:shard:2"
     assert job.priority < fake.jobs[8].priority and 7 not in monitor.state.heading
     (event,) = [e for e in helper.store.events() if e.kind == "restart-oom"]
-    assert "its own place" in event.detail and "at the head" not in event.detail and event.data["priority"] is None
+    assert "its own place" in event.detail and "at the head" not in event.detail and event.data["at_head"] is False
+    assert event.data["priority"] < 5000  # what Slurm gave it, below the job that waited longer
 
 
 def test_an_end_the_node_measured_at_the_share_keeps_its_head_requeue(tmp_path):
