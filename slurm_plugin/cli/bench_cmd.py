@@ -127,6 +127,82 @@ def rpcs(nodes: int, jobs: int, pending: int, rounds: int, as_json: bool) -> Non
     _print(asdict(run_rpc_count(nodes, jobs, pending, rounds)), as_json)
 
 
+@bench.command(context_settings=CTX)
+@slurm_option
+@click.argument("target", type=click.Choice(["helper", "agent", "link"]))
+@click.option("--node", default="node1", show_default=True, help="agent, link: the node whose agent is flooded.")
+@click.option("--from-node", default=None,
+              help="Open the connections from this node's host (its network namespace; multi-host only), "
+                   "not the controller's.")
+@click.option("--connections", "-n", default=1000, show_default=True, type=int, help="Connections to open and hold.")
+@click.option("--hold", "hold_s", default=20.0, show_default=True, type=float,
+              help="Seconds to hold them (with --submit-jobs: at most; the flood ends when the benchmark does).")
+@click.option("--user", default="nobody", show_default=True, help="The unprivileged user who floods.")
+@click.option("--reopen/--no-reopen", default=False, show_default=True,
+              help="Open again each connection the server closes or refuses, keeping N attempted for the whole hold.")
+@click.option("--rate", default=0.0, show_default=True, type=float,
+              help="Connections opened per second at most (0: as fast as they go).")
+@click.option("--sample", "sample_s", default=0.5, show_default=True, type=float,
+              help="Seconds between samples of the target's /proc status (at most 0.5).")
+@click.option("--settle", "settle_s", default=3.0, show_default=True, type=float,
+              help="Seconds sampled after the flood.")
+@click.option("--baseline", "baseline_s", default=5.0, show_default=True, type=click.FloatRange(0.5),
+              help="Seconds sampled before the flood (and the log's lines counted, for comparison).")
+@click.option("--submit-jobs", default=0, show_default=True, type=click.IntRange(0),
+              help="Also run `bench submit --jobs N` without the flood, then during it (the submit path's p50/p99).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE_DIR, show_default=True,
+              help="The dev cluster to flood (it must be up).")
+def flood(target: str, node: str, from_node: str | None, connections: int, hold_s: float, user: str,
+          reopen: bool, rate: float, sample_s: float, settle_s: float, baseline_s: float, submit_jobs: int, as_json: bool,
+          state_dir: Path) -> None:
+    """Flood a server of the dev cluster with an unprivileged user's connections, each holding a
+    partial request; report the server's threads, memory and descriptors before, during and after,
+    what became of the connections, and the log lines it cost.
+
+    TARGET: the helper's Unix socket, NODE's agent Unix socket, or NODE's agent link (HTTP). Run as
+    root: a forked child drops to --user before it connects.
+    """
+    from slurm_plugin.bench.flood import FloodError, FloodPlan, check_plan, dev_target, run_flood
+
+    plan = FloodPlan(connections=connections, hold_s=hold_s, user=user, sample_s=sample_s, reopen=reopen,
+                     rate=rate, settle_s=settle_s)
+    try:
+        check_plan(plan)
+        where = dev_target(state_dir, target, node, from_node)
+        result: dict = {}
+        during = None
+        if submit_jobs:
+            from slurm_plugin.bench.submit import BenchError, as_dict, run_submit_bench
+            from slurm_plugin.cli.devcluster_cmd import _cluster
+
+            cluster = _cluster(state_dir)
+            keys = ("shim_p50_ms", "shim_p99_ms", "shim_max_ms", "shim_samples", "with_shim_sbatch_median_ms",
+                    "with_shim_rate_per_s", "ratio")
+
+            def measure() -> dict:
+                try:
+                    got = as_dict(run_submit_bench(cluster, jobs=submit_jobs, block=min(25, submit_jobs)))
+                except BenchError as exc:
+                    return {"error": str(exc)}
+                return {k: got[k] for k in keys}
+
+            result["submit_without_flood"] = measure()
+            during = measure
+        summary, got = run_flood(where, plan, during=during, baseline_s=baseline_s)
+        result = {**summary, **result}
+        if submit_jobs:
+            result["submit_during_flood"] = got
+    except FloodError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps(result, indent=1))
+    else:
+        for key, value in result.items():
+            if key not in ("samples", "open_timeline"):
+                click.echo(f"{key:26} {value}")
+
+
 def _print(result: dict, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result, indent=1))
