@@ -199,11 +199,29 @@ class DevCluster:
         if not (self.health.helper_ok() and self.health.view_fresh()):
             self._raise_if_exited("helper")
             return "the helper does not answer yet, or its watcher has published no cluster view", 0.5
+        silent = self._silent_agents()
+        if silent:  # a started agent takes seconds to import and open its GPUs on a loaded machine
+            return f"the agents of {', '.join(silent)} do not answer yet", 0.5
         web = self.health.web_url()
         if web is None or web_ok(web)[0]:
             return "", 0.0
         self._raise_if_exited("web")
         return f"the web view does not answer at {web} yet", 0.2
+
+    def _silent_agents(self) -> list[str]:
+        """The nodes whose agent does not answer a ping on its socket (as the SPANK plugin asks it)."""
+        from slurm_plugin.agent.client import AgentUnavailable, ask
+
+        silent = []
+        for node in self.spec.node_names:
+            sock = self._seen_here(node, self.spec.run / f"agent-{node}.sock")
+            try:
+                ok = ask(sock, {"op": "ping"}, timeout=1.0).get("status") == "ok"
+            except (AgentUnavailable, ValueError):
+                ok = False
+            if not ok:
+                silent.append(node)
+        return silent
 
     def _raise_if_exited(self, role: str) -> None:
         """Raise with the end of its log when the process of ``role`` has exited."""
