@@ -20,6 +20,7 @@ from packer.request import Candidate
 
 from simulator.contention_watch import ContentionWatch
 from simulator.events import CHECK
+from simulator.late_scan import LateScan
 from simulator.no_room import NoRoomMemo
 from simulator.policy import Policy, PolicyHandles
 
@@ -49,6 +50,7 @@ class ColocatePolicy(Policy):
         self.full = NoRoomMemo(  # the shapes that found no room (the fast path's skip)
             know=self.know, avoid=self.avoid, history=self.history, shares=self.shares, idle=self.idle)
         self.no_room = self.full.still_none  # Policy.no_room, without a call in between
+        self.late = LateScan(self.releases, self.shares)  # per kind: GPUs released after the reservation
 
     def _estimate(self, job: Job) -> Estimate | None:
         if not self.cfg.known_history and job.profile not in self.history:
@@ -183,12 +185,13 @@ class ColocatePolicy(Policy):
             best = memo.ranked[0].gpu.gpu_id
             memo.chosen_version, memo.chosen_kind = self.shares.version, self._load_key[best]
             return next(iter(self._group(self._load_key[best]))), memo.ranked[0]
-        chosen = None
-        for r in memo.ranked:  # choose_corunner asks every kind (a refusal marks the pass denied)
-            gid = self._in_time(job, now, bf, r.gpu, r.mine, r.theirs)
-            if chosen is None and gid is not None:
-                chosen = gid, r
-        return chosen
+        for r in memo.ranked:  # the first kind the reservation lets through (each refusal
+            gid = self._in_time(job, now, bf, r.gpu, r.mine, r.theirs)  # marks the pass denied)
+            if gid is not None:
+                # choose_corunner would ask the kinds after it too, to no effect: the job
+                # starts (the pass not denied) or the pack does not pay (the pass refused)
+                return gid, r
+        return None
 
     def queue_view(self, now: float, behind: int, idle: bool = False, ahead: int = 0) -> QueueView:
         """The queue as the admission rule reads it: ``behind`` jobs waiting besides the
@@ -226,10 +229,18 @@ class ColocatePolicy(Policy):
         # moves by run * (1 - speed) at most (fixed in time, so a pass that was refused
         # stays refused while nothing changes)
         delay = run * (1.0 - min(theirs))
-        for gid in self._group(self._load_key[gl.gpu_id]):
-            end = max(x.t_end for x in self.gpus[gid].jobs)
-            if end > shadow or (new_ok and end + delay <= shadow):
-                return gid
+        key = self._load_key[gl.gpu_id]
+        group = self._group(key)
+        # a GPU's release is its jobs' latest expected end (ReleaseIndex)
+        first_late, earliest = self.late.late(key, group, shadow)
+        if new_ok and earliest + delay <= shadow:  # some GPU is left free in time: the first
+            of = self.releases.of  # of the group that passes either test
+            for gid in group:
+                end = of[gid]
+                if end > shadow or end + delay <= shadow:
+                    return gid
+        if first_late is not None:  # (x + delay is monotone in x: none passes the second test)
+            return first_late
         self.sched.denied = True
         return None
 

@@ -29,6 +29,7 @@ class ShareIndex:
         self.opened = 0  # bumped when room appears for a job (a GPU with one job, free shares)
         self.version = 0  # bumped when a (workload, size) group of one-job GPUs appears/goes
         self.appeared: list[tuple] = []  # every kind (key of single or multi) as it appears
+        self.changes = 0  # bumped whenever a GPU is filed or taken out (any group changes)
 
     def held(self, job: Job) -> int:
         return job.shards * self.share if job.shards else job.mem0
@@ -40,6 +41,7 @@ class ShareIndex:
 
     def remove(self, g: Gpu) -> None:
         """Take ``g`` out of the index (before its jobs change)."""
+        self.changes += 1
         if self.multi_on:
             key = self._multi_key(g)
             d = self.multi.get(key) if key else None
@@ -60,6 +62,7 @@ class ShareIndex:
 
     def add(self, g: Gpu) -> None:
         """File ``g`` under what runs on it now."""
+        self.changes += 1
         if self.multi_on:
             key = self._multi_key(g)
             if key:

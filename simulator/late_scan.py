@@ -1,0 +1,55 @@
+"""Which GPUs of a kind are released after the head's reservation: one scan per kind while
+nothing is started, stopped or re-rated.
+
+The backfill tests of the packing policies walk the GPUs of one kind (``ShareIndex`` groups)
+for the first one whose release (``ReleaseIndex.of``: its last job's expected end) comes
+after the head's reservation ``shadow``, or, for colocate, one the newcomer leaves free in
+time. A pass tries up to ``bf_depth`` jobs against the same kinds, so :class:`LateScan`
+keeps, per kind, the first GPU released after ``shadow`` and the earliest release of the
+kind, until the release index or the share index changes (``ReleaseIndex.stamp``,
+``ShareIndex.changes``: every start, end, stop and change of speed moves one) or the shadow
+does. The answers are those of the walk it replaces (the same GPU, in the group's order).
+"""
+from __future__ import annotations
+
+import logging
+import math
+
+from simulator.releases import ReleaseIndex
+from simulator.sharing import ShareIndex
+
+log = logging.getLogger(__name__)
+
+
+class LateScan:
+    """Per kind of GPU: (first GPU released after ``shadow`` or None, earliest release)."""
+
+    def __init__(self, releases: ReleaseIndex, shares: ShareIndex):
+        self.releases, self.shares = releases, shares
+        self._state: tuple[int, int] = (-1, -1)
+        self._memo: dict[tuple, tuple[float, int | None, float]] = {}
+        self.scans = self.hits = 0
+
+    def late(self, key: tuple, gids: dict[int, None], shadow: float) -> tuple[int | None, float]:
+        """The first of ``gids`` (kind ``key``) released after ``shadow`` (None: none) and the
+        earliest release among them."""
+        state = (self.releases.stamp, self.shares.changes)
+        if state != self._state:  # something started, ended or changed speed: all stale
+            self._state = state
+            self._memo.clear()
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] == shadow:
+            self.hits += 1
+            return hit[1], hit[2]
+        self.scans += 1
+        of = self.releases.of
+        first = None
+        lo = math.inf
+        for gid in gids:
+            end = of[gid]
+            if first is None and end > shadow:
+                first = gid
+            if end < lo:
+                lo = end
+        self._memo[key] = (shadow, first, lo)
+        return first, lo
