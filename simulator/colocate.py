@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from packer.admission import PackCase, QueueView, ResidentWork
+from packer.admission import QueueView
 from packer.corunner import GpuLoad, Newcomer, RunningJob, Ranked
 from packer.decision import ClusterView, Estimate
 from packer.request import Candidate
@@ -22,6 +22,7 @@ from simulator.contention_watch import ContentionWatch
 from simulator.events import CHECK
 from simulator.late_scan import LateScan
 from simulator.no_room import NoRoomMemo
+from simulator.pack_memo import Refusal, RefusedPacks
 from simulator.policy import Policy, PolicyHandles
 
 from simulator.scheduling import Backfill
@@ -51,6 +52,11 @@ class ColocatePolicy(Policy):
             know=self.know, avoid=self.avoid, history=self.history, shares=self.shares, idle=self.idle)
         self.no_room = self.full.still_none  # Policy.no_room, without a call in between
         self.late = LateScan(self.releases, self.shares)  # per kind: GPUs released after the reservation
+        self.refusals = RefusedPacks(  # the packs the admission refused, while their state stands
+            rules=self.rules, sched=self.sched, gpus=self.cfg.gpus, releases=self.releases, shares=self.shares,
+            know=self.know, avoid=self.avoid, history=self.history, idle=self.idle)
+        self._try: tuple = (None, None)  # the state and reservation of the try under way
+        self._timed = False  # the try's choice rested on the newcomer ending before the reservation
 
     def _estimate(self, job: Job) -> Estimate | None:
         if not self.cfg.known_history and job.profile not in self.history:
@@ -115,7 +121,18 @@ class ColocatePolicy(Policy):
         ``rank_corunners`` ranks that the reservation lets through). Load-aware admission
         with an idle GPU usable: packed first where the pack pays with no wait to save
         (the idle GPU then serves the next job in a long queue), else alone."""
-        usable = self.sched.usable_idle(job, now, bf)
+        sched = self.sched
+        state = self.refusals.state(job, sched.position, bf is None)  # None: a GPU is idle
+        self._try = (state, bf)
+        self._timed = False
+        hit = self.refusals.take(job, state)  # refused in this same state before (taken out)
+        if hit is not None and self.refusals.same_reservation(hit, bf):  # judge the admission again
+            if not self.refusals.admits(job, hit.gpu, hit.mine, hit.theirs, now, False):
+                self.refusals.keep(job, hit)
+                sched.dirty = sched.refused = True  # as pays(): refused again
+                return False
+            # it pays now: the try below makes the same choice and starts it
+        usable = sched.usable_idle(job, now, bf)
         d = self._decide(job, usable)
         if d.verdict != "packed":
             if usable:
@@ -207,15 +224,16 @@ class ColocatePolicy(Policy):
         ``g``'s jobs at the speeds the co-runner rule predicted there."""
         if not self.cfg.pair_predict:
             return True  # the patent's FIG. 3/4 alone: pack, then requeue on a slowdown
-        sched = self.sched
-        case = PackCase(max(0.0, job.duration - job.done), _unit(ranked.mine),
-                        tuple(ResidentWork(x.left(now), _unit(s)) for x, s in zip(g.jobs, ranked.theirs)))
-        view = self.queue_view(now, len(sched.front) + len(sched.queue) - 1 - sched.position, idle, sched.position)
-        if self.rules.pack_pays(case, view):
+        mine, theirs = _unit(ranked.mine), tuple(_unit(s) for s in ranked.theirs)
+        if self.refusals.admits(job, g, mine, theirs, now, idle):
             return True
         # the verdict moves with the clock and the queue: the next pass must not be skipped,
         # nor another job of this shape (its duration and co-runner differ)
+        sched = self.sched
         sched.dirty = sched.refused = True
+        state, bf = self._try
+        if not idle and state is not None and not self._timed:  # kept for its next try
+            self.refusals.keep(job, Refusal(state, self.refusals.shadow_of(bf), g, mine, theirs))
         return False
 
     def _in_time(self, job: Job, now: float, bf: Backfill, gl: GpuLoad, mine: float,
@@ -234,6 +252,7 @@ class ColocatePolicy(Policy):
         # a GPU's release is its jobs' latest expected end (ReleaseIndex)
         first_late, earliest = self.late.late(key, group, shadow)
         if new_ok and earliest + delay <= shadow:  # some GPU is left free in time: the first
+            self._timed = True  # (a choice that holds only while the newcomer ends in time)
             of = self.releases.of  # of the group that passes either test
             for gid in group:
                 end = of[gid]

@@ -1,0 +1,124 @@
+"""colocate's memo of the packs the admission refused: what a pass learned about a queued
+job, kept until something it rests on changes.
+
+While no GPU is idle, a queued one-GPU job that colocate tries goes through the packer's
+decision, the kinds of busy GPU that qualify for it, the co-runner rule's choice among them
+(the reservation's time tests included) and, last, the load-aware admission
+(``SuiteRules.pack_pays``), which in a loaded cluster refuses most packs: the job would
+lose more than waiting for a whole GPU costs it. Everything before the admission depends
+on the state alone, not on the clock; the admission's verdict moves with the clock and the
+queue's length. So a refused try leaves here the GPU the rule chose and the speeds it
+predicted there, with :meth:`RefusedPacks.state` (what the choice rests on), and a later
+try of the same job in the same state judges the admission again on them at once.
+
+The state (:meth:`RefusedPacks.state`) is explicit: the job's attempt and remembered size;
+every start, end, stop and change of speed (``ReleaseIndex.stamp``), every change to the
+groups of busy GPUs (``ShareIndex.changes``, ``ShareIndex.version``), every change to the
+pair predictions (``PairKnowledge.version``), a pair added to avoid, a workload that gained
+a history, no idle GPU, the job's place in the queue, and the head's reservation (the
+backfill's time tests). A choice that a time test made only because the newcomer itself
+ends before the reservation (which stops being true as time passes) is not kept
+(``timed``).
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from simulator.knowledge import PairKnowledge
+from simulator.releases import ReleaseIndex
+from simulator.sharing import ShareIndex
+from simulator.state import Gpu, Job
+
+if TYPE_CHECKING:
+    from packer.rules import SuiteRules
+    from simulator.scheduling import Backfill, Scheduler
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A refused try: the state it was made in, the reservation it honoured (None: none to
+    honour), the GPU the rule chose, and the speeds predicted there (as the admission takes
+    them): the newcomer's and each job's there, in the GPU's order."""
+
+    state: tuple
+    shadow: float | None
+    gpu: Gpu
+    mine: float
+    theirs: tuple[float, ...]
+
+
+class RefusedPacks:
+    """Queued job id -> its last refused try (:class:`Refusal`); a job's entry goes when it
+    is tried again (and comes back if it is refused again)."""
+
+    def __init__(self, *, rules: "SuiteRules", sched: "Scheduler", gpus: int, releases: ReleaseIndex,
+                 shares: ShareIndex, know: PairKnowledge, avoid: Collection, history: Collection,
+                 idle: Collection):
+        """``gpus``: the cluster's GPU count (the admission's queue per GPU)."""
+        self.rules, self.sched, self.gpus = rules, sched, gpus
+        self.releases, self.shares, self.know = releases, shares, know
+        self.avoid, self.history, self.idle = avoid, history, idle
+        self._by_job: dict[int, Refusal] = {}
+        self.hits = self.misses = self.kept = 0
+
+    def __len__(self) -> int:
+        return len(self._by_job)
+
+    def state(self, job: Job, position: int, head_try: bool) -> tuple | None:
+        """What a try of ``job`` at ``position`` rests on besides the clock, the queue's
+        length and the reservation; None when a GPU is idle (not kept)."""
+        if self.idle:
+            return None
+        return (job.token, job.remembered, self.releases.stamp, self.shares.changes, self.shares.version,
+                self.know.version, len(self.avoid), len(self.history), position, head_try)
+
+    def take(self, job: Job, state: tuple | None) -> Refusal | None:
+        """The job's refused try made in ``state`` (None: none, or made in another state);
+        its entry is removed either way."""
+        hit = self._by_job.pop(job.id, None)
+        if hit is None or state is None or hit.state != state:
+            if hit is not None:
+                self.misses += 1
+            return None
+        self.hits += 1
+        return hit
+
+    def keep(self, job: Job, refusal: Refusal) -> None:
+        self.kept += 1
+        self._by_job[job.id] = refusal
+
+    def forget(self, job: Job) -> None:
+        self._by_job.pop(job.id, None)
+
+    def admits(self, job: Job, g: Gpu, mine: float, theirs: tuple[float, ...], now: float, idle: bool) -> bool:
+        """``SuiteRules.pack_pays`` for ``job`` beside ``g``'s jobs at these speeds (in
+        [0, 1]), with the queue as colocate's ``queue_view`` reads it (``idle``: a whole GPU
+        is there now), on plain numbers (``SuiteRules.pack_pays_values``: the same
+        arithmetic, none of its objects; this runs at every try of a queued job)."""
+        sched = self.sched
+        ahead = sched.position
+        rel = self.releases.sorted
+        wait = 0.0 if idle else max(0.0, rel[min(ahead, len(rel) - 1)][0] - now) if rel else math.inf
+        residents = [(x.left(now), s) for x, s in zip(g.jobs, theirs)]
+        return self.rules.pack_pays_values(max(0.0, job.duration - job.done), mine, residents,
+                                           max(0, len(sched.front) + len(sched.queue) - 1 - ahead), self.gpus, wait)
+
+    @staticmethod
+    def same_reservation(hit: Refusal, bf: "Backfill | None") -> bool:
+        """Whether ``bf`` is the reservation ``hit`` honoured (None: one with nothing to
+        honour). Computes ``bf``'s reservation only where the try it replays did."""
+        if hit.shadow is None:
+            return bf is None or bf.pack_ok
+        return bf is not None and not bf.pack_ok and bf.shadow == hit.shadow
+
+    @staticmethod
+    def shadow_of(bf: "Backfill | None") -> float | None:
+        """The reservation a try honoured (None: nothing to honour); read after the try
+        computed it."""
+        return None if bf is None or bf.pack_ok else bf.shadow
