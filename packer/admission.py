@@ -103,6 +103,14 @@ def gain_of(newcomer_s: float, newcomer_speed: float, residents: Sequence[tuple[
     """:func:`pack_gain` on plain numbers (``residents``: (work left, speed) each), for a
     caller that judges many packs (the replay) and builds no :class:`PackCase`; the same
     arithmetic in the same order (the one implementation), unchecked."""
+    if len(residents) == 1:  # one job there (the common pack): the same operations, unrolled
+        (rem, s), = residents
+        if min(newcomer_speed, s) <= 0.0:
+            return -math.inf
+        if math.isinf(wait_s):
+            return math.inf
+        t = min(newcomer_s / newcomer_speed, rem / s)
+        return wait_s - (t * (1.0 - newcomer_speed) + t * (1.0 - s)) + (waiting / gpus) * (t * (newcomer_speed + s - 1))
     if min(newcomer_speed, *(s for _, s in residents)) <= 0.0:
         return -math.inf
     if math.isinf(wait_s):

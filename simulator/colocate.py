@@ -196,8 +196,11 @@ class ColocatePolicy(Policy):
         through (None: nothing to honour, the best kind), or None when it lets none."""
         if memo.ranked_cands is not cands and memo.ranked_cands != cands:
             memo.ranked_cands = cands  # rank_corunners' order: each kind assessed alone
-            rule = self.rules.corunner_rule
-            memo.ranked = sorted((memo.qualifies[k] for k in cands), key=lambda r: r.key(rule))
+            rule, keys, acc = self.rules.corunner_rule, memo.keys, memo.qualifies
+            for k in cands:  # each kind's sort key, once per memo (its Ranked does not change)
+                if k not in keys:
+                    keys[k] = acc[k].key(rule)
+            memo.ranked = [acc[k] for k in sorted(cands, key=keys.__getitem__)]
         if bf is None:
             best = memo.ranked[0].gpu.gpu_id
             memo.chosen_version, memo.chosen_kind = self.shares.version, self._load_key[best]
@@ -306,7 +309,7 @@ class _Memo:
     """What the co-runner rule found for one kind of queued job (workload, size)."""
 
     __slots__ = ("stamp", "new", "qualifies", "kinds_version", "cands", "chosen_version",
-                 "chosen_kind", "ranked_cands", "ranked")
+                 "chosen_kind", "ranked_cands", "ranked", "keys")
 
     def __init__(self, stamp: tuple, new: Newcomer):
         self.stamp = stamp  # what the answers rest on (pairs to avoid, pair predictions)
@@ -318,3 +321,4 @@ class _Memo:
         self.chosen_kind: tuple | None = None  # the kind it chose then
         self.ranked_cands: list[tuple] | None = None  # the qualifying kinds last ranked
         self.ranked: list = []  # the rule's order of them (it depends on those kinds alone)
+        self.keys: dict = {}  # kind of GPU -> its ``Ranked``'s sort key under the rule
