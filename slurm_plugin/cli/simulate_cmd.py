@@ -529,6 +529,37 @@ def _cell_bar(n: int):
         yield tick
 
 
+@simulate.command("repeat-trace", context_settings=CONTEXT_SETTINGS)
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+              help="Folder with philly_jobs.csv (default: $GPUPACK_DATA_DIR or shared/data/traces).")
+@click.option("--copies", type=click.IntRange(min=1), default=None,
+              help="Copies of the trace (default: as many as --jobs needs).")
+@click.option("--jobs", "n_jobs", type=click.IntRange(min=1), default=None,
+              help="Write at most this many rows, the earliest (e.g. 1000000).")
+@click.option("-o", "--out", "out_path", type=click.Path(dir_okay=False, writable=True), required=True,
+              help="The CSV to write (Philly's layout: replay it with --trace philly:FILE).")
+@library_errors
+def repeat_trace(data_dir, copies, n_jobs, out_path):
+    """Write a longer trace: the Philly arrivals repeated, each copy shifted past the one
+    before by the trace's span (and one mean gap), durations and GPU counts kept.
+
+    \b
+    gpupack simulate repeat-trace --jobs 1000000 -o philly-1m.csv
+    gpupack simulate --policy colocate --trace philly:philly-1m.csv --gpus 450 --gpu-model H100-80GB
+    """
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from simulator.trace_repeat import repeat_philly
+    from simulator.workload import _data_file
+
+    if copies is None and n_jobs is None:
+        raise click.UsageError("give --copies or --jobs")
+    src = _data_file(Path(data_dir) if data_dir else None, "philly_jobs.csv")
+    click.echo(json.dumps({"wrote": out_path, **asdict(repeat_philly(src, Path(out_path), copies=copies,
+                                                                    jobs=n_jobs))}))
+
+
 def _float_list(text: str) -> list[float]:
     try:
         out = [float(x) for x in text.split(",") if x.strip()]
