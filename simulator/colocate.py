@@ -122,11 +122,11 @@ class ColocatePolicy(Policy):
         with an idle GPU usable: packed first where the pack pays with no wait to save
         (the idle GPU then serves the next job in a long queue), else alone."""
         sched = self.sched
-        state = self.refusals.state(job, sched.position, bf is None)  # None: a GPU is idle
+        state = self.refusals.state(job)  # None: a GPU is idle
         self._try = (state, bf)
         self._timed = False
-        hit = self.refusals.take(job, state)  # refused in this same state before (taken out)
-        if hit is not None and self.refusals.same_reservation(hit, bf):  # judge the admission again
+        hit = self.refusals.take(job, state, bf)  # refused before, the same choice now (taken out)
+        if hit is not None:  # judge the admission again
             if not self.refusals.admits(job, hit.gpu, hit.mine, hit.theirs, now, False):
                 self.refusals.keep(job, hit)
                 sched.dirty = sched.refused = True  # as pays(): refused again
@@ -236,7 +236,9 @@ class ColocatePolicy(Policy):
         sched.dirty = sched.refused = True
         state, bf = self._try
         if not idle and state is not None and not self._timed:  # kept for its next try
-            self.refusals.keep(job, Refusal(state, self.refusals.shadow_of(bf), g, mine, theirs))
+            shadow = self.refusals.shadow_of(bf)
+            self.refusals.keep(job, Refusal(state, shadow, None if shadow is None else self.refusals.strict(),
+                                            self._group(self._load_key[ranked.gpu.gpu_id]), g, mine, theirs))
         return False
 
     def _in_time(self, job: Job, now: float, bf: Backfill, gl: GpuLoad, mine: float,

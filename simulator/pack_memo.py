@@ -42,12 +42,16 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Refusal:
-    """A refused try: the state it was made in, the reservation it honoured (None: none to
-    honour), the GPU the rule chose, and the speeds predicted there (as the admission takes
-    them): the newcomer's and each job's there, in the GPU's order."""
+    """A refused try: the state it was made in; the reservation it honoured (None: none to
+    honour) and then what the reservation's time tests read (``strict``: the release index's
+    and the share groups' stamps); the GPUs of the kind the rule chose (``group``) and the
+    GPU (the group's first where nothing was to honour); the speeds predicted there (as the
+    admission takes them): the newcomer's and each job's there, in the GPU's order."""
 
     state: tuple
     shadow: float | None
+    strict: tuple | None
+    group: dict
     gpu: Gpu
     mine: float
     theirs: tuple[float, ...]
@@ -70,24 +74,39 @@ class RefusedPacks:
     def __len__(self) -> int:
         return len(self._by_job)
 
-    def state(self, job: Job, position: int, head_try: bool) -> tuple | None:
-        """What a try of ``job`` at ``position`` rests on besides the clock, the queue's
-        length and the reservation; None when a GPU is idle (not kept)."""
+    def state(self, job: Job) -> tuple | None:
+        """What the rule's choice for ``job`` rests on in any case: the job's attempt and
+        remembered size, the kinds of busy GPU, the pair predictions, the pairs to avoid, the
+        workloads with a history; None when a GPU is idle (not kept)."""
         if self.idle:
             return None
-        return (job.token, job.remembered, self.releases.stamp, self.shares.changes, self.shares.version,
-                self.know.version, len(self.avoid), len(self.history), position, head_try)
+        return (job.token, job.remembered, self.shares.version, self.know.version, len(self.avoid),
+                len(self.history))
 
-    def take(self, job: Job, state: tuple | None) -> Refusal | None:
-        """The job's refused try made in ``state`` (None: none, or made in another state);
-        its entry is removed either way."""
+    def strict(self) -> tuple:
+        """What the reservation's time tests read besides it: every release, every group."""
+        return self.releases.stamp, self.shares.changes
+
+    def take(self, job: Job, state: tuple | None, bf: "Backfill | None") -> Refusal | None:
+        """The job's refused try if the rule would choose the same GPU now: made in
+        ``state``, and with nothing to honour then and now, the GPU still first of its kind;
+        with the same reservation to honour, nothing started, ended or changed speed since.
+        Its entry is removed either way. Computes ``bf``'s reservation only where the try
+        it replays did."""
         hit = self._by_job.pop(job.id, None)
-        if hit is None or state is None or hit.state != state:
-            if hit is not None:
-                self.misses += 1
+        if hit is None:
+            return None
+        if state is None or hit.state != state or not self._same_choice(hit, bf):
+            self.misses += 1
             return None
         self.hits += 1
         return hit
+
+    def _same_choice(self, hit: Refusal, bf: "Backfill | None") -> bool:
+        free = bf is None or bf.pack_ok
+        if hit.shadow is None:  # nothing to honour: the first GPU of the kind, as then
+            return free and bool(hit.group) and next(iter(hit.group)) == hit.gpu.id
+        return not free and hit.strict == self.strict() and bf.shadow == hit.shadow
 
     def keep(self, job: Job, refusal: Refusal) -> None:
         self.kept += 1
@@ -108,14 +127,6 @@ class RefusedPacks:
         residents = [(x.left(now), s) for x, s in zip(g.jobs, theirs)]
         return self.rules.pack_pays_values(max(0.0, job.duration - job.done), mine, residents,
                                            max(0, len(sched.front) + len(sched.queue) - 1 - ahead), self.gpus, wait)
-
-    @staticmethod
-    def same_reservation(hit: Refusal, bf: "Backfill | None") -> bool:
-        """Whether ``bf`` is the reservation ``hit`` honoured (None: one with nothing to
-        honour). Computes ``bf``'s reservation only where the try it replays did."""
-        if hit.shadow is None:
-            return bf is None or bf.pack_ok
-        return bf is not None and not bf.pack_ok and bf.shadow == hit.shadow
 
     @staticmethod
     def shadow_of(bf: "Backfill | None") -> float | None:

@@ -49,48 +49,72 @@ def _memo():
                                  idle=idle)
 
 
-CHANGES = {
-    "a start, end, stop or change of speed": lambda s, job: setattr(s.releases, "stamp", s.releases.stamp + 1),
-    "a group of busy GPUs changed": lambda s, job: setattr(s.shares, "changes", s.shares.changes + 1),
+STRICT = SimpleNamespace(pack_ok=False, shadow=1000.0)  # a reservation to honour
+CHANGES = {  # what any refused try rests on
     "a kind of busy GPU appeared or went": lambda s, job: setattr(s.shares, "version", s.shares.version + 1),
     "a pair learned or the knowledge refitted": lambda s, job: setattr(s.know, "version", s.know.version + 1),
     "a pair to avoid": lambda s, job: s.avoid.add(("a", "b")),
     "a workload with a history": lambda s, job: s.history.add(3),
     "the job restarted": lambda s, job: setattr(job, "token", job.token + 1),
     "the job remembers a bigger size": lambda s, job: setattr(job, "remembered", 1 << 30),
+    "a GPU idle": lambda s, job: s.idle.__setitem__(0, None),
+}
+TIME_TESTS = {  # what a try that honoured a reservation rests on besides
+    "a start, end, stop or change of speed": lambda s: setattr(s.releases, "stamp", s.releases.stamp + 1),
+    "a group of busy GPUs changed": lambda s: setattr(s.shares, "changes", s.shares.changes + 1),
 }
 
 
+def _refusal(memo, job, bf, group, gpu):
+    shadow = memo.shadow_of(bf)
+    return Refusal(memo.state(job), shadow, None if shadow is None else memo.strict(), group, gpu, 0.9, (0.8,))
+
+
+@pytest.mark.parametrize("bf", [None, STRICT], ids=["nothing to honour", "a reservation"])
 @pytest.mark.parametrize("change", CHANGES, ids=list(CHANGES))
-def test_a_refused_try_is_forgotten_when_what_it_rests_on_changes(change):
+def test_a_refused_try_is_forgotten_when_what_it_rests_on_changes(change, bf):
     memo, s = _memo()
-    job = SimpleNamespace(id=7, token=0, remembered=0)
-    state = memo.state(job, 3, False)
-    memo.keep(job, Refusal(state, None, SimpleNamespace(), 0.9, (0.8,)))
-    assert memo.take(job, memo.state(job, 3, False)) is not None  # the same state: kept
-    memo.keep(job, Refusal(state, None, SimpleNamespace(), 0.9, (0.8,)))
+    job, gpu = SimpleNamespace(id=7, token=0, remembered=0), SimpleNamespace(id=4)
+    group = {4: None, 5: None}
+    memo.keep(job, _refusal(memo, job, bf, group, gpu))
+    assert memo.take(job, memo.state(job), bf) is not None  # the same state: the same choice
+    memo.keep(job, _refusal(memo, job, bf, group, gpu))
     CHANGES[change](s, job)
-    assert memo.take(job, memo.state(job, 3, False)) is None
+    assert memo.take(job, memo.state(job), bf) is None
     assert len(memo) == 0  # taken out either way
 
 
-def test_a_refused_try_is_not_replayed_elsewhere_in_the_queue_or_with_an_idle_gpu():
+@pytest.mark.parametrize("change", TIME_TESTS, ids=list(TIME_TESTS))
+def test_a_try_that_honoured_a_reservation_is_forgotten_when_a_release_changes(change):
     memo, s = _memo()
-    job = SimpleNamespace(id=7, token=0, remembered=0)
-    memo.keep(job, Refusal(memo.state(job, 3, False), None, SimpleNamespace(), 0.9, (0.8,)))
-    assert memo.take(job, memo.state(job, 4, False)) is None  # another place in the queue
-    s.idle[0] = None
-    assert memo.state(job, 3, False) is None  # a GPU idle: nothing kept or replayed
+    job, gpu = SimpleNamespace(id=7, token=0, remembered=0), SimpleNamespace(id=4)
+    memo.keep(job, _refusal(memo, job, STRICT, {4: None}, gpu))
+    TIME_TESTS[change](s)
+    assert memo.take(job, memo.state(job), STRICT) is None
+    # with nothing to honour the choice is the kind's first GPU, whatever the releases
+    memo.keep(job, _refusal(memo, job, None, {4: None}, gpu))
+    TIME_TESTS[change](s)
+    assert memo.take(job, memo.state(job), None) is not None
+
+
+def test_the_choice_with_nothing_to_honour_is_the_kinds_first_gpu():
+    memo, s = _memo()
+    job, gpu = SimpleNamespace(id=7, token=0, remembered=0), SimpleNamespace(id=4)
+    group = {4: None, 5: None}
+    memo.keep(job, _refusal(memo, job, None, group, gpu))
+    del group[4]  # GPU 4 left the kind (its job ended): the rule would choose GPU 5
+    group[4] = None
+    assert memo.take(job, memo.state(job), None) is None
 
 
 def test_the_same_reservation_only():
-    hit = Refusal((), 1000.0, SimpleNamespace(), 0.9, (0.8,))
-    assert RefusedPacks.same_reservation(hit, SimpleNamespace(pack_ok=False, shadow=1000.0))
-    assert not RefusedPacks.same_reservation(hit, SimpleNamespace(pack_ok=False, shadow=999.0))
-    assert not RefusedPacks.same_reservation(hit, None)
-    free = Refusal((), None, SimpleNamespace(), 0.9, (0.8,))
-    assert RefusedPacks.same_reservation(free, None)
-    assert RefusedPacks.same_reservation(free, SimpleNamespace(pack_ok=True, shadow=5.0))
+    memo, s = _memo()
+    job, gpu = SimpleNamespace(id=7, token=0, remembered=0), SimpleNamespace(id=4)
+    for then, now, same in ((STRICT, SimpleNamespace(pack_ok=False, shadow=999.0), False),
+                            (STRICT, None, False), (STRICT, SimpleNamespace(pack_ok=True, shadow=1000.0), False),
+                            (None, SimpleNamespace(pack_ok=True, shadow=5.0), True), (None, STRICT, False)):
+        memo.keep(job, _refusal(memo, job, then, {4: None}, gpu))
+        assert (memo.take(job, memo.state(job), now) is not None) == same
 
 
 def test_the_replay_gives_the_same_answers_without_the_memos(monkeypatch, tmp_path):
@@ -104,7 +128,7 @@ def test_the_replay_gives_the_same_answers_without_the_memos(monkeypatch, tmp_pa
     sim = Simulator(cfg, specs, profiles, pairs)
     with_memo = summary(sim.run())
     assert sim.policy.refusals.hits > 0 and sim.policy.late.hits > 0
-    monkeypatch.setattr(RefusedPacks, "take", lambda self, job, state: None)
+    monkeypatch.setattr(RefusedPacks, "take", lambda self, job, state, bf: None)
     monkeypatch.setattr(LateScan, "late", _late_uncached)
     without = summary(Simulator(cfg, specs, profiles, pairs).run())
     with_memo.pop("sim_wall_s"), without.pop("sim_wall_s")
