@@ -175,20 +175,33 @@ class ColocatePolicy(Policy):
 
     def _qualifying(self, memo: "_Memo") -> list[tuple]:
         """The kinds of busy GPU that qualify for the job (each assessed alone by the rule,
-        memoised per kind; the same kinds of GPU as last time give the same answer)."""
-        if memo.kinds_version == self.shares.version:
+        memoised per kind; the same kinds of GPU as last time give the same answer). Kept
+        up to date from the kinds that appeared and went since (``ShareIndex.appeared``,
+        ``gone``), not a walk over every kind; their order does not matter (the rule ranks
+        them by a key no two kinds share)."""
+        shares = self.shares
+        if memo.kinds_version == shares.version:
             return memo.cands
-        cands = []
-        acc = memo.qualifies
-        for key in (*self.shares.single, *self.shares.multi) if self.shares.multi else self.shares.single:
+        live, acc = memo.live, memo.qualifies
+        if memo.kinds_version < 0:  # first use: every kind there now
+            new = [*shares.single, *shares.multi]
+        else:
+            for key in shares.gone[memo.gone_at:]:
+                if key in live and key not in (shares.multi if isinstance(key[0], tuple) else shares.single):
+                    del live[key]
+            new = shares.appeared[memo.appeared_at:]
+        for key in new:
+            if key in live or key not in (shares.multi if isinstance(key[0], tuple) else shares.single):
+                continue
             r = acc.get(key)
             if r is None:
                 found = self._rank(memo.new, [self._load(key)])
                 r = acc[key] = found[0] if found else False
             if r:
-                cands.append(key)
-        memo.kinds_version, memo.cands = self.shares.version, cands
-        return cands
+                live[key] = None
+        memo.appeared_at, memo.gone_at = len(shares.appeared), len(shares.gone)
+        memo.kinds_version, memo.cands = shares.version, list(live)
+        return memo.cands
 
     def _choose(self, job: Job, now: float, bf: Backfill | None, memo: "_Memo",
                 cands: list[tuple]) -> int | None:
@@ -311,7 +324,7 @@ class _Memo:
     """What the co-runner rule found for one kind of queued job (workload, size)."""
 
     __slots__ = ("stamp", "new", "qualifies", "kinds_version", "cands", "chosen_version",
-                 "chosen_kind", "ranked_cands", "ranked", "keys")
+                 "chosen_kind", "ranked_cands", "ranked", "keys", "live", "appeared_at", "gone_at")
 
     def __init__(self, stamp: tuple, new: Newcomer):
         self.stamp = stamp  # what the answers rest on (pairs to avoid, pair predictions)
@@ -319,6 +332,8 @@ class _Memo:
         self.qualifies: dict = {}  # kind of GPU -> its ``Ranked``, or False: it does not qualify
         self.kinds_version = -1  # the version of the set of kinds when ``cands`` was made
         self.cands: list[tuple] = []  # the kinds that qualified then
+        self.live: dict[tuple, None] = {}  # the kinds there that qualify, kept up to date
+        self.appeared_at = self.gone_at = 0  # how far ShareIndex.appeared and gone were read
         self.chosen_version = -1  # the version when the rule last chose with nothing to honour
         self.chosen_kind: tuple | None = None  # the kind it chose then
         self.ranked_cands: list[tuple] | None = None  # the qualifying kinds last ranked
