@@ -11,14 +11,18 @@ queue's length. So a refused try leaves here the GPU the rule chose and the spee
 predicted there, with :meth:`RefusedPacks.state` (what the choice rests on), and a later
 try of the same job in the same state judges the admission again on them at once.
 
-The state (:meth:`RefusedPacks.state`) is explicit: the job's attempt and remembered size;
-every start, end, stop and change of speed (``ReleaseIndex.stamp``), every change to the
-groups of busy GPUs (``ShareIndex.changes``, ``ShareIndex.version``), every change to the
-pair predictions (``PairKnowledge.version``), a pair added to avoid, a workload that gained
-a history, no idle GPU, the job's place in the queue, and the head's reservation (the
-backfill's time tests). A choice that a time test made only because the newcomer itself
+The state is explicit (:meth:`RefusedPacks.state`, :meth:`RefusedPacks.take`): the job's
+attempt and remembered size, the kinds of busy GPU (``ShareIndex.version``), the pair
+predictions (``PairKnowledge.version``), the pairs to avoid, the workloads with a history,
+and no idle GPU. With nothing to honour (the head, or a pass whose head is a one-GPU job of
+a packing policy) the rule takes the first GPU of the kind it ranks best: the memo holds
+while that GPU is still its kind's first. With a reservation to honour, its time tests read
+every release: the memo holds while nothing starts, ends, stops or changes speed
+(``ReleaseIndex.stamp``), no group of busy GPUs changes (``ShareIndex.changes``) and the
+reservation is the same; a choice that a time test made only because the newcomer itself
 ends before the reservation (which stops being true as time passes) is not kept
-(``timed``).
+(``timed``). The admission is judged again at each try on the GPU's jobs as they are then,
+the queue's length and the clock (:meth:`RefusedPacks.admits`).
 """
 from __future__ import annotations
 
