@@ -94,7 +94,7 @@ class LucidPolicy(Policy):
             if free:  # allowed everywhere: the first one
                 gid = next(iter(gids))
             else:  # one the reservation does not count on (released after it): Scheduler.may_pack
-                gid, _ = self.late.late(key, gids, bf.shadow)
+                gid = self.late.first_late(key, gids, bf.shadow)
                 if gid is None:
                     self.sched.denied = True
                     continue

@@ -268,14 +268,14 @@ class ColocatePolicy(Policy):
         key = self._load_key[gl.gpu_id]
         group = self._group(key)
         # a GPU's release is its jobs' latest expected end (ReleaseIndex)
-        first_late, earliest = self.late.late(key, group, shadow)
-        if new_ok and earliest + delay <= shadow:  # some GPU is left free in time: the first
+        if new_ok and self.late.earliest(key, group) + delay <= shadow:  # some GPU is left free in time: the first
             self._timed = True  # (a choice that holds only while the newcomer ends in time)
             of = self.releases.of  # of the group that passes either test
             for gid in group:
                 end = of[gid]
                 if end > shadow or end + delay <= shadow:
                     return gid
+        first_late = self.late.first_late(key, group, shadow)
         if first_late is not None:  # (x + delay is monotone in x: none passes the second test)
             return first_late
         self.sched.denied = True

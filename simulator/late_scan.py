@@ -13,7 +13,6 @@ does. The answers are those of the walk it replaces (the same GPU, in the group'
 from __future__ import annotations
 
 import logging
-import math
 
 from simulator.releases import ReleaseIndex
 from simulator.sharing import ShareIndex
@@ -22,34 +21,45 @@ log = logging.getLogger(__name__)
 
 
 class LateScan:
-    """Per kind of GPU: (first GPU released after ``shadow`` or None, earliest release)."""
+    """Per kind of GPU: the first GPU released after a shadow, and the earliest release."""
 
     def __init__(self, releases: ReleaseIndex, shares: ShareIndex):
         self.releases, self.shares = releases, shares
         self._state: tuple[int, int] = (-1, -1)
-        self._memo: dict[tuple, tuple[float, int | None, float]] = {}
+        self._first: dict[tuple, tuple[float, int | None]] = {}
+        self._earliest: dict[tuple, float] = {}
         self.scans = self.hits = 0
 
-    def late(self, key: tuple, gids: dict[int, None], shadow: float) -> tuple[int | None, float]:
-        """The first of ``gids`` (kind ``key``) released after ``shadow`` (None: none) and the
-        earliest release among them."""
+    def _fresh(self) -> None:
         state = (self.releases.stamp, self.shares.changes)
         if state != self._state:  # something started, ended or changed speed: all stale
             self._state = state
-            self._memo.clear()
-        hit = self._memo.get(key)
+            self._first.clear()
+            self._earliest.clear()
+
+    def first_late(self, key: tuple, gids: dict[int, None], shadow: float) -> int | None:
+        """The first of ``gids`` (kind ``key``) released after ``shadow`` (None: none); the
+        walk stops there, as the one it replaces did."""
+        self._fresh()
+        hit = self._first.get(key)
         if hit is not None and hit[0] == shadow:
             self.hits += 1
-            return hit[1], hit[2]
+            return hit[1]
         self.scans += 1
         of = self.releases.of
-        first = None
-        lo = math.inf
-        for gid in gids:
-            end = of[gid]
-            if first is None and end > shadow:
-                first = gid
-            if end < lo:
-                lo = end
-        self._memo[key] = (shadow, first, lo)
-        return first, lo
+        first = next((gid for gid in gids if of[gid] > shadow), None)
+        self._first[key] = (shadow, first)
+        return first
+
+    def earliest(self, key: tuple, gids: dict[int, None]) -> float:
+        """The earliest release among ``gids`` (kind ``key``)."""
+        self._fresh()
+        lo = self._earliest.get(key)
+        if lo is None:
+            of = self.releases.of
+            lo = self._earliest[key] = min(of[gid] for gid in gids)
+        return lo
+
+    def late(self, key: tuple, gids: dict[int, None], shadow: float) -> tuple[int | None, float]:
+        """(:meth:`first_late`, :meth:`earliest`)."""
+        return self.first_late(key, gids, shadow), self.earliest(key, gids)

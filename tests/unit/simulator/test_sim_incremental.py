@@ -30,13 +30,14 @@ def test_late_scan_keeps_a_kinds_answer_until_a_release_or_group_changes():
     assert scan.late(("k",), group, 100.0) == (1, 50.0)
     assert scan.late(("k",), group, 100.0) == (1, 50.0) and scan.hits == 1
     assert scan.late(("k",), group, 250.0) == (2, 50.0) and scan.scans == 2  # another shadow
+    assert scan.first_late(("k",), group, 400.0) is None
     gpus[2].jobs[0].t_end = 120.0  # a change of speed re-files the GPU: the memo is stale
     rel.touch(gpus[2])
     assert scan.late(("k",), group, 250.0) == (None, 50.0)
     shares.changes += 1  # a GPU filed or taken out of a group
     del group[0]
     assert scan.late(("k",), group, 250.0) == (None, 120.0)
-    assert scan.scans == 4
+    assert scan.scans == 5
 
 
 def _memo():
@@ -129,13 +130,16 @@ def test_the_replay_gives_the_same_answers_without_the_memos(monkeypatch, tmp_pa
     with_memo = summary(sim.run())
     assert sim.policy.refusals.hits > 0 and sim.policy.late.hits > 0
     monkeypatch.setattr(RefusedPacks, "take", lambda self, job, state, bf: None)
-    monkeypatch.setattr(LateScan, "late", _late_uncached)
+    monkeypatch.setattr(LateScan, "first_late", _first_uncached)
+    monkeypatch.setattr(LateScan, "earliest", _earliest_uncached)
     without = summary(Simulator(cfg, specs, profiles, pairs).run())
     with_memo.pop("sim_wall_s"), without.pop("sim_wall_s")
     assert with_memo == without
 
 
-def _late_uncached(self, key, gids, shadow):
-    of = self.releases.of
-    first = next((g for g in gids if of[g] > shadow), None)
-    return first, min(of[g] for g in gids)
+def _first_uncached(self, key, gids, shadow):
+    return next((g for g in gids if self.releases.of[g] > shadow), None)
+
+
+def _earliest_uncached(self, key, gids):
+    return min(self.releases.of[g] for g in gids)
