@@ -94,15 +94,32 @@ class PackCase:
 def pack_gain(case: PackCase, queue: QueueView) -> float:
     """Seconds of completion time the pack saves, summed over the jobs (negative: it costs).
     ``-inf`` when a job there would make no progress."""
-    if case.min_speed <= 0.0:
+    return gain_of(case.newcomer_s, case.newcomer_speed,
+                   [(r.remaining_s, r.speed) for r in case.residents], queue.waiting, queue.gpus, queue.wait_s)
+
+
+def gain_of(newcomer_s: float, newcomer_speed: float, residents: Sequence[tuple[float, float]],
+            waiting: int, gpus: int, wait_s: float) -> float:
+    """:func:`pack_gain` on plain numbers (``residents``: (work left, speed) each), for a
+    caller that judges many packs (the replay) and builds no :class:`PackCase`; the same
+    arithmetic in the same order (the one implementation), unchecked."""
+    if len(residents) == 1:  # one job there (the common pack): the same operations, unrolled
+        (rem, s), = residents
+        if min(newcomer_speed, s) <= 0.0:
+            return -math.inf
+        if math.isinf(wait_s):
+            return math.inf
+        t = min(newcomer_s / newcomer_speed, rem / s)
+        return wait_s - (t * (1.0 - newcomer_speed) + t * (1.0 - s)) + (waiting / gpus) * (t * (newcomer_speed + s - 1))
+    if min(newcomer_speed, *(s for _, s in residents)) <= 0.0:
         return -math.inf
-    if math.isinf(queue.wait_s):
+    if math.isinf(wait_s):
         return math.inf
-    t = case.overlap_s()
-    k = len(case.residents)
-    lost = t * (1.0 - case.newcomer_speed) + t * sum(1.0 - r.speed for r in case.residents)
-    freed = t * (case.newcomer_speed + sum(r.speed for r in case.residents) - k)
-    return queue.wait_s - lost + queue.per_gpu * freed
+    t = min([newcomer_s / newcomer_speed, *(rem / s for rem, s in residents)])
+    k = len(residents)
+    lost = t * (1.0 - newcomer_speed) + t * sum(1.0 - s for _, s in residents)
+    freed = t * (newcomer_speed + sum(s for _, s in residents) - k)
+    return wait_s - lost + (waiting / gpus) * freed
 
 
 @dataclass(frozen=True)
@@ -120,6 +137,12 @@ class AdmissionRule:
 
     def pays(self, case: PackCase, queue: QueueView) -> bool:
         return self.fair(case) and pack_gain(case, queue) > 0.0
+
+    def pays_values(self, newcomer_s: float, newcomer_speed: float, residents: Sequence[tuple[float, float]],
+                    waiting: int, gpus: int, wait_s: float) -> bool:
+        """:meth:`pays` on plain numbers (:func:`gain_of`'s)."""
+        return (min(newcomer_speed, *(s for _, s in residents)) >= self.min_speed
+                and gain_of(newcomer_s, newcomer_speed, residents, waiting, gpus, wait_s) > 0.0)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ on the GPU's engine with a wide spread (``PRIOR_SD``).
 from __future__ import annotations
 
 import math
+from operator import mul
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -111,12 +112,23 @@ class PairModel:
             hit = self._memo[(a, b)] = self._predict(a, b)
         return hit
 
+    @property
+    def uses_memory_engine(self) -> bool:
+        """Whether :meth:`predict` reads the memory controller's busy fraction (a fitted
+        model that was fitted with it): the features :meth:`predict_features` takes."""
+        return self.memory_engine and self._w is not None
+
     def _predict(self, a: AloneCounters, b: AloneCounters) -> Prediction:
-        x = features(a, b, self.memory_engine and self._w is not None)
+        return self.predict_features(features(a, b, self.uses_memory_engine))
+
+    def predict_features(self, x: Sequence[float]) -> Prediction:
+        """The prediction for a pair whose :func:`features` (with :attr:`uses_memory_engine`)
+        are ``x``: a caller predicting the same pairs under several fits computes them once.
+        The sums run in the features' order, as they always have (the same floats)."""
         if self._w is None or self._cov is None:
             return Prediction(min(1.0, max(FLOOR, x[1])), PRIOR_SD)
-        mean = min(1.0, max(FLOOR, sum(xi * wi for xi, wi in zip(x, self._w))))
-        spread = sum(xi * sum(c * xj for c, xj in zip(row, x)) for xi, row in zip(x, self._cov))
+        mean = min(1.0, max(FLOOR, sum(map(mul, x, self._w))))
+        spread = sum(map(mul, x, [sum(map(mul, row, x)) for row in self._cov]))
         return Prediction(mean, math.sqrt(self.noise_sd**2 + max(0.0, spread)))
 
 

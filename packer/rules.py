@@ -36,6 +36,7 @@ from its ``SimConfig`` (``gpupack simulate --config FILE`` reads the same file t
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
+import functools
 from dataclasses import dataclass, field, replace
 
 from mig.catalog import Catalog, Profile
@@ -188,6 +189,18 @@ class SuiteRules:
         if self.admission == "load-aware":
             return AdmissionRule(self.min_speed).pays(case, queue)
         return case.min_speed > 0.0
+
+    def pack_pays_values(self, newcomer_s: float, newcomer_speed: float, residents: Sequence[tuple[float, float]],
+                         waiting: int, gpus: int, wait_s: float) -> bool:
+        """:meth:`pack_pays` on plain numbers (``residents``: (work left, speed) each, speeds
+        in [0, 1]), unchecked: for a caller that judges many packs (the replay's admission)."""
+        if self.admission == "load-aware":
+            return self._admission_rule.pays_values(newcomer_s, newcomer_speed, residents, waiting, gpus, wait_s)
+        return min(newcomer_speed, *(s for _, s in residents)) > 0.0
+
+    @functools.cached_property
+    def _admission_rule(self) -> AdmissionRule:
+        return AdmissionRule(self.min_speed)
 
     def pack_pays_uncertain(self, newcomer_s: float, newcomer: Prediction,
                             residents: Sequence[tuple[float, Prediction]], queue: QueueView) -> bool:

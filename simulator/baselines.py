@@ -10,6 +10,7 @@ the scheduler starts multi-GPU jobs on whole idle GPUs for every policy).
 from __future__ import annotations
 
 
+from simulator.late_scan import LateScan
 from simulator.policy import Policy, PolicyHandles
 
 from simulator.scheduling import Backfill
@@ -66,6 +67,10 @@ class LucidPolicy(Policy):
     name = "lucid-like"
     packs = True
 
+    def __init__(self, h: PolicyHandles):
+        super().__init__(h)
+        self.late = LateScan(self.releases, self.shares)  # per kind: GPUs released after the reservation
+
     def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
         if job.remembered >= self.gpu_mem:  # failed for memory beside a job: alone now
             return self.cluster.start_idle(job, now, bf)
@@ -80,17 +85,22 @@ class LucidPolicy(Policy):
                 continue
             if held + job.mem0 > self.gpu_mem:
                 continue
-            ranked.append(((p.label + job.label, p.util_pct, prof, held), gids))
+            ranked.append(((p.label + job.label, p.util_pct, prof, held), (prof, held), gids))
+        if not ranked:
+            return False  # (the reservation is computed on first use: not here)
         ranked.sort(key=lambda r: r[0])
-        for _, gids in ranked:
-            for gid in gids:  # the first GPU of the best kind the reservation allows
-                g = self.gpus[gid]
-                if self.sched.may_pack(job, now, bf, g):
-                    self.sched.denied = False
-                    self.cluster.start_shared(job, g, now, self.gpu_mem, None)
-                    return True
-                if bf is None or bf.pack_ok or now + job.duration <= bf.shadow:
-                    break  # allowed everywhere: only the first one matters
+        free = bf is None or bf.pack_ok or now + job.duration <= bf.shadow
+        for _, key, gids in ranked:  # the first GPU of the best kind the reservation allows
+            if free:  # allowed everywhere: the first one
+                gid = next(iter(gids))
+            else:  # one the reservation does not count on (released after it): Scheduler.may_pack
+                gid = self.late.first_late(key, gids, bf.shadow)
+                if gid is None:
+                    self.sched.denied = True
+                    continue
+            self.sched.denied = False
+            self.cluster.start_shared(job, self.gpus[gid], now, self.gpu_mem, None)
+            return True
         return False
 
     def may_place_busy(self) -> bool:

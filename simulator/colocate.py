@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import math
 
-from packer.admission import PackCase, QueueView, ResidentWork
+from packer.admission import QueueView
 from packer.corunner import GpuLoad, Newcomer, RunningJob, Ranked
 from packer.decision import ClusterView, Estimate
 from packer.request import Candidate
 
 from simulator.contention_watch import ContentionWatch
 from simulator.events import CHECK
+from simulator.late_scan import LateScan
 from simulator.no_room import NoRoomMemo
+from simulator.pack_memo import Refusal, RefusedPacks
 from simulator.policy import Policy, PolicyHandles
 
 from simulator.scheduling import Backfill
@@ -49,6 +51,12 @@ class ColocatePolicy(Policy):
         self.full = NoRoomMemo(  # the shapes that found no room (the fast path's skip)
             know=self.know, avoid=self.avoid, history=self.history, shares=self.shares, idle=self.idle)
         self.no_room = self.full.still_none  # Policy.no_room, without a call in between
+        self.late = LateScan(self.releases, self.shares)  # per kind: GPUs released after the reservation
+        self.refusals = RefusedPacks(  # the packs the admission refused, while their state stands
+            rules=self.rules, sched=self.sched, gpus=self.cfg.gpus, releases=self.releases, shares=self.shares,
+            know=self.know, avoid=self.avoid, history=self.history, idle=self.idle)
+        self._try: tuple = (None, None)  # the state and reservation of the try under way
+        self._timed = False  # the try's choice rested on the newcomer ending before the reservation
 
     def _estimate(self, job: Job) -> Estimate | None:
         if not self.cfg.known_history and job.profile not in self.history:
@@ -113,7 +121,18 @@ class ColocatePolicy(Policy):
         ``rank_corunners`` ranks that the reservation lets through). Load-aware admission
         with an idle GPU usable: packed first where the pack pays with no wait to save
         (the idle GPU then serves the next job in a long queue), else alone."""
-        usable = self.sched.usable_idle(job, now, bf)
+        sched = self.sched
+        state = self.refusals.state(job)  # None: a GPU is idle
+        self._try = (state, bf)
+        self._timed = False
+        hit = self.refusals.take(job, state, bf)  # refused before, the same choice now (taken out)
+        if hit is not None:  # judge the admission again
+            if not self.refusals.admits(job, hit.gpu, hit.mine, hit.theirs, now, False):
+                self.refusals.keep(job, hit)
+                sched.dirty = sched.refused = True  # as pays(): refused again
+                return False
+            # it pays now: the try below makes the same choice and starts it
+        usable = sched.usable_idle(job, now, bf)
         d = self._decide(job, usable)
         if d.verdict != "packed":
             if usable:
@@ -156,20 +175,33 @@ class ColocatePolicy(Policy):
 
     def _qualifying(self, memo: "_Memo") -> list[tuple]:
         """The kinds of busy GPU that qualify for the job (each assessed alone by the rule,
-        memoised per kind; the same kinds of GPU as last time give the same answer)."""
-        if memo.kinds_version == self.shares.version:
+        memoised per kind; the same kinds of GPU as last time give the same answer). Kept
+        up to date from the kinds that appeared and went since (``ShareIndex.appeared``,
+        ``gone``), not a walk over every kind; their order does not matter (the rule ranks
+        them by a key no two kinds share)."""
+        shares = self.shares
+        if memo.kinds_version == shares.version:
             return memo.cands
-        cands = []
-        acc = memo.qualifies
-        for key in (*self.shares.single, *self.shares.multi) if self.shares.multi else self.shares.single:
+        live, acc = memo.live, memo.qualifies
+        if memo.kinds_version < 0:  # first use: every kind there now
+            new = [*shares.single, *shares.multi]
+        else:
+            for key in shares.gone[memo.gone_at:]:
+                if key in live and key not in (shares.multi if isinstance(key[0], tuple) else shares.single):
+                    del live[key]
+            new = shares.appeared[memo.appeared_at:]
+        for key in new:
+            if key in live or key not in (shares.multi if isinstance(key[0], tuple) else shares.single):
+                continue
             r = acc.get(key)
             if r is None:
                 found = self._rank(memo.new, [self._load(key)])
                 r = acc[key] = found[0] if found else False
             if r:
-                cands.append(key)
-        memo.kinds_version, memo.cands = self.shares.version, cands
-        return cands
+                live[key] = None
+        memo.appeared_at, memo.gone_at = len(shares.appeared), len(shares.gone)
+        memo.kinds_version, memo.cands = shares.version, list(live)
+        return memo.cands
 
     def _choose(self, job: Job, now: float, bf: Backfill | None, memo: "_Memo",
                 cands: list[tuple]) -> int | None:
@@ -177,18 +209,22 @@ class ColocatePolicy(Policy):
         through (None: nothing to honour, the best kind), or None when it lets none."""
         if memo.ranked_cands is not cands and memo.ranked_cands != cands:
             memo.ranked_cands = cands  # rank_corunners' order: each kind assessed alone
-            rule = self.rules.corunner_rule
-            memo.ranked = sorted((memo.qualifies[k] for k in cands), key=lambda r: r.key(rule))
+            rule, keys, acc = self.rules.corunner_rule, memo.keys, memo.qualifies
+            for k in cands:  # each kind's sort key, once per memo (its Ranked does not change)
+                if k not in keys:
+                    keys[k] = acc[k].key(rule)
+            memo.ranked = [acc[k] for k in sorted(cands, key=keys.__getitem__)]
         if bf is None:
             best = memo.ranked[0].gpu.gpu_id
             memo.chosen_version, memo.chosen_kind = self.shares.version, self._load_key[best]
             return next(iter(self._group(self._load_key[best]))), memo.ranked[0]
-        chosen = None
-        for r in memo.ranked:  # choose_corunner asks every kind (a refusal marks the pass denied)
-            gid = self._in_time(job, now, bf, r.gpu, r.mine, r.theirs)
-            if chosen is None and gid is not None:
-                chosen = gid, r
-        return chosen
+        for r in memo.ranked:  # the first kind the reservation lets through (each refusal
+            gid = self._in_time(job, now, bf, r.gpu, r.mine, r.theirs)  # marks the pass denied)
+            if gid is not None:
+                # choose_corunner would ask the kinds after it too, to no effect: the job
+                # starts (the pass not denied) or the pack does not pay (the pass refused)
+                return gid, r
+        return None
 
     def queue_view(self, now: float, behind: int, idle: bool = False, ahead: int = 0) -> QueueView:
         """The queue as the admission rule reads it: ``behind`` jobs waiting besides the
@@ -204,15 +240,18 @@ class ColocatePolicy(Policy):
         ``g``'s jobs at the speeds the co-runner rule predicted there."""
         if not self.cfg.pair_predict:
             return True  # the history rule alone: pack, then requeue on a slowdown
-        sched = self.sched
-        case = PackCase(max(0.0, job.duration - job.done), _unit(ranked.mine),
-                        tuple(ResidentWork(x.left(now), _unit(s)) for x, s in zip(g.jobs, ranked.theirs)))
-        view = self.queue_view(now, len(sched.front) + len(sched.queue) - 1 - sched.position, idle, sched.position)
-        if self.rules.pack_pays(case, view):
+        mine, theirs = _unit(ranked.mine), tuple(_unit(s) for s in ranked.theirs)
+        if self.refusals.admits(job, g, mine, theirs, now, idle):
             return True
         # the verdict moves with the clock and the queue: the next pass must not be skipped,
         # nor another job of this shape (its duration and co-runner differ)
+        sched = self.sched
         sched.dirty = sched.refused = True
+        state, bf = self._try
+        if not idle and state is not None and not self._timed:  # kept for its next try
+            shadow = self.refusals.shadow_of(bf)
+            self.refusals.keep(job, Refusal(state, shadow, None if shadow is None else self.refusals.strict(),
+                                            self._group(self._load_key[ranked.gpu.gpu_id]), g, mine, theirs))
         return False
 
     def _in_time(self, job: Job, now: float, bf: Backfill, gl: GpuLoad, mine: float,
@@ -226,10 +265,19 @@ class ColocatePolicy(Policy):
         # moves by run * (1 - speed) at most (fixed in time, so a pass that was refused
         # stays refused while nothing changes)
         delay = run * (1.0 - min(theirs))
-        for gid in self._group(self._load_key[gl.gpu_id]):
-            end = max(x.t_end for x in self.gpus[gid].jobs)
-            if end > shadow or (new_ok and end + delay <= shadow):
-                return gid
+        key = self._load_key[gl.gpu_id]
+        group = self._group(key)
+        # a GPU's release is its jobs' latest expected end (ReleaseIndex)
+        if new_ok and self.late.earliest(key, group) + delay <= shadow:  # some GPU is left free in time: the first
+            self._timed = True  # (a choice that holds only while the newcomer ends in time)
+            of = self.releases.of  # of the group that passes either test
+            for gid in group:
+                end = of[gid]
+                if end > shadow or end + delay <= shadow:
+                    return gid
+        first_late = self.late.first_late(key, group, shadow)
+        if first_late is not None:  # (x + delay is monotone in x: none passes the second test)
+            return first_late
         self.sched.denied = True
         return None
 
@@ -276,7 +324,7 @@ class _Memo:
     """What the co-runner rule found for one kind of queued job (workload, size)."""
 
     __slots__ = ("stamp", "new", "qualifies", "kinds_version", "cands", "chosen_version",
-                 "chosen_kind", "ranked_cands", "ranked")
+                 "chosen_kind", "ranked_cands", "ranked", "keys", "live", "appeared_at", "gone_at")
 
     def __init__(self, stamp: tuple, new: Newcomer):
         self.stamp = stamp  # what the answers rest on (pairs to avoid, pair predictions)
@@ -284,7 +332,10 @@ class _Memo:
         self.qualifies: dict = {}  # kind of GPU -> its ``Ranked``, or False: it does not qualify
         self.kinds_version = -1  # the version of the set of kinds when ``cands`` was made
         self.cands: list[tuple] = []  # the kinds that qualified then
+        self.live: dict[tuple, None] = {}  # the kinds there that qualify, kept up to date
+        self.appeared_at = self.gone_at = 0  # how far ShareIndex.appeared and gone were read
         self.chosen_version = -1  # the version when the rule last chose with nothing to honour
         self.chosen_kind: tuple | None = None  # the kind it chose then
         self.ranked_cands: list[tuple] | None = None  # the qualifying kinds last ranked
         self.ranked: list = []  # the rule's order of them (it depends on those kinds alone)
+        self.keys: dict = {}  # kind of GPU -> its ``Ranked``'s sort key under the rule

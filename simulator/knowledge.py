@@ -38,7 +38,7 @@ import numpy as np
 
 from packer.pair_knowledge import MIN_FIT, N_FEATURES, ObservedPairs, pair_features, prior_speed, ridge_fit, \
     ridge_predict
-from packer.pair_model import AloneCounters
+from packer.pair_model import AloneCounters, features
 from simulator.workload import PairTable, WorkloadProfile
 
 if TYPE_CHECKING:
@@ -96,6 +96,7 @@ class PairKnowledge:
         self.pairs: ObservedPairs[int] = ObservedPairs()
         self._weights: np.ndarray | None = None
         self._solo = {p.index: AloneCounters.from_history(p.util_pct, p.mem_bytes) for p in profiles}
+        self._cfeat: dict[bool, list[list[list[float]]]] = {}  # counters mode: pair features
         self._model = self._prior() if mode != "counters" else self._counters()
         self.version = 0  # any prediction changed
         self.model_version = 0  # the feature model was refitted
@@ -115,9 +116,21 @@ class PairKnowledge:
         """The rules' pair model fitted on the pairs observed: every pair's trial speed (the
         model's, a pair observed included: :meth:`speed` answers those from ``seen``)."""
         assert self.rules is not None
-        pred, solo = self.rules.pair_predictor(self._solo, self.seen), self._solo
+        pred = self.rules.pair_predictor(self._solo, self.seen)
+        model, trial = pred.model, pred.trial
+        x = self._counter_features(model.uses_memory_engine)
         n = len(self.profiles)
-        return np.array([[pred.trial(pred.model.predict(solo[a], solo[b])) for b in range(n)] for a in range(n)])
+        return np.array([[trial(model.predict_features(x[a][b])) for b in range(n)] for a in range(n)])
+
+    def _counter_features(self, memory_engine: bool) -> list[list[list[float]]]:
+        """Every pair's features for the rules' pair model (they depend on the two profiles'
+        counters alone, not on the fit): computed once per run, not at each refit."""
+        hit = self._cfeat.get(memory_engine)
+        if hit is None:
+            solo, n = self._solo, len(self.profiles)
+            hit = self._cfeat[memory_engine] = [[features(solo[a], solo[b], memory_engine) for b in range(n)]
+                                                for a in range(n)]
+        return hit
 
     def speed(self, a: int, b: int) -> float:
         """Predicted speed of profile ``a`` beside profile ``b`` (1 = as fast as alone)."""

@@ -15,9 +15,11 @@ class ReleaseIndex:
     def __init__(self) -> None:
         self.sorted: list[tuple[float, int]] = []
         self.of: dict[int, float] = {}  # GPU -> its release time
+        self.stamp = 0  # bumped at every re-filing (what LateScan's memo rests on)
 
     def touch(self, g: Gpu) -> None:
         """Re-file ``g`` (when its last job should end)."""
+        self.stamp += 1
         old = self.of.pop(g.id, None)
         rel = self.sorted
         if old is not None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from simulator.config import BASELINES, SimConfig
 from simulator.engine import simulate
 from simulator.metrics import summary
+from simulator.parallel import Cell, CellResult, run_cells
 
 log = logging.getLogger(__name__)
 
@@ -136,18 +137,20 @@ def _plots(runs: list[tuple[dict, object]], out: Path) -> list[str]:
 
 def compare(configs: list[SimConfig], specs, profiles, pairs, out_dir: str | Path,
             workload: dict | None = None, plots: bool = True,
-            progress: Callable[[str], None] | None = None) -> dict:
-    """Run each config; write ``report.md``, ``results.json`` and the plots into ``out_dir``."""
+            progress: Callable[[str], None] | None = None, workers: int = 1) -> dict:
+    """Run each config; write ``report.md``, ``results.json`` and the plots into ``out_dir``.
+    ``workers``: processes the configs run in (:func:`~simulator.parallel.run_cells`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    runs = []
-    for cfg in configs:
-        res = simulate(cfg, specs, profiles, pairs)
-        summ = summary(res)
-        runs.append((summ, res))
+    def done(_i: int, r: CellResult) -> None:
+        summ = r.summary
         if progress:
             progress(f"{_label(summ)}: avg JCT {summ['avg_jct_s'] / 3600:.2f} h, makespan "
                      f"{summ['makespan_s'] / 3600:.1f} h ({summ['sim_wall_s']:.1f} s)")
+
+    cells = [Cell(cfg) for cfg in configs]
+    runs = [(r.summary, r.result) for r in run_cells(cells, {0: (specs, profiles, pairs)}, workers,
+                                                      keep_results=True, done=done)]
     results = [s for s, _ in runs]
     warnings: list[str] = []
     files: list[str] = []

@@ -6,7 +6,7 @@ and (colocate with more than two per GPU) each GPU running 2 to ``max_jobs_per_g
 one-GPU jobs under the sorted tuple of theirs: the packing policies look for room by kind
 of GPU, not GPU by GPU. ``opened`` is bumped when room appears for a job, ``version`` when a
 kind appears or goes, ``appeared`` logs the kinds as they appear (the policies' memos and
-the fast path read them).
+the fast path read them), ``gone`` the kinds as they go.
 
 :func:`shared_rates`: each job's speed beside the others, the product of its measured pair
 speeds; with more than two jobs no GPU gives more than its compute (sum of utilisation x
@@ -29,6 +29,8 @@ class ShareIndex:
         self.opened = 0  # bumped when room appears for a job (a GPU with one job, free shares)
         self.version = 0  # bumped when a (workload, size) group of one-job GPUs appears/goes
         self.appeared: list[tuple] = []  # every kind (key of single or multi) as it appears
+        self.gone: list[tuple] = []  # every kind as it goes (its last GPU taken out)
+        self.changes = 0  # bumped whenever a GPU is filed or taken out (any group changes)
 
     def held(self, job: Job) -> int:
         return job.shards * self.share if job.shards else job.mem0
@@ -40,6 +42,7 @@ class ShareIndex:
 
     def remove(self, g: Gpu) -> None:
         """Take ``g`` out of the index (before its jobs change)."""
+        self.changes += 1
         if self.multi_on:
             key = self._multi_key(g)
             d = self.multi.get(key) if key else None
@@ -48,6 +51,7 @@ class ShareIndex:
                 if not d:
                     del self.multi[key]
                     self.version += 1
+                    self.gone.append(key)
         if len(g.jobs) == 1 and g.jobs[0].gpus == 1:
             j = g.jobs[0]
             key = (j.profile, self.held(j))
@@ -57,9 +61,11 @@ class ShareIndex:
                 if not d:
                     del self.single[key]
                     self.version += 1
+                    self.gone.append(key)
 
     def add(self, g: Gpu) -> None:
         """File ``g`` under what runs on it now."""
+        self.changes += 1
         if self.multi_on:
             key = self._multi_key(g)
             if key:

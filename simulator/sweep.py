@@ -22,6 +22,7 @@ from pathlib import Path
 from simulator.config import BASELINES, SimConfig
 from simulator.engine import simulate
 from simulator.metrics import summary
+from simulator.parallel import Cell, CellResult, run_cells
 
 METRICS = ("avg_jct_s", "p95_jct_s", "avg_queue_s", "p50_slowdown", "p95_slowdown",
            "jobs_failed", "jobs_restarted", "lost_gpu_h", "jobs_unfinished", "gpu_util",
@@ -102,25 +103,28 @@ def gpus_for_alloc(target: float, specs, profiles, pairs, gpu_model: str,
 def sweep(configs: list[SimConfig], workloads: dict[int, tuple], gpu_counts: list[int],
           out_dir: str | Path, loads: dict[int, str] | None = None,
           progress: Callable[[str], None] | None = None, about: dict | None = None,
-          plots: bool = True) -> dict:
+          plots: bool = True, workers: int = 1) -> dict:
     """Run every config at every GPU count on every seed's workload.
 
     ``workloads``: seed -> (specs, profiles, pairs). ``loads``: GPU count -> how it was
     chosen (e.g. "exclusive 85 % allocated"). ``about``: what the report names (trace,
     truth table, the trace load's skips). Writes ``sweep.md``, ``sweep.json`` and, with
-    ``plots`` and matplotlib, ``sweep_jct.png``."""
+    ``plots`` and matplotlib, ``sweep_jct.png``. ``workers``: processes the cells run in
+    (:func:`~simulator.parallel.run_cells`; the same figures in any case, ``progress`` told
+    of each cell as it ends)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    cells = [Cell(replace(cfg, gpus=g), seed) for g in gpu_counts for seed in workloads for cfg in configs]
+
+    def done(i: int, r: CellResult) -> None:
+        if progress:
+            s = r.summary
+            progress(f"{s['gpus']} GPUs, seed {cells[i].workload}, {label(cells[i].config)}: avg JCT "
+                     f"{s['avg_jct_s'] / 3600:.2f} h ({s['sim_wall_s']:.1f} s)")
+
     runs: list[dict] = []
-    for g in gpu_counts:
-        for seed, (specs, profiles, pairs) in workloads.items():
-            for cfg in configs:
-                s = summary(simulate(replace(cfg, gpus=g), specs, profiles, pairs))
-                s |= {"seed": seed, "label": label(cfg)}
-                runs.append(s)
-                if progress:
-                    progress(f"{g} GPUs, seed {seed}, {s['label']}: avg JCT "
-                             f"{s['avg_jct_s'] / 3600:.2f} h ({s['sim_wall_s']:.1f} s)")
+    for i, r in enumerate(run_cells(cells, workloads, workers, done=done)):
+        runs.append(r.summary | {"seed": cells[i].workload, "label": label(cells[i].config)})
     labels = [label(c) for c in configs]
     table = aggregate(runs, labels, gpu_counts)
     warnings: list[str] = []

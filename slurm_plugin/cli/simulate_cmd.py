@@ -5,9 +5,11 @@ become one ``Error:`` line.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
+import sys
 
 import click
 
@@ -403,6 +405,10 @@ def simulate(ctx, policy, predictor, grow_preempt, regroup, trace, gpus, gpu_mod
               help="Loads: seeds of the profile draw to average over (95 % intervals); "
                    "default: --seed alone.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
+@click.option("--jobs-in-parallel", "workers", type=click.IntRange(min=1), default=None,
+              help="Replays (policy, size, load, seed cells) run at once, each in its own "
+                   "process; the same report whatever the number. Default: the machine's "
+                   "core count (1: one after the other, here).")
 @library_errors
 def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_fraction,
             data_dir, truth, timezone, bad_rows, bf_depth, corunner_rule, pair_predict,
@@ -410,7 +416,7 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
             contention_threshold, mig_static_layout, mig_static_fraction, movable_fraction,
             regroup_moves_per_plan, regroup_moves_per_hour, config_path, out_dir, no_plots,
             gpus_list, target_alloc, offered_loads,
-            seed_list, as_json):
+            seed_list, as_json, workers):
     """Run several policies on one workload; write a Markdown report with PNG plots.
 
     The report has the comparison table, the best policy of the suite against every
@@ -436,8 +442,10 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
     suite policy per load, and (matplotlib) sweep_jct.png: average JCT against cluster size
     for every policy.
     """
+    from simulator.parallel import default_workers
     from simulator.report import compare as run_compare
 
+    workers = workers or default_workers()
     names = _policy_names(policies)
     site, contention_threshold, actions = _site(
         config_path, contention_threshold,
@@ -448,7 +456,7 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
                data_dir, bf_depth, corunner_rule, pair_predict, pair_knowledge,
                max_jobs_per_gpu, contention_threshold, mig_static_layout, mig_static_fraction,
                out_dir, gpus_list, target_alloc, seed_list, as_json, actions, site,
-               inputs=inputs, offered_loads=offered_loads, plots=not no_plots)
+               inputs=inputs, offered_loads=offered_loads, plots=not no_plots, workers=workers)
         return
     from simulator import LoadReport
 
@@ -466,8 +474,9 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
                 "truth": truth or "colocation_pairs.csv (measured)",
                 "trace_load": report.as_dict(),
                 **({"site_config": config_path} if config_path else {})}
-    out = run_compare(configs, specs, profiles, pairs, out_dir, workload=workload,
-                      plots=not no_plots, progress=lambda m: click.echo(m, err=True))
+    with _cell_bar(len(configs)) as tick:
+        out = run_compare(configs, specs, profiles, pairs, out_dir, workload=workload,
+                          plots=not no_plots, progress=tick, workers=workers)
     if as_json:
         click.echo(json.dumps(out["results"], allow_nan=False))
     else:
@@ -481,7 +490,8 @@ def _sweep(names, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_frac
            bf_depth, corunner_rule, pair_predict, pair_knowledge, max_jobs_per_gpu,
            contention_threshold, mig_static_layout, mig_static_fraction, out_dir, gpus_list,
            target_alloc, seed_list,
-           as_json, actions=None, site=None, inputs=None, offered_loads=None, plots=True):
+           as_json, actions=None, site=None, inputs=None, offered_loads=None, plots=True,
+           workers=1):
     from simulator import LoadReport
     from simulator.sweep import gpus_for_alloc, gpus_for_load, sweep
 
@@ -512,16 +522,61 @@ def _sweep(names, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_frac
         for n in names
     ]
     truth = (inputs or {}).get("truth") or "colocation_pairs.csv (measured)"
-    out = sweep(configs, workloads, counts, out_dir, loads=loads, progress=say,
-                about={"trace": trace, "truth": truth, "gpu_model": gpu_model,
-                       "jobs_replayed": len(workloads[seeds[0]][0]),
-                       "trace_load": report.as_dict()}, plots=plots)
+    with _cell_bar(len(configs) * len(counts) * len(workloads)) as tick:
+        out = sweep(configs, workloads, counts, out_dir, loads=loads, progress=tick,
+                    about={"trace": trace, "truth": truth, "gpu_model": gpu_model,
+                           "jobs_replayed": len(workloads[seeds[0]][0]),
+                           "trace_load": report.as_dict()}, plots=plots, workers=workers)
     if as_json:
         click.echo(json.dumps(out["table"], allow_nan=False))
     else:
         click.echo(out["markdown"])
     for w in out["warnings"]:
         say(f"warning: {w}")
+
+
+@contextlib.contextmanager
+def _cell_bar(n: int):
+    """A progress bar on stderr over ``n`` replays; yields the callback each replay's line
+    goes to as it ends (the line printed above the bar)."""
+    with click.progressbar(length=n, label="replays", file=sys.stderr, show_pos=True,
+                           show_eta=True) as bar:
+        def tick(line: str) -> None:
+            click.echo(("" if bar.hidden else "\r\033[K") + line, err=True)
+            bar.update(1)
+
+        yield tick
+
+
+@simulate.command("repeat-trace", context_settings=CONTEXT_SETTINGS)
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+              help="Folder with philly_jobs.csv (default: $GPUPACK_DATA_DIR or shared/data/traces).")
+@click.option("--copies", type=click.IntRange(min=1), default=None,
+              help="Copies of the trace (default: as many as --jobs needs).")
+@click.option("--jobs", "n_jobs", type=click.IntRange(min=1), default=None,
+              help="Write at most this many rows, the earliest (e.g. 1000000).")
+@click.option("-o", "--out", "out_path", type=click.Path(dir_okay=False, writable=True), required=True,
+              help="The CSV to write (Philly's layout: replay it with --trace philly:FILE).")
+@library_errors
+def repeat_trace(data_dir, copies, n_jobs, out_path):
+    """Write a longer trace: the Philly arrivals repeated, each copy shifted past the one
+    before by the trace's span (and one mean gap), durations and GPU counts kept.
+
+    \b
+    gpupack simulate repeat-trace --jobs 1000000 -o philly-1m.csv
+    gpupack simulate --policy colocate --trace philly:philly-1m.csv --gpus 450 --gpu-model H100-80GB
+    """
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from simulator.trace_repeat import repeat_philly
+    from simulator.workload import _data_file
+
+    if copies is None and n_jobs is None:
+        raise click.UsageError("give --copies or --jobs")
+    src = _data_file(Path(data_dir) if data_dir else None, "philly_jobs.csv")
+    click.echo(json.dumps({"wrote": out_path, **asdict(repeat_philly(src, Path(out_path), copies=copies,
+                                                                    jobs=n_jobs))}))
 
 
 def _float_list(text: str) -> list[float]:
