@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -21,12 +22,15 @@ RUN = time.time_ns()  # the cluster's history and pairs outlive a test run: keep
 SLEEP = b"#!/bin/sh\nsleep 300\n"
 
 
-def simgpu_script(args: str, *, tag: str = "gpupack test run", report: bool = True) -> bytes:
+def simgpu_script(args: str, *, tag: str = "gpupack test run", report: bool = True, after: Path | None = None) -> bytes:
     """A batch script running one simulated GPU workload; `report=False`: it never reports
-    its progress (the agent sees only the GPU's counters)."""
+    its progress (the agent sees only the GPU's counters); `after`: it starts once that file
+    exists (the test decides when, e.g. once the helper has told the node where the job's
+    output goes)."""
     quiet = "" if report else " --no-report"
+    wait = f"while [ ! -e '{after}' ]; do sleep 0.2; done\n" if after is not None else ""
     # the run's tag is a no-op command, not a comment: a comment does not change the workload
-    return f"#!/bin/sh\n: '{tag} {RUN}'\nexec {PY} -m slurm_plugin simgpu run{quiet} {args}\n".encode()
+    return f"#!/bin/sh\n: '{tag} {RUN}'\n{wait}exec {PY} -m slurm_plugin simgpu run{quiet} {args}\n".encode()
 
 
 def fill_all_but_one_gpu(cluster, tag: str) -> tuple[dict[str, int], int]:

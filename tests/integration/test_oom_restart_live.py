@@ -45,9 +45,16 @@ def test_a_job_out_of_memory_in_its_share_is_requeued_bigger_before_it_fails(idl
     neighbour = cluster.submit(["-J", "oom-neighbour", "-w", "node1", "--gres=shard:2", "-o", str(neighbour_out)],
                                simgpu_script("--mem-start 3GiB --iters 800 --iter-ms 50"))
     cluster.wait(neighbour, "RUNNING", 30)
+    go = tmp_path / "go"
     jumper = cluster.submit(["-J", "oom-jump", "-w", "node1", "--gres=shard:1", "-o", str(jump_out)],
                             simgpu_script(f"{option} --mem-start 5GiB --mem-growth 10GiB --grow-after 60 --grow-iters 61 "
-                                          "--iters 200 --iter-ms 50"))
+                                          "--iters 200 --iter-ms 50", after=go))
+    # the node learns where a job writes its output from the helper's job lists, one a watcher
+    # round: the job starts its work once whole rounds have listed it running (a loaded machine
+    # stretches a round to 15 s or more, longer than the 3 s it runs before its jump)
+    cluster.wait(jumper, "RUNNING", 30)
+    through_rounds(cluster, lambda: None, rounds=2)
+    go.touch()
     dependent = cluster.submit(["-J", "oom-dependent", f"--dependency=afternotok:{jumper}"], SLEEP)
     seen: dict[int, set[str]] = {jumper: set(), neighbour: set(), dependent: set()}
 
@@ -107,8 +114,13 @@ def test_a_job_that_prints_the_text_without_using_its_gpu_gets_only_capped_retri
     out = tmp_path / "liar.out"
     text = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 14.00 GiB. GPU 0 has a total capacity "
             "of 79.19 GiB of which 1.00 GiB is free.")
-    script = f"#!/bin/sh\n: 'oom liar {time.time_ns()}'\nsleep 4\necho '{text}' >&2\nexit 1\n".encode()
+    go = tmp_path / "go"
+    script = (f"#!/bin/sh\n: 'oom liar {time.time_ns()}'\nwhile [ ! -e '{go}' ]; do sleep 0.2; done\n"
+              f"echo '{text}' >&2\nexit 1\n").encode()
     liar = cluster.submit(["-J", "oom-liar", "--gres=shard:1", "-o", str(out)], script)
+    cluster.wait(liar, "RUNNING", 30)
+    through_rounds(cluster, lambda: None, rounds=2)  # the node has been told where its output goes
+    go.touch()
     # retried once on the size it named (14 GiB: two shares), where the same text no longer
     # names more than its share: left FAILED (a text naming more each time stops at the cap, 2)
     wait_for(lambda: cluster.state(liar) == "FAILED" and events(cluster, "restart-oom", liar), 240,
