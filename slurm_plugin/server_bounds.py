@@ -3,7 +3,7 @@ and per caller), one deadline per request (not per read), and a bounded number o
 however many connections are refused.
 
 - :class:`ConnectionSlots`: the count of open connections, in all and per key (a uid on a Unix
-  socket, a peer address on the network before it has authenticated); ``reserved`` slots of the
+  socket, which SO_PEERCRED vouches for; never an address); ``reserved`` slots of the
   total are kept for privileged callers (root, the SlurmUser), so a flood by one user never keeps
   slurmstepd's isolation requests out. Pure counting under a lock.
 - :class:`AuthenticatedPools` (the network link, where an address proves nothing: on one host every
