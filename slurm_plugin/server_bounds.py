@@ -122,9 +122,12 @@ class _Pooled:
 class AuthenticatedPools:
     """Open connections of a network server, unauthenticated and authenticated apart (thread-safe).
 
-    Only a NEW connection (nothing decided of it yet) can be evicted; one whose head is being
-    verified (a few ms) is not, nor an authenticated one. Evicted sockets are returned, not shut
-    down here: the caller shuts them outside the lock."""
+    The oldest NEW connection (nothing decided of it yet) is evicted first; only when there is none,
+    the oldest whose head is being verified (a few ms each: were they kept, a flood of heads bearing
+    a genuine credential of uid nobody, refused only once munged has decoded it, could hold every
+    slot and shut the helper out). An authenticated connection is never evicted: a new connection
+    is always admitted. Evicted sockets are returned, not shut down here: the caller shuts them
+    outside the lock."""
 
     def __init__(self, bounds: PoolBounds):
         self.bounds = bounds
@@ -132,34 +135,36 @@ class AuthenticatedPools:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
-    def admit(self, key: Hashable, sock: socket.socket) -> tuple[int | None, str | None, list[socket.socket]]:
-        """A ticket for a new connection (None, with why, when none can be made room for) and the
-        sockets evicted to make room (their tickets are gone)."""
+    def admit(self, key: Hashable, sock: socket.socket) -> tuple[int, list[socket.socket]]:
+        """A ticket for a new connection, and the sockets evicted to make room for it (their
+        tickets are gone): ``key``'s oldest when it holds its share, else the oldest of all when
+        the pool is full."""
         b = self.bounds
         evicted: list[socket.socket] = []
         with self._lock:
-            if self._unauthenticated(key) >= b.max_unauthenticated_per_key and not self._evict(evicted, key):
-                return None, f"{b.max_unauthenticated_per_key} unauthenticated connections of {key} being verified", []
-            if self._unauthenticated() >= b.max_unauthenticated and not self._evict(evicted):
-                return None, f"{b.max_unauthenticated} unauthenticated connections being verified", evicted
+            if self._unauthenticated(key) >= b.max_unauthenticated_per_key:
+                self._evict(evicted, key)
+            if self._unauthenticated() >= b.max_unauthenticated:
+                self._evict(evicted)
             ticket = next(self._ids)
             self._conns[ticket] = _Pooled(key, sock)
-            return ticket, None, evicted
+            return ticket, evicted
 
     def _unauthenticated(self, key: Hashable | None = None) -> int:
         return sum(1 for c in self._conns.values() if c.state != AUTHENTICATED and (key is None or c.key == key))
 
-    def _evict(self, into: list[socket.socket], key: Hashable | None = None) -> bool:
-        """Drop the oldest NEW connection (of ``key`` when given); False when there is none."""
-        for ticket, conn in self._conns.items():
-            if conn.state == NEW and (key is None or conn.key == key):
-                del self._conns[ticket]
-                into.append(conn.sock)
-                return True
-        return False
+    def _evict(self, into: list[socket.socket], key: Hashable | None = None) -> None:
+        """Drop the oldest NEW connection (of ``key`` when given), else the oldest VERIFYING one."""
+        for state in (NEW, VERIFYING):
+            for ticket, conn in self._conns.items():
+                if conn.state == state and (key is None or conn.key == key):
+                    del self._conns[ticket]
+                    into.append(conn.sock)
+                    return
 
     def verifying(self, ticket: int) -> bool:
-        """Its head is read and being verified: not evictable. False when it was evicted already."""
+        """Its head is read and being verified: evicted only when no NEW one is left. False when
+        it was evicted already."""
         with self._lock:
             conn = self._conns.get(ticket)
             if conn is None:
@@ -169,15 +174,15 @@ class AuthenticatedPools:
             return True
 
     def refused(self, ticket: int) -> None:
-        """Its credential was refused: evictable again until it closes."""
+        """Its credential was refused: evicted first again until it closes."""
         with self._lock:
             conn = self._conns.get(ticket)
             if conn is not None and conn.state == VERIFYING:
                 conn.state = NEW
 
     def authenticated(self, ticket: int) -> bool:
-        """Move it to the authenticated pool; False when that is full (it stays unevictable until
-        it closes: the caller serves this request and closes it)."""
+        """Move it to the authenticated pool; False when it was evicted, or that pool is full (then
+        it stays VERIFYING until it closes: the caller serves this request and closes it)."""
         with self._lock:
             conn = self._conns.get(ticket)
             if conn is None:

@@ -36,8 +36,9 @@ PREFIX = "/v1/"
 #: Trust attaches to connections, never to addresses: on the controller host every user connects
 #: from the helper's address (a live flood by uid nobody took every slot the address-based reserve
 #: kept, issue 33). 32 unauthenticated connections at once, 24 of one address; when full, a new
-#: connection closes the oldest unauthenticated one that is not being verified, so the helper, which
-#: sends its signed head at once, gets through a flood of slow partial heads. 32 authenticated
+#: connection closes the oldest unauthenticated one (one still sending its head before one being
+#: verified), so the helper, which sends its signed head at once, gets through a flood of slow
+#: partial heads. 32 authenticated
 #: connections (the helper keeps one per agent and thread: 16, and the web view's). One request 10 s
 #: in all (read, run, answered); a kept connection idle 60 s is closed (the helper asks every round),
 #: a new one that says nothing in 10 s too (unless a newer one evicts it first).
@@ -174,6 +175,9 @@ class _Handler(BaseHTTPRequestHandler):
                                        f"{self.client_address[0]}: {exc.reason}")
             self.close_connection = True  # its body is never read: the connection cannot carry another
             return self._answer(exc.status, {"status": "refused", "reason": exc.reason}, None)
+        if pools.evicted(self.ticket):  # evicted while munged decoded its credential: nobody to answer
+            self.close_connection = True
+            return None
         if not pools.authenticated(self.ticket):  # that pool is full: this request is served, not kept
             self._refuse("busy", f"{self.client_address[0]}: {self.server.bounds.max_authenticated} "
                                  "authenticated connections open; this one closes after its answer")
@@ -223,9 +227,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 class AgentLinkServer(ThreadingHTTPServer):
     """A thread per connection (the helper keeps one connection per agent open), within
-    :data:`BOUNDS` (:class:`AuthenticatedPools`): a connection past them is closed at accept, before
-    anything is read or a thread started, and counted (logged at a bounded rate); one that a newer
-    connection evicted is shut down and counted as "evicted"."""
+    :data:`BOUNDS` (:class:`AuthenticatedPools`): a new connection is always admitted; the
+    unauthenticated one it evicts, when the pool is full, is shut down at accept and counted as
+    "evicted" (logged at a bounded rate), and its thread ends with it."""
 
     daemon_threads = True
     allow_reuse_address = True
@@ -243,13 +247,9 @@ class AgentLinkServer(ThreadingHTTPServer):
 
     def process_request(self, request, client_address) -> None:
         host = client_address[0]
-        ticket, why, evicted = self.pools.admit(host, request)
+        ticket, evicted = self.pools.admit(host, request)
         for victim in evicted:
             self._evict(victim)
-        if ticket is None:
-            self.refusals.refused("busy", f"{host}: {why}")
-            self.shutdown_request(request)
-            return
         threading.Thread(target=self._serve_one, args=(request, client_address, ticket),
                          name="agent-link-request", daemon=True).start()
 

@@ -41,32 +41,32 @@ def test_slots_cap_all_and_per_key_and_keep_some_for_privileged_callers():
     assert slots.total == 5
 
 
-def test_pools_evict_the_oldest_unauthenticated_connection_never_a_verified_or_authenticated_one():
+def test_pools_evict_the_oldest_unauthenticated_connection_never_an_authenticated_one():
     pools = AuthenticatedPools(PoolBounds(max_unauthenticated=3, max_unauthenticated_per_key=2, max_authenticated=1,
                                           request_s=1.0, idle_s=1.0))
-    socks = [object() for _ in range(8)]
-    a1, _, none = pools.admit("a", socks[0])
-    a2, _, _ = pools.admit("a", socks[1])
+    socks = [object() for _ in range(9)]
+    a1, none = pools.admit("a", socks[0])
+    a2, _ = pools.admit("a", socks[1])
     assert none == [] and pools.verifying(a1) and pools.authenticated(a1)  # a1 leaves the unauthenticated pool
-    a3, _, evicted = pools.admit("a", socks[2])
+    a3, evicted = pools.admit("a", socks[2])
     assert evicted == [] and pools.count() == 3  # a's unauthenticated: a2, a3
-    a4, _, evicted = pools.admit("a", socks[3])  # a at its share: its oldest new one goes
+    a4, evicted = pools.admit("a", socks[3])  # a at its share: its oldest goes
     assert evicted == [socks[1]] and pools.evicted(a2) and not pools.verifying(a2)
-    b1, _, _ = pools.admit("b", socks[4])  # a3, a4, b1: the unauthenticated pool is full
-    assert pools.verifying(a3)  # being verified: not evictable
-    b2, _, evicted = pools.admit("b", socks[5])
-    assert evicted == [socks[3]]  # the oldest NEW one (a4), not a3, not the authenticated a1
+    b1, _ = pools.admit("b", socks[4])  # a3, a4, b1: the unauthenticated pool is full
+    assert pools.verifying(a3)  # being verified: evicted only when no new one is left
+    b2, evicted = pools.admit("b", socks[5])
+    assert evicted == [socks[3]]  # the oldest NEW one (a4), not a3, never the authenticated a1
     assert pools.verifying(b1) and pools.verifying(b2)
-    ticket, why, evicted = pools.admit("c", socks[6])
-    assert ticket is None and "being verified" in why and evicted == []  # nothing evictable: refused
-    assert not pools.authenticated(a3)  # the authenticated pool (1) is full: a3 is served, not kept
-    pools.refused(b1)  # refused: evictable again
-    c1, _, evicted = pools.admit("c", socks[7])
-    assert c1 is not None and evicted == [socks[4]]
+    c1, evicted = pools.admit("c", socks[6])  # all being verified: the oldest of them goes
+    assert evicted == [socks[2]] and not pools.authenticated(a3)
+    assert not pools.authenticated(b1)  # the authenticated pool (1) is full: b1 is served, not kept
+    pools.refused(b2)  # refused: evicted first again
+    _, evicted = pools.admit("c", socks[7])
+    assert evicted == [socks[5]]
     pools.release(a1)
-    assert pools.count(AUTHENTICATED) == 0 and pools.authenticated(b2)
+    assert pools.count(AUTHENTICATED) == 0 and pools.authenticated(b1)
     pools.release(a2)  # evicted long ago: nothing changes
-    assert pools.count() == 3
+    assert pools.count() == 3 and pools.count(AUTHENTICATED) == 1  # b1; c1 and the last one
 
 
 def test_a_deadline_ends_a_blocked_read():
