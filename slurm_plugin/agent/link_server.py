@@ -38,10 +38,10 @@ PREFIX = "/v1/"
 #: kept, issue 33). 32 unauthenticated connections at once, 24 of one address; when full, a new
 #: connection closes the oldest unauthenticated one (one still sending its head before one being
 #: verified), so the helper, which sends its signed head at once, gets through a flood of slow
-#: partial heads. 32 authenticated
-#: connections (the helper keeps one per agent and thread: 16, and the web view's). One request 10 s
-#: in all (read, run, answered); a kept connection idle 60 s is closed (the helper asks every round),
-#: a new one that says nothing in 10 s too (unless a newer one evicts it first).
+#: partial heads. 32 authenticated connections (the helper keeps one per agent and thread: 16, and
+#: the web view's). One request 10 s in all (read, run, answered); a kept connection idle 60 s is
+#: closed (the helper asks every round), a new one that says nothing in 10 s too (unless a newer
+#: one evicts it first).
 BOUNDS = PoolBounds(max_unauthenticated=32, max_unauthenticated_per_key=24, max_authenticated=32,
                     request_s=10.0, idle_s=60.0)
 #: the kernel's queue of connections not yet accepted: the stdlib's 5 fills within a burst of
@@ -179,8 +179,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return None
         if not pools.authenticated(self.ticket):  # that pool is full: this request is served, not kept
-            self._refuse("busy", f"{self.client_address[0]}: {self.server.bounds.max_authenticated} "
-                                 "authenticated connections open; this one closes after its answer")
+            cap = self.server.bounds.max_authenticated
+            self.server.refusals.refused("busy", f"{self.client_address[0]}: {cap} authenticated connections "
+                                                 "open; this one closes after its answer")
             self.close_connection = True
         body = self.rfile.read(length) if length else b""
         if len(body) != length:

@@ -216,6 +216,15 @@ def test_a_request_cut_off_by_its_deadline_is_counted_once_as_deadline(server):
     assert dict(server.refusals.counts) == {"deadline": 1}
 
 
+@needs_munged
+def test_past_the_authenticated_pool_a_request_is_served_and_its_connection_closed(server, munge):
+    port = server.server_address[1]
+    links = [_link(port, munge) for _ in range(SMALL.max_authenticated + 1)]  # each keeps its connection
+    assert all(status(link, "node1")["node"] == "node1" for link in links)
+    assert _eventually(lambda: server.pools.count() == SMALL.max_authenticated)
+    assert server.pools.count(AUTHENTICATED) == SMALL.max_authenticated and server.refusals.counts["busy"] == 1
+
+
 def test_the_listen_backlog_absorbs_a_burst():
     assert AgentLinkServer.request_queue_size == LISTEN_BACKLOG >= 128
 
