@@ -99,14 +99,15 @@ class PoolBounds:
     max_unauthenticated: int  # connections that have not (yet) authenticated, open at once
     max_unauthenticated_per_key: int  # of them, one peer address's
     max_authenticated: int  # connections whose request authenticated (kept for their next ones)
-    request_s: float  # one request, read in full (and, where said, answered)
+    head_s: float  # a request's head, from its first byte (and a new connection's first byte)
+    request_s: float  # the rest of a request once its head is in (verified, read, answered)
     idle_s: float  # a kept connection waiting for its next request
 
     def __post_init__(self) -> None:
         if not 0 < self.max_unauthenticated_per_key <= self.max_unauthenticated or self.max_authenticated < 0:
             raise ValueError(f"inconsistent bounds {self}")
-        if self.request_s <= 0 or self.idle_s <= 0:
-            raise ValueError("request_s and idle_s must be positive")
+        if self.head_s <= 0 or self.request_s <= 0 or self.idle_s <= 0:
+            raise ValueError("head_s, request_s and idle_s must be positive")
 
 
 NEW, VERIFYING, AUTHENTICATED = "new", "verifying", "authenticated"

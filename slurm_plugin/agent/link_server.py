@@ -39,11 +39,12 @@ PREFIX = "/v1/"
 #: connection closes the oldest unauthenticated one (one still sending its head before one being
 #: verified), so the helper, which sends its signed head at once, gets through a flood of slow
 #: partial heads. 32 authenticated connections (the helper keeps one per agent and thread: 16, and
-#: the web view's). One request 10 s in all (read, run, answered); a kept connection idle 60 s is
-#: closed (the helper asks every round), a new one that says nothing in 10 s too (unless a newer
-#: one evicts it first).
+#: the web view's). A request's head within 3 s of its first byte (the helper sends it in one
+#: write), the rest 10 s (verified, read, run, answered); a kept connection idle 60 s is closed (the
+#: helper asks every round), a new one that says nothing in 3 s too (unless a newer one evicts it
+#: first): an unauthenticated connection sending its head holds its slot 6 s at most.
 BOUNDS = PoolBounds(max_unauthenticated=32, max_unauthenticated_per_key=24, max_authenticated=32,
-                    request_s=10.0, idle_s=60.0)
+                    head_s=3.0, request_s=10.0, idle_s=60.0)
 #: the kernel's queue of connections not yet accepted: the stdlib's 5 fills within a burst of
 #: connects (each past it waits, or is refused with ECONNREFUSED/a reset, before the accept loop can
 #: even evict for it); eviction happens after accept, so the queue must absorb a burst
@@ -114,15 +115,22 @@ class _Handler(BaseHTTPRequestHandler):
         if cut == "evicted":
             return
         if cut == "deadline":
-            reason, detail = "deadline", (f"{self.client_address[0]}: request not done within "
-                                          f"{self.server.bounds.request_s:g} s")
+            b = self.server.bounds
+            reason, detail = "deadline", (f"{self.client_address[0]}: request not done within its deadline "
+                                          f"({b.head_s:g} s its head, {b.request_s:g} s the rest)")
         self.server.refusals.refused(reason, detail)
 
+    def _rearm(self, seconds: float) -> None:
+        if self._deadline is not None:
+            self.server.deadlines.disarm(self._deadline)
+        self._deadline = self.server.deadlines.arm(self.connection, seconds)
+
     def handle(self) -> None:
-        """Each request within one deadline; a connection whose next request does not start within
-        ``idle_s`` (the first within ``request_s``) is closed."""
+        """Each request's head within ``head_s`` of its first byte, the rest within ``request_s``; a
+        connection whose next request does not start within ``idle_s`` (the first within
+        ``head_s``) is closed."""
         bounds = self.server.bounds
-        wait = bounds.request_s
+        wait = bounds.head_s
         self.close_connection = False
         while not self.close_connection:
             ready, _, _ = select.select([self.connection], [], [], wait)
@@ -131,12 +139,13 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self.rfile.left = MAX_HEAD_BYTES
             self._counted = False
-            self._deadline = self.server.deadlines.arm(self.connection, bounds.request_s)
+            self._deadline = self.server.deadlines.arm(self.connection, bounds.head_s)
             try:
                 self.handle_one_request()
             except OSError:  # the deadline shut it down, it was evicted, or the client went away
-                self._refuse("deadline", f"{self.client_address[0]}: request not done within "
-                                         f"{bounds.request_s:g} s, or the client left")
+                self._refuse("deadline", f"{self.client_address[0]}: request not done within its "
+                                         f"deadline ({bounds.head_s:g} s its head, {bounds.request_s:g} s "
+                                         "the rest), or the client left")
                 return
             finally:
                 self.server.deadlines.disarm(self._deadline)
@@ -156,6 +165,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self._cut() is not None:  # the head was cut off (it reads as complete): nothing to answer
             self.close_connection = True
             return self._refuse("deadline", "")
+        self._rearm(self.server.bounds.request_s)  # the head is in: the rest (verified, run, answered)
         try:
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:

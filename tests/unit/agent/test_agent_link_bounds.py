@@ -33,7 +33,7 @@ from slurm_plugin.server_bounds import AUTHENTICATED, PoolBounds
 needs_munged = pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/sbin/munged").exists(),
                                   reason="needs root and munged (Debian: munge) for a private munged")
 SMALL = PoolBounds(max_unauthenticated=4, max_unauthenticated_per_key=3, max_authenticated=2,
-                   request_s=0.8, idle_s=0.8)
+                   head_s=0.8, request_s=0.8, idle_s=0.8)
 PARTIAL_HEAD = b"POST /v1/status HTTP/1.1\r\nHost: x\r\n"  # and never the rest
 
 
@@ -223,6 +223,34 @@ def test_past_the_authenticated_pool_a_request_is_served_and_its_connection_clos
     assert all(status(link, "node1")["node"] == "node1" for link in links)
     assert _eventually(lambda: server.pools.count() == SMALL.max_authenticated)
     assert server.pools.count(AUTHENTICATED) == SMALL.max_authenticated and server.refusals.counts["busy"] == 1
+
+
+class _SlowVerifier(RequestVerifier):
+    """munged slow to decode: longer than the head's deadline."""
+
+    def verify_credential(self, header, method, path):
+        time.sleep(0.6)
+        return super().verify_credential(header, method, path)
+
+
+@needs_munged
+def test_an_unauthenticated_head_has_its_own_short_deadline(munge, tmp_path):
+    agent = NodeAgent("node1", tmp_path, SimGpuBackend(None, "node1", gpus=["H100-80GB"]))
+    bounds = PoolBounds(max_unauthenticated=4, max_unauthenticated_per_key=3, max_authenticated=2,
+                        head_s=0.3, request_s=30.0, idle_s=30.0)
+    srv = AgentLinkServer(("127.0.0.1", 0), agent, _SlowVerifier(munge, "node1", {0}), bounds=bounds)
+    srv.serve_in_thread()
+    try:
+        port = srv.server_address[1]
+        t0 = time.monotonic()
+        with _partial(port) as partial, _connect(port) as silent:
+            assert _closed_within(partial, 3.0) and _closed_within(silent, 3.0)
+        assert time.monotonic() - t0 < 2.0  # request_s, idle_s: 30 s
+        assert status(_link(port, munge), "node1")["node"] == "node1"  # its verification (0.6 s): request_s's
+        assert _eventually(lambda: srv.refusals.counts["deadline"] == 1 and srv.refusals.counts["idle"] == 1)
+    finally:
+        srv.shutdown()
+        srv.server_close()
 
 
 def test_the_listen_backlog_absorbs_a_burst():

@@ -43,7 +43,7 @@ def test_slots_cap_all_and_per_key_and_keep_some_for_privileged_callers():
 
 def test_pools_evict_the_oldest_unauthenticated_connection_never_an_authenticated_one():
     pools = AuthenticatedPools(PoolBounds(max_unauthenticated=3, max_unauthenticated_per_key=2, max_authenticated=1,
-                                          request_s=1.0, idle_s=1.0))
+                                          head_s=1.0, request_s=1.0, idle_s=1.0))
     socks = [object() for _ in range(9)]
     a1, none = pools.admit("a", socks[0])
     a2, _ = pools.admit("a", socks[1])
