@@ -3,9 +3,15 @@ and per caller), one deadline per request (not per read), and a bounded number o
 however many connections are refused.
 
 - :class:`ConnectionSlots`: the count of open connections, in all and per key (a uid on a Unix
-  socket, a peer address on the network before it has authenticated); ``reserved`` slots of the
+  socket, which SO_PEERCRED vouches for; never an address); ``reserved`` slots of the
   total are kept for privileged callers (root, the SlurmUser), so a flood by one user never keeps
   slurmstepd's isolation requests out. Pure counting under a lock.
+- :class:`AuthenticatedPools` (the network link, where an address proves nothing: on one host every
+  user connects from the same one): trust attaches to connections that authenticated, never to
+  addresses. An unauthenticated connection holds a slot of a small pool (capped per address too)
+  only until it authenticates; when the pool (or its address's share) is full, a new connection
+  closes the OLDEST unauthenticated one, so a client that sends its signed head at once gets
+  through any flood of slow partial heads. An authenticated connection moves to a pool of its own.
 - :class:`DeadlineWatch`: one thread for all of a server's connections; a connection armed with a
   deadline that passes is shut down (``shutdown(SHUT_RDWR)``), which ends whatever read or write
   its handler is blocked in. A slow client thus holds a thread at most one deadline, however it
@@ -86,6 +92,122 @@ class ConnectionSlots:
             return self._per_key[key]
 
 
+@dataclass(frozen=True)
+class PoolBounds:
+    """The network link's bounds: unauthenticated and authenticated connections, pooled apart."""
+
+    max_unauthenticated: int  # connections that have not (yet) authenticated, open at once
+    max_unauthenticated_per_key: int  # of them, one peer address's
+    max_authenticated: int  # connections whose request authenticated (kept for their next ones)
+    head_s: float  # a request's head, from its first byte (and a new connection's first byte)
+    request_s: float  # the rest of a request once its head is in (verified, read, answered)
+    idle_s: float  # a kept connection waiting for its next request
+
+    def __post_init__(self) -> None:
+        if not 0 < self.max_unauthenticated_per_key <= self.max_unauthenticated or self.max_authenticated < 0:
+            raise ValueError(f"inconsistent bounds {self}")
+        if self.head_s <= 0 or self.request_s <= 0 or self.idle_s <= 0:
+            raise ValueError("head_s, request_s and idle_s must be positive")
+
+
+NEW, VERIFYING, AUTHENTICATED = "new", "verifying", "authenticated"
+
+
+@dataclass
+class _Pooled:
+    key: Hashable
+    sock: socket.socket
+    state: str = NEW
+
+
+class AuthenticatedPools:
+    """Open connections of a network server, unauthenticated and authenticated apart (thread-safe).
+
+    The oldest NEW connection (nothing decided of it yet) is evicted first; only when there is none,
+    the oldest whose head is being verified (a few ms each: were they kept, a flood of heads bearing
+    a genuine credential of uid nobody, refused only once munged has decoded it, could hold every
+    slot and shut the helper out). An authenticated connection is never evicted: a new connection
+    is always admitted. Evicted sockets are returned, not shut down here: the caller shuts them
+    outside the lock."""
+
+    def __init__(self, bounds: PoolBounds):
+        self.bounds = bounds
+        self._conns: dict[int, _Pooled] = {}  # insertion order is age order: the first NEW is the oldest
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def admit(self, key: Hashable, sock: socket.socket) -> tuple[int, list[socket.socket]]:
+        """A ticket for a new connection, and the sockets evicted to make room for it (their
+        tickets are gone): ``key``'s oldest when it holds its share, else the oldest of all when
+        the pool is full."""
+        b = self.bounds
+        evicted: list[socket.socket] = []
+        with self._lock:
+            if self._unauthenticated(key) >= b.max_unauthenticated_per_key:
+                self._evict(evicted, key)
+            if self._unauthenticated() >= b.max_unauthenticated:
+                self._evict(evicted)
+            ticket = next(self._ids)
+            self._conns[ticket] = _Pooled(key, sock)
+            return ticket, evicted
+
+    def _unauthenticated(self, key: Hashable | None = None) -> int:
+        return sum(1 for c in self._conns.values() if c.state != AUTHENTICATED and (key is None or c.key == key))
+
+    def _evict(self, into: list[socket.socket], key: Hashable | None = None) -> None:
+        """Drop the oldest NEW connection (of ``key`` when given), else the oldest VERIFYING one."""
+        for state in (NEW, VERIFYING):
+            for ticket, conn in self._conns.items():
+                if conn.state == state and (key is None or conn.key == key):
+                    del self._conns[ticket]
+                    into.append(conn.sock)
+                    return
+
+    def verifying(self, ticket: int) -> bool:
+        """Its head is read and being verified: evicted only when no NEW one is left. False when
+        it was evicted already."""
+        with self._lock:
+            conn = self._conns.get(ticket)
+            if conn is None:
+                return False
+            if conn.state == NEW:
+                conn.state = VERIFYING
+            return True
+
+    def refused(self, ticket: int) -> None:
+        """Its credential was refused: evicted first again until it closes."""
+        with self._lock:
+            conn = self._conns.get(ticket)
+            if conn is not None and conn.state == VERIFYING:
+                conn.state = NEW
+
+    def authenticated(self, ticket: int) -> bool:
+        """Move it to the authenticated pool; False when it was evicted, or that pool is full (then
+        it stays VERIFYING until it closes: the caller serves this request and closes it)."""
+        with self._lock:
+            conn = self._conns.get(ticket)
+            if conn is None:
+                return False
+            if conn.state == AUTHENTICATED:
+                return True
+            if sum(1 for c in self._conns.values() if c.state == AUTHENTICATED) >= self.bounds.max_authenticated:
+                return False
+            conn.state = AUTHENTICATED
+            return True
+
+    def release(self, ticket: int) -> None:
+        with self._lock:
+            self._conns.pop(ticket, None)
+
+    def evicted(self, ticket: int) -> bool:
+        with self._lock:
+            return ticket not in self._conns
+
+    def count(self, state: str | None = None) -> int:
+        with self._lock:
+            return sum(1 for c in self._conns.values() if state is None or c.state == state)
+
+
 class DeadlineWatch:
     """Shuts down each armed socket whose deadline passed (one thread for a whole server)."""
 
@@ -93,6 +215,7 @@ class DeadlineWatch:
         self.clock = clock
         self._heap: list[tuple[float, int]] = []
         self._armed: dict[int, socket.socket] = {}
+        self._fired: set[int] = set()  # tokens whose deadline shut their socket, until disarmed
         self._ids = itertools.count(1)
         self._cond = threading.Condition()
         self.expired = 0
@@ -111,6 +234,12 @@ class DeadlineWatch:
     def disarm(self, token: int) -> None:
         with self._cond:
             self._armed.pop(token, None)
+            self._fired.discard(token)
+
+    def fired(self, token: int) -> bool:
+        """Whether ``token``'s deadline passed and shut its socket (until it is disarmed)."""
+        with self._cond:
+            return token in self._fired
 
     def _run(self) -> None:
         while True:
@@ -124,6 +253,8 @@ class DeadlineWatch:
                     continue
                 heapq.heappop(self._heap)
                 sock = self._armed.pop(token, None)
+                if sock is not None:
+                    self._fired.add(token)
             if sock is not None:
                 self.expired += 1
                 try:

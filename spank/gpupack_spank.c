@@ -11,7 +11,7 @@
  *                   gave slurmstepd (its NodeName: SLURMD_NODENAME in slurmstepd's own
  *                   environment, never the job's), so several slurmd on one host each reach
  *                   their agent
- *   timeout_ms=N    how long a step start waits for the agent (default 3000)
+ *   timeout_ms=N    how long a step start waits for the agent, its connect() included (default 3000)
  *   spool=DIR       where a packed step that cannot be isolated is recorded for the helper
  *                   (%n as above; default /var/lib/gpupack/agent/%n/unisolated: the agent's
  *                   `--state-dir`/agent/<node>/unisolated)
@@ -210,6 +210,50 @@ static long now_ms(void)
     return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
 }
 
+/* Bound a blocking connect() by what is left of the budget: on a full listen backlog (an agent
+ * flooded with connections, or stuck) an AF_UNIX connect() waits, with no timeout of its own, until
+ * the agent accepts; Linux bounds that wait by SO_SNDTIMEO (and then fails with EAGAIN). */
+static int bound_connect_wait(int fd, long deadline)
+{
+    long left = deadline - now_ms();
+    if (left <= 0)
+        return -1;
+    struct timeval tv = {.tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000};
+    return setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)); /* left > 0: never 0 (forever) */
+}
+
+/* Connect fd to addr before the deadline. An agent that is restarting is back within a second or
+ * two: with retry_connect, retry until the deadline. Returns 0, or -1 with why filled in. */
+static int connect_within(int fd, const struct sockaddr_un *addr, long deadline, int budget_ms,
+                          int retry_connect, char *why, size_t why_cap)
+{
+    const char *path = addr->sun_path;
+    while (1) {
+        if (bound_connect_wait(fd, deadline) < 0) {
+            snprintf(why, why_cap, "cannot connect to %s within %d ms", path, budget_ms);
+            return -1;
+        }
+        if (connect(fd, (const struct sockaddr *)addr, sizeof(*addr)) == 0)
+            break;
+        int err = errno;
+        if (err == EINTR && now_ms() < deadline)
+            continue;
+        if (retry_connect && (err == ENOENT || err == ECONNREFUSED || err == EAGAIN) && now_ms() + 100 < deadline) {
+            usleep(100 * 1000);
+            continue;
+        }
+        if (err == EAGAIN) /* SO_SNDTIMEO ran out: the backlog stayed full */
+            snprintf(why, why_cap, "cannot connect to %s within %d ms: its backlog is full (is `gpupack agent` "
+                     "flooded or stuck?)", path, budget_ms);
+        else
+            snprintf(why, why_cap, "cannot connect to %s: %s (is `gpupack agent` running?)", path, strerror(err));
+        return -1;
+    }
+    struct timeval none = {0, 0}; /* the exchange is bounded by poll() on a non-blocking socket */
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof(none));
+    return 0;
+}
+
 /* Send req, read the whole answer into resp. Returns 0, or -1 with why filled in. */
 static int ask_agent(const char *path, const char *req, char *resp, size_t cap, int budget_ms,
                      int retry_connect, char *why, size_t why_cap)
@@ -228,15 +272,7 @@ static int ask_agent(const char *path, const char *req, char *resp, size_t cap, 
         snprintf(why, why_cap, "socket(): %s", strerror(errno));
         return -1;
     }
-    /* an agent that is restarting is back within a second or two: retry until the deadline */
-    while (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
-        int err = errno;
-        if (retry_connect && (err == ENOENT || err == ECONNREFUSED || err == EAGAIN || err == EINTR) &&
-            now_ms() + 100 < deadline) {
-            usleep(100 * 1000);
-            continue;
-        }
-        snprintf(why, why_cap, "cannot connect to %s: %s (is `gpupack agent` running?)", path, strerror(err));
+    if (connect_within(fd, &addr, deadline, budget_ms, retry_connect, why, why_cap) < 0) {
         close(fd);
         return -1;
     }

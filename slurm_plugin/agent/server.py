@@ -110,6 +110,10 @@ class AgentServer(PeerCheckedUnixServer):
     started, and counted (logged at a bounded rate)."""
 
     thread_name = "agent-socket"
+    #: connections not yet accepted: the stdlib's 5 fill within a burst of a user's connects, and
+    #: then slurmstepd's connect() waits (the SPANK plugin bounds it by its timeout_ms); the accept
+    #: loop refuses a flood's connections at once, so a deep queue drains quickly
+    request_queue_size = 128
 
     def __init__(self, path: Path, agent: NodeAgent, allowed_uids: set[int], bounds: Bounds = BOUNDS):
         self.agent = agent

@@ -12,7 +12,9 @@ long, answered with which bytes, still open at the end) and reports it as JSON o
 "Connected" is the client's view: over TCP a handshake completes while the server's accept queue
 is full, so a connection never accepted stays "open" until the hold ends (the server holds no
 thread or descriptor for it). ``closed_after`` tells the server's two answers apart: closed at
-once (refused at accept: busy) or near a deadline (accepted, held by a thread that long).
+once (refused at accept: busy) or near a deadline (accepted, held by a thread that long); on the
+link a partial head is also closed when newer connections evict it (the oldest unauthenticated
+one goes first), so there ``closed_after`` spreads below the head's deadline.
 
 Meanwhile the parent samples the target process's ``Threads``, ``VmRSS`` and open descriptors
 from ``/proc/<pid>`` every ``sample_s`` (at most 0.5 s), before, during and after the flood,

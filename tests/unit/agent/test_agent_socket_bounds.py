@@ -19,7 +19,9 @@ import pytest
 from gpus.sim.backend import SimGpuBackend
 from slurm_plugin.agent.daemon import NodeAgent
 from slurm_plugin.agent.server import MAX_OPEN_REQUEST_BYTES, AgentServer
-from slurm_plugin.server_bounds import Bounds, ConnectionSlots, DeadlineWatch, RefusalCounter
+from slurm_plugin.server_bounds import (
+    AUTHENTICATED, AuthenticatedPools, Bounds, ConnectionSlots, DeadlineWatch, PoolBounds, RefusalCounter,
+)
 
 SMALL = Bounds(max_total=6, max_per_key=2, reserved=2, request_s=0.6, idle_s=0.6)
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
@@ -39,6 +41,34 @@ def test_slots_cap_all_and_per_key_and_keep_some_for_privileged_callers():
     assert slots.total == 5
 
 
+def test_pools_evict_the_oldest_unauthenticated_connection_never_an_authenticated_one():
+    pools = AuthenticatedPools(PoolBounds(max_unauthenticated=3, max_unauthenticated_per_key=2, max_authenticated=1,
+                                          head_s=1.0, request_s=1.0, idle_s=1.0))
+    socks = [object() for _ in range(9)]
+    a1, none = pools.admit("a", socks[0])
+    a2, _ = pools.admit("a", socks[1])
+    assert none == [] and pools.verifying(a1) and pools.authenticated(a1)  # a1 leaves the unauthenticated pool
+    a3, evicted = pools.admit("a", socks[2])
+    assert evicted == [] and pools.count() == 3  # a's unauthenticated: a2, a3
+    a4, evicted = pools.admit("a", socks[3])  # a at its share: its oldest goes
+    assert evicted == [socks[1]] and pools.evicted(a2) and not pools.verifying(a2)
+    b1, _ = pools.admit("b", socks[4])  # a3, a4, b1: the unauthenticated pool is full
+    assert pools.verifying(a3)  # being verified: evicted only when no new one is left
+    b2, evicted = pools.admit("b", socks[5])
+    assert evicted == [socks[3]]  # the oldest NEW one (a4), not a3, never the authenticated a1
+    assert pools.verifying(b1) and pools.verifying(b2)
+    c1, evicted = pools.admit("c", socks[6])  # all being verified: the oldest of them goes
+    assert evicted == [socks[2]] and not pools.authenticated(a3)
+    assert not pools.authenticated(b1)  # the authenticated pool (1) is full: b1 is served, not kept
+    pools.refused(b2)  # refused: evicted first again
+    _, evicted = pools.admit("c", socks[7])
+    assert evicted == [socks[5]]
+    pools.release(a1)
+    assert pools.count(AUTHENTICATED) == 0 and pools.authenticated(b1)
+    pools.release(a2)  # evicted long ago: nothing changes
+    assert pools.count() == 3 and pools.count(AUTHENTICATED) == 1  # b1; c1 and the last one
+
+
 def test_a_deadline_ends_a_blocked_read():
     a, b = socket.socketpair()
     watch = DeadlineWatch("test")
@@ -53,6 +83,11 @@ def test_a_deadline_ends_a_blocked_read():
     with pytest.raises(BlockingIOError):
         c.recv(10)  # still open: disarmed
     assert watch.expired == 1
+    e, f = socket.socketpair()
+    cut = watch.arm(e, 0.05)
+    assert e.recv(10) == b"" and watch.fired(cut) and not watch.fired(kept)
+    watch.disarm(cut)
+    assert not watch.fired(cut)
 
 
 def test_a_flood_of_refusals_costs_a_bounded_number_of_log_lines(caplog):

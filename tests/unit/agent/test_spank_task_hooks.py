@@ -72,7 +72,7 @@ def node_dir(tmp_path):
     return d
 
 
-def run(harness, node_dir, *, shards="1", node="node1", job_env=None, hook="task", extra=()):
+def run(harness, node_dir, *, shards="1", node="node1", job_env=None, hook="task", extra=(), timeout=30):
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "H_JOB": "7", "H_STEP": str(BATCH), "H_UID": "1000"}
     if node is not None:
         env["SLURMD_NODENAME"] = node  # slurmstepd's own environment (from slurmd's conf)
@@ -81,7 +81,7 @@ def run(harness, node_dir, *, shards="1", node="node1", job_env=None, hook="task
     env.update({f"JOB_{k}": v for k, v in (job_env or {}).items()})
     args = [str(harness), hook, f"socket={node_dir}/agent-%n.sock", "timeout_ms=400",
             f"spool={node_dir}/agent/%n/unisolated", *extra]
-    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=30)
+    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout)
 
 
 def records(node_dir, node="node1"):
@@ -205,3 +205,49 @@ def test_a_refusal_the_step_itself_caused_leaves_no_record(harness, node_dir):
     finally:
         agent.close()
     assert out.returncode == 117 and records(node_dir) == [] and "not recorded" in out.stdout
+
+
+class StuckAgent:
+    """A Unix socket that never accepts, its backlog full: a connect() to it waits until it accepts
+    (an agent flooded with connections, or stuck)."""
+
+    def __init__(self, path: Path):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.bind(str(path))
+        self.sock.listen(0)
+        self.queued: list[socket.socket] = []
+        while True:  # fill the backlog
+            c = socket.socket(socket.AF_UNIX)
+            c.setblocking(False)
+            try:
+                c.connect(str(path))
+            except BlockingIOError:
+                c.close()
+                break
+            self.queued.append(c)
+        assert self.queued, "the backlog took no connection"
+
+    def close(self):
+        for c in self.queued:
+            c.close()
+        self.sock.close()
+
+
+@pytest.mark.parametrize("hook", ["task", "exit"])
+def test_a_connect_to_a_full_backlog_fails_within_the_budget(harness, node_dir, hook):
+    """Before: connect() blocked until the agent accepted, outside timeout_ms (400 ms here): a
+    flooded agent held slurmstepd's step start (and its end) without bound."""
+    agent = StuckAgent(node_dir / "agent-node1.sock")
+    try:
+        t0 = time.monotonic()
+        out = run(harness, node_dir, hook=hook, timeout=10)
+        took = time.monotonic() - t0
+    finally:
+        agent.close()
+    assert took < 3.0, took
+    if hook == "task":  # a packed step that cannot be isolated: recorded, does not start
+        assert out.returncode == 117 and "rc=" not in out.stdout
+        (rec,) = records(node_dir)
+        assert "backlog is full" in rec["reason"] and "within 400 ms" in rec["reason"]
+    else:
+        assert "held=0" in out.stdout
