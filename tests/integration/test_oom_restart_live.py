@@ -74,8 +74,13 @@ def test_a_job_out_of_memory_in_its_share_is_requeued_bigger_before_it_fails(idl
     # sampled states can miss a brief FAILED; the durable witness is the afternotok dependent
     # below, which Slurm would have started on any failure (asserted never to have run)
     assert "FAILED" not in seen[jumper], seen[jumper]
-    assert int(info["Restarts"]) == 1 and info["TresPerNode"].endswith("shard:2"), info
-    assert "restart-oom" in info["AdminComment"]
+    # one restart for its out-of-memory end; its next run, on two shares, jumps from 5 to 15 GiB at
+    # once again, and the memory forecast may read that step as growth and restart it once more
+    # on a larger share (seen on a loaded machine): a decision of its own, with its own event
+    later = events(cluster, "restart-memory", jumper)
+    assert int(info["Restarts"]) == 1 + len(later) and len(later) <= 1, (info, [e.detail for e in later])
+    if not later:
+        assert info["TresPerNode"].endswith("shard:2") and "restart-oom" in info["AdminComment"], info
     text = jump_out.read_text()
     assert "done 200 iterations" in text and "peak 15.00 GiB" in text, text
 
@@ -89,7 +94,8 @@ def test_a_job_out_of_memory_in_its_share_is_requeued_bigger_before_it_fails(idl
         assert (event.data["seen_in"] or "").startswith(seen_in), event.data
     store = Store(cluster.spec.database)
     try:
-        assert store.remembered_size(event.data["fingerprint"]) == 2
+        remembered = store.remembered_size(event.data["fingerprint"])
+        assert remembered == 2 if not later else remembered >= 2, remembered
         runs = wait_for(lambda: [r for r in store.runs(event.data["fingerprint"])], 30, "the runs recorded")
         first = [r for r in runs if r.lower_bound]
         assert all(r.peak_mem_bytes < 10 * GIB for r in first)  # the failed run is kept as a bound only
