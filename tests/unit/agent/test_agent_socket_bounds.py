@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pwd
 import select
 import socket
 import tempfile
@@ -22,6 +21,7 @@ from slurm_plugin.agent.server import MAX_OPEN_REQUEST_BYTES, AgentServer
 from slurm_plugin.server_bounds import (
     AUTHENTICATED, AuthenticatedPools, Bounds, ConnectionSlots, DeadlineWatch, PoolBounds, RefusalCounter,
 )
+from tests.unit.agent.as_user import as_nobody
 
 SMALL = Bounds(max_total=6, max_per_key=2, reserved=2, request_s=0.6, idle_s=0.6)
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
@@ -116,28 +116,6 @@ def served(tmp_path):
     os.rmdir(sockdir)
 
 
-def _as_nobody(fn):
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        try:
-            nobody = pwd.getpwnam("nobody")
-            os.setgid(nobody.pw_gid)
-            os.setuid(nobody.pw_uid)
-            out = repr(fn())
-        except BaseException as exc:
-            out = f"error {exc!r}"
-        os.write(w, out.encode())
-        os._exit(0)
-    os.close(w)
-    data = b""
-    while chunk := os.read(r, 65536):
-        data += chunk
-    os.waitpid(pid, 0)
-    return data.decode()
-
-
 def _closed_at_once(sock: socket.socket, within: float = 0.2) -> bool:
     ready, _, _ = select.select([sock], [], [], within)
     return bool(ready) and sock.recv(10) == b""
@@ -171,7 +149,7 @@ def test_one_user_holds_at_most_its_share_and_root_still_gets_in(served):
 
     t = threading.Thread(target=root_asks)
     t.start()
-    out = _as_nobody(flood)
+    out = as_nobody(flood)
     t.join()
     refused, waited, ended = eval(out)
     assert refused == 3, out  # 2 per uid
@@ -209,5 +187,5 @@ def test_an_unprivileged_request_is_read_no_further_than_a_small_limit(served):
                 pass
             return s.recv(1000).decode()
 
-    out = _as_nobody(big)
+    out = as_nobody(big)
     assert "request too large" in out, out

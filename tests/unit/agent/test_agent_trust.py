@@ -1,6 +1,5 @@
 """Who may ask the agent what, and how far a job's own reports are believed."""
 import os
-import pwd
 import tempfile
 
 import pytest
@@ -11,6 +10,7 @@ from slurm_plugin.agent.daemon import NodeAgent
 from slurm_plugin.agent.server import AgentServer
 from slurm_plugin.agent.state import BATCH_STEP
 from slurm_plugin.agent.trust import Peer, ReportGuard, ReportRejected, check_reporter, job_of_pid
+from tests.unit.agent.as_user import as_nobody
 
 SHARD1 = {"SLURM_JOB_GPUS": "0", "SLURM_SHARDS_ON_NODE": "1"}
 
@@ -60,29 +60,6 @@ def served(tmp_path):
     os.rmdir(sockdir)
 
 
-def _as_nobody(fn):
-    """Run fn() in a child process as user nobody; returns what it returned (a str)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        try:
-            nobody = pwd.getpwnam("nobody")
-            os.setgid(nobody.pw_gid)
-            os.setuid(nobody.pw_uid)
-            out = repr(fn())
-        except BaseException as exc:  # report it to the parent
-            out = f"error {exc!r}"
-        os.write(w, out.encode())
-        os._exit(0)
-    os.close(w)
-    data = b""
-    while chunk := os.read(r, 65536):
-        data += chunk
-    os.waitpid(pid, 0)
-    return data.decode()
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
 def test_a_job_cannot_ask_for_isolation_or_read_samples(served):
     agent, server = served
@@ -91,10 +68,10 @@ def test_a_job_cannot_ask_for_isolation_or_read_samples(served):
     sock = str(server.socket_path)
     for req in ({"op": "isolate", "job_id": 8, "step_id": 0, "env": SHARD1},
                 {"op": "samples"}, {"op": "finish", "job_id": 7}, {"op": "status"}):
-        answer = _as_nobody(lambda req=req: client.ask(sock, req))
+        answer = as_nobody(lambda req=req: client.ask(sock, req))
         assert "'status': 'error'" in answer and "not allowed" in answer, answer
     # with the right token but from a process outside the job
-    answer = _as_nobody(lambda: client.ask(sock, {"op": "report", "job_id": 7, "token": a.token, "iterations": 1}))
+    answer = as_nobody(lambda: client.ask(sock, {"op": "report", "job_id": 7, "token": a.token, "iterations": 1}))
     assert "not to job 7" in answer
     assert agent.jobs[7].iterations is None
     # root is answered
