@@ -41,8 +41,9 @@ each watch of `Monitor.watches`, in this order:
     `watches/round.py`'s `KeepsJobs`);
 18. **metrics** (`watches/metrics.py`): metrics.prom written (the Watcher serves the registry).
 
-While the kill switch file exists (`[paths] kill_switch`, `kill_switch.py`) only the watches
-that observe or keep jobs safe run: no requeue, restart, grow, regroup, steering, priority
+While the kill switch file exists (`[paths] kill_switch`, `kill_switch.py`), and in a round whose
+queue listing is older than `[monitor] max_view_age_s` when the watches start (slurmctld slow),
+only the watches that observe or keep jobs safe run: no requeue, restart, grow, regroup, steering, priority
 or layout change.
 
 Each round also pushes every node's job list to its agent and takes its samples over the
@@ -341,8 +342,11 @@ class Monitor:
             lap("view")
         ctx = self._context(now, listing, samples)
         halted = self.actions.halted = self.kill_switch.check(self.actions.log_event)
+        # a listing slurmctld gave too late: this round only observes (as with the kill switch), so
+        # no decision is made, and spent, on it; `Actions` refuses too, should a round outlast it
+        old_view = self.actions.view_too_old("the round's actions", None)
         for watch in self.watches:
-            if halted and watch.name not in RUN_WHILE_HALTED:
+            if (halted or old_view) and watch.name not in RUN_WHILE_HALTED:
                 continue
             watch.round(ctx)
             lap(watch.name)

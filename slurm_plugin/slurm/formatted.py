@@ -220,8 +220,6 @@ def parse_formatted(text: str, markers: Markers, fields: tuple[Field, ...]) -> F
     skipped: list[str] = []
     chunks = text.split(markers.record_end)
     tail = chunks.pop()  # after the last record: its newline only
-    if tail.strip():
-        skipped.append(f"text after the last record: {tail[:60]!r}")
     seen: set[int] = set()
     for chunk in chunks:
         chunk = chunk[1:] if chunk.startswith("\n") else chunk  # the newline squeue ends a record with
@@ -239,6 +237,8 @@ def parse_formatted(text: str, markers: Markers, fields: tuple[Field, ...]) -> F
             continue
         seen.add(job.job_id)
         jobs.append(job)
+    if tail.strip():
+        skipped.append(f"text after the last record: {tail[:60]!r}")
     return FormattedListing(tuple(jobs), tuple(skipped))
 
 

@@ -65,7 +65,7 @@ class Actions:
         self.refused_old_view = 0  # actions not taken on a stale view, all told
         self._old_view_told = False  # this episode of stale views was said
 
-    def view_too_old(self, kind: str, job_id: int) -> bool:
+    def view_too_old(self, kind: str, job_id: int | None) -> bool:
         """True (counted; an event and a log line once per episode) when the round's view of the
         queue is older than `max_view_age_s`: nothing acts on it."""
         if self.view_taken_at is None:
@@ -81,8 +81,8 @@ class Actions:
             self._old_view_told = True
             detail = (f"the queue view is {age:.0f} s old (limit {self.max_view_age_s:.0f} s; slurmctld slow?): "
                       f"no action on it until a fresh one (first held back: {kind})")
-            self.store.log_event("stale-view", detail, job_id, kind=kind, age_s=round(age, 1))
-            log.warning("job %d: %s", job_id, detail)
+            self.store.log_event("stale-view", detail, job_id, action=kind, age_s=round(age, 1))
+            log.warning("%s", detail)
         return True
 
     @property
