@@ -40,15 +40,15 @@ class Markers:
 
     @classmethod
     def new(cls) -> "Markers":
-        return cls(secrets.token_hex(8))
+        return cls(secrets.token_hex(6))  # 48 random bits, new each call
 
     @property
     def field_end(self) -> str:
-        return f"~{self.token}F~"
+        return f"~{self.token}~"
 
     @property
     def record_end(self) -> str:
-        return f"~{self.token}R~"
+        return f"~{self.token}#~"
 
 
 def _text(value: str) -> str | None:
@@ -67,7 +67,9 @@ def _int(value: str) -> int | None:
 def _time(value: str) -> datetime | None:
     if value in _NONE:
         return None
-    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc)
+    if len(value) != 19 or value[10] != "T":
+        raise ValueError(f"expected a time like 2026-01-31T12:00:00, got {value!r}")
+    return datetime.fromisoformat(value).replace(tzinfo=timezone.utc)
 
 
 def _limit_s(value: str) -> int | None:
@@ -208,9 +210,11 @@ def _job(values: list[str], fields: tuple[Field, ...]) -> Job:
         raise ValueError(f"JobId: not a positive job id: {job_id!r}")
     if attrs["array_job_id"] == job_id and attrs["array_task_id"] is None and values[_ARRAY_TASK] in _NONE:
         attrs["array_job_id"] = None  # squeue prints the job's own id for a job of no array
-    job = Job(job_id=job_id, gres=tuple(gres), exit_code=code, exit_signal=signal, **attrs)  # type: ignore[arg-type]
-    held = job.state == "PENDING" and (job.priority == 0 or job.state_reason in _HELD_REASONS)
-    return replace(job, held=held if job.state is not None else None)
+    state = attrs["state"]
+    held = None if state is None else state == "PENDING" and (
+        attrs["priority"] == 0 or attrs["state_reason"] in _HELD_REASONS)
+    return Job(job_id=job_id, gres=tuple(gres), exit_code=code, exit_signal=signal, held=held,
+               **attrs)  # type: ignore[arg-type]
 
 
 def parse_formatted(text: str, markers: Markers, fields: tuple[Field, ...]) -> FormattedListing:

@@ -279,7 +279,8 @@ class Actions:
         keep-at-head watch keep it there (and end the lift when it starts); its priority.
         Raises SlurmError."""
         self.runner.release(job_id)  # Slurm computes its priority again
-        jobs = self.runner.jobs_in_play(also=(job_id,))
+        formatted = getattr(self.runner, "formatted_jobs", None)  # the queue as text: no JSON of every job
+        jobs = list(formatted().jobs) if formatted is not None else self.runner.jobs_in_play(also=(job_id,))
         me = next((j for j in jobs if j.job_id == job_id), None)
         if me is None:
             raise SlurmError(f"job {job_id} is not listed after its release")

@@ -73,7 +73,7 @@ def test_the_format_is_one_argument_squeue_splits_only_at_its_commas():
     spec = format_spec(FIELDS, markers)
     assert spec.count(",") == len(FIELDS) - 1
     assert all(token.split(":", 1)[1].startswith("0~") for token in spec.split(","))
-    assert Markers.new().token != markers.token and len(markers.token) == 16
+    assert Markers.new().token != markers.token and len(markers.token) == 12
 
 
 def _line(values: list[str], markers: Markers) -> str:
