@@ -23,7 +23,7 @@ class MonitorSettings:
     # reading the queue (slurm_plugin/helper/queue_read.py): the whole queue as JSON (every field,
     # finished jobs the rules follow) at least this often, to reconcile the formatted reads with
     queue_reconcile_s: float = setting(300.0, gt=0)
-    # where slurmctld answers "did any job change state" cheaply (24.05+, --only-job-state): the
+    # where slurmctld answers "did any job change state" cheaply (23.11+, --only-job-state): the
     # formatted queue is read again after a change, after the watcher's own actions, and at
     # least this often (what a field's change that is no state change waits at most)
     queue_refresh_s: float = setting(10.0, gt=0)

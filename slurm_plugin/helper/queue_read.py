@@ -4,7 +4,7 @@ Every `REQUEST_JOB_INFO` makes slurmctld pack every job it knows under its job r
 whatever the client filters afterwards, and `squeue --json` then costs the client seconds on a
 long queue. So a round reads:
 
-1. on releases with `squeue --only-job-state` (24.05+: 24.11, 26.05), first every job's state
+1. on releases with `squeue --only-job-state` (23.11+: 24.11, 26.05), first every job's state
    from slurmctld's job-state cache (`REQUEST_JOB_STATE`: no job lock, no records packed); when
    no job changed state, the watcher did not change a job since, and the last full read is
    younger than `[monitor] queue_refresh_s`, the last listing stands (``kind="unchanged"``);

@@ -94,7 +94,7 @@ def formatted_jobs_args(spec: str, job_ids: Iterable[int] | None = None) -> list
 
 
 def job_states_args() -> list[str]:
-    """`squeue --only-job-state` (24.05+): every job's id and state from slurmctld's job-state
+    """`squeue --only-job-state` (23.11+): every job's id and state from slurmctld's job-state
     cache (RPC REQUEST_JOB_STATE, no job lock, no records packed), one `ID STATE` a line."""
     return ["squeue", "--only-job-state", "--noheader", "--all", "--format=%A %T"]
 

@@ -32,7 +32,7 @@ class FakeSlurm:
         major, minor, _ = (int(p) for p in release.split("."))
         self.modern = (major, minor) >= (23, 11)
         self.scontrol_json = (major, minor) >= (23, 2)
-        self.job_state_query = (major, minor) >= (24, 5)  # squeue --only-job-state
+        self.job_state_query = (major, minor) >= (23, 11)  # squeue --only-job-state
         self.accounting = accounting
         self.jobs: dict[int, FakeJob] = {}
         self.nodes: dict[str, FakeNode] = {"node1": FakeNode("node1"), "node2": FakeNode("node2")}

@@ -74,9 +74,9 @@ class SlurmVersion:
 
     @property
     def has_job_state_query(self) -> bool:
-        """`squeue --only-job-state` (RPC REQUEST_JOB_STATE) exists from 24.05 on (src/squeue in
-        slurm-24.05; not in 23.11)."""
-        return (self.major, self.minor) >= (24, 5)
+        """`squeue --only-job-state` (RPC REQUEST_JOB_STATE) exists from 23.11 on (src/squeue and
+        src/slurmctld/proc_req.c of slurm-23.11; not in 23.02)."""
+        return (self.major, self.minor) >= (23, 11)
 
     @property
     def double_books_shared_gpus(self) -> bool:

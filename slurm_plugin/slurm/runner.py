@@ -269,7 +269,7 @@ class SlurmRunner:
 
     def job_states(self) -> dict[int, str]:
         """Every job's state, from slurmctld's job-state cache (`squeue --only-job-state`,
-        24.05+): the cheap "did anything change" read."""
+        23.11+): the cheap "did anything change" read."""
         args = job_states_args()
         states: dict[int, str] = {}
         for line in self.run(args).stdout.splitlines():

@@ -75,13 +75,14 @@ def test_2311_asks_for_the_detail_of_only_the_jobs_that_need_it():
     n = len(fake.calls)
     mono.t += 1
     read = {j.job_id: j for j in reader.read().jobs}
-    assert calls(fake, n) == ["formatted", "json-ids"]
+    assert calls(fake, n) == ["states", "formatted", "json-ids"]
     assert "--jobs=4,5" in fake.calls[-1]  # the new run and the new pending packed job (no ExcNodes in -O)
     assert read[4].gres_detail[0].indexes == (1,) and read[5].excluded_nodes == ("node1",)
     assert read[2].excluded_nodes == ("node2",)  # held from the first listing
     n = len(fake.calls)
+    mono.t += 1
     reader.read()
-    assert calls(fake, n) == ["formatted"]
+    assert calls(fake, n) == ["states"]  # nothing changed: the listing and its details stand
 
 
 def test_2411_reuses_the_listing_while_no_job_changed_state():
