@@ -28,14 +28,18 @@ class RoundLoad:
     reads: Counter = field(default_factory=Counter)  # queue reads by kind
     skipped_records: int = 0  # queue records refused (hostile or unreadable), all told
     detail_jobs: int = 0  # jobs whose JSON detail was read, all told
+    last_skipped: int = 0  # records the last full read refused (said when it changes)
 
     def queue_read(self, read) -> None:
         self.queue_s, self.queue_kind, self.queue_commands = read.query_s, read.kind, read.commands
         self.reads[read.kind] += 1
         self.skipped_records += read.skipped
         self.detail_jobs += read.detail_jobs
-        if read.skipped:
-            log.warning("%d queue records refused this round (unreadable or hostile text; left out)", read.skipped)
+        if read.kind != "unchanged" and read.skipped != self.last_skipped:
+            log.warning("%d queue records refused (unreadable or hostile text; left out, counted in "
+                        "gpupack_watcher_queue_records_skipped_total)%s", read.skipped,
+                        "" if read.skipped else ": none now")
+            self.last_skipped = read.skipped
 
     def round_ended(self, round_s: float, cycle_s: float, why: str = "") -> None:
         """A round took ``round_s`` and the next starts ``cycle_s`` after it began."""

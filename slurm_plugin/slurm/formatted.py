@@ -27,7 +27,7 @@ from slurm_plugin.slurm.gres import REQUEST_FIELDS, expand_hostlist, parse_gres_
 from slurm_plugin.slurm.model import Job, SlurmVersion
 from slurm_plugin.slurm.parse import decode_exit_code
 
-_NONE = ("", "(null)", "N/A", "n/a", "None", "Unknown", "(None)")
+_NONE = ("", "(null)", "N/A", "n/a", "None", "NONE", "Unknown", "(None)")  # NONE: a running job's end, no limit
 _DURATION = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)$")
 _HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
 
@@ -76,7 +76,7 @@ def _limit_s(value: str) -> int | None:
     """`1-02:03:04`, `02:03:04`, `03:04` -> seconds; UNLIMITED/INVALID/NOT_SET -> None."""
     match = _DURATION.match(value.strip())
     if not match:
-        if value.strip().upper() in ("UNLIMITED", "INVALID", "NOT_SET", "INFINITE", *_NONE):
+        if value.strip() in ("UNLIMITED", "INVALID", "NOT_SET", "INFINITE", "Partition_Limit", *_NONE):
             return None
         raise ValueError(f"expected a time limit, got {value!r}")
     days, hours, minutes, seconds = (int(g or 0) for g in match.groups())

@@ -263,8 +263,8 @@ class SlurmRunner:
                 return FormattedListing(())
             raise
         listing = parse_formatted(result.stdout, markers, fields)
-        for why in listing.skipped[:3]:
-            log.warning("squeue: a record refused: %s", why)
+        for why in listing.skipped[:3]:  # counted and said once per change by the watcher (round_load)
+            log.debug("squeue: a record refused: %s", why)
         return listing
 
     def job_states(self) -> dict[int, str]:

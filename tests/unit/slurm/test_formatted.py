@@ -121,6 +121,10 @@ def test_values_read_like_the_json():
     assert job.exit_code == 3 and job.time_limit_s == 150 and job.array_job_id == 10 and job.array_task_id == 2
     assert job.user_id == 1001 and job.start_time.hour == 1 and job.start_time.tzinfo is not None
     assert job.held is False
+    unlimited = parse_formatted(_line(_values("14", "n", State="RUNNING", EndTime="NONE",
+                                              TimeLimit="Partition_Limit"), m), m, FIELDS)
+    assert unlimited.skipped == () and unlimited.jobs[0].end_time is None  # seen live on 22.05
+    assert unlimited.jobs[0].time_limit_s is None
     held = parse_formatted(_line(_values("13", "n", Reason="JobHeldAdmin", PriorityLong="5"), m), m, FIELDS).jobs[0]
     assert held.held is True and held.array_job_id is None
 
