@@ -95,8 +95,9 @@ def formatted_jobs_args(spec: str, job_ids: Iterable[int] | None = None) -> list
 
 def job_states_args() -> list[str]:
     """`squeue --only-job-state` (23.11+): every job's id and state from slurmctld's job-state
-    cache (RPC REQUEST_JOB_STATE, no job lock, no records packed), one `ID STATE` a line."""
-    return ["squeue", "--only-job-state", "--noheader", "--all", "--format=%A %T"]
+    cache (RPC REQUEST_JOB_STATE, no job lock, no records packed), one `ID STATE` a line. Only
+    job, state, cluster and printing options go with it (`--all` is refused: "only works alone")."""
+    return ["squeue", "--only-job-state", "--noheader", "--format=%A %T"]
 
 
 HOLDING_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING")

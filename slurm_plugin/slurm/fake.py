@@ -95,6 +95,10 @@ class FakeSlurm:
         if command == "squeue" and rest[:1] == ["--only-job-state"]:
             if not self.job_state_query:
                 return 1, "", "squeue: unrecognized option '--only-job-state'\n"
+            if rest != ["--only-job-state", "--noheader", "--format=%A %T"]:  # 26.05 refuses --all with it
+                return 1, "", ("squeue: fatal: Option --only-job-state only works alone, with -j (--jobs) and/or -t "
+                               "(--states) parameters, parameters for cluster/federation selection, and the printing "
+                               "options.\n")
             return 0, fake_formatted.job_states(list(self.jobs.values())), ""
         if command == "squeue" and "--json" in rest:
             return 0, self._json.jobs(list(self.jobs.values())), ""
