@@ -34,9 +34,11 @@ FIELDS = {"user_name": b"alice", "name": b"t", "script": BODY, "tres_per_node": 
 
 def documented_stages() -> list[str]:
     text = (ROOT / "docs" / "architecture.md").read_text()
-    found = re.search(r"Its stages, in order:(.*?)\.", text, re.S)
-    assert found, "docs/architecture.md names the submit pipeline's stages ('Its stages, in order: ...')"
-    return re.findall(r"`([^`]+)`", found.group(1))
+    found = re.search(r"Its stages, in order:\n\n(.*?)\n\n", text, re.S)
+    assert found, "docs/architecture.md lists the submit pipeline's stages ('Its stages, in order:' and a list)"
+    items = re.findall(r"^(\d+)\. `([^`]+)`:", found.group(1), re.M)
+    assert [int(n) for n, _ in items] == list(range(1, len(items) + 1))
+    return [name for _, name in items]
 
 
 def test_the_stages_are_the_ones_the_docs_name_in_their_order():
