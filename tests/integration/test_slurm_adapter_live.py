@@ -178,8 +178,8 @@ def test_formatted_listing_reads_as_the_json(cluster, runner: SlurmRunner, held)
     assert listing.skipped == ()
     formatted = {j.job_id: j for j in listing.jobs}
     json_jobs = {j.job_id: j for j in runner.jobs_in_play()}
-    assert set(ids) <= set(formatted)
-    assert {i for i, j in json_jobs.items() if not j.is_finished} == set(formatted)
+    # other tests' jobs of the session may change state between the two reads: only containment
+    assert set(ids) <= set(formatted) <= set(json_jobs)
     for name, job_id in zip(HOSTILE, ids):
         assert formatted[job_id].name == name and formatted[job_id].comment == f"{name} c"
     fields = fields_for(runner.version())
