@@ -163,7 +163,8 @@ class SuiteRules:
             newcomer, gpus, rule=self.corunner_rule, max_fraction=self.config.max_gpu_fraction,
             max_jobs_per_gpu=self.max_jobs_per_gpu, avoid=avoid, pair_speed=pair_speed,
             min_corunner_speed=1.0 - self.tolerated_loss if pred else 0.0,
-            min_newcomer_speed=max(self.min_newcomer_speed, self._fair_floor) if pred else 0.0)
+            min_newcomer_speed=max(self.min_newcomer_speed, self._fair_floor) if pred else 0.0,
+            max_util_total=self.config.max_gpu_util_pct)
 
     @property
     def _fair_floor(self) -> float:
