@@ -209,25 +209,25 @@ def _given(name: str) -> bool:
 def _site(config_path, contention_threshold, actions, gpu_model="A100-80GB"):
     """The rules the replay decides by (None: replay-legacy) and the values of the flags they
     set: the rules' where the flag was not given. A site's file (--config) as it is; else the
-    shipped etc/gpupack.toml (its loaders' defaults, equal to it, where the checkout has no
-    etc/), its [packer] table on ``gpu_model``."""
+    shipped etc/gpupack.toml, its [packer] table on ``gpu_model`` (refused where this install
+    has no etc/: its values are not all the loaders' defaults)."""
     settings = _meta().get("settings", SHIPPED)
     if settings == LEGACY:
         if config_path is not None:
             raise click.UsageError("--settings replay-legacy is the replay's own preset: give no --config with it")
         return None, contention_threshold, actions
     from mig.catalog import load_catalog
-    from packer.config import PackerConfig
     from simulator.settings import for_model
     from slurm_plugin.config.toml_file import load_config
-    from slurm_plugin.helper.monitor_settings import MonitorSettings, load_monitor_settings
+    from slurm_plugin.helper.monitor_settings import load_monitor_settings
 
     if config_path is not None:
         site = load_monitor_settings(config_path).rules(load_config(config_path))
     else:
-        shipped = SHIPPED_TOML if SHIPPED_TOML.is_file() else None
-        site = (load_monitor_settings(shipped).rules(load_config(shipped)) if shipped is not None
-                else MonitorSettings().rules(PackerConfig()))
+        if not SHIPPED_TOML.is_file():
+            raise click.UsageError(f"the shipped settings file {SHIPPED_TOML} is not in this install: "
+                                   "give --config FILE (e.g. a copy of etc/gpupack.toml) or --settings replay-legacy")
+        site = load_monitor_settings(SHIPPED_TOML).rules(load_config(SHIPPED_TOML))
         site = site.with_overrides(config=for_model(site.config, load_catalog(gpu_model), gpu_model))
     if not _given("contention_threshold"):
         contention_threshold = site.contention_threshold
