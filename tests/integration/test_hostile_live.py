@@ -33,7 +33,7 @@ import pytest
 from e2e_support import events, through_rounds, wait_for
 from hostile_support import CutShortAgent, LinkTamperer
 from test_unisolated_live import agent_pid, running
-from slurm_plugin.agent import client, link_server, server
+from slurm_plugin.agent import client
 from slurm_plugin.agent.client import AgentLink, AgentUnavailable
 from slurm_plugin.bench.flood import Flood, FloodPlan, dev_target
 from slurm_plugin.helper.watches.unisolated import KIND as UNISOLATED
@@ -44,6 +44,8 @@ pytestmark = pytest.mark.integration
 DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"}
 SLEEP = b"#!/bin/sh\nsleep 300\n"
 REPO = Path(__file__).resolve().parents[2]  # `python3 -m slurm_plugin` of this checkout
+AGENT_SOCKET_PER_UID = 16  # the caps a flood by one unprivileged user meets (docs/multi-host.md)
+LINK_UNAUTHENTICATED = 32
 
 
 def submit_with(cluster, env: dict[str, str], args: list[str], script: bytes) -> int:
@@ -161,10 +163,10 @@ def test_a_flood_by_nobody_holds_the_agent_within_its_caps(idle_cluster):
         assert summary["client"]["connected"] >= 100, summary["client"]  # the flood did reach the server
     before = summaries[0]["before"]["threads_max"]  # the agent's threads before the first flood began
     during = max(s["during"]["threads_max"] for s in summaries)
-    # nobody's share of each server (seen: 10 before, 55 during; uncapped, a thread per connection:
-    # hundreds), and a margin for the job's own requests and the evicted connections' threads ending
-    caps = server.BOUNDS.max_per_key + link_server.BOUNDS.max_unauthenticated
-    assert during <= before + caps + 16, (before, during, [s["during"] for s in summaries])
+    # nobody's share of each server as the docs promise it (16 per uid on the socket, 32 unauthenticated on
+    # the link; not read from the code, which is what is under test), and a margin for the job's own
+    # requests and the evicted connections' threads ending. Seen: 10 before, 55 during; uncapped, 612.
+    assert during <= before + AGENT_SOCKET_PER_UID + LINK_UNAUTHENTICATED + 16, (before, during, summaries)
 
 
 def test_an_unsigned_or_stale_link_answer_is_a_link_failure(cluster):
