@@ -27,6 +27,7 @@ from typing import Callable
 from gpus.nvml.caps import DriverFiles
 from packer.samples import JobSample
 from slurm_plugin.agent import isolation as iso
+from slurm_plugin.agent.adoption import adoption_refusal
 from slurm_plugin.agent.counters import CounterReader
 from slurm_plugin.agent.facts import FactsReader, gres_conf_path
 from slurm_plugin.agent.fence import Fence, fence_for, prune_device_cgroups
@@ -297,6 +298,11 @@ class NodeAgent:
             if out.restored:
                 self._save()
             return out.to_dict()
+
+    def adoption_refusal(self, uid: int) -> str | None:
+        """Why a login of ``uid`` must not be adopted into its job here (None: it may)."""
+        with self.lock:
+            return adoption_refusal(list(self.jobs.values()), uid)
 
     def status(self) -> dict:
         with self.lock:

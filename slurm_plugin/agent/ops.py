@@ -118,6 +118,12 @@ def _status(agent: NodeAgent, body: dict, peer: Peer) -> dict:
     return {"status": "ok", **agent.status()}
 
 
+def _adoption(agent: NodeAgent, body: dict, peer: Peer) -> dict:
+    """Whether a login of ``uid`` may be adopted into its job here (pam_slurm_adopt): ``refuse`` says
+    why not (:mod:`.adoption`)."""
+    return {"status": "ok", "node": agent.node, "refuse": agent.adoption_refusal(_int(body, "uid"))}
+
+
 def _report(agent: NodeAgent, body: dict, peer: Peer) -> dict:
     return agent.report(_int(body, "job_id"), peer, body)
 
@@ -189,5 +195,5 @@ _OPS = {
     "finish": _finish, "status": _status, "report": _report, "layout": _layout, "jobs": _jobs, "finals": _finals,
     "ack_finals": _ack_finals, "mps_plan": _mps_plan, "journal": _journal, "restore": _restore,
     "task_exit": _task_exit, "alloc_failed": _alloc_failed, "oom_settle": _oom_settle,
-    "ack_unisolated": _ack_unisolated,
+    "ack_unisolated": _ack_unisolated, "adoption": _adoption,
 }
