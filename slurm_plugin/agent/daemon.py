@@ -130,13 +130,20 @@ class NodeAgent:
         gpus_of = getattr(self.list_running_jobs, "gpus_of", None)
         return gpus_of(job_id) if gpus_of is not None else None
 
+    def _slurm_shards(self, job_id: int) -> int | None:
+        """The shards Slurm's record gives the job here (0: whole GPUs), None when unknown."""
+        shards_of = getattr(self.list_running_jobs, "shards_of", None)
+        return shards_of(job_id) if shards_of is not None else None
+
     def _lists_taken(self) -> int:
         return self.list_running_jobs.lists  # a PushedJobs: the helper's lists, counted
 
     # -- isolate ----------------------------------------------------------------------------
     def isolate(self, job_id: int, step_id: int, uid: int | None, env: dict[str, str]) -> Assignment:
         """The job's isolation for this step (made on its first step, reused by the others)."""
-        grant = iso.grant_from_env(env, step_id)
+        grant, unbacked = iso.grant_within_record(iso.grant_from_env(env, step_id), self._slurm_shards(job_id))
+        if unbacked is not None:
+            log.warning("job %d step %d: %s", job_id, step_id, unbacked)
         recorded = self._slurm_gpus(job_id)
         why = iso.grant_outside_record(grant, recorded)
         if why is not None:

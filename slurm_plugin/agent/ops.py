@@ -136,6 +136,19 @@ def _layout(agent: NodeAgent, body: dict, peer: Peer) -> dict:
     return {"status": "ok", "node": agent.node, "changes": changes}
 
 
+def _shard_counts(raw: object) -> dict[int, int]:
+    """``{"<job>": <shards on this node>}`` of a pushed list, checked whole (a bad entry refuses the list)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                            for v in raw.values()):
+        raise ValueError("shards must map job ids to shard counts")
+    try:
+        return {int(k): v for k, v in raw.items()}
+    except ValueError as exc:
+        raise ValueError(f"shards must map job ids to shard counts: {exc}") from None
+
+
 def _jobs(agent: NodeAgent, body: dict, peer: Peer) -> dict:
     """The jobs Slurm runs on this node, pushed by the helper each round."""
     pushed = getattr(agent.list_running_jobs, "update", None)
@@ -150,9 +163,10 @@ def _jobs(agent: NodeAgent, body: dict, peer: Peer) -> dict:
         gpus = {int(k): tuple(v) for k, v in raw.items()}
     except ValueError as exc:
         raise ValueError(f"gpus must map job ids to lists of GPU indexes: {exc}") from None
+    shards = _shard_counts(body.get("shards"))
     agent.generations.take("jobs", generation)  # kept across restarts (a StalePlan is refused)
     outputs = parse_outputs(body.get("outputs"))
-    if not pushed(_ints(body, "job_ids"), generation, gpus):
+    if not pushed(_ints(body, "job_ids"), generation, gpus, shards):
         raise ValueError(f"job list generation {generation} is older than the one this agent has")
     take = getattr(agent.list_running_jobs, "take_outputs", None)
     if take is not None:
