@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from packer.config import PackerConfig
 from packer.rules import SuiteRules
 from simulator.knowledge import MODES as KNOWLEDGE_MODES
+from simulator.recurrence import Recurrence
 
 POLICIES = ("exclusive", "shard-fixed", "mig-static", "lucid-like", "colocate",
             "mig-by-size", "mig-in-order")
@@ -83,6 +84,10 @@ class SimConfig:
     # as the helper reads it): restart costs, grow and regroup thresholds. The fields above
     # (the command's flags) still override what they name. None: the suite's defaults.
     site: SuiteRules | None = None
+    # colocate: how later jobs of a workload find its history, by identity level
+    # (simulator.recurrence; issue 34). None: every job of a profile has an exact history
+    # once one of its runs has finished (the replay's legacy model).
+    recurrence: Recurrence | None = None
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
