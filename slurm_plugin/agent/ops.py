@@ -151,6 +151,7 @@ def _jobs(agent: NodeAgent, body: dict, peer: Peer) -> dict:
     take = getattr(agent.list_running_jobs, "take_outputs", None)
     if take is not None:
         take(outputs)
+        agent.oom.outputs_arrived()  # ends waiting for where their output is (`oom_desk`)
     return {"status": "ok", "node": agent.node}
 
 
