@@ -251,3 +251,46 @@ def test_a_connect_to_a_full_backlog_fails_within_the_budget(harness, node_dir, 
         assert "backlog is full" in rec["reason"] and "within 400 ms" in rec["reason"]
     else:
         assert "held=0" in out.stdout
+
+
+# -- the opt-in out-of-memory observer for Python jobs: a folder in front of the job's PYTHONPATH ----
+SITE_DIR = "/opt/gpupack/python_site"
+
+
+@pytest.mark.parametrize("own, expected", [("/home/u/lib:/srv/x", f"{SITE_DIR}:/home/u/lib:/srv/x"),
+                                           (None, SITE_DIR), ("", SITE_DIR)])
+def test_a_prepend_line_puts_the_folder_in_front_of_the_jobs_own_pythonpath(harness, node_dir, own, expected):
+    answer = FULL.replace(b"\nEND\n", f"\nPREPEND PYTHONPATH={SITE_DIR}\nEND\n".encode())
+    agent = ScriptedAgent(node_dir / "agent-node1.sock", answer)
+    try:
+        out = run(harness, node_dir, job_env=None if own is None else {"PYTHONPATH": own})
+    finally:
+        agent.close()
+    assert out.returncode == 0 and "rc=0" in out.stdout, out.stdout
+    assert f"setenv PYTHONPATH={expected}\n" in out.stdout and "setenv CUDA_VISIBLE_DEVICES=MIG-abc" in out.stdout
+    assert "(3 variables set" in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize("line", ["PREPEND LD_PRELOAD=/opt/x.so", "PREPEND PYTHONPATH=relative/dir",
+                                  "PREPEND PYTHONPATH=/a:/b", "PREPEND PYTHONPATHX=/a", "PREPEND PYTHONPATH"])
+def test_any_other_prepend_is_ignored_and_said(harness, node_dir, line):
+    answer = FULL.replace(b"\nEND\n", f"\n{line}\nEND\n".encode())
+    agent = ScriptedAgent(node_dir / "agent-node1.sock", answer)
+    try:
+        out = run(harness, node_dir, job_env={"PYTHONPATH": "/home/u/lib"})
+    finally:
+        agent.close()
+    assert out.returncode == 0 and "rc=0" in out.stdout, out.stdout  # the step runs, isolated as answered
+    assert "setenv PYTHONPATH" not in out.stdout and "setenv LD_PRELOAD" not in out.stdout
+    assert "error: gpupack: job 7 step" in out.stdout and "ignoring 'PREPEND" in out.stdout, out.stdout
+
+
+def test_a_pythonpath_too_long_to_read_whole_is_left_as_it_is(harness, node_dir):
+    answer = FULL.replace(b"\nEND\n", f"\nPREPEND PYTHONPATH={SITE_DIR}\nEND\n".encode())
+    agent = ScriptedAgent(node_dir / "agent-node1.sock", answer)
+    try:
+        out = run(harness, node_dir, job_env={"PYTHONPATH": "/x" * 20000})
+    finally:
+        agent.close()
+    assert out.returncode == 0 and "rc=0" in out.stdout and "setenv PYTHONPATH" not in out.stdout, out.stdout
+    assert "cannot be read whole" in out.stdout
