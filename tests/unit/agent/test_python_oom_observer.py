@@ -5,13 +5,10 @@ CUDA) and ``torch.cuda._lazy_call(fn)`` (queued until ``torch.cuda._lazy_init``,
 that raises fails CUDA's start, as torch's DeferredCudaCallError)."""
 from __future__ import annotations
 
-import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 import pytest
@@ -23,6 +20,7 @@ from slurm_plugin.agent.daemon import NodeAgent
 from slurm_plugin.agent.server import AgentServer
 from slurm_plugin.agent.state import BATCH_STEP
 from slurm_plugin.agent.trust import Peer
+from tests.unit.agent.scripted_agent import ScriptedAgent
 
 SITE = Path(__file__).resolve().parents[3] / "slurm_plugin" / "python_site"
 GIB = 1024**3
@@ -73,37 +71,6 @@ print("job done")
 '''
 
 
-class ScriptedAgent:
-    """A Unix socket that records each JSON line and answers ``answer``."""
-
-    def __init__(self, path: str, answer: dict):
-        self.requests: list[dict] = []
-        self.answer = answer
-        self.sock = socket.socket(socket.AF_UNIX)
-        self.sock.bind(path)
-        self.sock.listen(8)
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                data = b""
-                while not data.endswith(b"\n"):
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
-                self.requests.append(json.loads(data))
-                conn.sendall((json.dumps(self.answer) + "\n").encode())
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 @pytest.fixture
 def fake_torch(tmp_path):
     root = tmp_path / "fake"
@@ -111,6 +78,9 @@ def fake_torch(tmp_path):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     return root
+
+
+OK = b'{"status": "ok"}\n'
 
 
 def run_job(fake_torch: Path, *sizes: int, env: dict | None = None, pythonpath: list | None = None,
@@ -129,7 +99,7 @@ def step_env(sock: str, token: str = "tok", job: str = "7") -> dict:
 @pytest.fixture
 def scripted(tmp_path):
     path = str(tmp_path / "agent.sock")
-    agent = ScriptedAgent(path, {"status": "ok"})
+    agent = ScriptedAgent(path, OK)
     yield path, agent
     agent.close()
 
@@ -159,10 +129,9 @@ def test_a_failure_in_the_hook_never_breaks_the_job_and_is_said_once(fake_torch,
     env = step_env(path)
     agent = None
     if case == "agent-refuses":
-        agent = ScriptedAgent(path, {"status": "error", "reason": "wrong report token for job 7"})
+        agent = ScriptedAgent(path, b'{"status": "error", "reason": "wrong report token for job 7"}\n')
     elif case == "garbage-answer":
-        agent = ScriptedAgent(path, {"status": "ok"})
-        agent.answer = "not json"  # a JSON string: no status
+        agent = ScriptedAgent(path, b'"not json"\n')  # a JSON string: no status
     elif case == "attach-fails":
         env["FAKE_ATTACH_FAILS"] = "1"
     try:

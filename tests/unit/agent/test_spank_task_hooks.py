@@ -4,18 +4,17 @@ recorded by root in the node's spool (the helper's only evidence for a requeue) 
 Needs a C compiler and Slurm's headers (skipped otherwise)."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
 import subprocess
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from slurm_plugin.agent.unisolated import UnisolatedSpool
+from tests.unit.agent.scripted_agent import ScriptedAgent
 
 ROOT = Path(__file__).resolve().parents[3]
 BATCH = 4294967291
@@ -30,39 +29,6 @@ def harness(tmp_path_factory):
     subprocess.run(["cc", "-std=gnu99", "-Wall", "-Wextra", "-Werror", "-I", str(ROOT / "spank"), "-o", str(exe),
                     str(Path(__file__).parent / "data" / "spank_task_harness.c")], check=True)
     return exe
-
-
-class ScriptedAgent:
-    """A Unix socket that records each request (one line) and answers with ``answer`` bytes (a list:
-    one per request in turn, the last one repeated)."""
-
-    def __init__(self, path: Path, answer: bytes | list[bytes]):
-        self.path, self.requests = path, []
-        self.answers = list(answer) if isinstance(answer, list) else [answer]
-        self.sock = socket.socket(socket.AF_UNIX)
-        self.sock.bind(str(path))
-        self.sock.listen(8)
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                data = b""
-                while b"\n" not in data:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
-                self.requests.append(json.loads(data.split(b"\n", 1)[0]))
-                conn.sendall(self.answers[min(len(self.requests), len(self.answers)) - 1])
-
-    def close(self):
-        self.sock.close()
 
 
 @pytest.fixture
