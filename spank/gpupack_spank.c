@@ -1019,8 +1019,8 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
     while (ask_agent(path, req, resp, sizeof(resp), timeout_ms < 1000 ? timeout_ms : 1000, 0, why, sizeof(why)) == 0 &&
            framed(resp, strlen(resp)) && strcmp(resp, "OK hold\n") == 0 && now_ms() < deadline) {
         if (!held)
-            slurm_info("gpupack: job %u step %u ended out of memory in its share (exit %d); its end waits "
-                       "for the helper's requeue", job, step, code);
+            slurm_info("gpupack: job %u step %u ended (exit %d); its end waits for the node agent (an "
+                       "out-of-memory end for the helper to requeue, or where its output is)", job, step, code);
         held = 1;
         usleep(HOLD_POLL_MS * 1000);
     }

@@ -5,7 +5,8 @@ the ends themselves; ``packer.oom_restart`` judges them on the controller).
 Where a job writes its output comes from Slurm's record, which the helper pushes with the node's
 job list once a round. A job that ends within a round of starting has no list naming it yet: its
 nonzero end, when nothing else makes it an out-of-memory end (no report, not measured at the
-share's limit), **waits for Slurm's record**: the plugin is answered "hold" until a list naming
+share's limit) and that the task exited itself or aborted (not killed: a cancel or a time limit
+never waits), **waits for Slurm's record**: the plugin is answered "hold" until a list naming
 the job comes (the job is still RUNNING in Slurm while its end is held, so the helper's next
 round lists it) or the hold's time (`oom_ends.HOLD_S`, counted from the step's end) passes. The
 list that brings its paths has its output read at once, before the helper's same round asks for
@@ -14,6 +15,7 @@ the node's ends (`outputs_arrived`), so the end costs one round, as for a job li
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +32,11 @@ from slurm_plugin.agent.state import Assignment
 from slurm_plugin.agent.trust import Peer, ReportRejected, check_reporter
 
 log = logging.getLogger(__name__)
+
+#: the plugin's exit code of a task that aborted (128 + SIGABRT: an uncaught C++ exception, a
+#: framework's fatal check); with the codes a process exits with itself (1-127), the ends whose
+#: output may name an out-of-memory failure
+ABORTED = 128 + signal.SIGABRT
 
 
 class DeskAgent(Protocol):
@@ -92,6 +99,8 @@ class OomDesk:
         """Whether this end waits for a job list naming the job (under the agent's lock)."""
         for job_id in [j for j, w in self.awaited.items() if now - w.at > KEEP_S]:
             del self.awaited[job_id]
+        if not (0 < exit_code < 128 or exit_code == ABORTED):
+            return False  # killed (a cancel, a time limit: 128 + SIGTERM/SIGKILL): no framework's end
         lister = self.agent.list_running_jobs
         output_of = getattr(lister, "output_of", None)
         if output_of is None or not callable(lister) or output_of(a.job_id) is not None:

@@ -235,6 +235,14 @@ def test_a_list_that_names_the_job_without_text_lets_it_end(pushed, tmp_path):
     assert agent.oom.task_exit(7, BATCH_STEP, 1) == "done" and agent.oom.awaited == {}
 
 
+@pytest.mark.parametrize("code, waits", [(1, True), (134, True), (137, False), (143, False), (130, False)])
+def test_only_an_exit_or_an_abort_waits_for_a_list_never_a_kill(pushed, code, waits):
+    agent, backend, _ = pushed
+    run_at(agent, backend, 7, 5 * GIB)  # a cancel's or a time limit's SIGTERM/SIGKILL never waits
+    assert agent.oom.task_exit(7, BATCH_STEP, code) == ("hold" if waits else "done")
+    assert (7 in agent.oom.awaited) is waits
+
+
 @pytest.mark.parametrize("case", ["exit-0", "measured", "reported"])
 def test_what_needs_no_output_never_waits_for_a_list(pushed, case):
     agent, backend, _ = pushed
