@@ -1016,8 +1016,19 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
         return ESPANK_SUCCESS;
     long deadline = now_ms() + HOLD_MAX_MS;
     int held = 0;
-    while (ask_agent(path, req, resp, sizeof(resp), timeout_ms < 1000 ? timeout_ms : 1000, 0, why, sizeof(why)) == 0 &&
-           framed(resp, strlen(resp)) && strcmp(resp, "OK hold\n") == 0 && now_ms() < deadline) {
+    for (int first = 1;; first = 0) {
+        /* The first ask is where the agent does the work (the end judged, the output's tail read): it gets the
+         * plugin's whole budget, as a step's start does (an agent reshaping a GPU's MIG layout holds its lock
+         * for seconds); each later poll 1 s at most. */
+        int budget = first || timeout_ms < 1000 ? timeout_ms : 1000;
+        if (ask_agent(path, req, resp, sizeof(resp), budget, 0, why, sizeof(why)) < 0) {
+            if (first)
+                slurm_error("gpupack: job %u step %u: the node agent did not take its end (exit %d): %s", job, step,
+                            code, why);
+            break;
+        }
+        if (!framed(resp, strlen(resp)) || strcmp(resp, "OK hold\n") != 0 || now_ms() >= deadline)
+            break;
         if (!held)
             slurm_info("gpupack: job %u step %u ended (exit %d); its end waits for the node agent (an "
                        "out-of-memory end for the helper to requeue, or where its output is)", job, step, code);

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from pathlib import Path
 
 
@@ -12,8 +13,10 @@ class ScriptedAgent:
     """A Unix socket that records each request (one line) and answers with ``answer`` bytes (a list:
     one per request in turn, the last one repeated)."""
 
-    def __init__(self, path: Path, answer: bytes | list[bytes]):
+    def __init__(self, path: Path, answer: bytes | list[bytes], first_after_s: float = 0.0):
+        """``first_after_s``: the first answer comes this late (an agent busy under its lock)."""
         self.path, self.requests = path, []
+        self.first_after_s = first_after_s
         self.answers = list(answer) if isinstance(answer, list) else [answer]
         self.sock = socket.socket(socket.AF_UNIX)
         self.sock.bind(str(path))
@@ -35,6 +38,8 @@ class ScriptedAgent:
                         break
                     data += chunk
                 self.requests.append(json.loads(data.split(b"\n", 1)[0]))
+                if len(self.requests) == 1 and self.first_after_s:
+                    time.sleep(self.first_after_s)
                 conn.sendall(self.answers[min(len(self.requests), len(self.answers)) - 1])
 
     def close(self):

@@ -162,6 +162,27 @@ def test_a_hold_is_taken_only_framed(harness, node_dir):
         assert f"held={held}" in out.stdout, (answer, out.stdout)
 
 
+def test_a_step_end_the_agent_is_slow_to_judge_is_still_held(harness, node_dir):
+    """task_exit: the first ask (where the agent reads the output and judges the end) gets the plugin's
+    whole budget, not a poll's 1 s: an agent busy reshaping a GPU under its lock answers late."""
+    agent = ScriptedAgent(node_dir / "agent-node1.sock", [b"OK hold\nEND\n", b"OK done\nEND\n"], first_after_s=1.5)
+    try:
+        out = run(harness, node_dir, hook="exit", extra=("timeout_ms=3000",))
+    finally:
+        agent.close()
+    assert "held=1" in out.stdout and "did not take its end" not in out.stdout, out.stdout
+    assert [r["op"] for r in agent.requests] == ["task_exit", "task_exit"]
+
+
+def test_an_agent_that_never_answers_the_end_is_said_in_slurmds_log(harness, node_dir):
+    agent = ScriptedAgent(node_dir / "agent-node1.sock", b"OK hold\nEND\n", first_after_s=2.0)
+    try:
+        out = run(harness, node_dir, hook="exit")  # timeout_ms=400
+    finally:
+        agent.close()
+    assert "held=0" in out.stdout and "the node agent did not take its end (exit 1)" in out.stdout, out.stdout
+
+
 def test_a_refusal_the_step_itself_caused_leaves_no_record(harness, node_dir):
     """A step whose own variables disagree with Slurm's record (ERR-STEP) fails, but the helper gets
     no record: the job's own doing earns neither a requeue nor a lift above jobs that waited."""
