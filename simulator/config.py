@@ -80,6 +80,11 @@ class SimConfig:
     # report it (an opt-in observer). Drawn per job from its id.
     oom_output_share: float = 0.0
     oom_unseen_share: float = 0.0
+    # a retry on the job's word (its report or its output, not a measurement at its share's
+    # limit) goes back at its own place in the queue (by arrival), as the live helper releases
+    # it with the priority Slurm gives it; False: at the head, like every other requeue (the
+    # replay's figures before this switch)
+    oom_word_own_place: bool = False
     # a site's own rules (`gpupack simulate --config FILE`: its gpupack.toml's [monitor] table,
     # as the helper reads it): restart costs, grow and regroup thresholds. The fields above
     # (the command's flags) still override what they name. None: the suite's defaults.

@@ -194,15 +194,23 @@ class Simulator:
         if predicted and not self.memory.restart_on_warning(job, now, growing):
             self.progress.set_rate(job, now, job.rate)  # its next event: the end or the OOM
             return
+        at_head = True
         if predicted:
             self.memory.remember_bigger(job)
-        elif not self.memory.retry_oom(job, now):  # contained in its share; retries spent
-            self.stop(job, now)
-            job.end, job.oom_failed = now, True
-            return
+        else:
+            decision = self.memory.retry_oom(job, now)
+            if decision is None:  # contained in its share; retries spent
+                self.stop(job, now)
+                job.end, job.oom_failed = now, True
+                return
+            at_head = decision.at_head or not self.cfg.oom_word_own_place
         if grow is not None and grow.try_grow(job, now, predicted):
             return  # restarted bigger on its GPU at once, younger neighbours evicted
-        self.requeue_at_head(job, now)
+        if at_head:
+            self.requeue_at_head(job, now)
+        else:  # the job's word: no lift above jobs that waited longer
+            self.stop(job, now)
+            self.sched.requeue(job, now, at_head=False)
 
     def requeue_at_head(self, job: Job, now: float) -> None:
         """Take ``job`` off its GPU (its attempt lost) and put it back at the head of the queue."""

@@ -88,6 +88,7 @@ SPANK_PLUGIN(gpupack, 1);
 #define GPUPACK_UNISOLATED_EXIT 117
 #define RESP_MAX 16384
 #define VAL_MAX 1024
+#define PATHLIST_MAX 32768 /* the job's PYTHONPATH, read whole or not used */
 #define HOLD_POLL_MS 500
 #define HOLD_MAX_MS 30000 /* never hold a step's end longer, whatever the agent says */
 #define FENCE_MAX 8 /* capability nodes one job may be given */
@@ -702,8 +703,40 @@ static int framed(char *resp, size_t got)
     return 1;
 }
 
-/* Apply "OK <isolation>\nFENCE ...\nK=V\n...\nEND\n" to the step; returns the number of variables set
- * or -1. */
+/* "PREPEND PYTHONPATH=<folder>" (the agent's opt-in out-of-memory observer for Python jobs,
+ * slurm_plugin/python_site): <folder> goes in front of the job's own PYTHONPATH, which is kept (it is
+ * the job's, and only the job's processes read it). Only PYTHONPATH; the folder absolute, without ':'.
+ * Returns 1 when set, 0 when ignored (said in slurmd's log). */
+static int apply_prepend(spank_t sp, char *spec, uint32_t job, uint32_t step)
+{
+    char *eq = strchr(spec, '=');
+    if (!eq || eq - spec != 10 || strncmp(spec, "PYTHONPATH", 10) != 0 || eq[1] != '/' || strchr(eq + 1, ':')) {
+        slurm_error("gpupack: job %u step %u: ignoring 'PREPEND %.200s' from the agent (only PYTHONPATH, an "
+                    "absolute folder without ':')", job, step, spec);
+        return 0;
+    }
+    const char *folder = eq + 1;
+    static char old[PATHLIST_MAX], val[PATHLIST_MAX + 1024];
+    int n;
+    spank_err_t got = spank_getenv(sp, "PYTHONPATH", old, sizeof(old));
+    if (got == ESPANK_SUCCESS && old[0]) {
+        n = snprintf(val, sizeof(val), "%s:%s", folder, old);
+    } else if (got == ESPANK_SUCCESS || got == ESPANK_ENV_NOEXIST) {
+        n = snprintf(val, sizeof(val), "%s", folder);
+    } else { /* too long to read whole: never replace the job's own value with a part of it */
+        slurm_error("gpupack: job %u step %u: its PYTHONPATH cannot be read whole (%s): left as it is", job,
+                    step, spank_strerror(got));
+        return 0;
+    }
+    if (n < 0 || (size_t)n >= sizeof(val) || spank_setenv(sp, "PYTHONPATH", val, 1) != ESPANK_SUCCESS) {
+        slurm_error("gpupack: job %u step %u: cannot put %s in front of PYTHONPATH", job, step, folder);
+        return 0;
+    }
+    return 1;
+}
+
+/* Apply "OK <isolation>\nFENCE ...\nPREPEND K=<folder>\nK=V\n...\nEND\n" to the step; returns the
+ * number of variables set or -1. */
 static int apply_answer(spank_t sp, char *resp, uint32_t job, uint32_t step, char *why, size_t why_cap)
 {
     char *save = NULL;
@@ -735,6 +768,10 @@ static int apply_answer(spank_t sp, char *resp, uint32_t job, uint32_t step, cha
         if (strncmp(line, "DENY ", 5) == 0) {
             if (apply_deny(sp, line + 5, job, step, why, why_cap) < 0)
                 return -1;
+            continue;
+        }
+        if (strncmp(line, "PREPEND ", 8) == 0) {
+            set += apply_prepend(sp, line + 8, job, step);
             continue;
         }
         char *eq = strchr(line, '=');
@@ -979,11 +1016,22 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
         return ESPANK_SUCCESS;
     long deadline = now_ms() + HOLD_MAX_MS;
     int held = 0;
-    while (ask_agent(path, req, resp, sizeof(resp), timeout_ms < 1000 ? timeout_ms : 1000, 0, why, sizeof(why)) == 0 &&
-           framed(resp, strlen(resp)) && strcmp(resp, "OK hold\n") == 0 && now_ms() < deadline) {
+    for (int first = 1;; first = 0) {
+        /* The first ask is where the agent does the work (the end judged, the output's tail read): it gets the
+         * plugin's whole budget, as a step's start does (an agent reshaping a GPU's MIG layout holds its lock
+         * for seconds); each later poll 1 s at most. */
+        int budget = first || timeout_ms < 1000 ? timeout_ms : 1000;
+        if (ask_agent(path, req, resp, sizeof(resp), budget, 0, why, sizeof(why)) < 0) {
+            if (first)
+                slurm_error("gpupack: job %u step %u: the node agent did not take its end (exit %d): %s", job, step,
+                            code, why);
+            break;
+        }
+        if (!framed(resp, strlen(resp)) || strcmp(resp, "OK hold\n") != 0 || now_ms() >= deadline)
+            break;
         if (!held)
-            slurm_info("gpupack: job %u step %u ended out of memory in its share (exit %d); its end waits "
-                       "for the helper's requeue", job, step, code);
+            slurm_info("gpupack: job %u step %u ended (exit %d); its end waits for the node agent (an "
+                       "out-of-memory end for the helper to requeue, or where its output is)", job, step, code);
         held = 1;
         usleep(HOLD_POLL_MS * 1000);
     }

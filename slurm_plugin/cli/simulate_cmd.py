@@ -64,6 +64,11 @@ def workload_options(fn):
                      expose_value=False, callback=lambda ctx, _p, v: ctx.meta.__setitem__("oom_unseen_share", v),
                      help="Share of one-GPU jobs whose out-of-memory end is not seen at all (only a "
                           "measurement at the share's limit tells): a jump far below it ends FAILED."),
+        click.option("--oom-word-own-place", is_flag=True, default=False,
+                     expose_value=False, callback=lambda ctx, _p, v: ctx.meta.__setitem__("oom_word_own_place", v),
+                     help="A retry on the job's word (its report or its output, not a measurement at "
+                          "its share's limit) goes back at its own place in the queue (by arrival), as "
+                          "live; without it, at the head like every requeue."),
         click.option("--data-dir", type=click.Path(file_okay=False), default=None,
                      help="Folder with philly_jobs.csv, workload_profiles.csv, "
                           "colocation_pairs.csv (default: $GPUPACK_DATA_DIR or shared/data/traces)."),
@@ -308,10 +313,11 @@ def _config(policy, predictor, gpus, gpu_model, bf_depth, corunner_rule, mig_sta
     ctx = click.get_current_context(silent=True)
     meta = ctx.meta if ctx is not None else {}
     silent = {k: meta[k] for k in ("oom_output_share", "oom_unseen_share") if k in meta}
+    own_place = {"oom_word_own_place": True} if meta.get("oom_word_own_place") else {}
     if sum(silent.values()) > 1:
         raise click.UsageError("--oom-output-share and --oom-unseen-share are shares of the same jobs: "
                                "their sum must be 1 at most")
-    return SimConfig(**per_gpu, **silent, policy=policy, gpus=gpus, gpu_model=gpu_model, predictor=predictor,
+    return SimConfig(**per_gpu, **silent, **own_place, policy=policy, gpus=gpus, gpu_model=gpu_model, predictor=predictor,
                      bf_depth=bf_depth, corunner_rule=corunner_rule,
                      mig_static_layout=mig_static_layout,
                      mig_static_fraction=mig_static_fraction, pair_predict=pair_predict,
