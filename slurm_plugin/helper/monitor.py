@@ -95,6 +95,7 @@ from slurm_plugin.helper.watches.round import KeepsJobs, RoundContext, Watch
 from slurm_plugin.helper.watches.state import WatchState
 from slurm_plugin.helper.watches.track_watch import TrackWatch
 from slurm_plugin.helper.watches.dispatch import DispatchWatch
+from slurm_plugin.helper.watches.dispatch_pack import PackAtDispatchWatch
 from slurm_plugin.helper.watches.run_curves import keep_curve
 from slurm_plugin.helper.watches.steering import SteerWatch
 from slurm_plugin.helper.watches.unisolated import UnisolatedWatch
@@ -180,6 +181,7 @@ class Monitor:
             self.unisolated_watch,
             KeepAtHeadWatch(),
             DispatchWatch(),
+            PackAtDispatchWatch(),
             SteerWatch(),
             self.mps_watch,
             QueueLayoutWatch(),
