@@ -18,28 +18,13 @@ import json
 
 import pytest
 from e2e_support import RUN, SLEEP, events, simgpu_script, wait_for, within_rounds
+from test_dispatch_live import _seed
+from test_history_live import DONE, packing, record_of, runs_of  # noqa: F401 (packing: a fixture)
 
-from packer.comment import parse
-from packer.fingerprint import fingerprint
-from store.db import RunRecord, Store
+from store.db import RunRecord
 
 pytestmark = pytest.mark.integration
-DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"}
 GIB = 1024**3
-
-
-def runs_of(cluster, job_id: int) -> list[RunRecord]:
-    store = Store(cluster.spec.database)
-    try:
-        return [r for r in store.runs(limit=500) if r.job_id == job_id]
-    finally:
-        store.close()
-
-
-def record_of(cluster, job_id: int):
-    record = parse(cluster.job(job_id)["AdminComment"])
-    assert record is not None, cluster.job(job_id)
-    return record
 
 
 def output(cluster, job_id: int) -> str:
@@ -53,15 +38,6 @@ def output(cluster, job_id: int) -> str:
 def one_run(cluster, job_id: int, what: str) -> RunRecord:
     (run,) = wait_for(lambda: runs_of(cluster, job_id), 60, f"the {what} run in the controller's store")
     return run
-
-
-@pytest.fixture
-def packing(idle_cluster):
-    idle_cluster.set_option("pack_only_when_no_idle_gpu", "false")  # the next runs pack with GPUs idle
-    try:
-        yield idle_cluster
-    finally:
-        idle_cluster.reset_options()
 
 
 def test_preallocating_caching_and_untouched_jobs_are_profiled_at_their_need_and_packed(packing):
@@ -124,12 +100,7 @@ def test_a_job_made_exclusive_because_a_gpu_was_idle_is_packed_at_its_turn(idle_
     cluster = idle_cluster
     body = b"#!/bin/sh\n# gpupack test pack at dispatch\nsleep 300\n"
     name = f"dispatch-pack-{RUN}"
-    fp = fingerprint("root", name, body)
-    store = Store(cluster.spec.database)
-    try:
-        store.record_run(RunRecord(job_id=990002, fingerprint=fp, peak_mem_bytes=int(7.6 * GIB), mean_util_pct=30.0))
-    finally:
-        store.close()
+    fp = _seed(cluster, name, body)  # 7.6 GiB: one share of an H100 cut in 5
     # every GPU busy but node1's second
     fillers = [cluster.submit(["-J", "dp-fill", "-w", "node1", "--gres=shard:5"], SLEEP)]
     fillers += [cluster.submit(["-J", "dp-fill", "-w", n, "--gres=gpu:2"], SLEEP) for n in ("node2", "node3")]

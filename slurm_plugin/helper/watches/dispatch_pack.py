@@ -23,7 +23,7 @@ from packer.config import GIB
 from packer.decision import ClusterView, decide
 from packer.dispatch import QueuedJob, packed_at_dispatch
 from packer.request import Candidate, gres_text
-from slurm_plugin.helper.slurm_poll import node_gpus
+from slurm_plugin.helper.watches.dispatch import first_turns, idle_whole_gpus
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.helper.watches.tracks import job_gpu_type, job_shards
 from slurm_plugin.slurm.errors import SlurmError
@@ -51,21 +51,15 @@ class PackAtDispatchWatch:
         mode = ctx.actions.mode_of(KIND)
         if mode.mode == "off" or not ctx.config.pack_only_when_no_idle_gpu:
             return
-        self.ran |= {j.job_id for j in ctx.jobs.values() if j.state != "PENDING"}
-        self.ran &= set(ctx.jobs)
-        pending = [j for j in ctx.jobs.values() if j.state == "PENDING" and not j.held]
+        pending, moved = first_turns(ctx, self.ran)
         self.done &= {j.job_id for j in pending}
-        moved = self.ran | set(ctx.state.heading) | set(ctx.state.kept_off) | set(ctx.state.held_for_grower)
         ours = {j.job_id for j in pending if _gpus(j) == 1 and job_shards(j) is None and not j.restart_cnt
                 and j.job_id not in moved and j.job_id not in self.done and _exclusive_for_idle(j)}
         if not ours:
             return
-        try:
-            nodes = ctx.actions.runner.nodes()
-        except SlurmError as exc:
-            log.info("no node list (%s): no dispatch decision this round", exc)
+        idle = idle_whole_gpus(ctx)
+        if idle is None:
             return
-        idle = {n.name: node_gpus(n).idle for n in nodes}
         queue = [QueuedJob(j.job_id, j.priority or 0, job_shards(j) is not None, gpus=max(_gpus(j), 1),
                            excluded=frozenset(j.excluded_nodes), required=frozenset(j.required_nodes),
                            repack=j.job_id in ours)

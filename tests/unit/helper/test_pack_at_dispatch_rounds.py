@@ -5,18 +5,11 @@ from __future__ import annotations
 from packer.action_modes import ACTION_KINDS
 from packer.comment import parse
 from store.db import RunRecord
-from tests.unit.helper import rounds_support
+
+from tests.unit.helper.test_dispatch_rounds import BUSY, make
 
 GIB = 1024**3
-BUSY = "gpu:h100:2(IDX:0-1),shard:h100:0(IDX:N/A)"
 IDLE_ONE = "gpu:h100:1(IDX:0),shard:h100:0(IDX:N/A)"
-
-
-def make(tmp_path, release="23.11.4", mode="enforce", **settings):
-    fake, helper, _, monitor = rounds_support.make(tmp_path, mode, fixed_clock=True, release=release, **settings)
-    for node in fake.nodes.values():
-        node.gres_used = BUSY
-    return fake, helper, monitor
 
 
 def exclusive_for_idle(fake, helper, job_id, peak_gib=7.6, priority=100, reason="idle-gpu"):
