@@ -258,7 +258,8 @@ def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload
           f"({capacity / GIB:.2f} GiB), workload {workload or 'generic'}"
           f"{'' if report else ', not reporting'}"
           f"{f', checkpoint every {checkpoint_every} iterations' if checkpoint_every else ''}"
-          f", allocator {policy.kind}{f' (pool {policy.pool_fraction:.2f} of the device)' if policy.pool_fraction else ''}",
+          f", allocator {policy.kind}"
+          f"{f' (pool {policy.pool_fraction:.2f} of the device)' if policy.pool_fraction else ''}",
           file=out, flush=True)
     try:
         return _iterate(memory, engines, reporter, stopping, checkpoints, mem_start=mem_start,
@@ -349,7 +350,8 @@ def _iterate(memory: _Memory, engines: _Engines, reporter: _Reporter | None, sto
         reporter.final(done)
     elapsed = time.monotonic() - started
     print(f"simgpu: done {done} iterations in {elapsed:.2f}s ({done / elapsed if elapsed else 0:.1f} it/s), "
-          f"peak {memory.held / GIB:.2f} GiB held, {memory.allocated_peak / GIB:.2f} GiB allocated", file=out, flush=True)
+          f"peak {memory.held / GIB:.2f} GiB held, {memory.allocated_peak / GIB:.2f} GiB allocated", file=out,
+          flush=True)
     return 0
 
 

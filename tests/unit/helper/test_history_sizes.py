@@ -39,7 +39,8 @@ def test_a_completed_run_sampled_whole_that_never_touched_its_gpu_is_a_zero_byte
     ("FAILED", True, 0.0),  # cut short before it used its GPU: says nothing of what it needs
     ("CANCELLED", True, 0.0),
 ])
-def test_no_memory_seen_is_not_history_unless_the_whole_completed_run_was_seen(world, state, covered, gaps):  # noqa: F811
+def test_no_memory_seen_is_not_history_unless_the_whole_run_completed_in_view(world, state, covered,  # noqa: F811
+                                                                            gaps):
     fake, store, sweep, tmp = world
     ended(fake, 5, state)
     leave(tmp, summary(5, 0.0, covered=covered, gaps=gaps))

@@ -76,3 +76,11 @@ def test_a_requeued_job_is_left_alone(tmp_path):
     fake.jobs[5].restart_cnt = 1
     monitor.tick()
     assert fake.jobs[5].tres_per_node == "gres:gpu:1" and not events(helper, 5)
+
+
+def test_the_kill_switch_stops_it(tmp_path):
+    fake, helper, monitor = make(tmp_path)
+    helper.paths.kill_switch.write_text("")
+    exclusive_for_idle(fake, helper, 5)
+    monitor.tick()
+    assert fake.jobs[5].tres_per_node == "gres:gpu:1" and not events(helper, 5)
