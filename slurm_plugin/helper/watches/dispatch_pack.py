@@ -1,7 +1,8 @@
 """Decided again at dispatch, the other way: a pending job made exclusive at submit only because
 a whole GPU was idle then (`reason=idle-gpu`) is packed when its turn comes with no idle whole
 GPU it may use and its history says it fits a share (`packer.dispatch.packed_at_dispatch`,
-then `packer.decision.decide` again on today's history with no GPU idle).
+then the submit pipeline's `admit` stage, `SuiteRules.admit`, again on today's history with no
+GPU idle; pair avoidance then comes from the steering watch, as for any pending packed job).
 
 Its request becomes `shard:<k>` (its GPU type kept) with `scontrol update Gres=`, which
 replaces a pending job's GRES from 23.02 on. 22.05 validates the new GRES against a copy of
@@ -20,7 +21,7 @@ import logging
 
 from packer import comment as comment_mod
 from packer.config import GIB
-from packer.decision import ClusterView, decide
+from packer.decision import ClusterView
 from packer.dispatch import QueuedJob, packed_at_dispatch
 from packer.request import Candidate, gres_text
 from slurm_plugin.helper.watches.dispatch import first_turns, idle_whole_gpus
@@ -76,8 +77,9 @@ class PackAtDispatchWatch:
         gpu_type = job_gpu_type(job)
         estimate, remembered = ctx.actions.store.history(fp, ctx.config.history_window,
                                                          since=ctx.config.history_since(ctx.now))
-        verdict = decide(Candidate(field="tres_per_node", gpu_type=gpu_type, dialect="gres/"), estimate,
-                         ClusterView(idle_gpus=0), ctx.config, fp, remembered)
+        # the submit pipeline's `admit` stage (the replay's rule too), with no GPU idle now
+        verdict = ctx.rules.admit(Candidate(field="tres_per_node", gpu_type=gpu_type, dialect="gres/"), estimate,
+                                  ClusterView(idle_gpus=0), fp, remembered)
         if verdict.verdict != "packed" or verdict.shards is None:
             log.info("job %d: no whole GPU idle at its turn, and still exclusive (%s)", job.job_id, verdict.reason)
             return
