@@ -329,8 +329,24 @@ static int ask_agent(const char *path, const char *req, char *resp, size_t cap, 
     return 0;
 }
 
+/* The framework settings the agent answers (slurm_plugin/agent/framework_env.py, the same list): set
+ * only where the job's own environment has none of them, so a user's own value stands. */
+static const char *framework_vars[] = {
+    "XLA_PYTHON_CLIENT_PREALLOCATE", "TF_FORCE_GPU_ALLOW_GROWTH", NULL,
+};
+
+static int framework_var(const char *name)
+{
+    for (int i = 0; framework_vars[i]; i++)
+        if (strcmp(name, framework_vars[i]) == 0)
+            return 1;
+    return 0;
+}
+
 static int allowed_var(const char *name)
 {
+    if (framework_var(name))
+        return 1;
     if (strncmp(name, "CUDA_", 5) != 0 && strncmp(name, "GPUPACK_", 8) != 0)
         return 0;
     for (const char *p = name; *p; p++)
@@ -779,8 +795,18 @@ static int apply_answer(spank_t sp, char *resp, uint32_t job, uint32_t step, cha
             continue;
         *eq = '\0';
         if (!allowed_var(line)) {
-            slurm_error("gpupack: job %u step %u: ignoring variable '%s' from the agent (only CUDA_* and GPUPACK_*)",
-                        job, step, line);
+            slurm_error("gpupack: job %u step %u: ignoring variable '%s' from the agent (only CUDA_*, GPUPACK_* "
+                        "and the framework settings)", job, step, line);
+            continue;
+        }
+        if (framework_var(line)) {
+            spank_err_t rc = spank_setenv(sp, line, eq + 1, 0);
+            if (rc == ESPANK_ENV_EXISTS)
+                slurm_info("gpupack: job %u step %u: %s kept as the job set it", job, step, line);
+            else if (rc != ESPANK_SUCCESS)
+                slurm_error("gpupack: job %u step %u: cannot set %s", job, step, line);
+            else
+                set++;
             continue;
         }
         if (spank_setenv(sp, line, eq + 1, 1) != ESPANK_SUCCESS) {

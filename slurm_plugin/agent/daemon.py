@@ -263,6 +263,8 @@ class NodeAgent:
                 a.checkpoints += 1
             if ok.checkpoint_every_s is not None:
                 a.checkpoint_every_s = ok.checkpoint_every_s
+            if ok.alloc_peak_bytes is not None:
+                a.alloc_peak_bytes = max(a.alloc_peak_bytes or 0, ok.alloc_peak_bytes)
             a.reports += 1
             self._dirty = True
             return {"status": "ok", "neighbours": self.neighbours(a)}
