@@ -67,8 +67,14 @@ def snapshot_from_doc(doc: dict) -> Snapshot:
                     taken_at=float(doc["taken_at"]), running=running, queue=queue)
 
 
-def publish(path: Path, snapshot: Snapshot) -> None:
-    write_json_atomic(path, snapshot_to_doc(snapshot), mode=0o644)
+def publish(path: Path, snapshot: Snapshot, watcher: dict | None = None) -> None:
+    """Write the view; ``watcher``: the watcher's own figures (`round_load.RoundLoad.to_doc`: round
+    and Slurm query times, whether rounds are stretched), kept under "watcher" for people and
+    benches (the submit side does not read them)."""
+    doc = snapshot_to_doc(snapshot)
+    if watcher is not None:
+        doc["watcher"] = watcher
+    write_json_atomic(path, doc, mode=0o644)
 
 
 class PublishedView:

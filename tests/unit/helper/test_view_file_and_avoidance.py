@@ -128,8 +128,11 @@ def test_service_decides_without_avoidance_when_the_lookup_breaks():
 def test_monitor_rounds_stretch_with_a_long_queue():
     from slurm_plugin.helper.monitor import Monitor
 
+    from slurm_plugin.helper.round_load import RoundLoad
+
     monitor = Monitor.__new__(Monitor)
     monitor.settings = MonitorSettings(interval_s=1.0, max_duty=0.25)
+    monitor.load = RoundLoad(1.0)
     assert monitor.pause_after(0.2) == 0.8
     assert monitor.pause_after(3.0) == 9.0  # 3 s of squeue: rounds take a quarter of the time
     assert monitor.pause_after(1.5) == 4.5
@@ -147,11 +150,15 @@ def test_a_slow_round_says_where_its_time_went(caplog):
     laps("memory")  # a part counted twice adds up
     assert laps.slowest() == "listing 4.1 s, memory 0.9 s, steer 0.3 s"
     assert RoundLaps(clock=lambda: 0.0).slowest() == ""
+    from slurm_plugin.helper.round_load import RoundLoad
+
     monitor = Monitor.__new__(Monitor)
     monitor.settings = MonitorSettings(interval_s=1.0, max_duty=0.25)
-    with caplog.at_level("INFO", logger="slurm_plugin.helper.monitor"):
+    monitor.load = RoundLoad(1.0)
+    with caplog.at_level("INFO", logger="slurm_plugin.helper.round_load"):
         monitor.pause_after(5.0, laps.slowest())
-    assert "a monitor round took 5.0 s (listing 4.1 s, memory 0.9 s, steer 0.3 s); next round in 15.0 s" in caplog.text
+    assert ("a round took 5.0 s (listing 4.1 s, memory 0.9 s, steer 0.3 s; Slurm 0.0 s of it), one round every "
+            "20.0 s instead of 1.0 s") in caplog.text
 
 
 def test_a_stale_node_is_kept_off_packed_jobs_and_all_stale_keeps_them_whole():
