@@ -119,7 +119,7 @@ def _status(agent: NodeAgent, body: dict, peer: Peer) -> dict:
 
 
 def _report(agent: NodeAgent, body: dict, peer: Peer) -> dict:
-    return agent.report(_int(body, "job_id"), peer, body)
+    return agent.reports.report(_int(body, "job_id"), peer, body)
 
 
 def _layout(agent: NodeAgent, body: dict, peer: Peer) -> dict:
