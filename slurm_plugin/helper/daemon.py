@@ -141,6 +141,7 @@ class Helper:
         gc.collect()
         gc.freeze()
         self.metrics_endpoint = serve(self.metrics_address, self.metrics.registry, "submit side")
+        self.view.start_loader()  # the view is read and prepared off the request path
         self.server.serve_in_thread()
         log.info("helper listening on %s (mode=%s)", self.paths.socket, self.config().mode)
         while not self._done.wait(1.0):
@@ -149,6 +150,7 @@ class Helper:
         log.info("helper stopping")
         self.server.shutdown()
         self.server.server_close()
+        self.view.stop_loader()
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.stop()
         if self.watcher is not None:
