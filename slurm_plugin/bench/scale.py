@@ -38,7 +38,7 @@ class ScalePlan:
     jobs: int = 50000  # pending jobs queued through the shim
     window_s: float = 600.0
     probe_s: float = 2.0  # a user's sbatch, scontrol show job and squeue, this often
-    workers: int = 4  # sbatch at a time while the queue fills
+    workers: int = 8  # sbatch at a time while the queue fills
 
     def check(self) -> None:
         if self.window_s < 10 or self.probe_s <= 0 or self.nodes < 0 or self.jobs < 0 or self.workers < 1:
@@ -57,8 +57,10 @@ class ScaleResult:
     squeue_latency_ratio: float
     sbatch_latency_ratio: float
     scontrol_latency_ratio: float
-    watcher_round_s: float
-    watcher_query_s: float
+    watcher_round_s: float  # median of its last-round gauge, sampled through the window
+    watcher_round_max_s: float
+    watcher_cycle_s: float  # a round and its pause: how often the rules see the cluster
+    watcher_query_s: float  # of a round, the time in Slurm commands (median)
     watcher_rounds: int
     submit_p50_ms: float
     submit_p99_ms: float
@@ -96,16 +98,14 @@ def summarise(plan: ScalePlan, without: Window, with_suite: Window, fill_ms: lis
     window_s = (without.seconds + with_suite.seconds) / 2
     start, end = with_suite.watcher_start, with_suite.watcher_end
     rounds = end.get("rounds", math.nan) - start.get("rounds", math.nan)
-    if "round_s_count" in end and end["round_s_count"] > start.get("round_s_count", 0):
-        round_s = (end["round_s_sum"] - start.get("round_s_sum", 0)) / (end["round_s_count"] - start.get("round_s_count", 0))
-    else:  # no round-time series: the mean cycle (a round and its pause)
+    sampled = {k: [s[k] for s in with_suite.watcher_samples if k in s] for k in ("round_s", "cycle_s", "query_s")}
+    if sampled["round_s"]:
+        round_s = fig.median(sampled["round_s"])
+    else:  # no round-time gauge: the mean cycle (a round and its pause)
         round_s = with_suite.seconds / rounds if rounds and rounds > 0 else math.nan
-    if "query_s_count" in end and end["query_s_count"] > start.get("query_s_count", 0):
-        query_s = (end["query_s_sum"] - start.get("query_s_sum", 0)) / (end["query_s_count"] - start.get("query_s_count", 0))
-    else:
-        query_s = math.nan
+    query_s = fig.median(sampled["query_s"])
     notes = []
-    if "round_s_count" not in end:
+    if not sampled["round_s"]:
         notes.append("watcher_round_s is the window over its rounds (round and pause): the watcher serves no round time")
     if without.shim_ms:
         notes.append(f"the shim logged {len(without.shim_ms)} lines in the window without it")
@@ -118,7 +118,8 @@ def summarise(plan: ScalePlan, without: Window, with_suite: Window, fill_ms: lis
         squeue_latency_ratio=_rounded(fig.ratio(fig.median(with_suite.squeue_s), fig.median(without.squeue_s))),
         sbatch_latency_ratio=_rounded(fig.ratio(fig.median(with_suite.sbatch_s), fig.median(without.sbatch_s))),
         scontrol_latency_ratio=_rounded(fig.ratio(fig.median(with_suite.scontrol_s), fig.median(without.scontrol_s))),
-        watcher_round_s=_rounded(round_s), watcher_query_s=_rounded(query_s),
+        watcher_round_s=_rounded(round_s), watcher_round_max_s=_rounded(max(sampled["round_s"], default=math.nan)),
+        watcher_cycle_s=_rounded(fig.median(sampled["cycle_s"])), watcher_query_s=_rounded(query_s),
         watcher_rounds=int(rounds) if math.isfinite(rounds) else -1,
         submit_p50_ms=_rounded(fig.median(with_suite.shim_ms)), submit_p99_ms=_rounded(fig.percentile(with_suite.shim_ms, 0.99)),
         helper_rss_mib=_rounded(submit_rss + watcher_rss, 1), submit_rss_mib=_rounded(submit_rss, 1),
@@ -171,7 +172,7 @@ def run_scale_bench(plan: ScalePlan, keep: bool = False) -> ScaleResult:
 
 # -- what it writes ----------------------------------------------------------------------
 HEADLINE = ("nodes", "gpus", "queued_jobs", "running_jobs", "window_s", "slurmctld_share_pct", "squeue_latency_ratio",
-            "sbatch_latency_ratio", "scontrol_latency_ratio", "watcher_round_s", "watcher_query_s", "watcher_rounds",
+            "sbatch_latency_ratio", "scontrol_latency_ratio", "watcher_round_s", "watcher_round_max_s", "watcher_cycle_s", "watcher_query_s", "watcher_rounds",
             "submit_p50_ms", "submit_p99_ms", "helper_rss_mib", "submit_rss_mib", "watcher_rss_mib", "store_bytes",
             "fill_s", "fill_rate_per_s", "fill_submit_p50_ms", "fill_submit_p99_ms", "slurm_version", "load_avg_1m")
 

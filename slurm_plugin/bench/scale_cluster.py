@@ -31,8 +31,9 @@ RUNNING_NAME = "gpupack-scale-running"
 WORKLOADS = 50  # distinct job names among the queued jobs (fingerprints the rules look up)
 SUITE_ROLES = ("helper", "web")  # what `without the suite` stops (the agents answer only the helper)
 #: Slurm's own scheduler periods (a site's defaults), not the dev cluster's 2 s: with a queue of
-#: 50,000 jobs a backfill pass every 2 s would be the whole of slurmctld's day, with or without
-SITE_SCHEDULER = "SchedulerParameters=bf_interval=30,sched_interval=60"
+#: 50,000 jobs a backfill pass every 2 s would be the whole of slurmctld's day, with or without;
+#: and `defer` (no scheduling try per submission), as Slurm's high-throughput guide advises
+SITE_SCHEDULER = "SchedulerParameters=bf_interval=30,sched_interval=60,defer"
 SCRIPT = b"#!/bin/sh\n# gpupack scale bench\nsleep 600\n"
 
 

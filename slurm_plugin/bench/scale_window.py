@@ -18,14 +18,14 @@ from slurm_plugin.metrics.settings import MetricsOverride
 log = logging.getLogger(__name__)
 
 SAMPLE_S = 5.0  # the helper's memory and metrics, this often
-#: the watcher's figures, by the names its metrics give them (counters: a `_total` sample;
-#: summaries and histograms: `_sum` and `_count`); a name the watcher does not serve is skipped
+#: the watcher's figures, by the names its metrics give them: the rounds counter, and gauges of
+#: its last round (its own time, with its pause, and in Slurm commands); a name the watcher
+#: does not serve is left out
 WATCHER_SERIES = {
     "rounds": "gpupack_monitor_rounds_total",
-    "round_s_sum": "gpupack_monitor_round_seconds_sum",
-    "round_s_count": "gpupack_monitor_round_seconds_count",
-    "query_s_sum": "gpupack_slurm_query_seconds_sum",
-    "query_s_count": "gpupack_slurm_query_seconds_count",
+    "round_s": "gpupack_watcher_round_seconds",
+    "cycle_s": "gpupack_watcher_cycle_seconds",
+    "query_s": "gpupack_watcher_slurm_query_seconds",
 }
 
 
@@ -44,6 +44,7 @@ class Window:
     watcher_rss_mib: list[float] = field(default_factory=list)
     watcher_start: dict[str, float] = field(default_factory=dict)
     watcher_end: dict[str, float] = field(default_factory=dict)
+    watcher_samples: list[dict[str, float]] = field(default_factory=list)  # its gauges, every SAMPLE_S
 
 
 def sdiag(cluster: DevCluster, reset: bool = False) -> str:
@@ -123,6 +124,7 @@ def run_window(cluster: DevCluster, suite: Suite | None, env: dict[str, str], wi
             for role, series in (("submit", out.submit_rss_mib), ("watcher", out.watcher_rss_mib)):
                 if role in pids and (mib := rss_mib(pids[role])) is not None:
                     series.append(mib)
+            out.watcher_samples.append(watcher_figures(url))
             next_sample += SAMPLE_S
         time.sleep(max(0.0, probe_s - (time.monotonic() - tick)))
     out.seconds = time.monotonic() - started

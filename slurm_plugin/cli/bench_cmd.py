@@ -61,7 +61,7 @@ def submit(jobs: int, block: int, as_json: bool, state_dir: Path) -> None:
               help="Seconds of each window (without the suite, then with it).")
 @click.option("--probe", "probe_s", default=2.0, show_default=True, type=click.FloatRange(0.1),
               help="Seconds between a user's sbatch / scontrol show job / squeue.")
-@click.option("--workers", default=4, show_default=True, type=click.IntRange(1, 32),
+@click.option("--workers", default=8, show_default=True, type=click.IntRange(1, 32),
               help="sbatch at a time while the queue fills.")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("scale-bench"), show_default=True,
               help="Folder for scale.json, scale.md (the table) and scale.png (the plot, with matplotlib).")

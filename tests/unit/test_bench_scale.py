@@ -81,14 +81,17 @@ def test_summary_of_two_windows():
     without = _window(False, {"REQUEST_JOB_INFO": (100, 2_000_000)}, 0.050, 0.300)
     with_suite = _window(True, {"REQUEST_JOB_INFO": (200, 3_000_000), "REQUEST_NODE_INFO": (100, 500_000)}, 0.055, 0.330,
                          shim_ms=[1.0, 2.0, 9.0], submit_rss_mib=[100.0, 120.0], watcher_rss_mib=[150.0, 140.0],
-                         watcher_start={"rounds": 10.0, "round_s_sum": 5.0, "round_s_count": 10.0},
-                         watcher_end={"rounds": 60.0, "round_s_sum": 30.0, "round_s_count": 60.0})
+                         watcher_start={"rounds": 10.0}, watcher_end={"rounds": 60.0},
+                         watcher_samples=[{"round_s": 0.4, "cycle_s": 1.0, "query_s": 0.1},
+                                          {"round_s": 0.5, "cycle_s": 1.0, "query_s": 0.2},
+                                          {"round_s": 0.9, "cycle_s": 1.2, "query_s": 0.3}, {}])
     plan = ScalePlan(nodes=100, gpus_per_node=8, jobs=1000, window_s=100)
     got = summarise(plan, without, with_suite, [1.0, 3.0], Fill(1000, 50.0, 0), 6, 4096, "slurm 22.05.8", [1.0, 1.0])
     assert got.nodes == 103 and got.gpus == 806 and got.queued_jobs == 1000
     assert got.slurmctld_share_pct == pytest.approx(1.5)  # 1.5 s more over 100 s
     assert got.sbatch_latency_ratio == pytest.approx(1.1) and got.squeue_latency_ratio == pytest.approx(1.1)
-    assert got.watcher_round_s == pytest.approx(0.5) and got.watcher_rounds == 50
+    assert got.watcher_round_s == pytest.approx(0.5) and got.watcher_round_max_s == 0.9 and got.watcher_rounds == 50
+    assert got.watcher_cycle_s == 1.0 and got.watcher_query_s == pytest.approx(0.2)
     assert got.submit_p50_ms == 2.0 and got.submit_p99_ms == 9.0
     assert got.helper_rss_mib == 270.0  # the largest of each process, together
     assert got.fill_rate_per_s == 20.0
