@@ -6,6 +6,7 @@ import json
 import logging
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -33,8 +34,25 @@ def own_cluster(spec: ClusterSpec = ClusterSpec(), keep: bool = False) -> Iterat
         yield cluster
     finally:
         try:
+            _end_jobs(cluster)
             cluster.down()
         finally:
             claim.release()
             if not keep:
                 shutil.rmtree(state, ignore_errors=True)
+
+
+def _end_jobs(cluster: DevCluster, timeout_s: float = 60.0) -> None:
+    """Cancel every job of the bench's cluster (all are its own) and wait for the running ones
+    to end, so no job script outlives its slurmd."""
+    if ("slurmctld", "slurmctld") not in cluster.registry.running():
+        return
+    cluster._slurm("scancel", "--full", "--state=RUNNING", timeout=60)
+    cluster._slurm("scancel", "--state=PENDING", timeout=120)
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        left = cluster._slurm("squeue", "-h", "-t", "RUNNING,COMPLETING", "-o", "%i", timeout=60).stdout.split()
+        if not left:
+            return
+        time.sleep(1)
+    log.warning("jobs still running on the bench cluster after %.0f s: %s", timeout_s, " ".join(left[:10]))

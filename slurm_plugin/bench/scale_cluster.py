@@ -155,13 +155,16 @@ def fill_queue(env: dict[str, str], jobs: int, workers: int = 4, progress_every:
         _took, job, err = sbatch(env, ["--gres=gpu:1", "-J", f"{QUEUED_NAME}-{i % WORKLOADS}", "-t", "60"])
         return "" if job is not None else err or "sbatch failed"
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
         for i, err in enumerate(pool.map(one, range(jobs)), start=1):
             if err:
                 failed += 1
                 first_error = first_error or err
             if i % progress_every == 0:
                 log.info("queued %d of %d jobs (%.0f/s)", i, jobs, i / (time.perf_counter() - started))
+    finally:  # interrupted: the submissions not yet started are dropped, not waited for
+        pool.shutdown(wait=True, cancel_futures=True)
     return Fill(jobs - failed, time.perf_counter() - started, failed, first_error)
 
 
