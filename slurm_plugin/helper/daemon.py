@@ -122,7 +122,9 @@ class Helper:
         gc.collect()
         gc.freeze()
         self.metrics_endpoint = serve(self.metrics_address, self.metrics.registry, "submit side")
-        self.view.start_loader()  # the view is read and prepared off the request path
+        # the view is read, and what the stages need of it built, off the request path
+        self.view.on_new_snapshot(self.service.prepare_view)
+        self.view.start_loader()
         self.server.serve_in_thread()
         log.info("helper listening on %s (mode=%s)", self.paths.socket, self.config().mode)
         while not self._done.wait(1.0):
