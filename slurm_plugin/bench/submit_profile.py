@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurm_plugin.bench.scale_figures import percentile as _percentile
+
 SCRIPT = b"#!/bin/sh\n# gpupack submit profile\ntrue\n"
 
 
@@ -37,11 +39,6 @@ def shim_fields(index: int, user: str = "root", dialect: str = "gres:") -> dict[
         "script": SCRIPT, "tres_per_node": f"{dialect}gpu:1".encode(), "min_nodes": b"1", "max_nodes": b"1",
         "num_tasks": b"1", "partition": b"gpu", "requeue": b"1", "batch": b"1",
     }
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 def profile_submit(config: Path, requests: int = 300, dialect: str = "gres:", lines: int = 30) -> SubmitProfile:

@@ -249,6 +249,45 @@ def flood(target: str, node: str, from_node: str | None, connections: int, hold_
                 click.echo(f"{key:26} {value}")
 
 
+@bench.command("view-reads", context_settings=CTX)
+@click.option("--nodes", default=2000, show_default=True, type=click.IntRange(1))
+@click.option("--gpus-per-node", default=8, show_default=True, type=click.IntRange(1, 64))
+@click.option("--running", default=16000, show_default=True, type=click.IntRange(0), help="Running jobs in the view.")
+@click.option("--seconds", default=20.0, show_default=True, type=click.FloatRange(1))
+@click.option("--loader/--no-loader", default=True, show_default=True,
+              help="The view read by the submit side's loader thread, or by the requests themselves (as before).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def view_reads(nodes: int, gpus_per_node: int, running: int, seconds: float, loader: bool, as_json: bool) -> None:
+    """A submission's time on a site-sized cluster view (p50/p99/max) while it is republished
+    every second, as the watcher does."""
+    import tempfile
+    from dataclasses import asdict
+
+    from slurm_plugin.bench.submit_profile import time_view_reads
+
+    with tempfile.TemporaryDirectory() as folder:
+        result = time_view_reads(Path(folder), nodes, gpus_per_node, running, seconds, loader)
+    _print(asdict(result), as_json)
+
+
+@bench.command("submit-profile", context_settings=CTX)
+@click.option("--requests", default=300, show_default=True, type=click.IntRange(1))
+@click.option("--lines", default=30, show_default=True, type=click.IntRange(1), help="pstats lines to print.")
+@click.option("--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE_DIR, show_default=True,
+              help="The cluster whose gpupack.toml, store and published view the decisions read (it must be up).")
+def submit_profile(requests: int, lines: int, state_dir: Path) -> None:
+    """cProfile of the helper's submit handler on a running cluster's store and view (no socket)."""
+    from slurm_plugin.bench.submit_profile import profile_submit
+    from slurm_plugin.devcluster.files import slurm_release
+    from slurm_plugin.devcluster.spec import ClusterSpec
+
+    dialect = "gres:" if slurm_release()[:2] < (23, 11) else "gres/"
+    got = profile_submit(ClusterSpec(state_dir=state_dir).gpupack_toml, requests, dialect, lines)
+    click.echo(got.top)
+    for key in ("requests", "p50_ms", "p99_ms", "unprofiled_p50_ms", "unprofiled_p99_ms", "verdicts"):
+        click.echo(f"{key:20} {getattr(got, key)}")
+
+
 def _print(result: dict, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result, indent=1))
