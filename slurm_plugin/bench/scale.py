@@ -160,14 +160,17 @@ def run_scale_bench(plan: ScalePlan, keep: bool = False) -> ScaleResult:
             loads.append(_load())
             without = run_window(cluster, None, env, plan.window_s, plan.probe_s)
             suite.on()
-            wait_for_rounds(watcher_url(cluster), 2, timeout_s=max(120.0, plan.window_s))
+            ready = wait_for_rounds(watcher_url(cluster), 2, timeout_s=max(600.0, plan.window_s))
             log.info("window with the suite")
             loads.append(_load())
             with_suite = run_window(cluster, suite, env, plan.window_s, plan.probe_s)
         finally:
             suite.switch.restore()
-        return summarise(plan, without, with_suite, fill_ms, fill, running, store_bytes(cluster.spec.database),
-                         version, loads)
+        result = summarise(plan, without, with_suite, fill_ms, fill, running, store_bytes(cluster.spec.database),
+                           version, loads)
+        if ready < 2:
+            result.notes.append(f"the restarted watcher had made {ready:.0f} rounds when the window began")
+        return result
 
 
 # -- what it writes ----------------------------------------------------------------------

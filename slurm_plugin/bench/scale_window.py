@@ -79,15 +79,16 @@ def watcher_figures(url: str) -> dict[str, float]:
 
 
 def wait_for_rounds(url: str, rounds: int, timeout_s: float) -> float:
-    """Wait until the watcher has made ``rounds`` rounds; returns the count seen."""
+    """Wait until the watcher has made ``rounds`` rounds, at most ``timeout_s``; returns the
+    count seen (a slow watcher is a finding of the window, not a reason to drop it)."""
     deadline = time.time() + timeout_s
     seen = 0.0
     while time.time() < deadline:
         seen = watcher_figures(url).get("rounds", 0.0)
         if seen >= rounds:
-            return seen
+            break
         time.sleep(1)
-    raise BenchError(f"the watcher made {seen:.0f} rounds in {timeout_s:.0f} s (wanted {rounds})")
+    return seen
 
 
 def _timed(env: dict[str, str], argv: list[str]) -> tuple[float, bool]:
