@@ -91,6 +91,25 @@ def grant_outside_record(grant: StepGrant, recorded: tuple[int, ...] | None) -> 
     return f"its step names GPU {list(grant.gpu_indexes)}, Slurm's record of the job here says {list(recorded)}"
 
 
+def grant_within_record(grant: StepGrant, recorded_shards: int | None) -> tuple[StepGrant, str | None]:
+    """The grant with the shard count Slurm's record backs, and why it was changed (None: kept).
+
+    ``SLURM_SHARDS_ON_NODE`` is Slurm's only where the job holds shards on the node, or holds no GPU
+    there: in a job that holds a GPU but no shard, Slurm's shard plugin leaves it as the submitter
+    exported it (``gres_g_job_set_env``/``gres_g_step_set_env`` set GRES_INTERNAL_FLAG_PROTECT_ENV for
+    the shared GRES when the sharing one is allocated; 22.05-26.05), so such a job could call its own
+    whole GPU packed (a MIG slice or an MPS share made, the GPU's mode changed, on its word). Where the
+    controller's record of the job here says whole GPUs (0 shards) the step is whole; where it is not
+    known yet (a job newer than the last pushed list) the variable decides, which can reach only the
+    job's own GPU (the GPU variable is the step type's, :func:`trusted_gpu_variable`)."""
+    if recorded_shards is None or recorded_shards > 0 or not grant.packed:
+        return grant, None
+    return (StepGrant(grant.gpu_indexes, 0),
+            f"its SLURM_SHARDS_ON_NODE says {grant.shards} shards, Slurm's record of the job here says whole GPUs "
+            f"(the variable is the submitter's: Slurm leaves it in a job that holds a GPU but no shard); "
+            f"isolated as a whole-GPU step")
+
+
 def gpu_conflict(held: Iterable, job_id: int, uid: int | None, gpu: int, mode: str) -> str | None:
     """Why a packed job (``mode``: the node's packing, mig or mps) may not be isolated on ``gpu``
     beside the jobs the agent ``held`` there (Assignments); None when it may (pure).

@@ -25,7 +25,7 @@ from slurm_plugin.unix_socket import peer_credentials
 
 PRIVILEGED_OPS = frozenset({"isolate", "step_end", "samples", "finish", "status", "layout", "jobs", "finals",
                             "ack_finals", "mps_plan", "task_exit", "oom_settle",
-                            "ack_unisolated"})
+                            "ack_unisolated", "adoption"})
 OPEN_OPS = frozenset({"ping", "report", "alloc_failed"})
 MAX_ITER_RATE = 10_000.0  # iterations per second a report may claim
 MAX_THROUGHPUT = 10_000.0

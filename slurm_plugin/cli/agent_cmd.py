@@ -231,3 +231,41 @@ def samples(obj: dict, job_id: int | None, latest: bool) -> None:
         raise click.ClickException(f"the agent refused: {answer.get('reason')}")
     for s in answer.get("samples", []):
         click.echo(json.dumps(s))
+
+
+@agent.command("adopt-check")
+@click.option("--user", default=None, envvar="PAM_USER",
+              help="The user logging in [env PAM_USER, which pam_exec sets].")
+@click.pass_obj
+def adopt_check(obj: dict, user: str | None) -> None:
+    """For pam_exec before pam_slurm_adopt: refuse (exit 1) a login of a user who holds a packed job on
+    this node, whose adopted processes would run outside its isolation (docs/fence.md). Root may log in;
+    an unknown user, or an agent that does not answer, is refused."""
+    import socket
+    import sys
+
+    from slurm_plugin.agent.client import AgentUnavailable, ask
+    from slurm_plugin.agent.daemon import socket_path
+
+    node = obj["node"] or socket.gethostname().split(".")[0]  # slurmd's default NodeName
+    if not user:
+        raise click.UsageError("no user: pass --user, or run it from pam_exec (PAM_USER)")
+    try:
+        uid = pwd.getpwnam(user).pw_uid
+    except KeyError:
+        click.echo(f"gpupack: no such user {user!r}; login not adopted")
+        sys.exit(1)
+    if uid == 0:
+        return
+    try:
+        answer = ask(socket_path(obj["state_dir"], node), {"op": "adoption", "uid": uid})
+    except AgentUnavailable as exc:
+        click.echo(f"gpupack: the node agent of {node} does not answer ({exc}); a login is not adopted while "
+                   f"it cannot say whether {user} holds a packed job here")
+        sys.exit(1)
+    if answer.get("status") != "ok":
+        click.echo(f"gpupack: the node agent of {node} refused the question: {answer.get('reason')}")
+        sys.exit(1)
+    if answer.get("refuse"):
+        click.echo(f"gpupack: no login on {node}: {answer['refuse']}")
+        sys.exit(1)

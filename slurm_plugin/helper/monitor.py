@@ -102,7 +102,7 @@ from slurm_plugin.helper.watches.tracks import (  # noqa: F401  (the names other
     ACTIVE, SAMPLES_KEPT, Fingerprints, Track, job_shards, submit_time_exclusion, wants_whole_gpu,
 )
 from slurm_plugin.slurm.errors import SlurmError
-from slurm_plugin.slurm.gres import allocated_gpus, expand_hostlist
+from slurm_plugin.slurm.gres import allocated_gpus, allocated_shards, expand_hostlist
 from slurm_plugin.slurm.model import Job
 from store.lifts import HeadLifts
 
@@ -303,18 +303,21 @@ class Monitor:
         lap("listing")
         jobs_by_node: dict[str, list[int]] = {}
         gpus_by_node: dict[str, dict[int, tuple[int, ...]]] = {}  # Slurm's record of each job's GPUs there
+        shards_by_node: dict[str, dict[int, int]] = {}  # and of its shards there (0: whole GPUs)
         for j in listing:
             if j.state in ACTIVE:
                 for n in expand_hostlist(j.nodes):
                     jobs_by_node.setdefault(n, []).append(j.job_id)
                 for n, gpus in allocated_gpus(j).items():
                     gpus_by_node.setdefault(n, {})[j.job_id] = gpus
+                for n, shards in allocated_shards(j).items():
+                    shards_by_node.setdefault(n, {})[j.job_id] = shards
         tell = getattr(self.samples_source, "tell_jobs", None)
         if tell is not None:  # the agents learn their jobs from this listing, never from slurmctld
             tell_outputs = getattr(self.samples_source, "tell_outputs", None)
             if tell_outputs is not None:  # where Slurm writes each job's output (`agent.output_tail`)
                 tell_outputs(job_outputs_by_node(listing))
-            tell(jobs_by_node, gpus_by_node)
+            tell(jobs_by_node, gpus_by_node, shards_by_node)
             samples = self.samples_source(jobs_by_node)
         else:
             samples = self.samples_source(jobs_by_node) if jobs_by_node else []
