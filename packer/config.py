@@ -29,6 +29,9 @@ class PackerConfig:
     max_gpu_fraction: float = setting(0.95, gt=0, le=1)
     # Jobs busier than this (mean GPU utilisation, %) are not worth packing.
     max_util_pct: float = setting(90.0, ge=0, le=100)
+    # The GPU's total: a job joins a GPU only while every job's mean utilisation there, its
+    # own included, sums to at most this (%; packer.util_cap). 0: no cap.
+    max_gpu_util_pct: float = setting(0.0, ge=0, le=1000)
     # How many recent runs the estimate looks at.
     history_window: int = setting(5, ge=1)
     # Runs that ended longer ago than this (days) are not looked at (0: every run counts).

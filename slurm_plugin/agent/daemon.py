@@ -59,7 +59,8 @@ class NodeAgent:
                  shares_per_gpu: int | None = None, policy: str = "fsm",
                  list_running_jobs: JobLister | None = None, sim_dir: Path | None = None,
                  clock: Callable[[], float] = time.time, gres_conf: Path | None = None,
-                 mps_control: str | list[str] | None = None, mps_in_mig_shares: int = 0):
+                 mps_control: str | list[str] | None = None, mps_in_mig_shares: int = 0,
+                 python_site: Path | None = None):
         if isolation_mode not in iso.ISOLATION_MODES:
             raise ValueError(f"isolation mode must be one of {iso.ISOLATION_MODES}, got {isolation_mode!r}")
         self.node = node
@@ -70,6 +71,9 @@ class NodeAgent:
         self.policy = policy
         self.list_running_jobs = list_running_jobs
         self.sim_dir = sim_dir
+        # the folder packed steps get in front of PYTHONPATH: the opt-in out-of-memory observer
+        # (slurm_plugin/python_site), None where the site has not turned it on
+        self.python_site = python_site
         self.driver = DriverFiles.for_node(sim_dir, node)  # the MIG capability files (the fence)
         self.clock = clock
         self.guard = ReportGuard()
@@ -259,6 +263,8 @@ class NodeAgent:
                 a.checkpoints += 1
             if ok.checkpoint_every_s is not None:
                 a.checkpoint_every_s = ok.checkpoint_every_s
+            if ok.alloc_peak_bytes is not None:
+                a.alloc_peak_bytes = max(a.alloc_peak_bytes or 0, ok.alloc_peak_bytes)
             a.reports += 1
             self._dirty = True
             return {"status": "ok", "neighbours": self.neighbours(a)}

@@ -177,10 +177,25 @@ def deny_line(major: int, ranges: tuple[tuple[int, int], ...] | list) -> str:
 END_LINE = "END"
 
 
-def answer_lines(isolation: str, env: dict[str, str], fence: dict | None = None) -> str:
+#: variables the plugin puts a folder in front of (``PREPEND NAME=<folder>``), keeping the job's own value
+PREPENDABLE = frozenset({"PYTHONPATH"})
+
+
+def prepend_line(name: str, folder: str) -> str:
+    """``PREPEND <name>=<folder>``: the plugin sets ``<folder>:<the job's value>`` (or ``<folder>``)."""
+    if name not in PREPENDABLE:
+        raise ValueError(f"{name!r} is not one the plugin prepends to ({sorted(PREPENDABLE)})")
+    if not folder.startswith("/") or any(c in folder for c in ":\n\0"):
+        raise ValueError(f"{folder!r} must be an absolute folder without ':' or newlines")
+    return f"PREPEND {name}={folder}"
+
+
+def answer_lines(isolation: str, env: dict[str, str], fence: dict | None = None,
+                 prepend: dict[str, str] | None = None) -> str:
     """The SPANK plugin's text answer: ``OK <isolation>``, then ``FENCE <node>[,<node>] <folder>``
     for a job on a MIG device (the capability nodes it may open, :mod:`.fence`) and ``DENY <major>
-    <ranges>`` (the others, for its device cgroup), then ``KEY=VALUE`` lines, then :data:`END_LINE`."""
+    <ranges>`` (the others, for its device cgroup), then ``PREPEND NAME=<folder>`` (:func:`prepend_line`),
+    then ``KEY=VALUE`` lines, then :data:`END_LINE`."""
     lines = [f"OK {isolation}"]
     if fence is not None:
         names = fence["allowed"]
@@ -190,6 +205,7 @@ def answer_lines(isolation: str, env: dict[str, str], fence: dict | None = None)
         lines.append(f"FENCE {','.join(names)} {fence['directory']}")
         if fence.get("caps_major") is not None:
             lines.append(deny_line(fence["caps_major"], fence.get("deny", [])))
+    lines.extend(prepend_line(name, folder) for name, folder in (prepend or {}).items())
     for key, value in env.items():
         if "\n" in value or "\n" in key:
             raise ValueError(f"newline in {key!r}")

@@ -61,6 +61,8 @@ def _isolate(agent: NodeAgent, body: dict, peer: Peer) -> dict:
     uid = body.get("uid")
     a = agent.isolate(_int(body, "job_id"), _int(body, "step_id"), uid if isinstance(uid, int) else None, env)
     answer = {"status": "ok", "isolation": a.isolation, "env": a.env}
+    if agent.python_site is not None and a.kind in ("mig", "mps"):  # the opt-in observer, packed steps only
+        answer["prepend"] = {"PYTHONPATH": str(agent.python_site)}
     fence = agent.fence(a)
     if fence is not None:
         answer["fence"] = fence.to_dict()
@@ -171,6 +173,7 @@ def _jobs(agent: NodeAgent, body: dict, peer: Peer) -> dict:
     take = getattr(agent.list_running_jobs, "take_outputs", None)
     if take is not None:
         take(outputs)
+        agent.oom.outputs_arrived()  # ends waiting for where their output is (`oom_desk`)
     return {"status": "ok", "node": agent.node}
 
 

@@ -11,6 +11,9 @@ from pathlib import Path
 import click
 
 DEFAULT_STATE_DIR = Path("/var/lib/gpupack")
+#: the opt-in out-of-memory observer for Python jobs ([agent] python_oom_observer): this folder goes in
+#: front of packed steps' PYTHONPATH (it must be readable by every job user where the suite is installed)
+PYTHON_SITE = Path(__file__).resolve().parents[1] / "python_site"
 
 
 def _slurm_user_uid(explicit: str | None) -> int | None:
@@ -105,7 +108,8 @@ def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, nvml_lib
     daemon = NodeAgent(node, state_dir, gpu_backend, isolation_mode=isolation_mode,
                        shares_per_gpu=shares_per_gpu, policy=policy,
                        list_running_jobs=PushedJobs(), sim_dir=sim_dir, gres_conf=gres_conf,
-                       mps_control=_agent_setting("mps_control"), mps_in_mig_shares=mps_in_mig_shares)
+                       mps_control=_agent_setting("mps_control"), mps_in_mig_shares=mps_in_mig_shares,
+                       python_site=PYTHON_SITE if _agent_setting("python_oom_observer") else None)
     for line in daemon.reconcile(at_start=True):
         click.echo(f"reconciled: {line}", err=True)
     server = AgentServer(socket_path(state_dir, node), daemon, allowed)
@@ -162,9 +166,9 @@ def _link_server(node: str, daemon, allowed: set[int], host: str | None, port: i
     return server
 
 
-def _agent_setting(name: str) -> str:
-    """A command of gpupack.toml [agent] (GPUPACK_CONFIG): mps_control (the MPS control
-    program), dcgmi (DCGM's, for activity per MIG instance)."""
+def _agent_setting(name: str):
+    """A setting of gpupack.toml [agent] (GPUPACK_CONFIG): mps_control (the MPS control
+    program), dcgmi (DCGM's, for activity per MIG instance), python_oom_observer."""
     from packer.config import ConfigError
     from slurm_plugin.config.whole import load_agent_settings
     from slurm_plugin.helper.settings import DEFAULT_CONFIG
