@@ -177,3 +177,26 @@ def test_a_stale_node_is_kept_off_packed_jobs_and_all_stale_keeps_them_whole():
     view = snapshot_from([Node("n1", ("IDLE",)), Node("n2", ("IDLE",))], [], 1.0, {"n2": "agent down"})
     assert [STALE in n.states for n in snapshot_from_doc(json.loads(json.dumps(snapshot_to_doc(view)))).nodes] \
         == [False, True]
+
+
+def test_with_the_loader_requests_take_the_prepared_snapshot_and_never_read_the_file(tmp_path):
+    path = tmp_path / "cluster-view.json"
+    clock = Clock(100.0)
+    view = PublishedView(path, max_age_s=30, clock=clock)
+    prepared: list[float] = []
+    view.on_new_snapshot(lambda s: prepared.append(s.taken_at))
+    view.on_new_snapshot(lambda s: 1 / 0)  # a failing preparation is logged; the snapshot still goes through
+    publish(path, snap(100.0))
+    view.start_loader(every_s=0.01)
+    assert prepared == [100.0] and view.view().idle_gpus == 4  # the first one read before any request
+    publish(path, snap(101.0, busy=2))
+    for _ in range(500):  # the loader picks the new file up (a round counter, not a timed wait)
+        if view.loads >= 2:
+            break
+        view._stop.wait(0.01)
+    assert prepared == [100.0, 101.0] and view.view().idle_gpus == 2
+    view.stop_loader()
+    publish(path, snap(102.0))  # no loader left: a request still does not read the file
+    assert view.view().idle_gpus == 2 and view.taken_at() == 101.0
+    clock.now = 140.0  # and the age is checked on every request
+    assert view.snapshot() is None and view.view().idle_gpus == 1
