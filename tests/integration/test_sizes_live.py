@@ -15,6 +15,7 @@ Uses the session fixture `cluster` (3 nodes x 2 simulated H100-80GB, 5 shares a 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from e2e_support import RUN, SLEEP, events, simgpu_script, wait_for, within_rounds
@@ -133,3 +134,29 @@ def test_a_job_made_exclusive_because_a_gpu_was_idle_is_packed_at_its_turn(idle_
         assert refused.returncode != 0, refused  # what the helper would have met
         assert cluster.job(job)["TresPerNode"] == cluster.tres("gpu:1")
         assert record_of(cluster, job).verdict == "exclusive"
+
+
+def test_an_unknown_job_packed_on_the_shipped_guess_that_runs_out_is_retried_on_what_it_needed(packing, tmp_path):
+    """etc/gpupack.toml ships `pack_unknown = true` (chosen in the replay, docs/simulator.md):
+    a job with no history is packed on `unknown_estimate_gib` (8 GiB: one share, a 10 GiB
+    slice). This one needs 15 GiB: its allocation fails in the slice, PyTorch's text is read
+    from its output, and it is retried once on two shares (what it held plus what it asked
+    for), where it completes: the wrong guess is contained, live."""
+    cluster = packing
+    cluster.set_option("pack_unknown", "true")
+    out = tmp_path / "unknown.out"
+    body = simgpu_script("--framework pytorch --mem-start 5GiB --mem-growth 10GiB --grow-after 40 --grow-iters 41 "
+                         "--iters 120 --iter-ms 50", tag="sizes-unknown")
+    job = cluster.submit(["--gres=gpu:1", "-J", "sizes-unknown", "-o", str(out)], body)
+    record = record_of(cluster, job)
+    assert (record.verdict, record.shards) == ("packed", 1), record
+    assert (record.fields.get("src") or "").startswith("default"), record  # no history: the guess
+    assert cluster.wait(job, DONE, 180) == "COMPLETED", output(cluster, job)
+    restarts = events(cluster, "restart-oom", job)
+    assert len(restarts) == 1, restarts
+    data = restarts[0].data
+    # two shares (the shim names the shares' type where the job's GPU had one: shard:h100:2)
+    assert data["from_shards"] == 1 and re.fullmatch(r"(gres[:/])?shard(:\w+)?:2", data["to"]), data
+    assert data["evidence_kind"] == "reported" and (data["seen_in"] or "").startswith("output:pytorch:"), data
+    info = cluster.job(job)
+    assert int(info["Restarts"]) >= 1 and re.fullmatch(r"gres[:/]shard(:\w+)?:2", info["TresPerNode"]), info
