@@ -23,7 +23,7 @@ from packer.decision import LOWER_BOUND_SOURCE, Estimate
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 @dataclass(frozen=True)
@@ -151,8 +151,16 @@ def _migrate_to_7(db: sqlite_utils.Database) -> None:
     )
 
 
+def _migrate_to_8(db: sqlite_utils.Database) -> None:
+    """The looser levels' keys of each recorded workload and each level's guesses
+    (`store.levels`: history that survives real edits)."""
+    from store.levels import migrate_levels  # the tables' owner; imported here, it imports this module
+
+    migrate_levels(db)
+
+
 MIGRATIONS = {1: _migrate_to_1, 2: _migrate_to_2, 3: _migrate_to_3, 4: _migrate_to_4, 5: _migrate_to_5,
-              6: _migrate_to_6, 7: _migrate_to_7}
+              6: _migrate_to_6, 7: _migrate_to_7, 8: _migrate_to_8}
 
 RUN_COLUMNS = tuple(RunRecord.__dataclass_fields__)
 
