@@ -153,10 +153,18 @@ def _migrate_to_7(db: sqlite_utils.Database) -> None:
 
 def _migrate_to_8(db: sqlite_utils.Database) -> None:
     """The looser levels' keys of each recorded workload and each level's guesses
-    (`store.levels`: history that survives real edits)."""
-    from store.levels import migrate_levels  # the tables' owner; imported here, it imports this module
-
-    migrate_levels(db)
+    (`store.levels`: history that survives real edits). Idempotent (``if_not_exists``), so it
+    is safe under whichever schema number it lands."""
+    db["workload_keys"].create({"fingerprint": str, "user": str, "variant_key": str, "command_key": str,
+                                "seen_at": float}, pk="fingerprint", not_null={"user", "seen_at"},
+                               if_not_exists=True)
+    db["workload_keys"].create_index(["variant_key"], if_not_exists=True)
+    db["workload_keys"].create_index(["command_key"], if_not_exists=True)
+    db["workload_keys"].create_index(["user", "seen_at"], if_not_exists=True)
+    db["level_guesses"].create({"level": str, "key": str, "user": str, "wrong": int, "right": int,
+                                "updated_at": float}, pk=("level", "key"),
+                               not_null={"user", "wrong", "right", "updated_at"}, if_not_exists=True)
+    db["level_guesses"].create_index(["user", "updated_at"], if_not_exists=True)
 
 
 MIGRATIONS = {1: _migrate_to_1, 2: _migrate_to_2, 3: _migrate_to_3, 4: _migrate_to_4, 5: _migrate_to_5,

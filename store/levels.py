@@ -9,7 +9,8 @@
 
 Growth is bounded per user (a hostile user can submit any number of variants): each table
 keeps a user's newest ``per_user`` rows; the older ones are evicted and counted (the
-``history-keys-evicted`` event, and what :meth:`LevelStore.remember_keys` returns).
+``history-keys-evicted`` event, and what :meth:`LevelStore.remember_keys` returns). The
+tables are created by the store's migration 8 (``store.db``).
 """
 from __future__ import annotations
 
@@ -17,8 +18,6 @@ import json
 import logging
 import time
 from collections.abc import Iterable
-
-import sqlite_utils
 
 from packer.history_levels import LevelRecord
 from packer.workload_identity import COMMAND, EXACT, VARIANT, WorkloadKeys
@@ -29,21 +28,6 @@ log = logging.getLogger(__name__)
 DEFAULT_PER_USER = 2000
 EVICTED_EVENT = "history-keys-evicted"
 _KEY_COLUMN = {VARIANT: "variant_key", COMMAND: "command_key"}
-
-
-def migrate_levels(db: sqlite_utils.Database) -> None:
-    """The looser levels' keys of each recorded workload, and each level's guesses per key
-    (idempotent: safe whatever schema number it lands under)."""
-    db["workload_keys"].create({"fingerprint": str, "user": str, "variant_key": str, "command_key": str,
-                                "seen_at": float}, pk="fingerprint", not_null={"user", "seen_at"},
-                               if_not_exists=True)
-    db["workload_keys"].create_index(["variant_key"], if_not_exists=True)
-    db["workload_keys"].create_index(["command_key"], if_not_exists=True)
-    db["workload_keys"].create_index(["user", "seen_at"], if_not_exists=True)
-    db["level_guesses"].create({"level": str, "key": str, "user": str, "wrong": int, "right": int,
-                                "updated_at": float}, pk=("level", "key"),
-                               not_null={"user", "wrong", "right", "updated_at"}, if_not_exists=True)
-    db["level_guesses"].create_index(["user", "updated_at"], if_not_exists=True)
 
 
 class LevelStore:
