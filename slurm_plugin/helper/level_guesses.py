@@ -76,5 +76,5 @@ def note_wrong_guess(store: Store, runner, job: Job, fingerprint: str | None, ki
         return
     wrong, right = levels.count_guess(level, key, job.user or "", wrong=True)
     store.log_event(WRONG_EVENT, f"the {level} level sized job {job.job_id} wrong ({kind}): {wrong} wrong, "
-                    f"{right} right for its workload", job.job_id, level=level, key=key, kind=kind, wrong=wrong,
+                    f"{right} right for its workload", job.job_id, level=level, key=key, action=kind, wrong=wrong,
                     right=right, fingerprint=fingerprint)
