@@ -120,7 +120,7 @@ def test_a_pack_is_refused_when_every_gpu_with_room_would_pass_the_util_cap():
     assert refused.verdict == "exclusive" and refused.reason == "util-cap" and "reason=util-cap" in refused.comment()
     ctx.snapshot = view([(hot.exact, 2)], [(warm.exact, 2)])  # 30 + 30: under the cap
     assert cap(packed, ctx) is packed
-    ctx.snapshot = view([(hot.exact, 2)], [(warm.exact, 2), (warm.exact, 2), ("unknown", 2)])  # 90 + 0 (unknown)
+    ctx.snapshot = view([(hot.exact, 2)], [(warm.exact, 2)] * 3)  # 70 + 30 and 90 + 30
     assert cap(packed, ctx).reason == "util-cap"
     ctx.snapshot = view([(warm.exact, 2), ("unknown", 2)])  # an unknown utilisation adds nothing
     assert cap(packed, ctx) is packed
