@@ -29,8 +29,10 @@ class PackerConfig:
     # script, the nearest looser level with history sizes the job, with more headroom:
     # "variant" (numbers and paths abstracted, scheduling-only #SBATCH lines aside), then
     # "command" (same user, job name and commands). The loosest level used ("exact": only
-    # the exact script, as before).
-    loosest_history_level: str = setting("command", choices=("exact", "variant", "command"))
+    # the exact script, as before). "variant" by default: the command level also matches
+    # unrelated workloads that share a launcher (every job submitted on stdin is named "sbatch";
+    # every `python -m pkg ...` of a user runs the same command), so it is a site's choice.
+    loosest_history_level: str = setting("variant", choices=("exact", "variant", "command"))
     variant_headroom_fraction: float = setting(0.25, ge=0, le=1)
     command_headroom_fraction: float = setting(0.50, ge=0, le=1)
     # A looser level stops being used for a workload once it guessed wrong (a restart-oom or

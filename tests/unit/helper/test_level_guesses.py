@@ -54,7 +54,7 @@ def test_wrong_guesses_demote_the_level_for_the_workload():
     runner = SlurmRunner(executor=fake)
     job(fake, 1, "0.01")
     HistoryRecorder(store, runner, "monitor").record(figures(1))
-    config = PackerConfig()
+    config = PackerConfig(loosest_history_level="command")
     for job_id, lr in ((2, "0.02"), (3, "0.03")):
         keys = job(fake, job_id, lr, " lvl=variant", state="RUNNING")
         note_wrong_guess(store, runner, runner.job(job_id), keys.exact, "restart-oom")

@@ -88,6 +88,8 @@ def test_a_demoted_level_is_passed_over_for_the_next_looser_one():
     for _ in range(2):
         levels.count_guess("variant", keys.variant, "ann", wrong=True)
     ctx = Ctx(facts("0.02"), store)
+    assert history_levels(ctx.admit(), ctx).reason == "no-history"  # shipped: no command level
+    ctx = Ctx(facts("0.02"), store, config=CONFIG.with_overrides(loosest_history_level="command"))
     after = history_levels(ctx.admit(), ctx)
     assert after.verdict == "packed" and "lvl=command" in after.comment()
     for _ in range(2):

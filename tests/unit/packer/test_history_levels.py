@@ -7,7 +7,8 @@ from packer.decision import LOWER_BOUND_SOURCE, ClusterView, Estimate, decide, s
 from packer.history_levels import LevelRecord, demoted, levels_in_use, nearest_level
 from packer.request import Candidate
 
-CFG = PackerConfig(mode="enforce", gpu_memory_gib=80, shares_per_gpu=8, gpu_model="")  # 10 GiB a share
+CFG = PackerConfig(mode="enforce", gpu_memory_gib=80, shares_per_gpu=8, gpu_model="",  # 10 GiB a share
+                   loosest_history_level="command")
 CAND = Candidate("tres_per_node", None, "22.05")
 
 
@@ -32,6 +33,8 @@ def test_the_loosest_level_setting_limits_the_search():
     records = [LevelRecord("variant", "v", None), LevelRecord("command", "c", est(7))]
     assert nearest_level(records, CFG.with_overrides(loosest_history_level="variant")).estimate is None
     assert levels_in_use(CFG.with_overrides(loosest_history_level="exact")) == ("exact",)
+    assert PackerConfig().loosest_history_level == "variant"  # shipped: the command level is opt-in
+    assert levels_in_use(PackerConfig()) == ("exact", "variant")
     with pytest.raises(ConfigError, match="loosest_history_level"):
         PackerConfig(loosest_history_level="fuzzy")
 
