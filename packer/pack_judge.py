@@ -6,36 +6,42 @@ work left (``left_s``, seconds alone; ``math.inf`` when no end is known). A GPU 
 the newcomer fits under the cap on the GPU's *total* memory (``max_gpu_fraction``, 95 %) and
 the jobs-per-GPU limit, and no job there is a partner it must never share a GPU with
 (``avoid``: pairs learned from a failure or a slowdown). Among those with room, the GPUs that
-qualify keep every job at the fairness floor (``SuiteRules.corunners`` with the pair
-prediction); the pack pays on one of them when ``SuiteRules.pack_pays`` says so (gain > 0
-given the queue). The best such GPU by the co-runner rule is named.
+qualify keep every job at the fairness floor (the co-runner rule with the pair prediction,
+as ``SuiteRules.corunners`` ranks); the pack pays on one of them when :meth:`JudgeSettings.pays`
+says so (gain > 0 given the queue, as ``SuiteRules.pack_pays``). The best such GPU by the
+co-runner rule is named.
+
+The judge reads plain settings (:class:`JudgeSettings`, which ``SuiteRules.judge_settings``
+builds), never the rules object: the rules call the judge, the judge calls nothing back.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Protocol
+from dataclasses import dataclass
 
-from packer.admission import PackCase, PackJudgement, QueueView, ResidentWork
-from packer.config import PackerConfig
-from packer.corunner import AvoidSet, GpuLoad, Newcomer, PairSpeed, Ranked, RunningJob, rank_corunners
+from packer.admission import AdmissionRule, PackCase, PackJudgement, QueueView, ResidentWork, pack_gain
+from packer.corunner import AvoidSet, GpuLoad, Newcomer, PairSpeed, RunningJob, rank_corunners
 
 
-class PackRules(Protocol):
-    """What the judge asks of the rules (``packer.rules.SuiteRules`` is one)."""
+@dataclass(frozen=True)
+class JudgeSettings:
+    """What the judge reads of the rules, as plain data (``SuiteRules.judge_settings``)."""
 
-    @property
-    def config(self) -> PackerConfig: ...
+    max_fraction: float  # the cap on a GPU's total memory
+    max_jobs_per_gpu: int
+    corunner_rule: str  # packer.corunner.RULES: the order the GPUs that qualify are tried in
+    min_corunner_speed: float  # a job already there keeps at least this share of its speed
+    min_newcomer_speed: float  # ... and the newcomer this
+    fairness: AdmissionRule | None  # load-aware: a pack pays when together beats one after the
+    #                                 other, every job at its min_speed; None (slowdown-bound):
+    #                                 the floors decided already, a pair at speed 0 never pays
 
-    @property
-    def max_jobs_per_gpu(self) -> int: ...
-
-    def corunners(self, newcomer: Newcomer, gpus: Sequence[GpuLoad], avoid: AvoidSet = frozenset(),
-                  pair_speed: PairSpeed | None = None) -> list[Ranked]: ...
-
-    def pack_gain(self, case: PackCase, queue: QueueView) -> float: ...
-
-    def pack_pays(self, case: PackCase, queue: QueueView) -> bool: ...
+    def pays(self, case: PackCase, queue: QueueView) -> bool:
+        """Whether the pack ``case`` pays given ``queue`` (``SuiteRules.pack_pays``)."""
+        if self.fairness is not None:
+            return self.fairness.pays(case, queue)
+        return case.min_speed > 0.0
 
 # a job with no end in sight is taken as running this long (the overlap's bound); finite so
 # the rule's arithmetic stays finite (inf * 0 is nan)
@@ -72,7 +78,7 @@ def _job_key(j: RunningJob) -> tuple:
     return (j.workload, j.mem_bytes, j.util_pct or 0.0)
 
 
-def judge_pack(rules: PackRules, newcomer: Newcomer, newcomer_s: float, gpus: Sequence[GpuLoad] | Kinds,
+def judge_pack(settings: JudgeSettings, newcomer: Newcomer, newcomer_s: float, gpus: Sequence[GpuLoad] | Kinds,
                left_s: dict[str, float], queue: QueueView, avoid: AvoidSet,
                pair_speed: PairSpeed) -> PackJudgement:
     """Whether packing ``newcomer`` (``newcomer_s`` seconds of work alone, ``math.inf``:
@@ -80,7 +86,7 @@ def judge_pack(rules: PackRules, newcomer: Newcomer, newcomer_s: float, gpus: Se
     (a job missing: no end known); ``gpus`` may come grouped (:func:`kinds_of`). The submit
     path holds slurmctld's locks: the GPUs are weighed by kind, at most ``MAX_KINDS`` kinds (the least used first) and
     ``MAX_CASES`` packs, the best by the co-runner rule first; none of those paying is a refusal."""
-    cap, limit = rules.config.max_gpu_fraction, rules.max_jobs_per_gpu
+    cap, limit = settings.max_fraction, settings.max_jobs_per_gpu
     grouped = gpus if isinstance(gpus, dict) else kinds_of(gpus)
     kinds = {k: group for k, group in grouped.items()
              if len(group[0].jobs) < limit and group[0].used_bytes + newcomer.mem_bytes <= cap * group[0].capacity_bytes}
@@ -91,7 +97,10 @@ def judge_pack(rules: PackRules, newcomer: Newcomer, newcomer_s: float, gpus: Se
                              avoid=avoid)
     if not allowed:  # never beside them: the submit path keeps it off their nodes (pair avoidance)
         return PackJudgement("no-room", "avoided-pair")
-    ranked = rules.corunners(newcomer, [r.gpu for r in allowed], avoid=avoid, pair_speed=pair_speed)
+    ranked = rank_corunners(newcomer, [r.gpu for r in allowed], rule=settings.corunner_rule, max_fraction=cap,
+                            max_jobs_per_gpu=limit, avoid=avoid, pair_speed=pair_speed,
+                            min_corunner_speed=settings.min_corunner_speed,
+                            min_newcomer_speed=settings.min_newcomer_speed)
     if not ranked:
         return PackJudgement("refused", "below-min-speed")
     by_first = {id(group[0]): group for group in kinds.values()}
@@ -101,8 +110,8 @@ def judge_pack(rules: PackRules, newcomer: Newcomer, newcomer_s: float, gpus: Se
             case = PackCase(_finite(newcomer_s), _unit(r.mine),
                             tuple(ResidentWork(_finite(left_s.get(j.job_id, math.inf)), _unit(s))
                                   for j, s in zip(g.jobs, r.theirs)))
-            if rules.pack_pays(case, queue):
-                return PackJudgement("pays", "pays", g.gpu_id, rules.pack_gain(case, queue))
+            if settings.pays(case, queue):
+                return PackJudgement("pays", "pays", g.gpu_id, pack_gain(case, queue))
             cases += 1
             if cases >= MAX_CASES:
                 return PackJudgement("refused", "pack-does-not-pay")

@@ -53,7 +53,7 @@ from packer.contention import (
 from packer.corunner import RULES as CORUNNER_RULES
 from packer.corunner import AvoidSet, GpuLoad, Newcomer, PairSpeed, Ranked, rank_corunners
 from packer.decision import ClusterView, Decision, Estimate, decide, max_shards
-from packer.pack_judge import Kinds, judge_pack
+from packer.pack_judge import JudgeSettings, Kinds, judge_pack
 from packer.grow import GpuShares, GrowDecision, GrowSettings, Preemptor, PreemptorThreshold, plan_growth
 from packer.preemption import RestartSize, restart_size
 from packer.regroup import RegroupDecision, plan_regroup
@@ -158,12 +158,22 @@ class SuiteRules:
         With ``pair_speed`` (a prediction), a GPU qualifies only where every job keeps at
         least ``min_speed`` (load-aware; whether the pack pays is :meth:`pack_pays`), or
         (slowdown-bound) the job there ``1 - contention_threshold`` of its speed."""
-        pred = pair_speed is not None
+        pred, floors = pair_speed is not None, self.judge_settings
         return rank_corunners(
             newcomer, gpus, rule=self.corunner_rule, max_fraction=self.config.max_gpu_fraction,
             max_jobs_per_gpu=self.max_jobs_per_gpu, avoid=avoid, pair_speed=pair_speed,
-            min_corunner_speed=1.0 - self.tolerated_loss if pred else 0.0,
-            min_newcomer_speed=max(self.min_newcomer_speed, self._fair_floor) if pred else 0.0)
+            min_corunner_speed=floors.min_corunner_speed if pred else 0.0,
+            min_newcomer_speed=floors.min_newcomer_speed if pred else 0.0)
+
+    @functools.cached_property
+    def judge_settings(self) -> JudgeSettings:
+        """What the co-runner ranking with a prediction and the pack judge read, as plain
+        data (the judge is given these, never this object)."""
+        return JudgeSettings(
+            max_fraction=self.config.max_gpu_fraction, max_jobs_per_gpu=self.max_jobs_per_gpu,
+            corunner_rule=self.corunner_rule, min_corunner_speed=1.0 - self.tolerated_loss,
+            min_newcomer_speed=max(self.min_newcomer_speed, self._fair_floor),
+            fairness=self._admission_rule if self.admission == "load-aware" else None)
 
     @property
     def _fair_floor(self) -> float:
@@ -186,9 +196,7 @@ class SuiteRules:
         """Pack (or keep a pack) when together beats one after the other given ``queue``
         and every job keeps ``min_speed`` (load-aware); slowdown-bound: the corunner floors
         decided already, and a pair at speed 0 never pays."""
-        if self.admission == "load-aware":
-            return AdmissionRule(self.min_speed).pays(case, queue)
-        return case.min_speed > 0.0
+        return self.judge_settings.pays(case, queue)
 
     def pack_pays_values(self, newcomer_s: float, newcomer_speed: float, residents: Sequence[tuple[float, float]],
                          waiting: int, gpus: int, wait_s: float) -> bool:
@@ -224,8 +232,9 @@ class SuiteRules:
                    queue: QueueView, avoid: AvoidSet, pair_speed: PairSpeed) -> PackJudgement:
         """Whether packing ``newcomer`` now pays on one of the busy ``gpus`` (room under the
         cap on the GPU's total and the jobs-per-GPU limit, no avoided partner, the fairness
-        floor, :meth:`pack_pays`): ``packer.pack_judge.judge_pack`` (the live submit path)."""
-        return judge_pack(self, newcomer, newcomer_s, gpus, left_s, queue, avoid, pair_speed)
+        floor, :meth:`pack_pays`): ``packer.pack_judge.judge_pack`` (the live submit path),
+        given :attr:`judge_settings`."""
+        return judge_pack(self.judge_settings, newcomer, newcomer_s, gpus, left_s, queue, avoid, pair_speed)
 
     # ------------------------------------------------------------------ contention
     def counter_rule(self) -> CounterRule:

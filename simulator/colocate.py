@@ -7,18 +7,21 @@ this run's :mod:`~simulator.knowledge`); ``check`` is the contention
 watch after ``monitor_s`` (:mod:`~simulator.contention_watch`). ``pair_predict`` off: the
 history rule alone (pack, then requeue on a slowdown). The cluster state (GPUs, the
 share index, the queue, the reservation) is the run's
-(:class:`~simulator.engine.Simulator`); this object holds the rule and its memos.
+(:class:`~simulator.engine.Simulator`); this object holds the start rule, the reservation's
+timing and the admission; which kinds of busy GPU qualify, and their order, are
+:class:`~simulator.corunner_kinds.CorunnerKinds`' (the co-runner rule and its memos).
 """
 from __future__ import annotations
 
 import math
 
 from packer.admission import QueueView
-from packer.corunner import GpuLoad, Newcomer, RunningJob, Ranked
+from packer.corunner import GpuLoad, Ranked
 from packer.decision import ClusterView, Estimate
 from packer.request import Candidate
 
 from simulator.contention_watch import ContentionWatch
+from simulator.corunner_kinds import CorunnerKinds, NewcomerMemo
 from simulator.events import CHECK
 from simulator.late_scan import LateScan
 from simulator.no_room import NoRoomMemo
@@ -41,10 +44,10 @@ class ColocatePolicy(Policy):
     def __init__(self, h: PolicyHandles):
         super().__init__(h)
         self._decide_cache: dict = {}  # decide() by what it reads
-        self._corunner_cache: dict = {}  # per (workload, size) newcomer: see _newcomer
-        self._loads: dict[tuple, GpuLoad] = {}  # kinds of busy GPU as the rule sees them
-        self._load_key: dict[str, tuple] = {}
-        self._wl_index = {p.key: p.index for p in self.profiles}
+        # the co-runner rule over the kinds of busy GPU, memoised per kind of queued job
+        self.kinds = CorunnerKinds(self.rules, self.know, self.avoid, self.shares, self.profiles, self.gpu_mem,
+                                   self.cfg.pair_predict)
+        self._pair_speed = self.kinds.pair_speed  # what the engine's other parts predict pairs with
         self.watch = ContentionWatch(  # monitor_s after each pack
             know=self.know, rules=self.rules, avoid=self.avoid, gpus=self.gpus, sched=self.sched,
             requeue=self.moves.requeue, pair_predict=self.cfg.pair_predict, queue_view=self.queue_view)
@@ -74,29 +77,6 @@ class ColocatePolicy(Policy):
                 _CANDIDATE, self._estimate(job), ClusterView(idle_gpus=idle_usable),
                 fingerprint=job.workload, remembered_shards=remembered)
         return d
-
-    def _pair_speed(self, a: str, b: str) -> float | None:
-        """Speed of workload ``a`` beside ``b`` as this run's pair knowledge predicts it."""
-        return self.know.speed(self._wl_index[a], self._wl_index[b])
-
-    def _load(self, key: tuple) -> GpuLoad:
-        """A group of GPUs running the same jobs, as the co-runner rule sees it: one
-        (workload, size) job each, or (more than two per GPU) several."""
-        gl = self._loads.get(key)
-        if gl is None:
-            members = key if isinstance(key[0], tuple) else (key,)
-            jobs = []
-            for prof, held in members:
-                p = self.profiles[prof]
-                jobs.append(RunningJob(f"p{prof}", p.key, held, p.util_pct))
-            gid = "+".join(f"{prof:03d}/{held}" for prof, held in members)
-            gl = self._loads[key] = GpuLoad(gpu_id=gid, capacity_bytes=self.gpu_mem,
-                                            jobs=tuple(jobs))
-            self._load_key[gl.gpu_id] = key
-        return gl
-
-    def _group(self, key: tuple) -> dict[int, None]:
-        return self.shares.multi[key] if isinstance(key[0], tuple) else self.shares.single[key]
 
     def may_place_busy(self) -> bool:
         return bool(self.shares.single) or bool(self.shares.multi)
@@ -148,16 +128,16 @@ class ColocatePolicy(Policy):
         """Start ``job`` beside the co-runner the rule picks, if the pack pays (``idle``: a
         whole GPU is there for it, so packing saves it no wait)."""
         need = d.shards * int(self.share_bytes)
-        memo = self._newcomer(job, need)
+        memo = self.kinds.newcomer(job, need)
         if not self.shares.single and not self.shares.multi:
             return self.full.found_none(job, memo.qualifies)
-        cands = self._qualifying(memo)
+        cands = self.kinds.qualifying(memo)
         if not cands:
             return self.full.found_none(job, memo.qualifies)
         free_pack = bf is None or bf.pack_ok
         if free_pack and memo.chosen_version == self.shares.version:
             # nothing to veto and the same kinds of GPU: the rule picks the same kind again
-            g = self.gpus[next(iter(self._group(memo.chosen_kind)))]
+            g = self.gpus[next(iter(self.kinds.group(memo.chosen_kind)))]
             if not self.pays(job, g, memo.qualifies[memo.chosen_kind], now, idle):
                 return False
             self.sched.denied = False
@@ -173,52 +153,16 @@ class ColocatePolicy(Policy):
         self._start_beside(job, self.gpus[gid], now, need, d.shards)
         return True
 
-    def _qualifying(self, memo: "_Memo") -> list[tuple]:
-        """The kinds of busy GPU that qualify for the job (each assessed alone by the rule,
-        memoised per kind; the same kinds of GPU as last time give the same answer). Kept
-        up to date from the kinds that appeared and went since (``ShareIndex.appeared``,
-        ``gone``), not a walk over every kind; their order does not matter (the rule ranks
-        them by a key no two kinds share)."""
-        shares = self.shares
-        if memo.kinds_version == shares.version:
-            return memo.cands
-        live, acc = memo.live, memo.qualifies
-        if memo.kinds_version < 0:  # first use: every kind there now
-            new = [*shares.single, *shares.multi]
-        else:
-            for key in shares.gone[memo.gone_at:]:
-                if key in live and key not in (shares.multi if isinstance(key[0], tuple) else shares.single):
-                    del live[key]
-            new = shares.appeared[memo.appeared_at:]
-        for key in new:
-            if key in live or key not in (shares.multi if isinstance(key[0], tuple) else shares.single):
-                continue
-            r = acc.get(key)
-            if r is None:
-                found = self._rank(memo.new, [self._load(key)])
-                r = acc[key] = found[0] if found else False
-            if r:
-                live[key] = None
-        memo.appeared_at, memo.gone_at = len(shares.appeared), len(shares.gone)
-        memo.kinds_version, memo.cands = shares.version, list(live)
-        return memo.cands
-
-    def _choose(self, job: Job, now: float, bf: Backfill | None, memo: "_Memo",
+    def _choose(self, job: Job, now: float, bf: Backfill | None, memo: NewcomerMemo,
                 cands: list[tuple]) -> int | None:
         """choose_corunner's choice: the GPU of the best kind the reservation ``bf`` lets
         through (None: nothing to honour, the best kind), or None when it lets none."""
-        if memo.ranked_cands is not cands and memo.ranked_cands != cands:
-            memo.ranked_cands = cands  # rank_corunners' order: each kind assessed alone
-            rule, keys, acc = self.rules.corunner_rule, memo.keys, memo.qualifies
-            for k in cands:  # each kind's sort key, once per memo (its Ranked does not change)
-                if k not in keys:
-                    keys[k] = acc[k].key(rule)
-            memo.ranked = [acc[k] for k in sorted(cands, key=keys.__getitem__)]
+        ranked = self.kinds.ranked(memo, cands)
         if bf is None:
-            best = memo.ranked[0].gpu.gpu_id
-            memo.chosen_version, memo.chosen_kind = self.shares.version, self._load_key[best]
-            return next(iter(self._group(self._load_key[best]))), memo.ranked[0]
-        for r in memo.ranked:  # the first kind the reservation lets through (each refusal
+            best = self.kinds.kind_of(ranked[0].gpu.gpu_id)
+            memo.chosen_version, memo.chosen_kind = self.shares.version, best
+            return next(iter(self.kinds.group(best))), ranked[0]
+        for r in ranked:  # the first kind the reservation lets through (each refusal
             gid = self._in_time(job, now, bf, r.gpu, r.mine, r.theirs)  # marks the pass denied)
             if gid is not None:
                 # choose_corunner would ask the kinds after it too, to no effect: the job
@@ -251,7 +195,7 @@ class ColocatePolicy(Policy):
         if not idle and state is not None and not self._timed:  # kept for its next try
             shadow = self.refusals.shadow_of(bf)
             self.refusals.keep(job, Refusal(state, shadow, None if shadow is None else self.refusals.strict(),
-                                            self._group(self._load_key[ranked.gpu.gpu_id]), g, mine, theirs))
+                                            self.kinds.group(self.kinds.kind_of(ranked.gpu.gpu_id)), g, mine, theirs))
         return False
 
     def _in_time(self, job: Job, now: float, bf: Backfill, gl: GpuLoad, mine: float,
@@ -265,8 +209,8 @@ class ColocatePolicy(Policy):
         # moves by run * (1 - speed) at most (fixed in time, so a pass that was refused
         # stays refused while nothing changes)
         delay = run * (1.0 - min(theirs))
-        key = self._load_key[gl.gpu_id]
-        group = self._group(key)
+        key = self.kinds.kind_of(gl.gpu_id)
+        group = self.kinds.group(key)
         # a GPU's release is its jobs' latest expected end (ReleaseIndex)
         if new_ok and self.late.earliest(key, group) + delay <= shadow:  # some GPU is left free in time: the first
             self._timed = True  # (a choice that holds only while the newcomer ends in time)
@@ -290,52 +234,8 @@ class ColocatePolicy(Policy):
         if self.cfg.pair_predict:
             job.pack_pred = self.watch.predict(g)
 
-    def _newcomer(self, job: Job, need: int) -> "_Memo":
-        """The co-runner rule's view of a queued job and its memo (:class:`_Memo`). Valid
-        while no pair is added to avoid and the predictions of its pairs stand."""
-        # a kind of GPU qualifies by the pairs of this job's workload with those there: they
-        # change when the model is refitted or a pair of this workload is observed (with more
-        # than two per GPU the pairs among those there count too: any change)
-        stamp = (len(self.avoid),
-                 self.know.version if self.shares.multi_on else self.know.stamp(job.profile))
-        key = (job.profile, need)
-        hit = self._corunner_cache.get(key)
-        if hit is None or hit.stamp != stamp:
-            p = self.profiles[job.profile]
-            hit = self._corunner_cache[key] = _Memo(stamp, Newcomer(f"p{job.profile}", p.key, need, p.util_pct))
-        return hit
-
-    def _rank(self, new: Newcomer, loads: list[GpuLoad]):
-        """The rules' corunners (packer.corunner.rank_corunners) with this run's pair prediction.
-
-        A GPU qualifies on its own (memory, pairs to avoid, predicted speeds) and the order is
-        a stable sort by the rule's key, so the kinds of GPU are assessed one at a time
-        (memoised) and the qualifying ones sorted together give the same ranking."""
-        return self.rules.corunners(new, loads, avoid=self.avoid,
-                                   pair_speed=self._pair_speed if self.cfg.pair_predict else None)
 
 
 def _unit(speed: float) -> float:
     """A predicted speed as the admission rule takes it (a model may stray past [0, 1])."""
     return min(1.0, max(0.0, speed))
-
-
-class _Memo:
-    """What the co-runner rule found for one kind of queued job (workload, size)."""
-
-    __slots__ = ("stamp", "new", "qualifies", "kinds_version", "cands", "chosen_version",
-                 "chosen_kind", "ranked_cands", "ranked", "keys", "live", "appeared_at", "gone_at")
-
-    def __init__(self, stamp: tuple, new: Newcomer):
-        self.stamp = stamp  # what the answers rest on (pairs to avoid, pair predictions)
-        self.new = new  # the job as the rule sees it
-        self.qualifies: dict = {}  # kind of GPU -> its ``Ranked``, or False: it does not qualify
-        self.kinds_version = -1  # the version of the set of kinds when ``cands`` was made
-        self.cands: list[tuple] = []  # the kinds that qualified then
-        self.live: dict[tuple, None] = {}  # the kinds there that qualify, kept up to date
-        self.appeared_at = self.gone_at = 0  # how far ShareIndex.appeared and gone were read
-        self.chosen_version = -1  # the version when the rule last chose with nothing to honour
-        self.chosen_kind: tuple | None = None  # the kind it chose then
-        self.ranked_cands: list[tuple] | None = None  # the qualifying kinds last ranked
-        self.ranked: list = []  # the rule's order of them (it depends on those kinds alone)
-        self.keys: dict = {}  # kind of GPU -> its ``Ranked``'s sort key under the rule

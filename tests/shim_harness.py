@@ -21,6 +21,7 @@ from packer.decision import ClusterView
 from store.db import Store
 from slurm_plugin.helper.server import HelperServer, Reply
 from slurm_plugin.helper.submit_service import SubmitService
+from fixed_view import FixedView
 
 DATA = Path(__file__).resolve().parent / "data" / "job_desc"
 RELEASES = ("22.05", "24.11", "26.05")
@@ -102,7 +103,7 @@ class ShimRig:
         self.kill_switch = folder / "disable"
         self.write_conf(timeout_ms=timeout_ms)
         self.store = store or Store()
-        self.service = SubmitService(lambda: config, self.store, lambda: view,
+        self.service = SubmitService(lambda: config, self.store, FixedView(view),
                                      requeue_by_default=requeue_by_default)
 
         def submit(fields: dict[str, bytes]) -> Reply:

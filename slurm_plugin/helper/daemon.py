@@ -17,10 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from packer.decision import Decision
-from packer.request import JobFacts
 from store.db import Store
-from slurm_plugin.helper.cluster_view import packing_exclusion
 from slurm_plugin.helper.finals import EndedSpool, spool_path
 from slurm_plugin.helper.server import HelperServer, Reply
 from slurm_plugin.config.reloading import ReloadingConfig
@@ -63,9 +60,8 @@ class Helper:
         self.metrics_address = override.submit(config_path, self.paths.slurm_conf)
         self.metrics_endpoint = None
         self.service = SubmitService(
-            self.config, self.store, self.view.view, self.paths.kill_switch, self._on_decision,
-            avoid=self._avoid_nodes, metrics=self.metrics,
-            rules=self.config.file().monitor.rules, snapshot=self.view.snapshot,
+            self.config, self.store, self.view, self.paths.kill_switch, metrics=self.metrics,
+            rules=self.config.file().monitor.rules,
             requeue_by_default=job_requeue_of(slurm_conf_path(self.paths.slurm_conf)),
         )
         # the controller's epilog (`gpupack ctld-epilog`) names a job that ended: the watcher
@@ -108,21 +104,6 @@ class Helper:
                 log.warning("job %d's end not handed to the watcher: %s", job_id, exc)
 
         return Reply({"status": "ok", "reason": "queued"}, after=hand_over)
-
-    def _avoid_nodes(self, fingerprint: str) -> frozenset[str] | None:
-        """Nodes a job about to be packed must be kept off: those running a job this
-        fingerprint must never share a GPU with (pairs in SQLite), and those whose agent's
-        figures are stale (nothing is packed where it cannot be watched); None when that is
-        every GPU node."""
-        snap = self.view.snapshot()
-        if snap is None:
-            return frozenset()
-        partners = self.store.avoided_with(fingerprint)  # one query, not one per running job
-        return packing_exclusion(snap, fingerprint, partners)
-
-    def _on_decision(self, facts: JobFacts, decision: Decision) -> None:
-        if decision.verdict == "exclusive":
-            self.view.reserve_whole_gpu()
 
     def run(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self._done.set())

@@ -1,10 +1,11 @@
-"""The submit path's load-aware admission: a job the packer would pack is
-packed only where the pack pays given the queue (``SuiteRules.judge_pack``, the replay's rule).
+"""The submit pipeline's `load-aware` stage: a job the packer would pack is packed only where
+the pack pays given the queue (``SuiteRules.judge_pack``, the replay's rule).
 
 Everything it reads is at hand without Slurm: the queue and the shared GPUs come from the
 cluster view the watcher published (``QueueState``), the jobs' traits and the pairs learned
-from the history store (two indexed reads). It fails open: no view, a view without the queue,
-or any error leaves the packer's decision as it was (the watches still guard the pack).
+from the history store (indexed reads, each once: the job's own through its
+``SubmitContext``). It fails open: no view, a view without the queue, or any error (the
+pipeline's runner) leaves the packer's decision as it was (the watches still guard the pack).
 
 With a whole GPU idle in the view (`[packer] pack_only_when_no_idle_gpu = false`) there is
 nothing to judge: the job may start there (the steering keeps it off avoided partners and
@@ -28,13 +29,12 @@ slow pairs). Otherwise, what it asks of the rule:
 The residents (the shared GPUs' jobs, their utilisation and work left) and the pair model
 (every measured pair and its workloads' estimates, one fit) are built once per published
 view; each submission then asks the store three indexed questions of its own workload
-(measured pairs, partners to avoid, mean run length).
+(measured pairs here; partners to avoid and mean run length through its context, which the
+`avoid-partners` stage reads the partners from too).
 """
 from __future__ import annotations
 
-import logging
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from packer.admission import PackJudgement, QueueView, release_wait
@@ -42,14 +42,11 @@ from packer.corunner import GpuLoad, Newcomer, RunningJob
 from packer.pack_judge import Kinds, kinds_of
 from packer.pair_model import AloneCounters
 from packer.pair_predictor import PairPredictor
-from packer.config import PackerConfig
 from packer.decision import Decision
 from packer.rules import SuiteRules
 from store.db import Store
 from slurm_plugin.helper.cluster_view import Snapshot, idle_gpus
-from slurm_plugin.helper.queue_state import QueueState
-
-log = logging.getLogger(__name__)
+from slurm_plugin.helper.submit_context import SubmitContext
 
 
 @dataclass
@@ -103,52 +100,50 @@ def _residents(store: Store, snapshot: Snapshot, rules: SuiteRules, now: float) 
     return _Residents(snapshot.taken_at, kinds_of(loads), left, frozenset(fps), pairs)
 
 
-class SubmitAdmission:
-    """The load-aware admission of the submit path, with the view's residents kept between
-    submissions until a newer view is published."""
+class LoadAwareAdmission:
+    """The `load-aware` stage, with the view's residents kept between submissions until a
+    newer view is published."""
 
-    def __init__(self, store: Store, snapshot: Callable[[], Snapshot | None]):
-        self.store = store
-        self.snapshot = snapshot
+    name = "load-aware"
+
+    def __init__(self) -> None:
         self._residents: _Residents | None = None
         self._idle: tuple[float, int] = (-1.0, 0)  # (view taken at, whole GPUs idle in it)
 
-    def judge(self, rules: SuiteRules, decision: Decision, now: float) -> PackJudgement | None:
+    def judge(self, decision: Decision, ctx: SubmitContext) -> PackJudgement | None:
         """The rule's judgement of packing ``decision``'s job now; None when there is nothing
         to judge by (no view or no queue in it, a GPU idle, or not a pack)."""
-        snapshot = self.snapshot()
-        if decision.verdict != "packed" or not decision.fingerprint or snapshot is None or snapshot.queue is None:
+        if decision.verdict != "packed" or not decision.fingerprint:
+            return None
+        snapshot = ctx.snapshot
+        if snapshot is None or snapshot.queue is None:
             return None
         if self._idle[0] != snapshot.taken_at:
             self._idle = (snapshot.taken_at, idle_gpus(snapshot))
         if self._idle[1] > 0:  # it may start on an idle GPU: no one is made to wait or slow down
             return None
-        queue, fp, config, store = snapshot.queue, decision.fingerprint, rules.config, self.store
+        queue, fp, rules, store, now = snapshot.queue, decision.fingerprint, ctx.rules, ctx.store, ctx.now
         res = self._residents
         if res is None or res.taken_at != snapshot.taken_at:
             res = self._residents = _residents(store, snapshot, rules, now)
         est = decision.estimate
-        newcomer = Newcomer("new", fp, int((decision.shards or 1) * config.share_bytes),
+        newcomer = Newcomer("new", fp, int((decision.shards or 1) * rules.config.share_bytes),
                             est.mean_util_pct if est is not None else None)
         observed = {k: _unit(v) for k, v in store.pair_speeds_with(fp, res.fingerprints).items()}
         pairs = res.pairs.including(fp, counters(est), observed)
-        partners = store.avoided_with(fp)
+        partners = ctx.partners
         wait = max(0.0, release_wait(queue.releases_s, queue.waiting) - max(0.0, now - snapshot.taken_at))
         view = QueueView(waiting=0, gpus=max(1, queue.gpus), wait_s=wait)
-        work = store.mean_run_s(fp, config.history_window, since=config.history_since(now))
+        work = ctx.mean_run_s
         return rules.judge_pack(newcomer, math.inf if work is None else work, res.gpus, res.left, view,
                                 lambda a, b: (b if a == fp else a) in partners, pairs.trial_speed)
 
-    def decide(self, rules: SuiteRules, decision: Decision, now: float) -> Decision:
+    def __call__(self, decision: Decision, ctx: SubmitContext) -> Decision:
         """``decision`` as the load-aware rule leaves it: a pack the rule refuses keeps its
-        whole GPU (reason ``pack-does-not-pay`` or ``below-min-speed``). Fails open."""
-        if rules.admission != "load-aware" or decision.verdict != "packed":
+        whole GPU (reason ``pack-does-not-pay`` or ``below-min-speed``)."""
+        if ctx.rules.admission != "load-aware" or decision.verdict != "packed":
             return decision
-        try:
-            verdict = self.judge(rules, decision, now)
-        except Exception:  # a refinement of the decision: never fail the submission for it
-            log.exception("load-aware admission failed; the packer's decision stands")
-            return decision
+        verdict = self.judge(decision, ctx)
         if verdict is None or not verdict.refused:
             return decision
         return replace(decision, verdict="exclusive", reason=verdict.reason, shards=None)

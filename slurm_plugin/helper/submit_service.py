@@ -1,6 +1,7 @@
-"""Answer one submission: decode what the shim sent, ask the packer, say what to apply.
+"""Answer one submission: decode what the shim sent, run the submit pipeline
+(``submit_pipeline``: its stages, in order), say what to apply.
 
-This is the glue between the wire format and the pure packer; it never raises to the
+This is the glue between the wire format and the decision; it never raises to the
 server loop: any surprise becomes a pass-through answer with its reason.
 """
 from __future__ import annotations
@@ -10,22 +11,20 @@ import math
 import os
 import pwd
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
 from packer.comment import merge
 from packer.config import PackerConfig
-from packer.decision import ClusterView, Decision, packed_type
-from packer.fingerprint import fingerprint
+from packer.decision import Decision, packed_type
 from packer.request import Candidate, JobFacts, classify, shard_request
 from packer.rules import SuiteRules
 from store.db import Store
-from slurm_plugin.helper.cluster_view import Snapshot
-from slurm_plugin.helper.submit_admission import SubmitAdmission
+from slurm_plugin.helper.submit_context import SubmitContext, SubmitView
+from slurm_plugin.helper.submit_pipeline import Stage, run_stages, submit_stages
 from slurm_plugin.metrics.submit import SubmitMetrics
-from slurm_plugin.slurm.gres import expand_hostlist
 
 log = logging.getLogger(__name__)
 
@@ -145,34 +144,29 @@ def _rewrite(answer: SubmitAnswer, request: Candidate, decision: Decision, confi
 
 
 class SubmitService:
-    """Holds what a decision needs: the config, the store and the live cluster view."""
+    """Holds what a decision needs: the config, the store, the cluster view and the stages."""
 
     def __init__(
         self,
         config: Callable[[], PackerConfig],
         store: Store,
-        cluster_view: Callable[[], ClusterView],
+        view: SubmitView,
         kill_switch: Path | None = None,
-        on_decision: Callable[[JobFacts, Decision], None] | None = None,
-        avoid: Callable[[str], frozenset[str] | None] | None = None,
         metrics: SubmitMetrics | None = None,
         rules: Callable[[PackerConfig], SuiteRules] | None = None,
-        snapshot: Callable[[], Snapshot | None] | None = None,
         requeue_by_default: bool = True,
     ):
         self._config = config
         self._rules: SuiteRules | None = None  # the admit decision (packer.rules), per [packer] table read
         self.store = store
-        self._cluster_view = cluster_view
+        self._view = view
         self._kill_switch_text = os.fspath(kill_switch) if kill_switch is not None else None
-        self._on_decision = on_decision
-        self._avoid = avoid
         self._metrics = metrics
         self._requeue_by_default = requeue_by_default  # slurm.conf's JobRequeue
         # the decisions with the [monitor] table's settings (the watches' and the replay's);
-        # None: the defaults. `snapshot`: the published view the load-aware admission reads
+        # None: the defaults
         self._make_rules = rules or (lambda config: SuiteRules(config=config))
-        self._admission = SubmitAdmission(store, snapshot) if snapshot is not None else None
+        self.stages: tuple[Stage, ...] = submit_stages()
 
     def _rules_for(self, config: PackerConfig) -> SuiteRules:
         """The decisions (`packer.rules.SuiteRules`, the monitor's and the simulator's) with
@@ -200,30 +194,18 @@ class SubmitService:
         text = _decoded(fields)
         facts = job_facts(fields, text)
         request = classify(facts, self._requeue_by_default)
-        if isinstance(request, Candidate):
-            fp = fingerprint(facts.user, facts.name, facts.script)
-            estimate, remembered = self.store.history(fp, config.history_window,
-                                                      since=config.history_since(time.time()))
-        else:
-            fp, estimate, remembered = None, None, None
-        rules = self._rules_for(config)
-        decision = rules.admit(request, estimate, self._cluster_view(), fp, remembered)
-        if self._admission is not None:  # a pack only where it pays given the queue (fails open)
-            decision = self._admission.decide(rules, decision, time.time())
-        decision = self._avoid_partners(decision, text.get("req_nodes"))
-        site_comment = text.get("admin_comment")
-        writable = not (site_comment and any(c in site_comment for c in "\t\n\r"))
-        if not writable and decision.reason != "no-gpu":
-            # the answer is one line of tab-separated fields: a comment the site set with a tab
-            # or newline cannot travel back in it, and a packed job needs its record
-            decision = Decision("untouched", "site-comment-unwritable", fingerprint=decision.fingerprint)
-        answer = SubmitAnswer(decision.verdict, decision.reason, config.mode, fingerprint=fp or "")
-        if config.mode != "observe" and decision.reason != "no-gpu" and writable:
+        ctx = SubmitContext.read(facts, request, text, config, self._rules_for(config), self.store, self._view)
+        decision = run_stages(self.stages, ctx)
+        answer = SubmitAnswer(decision.verdict, decision.reason, config.mode, fingerprint=ctx.fingerprint or "")
+        if config.mode != "observe" and decision.reason != "no-gpu" and ctx.comment_writable:
             advised = config.mode == "advise"
-            answer.admin_comment = merge(site_comment, decision.comment(advised=advised))
+            answer.admin_comment = merge(ctx.site_comment, decision.comment(advised=advised))
         if config.mode == "enforce" and decision.verdict == "packed" and isinstance(request, Candidate):
             _rewrite(answer, request, decision, config, facts)
         decided_s = time.perf_counter() - started
+        return answer, self._after(facts, decision, config.mode, decided_s)
+
+    def _after(self, facts: JobFacts, decision: Decision, mode: str, decided_s: float) -> Callable[[], None]:
         decided_ms = decided_s * 1000
 
         def after() -> None:
@@ -231,9 +213,9 @@ class SubmitService:
                 self._metrics.observe(decision.verdict, decision.reason, decided_s)
             # the bookkeeping runs before the next request is read (one loop serves them
             # all), so the next decision sees this one's reservation
-            if self._on_decision is not None:
+            if decision.verdict == "exclusive":
                 try:
-                    self._on_decision(facts, decision)
+                    self._view.reserve_whole_gpu()
                 except Exception:  # the bookkeeping must never break a submission
                     log.exception("recording the decision failed")
             # slurmctld's log has every decision already (the shim's line) and the job its
@@ -242,10 +224,10 @@ class SubmitService:
             if log.isEnabledFor(level):
                 log.log(
                     level, "decision user=%s verdict=%s reason=%s shards=%s mode=%s in %.2f ms",
-                    facts.user, decision.verdict, decision.reason, decision.shards, config.mode, decided_ms,
+                    facts.user, decision.verdict, decision.reason, decision.shards, mode, decided_ms,
                 )
 
-        return answer, after
+        return after
 
     def _observer(self, answer: SubmitAnswer, started: float) -> Callable[[], None]:
         if self._metrics is None:
@@ -253,21 +235,3 @@ class SubmitService:
         seconds = time.perf_counter() - started
         metrics = self._metrics
         return lambda: metrics.observe(answer.verdict, answer.reason, seconds)
-
-    def _avoid_partners(self, decision: Decision, required: str | None = None) -> Decision:
-        """Keep a job about to be packed off the nodes of jobs it must not share a GPU with.
-
-        When that leaves it nowhere to go (every GPU node, or a node the user required with
-        `-w`, which Slurm would refuse to exclude), it keeps a whole GPU instead."""
-        if self._avoid is None or decision.verdict != "packed" or not decision.fingerprint:
-            return decision
-        try:
-            nodes = self._avoid(decision.fingerprint)
-            if nodes and required and set(nodes) & set(expand_hostlist(required)):
-                nodes = None
-        except Exception:  # pair avoidance is a refinement: never fail the submission for it
-            log.exception("pair avoidance lookup failed; the job is decided without it")
-            return decision
-        if nodes is None:
-            return replace(decision, verdict="exclusive", reason="avoid-pair", shards=None)
-        return replace(decision, avoid_nodes=tuple(sorted(nodes))) if nodes else decision

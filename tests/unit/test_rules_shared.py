@@ -256,7 +256,11 @@ def _live_submit(rules: SuiteRules) -> str:
     from store.db import RunRecord
     from slurm_plugin.helper.cluster_view import NodeGpus, Snapshot
     from slurm_plugin.helper.queue_state import QueueState, SharedGpu, SharedJob
-    from slurm_plugin.helper.submit_admission import SubmitAdmission
+    from packer.decision import ClusterView
+    from packer.request import JobFacts, NotCandidate
+    from slurm_plugin.helper.submit_admission import LoadAwareAdmission
+    from slurm_plugin.helper.submit_context import SubmitContext
+    from fixed_view import FixedView
 
     store, now = Store(), FAKE_EPOCH
     for i, fp in enumerate(("steady/a", "grows/b")):
@@ -266,7 +270,9 @@ def _live_submit(rules: SuiteRules) -> str:
     snap = Snapshot(nodes=(NodeGpus("node1", frozenset({"MIXED"}), 1, frozenset({0})),), pending_whole_gpu_jobs=0,
                     taken_at=now, queue=queue)
     packed = Decision("packed", "history", 1, Estimate(4 * G, 100.0, 1), "grows/b")
-    return SubmitAdmission(store, lambda: snap).decide(rules, packed, now).verdict
+    ctx = SubmitContext(JobFacts(user="u", name="b", script=b""), NotCandidate("packed-by-the-test"), {}, CONFIG,
+                        rules, ClusterView(0), now, store, FixedView(ClusterView(0), lambda: snap), "grows/b")
+    return LoadAwareAdmission()(packed, ctx).verdict
 
 
 def test_one_rules_object_predicts_pairs_live_and_in_the_replay():

@@ -14,6 +14,7 @@ from slurm_plugin.helper.protocol import (
 )
 from slurm_plugin.helper.server import HelperServer, ask
 from slurm_plugin.helper.submit_service import SubmitService
+from fixed_view import FixedView
 
 
 @given(st.dictionaries(st.from_regex(r"[a-z][a-z_]{0,11}", fullmatch=True), st.binary(max_size=300), max_size=10))
@@ -39,7 +40,7 @@ def test_response_round_trip_and_refuses_tabs():
 
 def service(store, idle=0, mode="enforce", kill=None):
     cfg = PackerConfig(mode=mode)
-    return SubmitService(lambda: cfg, store, lambda: ClusterView(idle), kill)
+    return SubmitService(lambda: cfg, store, FixedView(ClusterView(idle)), kill)
 
 
 def test_service_packs_a_known_job_and_rewrites_in_its_dialect():
@@ -118,7 +119,7 @@ def test_only_a_slow_decision_is_logged_above_debug(caplog, monkeypatch):
     assert answer.verdict == "exclusive" and not mine()
     monkeypatch.undo()
     cfg = PackerConfig()
-    slow = SubmitService(lambda: cfg, Store(), lambda: (_time.sleep(0.006), ClusterView(0))[1])
+    slow = SubmitService(lambda: cfg, Store(), FixedView(lambda: (_time.sleep(0.006), ClusterView(0))[1]))
     with caplog.at_level(logging.INFO, logger="slurm_plugin.helper.submit_service"):
         slow.respond(fields)[1]()
     assert [r.levelname for r in mine()] == ["WARNING"]

@@ -9,11 +9,13 @@ from packer.config import GIB, PackerConfig
 from packer.decision import ClusterView
 from packer.fingerprint import fingerprint
 from store.db import RunRecord, Store
+from packer.placement import Running
 from slurm_plugin.helper.cluster_view import NodeGpus, Snapshot
 from slurm_plugin.helper.monitor_settings import MonitorSettings
 from slurm_plugin.helper.queue_state import QueueState, SharedGpu, SharedJob, queue_state
 from slurm_plugin.helper.slurm_poll import snapshot_from
 from slurm_plugin.helper.submit_service import SubmitService
+from fixed_view import FixedView
 from slurm_plugin.helper.view_file import snapshot_from_doc, snapshot_to_doc
 from packer.gres import GresItem
 from slurm_plugin.slurm.model import Job, Node
@@ -61,16 +63,17 @@ def store_with(new_peak=7.6, resident_util=60.0, new_util=60.0) -> Store:
 def snapshot(release_s: float, left_s: float | None = 7200.0, queue: bool = True) -> Snapshot:
     q = QueueState(waiting=0, gpus=2, releases_s=(release_s,),
                    shared=(SharedGpu("n1", 0, (SharedJob(11, "aaaa", 2, left_s),)),)) if queue else None
-    return Snapshot(nodes=(NodeGpus("n1", frozenset({"MIXED"}), 2, frozenset({0, 1})),),
-                    pending_whole_gpu_jobs=0, taken_at=NOW, queue=q)
+    # job 11 (workload aaaa, packed) runs on n1; n2's GPUs are held whole
+    return Snapshot(nodes=(NodeGpus("n1", frozenset({"MIXED"}), 2, frozenset({0, 1})),
+                           NodeGpus("n2", frozenset({"ALLOCATED"}), 2, frozenset({0, 1}))),
+                    pending_whole_gpu_jobs=0, taken_at=NOW, running=(Running(11, "aaaa", ("n1",), True),), queue=q)
 
 
 def service(store: Store, snap, monitor: MonitorSettings | None = None) -> SubmitService:
     cfg = PackerConfig(mode="enforce")
     rules = (monitor or MonitorSettings()).rules
     # pair avoidance as the daemon's: the nodes of the partners running (here n1's job)
-    avoid = lambda fp: frozenset({"n1"}) if store.avoided_with(fp) else frozenset()  # noqa: E731
-    return SubmitService(lambda: cfg, store, lambda: ClusterView(0), rules=rules, snapshot=snap, avoid=avoid)
+    return SubmitService(lambda: cfg, store, FixedView(ClusterView(0), snap), rules=rules)
 
 
 FIELDS = {"user_name": b"alice", "name": b"t", "script": BODY, "tres_per_node": b"gres:gpu:1"}

@@ -13,6 +13,7 @@ from slurm_plugin.helper.cluster_view import NodeGpus, Snapshot
 from slurm_plugin.helper.monitor import submit_time_exclusion
 from slurm_plugin.helper.monitor_settings import MonitorSettings
 from slurm_plugin.helper.submit_service import SubmitService
+from fixed_view import FixedView
 from slurm_plugin.helper.view_file import PublishedView, publish, snapshot_from_doc, snapshot_to_doc
 
 
@@ -78,22 +79,28 @@ def test_submit_exclusion_keeps_one_gpu_node_or_gives_up():
     assert submit_exclusion(None, running, avoid, ["n1"]) == frozenset()
 
 
-def packed_service(avoid):
+def packed_service(partners, partner_nodes=("n1", "n3")):
+    """A known job, packed; `partners`: the store's lookup of the workloads it must never
+    share a GPU with (a packed job of workload `p` runs on each of `partner_nodes`)."""
     store = Store()
     body = b"#!/bin/sh\ntrain\n"
     fp = fingerprint("alice", "t", body)
     store.record_run(RunRecord(1, fp, int(7.6 * GIB), 35.0))
+    store.avoided_with = partners  # the store's lookup, as the test scripts it
     cfg = PackerConfig(mode="enforce", pack_only_when_no_idle_gpu=False)
     from packer.decision import ClusterView
 
-    service = SubmitService(lambda: cfg, store, lambda: ClusterView(0), avoid=avoid)
+    nodes = tuple(NodeGpus(n, frozenset({"MIXED"}), 1, frozenset({0})) for n in ("n1", "n2", "n3"))
+    running = tuple(Running(10 + i, "p", (n,), True) for i, n in enumerate(partner_nodes))
+    view = Snapshot(nodes=nodes, pending_whole_gpu_jobs=0, taken_at=0.0, running=running)
+    service = SubmitService(lambda: cfg, store, FixedView(ClusterView(0), lambda: view))
     fields = {"user_name": b"alice", "name": b"t", "script": body, "tres_per_node": b"gres:gpu:1"}
     return service, fields, fp
 
 
 def test_service_sends_the_nodes_to_avoid_and_records_them():
     seen = []
-    service, fields, fp = packed_service(lambda f: seen.append(f) or frozenset({"n3", "n1"}))
+    service, fields, fp = packed_service(lambda f: seen.append(f) or {"p"})
     answer = service.answer(fields)
     assert seen == [fp]
     assert (answer.verdict, answer.rewrite, answer.exclude) == ("packed", "gres:shard:1", "n1,n3")
@@ -103,7 +110,7 @@ def test_service_sends_the_nodes_to_avoid_and_records_them():
 
 
 def test_service_keeps_the_job_whole_when_every_node_is_to_be_avoided():
-    service, fields, _ = packed_service(lambda f: None)
+    service, fields, _ = packed_service(lambda f: {"p"}, partner_nodes=("n1", "n2", "n3"))
     answer = service.answer(fields)
     assert (answer.verdict, answer.reason, answer.rewrite, answer.exclude) == ("exclusive", "avoid-pair", "", "")
     assert "reason=avoid-pair" in answer.admin_comment

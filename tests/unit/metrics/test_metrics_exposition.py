@@ -18,6 +18,7 @@ from prometheus_client import generate_latest
 from slurm_plugin.agent.daemon import NodeAgent
 from slurm_plugin.agent.state import BATCH_STEP
 from slurm_plugin.helper.submit_service import SubmitService
+from fixed_view import FixedView
 from slurm_plugin.metrics.agent import agent_registry
 from slurm_plugin.metrics.endpoint import MetricsEndpoint, MetricsEndpointError, new_registry
 from slurm_plugin.metrics.ports import Address
@@ -44,7 +45,7 @@ def submit_side(store, taken_at=None, kill=None, mode="enforce", now=1000.0):
     metrics = SubmitMetrics(new_registry())
     metrics.watch_state(lambda: taken_at, lambda: mode, kill, lambda: now)
     cfg = PackerConfig(mode=mode)
-    return SubmitService(lambda: cfg, store, lambda: ClusterView(0), kill, metrics=metrics), metrics
+    return SubmitService(lambda: cfg, store, FixedView(ClusterView(0)), kill, metrics=metrics), metrics
 
 
 def test_submit_side_counts_decisions_and_their_latency(tmp_path):
