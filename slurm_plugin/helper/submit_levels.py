@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from packer.config import PackerConfig
-from packer.decision import ClusterView, Decision, Estimate
+from packer.decision import ClusterView, Decision, Estimate, decide
 from packer.history_levels import LevelRecord, levels_in_use, nearest_level
 from packer.request import Candidate, JobFacts, NotCandidate
 from packer.rules import SuiteRules
@@ -64,7 +64,9 @@ def history_levels(decision: Decision, ctx: StageContext) -> Decision:
         log.info("%s's %s level passed over: %s", ctx.facts.name, level, why)
     if choice.level is None or choice.level == EXACT:
         return decision
-    return ctx.rules.admit(ctx.request, choice.estimate, ctx.cluster, ctx.fingerprint, ctx.remembered_shards)
+    # the admission rule itself (``SuiteRules.admit`` delegates to it unchanged), on the level's estimate
+    return decide(ctx.request, choice.estimate, ctx.cluster, config, fingerprint=ctx.fingerprint,
+                  remembered_shards=ctx.remembered_shards)
 
 
 @dataclass

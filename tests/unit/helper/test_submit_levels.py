@@ -52,11 +52,11 @@ def facts(lr, user="ann"):
     return JobFacts(user=user, name="train", script=SCRIPT.format(lr=lr).encode(), tres_per_node="gres:gpu:1")
 
 
-def recorded(store, lr, gib, job_id=1, util=40.0):
+def recorded(store, lr, gib, job_id=1, util=40.0, ended=900.0):
     keys = workload_keys("ann", "train", SCRIPT.format(lr=lr))
     LevelStore(store).remember_keys(keys, "ann")
     store.record_run(RunRecord(job_id=job_id, fingerprint=keys.exact, peak_mem_bytes=int(gib * GIB),
-                               mean_util_pct=util, ended_at=900.0, started_at=800.0))
+                               mean_util_pct=util, ended_at=ended, started_at=ended - 100))
     return keys
 
 
@@ -133,3 +133,20 @@ def test_a_pack_is_refused_when_every_gpu_with_room_would_pass_the_util_cap():
     ctx.cluster = ClusterView(1)  # a whole GPU idle: nothing to refuse
     assert cap(packed, ctx) is packed
     assert newcomer.exact == ctx.fingerprint
+
+
+def test_through_the_submit_service_the_level_is_in_the_admin_comment():
+    from fixed_view import FixedView
+    from slurm_plugin.helper.submit_service import SubmitService
+
+    import time
+
+    store = Store()
+    recorded(store, "0.01", 8.5, ended=time.time() - 60)
+    service = SubmitService(lambda: CONFIG, store, FixedView(ClusterView(0)))
+    fields = {"user_name": b"ann", "name": b"train", "script": SCRIPT.format(lr="0.02").encode(),
+              "tres_per_node": b"gres:gpu:1"}
+    answer = service.answer(fields)
+    assert (answer.verdict, answer.rewrite) == ("packed", "gres:shard:2")
+    assert "src=history(1) lvl=variant" in answer.admin_comment
+    assert answer.fingerprint == workload_keys("ann", "train", SCRIPT.format(lr="0.02")).exact  # its own, as today
