@@ -38,9 +38,10 @@ class PackerConfig:
     # A looser level stops being used for a workload once it guessed wrong (a restart-oom or
     # a memory-forecast restart of a job it sized) this many times, and more often than right.
     level_wrong_guesses: int = setting(2, ge=1)
-    # The patent's cap on a GPU's total utilisation: a pack is refused when the jobs already
-    # on the GPU plus the newcomer (mean utilisation from history, %) would pass it.
-    max_gpu_util_pct: float = setting(95.0, gt=0, le=1000)
+    # The GPU's total: a pack is refused when the jobs already on the GPU plus the newcomer
+    # (mean utilisation from history, %) would pass it (the packing patent's 95 %;
+    # packer.utilisation_cap). 0: no cap.
+    max_gpu_util_pct: float = setting(0.0, ge=0, le=1000)
     # Never give a packed job more than this fraction of the GPU.
     max_gpu_fraction: float = setting(0.95, gt=0, le=1)
     # Jobs busier than this (mean GPU utilisation, %) are not worth packing.

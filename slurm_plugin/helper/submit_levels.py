@@ -8,7 +8,7 @@ of the job's identity, and the cap on a GPU's summed utilisation.
   look-ups per looser level;
 - ``util-cap`` (:class:`UtilCap`): a pack is refused (``reason=util-cap``, a whole GPU) when
   no whole GPU is idle and every shared GPU of the published view with room for the job's
-  shares would pass ``[packer] max_gpu_util_pct`` with it (``packer.utilisation_cap``; each
+  shares would pass ``[packer] max_gpu_util_pct`` with it (0, the default: no cap) (``packer.utilisation_cap``; each
   job's utilisation from its history, read once per published view).
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from packer.decision import ClusterView, Decision, Estimate, decide
 from packer.history_levels import LevelRecord, levels_in_use, nearest_level
 from packer.request import Candidate, JobFacts, NotCandidate
 from packer.rules import SuiteRules
-from packer.utilisation_cap import REASON as UTIL_CAP, first_under_cap
+from packer.utilisation_cap import NO_CAP, REASON as UTIL_CAP, first_under_cap
 from packer.workload_identity import EXACT, workload_keys
 from store.db import Store
 from store.levels import LevelStore
@@ -84,7 +84,7 @@ class UtilCap:
         self._utils: _Utils | None = None
 
     def __call__(self, decision: Decision, ctx: StageContext) -> Decision:
-        if decision.verdict != "packed" or ctx.cluster.idle_gpus > 0:
+        if decision.verdict != "packed" or ctx.cluster.idle_gpus > 0 or ctx.config.max_gpu_util_pct == NO_CAP:
             return decision
         snapshot = ctx.snapshot
         if snapshot is None or snapshot.queue is None:

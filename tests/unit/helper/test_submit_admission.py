@@ -70,9 +70,7 @@ def snapshot(release_s: float, left_s: float | None = 7200.0, queue: bool = True
 
 
 def service(store: Store, snap, monitor: MonitorSettings | None = None) -> SubmitService:
-    # the cap on a GPU's summed utilisation off (its own stage, test_submit_levels): the
-    # load-aware rule alone judges these busy pairs
-    cfg = PackerConfig(mode="enforce", max_gpu_util_pct=1000.0)
+    cfg = PackerConfig(mode="enforce")
     rules = (monitor or MonitorSettings()).rules
     # pair avoidance as the daemon's: the nodes of the partners running (here n1's job)
     return SubmitService(lambda: cfg, store, FixedView(ClusterView(0), snap), rules=rules)

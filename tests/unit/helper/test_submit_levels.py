@@ -115,7 +115,10 @@ def test_a_pack_is_refused_when_every_gpu_with_room_would_pass_the_util_cap():
     warm = recorded(store, "0.7", 4, job_id=2, util=30.0)
     newcomer = recorded(store, "0.9", 4, job_id=3, util=30.0)
     cap = UtilCap()
-    ctx = Ctx(facts("0.9"), store, snapshot=view([(hot.exact, 2)], [(hot.exact, 7)]))
+    off = Ctx(facts("0.9"), store, snapshot=view([(hot.exact, 2)], [(hot.exact, 7)]))
+    assert cap(off.admit(), off).verdict == "packed"  # no cap by default
+    ctx = Ctx(facts("0.9"), store, snapshot=view([(hot.exact, 2)], [(hot.exact, 7)]),
+              config=CONFIG.with_overrides(max_gpu_util_pct=95.0))
     packed = ctx.admit()
     assert packed.verdict == "packed" and packed.estimate.mean_util_pct == 30.0
     refused = cap(packed, ctx)  # 70 + 30 = 100 % on the GPU with room; the other has no room
@@ -128,7 +131,7 @@ def test_a_pack_is_refused_when_every_gpu_with_room_would_pass_the_util_cap():
     assert cap(packed, ctx) is packed
     ctx.snapshot = view([(hot.exact, 2), (warm.exact, 2)])  # 100 + 30
     assert cap(packed, ctx).reason == "util-cap"
-    loose = Ctx(facts("0.9"), store, snapshot=ctx.snapshot, config=CONFIG.with_overrides(max_gpu_util_pct=200.0))
+    loose = Ctx(facts("0.9"), store, snapshot=ctx.snapshot, config=CONFIG.with_overrides(max_gpu_util_pct=250.0))
     assert cap(packed, loose) is packed
     ctx.cluster = ClusterView(1)  # a whole GPU idle: nothing to refuse
     assert cap(packed, ctx) is packed

@@ -87,9 +87,8 @@ NOW = 1_700_000_000.0
 
 def _store() -> Store:
     store = Store()
-    # 40 % each: together under the cap on a GPU's summed utilisation (95 %)
-    store.record_run(RunRecord(1, NEW_FP, int(7.6 * GIB), 40.0, started_at=NOW - 7200, ended_at=NOW - 3600))
-    store.record_run(RunRecord(2, "aaaa", 10 * GIB, 40.0, started_at=NOW - 9000, ended_at=NOW - 100))
+    store.record_run(RunRecord(1, NEW_FP, int(7.6 * GIB), 60.0, started_at=NOW - 7200, ended_at=NOW - 3600))
+    store.record_run(RunRecord(2, "aaaa", 10 * GIB, 60.0, started_at=NOW - 9000, ended_at=NOW - 100))
     store.avoid_pair(NEW_FP, "aaaa", "failed together")
     return store
 

@@ -23,10 +23,11 @@ def test_the_first_gpu_under_the_cap_or_the_least_loaded_refusal():
     assert gpu is None and check.total_pct == 120.0
     assert first_under_cap([], 50.0, 95.0) == (None, None)
     with pytest.raises(ValueError):
-        check_util([], 1.0, 0.0)
+        check_util([], 1.0, -5.0)
 
 
-def test_the_cap_is_a_setting_with_the_patents_default():
-    assert PackerConfig().max_gpu_util_pct == 95.0
+def test_the_cap_is_a_setting_off_by_default():
+    assert PackerConfig().max_gpu_util_pct == 0.0 and check_util([90.0, 90.0], 90.0, 0.0).fits
+    assert PackerConfig(max_gpu_util_pct=95.0).max_gpu_util_pct == 95.0
     with pytest.raises(ConfigError, match="max_gpu_util_pct"):
-        PackerConfig(max_gpu_util_pct=0)
+        PackerConfig(max_gpu_util_pct=-1)
