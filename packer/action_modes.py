@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from packer.config import ConfigError
 
 #: the run-time actions that take a mode
-ACTION_KINDS = ("requeue-contention", "restart-memory", "grow-preempt", "regroup", "restart-oom", "restore-whole")
+ACTION_KINDS = ("requeue-contention", "restart-memory", "grow-preempt", "regroup", "restart-oom", "restore-whole",
+                "pack-at-dispatch")
 ACTION_MODES = ("off", "shadow", "enforce")
 
 

@@ -38,14 +38,13 @@ class PackerConfig:
     # A looser level stops being used for a workload once it guessed wrong (a restart-oom or
     # a memory-forecast restart of a job it sized) this many times, and more often than right.
     level_wrong_guesses: int = setting(2, ge=1)
-    # The GPU's total: a pack is refused when the jobs already on the GPU plus the newcomer
-    # (mean utilisation from history, %) would pass it (the packing patent's 95 %;
-    # packer.utilisation_cap). 0: no cap.
-    max_gpu_util_pct: float = setting(0.0, ge=0, le=1000)
     # Never give a packed job more than this fraction of the GPU.
     max_gpu_fraction: float = setting(0.95, gt=0, le=1)
     # Jobs busier than this (mean GPU utilisation, %) are not worth packing.
     max_util_pct: float = setting(90.0, ge=0, le=100)
+    # The GPU's total: a job joins a GPU only while every job's mean utilisation there, its
+    # own included, sums to at most this (%; packer.util_cap). 0: no cap.
+    max_gpu_util_pct: float = setting(0.0, ge=0, le=1000)
     # How many recent runs the estimate looks at.
     history_window: int = setting(5, ge=1)
     # Runs that ended longer ago than this (days) are not looked at (0: every run counts).

@@ -34,6 +34,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
+from packer.util_cap import NO_CAP, within_util_cap
+
 RULES = ("lowest-util", "best-fit", "best-pair")
 
 
@@ -183,7 +185,7 @@ class Ranked:
 def _assess(newcomer: Newcomer, gpus: Sequence[GpuLoad], max_fraction: float,
             max_jobs_per_gpu: int, avoid: AvoidSet, pair_speed: PairSpeed | None,
             min_corunner_speed: float, min_newcomer_speed: float,
-            counts: dict[str, int]) -> list[Ranked]:
+            counts: dict[str, int], max_util_total: float = NO_CAP) -> list[Ranked]:
     """The busy GPUs that qualify, in input order; ``counts`` gets why the others do not."""
     out = []
     for g in gpus:
@@ -198,6 +200,9 @@ def _assess(newcomer: Newcomer, gpus: Sequence[GpuLoad], max_fraction: float,
         used = g.used_bytes
         if used + newcomer.mem_bytes > max_fraction * g.capacity_bytes:
             counts["too_big"] += 1
+            continue
+        if not within_util_cap(newcomer.util_pct, (j.util_pct for j in g.jobs), max_util_total):
+            counts["too_busy"] += 1
             continue
         mine, theirs = 1.0, tuple(1.0 for _ in g.jobs)
         gain = None
@@ -229,13 +234,15 @@ def rank_corunners(
     pair_speed: PairSpeed | None = None,
     min_corunner_speed: float = 0.0,
     min_newcomer_speed: float = 0.0,
+    max_util_total: float = NO_CAP,
 ) -> list[Ranked]:
     """The GPUs that qualify for ``newcomer``, best first by ``rule``: what
-    :func:`choose_corunner` picks from (its choice is the first one ``allow`` accepts)."""
+    :func:`choose_corunner` picks from (its choice is the first one ``allow`` accepts).
+    ``max_util_total``: the cap on the GPU's summed utilisation (``packer.util_cap``; 0: none)."""
     _check_args(rule, max_fraction, pair_speed)
-    counts = {"full": 0, "avoided": 0, "too_big": 0, "slow": 0}
+    counts = {"full": 0, "avoided": 0, "too_big": 0, "slow": 0, "too_busy": 0}
     fits = _assess(newcomer, gpus, max_fraction, max_jobs_per_gpu, avoid, pair_speed,
-                   min_corunner_speed, min_newcomer_speed, counts)
+                   min_corunner_speed, min_newcomer_speed, counts, max_util_total)
     return sorted(fits, key=lambda r: r.key(rule))
 
 
@@ -250,6 +257,7 @@ def choose_corunner(
     min_corunner_speed: float = 0.0,
     min_newcomer_speed: float = 0.0,
     allow: Callable[[GpuLoad, float, tuple[float, ...]], bool] | None = None,
+    max_util_total: float = NO_CAP,
 ) -> CorunnerChoice:
     """Pick the GPU (and so the co-runners) for ``newcomer`` among busy ``gpus``.
 
@@ -261,9 +269,9 @@ def choose_corunner(
     _check_args(rule, max_fraction, pair_speed)
     if not any(g.jobs for g in gpus):
         return CorunnerChoice(None, (), "no-running-job", rule)
-    counts = {"full": 0, "avoided": 0, "too_big": 0, "slow": 0}
+    counts = {"full": 0, "avoided": 0, "too_big": 0, "slow": 0, "too_busy": 0}
     qualified = _assess(newcomer, gpus, max_fraction, max_jobs_per_gpu, avoid, pair_speed,
-                        min_corunner_speed, min_newcomer_speed, counts)
+                        min_corunner_speed, min_newcomer_speed, counts, max_util_total)
     fits = [r for r in qualified if allow is None or allow(r.gpu, r.mine, r.theirs)]
     vetoed = len(qualified) - len(fits)
     avoided, full, too_big, slow = (counts[k] for k in ("avoided", "full", "too_big", "slow"))
@@ -276,6 +284,8 @@ def choose_corunner(
             reason = "avoided-pair"
         elif full and not too_big and not avoided:
             reason = "gpus-full"
+        elif counts["too_busy"] and not (too_big or avoided or full or slow or vetoed):
+            reason = f"over-{max_util_total:g}%-util-cap"
         else:
             reason = f"no-fit-under-{max_fraction:.0%}-cap"
         return CorunnerChoice(None, (), reason, rule)

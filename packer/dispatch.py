@@ -16,6 +16,11 @@ condition is the load-aware rule's: when packed jobs outnumber the idle GPUs, gi
 a GPU of its own leaves the others waiting for one, where together on shares they all run now
 (and a cluster whose GPUs are all held whole would otherwise never start to pack: each freed
 GPU would go, whole, to the next packed job).
+
+The other way (`packed_at_dispatch`): a job made exclusive at submit only because a whole GPU
+was idle then, and whose history says it fits a share, is packed when its turn comes with no
+idle whole GPU it may use (the replay's colocate packs it then; live, the helper rewrites its
+request before it starts).
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ class QueuedJob:
     gpus: int = 1  # whole GPUs it asks for (a packed job: the one it was packed from)
     excluded: frozenset[str] = frozenset()  # nodes it may not use (-x, the helper's)
     required: frozenset[str] = frozenset()  # nodes it must use (-w): empty, any
+    repack: bool = False  # made exclusive at submit because a GPU was idle then, and fits a share
 
 
 def _usable(job: QueuedJob, node: str) -> bool:
@@ -64,4 +70,27 @@ def whole_gpu_back(queue: Sequence[QueuedJob], idle: Mapping[str, int]) -> list[
             del left[node]
         if job.packed:
             out.append((job.job_id, node))
+    return out
+
+
+def packed_at_dispatch(queue: Sequence[QueuedJob], idle: Mapping[str, int]) -> list[int]:
+    """The other way: the jobs made exclusive at submit because a whole GPU was idle then
+    (``repack``: their history says they fit a share) that find no idle whole GPU they may
+    use at their turn now, in the order they come. Walking the queue in Slurm's order, every
+    whole-GPU job (these included) takes an idle GPU it may use; a ``repack`` job left with
+    none would wait for a whole GPU, where on shares it runs beside others now. Packed jobs
+    take no idle GPU here (`whole_gpu_back` decides those)."""
+    left = {n: c for n, c in idle.items() if c > 0}
+    out: list[int] = []
+    for job in sorted(queue, key=lambda j: (-j.priority, j.job_id)):
+        if job.packed:
+            continue
+        node = next((n for n in sorted(left) if left[n] >= job.gpus and _usable(job, n)), None)
+        if node is None:
+            if job.repack:
+                out.append(job.job_id)
+            continue
+        left[node] -= job.gpus
+        if not left[node]:
+            del left[node]
     return out

@@ -36,6 +36,7 @@ class JudgeSettings:
     fairness: AdmissionRule | None  # load-aware: a pack pays when together beats one after the
     #                                 other, every job at its min_speed; None (slowdown-bound):
     #                                 the floors decided already, a pair at speed 0 never pays
+    max_util_total: float = 0.0  # the cap on a GPU's summed utilisation (packer.util_cap; 0: none)
 
     def pays(self, case: PackCase, queue: QueueView) -> bool:
         """Whether the pack ``case`` pays given ``queue`` (``SuiteRules.pack_pays``)."""
@@ -100,7 +101,7 @@ def judge_pack(settings: JudgeSettings, newcomer: Newcomer, newcomer_s: float, g
     ranked = rank_corunners(newcomer, [r.gpu for r in allowed], rule=settings.corunner_rule, max_fraction=cap,
                             max_jobs_per_gpu=limit, avoid=avoid, pair_speed=pair_speed,
                             min_corunner_speed=settings.min_corunner_speed,
-                            min_newcomer_speed=settings.min_newcomer_speed)
+                            min_newcomer_speed=settings.min_newcomer_speed, max_util_total=settings.max_util_total)
     if not ranked:
         return PackJudgement("refused", "below-min-speed")
     by_first = {id(group[0]): group for group in kinds.values()}

@@ -163,7 +163,8 @@ class SuiteRules:
             newcomer, gpus, rule=self.corunner_rule, max_fraction=self.config.max_gpu_fraction,
             max_jobs_per_gpu=self.max_jobs_per_gpu, avoid=avoid, pair_speed=pair_speed,
             min_corunner_speed=floors.min_corunner_speed if pred else 0.0,
-            min_newcomer_speed=floors.min_newcomer_speed if pred else 0.0)
+            min_newcomer_speed=floors.min_newcomer_speed if pred else 0.0,
+            max_util_total=floors.max_util_total)
 
     @functools.cached_property
     def judge_settings(self) -> JudgeSettings:
@@ -173,7 +174,8 @@ class SuiteRules:
             max_fraction=self.config.max_gpu_fraction, max_jobs_per_gpu=self.max_jobs_per_gpu,
             corunner_rule=self.corunner_rule, min_corunner_speed=1.0 - self.tolerated_loss,
             min_newcomer_speed=max(self.min_newcomer_speed, self._fair_floor),
-            fairness=self._admission_rule if self.admission == "load-aware" else None)
+            fairness=self._admission_rule if self.admission == "load-aware" else None,
+            max_util_total=self.config.max_gpu_util_pct)
 
     @property
     def _fair_floor(self) -> float:

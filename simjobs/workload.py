@@ -147,6 +147,7 @@ class _Reporter:
         self.window: tuple[float, int] = (time.monotonic(), 0)
         self.failures = 0
         self.checkpoint_every_s: float | None = None  # sent with every report once known
+        self.alloc_peak: Callable[[], int] | None = None  # the allocator's peak, sent as TorchProbe.report sends it
         self._ask = ask or _no_agent_client
 
     def final(self, iterations: int, patience_s: float = 3.0) -> None:
@@ -191,6 +192,8 @@ class _Reporter:
             body["workload"] = self.workload
         if checkpoint:
             body["checkpoint"] = True
+        if self.alloc_peak is not None:
+            body["alloc_peak_bytes"] = int(self.alloc_peak())
         if self.checkpoint_every_s is not None:
             body["checkpoint_every_s"] = round(min(max(self.checkpoint_every_s, 0.1), 7 * 86400.0), 3)
         try:
@@ -210,12 +213,15 @@ def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload
         grow_iters: int | None = None, grow_after: int = 0, env: dict[str, str] | None = None, report_every_s: float = 0.5, report: bool = True,
         checkpoint_every: int = 0, out: TextIO = sys.stdout, err: TextIO = sys.stderr, backend=None,
         ask: Callable[[str, dict, float], dict] | None = None, framework: str = PYTORCH,
-        oom_report: bool = False) -> int:
+        oom_report: bool = False, allocator: str = "plain", cache_bytes: int = 0, probe: bool = False) -> int:
     """Run the workload; returns the process exit status (0 done, 1 out of memory, 2 setup).
     ``ask`` sends one request to the node agent (`slurm_plugin.agent.client.ask`, passed in by
     the command, so the simulated jobs do not import the agent); without it no report goes out.
     ``framework``: whose out-of-memory text it prints; ``oom_report``: it also tells the agent of
-    a failed allocation (an opt-in observer; off, like a real job)."""
+    a failed allocation (an opt-in observer; off, like a real job). ``allocator``: how its
+    framework holds memory (`simjobs.allocators`: plain, prealloc, cache with ``cache_bytes``);
+    ``probe``: its reports carry the allocator's peak of allocated bytes, as a job running
+    `TorchProbe.report` sends it (only with ``report``)."""
     from mig.errors import MigError
 
     if framework not in FRAMEWORKS:
@@ -223,6 +229,9 @@ def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload
 
     env = dict(os.environ if env is None else env)
     from gpus.sim.caps import CapError
+    from simjobs.allocators import allocator_for
+
+    policy = allocator_for(allocator, framework, env, cache_bytes)
 
     try:
         target, gpu, device = _find_device(env, backend, err)
@@ -238,7 +247,9 @@ def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload
     reporter = _Reporter(target, workload, report_every_s, ask) if report else None
     observer = (reporter or _Reporter(target, workload, report_every_s, ask)) if oom_report else None
     engines = _Engines(gpu, device, target.owner, workload, default_speed, target.mps, env)
-    memory = _Memory(gpu, device, target.owner, capacity, gpu_index, err, observer, framework)
+    memory = _Memory(gpu, device, target.owner, capacity, gpu_index, err, observer, framework, policy)
+    if reporter is not None and probe:
+        reporter.alloc_peak = lambda: memory.allocated_peak
     stopping = _StopSignal()
     checkpoints = _Checkpoints(checkpoint_every, iter_ms, reporter, out)
     old = signal.signal(signal.SIGTERM, stopping)
@@ -246,7 +257,10 @@ def run(*, mem_start: int, mem_growth: int, iters: int, iter_ms: float, workload
     print(f"simgpu: job {target.job_id} on {target.node} GPU {gpu_index} device {device} "
           f"({capacity / GIB:.2f} GiB), workload {workload or 'generic'}"
           f"{'' if report else ', not reporting'}"
-          f"{f', checkpoint every {checkpoint_every} iterations' if checkpoint_every else ''}", file=out, flush=True)
+          f"{f', checkpoint every {checkpoint_every} iterations' if checkpoint_every else ''}"
+          f", allocator {policy.kind}"
+          f"{f' (pool {policy.pool_fraction:.2f} of the device)' if policy.pool_fraction else ''}",
+          file=out, flush=True)
     try:
         return _iterate(memory, engines, reporter, stopping, checkpoints, mem_start=mem_start,
                         mem_growth=mem_growth, grow_iters=iters if grow_iters is None else grow_iters,
@@ -317,7 +331,7 @@ def _iterate(memory: _Memory, engines: _Engines, reporter: _Reporter | None, sto
     except DevicesUnavailableError as exc:  # the device's compute mode: as cudaErrorDevicesUnavailable
         print(f"simgpu: {exc}", file=err, flush=True)
         return 2
-    if not memory.alloc(mem_start):
+    if not memory.preallocate() or not memory.alloc(mem_start):
         return 1
     done = 0
     started = time.monotonic()
@@ -336,7 +350,8 @@ def _iterate(memory: _Memory, engines: _Engines, reporter: _Reporter | None, sto
         reporter.final(done)
     elapsed = time.monotonic() - started
     print(f"simgpu: done {done} iterations in {elapsed:.2f}s ({done / elapsed if elapsed else 0:.1f} it/s), "
-          f"peak {memory.held / GIB:.2f} GiB", file=out, flush=True)
+          f"peak {memory.held / GIB:.2f} GiB held, {memory.allocated_peak / GIB:.2f} GiB allocated", file=out,
+          flush=True)
     return 0
 
 
@@ -385,18 +400,49 @@ class _Checkpoints:
 
 
 class _Memory:
-    """What the workload holds on its device, within its capacity (a partition or an MPS
-    limit); an allocation past either fails like CUDA's, with its message."""
+    """What the workload holds on its device (``held``: what NVML shows), within its capacity (a
+    partition or an MPS limit), and what its tensors use (``allocated``), as its framework's
+    allocator (`simjobs.allocators`) keeps them apart; an allocation past the device, or past a
+    preallocated pool, fails like the framework's, with its message."""
 
     def __init__(self, gpu, device: str, owner: str, capacity: int, gpu_index: int, err: TextIO,
-                 reporter: _Reporter | None = None, framework: str = PYTORCH):
+                 reporter: _Reporter | None = None, framework: str = PYTORCH, policy=None):
+        from simjobs.allocators import Allocator
+
         self.gpu, self.device, self.owner = gpu, device, owner
         self.capacity, self.gpu_index, self.err = capacity, gpu_index, err
         self.reporter = reporter  # told of a failed allocation (an opt-in OOM observer; None: a real job)
         self.framework = framework  # whose out-of-memory text it prints
+        self.policy = policy or Allocator("plain")
         self.held = 0
+        self.allocated = 0
+        self.allocated_peak = 0
+        self.pool = 0
+
+    def preallocate(self) -> bool:
+        """Take the framework's pool at start (none unless it preallocates)."""
+        pool = self.policy.pool_bytes(self.capacity)
+        if pool and not self._hold(pool, pool):
+            return False
+        self.pool = pool
+        return True
 
     def alloc(self, n: int) -> bool:
+        new = self.allocated + n
+        if self.pool:
+            if new > self.pool:  # the pool is all the framework uses
+                return self._failed(n)
+        else:
+            want, least = self.policy.wanted(new)
+            if want > self.held and not self._grow(want - self.held) and not (
+                    least <= self.held or self._hold(least - self.held, n)):
+                return False
+        self.allocated = new
+        self.allocated_peak = max(self.allocated_peak, new)
+        return True
+
+    def _grow(self, n: int) -> bool:
+        """Hold `n` more bytes if they fit (no message: the allocator may do with less)."""
         from mig.errors import GpuOutOfMemoryError
 
         try:
@@ -404,13 +450,19 @@ class _Memory:
                 raise GpuOutOfMemoryError("over the MPS memory limit")
             self.gpu.alloc_memory(self.device, self.owner, n)
         except GpuOutOfMemoryError:
-            print(oom_message(n, self.capacity, self.held, self.gpu_index, self.framework), file=self.err,
-                  end="", flush=True)
-            if self.reporter is not None:
-                self.reporter.alloc_failed(n, self.held)
             return False
         self.held += n
         return True
+
+    def _hold(self, n: int, asked: int) -> bool:
+        return self._grow(n) or self._failed(asked)
+
+    def _failed(self, n: int) -> bool:
+        print(oom_message(n, self.capacity, self.held, self.gpu_index, self.framework), file=self.err,
+              end="", flush=True)
+        if self.reporter is not None:
+            self.reporter.alloc_failed(n, self.held)
+        return False
 
 
 class _Engines:

@@ -51,25 +51,38 @@ class ColocatePolicy(Policy):
         self.watch = ContentionWatch(  # monitor_s after each pack
             know=self.know, rules=self.rules, avoid=self.avoid, gpus=self.gpus, sched=self.sched,
             requeue=self.moves.requeue, pair_predict=self.cfg.pair_predict, queue_view=self.queue_view)
+        g = self.guesses  # identity levels (simulator.recurrence), or None: exact history after one run
+        self._guess_key = g.key if g is not None else (lambda job: ())
+        self._guess_version = (lambda: g.version) if g is not None else (lambda: 0)
         self.full = NoRoomMemo(  # the shapes that found no room (the fast path's skip)
-            know=self.know, avoid=self.avoid, history=self.history, shares=self.shares, idle=self.idle)
+            know=self.know, avoid=self.avoid, history=self.history, shares=self.shares, idle=self.idle,
+            guess=self._guess_key, guess_version=self._guess_version)
         self.no_room = self.full.still_none  # Policy.no_room, without a call in between
         self.late = LateScan(self.releases, self.shares)  # per kind: GPUs released after the reservation
         self.refusals = RefusedPacks(  # the packs the admission refused, while their state stands
             rules=self.rules, sched=self.sched, gpus=self.cfg.gpus, releases=self.releases, shares=self.shares,
-            know=self.know, avoid=self.avoid, history=self.history, idle=self.idle)
+            know=self.know, avoid=self.avoid, history=self.history, idle=self.idle,
+            guess_version=self._guess_version)
         self._try: tuple = (None, None)  # the state and reservation of the try under way
         self._timed = False  # the try's choice rested on the newcomer ending before the reservation
 
     def _estimate(self, job: Job) -> Estimate | None:
+        """What the job's history says: none before its profile's first run ends; then the
+        profile's need (no identity levels), or the estimate of the level its identity
+        matches (``simulator.recurrence``: none for a new identity)."""
         if not self.cfg.known_history and job.profile not in self.history:
             return None
+        if self.guesses is not None:
+            return self.guesses.estimate(job, self.profiles[job.profile].util_pct)
         return Estimate(job.mem0, self.profiles[job.profile].util_pct, 1, source="sim-history")
+
+    def shape(self, job: Job) -> tuple:
+        return ("p", job.profile, job.remembered, self._guess_key(job))
 
     def _decide(self, job: Job, idle_usable: int):
         """The rules' admit (packer.decision.decide), memoised on what it reads (it is pure)."""
         known = self.cfg.known_history or job.profile in self.history
-        key = (job.profile, known, job.remembered, idle_usable > 0)
+        key = (job.profile, known, job.remembered, idle_usable > 0, self._guess_key(job))
         d = self._decide_cache.get(key)
         if d is None:
             remembered = math.ceil(job.remembered / self.share_bytes) if job.remembered else None
@@ -90,9 +103,10 @@ class ColocatePolicy(Policy):
 
     def summary(self) -> dict:
         """The pair prediction's error and the pairs observed (none without prediction)."""
+        levels = self.guesses.summary() if self.guesses is not None else {}
         if not self.cfg.pair_predict:
-            return {}
-        return {"pair_knowledge": self.cfg.pair_knowledge, **self.know.error.as_dict(),
+            return levels
+        return {**levels, "pair_knowledge": self.cfg.pair_knowledge, **self.know.error.as_dict(),
                 **self.know.model_error()}
 
     def place(self, job: Job, now: float, bf: Backfill | None) -> bool:
@@ -229,6 +243,8 @@ class ColocatePolicy(Policy):
         """Start ``job`` on busy GPU ``g``; remember its neighbours' speeds just before (the
         contention watch compares with them) and what the rule predicted for the pack."""
         base = {x.id: x.rate for x in g.jobs}
+        if self.guesses is not None:
+            self.guesses.packed(job)
         self.cluster.start_shared(job, g, now, need, shards)
         job.pack_base = base
         if self.cfg.pair_predict:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from packer.config import PackerConfig
 from packer.rules import SuiteRules
 from simulator.knowledge import MODES as KNOWLEDGE_MODES
+from simulator.recurrence import Recurrence
 
 POLICIES = ("exclusive", "shard-fixed", "mig-static", "lucid-like", "colocate",
             "mig-by-size", "mig-in-order")
@@ -79,10 +80,19 @@ class SimConfig:
     # report it (an opt-in observer). Drawn per job from its id.
     oom_output_share: float = 0.0
     oom_unseen_share: float = 0.0
+    # a retry on the job's word (its report or its output, not a measurement at its share's
+    # limit) goes back at its own place in the queue (by arrival), as the live helper releases
+    # it with the priority Slurm gives it; False: at the head, like every other requeue (the
+    # replay's figures before this switch)
+    oom_word_own_place: bool = False
     # a site's own rules (`gpupack simulate --config FILE`: its gpupack.toml's [monitor] table,
     # as the helper reads it): restart costs, grow and regroup thresholds. The fields above
     # (the command's flags) still override what they name. None: the suite's defaults.
     site: SuiteRules | None = None
+    # colocate: how later jobs of a workload find its history, by identity level
+    # (simulator.recurrence; issue 34). None: every job of a profile has an exact history
+    # once one of its runs has finished (the replay's legacy model).
+    recurrence: Recurrence | None = None
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:

@@ -37,7 +37,6 @@ import logging
 import time
 
 from mig.catalog import Catalog, load_catalog
-from packer.config import GIB, PackerConfig
 from packer.rules import SuiteRules
 from simulator.cluster import Cluster
 from simulator.config import SimConfig
@@ -49,12 +48,14 @@ from simulator.mig_state import MigState
 from simulator.handles import JobMoves
 from simulator.pair_failure import PairFailures
 from simulator.progress import Progress
+from simulator.recurrence import Guesses
 from simulator.regrouping import Regrouper, RegroupHands
 from simulator.policy import PolicyHandles
 from simulator.registry import policy_type
 from simulator.releases import ReleaseIndex
 from simulator.result import SimResult
 from simulator.scheduling import Scheduler
+from simulator.settings import LegacyReplay, legacy_packer
 from simulator.sharing import ShareIndex
 from simulator.state import Gpu, Job
 from simulator.usage import UsageMeter
@@ -73,17 +74,10 @@ class Simulator:
         self.cfg = cfg
         self.catalog: Catalog = load_catalog(cfg.gpu_model)
         self.gpu_mem = int(self.catalog.memory_mib) << 20
-        self.pk = cfg.packer or PackerConfig(
-            mode="enforce", gpu_memory_gib=self.gpu_mem / GIB,
-            shares_per_gpu=self.catalog.memory_slices, gpu_model="")  # its own share per memory slice
-        if cfg.policy == "colocate" and cfg.pair_predict and cfg.packer is None:
-            # the measured pair speeds judge a busy job's pack, not a utilisation cut-off
-            self.pk = self.pk.with_overrides(max_util_pct=100.0)
-            if cfg.admission == "load-aware":
-                # a job with no history is tried at the default size (packer.decision's
-                # pack_unknown) where the pack pays: a wrong guess fails at start-up and is
-                # remembered, refusing it leaves it waiting for a whole GPU
-                self.pk = self.pk.with_overrides(pack_unknown=True)
+        # the packer settings: the run's (`gpupack simulate` gives the shipped gpupack.toml's or a
+        # site's), else the replay-legacy preset (simulator.settings.legacy_packer)
+        self.pk = cfg.packer or legacy_packer(self.catalog, LegacyReplay(
+            cfg.pair_predict, cfg.admission == "load-aware") if cfg.policy == "colocate" else None)
         if rules is not None:
             self.pk = rules.config
         self.rules = rules or cfg.rules(self.pk)  # every decision of the run, as the helper makes it
@@ -105,6 +99,8 @@ class Simulator:
         self.moves = JobMoves(stop=self.stop, requeue=self.requeue_at_head,
                               start_shared=lambda *a: self.cluster.start_shared(*a))
         policy = policy_type(cfg.policy)
+        # identity levels (simulator.recurrence): which history each job finds, colocate only
+        self.guesses = Guesses(cfg.recurrence) if cfg.recurrence is not None and cfg.policy == "colocate" else None
         # the MIG side of the cluster (MIG policies only)
         self.mig = MigState(cfg, self.catalog, self.gpus, self.idle, self.rules) if policy.uses_mig else None
         self.memory = MemoryRestarts(cfg, self.rules, self.gpu_mem, self.mig)
@@ -122,7 +118,7 @@ class Simulator:
             cfg=cfg, rules=self.rules, profiles=profiles, catalog=self.catalog, gpu_mem=self.gpu_mem,
             share_bytes=self.share_bytes, gpus=self.gpus, idle=self.idle, shares=self.shares,
             releases=self.releases, loop=self.loop, sched=self.sched, cluster=self.cluster, mig=self.mig,
-            know=self.know, avoid=self.avoid, history=self.history, moves=self.moves))
+            know=self.know, avoid=self.avoid, history=self.history, moves=self.moves, guesses=self.guesses))
         self.cluster.attach(self.policy)
         n_whole = self.mig.n_whole if self.mig else cfg.gpus
         self.skipped = 0
@@ -131,7 +127,10 @@ class Simulator:
             if s.gpus > n_whole and (s.gpus > 1 or not (self.mig and self.mig.static_fits(s))):
                 self.skipped += 1
                 continue
-            self.jobs.append(Job(s, profiles[s.profile]))
+            job = Job(s, profiles[s.profile])
+            if cfg.recurrence is not None:
+                job.guess = (cfg.recurrence.level_of(s.id), cfg.recurrence.error_of(s.id))
+            self.jobs.append(job)
         self.grow = GrowPreemption(self.rules, self.gpus, self.moves) if cfg.grow_preempt else None
         self.regrouper = Regrouper(
             cfg=cfg, rules=self.rules, pk=self.pk, jobs=self.jobs, gpus=self.gpus, idle=self.idle, avoid=self.avoid,
@@ -188,20 +187,30 @@ class Simulator:
         the grow decision evicts neighbours for it (the helper's grow watch acts before its
         memory watch): a job kept running runs on, and runs out of memory later if its memory
         really outgrows it."""
+        if not predicted and self.guesses is not None:
+            self.guesses.out_of_memory(job)  # a looser level's wrong guess counts against it
         grow = self.grow
         growing = predicted and grow is not None and grow.evicts_for_warning(job, now, self.memory.warned_size(job))
         if predicted and not self.memory.restart_on_warning(job, now, growing):
             self.progress.set_rate(job, now, job.rate)  # its next event: the end or the OOM
             return
+        at_head = True
         if predicted:
             self.memory.remember_bigger(job)
-        elif not self.memory.retry_oom(job, now):  # contained in its share; retries spent
-            self.stop(job, now)
-            job.end, job.oom_failed = now, True
-            return
+        else:
+            decision = self.memory.retry_oom(job, now)
+            if decision is None:  # contained in its share; retries spent
+                self.stop(job, now)
+                job.end, job.oom_failed = now, True
+                return
+            at_head = decision.at_head or not self.cfg.oom_word_own_place
         if grow is not None and grow.try_grow(job, now, predicted):
             return  # restarted bigger on its GPU at once, younger neighbours evicted
-        self.requeue_at_head(job, now)
+        if at_head:
+            self.requeue_at_head(job, now)
+        else:  # the job's word: no lift above jobs that waited longer
+            self.stop(job, now)
+            self.sched.requeue(job, now, at_head=False)
 
     def requeue_at_head(self, job: Job, now: float) -> None:
         """Take ``job`` off its GPU (its attempt lost) and put it back at the head of the queue."""

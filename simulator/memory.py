@@ -29,15 +29,16 @@ end is seen through its report, through its output only (a framework's text: the
 evidence, the job's word), or not at all, drawn per job (`oom_seen`). Unseen, it is an
 out-of-memory end only when the node measured it at its share's limit (a linear grower);
 a jump that fails far below its limit is a **miss**: the job ends FAILED instead of being
-retried (counted with the GPU-hours its attempts held). The replay requeues every retried
-job at the head (a retry on the job's word keeps its own place live; not modelled here).
+retried (counted with the GPU-hours its attempts held). A retried job goes back at the head
+of the queue; with ``SimConfig.oom_word_own_place`` a retry on the job's word (not measured at
+its share's limit) goes back at its own place (by arrival), as live.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from packer.decision import max_shards
-from packer.oom_restart import OomEvidence, OomRetryLimits, decide_oom_restart
+from packer.oom_restart import OomDecision, OomEvidence, OomRetryLimits, decide_oom_restart
 from packer.rules import SuiteRules
 from simulator.config import SimConfig
 from simulator.state import Job
@@ -169,9 +170,10 @@ class MemoryRestarts:
                 "oom_missed_lost_gpu_h": round(self.oom_missed_gpu_s / 3600.0, 2),
                 "oom_missed_work_gpu_h": round(self.oom_missed_work_gpu_s / 3600.0, 2)}
 
-    def retry_oom(self, job: Job, now: float) -> bool:
-        """The job ran out of memory in its share: requeue it bigger (True, its size
-        remembered) or leave it FAILED (False), as the live OOM watch decides."""
+    def retry_oom(self, job: Job, now: float) -> OomDecision | None:
+        """The job ran out of memory in its share: requeue it bigger (the decision, its size
+        remembered; ``at_head`` only on a measurement at its share's limit) or leave it FAILED
+        (None), as the live OOM watch decides."""
         done = job.done + (now - job.last_t) * job.rate
         self.oom_lost_s += max(0.0, done)
         held_gpu_s = max(0.0, now - job.start) * min(1.0, job.cap / self.gpu_mem) * max(1, job.gpus)
@@ -196,7 +198,7 @@ class MemoryRestarts:
                 self.oom_missed += 1
                 self.oom_missed_gpu_s += held_gpu_s
                 self.oom_missed_work_gpu_s += job.duration * min(1.0, job.cap / self.gpu_mem) * max(1, job.gpus)
-            return False
+            return None
         job.oom_restarts += 1
         self.oom_retried.add(job.id)
         if seen == SEEN_OUTPUT:
@@ -204,7 +206,7 @@ class MemoryRestarts:
         fits = [s for s in self.sizes() if s >= d.need_bytes and s > job.cap]
         size = self.gpu_mem if d.whole_gpu or not fits else fits[0]
         job.remembered = max(job.remembered, size)
-        return True
+        return d
 
     def remember_bigger(self, job: Job) -> None:
         """Count a warned restart and raise the size the job asks for next time."""

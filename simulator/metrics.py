@@ -75,6 +75,7 @@ def summary(res: SimResult) -> dict:
     over = [r for r in judged if r > 1.0 + 1e-6]
     span = res.makespan or 1.0
     multi = [j.first_start - j.submit for j in done if j.gpus > 1]
+    one = [j for j in done if j.gpus == 1]
     n_gpus = res.config.gpus
     return finite({
         "policy": res.policy,
@@ -108,6 +109,8 @@ def summary(res: SimResult) -> dict:
         "mig_creates": res.reconfig_creates,
         "mig_destroys": res.reconfig_destroys,
         "jobs_shared": len(shared),
+        "one_gpu_jobs": len(one),
+        "one_gpu_shared_fraction": round(sum(1 for j in one if j.shared_with) / len(one), 4) if one else 0.0,
         "jobs_in_unmeasured_pairs": sum(1 for j in shared if j.unmeasured),
         "avoided_pairs": res.avoided_pairs,
         "avg_slowdown": round(sum(slow) / len(slow), 4) if slow else 0.0,

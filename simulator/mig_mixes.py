@@ -13,6 +13,9 @@ policy, and over all mixes the ratio to first-fit and the mixes where ``demand``
 more than ``fsm``.
 
     python3 -m simulator.mig_mixes [--data-dir DIR] [--draws 4] [--streams 3]
+
+Mixes no policy was chosen on (issue 34): ``--first-draw 4 --first-stream 3`` draws other
+teams' profiles (draws 4, 5, ...) and other request streams (seeds 3, 4, ...).
 """
 from __future__ import annotations
 
@@ -31,9 +34,10 @@ POLICIES = ("fsm", "demand", "first-fit")
 HEADROOM = 1.1
 
 
-def trace_mixes(data_dir: Path, names: list[str], slice_gib: dict[str, float], draws: int
-                ) -> dict[str, list[float]]:
-    """Mix name -> weights over ``names``: each virtual cluster, ``draws`` seeded draws."""
+def trace_mixes(data_dir: Path, names: list[str], slice_gib: dict[str, float], draws: int,
+                first_draw: int = 0) -> dict[str, list[float]]:
+    """Mix name -> weights over ``names``: each virtual cluster, ``draws`` seeded draws (seeds
+    ``first_draw`` on)."""
     with open(data_dir / "workload_profiles.csv", newline="") as f:
         mems = [float(r["gmem"]) / 1024 for r in csv.DictReader(f)]
     by_vc: dict[str, list[int]] = defaultdict(list)
@@ -47,7 +51,7 @@ def trace_mixes(data_dir: Path, names: list[str], slice_gib: dict[str, float], d
         return next((n for n in ordered if slice_gib[n] >= gib * HEADROOM), whole)
 
     out = {}
-    for draw in range(draws):
+    for draw in range(first_draw, first_draw + draws):
         rng = random.Random(draw)
         for vc, gpus in sorted(by_vc.items()):
             team = rng.sample(mems, rng.randint(2, 6))
@@ -56,17 +60,17 @@ def trace_mixes(data_dir: Path, names: list[str], slice_gib: dict[str, float], d
     return out
 
 
-def run(data_dir: Path, model: str = "H100-80GB", draws: int = 4, streams: int = 3, n_allocs: int = 1000
-        ) -> dict[str, dict[str, int]]:
+def run(data_dir: Path, model: str = "H100-80GB", draws: int = 4, streams: int = 3, n_allocs: int = 1000,
+        first_draw: int = 0, first_stream: int = 0) -> dict[str, dict[str, int]]:
     cat = load_catalog(model)
     names = [p.name for p in cat.profiles if not p.media_extensions]
     space = get_space(cat, tuple(names))
     per_slice = cat.memory_mib / 1024 / cat.memory_slices
     slice_gib = {p.name: p.memory_slices * per_slice for p in cat.profiles if not p.media_extensions}
     out = {}
-    for mix, weights in trace_mixes(data_dir, names, slice_gib, draws).items():
+    for mix, weights in trace_mixes(data_dir, names, slice_gib, draws, first_draw).items():
         totals = dict.fromkeys(POLICIES, 0)
-        for seed in range(streams):
+        for seed in range(first_stream, first_stream + streams):
             events = generate_stream(names, weights, n_allocs, seed=seed, mean_live=5.0)
             for policy in POLICIES:
                 totals[policy] += run_events(space, events, policy, seed=seed).rejected_fragmentation
@@ -80,15 +84,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--draws", type=int, default=4)
     ap.add_argument("--streams", type=int, default=3)
     ap.add_argument("--model", default="H100-80GB")
+    ap.add_argument("--first-draw", type=int, default=0, help="seed of the first team draw (held-out mixes: 4)")
+    ap.add_argument("--first-stream", type=int, default=0, help="seed of the first request stream (held out: 3)")
     args = ap.parse_args(argv)
+    if args.draws < 1 or args.streams < 1 or args.first_draw < 0 or args.first_stream < 0:
+        raise SystemExit("--draws and --streams must be at least 1, --first-draw and --first-stream at least 0")
     data_dir = args.data_dir or default_data_dir()
     if data_dir is None:
         raise SystemExit("no data folder: pass --data-dir or set GPUPACK_DATA_DIR")
-    res = run(data_dir, args.model, args.draws, args.streams)
+    res = run(data_dir, args.model, args.draws, args.streams, first_draw=args.first_draw,
+              first_stream=args.first_stream)
     total = {p: sum(r[p] for r in res.values()) for p in POLICIES}
     worse = [m for m, r in res.items() if r["demand"] > r["fsm"]]
-    print(f"{len(res)} mixes ({args.draws} draws x {len(res) // max(1, args.draws)} Philly virtual clusters), "
-          f"{args.streams} streams of 1000 requests each, {args.model}\n")
+    print(f"{len(res)} mixes ({args.draws} draws from seed {args.first_draw} x {len(res) // max(1, args.draws)} "
+          f"Philly virtual clusters), {args.streams} streams of 1000 requests each from seed {args.first_stream}, "
+          f"{args.model}\n")
     print("| policy | fragmentation rejections | ÷ first-fit |\n|---|---|---|")
     for p in POLICIES:
         print(f"| {p} | {total[p]} | {total[p] / max(1, total['first-fit']):.3f} |")

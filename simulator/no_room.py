@@ -26,15 +26,18 @@ from simulator.state import Job
 
 
 class NoRoomMemo:
-    """(profile, remembered) -> [state, position in the log of appeared kinds, which kinds
+    """(profile, remembered, guess) -> [state, position in the log of appeared kinds, which kinds
     qualify for the shape (None: the packer would not pack it, no kind matters)]."""
 
     def __init__(self, *, know: PairKnowledge, avoid: Collection, history: Collection, shares: ShareIndex,
-                 idle: Collection):
+                 idle: Collection, guess=lambda job: (), guess_version=lambda: 0):
         """What decides a shape's room: the pair knowledge, the pairs to avoid, the workloads
         with a history, the kinds of busy GPU (``shares``) and the idle GPUs."""
         self.know, self.avoid, self.history, self.shares, self.idle = know, avoid, history, shares, idle
-        self._seen: dict[tuple[int, int], list] = {}
+        # identity levels: what a job's estimate rests on, and a count that changes when a
+        # level stops being used (simulator.recurrence.Guesses; none without levels)
+        self.guess, self.guess_version = guess, guess_version
+        self._seen: dict[tuple, list] = {}
         self.skips = 0  # jobs found still without room (not tried)
 
     def _state(self, profile: int) -> int:
@@ -43,7 +46,7 @@ class NoRoomMemo:
         two per GPU: of every pair). Each count only grows, so their sum changes whenever
         one does."""
         know = self.know
-        return len(self.avoid) + len(self.history) + (
+        return len(self.avoid) + len(self.history) + self.guess_version() + (
             know.version if self.shares.multi_on else know.model_version + know.profile_version[profile])
 
     def found_none(self, job: Job, qualifies: dict | None) -> bool:
@@ -51,7 +54,7 @@ class NoRoomMemo:
         GPU is idle. ``qualifies``: kind of GPU -> truthy when it qualifies for the job (the
         policy's memo, filled as kinds are assessed)."""
         if not self.idle:
-            self._seen[(job.profile, job.remembered)] = [
+            self._seen[(job.profile, job.remembered, self.guess(job))] = [
                 self._state(job.profile), len(self.shares.appeared), qualifies]
         return False
 
@@ -59,11 +62,11 @@ class NoRoomMemo:
         """True when ``place`` would surely find no room for ``job`` again."""
         if self.idle:
             return False
-        seen = self._seen.get((job.profile, job.remembered))
+        seen = self._seen.get((job.profile, job.remembered, self.guess(job)))
         if seen is None:
             return False
         know = self.know  # _state, inline (called millions of times)
-        if seen[0] != len(self.avoid) + len(self.history) + (
+        if seen[0] != len(self.avoid) + len(self.history) + self.guess_version() + (
                 know.version if self.shares.multi_on
                 else know.model_version + know.profile_version[job.profile]):
             return False

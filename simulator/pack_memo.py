@@ -67,11 +67,13 @@ class RefusedPacks:
 
     def __init__(self, *, rules: "SuiteRules", sched: "Scheduler", gpus: int, releases: ReleaseIndex,
                  shares: ShareIndex, know: PairKnowledge, avoid: Collection, history: Collection,
-                 idle: Collection):
-        """``gpus``: the cluster's GPU count (the admission's queue per GPU)."""
+                 idle: Collection, guess_version=lambda: 0):
+        """``gpus``: the cluster's GPU count (the admission's queue per GPU); ``guess_version``:
+        changes when an identity level stops being used (simulator.recurrence.Guesses)."""
         self.rules, self.sched, self.gpus = rules, sched, gpus
         self.releases, self.shares, self.know = releases, shares, know
         self.avoid, self.history, self.idle = avoid, history, idle
+        self.guess_version = guess_version
         self._by_job: dict[int, Refusal] = {}
         self.hits = self.misses = self.kept = 0
 
@@ -81,11 +83,11 @@ class RefusedPacks:
     def state(self, job: Job) -> tuple | None:
         """What the rule's choice for ``job`` rests on in any case: the job's attempt and
         remembered size, the kinds of busy GPU, the pair predictions, the pairs to avoid, the
-        workloads with a history; None when a GPU is idle (not kept)."""
+        workloads with a history (and the identity levels in use); None when a GPU is idle (not kept)."""
         if self.idle:
             return None
         return (job.token, job.remembered, self.shares.version, self.know.version, len(self.avoid),
-                len(self.history))
+                len(self.history), self.guess_version())
 
     def strict(self) -> tuple:
         """What the reservation's time tests read besides it: every release, every group."""

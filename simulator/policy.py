@@ -32,6 +32,7 @@ from simulator.handles import JobMoves
 from simulator.knowledge import PairKnowledge
 from simulator.mig_state import MigState
 from simulator.events import EventLoop
+from simulator.recurrence import Guesses
 from simulator.releases import ReleaseIndex
 from simulator.scheduling import Backfill, Scheduler
 from simulator.sharing import ShareIndex
@@ -62,6 +63,7 @@ class PolicyHandles:
     avoid: set[tuple[str, str]]
     history: set[int]
     moves: JobMoves
+    guesses: Guesses | None = None  # colocate with identity levels (simulator.recurrence)
 
 
 class Policy:

@@ -5,7 +5,8 @@ time enough whole GPUs will be free, from the running jobs' remaining times: see
 :class:`~simulator.releases.ReleaseIndex`) and up to ``bf_depth`` later jobs
 may start if they do not delay it (they end before the reservation, or use GPUs it does not
 need). Run-time estimates are exact (Slurm uses time limits; a trace has none). A requeued
-job goes to the head of the queue. Multi-GPU jobs take whole idle GPUs under every policy;
+job goes to the head of the queue (a retry on the job's word, with
+``SimConfig.oom_word_own_place``: back at its own place, by arrival). Multi-GPU jobs take whole idle GPUs under every policy;
 a one-GPU job is placed by the run's :class:`~simulator.policy.Policy`, which
 asks this scheduler's backfill tests (:meth:`Scheduler.may_take_idle`,
 :meth:`Scheduler.may_pack`, :meth:`Scheduler.usable_idle`).
@@ -22,6 +23,7 @@ duration), or when the policy knows its shape found no room in the same state
 """
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from itertools import chain, islice
 import math
@@ -100,6 +102,7 @@ class Scheduler:
         self.start_whole: Callable[[Job, list[int], float], None]
         self.regrouper: HeadMover | None = None
         self.front: deque[Job] = deque()  # requeued jobs, at the head
+        self.own_place: set[int] = set()  # requeued jobs going back at their own place once eligible
         self.queue: dict[int, Job] = {}  # waiting jobs by arrival
         self.dirty = True  # something a scheduling pass looks at changed since the last one
         self.denied = False  # the last try failed a backfill time test (else: no room)
@@ -118,20 +121,37 @@ class Scheduler:
             self.dirty = True  # it lands where a pass looks
         self.queue[job.id] = job
 
-    def requeue(self, job: Job, now: float) -> None:
-        """A stopped job goes back to the head of the queue, once Slurm's requeue delay is
-        over (`SimConfig.requeue_delay_s`: until then it is not eligible, as a requeued job's
-        BeginTime is pushed back by cred_expire + 1 s)."""
+    def requeue(self, job: Job, now: float, at_head: bool = True) -> None:
+        """A stopped job goes back to the head of the queue (``at_head``; else at its own place,
+        by arrival), once Slurm's requeue delay is over (`SimConfig.requeue_delay_s`: until then
+        it is not eligible, as a requeued job's BeginTime is pushed back by cred_expire + 1 s)."""
+        if not at_head:
+            self.own_place.add(job.id)
         delay = self.cfg.requeue_delay_s
         if delay <= 0:
-            self.front.appendleft(job)
+            self.eligible(job, now)
             return
         self.loop.push(now + delay, ELIGIBLE, job, job.token)
 
     def eligible(self, job: Job, now: float) -> None:
-        """A requeued job's BeginTime has come: it is at the head of the queue."""
-        self.front.appendleft(job)
+        """A requeued job's BeginTime has come: it is at the head of the queue, or back at its
+        own place among the waiting jobs (those that arrived before it stay ahead of it)."""
+        if job.id in self.own_place:
+            self.own_place.discard(job.id)
+            self._back_in_line(job)
+        else:
+            self.front.appendleft(job)
         self.dirty = True
+
+    def _back_in_line(self, job: Job) -> None:
+        """Put ``job`` into the arrival-ordered queue where its arrival places it."""
+        waiting = list(self.queue.values())
+        at = bisect.bisect_left(waiting, (job.submit, job.id), key=lambda j: (j.submit, j.id))
+        if at == len(waiting):
+            self.queue[job.id] = job
+            return
+        waiting.insert(at, job)
+        self.queue = {j.id: j for j in waiting}
 
     def waiting(self) -> Iterator[Job]:
         return chain(self.front, self.queue.values())

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from packer.comment import parse
 from packer.fingerprint import fingerprint
+from packer.need import need_bytes
 from packer.run_truth import RunEnd, judge
 from store.db import RunRecord, Store, UnmeasuredRun
 from slurm_plugin.helper.level_guesses import note_run
@@ -50,6 +51,8 @@ class RunFigures:
     throughput: float | None = None
     gaps_s: float | None = 0.0  # seconds without samples (None: the source cannot tell)
     ended_at: float = 0.0  # when the run ended, as this source knows it (0: not known, now)
+    alloc_peak_bytes: int | None = None  # the job's allocator's peak of allocated bytes (None: not said)
+    covered: bool = False  # its GPU was sampled from the run's start to its end
 
     @classmethod
     def from_summary(cls, summary: dict) -> RunFigures:
@@ -62,7 +65,12 @@ class RunFigures:
             peak_mem_bytes=int(summary.get("peak_mem_bytes") or 0), mean_util_pct=summary.get("mean_util_pct"),
             throughput=summary.get("mean_throughput"), gaps_s=None if gaps is None else float(gaps),
             ended_at=float(summary.get("ended_at") or 0.0),
+            alloc_peak_bytes=_int_or_none(summary.get("alloc_peak_bytes")), covered=summary.get("covered") is True,
         )
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def job_fingerprint(runner: SlurmRunner, job_id: int, job: Job | None = None) -> tuple[str, str, str]:
@@ -104,7 +112,7 @@ class HistoryRecorder:
         view of the job (looked up when None), `fp` its (fingerprint, user, name), `end`
         how the run ended (from `job` when None; its `gaps_s` is taken from `figures`),
         `source` the path that brought it (default: the recorder's)."""
-        if figures.peak_mem_bytes <= 0:
+        if figures.peak_mem_bytes < 0 or (figures.peak_mem_bytes == 0 and not figures.covered):
             log.debug("job %d: no GPU memory measured: not history", figures.job_id)
             return UNMEASURED
         known = self.store.run_of(figures.job_id, figures.started_at) if fp is None and figures.started_at else None
@@ -123,20 +131,28 @@ class HistoryRecorder:
         if end is None:
             return NOT_FINISHED
         verdict = judge(RunEnd(end.state, figures.gaps_s, end.latest_run, end.ended_by))
-        util = figures.mean_util_pct
+        untouched = figures.peak_mem_bytes == 0
+        if untouched and verdict.lower_bound:  # a run cut short before it used its GPU says nothing
+            log.debug("job %d: no GPU memory measured (%s): not history", figures.job_id, verdict.why)
+            return UNMEASURED
+        util = 0.0 if untouched else figures.mean_util_pct
         util = None if util is None else min(100.0, max(0.0, float(util)))
+        need = need_bytes(figures.peak_mem_bytes, figures.alloc_peak_bytes)
         run = RunRecord(
             job_id=figures.job_id, fingerprint=fp[0], peak_mem_bytes=int(figures.peak_mem_bytes), mean_util_pct=util,
             throughput=figures.throughput, user=fp[1], name=fp[2], ended_at=figures.ended_at or time.time(),
-            source=source or self.source, started_at=figures.started_at, lower_bound=verdict.lower_bound, end_state=verdict.why,
+            source=source or self.source, started_at=figures.started_at, lower_bound=verdict.lower_bound,
+            end_state="completed untouched" if untouched else verdict.why, need_bytes=need, untouched=untouched,
         )
-        kind = "lower bound" if verdict.lower_bound else "peak"
+        kind = "lower bound" if verdict.lower_bound else "untouched GPU: peak" if untouched else "peak"
+        if need is not None:
+            kind += f" (need {need / GIB:.2f}GiB from its allocator) NVML"
         detail = (f"recorded {kind} {run.peak_mem_bytes / GIB:.2f}GiB ({verdict.why}) util "
                   f"{util if util is None else round(util)}% throughput "
                   f"{run.throughput if run.throughput is None else round(run.throughput, 2)}/s")
         data = {"fingerprint": fp[0], "peak_mem_bytes": run.peak_mem_bytes, "mean_util_pct": util,
                 "throughput": run.throughput, "lower_bound": verdict.lower_bound, "why": verdict.why,
-                "source": source or self.source, "node": figures.node}
+                "source": source or self.source, "node": figures.node, "need_bytes": need, "untouched": untouched}
         try:
             new = self.store.record_run(run, ("history", detail, data))
         except UnmeasuredRun:

@@ -88,6 +88,7 @@ SPANK_PLUGIN(gpupack, 1);
 #define GPUPACK_UNISOLATED_EXIT 117
 #define RESP_MAX 16384
 #define VAL_MAX 1024
+#define PATHLIST_MAX 32768 /* the job's PYTHONPATH, read whole or not used */
 #define HOLD_POLL_MS 500
 #define HOLD_MAX_MS 30000 /* never hold a step's end longer, whatever the agent says */
 #define FENCE_MAX 8 /* capability nodes one job may be given */
@@ -328,8 +329,24 @@ static int ask_agent(const char *path, const char *req, char *resp, size_t cap, 
     return 0;
 }
 
+/* The framework settings the agent answers (slurm_plugin/agent/framework_env.py, the same list): set
+ * only where the job's own environment has none of them, so a user's own value stands. */
+static const char *framework_vars[] = {
+    "XLA_PYTHON_CLIENT_PREALLOCATE", "TF_FORCE_GPU_ALLOW_GROWTH", NULL,
+};
+
+static int framework_var(const char *name)
+{
+    for (int i = 0; framework_vars[i]; i++)
+        if (strcmp(name, framework_vars[i]) == 0)
+            return 1;
+    return 0;
+}
+
 static int allowed_var(const char *name)
 {
+    if (framework_var(name))
+        return 1;
     if (strncmp(name, "CUDA_", 5) != 0 && strncmp(name, "GPUPACK_", 8) != 0)
         return 0;
     for (const char *p = name; *p; p++)
@@ -702,8 +719,40 @@ static int framed(char *resp, size_t got)
     return 1;
 }
 
-/* Apply "OK <isolation>\nFENCE ...\nK=V\n...\nEND\n" to the step; returns the number of variables set
- * or -1. */
+/* "PREPEND PYTHONPATH=<folder>" (the agent's opt-in out-of-memory observer for Python jobs,
+ * slurm_plugin/python_site): <folder> goes in front of the job's own PYTHONPATH, which is kept (it is
+ * the job's, and only the job's processes read it). Only PYTHONPATH; the folder absolute, without ':'.
+ * Returns 1 when set, 0 when ignored (said in slurmd's log). */
+static int apply_prepend(spank_t sp, char *spec, uint32_t job, uint32_t step)
+{
+    char *eq = strchr(spec, '=');
+    if (!eq || eq - spec != 10 || strncmp(spec, "PYTHONPATH", 10) != 0 || eq[1] != '/' || strchr(eq + 1, ':')) {
+        slurm_error("gpupack: job %u step %u: ignoring 'PREPEND %.200s' from the agent (only PYTHONPATH, an "
+                    "absolute folder without ':')", job, step, spec);
+        return 0;
+    }
+    const char *folder = eq + 1;
+    static char old[PATHLIST_MAX], val[PATHLIST_MAX + 1024];
+    int n;
+    spank_err_t got = spank_getenv(sp, "PYTHONPATH", old, sizeof(old));
+    if (got == ESPANK_SUCCESS && old[0]) {
+        n = snprintf(val, sizeof(val), "%s:%s", folder, old);
+    } else if (got == ESPANK_SUCCESS || got == ESPANK_ENV_NOEXIST) {
+        n = snprintf(val, sizeof(val), "%s", folder);
+    } else { /* too long to read whole: never replace the job's own value with a part of it */
+        slurm_error("gpupack: job %u step %u: its PYTHONPATH cannot be read whole (%s): left as it is", job,
+                    step, spank_strerror(got));
+        return 0;
+    }
+    if (n < 0 || (size_t)n >= sizeof(val) || spank_setenv(sp, "PYTHONPATH", val, 1) != ESPANK_SUCCESS) {
+        slurm_error("gpupack: job %u step %u: cannot put %s in front of PYTHONPATH", job, step, folder);
+        return 0;
+    }
+    return 1;
+}
+
+/* Apply "OK <isolation>\nFENCE ...\nPREPEND K=<folder>\nK=V\n...\nEND\n" to the step; returns the
+ * number of variables set or -1. */
 static int apply_answer(spank_t sp, char *resp, uint32_t job, uint32_t step, char *why, size_t why_cap)
 {
     char *save = NULL;
@@ -737,13 +786,27 @@ static int apply_answer(spank_t sp, char *resp, uint32_t job, uint32_t step, cha
                 return -1;
             continue;
         }
+        if (strncmp(line, "PREPEND ", 8) == 0) {
+            set += apply_prepend(sp, line + 8, job, step);
+            continue;
+        }
         char *eq = strchr(line, '=');
         if (!eq)
             continue;
         *eq = '\0';
         if (!allowed_var(line)) {
-            slurm_error("gpupack: job %u step %u: ignoring variable '%s' from the agent (only CUDA_* and GPUPACK_*)",
-                        job, step, line);
+            slurm_error("gpupack: job %u step %u: ignoring variable '%s' from the agent (only CUDA_*, GPUPACK_* "
+                        "and the framework settings)", job, step, line);
+            continue;
+        }
+        if (framework_var(line)) {
+            spank_err_t rc = spank_setenv(sp, line, eq + 1, 0);
+            if (rc == ESPANK_ENV_EXISTS)
+                slurm_info("gpupack: job %u step %u: %s kept as the job set it", job, step, line);
+            else if (rc != ESPANK_SUCCESS)
+                slurm_error("gpupack: job %u step %u: cannot set %s", job, step, line);
+            else
+                set++;
             continue;
         }
         if (spank_setenv(sp, line, eq + 1, 1) != ESPANK_SUCCESS) {
@@ -979,11 +1042,22 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
         return ESPANK_SUCCESS;
     long deadline = now_ms() + HOLD_MAX_MS;
     int held = 0;
-    while (ask_agent(path, req, resp, sizeof(resp), timeout_ms < 1000 ? timeout_ms : 1000, 0, why, sizeof(why)) == 0 &&
-           framed(resp, strlen(resp)) && strcmp(resp, "OK hold\n") == 0 && now_ms() < deadline) {
+    for (int first = 1;; first = 0) {
+        /* The first ask is where the agent does the work (the end judged, the output's tail read): it gets the
+         * plugin's whole budget, as a step's start does (an agent reshaping a GPU's MIG layout holds its lock
+         * for seconds); each later poll 1 s at most. */
+        int budget = first || timeout_ms < 1000 ? timeout_ms : 1000;
+        if (ask_agent(path, req, resp, sizeof(resp), budget, 0, why, sizeof(why)) < 0) {
+            if (first)
+                slurm_error("gpupack: job %u step %u: the node agent did not take its end (exit %d): %s", job, step,
+                            code, why);
+            break;
+        }
+        if (!framed(resp, strlen(resp)) || strcmp(resp, "OK hold\n") != 0 || now_ms() >= deadline)
+            break;
         if (!held)
-            slurm_info("gpupack: job %u step %u ended out of memory in its share (exit %d); its end waits "
-                       "for the helper's requeue", job, step, code);
+            slurm_info("gpupack: job %u step %u ended (exit %d); its end waits for the node agent (an "
+                       "out-of-memory end for the helper to requeue, or where its output is)", job, step, code);
         held = 1;
         usleep(HOLD_POLL_MS * 1000);
     }

@@ -23,7 +23,7 @@ from packer.decision import LOWER_BOUND_SOURCE, Estimate
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,13 @@ class RunRecord:
     # have a gap (`packer.run_truth`); never taken for the workload's size
     lower_bound: bool = False
     end_state: str = ""  # why it is what it is: "completed", "cancelled", "gaps 40s without samples"
+    # what the job needed: its framework allocator's own peak of allocated bytes (PyTorch's
+    # ``max_memory_allocated``, through `TorchProbe.report`), never above what NVML saw; None:
+    # not known (sizing then uses peak_mem_bytes, NVML's figure, reserve and all)
+    need_bytes: int | None = None
+    # the run held its GPU and never used any of it (no process, no byte, sampled from start to end
+    # and completed): a measurement of 0 bytes, 0 %
+    untouched: bool = False
 
 
 class UnmeasuredRun(ValueError):
@@ -152,6 +159,13 @@ def _migrate_to_7(db: sqlite_utils.Database) -> None:
 
 
 def _migrate_to_8(db: sqlite_utils.Database) -> None:
+    """What a run needed beside what NVML saw (`need_bytes`: its allocator's peak of allocated
+    bytes, NULL when not known), and runs that held a GPU without touching it (`untouched`)."""
+    db["runs"].add_column("need_bytes", int)
+    db["runs"].add_column("untouched", int, not_null_default=0)
+
+
+def _migrate_to_9(db: sqlite_utils.Database) -> None:
     """The looser levels' keys of each recorded workload and each level's guesses
     (`store.levels`: history that survives real edits). Idempotent (``if_not_exists``), so it
     is safe under whichever schema number it lands."""
@@ -168,7 +182,7 @@ def _migrate_to_8(db: sqlite_utils.Database) -> None:
 
 
 MIGRATIONS = {1: _migrate_to_1, 2: _migrate_to_2, 3: _migrate_to_3, 4: _migrate_to_4, 5: _migrate_to_5,
-              6: _migrate_to_6, 7: _migrate_to_7, 8: _migrate_to_8}
+              6: _migrate_to_6, 7: _migrate_to_7, 8: _migrate_to_8, 9: _migrate_to_9}
 
 RUN_COLUMNS = tuple(RunRecord.__dataclass_fields__)
 
@@ -176,6 +190,7 @@ RUN_COLUMNS = tuple(RunRecord.__dataclass_fields__)
 def _run(row: dict) -> RunRecord:
     values = {k: v for k, v in row.items() if k != "id"}
     values["lower_bound"] = bool(values.get("lower_bound"))
+    values["untouched"] = bool(values.get("untouched"))
     return RunRecord(**values)
 
 
@@ -236,13 +251,20 @@ class Store:
         (`UnmeasuredRun`)."""
         if run.peak_mem_bytes < 0:
             raise ValueError(f"job {run.job_id}: peak memory cannot be negative")
-        if run.peak_mem_bytes == 0:
-            raise UnmeasuredRun(f"job {run.job_id}: no GPU memory measured; a run without a peak is not history")
+        if run.peak_mem_bytes == 0 and not (run.untouched and not run.lower_bound):
+            raise UnmeasuredRun(f"job {run.job_id}: no GPU memory measured; a run without a peak is not history "
+                                "(unless it completed untouched, sampled from start to end)")
+        if run.untouched and run.peak_mem_bytes:
+            raise ValueError(f"job {run.job_id}: an untouched run has no memory, not {run.peak_mem_bytes} bytes")
+        if run.need_bytes is not None and not 0 <= run.need_bytes <= run.peak_mem_bytes:
+            raise ValueError(f"job {run.job_id}: need {run.need_bytes} bytes is not within [0, the NVML peak "
+                             f"{run.peak_mem_bytes}]")
         if run.mean_util_pct is not None and not 0 <= run.mean_util_pct <= 100:
             raise ValueError(f"job {run.job_id}: utilisation {run.mean_util_pct} is not a percentage")
         row = asdict(run)
         row["ended_at"] = run.ended_at or time.time()
         row["lower_bound"] = int(run.lower_bound)
+        row["untouched"] = int(run.untouched)
         names = ", ".join(RUN_COLUMNS)
         conn = self.db.conn
         conn.execute("begin immediate")
@@ -255,6 +277,9 @@ class Store:
                 f"insert into runs ({names}) values ({', '.join(':' + c for c in RUN_COLUMNS)}) "
                 "on conflict (job_id, fingerprint, started_at) do update set "
                 "peak_mem_bytes = max(peak_mem_bytes, excluded.peak_mem_bytes), "
+                "need_bytes = case when need_bytes is null then excluded.need_bytes "
+                "when excluded.need_bytes is null then need_bytes else max(need_bytes, excluded.need_bytes) end, "
+                "untouched = min(untouched, excluded.untouched), "
                 "mean_util_pct = coalesce(excluded.mean_util_pct, mean_util_pct), "
                 "throughput = coalesce(excluded.throughput, throughput), "
                 "user = coalesce(nullif(excluded.user, ''), user), name = coalesce(nullif(excluded.name, ''), name), "
@@ -296,10 +321,12 @@ class Store:
         6 GiB before it failed means the next run needs more than 6 GiB, whatever an older
         completed run measured. A workload with lower bounds only has no measurement: its
         estimate says so (`source` "lower-bound") and the packer treats it as unknown.
-        Runs ended before `since` (a time) are not looked at (`[packer] history_max_age_days`)."""
+        Runs ended before `since` (a time) are not looked at (`[packer] history_max_age_days`).
+        A measured run's peak is what it needed where that is known (`RunRecord.need_bytes`, its
+        allocator's allocated peak), else NVML's figure; an untouched run's is 0."""
         rows = self.db.conn.execute(
             "select 0, min_shards, null from sizes where fingerprint = ?1 "
-            "union all select * from (select 1, peak_mem_bytes, mean_util_pct from runs "
+            "union all select * from (select 1, coalesce(need_bytes, peak_mem_bytes), mean_util_pct from runs "
             "where fingerprint = ?1 and lower_bound = 0 and ended_at >= ?3 order by ended_at desc limit ?2) "
             "union all select * from (select 2, peak_mem_bytes, mean_util_pct from runs "
             "where fingerprint = ?1 and lower_bound = 1 and ended_at >= ?3 order by ended_at desc limit ?2)",
@@ -315,8 +342,9 @@ class Store:
         if not wanted:
             return {}
         rows = self.db.execute(
-            "select fingerprint, lower_bound, peak_mem_bytes, mean_util_pct from ("
-            "select fingerprint, lower_bound, peak_mem_bytes, mean_util_pct, row_number() over "
+            "select fingerprint, lower_bound, peak, mean_util_pct from ("
+            "select fingerprint, lower_bound, case when lower_bound then peak_mem_bytes "
+            "else coalesce(need_bytes, peak_mem_bytes) end as peak, mean_util_pct, row_number() over "
             "(partition by fingerprint, lower_bound order by ended_at desc) as n from runs "
             "where fingerprint in (select value from json_each(?1)) and ended_at >= ?3) where n <= ?2",
             [json.dumps(wanted), int(window), float(since)],

@@ -10,7 +10,7 @@
 Growth is bounded per user (a hostile user can submit any number of variants): each table
 keeps a user's newest ``per_user`` rows; the older ones are evicted and counted (the
 ``history-keys-evicted`` event, and what :meth:`LevelStore.remember_keys` returns). The
-tables are created by the store's migration 8 (``store.db``).
+tables are created by the store's migration 9 (``store.db``).
 """
 from __future__ import annotations
 

@@ -180,16 +180,21 @@ def status(link: AgentLink, node: str, timeout: float | None = None) -> dict:
 
 
 def push_jobs(link: AgentLink, node: str, job_ids: list[int], generation: int,
-              outputs: Mapping[int, dict] | None = None, gpus: Mapping[int, tuple[int, ...]] | None = None) -> None:
+              outputs: Mapping[int, dict] | None = None, gpus: Mapping[int, tuple[int, ...]] | None = None,
+              shards: Mapping[int, int] | None = None) -> None:
     """The jobs Slurm runs on ``node`` now (the agent frees the isolation of the others), where
     each writes its output (``{job: {"uid", "paths"}}``, Slurm's record; the agent reads an ended
     step's tail with the user's rights), and the GPU indexes Slurm gave each there where its
-    record names them (the agent refuses a packed step whose own variables name another GPU)."""
+    record names them (the agent refuses a packed step whose own variables name another GPU), and the
+    shards it gave each there (0: whole GPUs; the agent does not take a step as packed that Slurm's
+    record says holds none)."""
     body: dict = {"job_ids": sorted(int(j) for j in job_ids), "generation": int(generation)}
     if outputs:
         body["outputs"] = {str(int(j)): v for j, v in outputs.items()}
     if gpus:
         body["gpus"] = {str(int(j)): [int(i) for i in idx] for j, idx in gpus.items()}
+    if shards:
+        body["shards"] = {str(int(j)): int(n) for j, n in shards.items()}
     link.call(node, "jobs", body)
 
 

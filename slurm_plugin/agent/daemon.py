@@ -27,6 +27,7 @@ from typing import Callable
 from gpus.nvml.caps import DriverFiles
 from packer.samples import JobSample
 from slurm_plugin.agent import isolation as iso
+from slurm_plugin.agent.adoption import adoption_refusal
 from slurm_plugin.agent.counters import CounterReader
 from slurm_plugin.agent.facts import FactsReader, gres_conf_path
 from slurm_plugin.agent.fence import Fence, fence_for, prune_device_cgroups
@@ -58,7 +59,8 @@ class NodeAgent:
                  shares_per_gpu: int | None = None, policy: str = "fsm",
                  list_running_jobs: JobLister | None = None, sim_dir: Path | None = None,
                  clock: Callable[[], float] = time.time, gres_conf: Path | None = None,
-                 mps_control: str | list[str] | None = None, mps_in_mig_shares: int = 0):
+                 mps_control: str | list[str] | None = None, mps_in_mig_shares: int = 0,
+                 python_site: Path | None = None):
         if isolation_mode not in iso.ISOLATION_MODES:
             raise ValueError(f"isolation mode must be one of {iso.ISOLATION_MODES}, got {isolation_mode!r}")
         self.node = node
@@ -69,6 +71,9 @@ class NodeAgent:
         self.policy = policy
         self.list_running_jobs = list_running_jobs
         self.sim_dir = sim_dir
+        # the folder packed steps get in front of PYTHONPATH: the opt-in out-of-memory observer
+        # (slurm_plugin/python_site), None where the site has not turned it on
+        self.python_site = python_site
         self.driver = DriverFiles.for_node(sim_dir, node)  # the MIG capability files (the fence)
         self.clock = clock
         self.guard = ReportGuard()
@@ -129,13 +134,20 @@ class NodeAgent:
         gpus_of = getattr(self.list_running_jobs, "gpus_of", None)
         return gpus_of(job_id) if gpus_of is not None else None
 
+    def _slurm_shards(self, job_id: int) -> int | None:
+        """The shards Slurm's record gives the job here (0: whole GPUs), None when unknown."""
+        shards_of = getattr(self.list_running_jobs, "shards_of", None)
+        return shards_of(job_id) if shards_of is not None else None
+
     def _lists_taken(self) -> int:
         return self.list_running_jobs.lists  # a PushedJobs: the helper's lists, counted
 
     # -- isolate ----------------------------------------------------------------------------
     def isolate(self, job_id: int, step_id: int, uid: int | None, env: dict[str, str]) -> Assignment:
         """The job's isolation for this step (made on its first step, reused by the others)."""
-        grant = iso.grant_from_env(env, step_id)
+        grant, unbacked = iso.grant_within_record(iso.grant_from_env(env, step_id), self._slurm_shards(job_id))
+        if unbacked is not None:
+            log.warning("job %d step %d: %s", job_id, step_id, unbacked)
         recorded = self._slurm_gpus(job_id)
         why = iso.grant_outside_record(grant, recorded)
         if why is not None:
@@ -251,6 +263,8 @@ class NodeAgent:
                 a.checkpoints += 1
             if ok.checkpoint_every_s is not None:
                 a.checkpoint_every_s = ok.checkpoint_every_s
+            if ok.alloc_peak_bytes is not None:
+                a.alloc_peak_bytes = max(a.alloc_peak_bytes or 0, ok.alloc_peak_bytes)
             a.reports += 1
             self._dirty = True
             return {"status": "ok", "neighbours": self.neighbours(a)}
@@ -297,6 +311,11 @@ class NodeAgent:
             if out.restored:
                 self._save()
             return out.to_dict()
+
+    def adoption_refusal(self, uid: int) -> str | None:
+        """Why a login of ``uid`` must not be adopted into its job here (None: it may)."""
+        with self.lock:
+            return adoption_refusal(list(self.jobs.values()), uid)
 
     def status(self) -> dict:
         with self.lock:

@@ -54,6 +54,8 @@ class AgentSettings:
     mps_control: str = setting("nvidia-cuda-mps-control", pattern=r"\S.*", means="a command")
     # DCGM's dcgmi, a command line: activity per MIG instance (DCGM_FI_PROF_GR_ENGINE_ACTIVE)
     dcgmi: str = setting("dcgmi", pattern=r"\S.*", means="a command")
+    # Python jobs in packed steps load the out-of-memory observer (docs/oom-restart.md)
+    python_oom_observer: bool = False
     # the [agents] table, parsed (`parse_agents`): not a key of [agent]
     agents: Mapping[str, AgentAddress] = field(default_factory=dict, metadata={"internal": True})
 

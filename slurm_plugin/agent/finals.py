@@ -5,6 +5,7 @@ import json
 import logging
 from pathlib import Path
 
+from slurm_plugin.agent.sampler import GAP_AFTER_S
 from slurm_plugin.agent.state import Assignment, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -22,8 +23,20 @@ def job_summary(a: Assignment, node: str, ended_at: float, reason: str) -> dict:
         "started_at": a.started_at, "ended_at": ended_at, "end_reason": reason,
         "rejected_reports": a.rejected_reports,
         "gaps": round(a.gap_s, 3),  # seconds without samples: a run with gaps is a lower bound
+        "alloc_peak_bytes": a.alloc_peak_bytes,  # what its allocator said it allocated at most (None: silent)
+        "covered": covered(a, ended_at),
         "run": run_key(a),
     }
+
+
+def covered(a: Assignment, ended_at: float) -> bool:
+    """Whether the job's GPU was sampled from the run's start to its end: its first sample
+    within a gap's length of its start and its last within one of its end (the stretches
+    between are `gap_s`). A run that shows no memory is untouched only when this holds."""
+    start = a.started_at if a.started_at is not None else a.created_at
+    return (a.gpu_index >= 0 and a.samples >= 2 and a.first_sampled_at is not None
+            and a.last_sampled_at is not None and a.first_sampled_at - start <= GAP_AFTER_S
+            and ended_at - a.last_sampled_at <= GAP_AFTER_S)
 
 
 def run_key(a: Assignment) -> str:

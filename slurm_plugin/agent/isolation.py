@@ -91,6 +91,25 @@ def grant_outside_record(grant: StepGrant, recorded: tuple[int, ...] | None) -> 
     return f"its step names GPU {list(grant.gpu_indexes)}, Slurm's record of the job here says {list(recorded)}"
 
 
+def grant_within_record(grant: StepGrant, recorded_shards: int | None) -> tuple[StepGrant, str | None]:
+    """The grant with the shard count Slurm's record backs, and why it was changed (None: kept).
+
+    ``SLURM_SHARDS_ON_NODE`` is Slurm's only where the job holds shards on the node, or holds no GPU
+    there: in a job that holds a GPU but no shard, Slurm's shard plugin leaves it as the submitter
+    exported it (``gres_g_job_set_env``/``gres_g_step_set_env`` set GRES_INTERNAL_FLAG_PROTECT_ENV for
+    the shared GRES when the sharing one is allocated; 22.05-26.05), so such a job could call its own
+    whole GPU packed (a MIG slice or an MPS share made, the GPU's mode changed, on its word). Where the
+    controller's record of the job here says whole GPUs (0 shards) the step is whole; where it is not
+    known yet (a job newer than the last pushed list) the variable decides, which can reach only the
+    job's own GPU (the GPU variable is the step type's, :func:`trusted_gpu_variable`)."""
+    if recorded_shards is None or recorded_shards > 0 or not grant.packed:
+        return grant, None
+    return (StepGrant(grant.gpu_indexes, 0),
+            f"its SLURM_SHARDS_ON_NODE says {grant.shards} shards, Slurm's record of the job here says whole GPUs "
+            f"(the variable is the submitter's: Slurm leaves it in a job that holds a GPU but no shard); "
+            f"isolated as a whole-GPU step")
+
+
 def gpu_conflict(held: Iterable, job_id: int, uid: int | None, gpu: int, mode: str) -> str | None:
     """Why a packed job (``mode``: the node's packing, mig or mps) may not be isolated on ``gpu``
     beside the jobs the agent ``held`` there (Assignments); None when it may (pure).
@@ -158,10 +177,25 @@ def deny_line(major: int, ranges: tuple[tuple[int, int], ...] | list) -> str:
 END_LINE = "END"
 
 
-def answer_lines(isolation: str, env: dict[str, str], fence: dict | None = None) -> str:
+#: variables the plugin puts a folder in front of (``PREPEND NAME=<folder>``), keeping the job's own value
+PREPENDABLE = frozenset({"PYTHONPATH"})
+
+
+def prepend_line(name: str, folder: str) -> str:
+    """``PREPEND <name>=<folder>``: the plugin sets ``<folder>:<the job's value>`` (or ``<folder>``)."""
+    if name not in PREPENDABLE:
+        raise ValueError(f"{name!r} is not one the plugin prepends to ({sorted(PREPENDABLE)})")
+    if not folder.startswith("/") or any(c in folder for c in ":\n\0"):
+        raise ValueError(f"{folder!r} must be an absolute folder without ':' or newlines")
+    return f"PREPEND {name}={folder}"
+
+
+def answer_lines(isolation: str, env: dict[str, str], fence: dict | None = None,
+                 prepend: dict[str, str] | None = None) -> str:
     """The SPANK plugin's text answer: ``OK <isolation>``, then ``FENCE <node>[,<node>] <folder>``
     for a job on a MIG device (the capability nodes it may open, :mod:`.fence`) and ``DENY <major>
-    <ranges>`` (the others, for its device cgroup), then ``KEY=VALUE`` lines, then :data:`END_LINE`."""
+    <ranges>`` (the others, for its device cgroup), then ``PREPEND NAME=<folder>`` (:func:`prepend_line`),
+    then ``KEY=VALUE`` lines, then :data:`END_LINE`."""
     lines = [f"OK {isolation}"]
     if fence is not None:
         names = fence["allowed"]
@@ -171,6 +205,7 @@ def answer_lines(isolation: str, env: dict[str, str], fence: dict | None = None)
         lines.append(f"FENCE {','.join(names)} {fence['directory']}")
         if fence.get("caps_major") is not None:
             lines.append(deny_line(fence["caps_major"], fence.get("deny", [])))
+    lines.extend(prepend_line(name, folder) for name, folder in (prepend or {}).items())
     for key, value in env.items():
         if "\n" in value or "\n" in key:
             raise ValueError(f"newline in {key!r}")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from mig.errors import MigError
 from slurm_plugin.agent import isolation as iso
+from slurm_plugin.agent.framework_env import framework_env
 from slurm_plugin.agent.mig_manager import MigManager
 from slurm_plugin.agent.mps_shares import MpsShares
 from slurm_plugin.agent.paths import AgentError, AgentPaths
@@ -69,8 +70,10 @@ class Isolator:
         return self._mig(Assignment(kind="mig", isolation="mig", **base))
 
     def base_env(self, a: Assignment) -> dict[str, str]:
-        """What every step of the job gets besides its isolation's own variables."""
+        """What every step of the job gets besides its isolation's own variables (with the
+        framework settings that stop whole-GPU preallocation, `.framework_env`)."""
         env = {
+            **framework_env(a.gpu_index),
             "GPUPACK_NODE": self.node,
             "GPUPACK_GPU_INDEX": str(a.gpu_index),
             "GPUPACK_ISOLATION": a.isolation,

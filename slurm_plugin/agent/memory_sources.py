@@ -8,6 +8,9 @@ a :class:`~predictor.forecast.Forecaster`.
   agent). ``pynvml`` is imported on first use, or injected (a fake in tests).
 - :class:`TorchProbe`: opt-in, inside a PyTorch program: ``torch.cuda.memory_stats()`` each
   step. Imports torch only when used; returns None when torch or CUDA is absent.
+  ``TorchProbe().report(iterations)`` tells the node agent the allocator's allocated peak,
+  which history keeps beside NVML's figure (the reserve of PyTorch's caching allocator is
+  not what the job needs: `packer.need`).
 - :class:`CgroupMemorySource`: ``memory.current``/``memory.peak`` of a Slurm job's cgroup v2
   (``memory.usage_in_bytes``/``memory.max_usage_in_bytes`` on v1), so the same forecast warns
   of host-memory OOM kills. The cgroup root is a parameter.
@@ -163,6 +166,33 @@ class TorchProbe:
             peak_bytes=None if peak is None else int(peak) + self.context_bytes,
             timestamp=time.time(),
         )
+
+    def report(self, iterations: int, env: dict[str, str] | None = None, ask=None) -> bool:
+        """Tell the node agent the allocator's peak of allocated bytes (``alloc_peak_bytes``,
+        with ``iterations`` done so far, which must not go backwards), through the socket and
+        token the step was given (``GPUPACK_AGENT_SOCKET``, ``GPUPACK_REPORT_TOKEN``,
+        ``SLURM_JOB_ID``). The helper then sizes the workload on what it allocated, not on
+        what the caching allocator reserved (`packer.need`). Whether it was taken; never raises.
+        One call at the end of the run is enough (the peak is the run's own); more are fine,
+        at most every 0.1 s."""
+        import os
+
+        env = dict(os.environ if env is None else env)
+        sock, token, job = env.get("GPUPACK_AGENT_SOCKET"), env.get("GPUPACK_REPORT_TOKEN"), env.get("SLURM_JOB_ID", "")
+        sample = self.sample()
+        if not sock or not token or not job.isdigit() or sample is None:
+            return False
+        peak = sample.peak_bytes if sample.peak_bytes is not None else sample.bytes
+        body = {"op": "report", "job_id": int(job), "token": token, "iterations": max(int(iterations), 0),
+                "alloc_peak_bytes": max(int(peak) - self.context_bytes, 0)}
+        if ask is None:
+            from slurm_plugin.agent.client import ask
+        try:
+            answer = ask(sock, body, 1.0)
+        except OSError as exc:
+            log.info("cannot report the allocator's peak to the node agent: %s", exc)
+            return False
+        return answer.get("status") == "ok"
 
     def step(self, step: float | None = None):
         """Sample once; with a forecaster, update it and return the forecast."""

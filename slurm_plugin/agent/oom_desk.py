@@ -1,17 +1,30 @@
 """A node agent's desk for packed jobs' out-of-memory ends: the SPANK plugin's task exits, the
 job's own word that an allocation failed, and the helper's answer (``oom_ends.OomEnds`` keeps
-the ends themselves; ``packer.oom_restart`` judges them on the controller)."""
+the ends themselves; ``packer.oom_restart`` judges them on the controller).
+
+Where a job writes its output comes from Slurm's record, which the helper pushes with the node's
+job list once a round. A job that ends within a round of starting has no list naming it yet: its
+nonzero end, when nothing else makes it an out-of-memory end (no report, not measured at the
+share's limit) and that the task exited itself or aborted (not killed: a cancel or a time limit
+never waits), **waits for Slurm's record**: the plugin is answered "hold" until a list naming
+the job comes (the job is still RUNNING in Slurm while its end is held, so the helper's next
+round lists it) or the hold's time (`oom_ends.HOLD_S`, counted from the step's end) passes. The
+list that brings its paths has its output read at once, before the helper's same round asks for
+the node's ends (`outputs_arrived`), so the end costs one round, as for a job listed before.
+"""
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from mig.backend import GpuBackend
 from mig.errors import MigError
 from packer.oom_texts import OomText, find_oom
-from slurm_plugin.agent.oom_ends import OomEnds
+from slurm_plugin.agent.oom_ends import KEEP_S, OomEnds
 from slurm_plugin.agent.output_tail import read_tails
 from slurm_plugin.agent.paths import AgentError
 from slurm_plugin.agent.sampler import Sampler
@@ -19,6 +32,11 @@ from slurm_plugin.agent.state import Assignment
 from slurm_plugin.agent.trust import Peer, ReportRejected, check_reporter
 
 log = logging.getLogger(__name__)
+
+#: the plugin's exit code of a task that aborted (128 + SIGABRT: an uncaught C++ exception, a
+#: framework's fatal check); with the codes a process exits with itself (1-127), the ends whose
+#: output may name an out-of-memory failure
+ABORTED = 128 + signal.SIGABRT
 
 
 class DeskAgent(Protocol):
@@ -34,16 +52,28 @@ class DeskAgent(Protocol):
     list_running_jobs: object  # a slurm_jobs.PushedJobs (``output_of``), or another lister
 
 
+@dataclass(frozen=True)
+class AwaitedEnd:
+    """A packed job's nonzero end waiting for the list that says where its output is."""
+
+    step_id: int
+    exit_code: int
+    started_at: float | None  # the run it belongs to (a requeued job's next run is another)
+    at: float  # when the step ended (the agent's clock)
+
+
 class OomDesk:
     def __init__(self, agent: DeskAgent):
         self.agent = agent
+        self.awaited: dict[int, AwaitedEnd] = {}  # job -> its end waiting for Slurm's record of its output
 
     def task_exit(self, job_id: int, step_id: int, exit_code: int) -> str:
         """A task of a step exited: "hold" while its out-of-memory end waits for the helper.
 
         A packed job's nonzero end that has no OOM end yet has its output's tail read first
         (outside the agent's lock: a slow file system stalls this call only) for a framework's
-        out-of-memory text: the job's word, which `oom_ends` weighs as such."""
+        out-of-memory text: the job's word, which `oom_ends` weighs as such. Where no list has
+        named the job yet, the end waits for one (the module's doc)."""
         ends = self.agent.oom_ends
         with self.agent.lock:
             a = self.agent.jobs.get(job_id)
@@ -56,9 +86,57 @@ class OomDesk:
             a = self.agent.jobs.get(job_id)
             if a is None:
                 return "done"
+            now = self.agent.clock()
             if exit_code and a.device_uuid:
-                self.agent.sampler.sample(a, self.agent.clock())  # what it held at the end, from the GPU
-            return ends.task_exit(a, step_id, exit_code, limit, said)
+                self.agent.sampler.sample(a, now)  # what it held at the end, from the GPU
+            if look and said is None and limit and self._awaits_record(a, step_id, exit_code, limit, now):
+                return "hold"
+            awaited = self.awaited.pop(job_id, None)
+            ended_at = awaited.at if awaited is not None and awaited.started_at == a.started_at else None
+            return ends.task_exit(a, step_id, exit_code, limit, said, ended_at=ended_at)
+
+    def _awaits_record(self, a: Assignment, step_id: int, exit_code: int, limit: int, now: float) -> bool:
+        """Whether this end waits for a job list naming the job (under the agent's lock)."""
+        for job_id in [j for j, w in self.awaited.items() if now - w.at > KEEP_S]:
+            del self.awaited[job_id]
+        if not (0 < exit_code < 128 or exit_code == ABORTED):
+            return False  # killed (a cancel, a time limit: 128 + SIGTERM/SIGKILL): no framework's end
+        lister = self.agent.list_running_jobs
+        output_of = getattr(lister, "output_of", None)
+        if output_of is None or not callable(lister) or output_of(a.job_id) is not None:
+            return False  # no pushed lists here, or its paths are known (its output was read)
+        listed = lister()
+        if listed is not None and a.job_id in listed:
+            return False  # a list named it without paths Slurm's record can tell: none will come
+        if self.agent.oom_ends.end_without_words(a, exit_code, limit):
+            return False
+        waiting = self.awaited.get(a.job_id)
+        if waiting is None or waiting.started_at != a.started_at:
+            waiting = self.awaited[a.job_id] = AwaitedEnd(step_id, exit_code, a.started_at, now)
+            log.info("job %d step %d ended (exit %d) before any job list named it: its end waits up to %.0fs "
+                     "for Slurm's record of where its output is", a.job_id, step_id, exit_code,
+                     self.agent.oom_ends.hold_s)
+        if now - waiting.at >= self.agent.oom_ends.hold_s:
+            log.warning("job %d: no job list named it within %.0fs of its step's end: judged without its output",
+                        a.job_id, self.agent.oom_ends.hold_s)
+            return False
+        return True
+
+    def outputs_arrived(self) -> int:
+        """A job list was taken: each end waiting for it whose paths it brought is judged now
+        (its output read outside the agent's lock), so the helper's round that pushed the list
+        finds the OOM end when it asks for the node's ends. Returns how many were judged."""
+        output_of = getattr(self.agent.list_running_jobs, "output_of", None)
+        if output_of is None:
+            return 0
+        with self.agent.lock:
+            ready = [(j, w) for j, w in self.awaited.items() if output_of(j) is not None]
+        judged = 0
+        for job_id, waiting in ready:
+            answer = self.task_exit(job_id, waiting.step_id, waiting.exit_code)
+            judged += 1
+            log.info("job %d: its output's record came with the job list; its end: %s", job_id, answer)
+        return judged
 
     def said_in_output(self, a: Assignment) -> OomText | None:
         """A framework's out-of-memory text at the end of the job's output (Slurm's StdErr and

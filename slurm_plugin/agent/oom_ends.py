@@ -86,14 +86,24 @@ class OomEnds:
         """Whether an end like this one could be an OOM end in a share at all."""
         return exit_code != 0 and a.kind in ("mig", "mps") and bool(limit_bytes)
 
+    def end_without_words(self, a: Assignment, exit_code: int, limit_bytes: int) -> bool:
+        """Whether this end is an OOM end without the job's output: it reported the failed
+        allocation itself, or the node measured its memory at the share's limit."""
+        if a.job_id in self.failed_allocs:
+            return True
+        peak = max(a.peak_mem_bytes, a.last_mem_bytes)
+        return oom_end(OomEvidence(exit_code, limit_bytes, peak, None, None)) is not None
+
     def has_end(self, a: Assignment) -> bool:
         end = self.ends.get(a.job_id)
         return end is not None and end.started_at == a.started_at
 
     def task_exit(self, a: Assignment, step_id: int, exit_code: int, limit_bytes: int | None,
-                  said: OomText | None = None) -> str:
+                  said: OomText | None = None, ended_at: float | None = None) -> str:
         """HOLD while the helper has not answered an OOM end of this packed job, else DONE.
-        ``said``: a framework's out-of-memory text found in the job's output (its word)."""
+        ``said``: a framework's out-of-memory text found in the job's output (its word);
+        ``ended_at``: when the step ended, where that was before this call (its hold counts from
+        then)."""
         now = self.clock()
         self._forget_old(now)
         end = self.ends.get(a.job_id)
@@ -114,7 +124,8 @@ class OomEnds:
             if why is None:
                 return DONE
             end = self.ends[a.job_id] = OomEnd(a.job_id, self.node, a.gpu_index, a.isolation, a.shards, step_id,
-                                               exit_code, int(limit_bytes), int(peak), asked, held, now, why,
+                                               exit_code, int(limit_bytes), int(peak), asked, held,
+                                               now if ended_at is None else min(now, ended_at), why,
                                                a.started_at, evidence=oom_basis(ev) or "measured", seen_in=seen_in,
                                                said_line=said.line[:300] if said is not None else None,
                                                said_oom=said is not None)

@@ -61,6 +61,8 @@ def _isolate(agent: NodeAgent, body: dict, peer: Peer) -> dict:
     uid = body.get("uid")
     a = agent.isolate(_int(body, "job_id"), _int(body, "step_id"), uid if isinstance(uid, int) else None, env)
     answer = {"status": "ok", "isolation": a.isolation, "env": a.env}
+    if agent.python_site is not None and a.kind in ("mig", "mps"):  # the opt-in observer, packed steps only
+        answer["prepend"] = {"PYTHONPATH": str(agent.python_site)}
     fence = agent.fence(a)
     if fence is not None:
         answer["fence"] = fence.to_dict()
@@ -118,6 +120,12 @@ def _status(agent: NodeAgent, body: dict, peer: Peer) -> dict:
     return {"status": "ok", **agent.status()}
 
 
+def _adoption(agent: NodeAgent, body: dict, peer: Peer) -> dict:
+    """Whether a login of ``uid`` may be adopted into its job here (pam_slurm_adopt): ``refuse`` says
+    why not (:mod:`.adoption`)."""
+    return {"status": "ok", "node": agent.node, "refuse": agent.adoption_refusal(_int(body, "uid"))}
+
+
 def _report(agent: NodeAgent, body: dict, peer: Peer) -> dict:
     return agent.report(_int(body, "job_id"), peer, body)
 
@@ -128,6 +136,19 @@ def _layout(agent: NodeAgent, body: dict, peer: Peer) -> dict:
         agent.generations.take("layout", _int(body, "generation"))
     changes = agent.follow_queue(str(body.get("policy", "off")), shards)
     return {"status": "ok", "node": agent.node, "changes": changes}
+
+
+def _shard_counts(raw: object) -> dict[int, int]:
+    """``{"<job>": <shards on this node>}`` of a pushed list, checked whole (a bad entry refuses the list)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                            for v in raw.values()):
+        raise ValueError("shards must map job ids to shard counts")
+    try:
+        return {int(k): v for k, v in raw.items()}
+    except ValueError as exc:
+        raise ValueError(f"shards must map job ids to shard counts: {exc}") from None
 
 
 def _jobs(agent: NodeAgent, body: dict, peer: Peer) -> dict:
@@ -144,13 +165,15 @@ def _jobs(agent: NodeAgent, body: dict, peer: Peer) -> dict:
         gpus = {int(k): tuple(v) for k, v in raw.items()}
     except ValueError as exc:
         raise ValueError(f"gpus must map job ids to lists of GPU indexes: {exc}") from None
+    shards = _shard_counts(body.get("shards"))
     agent.generations.take("jobs", generation)  # kept across restarts (a StalePlan is refused)
     outputs = parse_outputs(body.get("outputs"))
-    if not pushed(_ints(body, "job_ids"), generation, gpus):
+    if not pushed(_ints(body, "job_ids"), generation, gpus, shards):
         raise ValueError(f"job list generation {generation} is older than the one this agent has")
     take = getattr(agent.list_running_jobs, "take_outputs", None)
     if take is not None:
         take(outputs)
+        agent.oom.outputs_arrived()  # ends waiting for where their output is (`oom_desk`)
     return {"status": "ok", "node": agent.node}
 
 
@@ -189,5 +212,5 @@ _OPS = {
     "finish": _finish, "status": _status, "report": _report, "layout": _layout, "jobs": _jobs, "finals": _finals,
     "ack_finals": _ack_finals, "mps_plan": _mps_plan, "journal": _journal, "restore": _restore,
     "task_exit": _task_exit, "alloc_failed": _alloc_failed, "oom_settle": _oom_settle,
-    "ack_unisolated": _ack_unisolated,
+    "ack_unisolated": _ack_unisolated, "adoption": _adoption,
 }

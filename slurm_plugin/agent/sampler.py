@@ -73,6 +73,8 @@ class Sampler:
         if a.last_sampled_at is not None and now - a.last_sampled_at > GAP_AFTER_S:
             a.gap_s += now - a.last_sampled_at
         a.last_sampled_at = now
+        if a.first_sampled_at is None:
+            a.first_sampled_at = now
         a.last_mem_bytes = cur
         a.peak_mem_bytes = max(a.peak_mem_bytes, peak, cur)
         a.samples += 1

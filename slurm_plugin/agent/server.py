@@ -89,7 +89,7 @@ class _Handler(socketserver.BaseRequestHandler):
         if lines:
             if answer.get("status") == "ok":
                 text = iso.answer_lines(answer.get("isolation", "none"), answer.get("env", {}),
-                                        answer.get("fence"))
+                                        answer.get("fence"), answer.get("prepend"))
             else:
                 text = iso.error_line(answer.get("reason", "error"), bool(answer.get("step_caused")))
             payload = text.encode()

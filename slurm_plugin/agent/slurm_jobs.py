@@ -62,6 +62,7 @@ class PushedJobs:
         self._jobs: set[int] | None = None
         self._outputs: dict[int, JobOutput] = {}
         self._gpus: dict[int, tuple[int, ...]] = {}  # job -> the GPU indexes Slurm's record gives it here
+        self._shards: dict[int, int] = {}  # job -> the shards Slurm's record gives it here (0: whole GPUs)
         self._at = 0.0
         self._lock = threading.Lock()
 
@@ -76,7 +77,8 @@ class PushedJobs:
         with self._lock:
             return self._outputs.get(job_id)
 
-    def update(self, job_ids: list[int], generation: int, gpus: dict[int, tuple[int, ...]] | None = None) -> bool:
+    def update(self, job_ids: list[int], generation: int, gpus: dict[int, tuple[int, ...]] | None = None,
+               shards: dict[int, int] | None = None) -> bool:
         """Take a pushed list; False (and nothing taken) when ``generation`` is older than the last."""
         with self._lock:
             if generation < self.generation:
@@ -86,6 +88,7 @@ class PushedJobs:
             self.generation = generation
             self._jobs = set(job_ids)
             self._gpus = dict(gpus or {})
+            self._shards = dict(shards or {})
             self._at = self.clock()
             return True
 
@@ -96,6 +99,14 @@ class PushedJobs:
             if self._jobs is None or self.clock() - self._at > self.max_age_s:
                 return None
             return self._gpus.get(job_id)
+
+    def shards_of(self, job_id: int) -> int | None:
+        """The shards Slurm's record gives ``job_id`` on this node (0: whole GPUs), as :meth:`gpus_of`;
+        None when unknown."""
+        with self._lock:
+            if self._jobs is None or self.clock() - self._at > self.max_age_s:
+                return None
+            return self._shards.get(job_id)
 
     def __call__(self) -> set[int] | None:
         with self._lock:

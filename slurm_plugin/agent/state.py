@@ -65,6 +65,8 @@ class Assignment:
     notes: list[str] = field(default_factory=list)
     last_sampled_at: float | None = None  # the agent's time of its newest sample of the job
     gap_s: float = 0.0  # seconds the job ran without samples (the agent was down or stuck)
+    first_sampled_at: float | None = None  # the agent's time of its first sample of the job
+    alloc_peak_bytes: int | None = None  # the largest allocator peak the job reported (trust.Accepted)
 
     @property
     def owner(self) -> str:

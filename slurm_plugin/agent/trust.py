@@ -25,13 +25,14 @@ from slurm_plugin.unix_socket import peer_credentials
 
 PRIVILEGED_OPS = frozenset({"isolate", "step_end", "samples", "finish", "status", "layout", "jobs", "finals",
                             "ack_finals", "mps_plan", "task_exit", "oom_settle",
-                            "ack_unisolated"})
+                            "ack_unisolated", "adoption"})
 OPEN_OPS = frozenset({"ping", "report", "alloc_failed"})
 MAX_ITER_RATE = 10_000.0  # iterations per second a report may claim
 MAX_THROUGHPUT = 10_000.0
 MIN_REPORT_INTERVAL_S = 0.1  # reports closer together than this are dropped
 MIN_CHECKPOINT_EVERY_S = 0.1
 MAX_CHECKPOINT_EVERY_S = 7 * 86400.0  # a week: a longer period is no checkpointing at all
+MAX_ALLOC_BYTES = float(1 << 50)  # 1 PiB: an allocator's peak past this is not a GPU's
 WORKLOAD_RE = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
 
 
@@ -84,6 +85,9 @@ class Accepted:
     workload: str | None
     checkpoint: bool = False  # the job says it has just checkpointed
     checkpoint_every_s: float | None = None  # how often it says it checkpoints
+    # its framework allocator's peak of allocated bytes (`TorchProbe.report`): what it needed,
+    # which the helper never takes above what NVML saw of it (`packer.need`)
+    alloc_peak_bytes: int | None = None
 
 
 class ReportGuard:
@@ -114,7 +118,12 @@ class ReportGuard:
             raise ReportRejected(f"checkpoint must be true or false, got {checkpoint!r}")
         every = _bounded(report.get("checkpoint_every_s"), MIN_CHECKPOINT_EVERY_S, MAX_CHECKPOINT_EVERY_S,
                          "checkpoint_every_s")
-        return Accepted(it, tput, util, workload, checkpoint, every)
+        alloc = report.get("alloc_peak_bytes")
+        if alloc is not None and (isinstance(alloc, bool) or not isinstance(alloc, int)):
+            raise ReportRejected(f"alloc_peak_bytes must be an integer, got {alloc!r}")
+        alloc_peak = _bounded(alloc, 0.0, MAX_ALLOC_BYTES, "alloc_peak_bytes")
+        return Accepted(it, tput, util, workload, checkpoint, every,
+                        None if alloc_peak is None else int(alloc_peak))
 
 
 def _bounded(value, lo: float, hi: float, name: str) -> float | None:

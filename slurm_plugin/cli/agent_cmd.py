@@ -11,6 +11,9 @@ from pathlib import Path
 import click
 
 DEFAULT_STATE_DIR = Path("/var/lib/gpupack")
+#: the opt-in out-of-memory observer for Python jobs ([agent] python_oom_observer): this folder goes in
+#: front of packed steps' PYTHONPATH (it must be readable by every job user where the suite is installed)
+PYTHON_SITE = Path(__file__).resolve().parents[1] / "python_site"
 
 
 def _slurm_user_uid(explicit: str | None) -> int | None:
@@ -105,7 +108,8 @@ def agent(ctx: click.Context, node: str, state_dir: Path, backend: str, nvml_lib
     daemon = NodeAgent(node, state_dir, gpu_backend, isolation_mode=isolation_mode,
                        shares_per_gpu=shares_per_gpu, policy=policy,
                        list_running_jobs=PushedJobs(), sim_dir=sim_dir, gres_conf=gres_conf,
-                       mps_control=_agent_setting("mps_control"), mps_in_mig_shares=mps_in_mig_shares)
+                       mps_control=_agent_setting("mps_control"), mps_in_mig_shares=mps_in_mig_shares,
+                       python_site=PYTHON_SITE if _agent_setting("python_oom_observer") else None)
     for line in daemon.reconcile(at_start=True):
         click.echo(f"reconciled: {line}", err=True)
     server = AgentServer(socket_path(state_dir, node), daemon, allowed)
@@ -162,9 +166,9 @@ def _link_server(node: str, daemon, allowed: set[int], host: str | None, port: i
     return server
 
 
-def _agent_setting(name: str) -> str:
-    """A command of gpupack.toml [agent] (GPUPACK_CONFIG): mps_control (the MPS control
-    program), dcgmi (DCGM's, for activity per MIG instance)."""
+def _agent_setting(name: str):
+    """A setting of gpupack.toml [agent] (GPUPACK_CONFIG): mps_control (the MPS control
+    program), dcgmi (DCGM's, for activity per MIG instance), python_oom_observer."""
     from packer.config import ConfigError
     from slurm_plugin.config.whole import load_agent_settings
     from slurm_plugin.helper.settings import DEFAULT_CONFIG
@@ -231,3 +235,41 @@ def samples(obj: dict, job_id: int | None, latest: bool) -> None:
         raise click.ClickException(f"the agent refused: {answer.get('reason')}")
     for s in answer.get("samples", []):
         click.echo(json.dumps(s))
+
+
+@agent.command("adopt-check")
+@click.option("--user", default=None, envvar="PAM_USER",
+              help="The user logging in [env PAM_USER, which pam_exec sets].")
+@click.pass_obj
+def adopt_check(obj: dict, user: str | None) -> None:
+    """For pam_exec before pam_slurm_adopt: refuse (exit 1) a login of a user who holds a packed job on
+    this node, whose adopted processes would run outside its isolation (docs/fence.md). Root may log in;
+    an unknown user, or an agent that does not answer, is refused."""
+    import socket
+    import sys
+
+    from slurm_plugin.agent.client import AgentUnavailable, ask
+    from slurm_plugin.agent.daemon import socket_path
+
+    node = obj["node"] or socket.gethostname().split(".")[0]  # slurmd's default NodeName
+    if not user:
+        raise click.UsageError("no user: pass --user, or run it from pam_exec (PAM_USER)")
+    try:
+        uid = pwd.getpwnam(user).pw_uid
+    except KeyError:
+        click.echo(f"gpupack: no such user {user!r}; login not adopted")
+        sys.exit(1)
+    if uid == 0:
+        return
+    try:
+        answer = ask(socket_path(obj["state_dir"], node), {"op": "adoption", "uid": uid})
+    except AgentUnavailable as exc:
+        click.echo(f"gpupack: the node agent of {node} does not answer ({exc}); a login is not adopted while "
+                   f"it cannot say whether {user} holds a packed job here")
+        sys.exit(1)
+    if answer.get("status") != "ok":
+        click.echo(f"gpupack: the node agent of {node} refused the question: {answer.get('reason')}")
+        sys.exit(1)
+    if answer.get("refuse"):
+        click.echo(f"gpupack: no login on {node}: {answer['refuse']}")
+        sys.exit(1)

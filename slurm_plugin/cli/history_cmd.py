@@ -77,7 +77,10 @@ def show(fingerprint: str | None, as_json: bool, limit: int, config: Path) -> No
         click.echo(f"{'JOBID':>7}  {'FINGERPRINT':16}  {'USER':10} {'NAME':16} {'PEAK':>10} {'UTIL':>5}  SOURCE  KIND")
     for r, curve in zip(runs, matched):
         util = f"{r.mean_util_pct:.0f}%" if r.mean_util_pct is not None else "-"
-        kind = f"lower bound ({r.end_state})" if r.lower_bound else "measured"
+        kind = (f"lower bound ({r.end_state})" if r.lower_bound else "measured, GPU untouched" if r.untouched
+                else "measured")
+        if r.need_bytes is not None:
+            kind += f", needs {r.need_bytes / GIB:.2f}Gi (its allocator's peak)"
         click.echo(f"{r.job_id:>7}  {r.fingerprint:16}  {r.user[:10]:10} {r.name[:16]:16} "
                    f"{'>=' if r.lower_bound else '  '}{r.peak_mem_bytes / GIB:>6.2f}Gi {util:>5}  {r.source}  {kind}")
         if curve is not None:

@@ -49,9 +49,19 @@ def simgpu() -> None:
 @click.option("--oom-report/--no-oom-report", default=False, show_default=True,
               help="Also tell the node agent of a failed allocation (alloc_failed: what it asked for and "
               "held), as a site's opt-in out-of-memory observer would; a real job tells nothing.")
+@click.option("--allocator", type=click.Choice(["plain", "prealloc", "cache"]), default="plain", show_default=True,
+              help="How its framework holds memory: plain (what it allocates), prealloc (JAX: 75 %% of the "
+                   "device at start unless XLA_PYTHON_CLIENT_PREALLOCATE=false; TensorFlow: all of it unless "
+                   "TF_FORCE_GPU_ALLOW_GROWTH=true), cache (PyTorch: --cache bytes kept reserved beyond what "
+                   "it allocated).")
+@click.option("--cache", "cache_bytes", type=_Size(), default="0", show_default=True,
+              help="With --allocator cache: freed blocks the allocator keeps reserved.")
+@click.option("--probe/--no-probe", default=False, show_default=True,
+              help="Its reports carry its allocator's peak of allocated bytes, as a job running "
+                   "TorchProbe.report does (a real job tells nothing unless it runs the probe).")
 def run(mem_start: int, mem_growth: int, grow_iters: int | None, grow_after: int, iters: int, iter_ms: float,
         workload: str | None, report_every: float, report: bool, checkpoint_every: int, framework: str,
-        oom_report: bool) -> None:
+        oom_report: bool, allocator: str, cache_bytes: int, probe: bool) -> None:
     """Run inside a job: allocate on the simulated GPU it was given, grow, report progress.
 
     When it outgrows its partition (a MIG slice, or its MPS memory limit) it dies as a real
@@ -61,12 +71,16 @@ def run(mem_start: int, mem_growth: int, grow_iters: int | None, grow_after: int
     from simjobs.workload import run as run_workload
     from slurm_plugin.agent.client import ask
 
+    if allocator == "prealloc" and framework not in ("jax", "tensorflow"):
+        raise click.UsageError(f"--allocator prealloc is JAX's and TensorFlow's: add --framework jax or tensorflow "
+                               f"(not {framework})")
     raise SystemExit(run_workload(mem_start=mem_start, mem_growth=mem_growth, grow_iters=grow_iters,
                                   grow_after=grow_after,
                                   iters=iters, iter_ms=iter_ms,
                                   workload=workload, report_every_s=report_every, report=report,
                                   checkpoint_every=checkpoint_every, ask=ask, framework=framework,
-                                  oom_report=oom_report))
+                                  oom_report=oom_report, allocator=allocator, cache_bytes=cache_bytes,
+                                  probe=probe))
 
 
 @simgpu.command("counters-bench")

@@ -11,6 +11,8 @@ import json
 import logging
 import sys
 
+from pathlib import Path
+
 import click
 
 from slurm_plugin.cli.simulate_base import CONTEXT_SETTINGS, library_errors
@@ -20,6 +22,9 @@ log = logging.getLogger(__name__)
 
 POLICY_NAMES = ("exclusive", "shard-fixed", "mig-static", "lucid-like", "colocate",
                 "mig-by-size", "mig-in-order")
+
+SHIPPED, LEGACY = "shipped", "replay-legacy"  # simulator.settings.SETTINGS (not imported here: kept light)
+SETTINGS = (SHIPPED, LEGACY)
 
 TABLE_KEYS = ("policy", "predictor", "jobs", "makespan_s", "avg_jct_s", "p95_jct_s",
               "avg_queue_s", "p95_queue_s", "gpu_util", "gpu_mem_util", "jobs_preempted",
@@ -59,6 +64,11 @@ def workload_options(fn):
                      expose_value=False, callback=lambda ctx, _p, v: ctx.meta.__setitem__("oom_unseen_share", v),
                      help="Share of one-GPU jobs whose out-of-memory end is not seen at all (only a "
                           "measurement at the share's limit tells): a jump far below it ends FAILED."),
+        click.option("--oom-word-own-place", is_flag=True, default=False,
+                     expose_value=False, callback=lambda ctx, _p, v: ctx.meta.__setitem__("oom_word_own_place", v),
+                     help="A retry on the job's word (its report or its output, not a measurement at "
+                          "its share's limit) goes back at its own place in the queue (by arrival), as "
+                          "live; without it, at the head like every requeue."),
         click.option("--data-dir", type=click.Path(file_okay=False), default=None,
                      help="Folder with philly_jobs.csv, workload_profiles.csv, "
                           "colocation_pairs.csv (default: $GPUPACK_DATA_DIR or shared/data/traces)."),
@@ -143,14 +153,54 @@ def _actions(movable_fraction, regroup_moves_per_plan, regroup_moves_per_hour) -
             "regroup_moves_per_hour": regroup_moves_per_hour}
 
 
+def _to_meta(key: str):
+    return lambda ctx, _p, v: ctx.meta.__setitem__(key, v)
+
+
 def config_option(fn):
+    fn = click.option(
+        "--recurrence", type=click.FloatRange(0, 1), default=None, expose_value=False,
+        callback=_to_meta("recurrence"), metavar="RATE",
+        help="colocate: share of a known workload's later jobs whose identity (exact script, "
+             "script with arguments abstracted, or user+name+command) has a history; the rest "
+             "start as unknown jobs (simulator.recurrence; looser levels guess with more "
+             "headroom, a wrong guess is a restart-oom). Default: 0.6 with the shipped settings, "
+             "none (every later job known exactly) with replay-legacy.")(fn)
+    fn = click.option(
+        "--settings", type=click.Choice(SETTINGS), default=SHIPPED, show_default=True,
+        expose_value=False, callback=_to_meta("settings"),
+        help="shipped: the decisions of etc/gpupack.toml (or --config FILE), as a site runs "
+             "them; replay-legacy: the replay's own settings before issue 34 (unknown jobs "
+             "packed, no utilisation limit, a share per memory slice, no ladder, every later "
+             "job of a profile known exactly), kept for the golden answers.")(fn)
     return click.option(
         "--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
         metavar="FILE",
         help="A site's gpupack.toml: its [packer] table and its [monitor] decision settings "
              "(contention threshold, restart costs, grow and regroup thresholds), read by the "
-             "helper's own loaders, decide the replay as they decide the live cluster. Flags "
+             "helper's own loaders, decide the replay as they decide the live cluster. Without "
+             "it, the shipped etc/gpupack.toml (its [packer] table on --gpu-model). Flags "
              "given on the command line still override what they name.")(fn)
+
+
+SHIPPED_TOML = Path(__file__).resolve().parents[2] / "etc" / "gpupack.toml"
+
+
+def _meta() -> dict:
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta if ctx is not None else {}
+
+
+def _recurrence():
+    """The run's identity levels (simulator.recurrence): --recurrence, else the default with the
+    shipped settings; None with replay-legacy and for commands without --settings."""
+    from simulator.recurrence import Recurrence
+
+    meta = _meta()
+    rate = meta.get("recurrence")
+    if rate is not None:
+        return Recurrence(rate=rate)
+    return Recurrence() if meta.get("settings", LEGACY) == SHIPPED else None
 
 
 def _given(name: str) -> bool:
@@ -161,15 +211,29 @@ def _given(name: str) -> bool:
     return src not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
 
 
-def _site(config_path, contention_threshold, actions):
-    """The site's rules (None without --config) and the values of the flags they set: the
-    site's where the flag was not given."""
-    if config_path is None:
+def _site(config_path, contention_threshold, actions, gpu_model="A100-80GB"):
+    """The rules the replay decides by (None: replay-legacy) and the values of the flags they
+    set: the rules' where the flag was not given. A site's file (--config) as it is; else the
+    shipped etc/gpupack.toml, its [packer] table on ``gpu_model`` (refused where this install
+    has no etc/: its values are not all the loaders' defaults)."""
+    settings = _meta().get("settings", SHIPPED)
+    if settings == LEGACY:
+        if config_path is not None:
+            raise click.UsageError("--settings replay-legacy is the replay's own preset: give no --config with it")
         return None, contention_threshold, actions
+    from mig.catalog import load_catalog
+    from simulator.settings import for_model
     from slurm_plugin.config.toml_file import load_config
     from slurm_plugin.helper.monitor_settings import load_monitor_settings
 
-    site = load_monitor_settings(config_path).rules(load_config(config_path))
+    if config_path is not None:
+        site = load_monitor_settings(config_path).rules(load_config(config_path))
+    else:
+        if not SHIPPED_TOML.is_file():
+            raise click.UsageError(f"the shipped settings file {SHIPPED_TOML} is not in this install: "
+                                   "give --config FILE (e.g. a copy of etc/gpupack.toml) or --settings replay-legacy")
+        site = load_monitor_settings(SHIPPED_TOML).rules(load_config(SHIPPED_TOML))
+        site = site.with_overrides(config=for_model(site.config, load_catalog(gpu_model), gpu_model))
     if not _given("contention_threshold"):
         contention_threshold = site.contention_threshold
     actions = dict(actions)
@@ -177,6 +241,16 @@ def _site(config_path, contention_threshold, actions):
         if not _given(key):
             actions[key] = getattr(site, key)
     return site, contention_threshold, actions
+
+
+def _settings_label(config_path) -> str:
+    """What the replay decided by, as its report names it."""
+    settings = _meta().get("settings", SHIPPED)
+    rec = _recurrence()
+    levels = "" if rec is None else f", recurrence {rec.rate:g}"
+    if settings == LEGACY:
+        return f"replay-legacy{levels}"
+    return f"{config_path or 'shipped etc/gpupack.toml'}{levels}"
 
 
 SWITCHES = ("pred", "grow", "regroup")
@@ -204,7 +278,8 @@ def _named_config(name, gpus, gpu_model, bf_depth, corunner_rule, mig_static_lay
                   max_jobs_per_gpu, contention_threshold)
     if site is not None:  # the site's rules, its [packer] table too
         cfg = replace(cfg, site=site, packer=site.config)
-    return replace(cfg, grow_preempt=sw["grow_preempt"], regroup=sw["regroup"], **(actions or {}))
+    return replace(cfg, grow_preempt=sw["grow_preempt"], regroup=sw["regroup"], recurrence=_recurrence(),
+                   **(actions or {}))
 
 
 def _load(trace, gpu_model, n_jobs, time_scale, seed, growing_fraction, data_dir, inputs=None,
@@ -238,10 +313,11 @@ def _config(policy, predictor, gpus, gpu_model, bf_depth, corunner_rule, mig_sta
     ctx = click.get_current_context(silent=True)
     meta = ctx.meta if ctx is not None else {}
     silent = {k: meta[k] for k in ("oom_output_share", "oom_unseen_share") if k in meta}
+    own_place = {"oom_word_own_place": True} if meta.get("oom_word_own_place") else {}
     if sum(silent.values()) > 1:
         raise click.UsageError("--oom-output-share and --oom-unseen-share are shares of the same jobs: "
                                "their sum must be 1 at most")
-    return SimConfig(**per_gpu, **silent, policy=policy, gpus=gpus, gpu_model=gpu_model, predictor=predictor,
+    return SimConfig(**per_gpu, **silent, **own_place, policy=policy, gpus=gpus, gpu_model=gpu_model, predictor=predictor,
                      bf_depth=bf_depth, corunner_rule=corunner_rule,
                      mig_static_layout=mig_static_layout,
                      mig_static_fraction=mig_static_fraction, pair_predict=pair_predict,
@@ -365,7 +441,7 @@ def simulate(ctx, policy, predictor, grow_preempt, regroup, trace, gpus, gpu_mod
                                                   ("regroup", regroup)) if v == "on")
     site, contention_threshold, actions = _site(
         config_path, contention_threshold,
-        _actions(movable_fraction, regroup_moves_per_plan, regroup_moves_per_hour))
+        _actions(movable_fraction, regroup_moves_per_plan, regroup_moves_per_hour), gpu_model)
     cfg = _named_config(name, gpus, gpu_model, bf_depth, corunner_rule, mig_static_layout,
                         mig_static_fraction, pair_predict, pair_knowledge, max_jobs_per_gpu,
                         contention_threshold, actions, site)
@@ -374,6 +450,7 @@ def simulate(ctx, policy, predictor, grow_preempt, regroup, trace, gpus, gpu_mod
     summ["trace"] = trace
     summ["truth"] = truth or "colocation_pairs.csv (measured)"
     summ["site_config"] = config_path
+    summ["settings"] = _settings_label(config_path)
     if jobs_csv:
         write_jobs_csv(res, jobs_csv)
     if as_json:
@@ -449,7 +526,7 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
     names = _policy_names(policies)
     site, contention_threshold, actions = _site(
         config_path, contention_threshold,
-        _actions(movable_fraction, regroup_moves_per_plan, regroup_moves_per_hour))
+        _actions(movable_fraction, regroup_moves_per_plan, regroup_moves_per_hour), gpu_model)
     inputs = _inputs(truth, timezone, bad_rows)
     if gpus_list or target_alloc or seed_list or offered_loads:
         _sweep(names, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_fraction,
@@ -473,7 +550,8 @@ def compare(policies, trace, gpus, gpu_model, n_jobs, time_scale, seed, growing_
                 "time_scale": time_scale, "seed": seed, "growing_fraction": growing_fraction,
                 "truth": truth or "colocation_pairs.csv (measured)",
                 "trace_load": report.as_dict(),
-                **({"site_config": config_path} if config_path else {})}
+                **({"site_config": config_path} if config_path else {}),
+                "settings": _settings_label(config_path)}
     with _cell_bar(len(configs)) as tick:
         out = run_compare(configs, specs, profiles, pairs, out_dir, workload=workload,
                           plots=not no_plots, progress=tick, workers=workers)

@@ -38,6 +38,19 @@ STOP_ORDER = {"web": 0, "helper": 0, "agent": 0, "slurmd": 1, "slurmctld": 2, "s
 ACCOUNTING_ROLES = ("mariadb", "slurmdbd")
 
 
+#: the checkout this code lies in: its daemons run it, not whatever clone an editable install names
+CODE = Path(__file__).resolve().parents[2]
+
+
+def daemon_pythonpath(environ: dict[str, str] | None = None) -> str:
+    """PYTHONPATH for the cluster's daemons: this checkout first. An agent on its node's host starts
+    in that host's root folder, where the working folder no longer puts the checkout on the path
+    (the helper's working folder did, by chance), so without it the host's editable install decided
+    which code the agents ran."""
+    rest = (os.environ if environ is None else environ).get("PYTHONPATH", "")
+    return ":".join([str(CODE), *(p for p in rest.split(":") if p and p != str(CODE))])
+
+
 class DevCluster:
     """Starts and stops the cluster's processes: munged, slurmctld, one slurmd per node,
     the helper, the node agents and the web view. Multi-host: each node's host first (its
@@ -169,7 +182,7 @@ class DevCluster:
         proc = subprocess.Popen(
             [*self._on(node), sys.executable, "-m", "slurm_plugin", *args],
             stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, **self.env()}, start_new_session=True,
+            env={**os.environ, **self.env(), "PYTHONPATH": daemon_pythonpath()}, start_new_session=True,
         )
         return Process(role, name, proc.pid, self._marker, host=node)
 

@@ -31,15 +31,17 @@ each watch of `Monitor.watches`, in this order:
     an administrator nice that ends when they start, `watches/head_lift.py`);
 13. **dispatch** (`watches/dispatch.py`): a pending packed job whose turn comes while a whole
     GPU is idle gets the whole GPU back before it starts;
-14. **steering** (`watches/steering.py`): pending packed jobs are kept off avoided partners
+14. **pack at dispatch** (`watches/dispatch_pack.py`): a pending job made exclusive at submit
+    because a GPU was idle then is packed when its turn comes with none idle (23.02+);
+15. **steering** (`watches/steering.py`): pending packed jobs are kept off avoided partners
     and, with `[monitor] pair_predict`, off nodes where every GPU they could land on holds a
     job predicted to slow down beside them (`watches/pair_view.py`, `packer.rules`);
-15. **MPS** (`watches/mps.py`): percentages from measured utilisation, sent to the node agents;
-16. **queue layouts** (`watches/layouts.py`): idle MIG slices follow the pending queue;
-17. **retention** (`retention.py`): the store pruned as `[retention]` says, and the watches'
+16. **MPS** (`watches/mps.py`): percentages from measured utilisation, sent to the node agents;
+17. **queue layouts** (`watches/layouts.py`): idle MIG slices follow the pending queue;
+18. **retention** (`retention.py`): the store pruned as `[retention]` says, and the watches'
     per-job memory of jobs Slurm no longer lists forgotten (each watch names its own maps,
     `watches/round.py`'s `KeepsJobs`);
-18. **metrics** (`watches/metrics.py`): metrics.prom written (the Watcher serves the registry).
+19. **metrics** (`watches/metrics.py`): metrics.prom written (the Watcher serves the registry).
 
 While the kill switch file exists (`[paths] kill_switch`, `kill_switch.py`) only the watches
 that observe or keep jobs safe run: no requeue, restart, grow, regroup, steering, priority
@@ -95,6 +97,7 @@ from slurm_plugin.helper.watches.round import KeepsJobs, RoundContext, Watch
 from slurm_plugin.helper.watches.state import WatchState
 from slurm_plugin.helper.watches.track_watch import TrackWatch
 from slurm_plugin.helper.watches.dispatch import DispatchWatch
+from slurm_plugin.helper.watches.dispatch_pack import PackAtDispatchWatch
 from slurm_plugin.helper.watches.run_curves import keep_curve
 from slurm_plugin.helper.watches.steering import SteerWatch
 from slurm_plugin.helper.watches.unisolated import UnisolatedWatch
@@ -102,7 +105,7 @@ from slurm_plugin.helper.watches.tracks import (  # noqa: F401  (the names other
     ACTIVE, SAMPLES_KEPT, Fingerprints, Track, job_shards, submit_time_exclusion, wants_whole_gpu,
 )
 from slurm_plugin.slurm.errors import SlurmError
-from slurm_plugin.slurm.gres import allocated_gpus, expand_hostlist
+from slurm_plugin.slurm.gres import allocated_gpus, allocated_shards, expand_hostlist
 from slurm_plugin.slurm.model import Job
 from store.lifts import HeadLifts
 
@@ -180,6 +183,7 @@ class Monitor:
             self.unisolated_watch,
             KeepAtHeadWatch(),
             DispatchWatch(),
+            PackAtDispatchWatch(),
             SteerWatch(),
             self.mps_watch,
             QueueLayoutWatch(),
@@ -303,18 +307,21 @@ class Monitor:
         lap("listing")
         jobs_by_node: dict[str, list[int]] = {}
         gpus_by_node: dict[str, dict[int, tuple[int, ...]]] = {}  # Slurm's record of each job's GPUs there
+        shards_by_node: dict[str, dict[int, int]] = {}  # and of its shards there (0: whole GPUs)
         for j in listing:
             if j.state in ACTIVE:
                 for n in expand_hostlist(j.nodes):
                     jobs_by_node.setdefault(n, []).append(j.job_id)
                 for n, gpus in allocated_gpus(j).items():
                     gpus_by_node.setdefault(n, {})[j.job_id] = gpus
+                for n, shards in allocated_shards(j).items():
+                    shards_by_node.setdefault(n, {})[j.job_id] = shards
         tell = getattr(self.samples_source, "tell_jobs", None)
         if tell is not None:  # the agents learn their jobs from this listing, never from slurmctld
             tell_outputs = getattr(self.samples_source, "tell_outputs", None)
             if tell_outputs is not None:  # where Slurm writes each job's output (`agent.output_tail`)
                 tell_outputs(job_outputs_by_node(listing))
-            tell(jobs_by_node, gpus_by_node)
+            tell(jobs_by_node, gpus_by_node, shards_by_node)
             samples = self.samples_source(jobs_by_node)
         else:
             samples = self.samples_source(jobs_by_node) if jobs_by_node else []

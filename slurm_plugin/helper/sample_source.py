@@ -74,17 +74,21 @@ class AgentSamples:
         self._jobs: Mapping[str, list[int]] = {}
         self._outputs: Mapping[str, dict[int, dict]] = {}  # node -> job -> its output's uid and paths
         self._gpus: dict[str, dict[int, tuple[int, ...]]] = {}
+        self._shards: dict[str, dict[int, int]] = {}
         self.oom_ends: dict[str, tuple[dict, ...]] = {}  # node -> out-of-memory ends its agent holds
         self.unisolated: dict[str, tuple[dict, ...]] = {}  # node -> root's records of packed steps not started
         self._generation = 0
         self._pool = ThreadPoolExecutor(max_workers=AGENT_THREADS, thread_name_prefix="agent-link")
 
     def tell_jobs(self, jobs_by_node: Mapping[str, list[int]],
-                  gpus_by_node: Mapping[str, Mapping[int, tuple[int, ...]]] | None = None) -> None:
-        """The jobs Slurm runs on each node now, and the GPUs Slurm gave each there (its record, which
-        the agent checks a step's own variables against); pushed to every agent on the next call."""
+                  gpus_by_node: Mapping[str, Mapping[int, tuple[int, ...]]] | None = None,
+                  shards_by_node: Mapping[str, Mapping[int, int]] | None = None) -> None:
+        """The jobs Slurm runs on each node now, and the GPUs and shards Slurm gave each there (its
+        record, which the agent checks a step's own variables against); pushed to every agent on the
+        next call."""
         self._jobs = dict(jobs_by_node)
         self._gpus = {n: dict(g) for n, g in (gpus_by_node or {}).items()}
+        self._shards = {n: dict(s) for n, s in (shards_by_node or {}).items()}
         self._generation = max(self._generation + 1, int(self.clock() * 1000))
 
     def tell_outputs(self, outputs_by_node: Mapping[str, dict[int, dict]]) -> None:
@@ -141,7 +145,7 @@ class AgentSamples:
 
         try:
             push_jobs(self.link, node, self._jobs.get(node, []), self._generation, self._outputs.get(node),
-                      self._gpus.get(node))
+                      self._gpus.get(node), self._shards.get(node))
         except AgentRefused as exc:
             newer = _NEWER.search(str(exc))
             if newer is None:
@@ -150,7 +154,7 @@ class AgentSamples:
                         "helper's clock set back?): counting on from it", node, newer.group(1), self._generation)
             self._generation = max(self._generation, int(newer.group(1)) + 1)
             push_jobs(self.link, node, self._jobs.get(node, []), self._generation, self._outputs.get(node),
-                      self._gpus.get(node))
+                      self._gpus.get(node), self._shards.get(node))
 
     def _mark(self, node: str, reason: str) -> None:
         if node not in self.stale:

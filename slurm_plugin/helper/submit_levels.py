@@ -8,8 +8,9 @@ of the job's identity, and the cap on a GPU's summed utilisation.
   look-ups per looser level;
 - ``util-cap`` (:class:`UtilCap`): a pack is refused (``reason=util-cap``, a whole GPU) when
   no whole GPU is idle and every shared GPU of the published view with room for the job's
-  shares would pass ``[packer] max_gpu_util_pct`` with it (0, the default: no cap) (``packer.utilisation_cap``; each
-  job's utilisation from its history, read once per published view).
+  shares would pass ``[packer] max_gpu_util_pct`` with it (0, the default: no cap; the rule is
+  ``packer.util_cap``, the replay's co-runner rule's too; each job's utilisation from its
+  history, read once per published view).
 """
 from __future__ import annotations
 
@@ -22,13 +23,15 @@ from packer.decision import ClusterView, Decision, Estimate, decide
 from packer.history_levels import LevelRecord, levels_in_use, nearest_level
 from packer.request import Candidate, JobFacts, NotCandidate
 from packer.rules import SuiteRules
-from packer.utilisation_cap import NO_CAP, REASON as UTIL_CAP, first_under_cap
+from packer.util_cap import NO_CAP, within_util_cap
 from packer.workload_identity import EXACT, workload_keys
 from store.db import Store
 from store.levels import LevelStore
 from slurm_plugin.helper.cluster_view import Snapshot
 
 log = logging.getLogger(__name__)
+
+UTIL_CAP = "util-cap"  # the reason a pack refused by the cap gets
 
 
 class StageContext(Protocol):
@@ -96,12 +99,11 @@ class UtilCap:
             return decision  # no co-runner it could join is known: Slurm queues it for free shares
         utils = self._utils_of(ctx, snapshot)
         newcomer = decision.estimate.mean_util_pct if decision.estimate is not None else None
-        gpus = [(g.gpu_id, [utils.get(j.fingerprint) if j.fingerprint else None for j in g.jobs]) for g in room]
-        gpu, check = first_under_cap(gpus, newcomer, config.max_gpu_util_pct)
-        if gpu is not None or check is None:
+        cap = config.max_gpu_util_pct
+        if any(within_util_cap(newcomer, [utils.get(j.fingerprint) if j.fingerprint else None for j in g.jobs], cap)
+               for g in room):
             return decision
-        log.info("%s: every shared GPU with room passes the utilisation cap (least loaded %s)", ctx.facts.name,
-                 check.text())
+        log.info("%s: every shared GPU with room for it would pass the utilisation cap (%.0f%%)", ctx.facts.name, cap)
         return replace(decision, verdict="exclusive", reason=UTIL_CAP, shards=None, avoid_nodes=())
 
     def _utils_of(self, ctx: StageContext, snapshot: Snapshot) -> dict[str, float | None]:

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["parse_index_list", "split_top_level", "parse_gres_item", "parse_gres_list",
            "parse_gres_request", "format_gres", "expand_hostlist", "shard_usage", "REQUEST_FIELDS",
-           "allocated_gpus"]
+           "allocated_gpus", "allocated_shards"]
 
 
 def parse_gres_item(text: str, per: str = "node") -> GresItem | None:
@@ -183,3 +183,16 @@ def allocated_gpus(job: Job) -> dict[str, tuple[int, ...]]:
         if found:
             out[host] = tuple(sorted(set(out.get(host, ())) | found))
     return out
+
+
+def allocated_shards(job: Job) -> dict[str, int]:
+    """The shards Slurm gave ``job`` on each of its nodes where its allocation (``gres_detail``) names
+    GPUs: 0 where it holds whole GPUs. The controller's record the node agents check a step's
+    ``SLURM_SHARDS_ON_NODE`` against (Slurm leaves that variable as the submitter exported it in a job
+    that holds a GPU but no shard: the shard plugin's PROTECT_ENV). Nodes without a GPU entry are left
+    out (unknown)."""
+    hosts = expand_hostlist(job.nodes)
+    if len(hosts) != len(job.gres_detail):  # as allocated_gpus: which node is whose is unknown
+        return {}
+    return {host: (item.count if item.name == "shard" else 0)
+            for host, item in zip(hosts, job.gres_detail) if item.name in ("gpu", "shard")}

@@ -7,7 +7,8 @@ Slurm never marks it FAILED: its `afternotok` dependent never starts, and it end
 after exactly one `restart-oom` requeue. Three ways the failed allocation is known, each the
 job's word (a retry at its own place in the queue, no lift): it tells the agent
 (`--oom-report`, as an opt-in observer would), or it tells nobody and prints what PyTorch or
-JAX prints, which the agent reads in the tail of its output file. Asserted through Slurm (state, restarts, request, run
+JAX prints, which the agent reads in the tail of its output file (the job starts its work at
+once: an end that comes before any job list named it waits for one). Asserted through Slurm (state, restarts, request, run
 time) and the event log and store.
 
 Uses `idle_cluster` of tests/integration/e2e_support.py (the session's `cluster`, emptied).
@@ -45,16 +46,12 @@ def test_a_job_out_of_memory_in_its_share_is_requeued_bigger_before_it_fails(idl
     neighbour = cluster.submit(["-J", "oom-neighbour", "-w", "node1", "--gres=shard:2", "-o", str(neighbour_out)],
                                simgpu_script("--mem-start 3GiB --iters 800 --iter-ms 50"))
     cluster.wait(neighbour, "RUNNING", 30)
-    go = tmp_path / "go"
+    # it starts its work at once: on a loaded machine its jump (3 s in) may come before any of
+    # the helper's job lists named it, and its end then waits for the list that says where its
+    # output is (slurm_plugin.agent.oom_desk)
     jumper = cluster.submit(["-J", "oom-jump", "-w", "node1", "--gres=shard:1", "-o", str(jump_out)],
                             simgpu_script(f"{option} --mem-start 5GiB --mem-growth 10GiB --grow-after 60 --grow-iters 61 "
-                                          "--iters 200 --iter-ms 50", after=go))
-    # the node learns where a job writes its output from the helper's job lists, one a watcher
-    # round: the job starts its work once whole rounds have listed it running (a loaded machine
-    # stretches a round to 15 s or more, longer than the 3 s it runs before its jump)
-    cluster.wait(jumper, "RUNNING", 30)
-    through_rounds(cluster, lambda: None, rounds=2)
-    go.touch()
+                                          "--iters 200 --iter-ms 50"))
     dependent = cluster.submit(["-J", "oom-dependent", f"--dependency=afternotok:{jumper}"], SLEEP)
     seen: dict[int, set[str]] = {jumper: set(), neighbour: set(), dependent: set()}
 
@@ -120,13 +117,10 @@ def test_a_job_that_prints_the_text_without_using_its_gpu_gets_only_capped_retri
     out = tmp_path / "liar.out"
     text = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 14.00 GiB. GPU 0 has a total capacity "
             "of 79.19 GiB of which 1.00 GiB is free.")
-    go = tmp_path / "go"
-    script = (f"#!/bin/sh\n: 'oom liar {time.time_ns()}'\nwhile [ ! -e '{go}' ]; do sleep 0.2; done\n"
-              f"echo '{text}' >&2\nexit 1\n").encode()
+    # it prints and fails at once, before any of the helper's job lists named it: its end waits
+    # for the list that says where its output is
+    script = f"#!/bin/sh\n: 'oom liar {time.time_ns()}'\necho '{text}' >&2\nexit 1\n".encode()
     liar = cluster.submit(["-J", "oom-liar", "--gres=shard:1", "-o", str(out)], script)
-    cluster.wait(liar, "RUNNING", 30)
-    through_rounds(cluster, lambda: None, rounds=2)  # the node has been told where its output goes
-    go.touch()
     # retried once on the size it named (14 GiB: two shares), where the same text no longer
     # names more than its share: left FAILED (a text naming more each time stops at the cap, 2)
     wait_for(lambda: cluster.state(liar) == "FAILED" and events(cluster, "restart-oom", liar), 240,

@@ -1,6 +1,7 @@
 """etc/gpupack.toml, the documented settings file, read by the helper's own loaders: every key
 it names is accepted, every value it gives is the loader's default ([paths] aside: a site's
-places), and every `[packer]` / `[monitor]` key the loaders accept is documented in it."""
+places; and the [packer] keys chosen by measurement, marked "shipped:" in the file), and every
+`[packer]` / `[monitor]` key the loaders accept is documented in it."""
 from __future__ import annotations
 
 import re
@@ -19,10 +20,13 @@ from slurm_plugin.metrics.settings import MetricsSettings, load_metrics_settings
 from slurm_plugin.web.settings import WebSettings, load_web_settings
 
 TOML = Path(__file__).resolve().parents[2] / "etc" / "gpupack.toml"
+# the [packer] values the file ships that differ from the loaders' (more cautious) defaults:
+# chosen by measurement on held-out data (docs/simulator.md, "Shipped settings"; issue 34)
+SHIPPED_CHOICES = {"pack_unknown": True, "max_util_pct": 100.0}
 
 
 def test_every_table_loads_with_the_real_loaders_and_gives_the_defaults():
-    assert load_config(TOML) == PackerConfig()
+    assert load_config(TOML) == PackerConfig(**SHIPPED_CHOICES)
     assert load_monitor_settings(TOML) == MonitorSettings()
     assert load_settings(TOML).monitor.actions == {}  # every action commented out: each follows `mode`
     assert check_file(TOML) == []
@@ -59,3 +63,10 @@ def test_every_packer_and_monitor_key_is_documented_in_the_file():
     assert {f.name for f in fields(WebSettings)} <= _documented("web")
     assert {f.name for f in fields(AgentSettings)} - {"agents"} <= _documented("agent")
     assert {f.name for f in fields(Paths)} <= _documented("paths")
+
+
+def test_each_shipped_choice_is_marked_and_differs_from_the_default():
+    lines = {line.split("=")[0].strip(): line for line in TOML.read_text().splitlines() if "=" in line}
+    for key, value in SHIPPED_CHOICES.items():
+        assert getattr(PackerConfig(), key) != value, f"{key}: the same as the default, no choice to mark"
+        assert "shipped:" in lines[key] or "shipped:" in TOML.read_text().split(lines[key])[1].splitlines()[1], key

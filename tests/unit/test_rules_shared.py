@@ -327,10 +327,14 @@ def test_simulate_config_reads_the_sites_rules_and_flags_still_override(tmp_path
         assert r.exit_code == 0, r.output
         return json.loads(r.output)
 
-    plain, sited = run()["rules"], run("--config", str(site))
-    # the replay's own defaults; its colocate admits load-aware (the helper has no queue view yet)
+    from slurm_plugin.cli.simulate_cmd import SHIPPED_TOML
+
+    plain, legacy, sited = run()["rules"], run("--settings", "replay-legacy")["rules"], run("--config", str(site))
+    # the shipped etc/gpupack.toml's rules by default; the replay's own with its legacy preset;
+    # its colocate admits load-aware (the helper has no queue view yet)
     aware = {"admission": "load-aware"}
-    assert plain == SuiteRules().settings() | {"regroup_moves_per_hour": 12} | aware
+    assert plain == load_monitor_settings(SHIPPED_TOML).rules(load_config(SHIPPED_TOML)).settings() | aware
+    assert legacy == SuiteRules().settings() | {"regroup_moves_per_hour": 12} | aware
     assert sited["rules"] == helper_rules.settings() | aware  # what the helper would decide with
     assert sited["site_config"] == str(site)
     flagged = run("--config", str(site), "--contention-threshold", "0.4", "--regroup-moves-per-hour", "5")["rules"]

@@ -51,23 +51,15 @@ class DispatchWatch:
         mode = ctx.actions.mode_of(KIND)
         if mode.mode == "off" or not ctx.config.pack_only_when_no_idle_gpu:
             return  # an admin who packs with GPUs idle asked for packs, whatever is idle
-        self.ran |= {j.job_id for j in ctx.jobs.values() if j.state != "PENDING"}
-        self.ran &= set(ctx.jobs)
-        pending = [j for j in ctx.jobs.values() if j.state == "PENDING" and not j.held]
-        # a job requeued (by a watch: regrouped, grown, restarted for memory, or by anyone) is
-        # sized and placed by what requeued it: only a first run is decided again here
-        moved = self.ran | set(ctx.state.heading) | set(ctx.state.kept_off) | set(ctx.state.held_for_grower)
+        pending, moved = first_turns(ctx, self.ran)
         ours = {j.job_id for j in pending if job_shards(j) is not None and self._packed_by_us(j)
                 and not j.restart_cnt and j.job_id not in moved}
         if not ours - self.done:
             self.done &= {j.job_id for j in pending}
             return
-        try:
-            nodes = ctx.actions.runner.nodes()
-        except SlurmError as exc:
-            log.info("no node list (%s): no dispatch decision this round", exc)
+        idle = idle_whole_gpus(ctx)
+        if idle is None:
             return
-        idle = {n.name: node_gpus(n).idle for n in nodes}
         queue = [q for j in pending if (q := _queued(j, j.job_id in ours)) is not None]
         for job_id, node in whole_gpu_back(queue, idle):
             if job_id in self.done:
@@ -102,6 +94,28 @@ class DispatchWatch:
         ctx.actions.log_event(KIND, f"whole GPU given back: {why}", job.job_id, node=node,
                               from_shards=shards, to=whole)
         log.info("job %d: %s", job.job_id, why)
+
+
+def first_turns(ctx: RoundContext, ran: set[int]) -> tuple[list[Job], set[int]]:
+    """(the pending jobs not held, the jobs among them not at a first turn); `ran` (the watch's
+    own: jobs seen not pending) is brought up to date. A job requeued (by a watch: regrouped,
+    grown, restarted for memory, or by anyone) is sized and placed by what requeued it: only a
+    first run is decided again at dispatch."""
+    ran |= {j.job_id for j in ctx.jobs.values() if j.state != "PENDING"}
+    ran &= set(ctx.jobs)
+    pending = [j for j in ctx.jobs.values() if j.state == "PENDING" and not j.held]
+    return pending, ran | set(ctx.state.heading) | set(ctx.state.kept_off) | set(ctx.state.held_for_grower)
+
+
+def idle_whole_gpus(ctx: RoundContext) -> dict[str, int] | None:
+    """Idle whole GPUs per node, from Slurm's node list; None when it cannot be read (no
+    dispatch decision this round)."""
+    try:
+        nodes = ctx.actions.runner.nodes()
+    except SlurmError as exc:
+        log.info("no node list (%s): no dispatch decision this round", exc)
+        return None
+    return {n.name: node_gpus(n).idle for n in nodes}
 
 
 def _whole_request(ctx: RoundContext, gpu_type: str | None) -> str:

@@ -7,7 +7,9 @@ This watch records what the monitor's own samples saw of the run (their gaps: it
 away); the agents' final summaries of the same run merge into its row (one row per run:
 job, fingerprint, the agent's start), brought by the controller's epilog and by the sweep,
 threads of their own (`helper/finals.py`), never in a round. A run with no GPU memory
-measured is left out (it would teach the packer a 0-byte job). Every run that ends
+measured is left out (it would teach the packer a 0-byte job), unless it completed and its
+samples cover it from start to end on a GPU: it held a GPU and never touched it, a
+measurement of 0 bytes and 0 % that packs its workload at the smallest share. Every run that ends
 (whatever its end) also leaves its memory curve (`run_curves`), under the same key."""
 from __future__ import annotations
 
@@ -54,7 +56,8 @@ class HistoryWatch:
         finished = job is not None and job.is_finished and job.end_time is not None and not ended_by
         end_at = min(job.end_time.timestamp(), ctx.now) if finished else ctx.now  # Slurm's end, else now
         tolerance = max(GAP_TOLERANCE_S, 2 * ctx.settings.interval_s)
-        figures = _track_figures(track, sample_gaps([s.at for s in track.samples], end_at, tolerance), end_at)
+        figures = _track_figures(track, sample_gaps([s.at for s in track.samples], end_at, tolerance), end_at,
+                                 tolerance)
         if job is not None:
             end = run_end(job, figures.started_at, ended_by)
         else:  # Slurm forgot it between two rounds: how it ended is not known
@@ -69,13 +72,18 @@ class HistoryWatch:
         return figures.started_at
 
 
-def _track_figures(track: Track, gaps_s: float, ended_at: float) -> RunFigures:
+def _track_figures(track: Track, gaps_s: float, ended_at: float, tolerance_s: float = GAP_TOLERANCE_S) -> RunFigures:
+    """The run as the monitor's samples saw it; `covered` when they reach back to its start
+    (the gaps between them and after the last one are `gaps_s`) on a GPU."""
     samples = track.samples
+    first = min(s.at for s in samples)
+    covered = (len(samples) >= 2 and all(s.gpu_index >= 0 for s in samples)
+               and bool(track.started_at) and first - track.started_at <= tolerance_s)
     utils = [s.util_pct for s in samples if s.util_pct is not None]
     thr = [s.throughput for s in samples if s.throughput is not None]
     return RunFigures(
         job_id=track.job_id, node=track.node, started_at=track.started_at,
         peak_mem_bytes=max(max(s.peak_mem_bytes, s.mem_bytes) for s in samples),
         mean_util_pct=sum(utils) / len(utils) if utils else None,
-        throughput=sum(thr) / len(thr) if thr else None, gaps_s=gaps_s, ended_at=ended_at,
+        throughput=sum(thr) / len(thr) if thr else None, gaps_s=gaps_s, ended_at=ended_at, covered=covered,
     )

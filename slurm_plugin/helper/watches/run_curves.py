@@ -33,12 +33,25 @@ def curve_of_track(ctx: RoundContext, track: Track, end_state: str, started_at: 
 EARLIER_RUNS = 10  # a workload's newest stored curves the memory forecast takes as its prior
 
 
+def _need_of(ctx: RoundContext, job_id: int, started_at: float) -> int | None:
+    """What the recorded run of `job_id` begun at `started_at` needed (None: not known)."""
+    try:
+        run = ctx.actions.store.run_of(job_id, started_at)
+    except sqlite3.Error as exc:
+        log.warning("job %d: its recorded run not read: %s", job_id, exc)
+        return None
+    return run.need_bytes if run is not None else None
+
+
 def history_prior(ctx: RoundContext, track: Track):
     """The workload's earlier runs (its fingerprint's newest stored curves, not this run's)
     as the memory forecast's prior (`predictor.prior.HistoryPrior`, aligned by seconds since
     each run's start); None without a fingerprint or a stored curve. A run that ran out of
     memory in its share (`packer.action_outcomes.ran_out`) went past that share whatever its
-    curve shows. A store that cannot be read leaves the forecast without history (logged)."""
+    curve shows. A run whose history has what it needed (`RunRecord.need_bytes`: its allocator's
+    peak, `packer.need`) says no more than that: its curve is NVML's, the allocator's reserve
+    included, and read as it is it would forecast the reserve as growth and grow the job into it.
+    A store that cannot be read leaves the forecast without history (logged)."""
     from packer.action_outcomes import ran_out
     from predictor.prior import HistoryPrior, PriorRun
 
@@ -54,10 +67,12 @@ def history_prior(ctx: RoundContext, track: Track):
         if (c.job_id == track.job_id and abs(c.started_at - track.started_at) <= 0.5) or not c.points:
             continue  # this run's own curve (a requeue stored it) is no history of it
         steps, values = [], []
+        need = _need_of(ctx, c.job_id, c.started_at)
         for p in c.points:
             if not steps or p.t > steps[-1]:
                 steps.append(p.t)
-                values.append(float(max(p.peak_bytes, p.mem_bytes)))  # what the watch feeds the forecaster
+                value = float(max(p.peak_bytes, p.mem_bytes))  # what the watch feeds the forecaster
+                values.append(value if need is None else min(value, float(need)))
         exceeded = c.capacity_bytes if c.capacity_bytes and ran_out(c.peak_bytes, c.capacity_bytes, c.end_state) else None
         runs.append(PriorRun(tuple(steps), tuple(values), name=f"job {c.job_id} at {c.started_at:.0f}",
                              exceeded=exceeded))

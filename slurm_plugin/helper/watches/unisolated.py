@@ -12,7 +12,10 @@ This watch is the only one that requeues such a job: it judges each record again
 view of the job (:func:`judge`: a packed job per Slurm, on that node, in the run the record was
 written in), requeues it (``scontrol requeuehold`` + release) and lifts it above every pending job
 with a nice (the keep-at-head watch keeps it there and ends the lift when it starts), and says why
-in a ``requeue-unisolated`` event, once per record. The exit code is never evidence: a job that
+in a ``requeue-unisolated`` event, once per record. A record waits on the node while Slurm cannot
+be asked about its job (slurmctld busy or down); one whose job Slurm has forgotten (past
+``MinJobAge``: the agent was down longer) cannot be requeued: it is dropped and an
+``unisolated-lost`` event says so, so the user learns why the job failed. The exit code is never evidence: a job that
 exits 117 by itself leaves no record and is an ordinary failed job (slurm.conf has no
 ``RequeueExit`` for it any more). A job whose whole GPUs could not be isolated runs as Slurm gave
 them (fails open) and is not seen here.
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 
 from slurm_plugin.helper.watches.head_lift import lift, lift_of
 from slurm_plugin.helper.watches.round import RoundContext
-from slurm_plugin.slurm.errors import SlurmError
+from slurm_plugin.slurm.errors import JobNotFoundError, SlurmError
 from slurm_plugin.slurm.gres import expand_hostlist
 from slurm_plugin.slurm.model import Job
 
@@ -35,6 +38,7 @@ log = logging.getLogger(__name__)
 #: GPUPACK_UNISOLATED_EXIT); a code, never evidence: the record is
 UNISOLATED_EXIT = 117
 KIND = "requeue-unisolated"
+LOST_KIND = "unisolated-lost"  # a record of a job Slurm no longer knows: dropped, and said
 #: a record written this long before Slurm's start of the job's run still belongs to it (the
 #: node's and the controller's clocks, and the task's start after the job's)
 RUN_SLACK_S = 10.0
@@ -117,15 +121,26 @@ class UnisolatedWatch:
     def _one(self, ctx: RoundContext, node: str, job_id: int, record: dict) -> bool:
         """Judge and act on one record; True when it may be acknowledged."""
         job = ctx.jobs.get(job_id)
+        forgotten = False
         if job is None and job_id >= 0:  # 23.11+ lists no finished job: a step that never started left it FAILED
             try:
                 job = ctx.actions.runner.job(job_id)
-            except SlurmError as exc:  # JobNotFoundError: slurmctld forgot it (MinJobAge)
+            except JobNotFoundError as exc:  # slurmctld forgot it (MinJobAge): it can no longer be requeued
                 log.info("job %d: Slurm does not show it (%s)", job_id, exc)
-                job = None
+                job, forgotten = None, True
+            except SlurmError as exc:  # no answer is no verdict: the record waits on the node for the next round
+                log.warning("unisolated-step record from %s (job %d) kept for the next round: Slurm did not say "
+                            "what became of the job (%s)", node, job_id, exc)
+                return False
         verdict = judge(record, node, job)
         if verdict.act == "drop":
             log.warning("unisolated-step record from %s (job %s): not acted on: %s", node, job_id, verdict.why)
+            if forgotten and record.get("node") == node:  # root's word stands; only the requeue is too late
+                ctx.actions.log_event(LOST_KIND, f"its packed step {record.get('step_id')} could not be isolated on "
+                                      f"{node} and did not start (exit {UNISOLATED_EXIT}, recorded by root on the "
+                                      f"node), but Slurm no longer knows the job (its agent came back after "
+                                      f"MinJobAge): it stays failed and is not requeued", job_id, node=node,
+                                      step=record.get("step_id"))
             return True
         assert job is not None
         why = str(record.get("reason") or "the agent was down or refused")[:300]

@@ -262,3 +262,19 @@ def test_a_step_naming_a_gpu_outside_slurms_record_is_refused(tmp_path):
     assert agent.isolate(7, 0, 1000, {"SLURM_STEP_GPUS": "0", "SLURM_SHARDS_ON_NODE": "1"}).gpu_index == 0
     # a job the record does not know yet (newer than the last list): the step type's variable decides
     assert agent.isolate(8, 0, 1000, {"SLURM_STEP_GPUS": "0", "SLURM_SHARDS_ON_NODE": "1"}).gpu_index == 0
+
+
+def test_an_exported_shard_count_does_not_make_a_whole_gpu_job_packed(tmp_path):
+    """Slurm leaves SLURM_SHARDS_ON_NODE as the submitter exported it in a job that holds a GPU but no
+    shard (PROTECT_ENV): the controller's record of the job's shards on this node decides. Before, the
+    agent put such a job's own whole GPU into EXCLUSIVE_PROCESS for an MPS share on the job's word."""
+    from slurm_plugin.agent.slurm_jobs import PushedJobs
+
+    pushed = PushedJobs(clock=lambda: 0.0)
+    backend = SimGpuBackend(None, "node1", gpus=["H100-80GB", "H100-80GB"], mig_enabled=False)
+    agent = NodeAgent("node1", tmp_path, backend, isolation_mode="mps", list_running_jobs=pushed)
+    pushed.update([7, 8], generation=1, gpus={7: (0,), 8: (1,)}, shards={7: 0, 8: 2})
+    whole = agent.isolate(7, BATCH_STEP, 1000, {"SLURM_JOB_GPUS": "0", "SLURM_SHARDS_ON_NODE": "1"})
+    assert whole.kind == "whole" and whole.shards == 0 and backend.compute_mode(0) == "DEFAULT"
+    packed = agent.isolate(8, BATCH_STEP, 1000, {"SLURM_JOB_GPUS": "1", "SLURM_SHARDS_ON_NODE": "2"})
+    assert packed.kind == "mps" and packed.shards == 2  # Slurm's own count where the record backs it

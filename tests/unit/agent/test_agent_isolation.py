@@ -92,3 +92,14 @@ def test_answer_lines_and_error_line():
     with pytest.raises(ValueError):
         iso.answer_lines("x", {"A": "b\nEVIL=1"})
     assert iso.error_line("no\nroom") == "ERR no room\nEND\n"
+
+
+def test_a_shard_count_slurms_record_does_not_back_is_not_taken():
+    from slurm_plugin.agent.isolation import StepGrant, grant_within_record
+
+    packed = StepGrant((0,), 2)
+    assert grant_within_record(packed, None) == (packed, None)  # not listed yet: the variable decides
+    assert grant_within_record(packed, 2) == (packed, None)
+    grant, why = grant_within_record(packed, 0)
+    assert grant == StepGrant((0,), 0) and "whole GPUs" in why
+    assert grant_within_record(StepGrant((0,), 0), 0) == (StepGrant((0,), 0), None)

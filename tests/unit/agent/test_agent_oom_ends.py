@@ -163,7 +163,9 @@ def test_no_word_that_may_be_read_no_hold(pushed, tmp_path, case):
     run_at(agent, backend, 7, 5 * GIB)
     text = {"no-text": "loss=nan, giving up\n",
             "past-the-gpu": TORCH_TEXT.replace("10.00 GiB", "900.00 GiB")}.get(case, TORCH_TEXT)
-    if case != "no-paths":
+    if case == "no-paths":  # a list names the job, and Slurm's record gave no path it can tell
+        ops.dispatch(agent, "jobs", {"job_ids": [7], "generation": 1}, ROOT)
+    else:
         out = push_output(agent, tmp_path, text, uid=4321 if case == "uid-disagrees" else 0)
         if case == "other-owner":
             os.chown(out, 4321, 4321)
@@ -189,3 +191,75 @@ def test_a_job_list_with_bad_outputs_is_refused_whole(pushed, outputs):
     with pytest.raises(ValueError):
         ops.dispatch(agent, "jobs", {"job_ids": [7], "generation": 1, "outputs": outputs}, ROOT)
     assert agent.list_running_jobs.output_of(7) is None
+
+
+# --- a job that ends before any job list named it: its end waits for Slurm's record -------------
+
+def test_an_end_before_any_list_waits_for_the_list_that_brings_its_output(pushed, tmp_path):
+    agent, backend, clock = pushed
+    run_at(agent, backend, 7, 5 * GIB)  # started after the helper's last list: no list names it
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"
+    assert agent.oom_ends.waiting() == []  # not an OOM end yet: nothing for the helper to judge
+    ended = clock.t
+    clock.t += 2
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"  # the plugin asks again: still waiting
+    clock.t += 1
+    push_output(agent, tmp_path, TORCH_TEXT, generation=2)  # the helper's next round lists it
+    (end,) = agent.oom_ends.waiting()  # judged with the list, before the same round reads the ends
+    assert end["evidence"] == "reported" and end["seen_in"] == "output:pytorch:torch-native"
+    assert end["asked_bytes"] == 10 * GIB and end["at"] == ended  # its hold counts from the step's end
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"
+    ops.dispatch(agent, "oom_settle", {"job_id": 7, "outcome": "requeued"}, ROOT)
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "done" and agent.oom.awaited == {}
+
+
+def test_a_list_without_the_job_keeps_it_waiting_and_the_hold_still_ends_it(pushed, tmp_path):
+    agent, backend, clock = pushed
+    ops.dispatch(agent, "jobs", {"job_ids": [3], "generation": 1}, ROOT)  # a list made before it started
+    run_at(agent, backend, 7, 5 * GIB)
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"
+    clock.t += HOLD_S / 2
+    ops.dispatch(agent, "jobs", {"job_ids": [3], "generation": 2}, ROOT)  # still not naming it
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"
+    clock.t += HOLD_S / 2
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "done"  # no list in time: judged without its output
+    assert agent.oom_ends.waiting() == [] and agent.oom.awaited == {}
+
+
+def test_a_list_that_names_the_job_without_text_lets_it_end(pushed, tmp_path):
+    agent, backend, _ = pushed
+    run_at(agent, backend, 7, 5 * GIB)
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"
+    push_output(agent, tmp_path, "loss=nan, giving up\n", generation=2)
+    assert agent.oom_ends.waiting() == []
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "done" and agent.oom.awaited == {}
+
+
+@pytest.mark.parametrize("code, waits", [(1, True), (134, True), (137, False), (143, False), (130, False)])
+def test_only_an_exit_or_an_abort_waits_for_a_list_never_a_kill(pushed, code, waits):
+    agent, backend, _ = pushed
+    run_at(agent, backend, 7, 5 * GIB)  # a cancel's or a time limit's SIGTERM/SIGKILL never waits
+    assert agent.oom.task_exit(7, BATCH_STEP, code) == ("hold" if waits else "done")
+    assert (7 in agent.oom.awaited) is waits
+
+
+@pytest.mark.parametrize("case", ["exit-0", "measured", "reported"])
+def test_what_needs_no_output_never_waits_for_a_list(pushed, case):
+    agent, backend, _ = pushed
+    limit = backend.catalog(0).profile("1g.10gb").memory_mib * 1024**2
+    run_at(agent, backend, 7, limit - 1024**2 if case == "measured" else 5 * GIB)
+    if case == "reported":
+        agent.oom_ends.alloc_failed(7, 10 * GIB, 5 * GIB)
+    answer = agent.oom.task_exit(7, BATCH_STEP, 0 if case == "exit-0" else 1)
+    assert agent.oom.awaited == {}
+    if case == "exit-0":
+        assert answer == "done"
+    else:  # an OOM end at once, on what the node measured or the job reported
+        assert answer == "hold" and [e["evidence"] for e in agent.oom_ends.waiting()] == [
+            "measured" if case == "measured" else "reported"]
+
+
+def test_without_pushed_lists_an_end_never_waits(node):
+    agent, backend, _ = node  # another job lister (no output paths at all)
+    run_at(agent, backend, 7, 5 * GIB)
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "done" and agent.oom.awaited == {}

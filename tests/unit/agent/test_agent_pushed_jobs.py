@@ -102,3 +102,15 @@ def test_a_layout_older_than_the_last_is_refused(tmp_path):
     assert dispatch(agent, "layout", {"policy": "off", "pending_shards": [], "generation": 5}, ROOT)["status"] == "ok"
     with pytest.raises(StalePlan):
         dispatch(agent, "layout", {"policy": "by-size", "pending_shards": [1], "generation": 4}, ROOT)
+
+
+def test_the_pushed_shards_are_slurms_record_and_a_bad_map_refuses_the_list(tmp_path):
+    clock = Clock()
+    agent = agent_with_job(tmp_path, clock)
+    dispatch(agent, "jobs", {"job_ids": [7, 8], "generation": 1, "shards": {"7": 1, "8": 0}}, ROOT)
+    assert agent.list_running_jobs.shards_of(7) == 1 and agent.list_running_jobs.shards_of(8) == 0
+    assert agent.list_running_jobs.shards_of(9) is None  # not listed: unknown
+    for bad in ({"7": -1}, {"7": True}, {"x": 1}, [1]):
+        with pytest.raises(ValueError, match="shards"):
+            dispatch(agent, "jobs", {"job_ids": [7], "generation": 2, "shards": bad}, ROOT)
+    assert agent.list_running_jobs.generation == 1

@@ -102,6 +102,8 @@ def test_lines_format_for_the_spank_plugin(served, tmp_path):
         text = s.makefile().read()
     lines = text.splitlines()
     assert lines[0].startswith("OK mig:1g.10gb@") and any(line.startswith("CUDA_VISIBLE_DEVICES=MIG-") for line in lines)
+    # the framework settings that keep JAX and TensorFlow from taking the whole slice at start
+    assert {"XLA_PYTHON_CLIENT_PREALLOCATE=false", "TF_FORCE_GPU_ALLOW_GROWTH=true"} <= set(lines)
     # the fence: the capability nodes of its GPU instance and compute instance, in the
     # simulated driver's nvidia-caps folder (gi1 of GPU 0: minors 12 and 13)
     assert lines[1] == f"FENCE nvidia-cap12,nvidia-cap13 {tmp_path / 'simgpu' / 'node1.driver' / 'dev' / 'nvidia-caps'}"
@@ -125,6 +127,13 @@ def test_the_report_client_sends_what_the_job_knows(served, monkeypatch):
     env = {"GPUPACK_AGENT_SOCKET": str(server.socket_path), "GPUPACK_REPORT_TOKEN": a.token, "SLURM_JOB_ID": "7"}
     assert report(812.5, iterations=6, env=env)["status"] == "ok"
     assert agent.jobs[7].throughput == 812.5 and agent.jobs[7].iterations == 6
+    agent.jobs[7].last_report_at = None  # past the rate limit
+    from slurm_plugin.agent.memory_sources import TorchProbe
+    from tests.unit.agent.test_agent_sizes import _Torch
+
+    assert TorchProbe(torch_module=_Torch).report(7, env=env)  # the allocator's peak, through the real socket
+    assert agent.jobs[7].alloc_peak_bytes == 4 << 30
+    assert agent.summary(agent.jobs[7], "test")["alloc_peak_bytes"] == 4 << 30
     with pytest.raises(ReportError, match="went backwards"):
         agent.jobs[7].last_report_at = None  # past the rate limit
         report(1.0, iterations=3, env=env)

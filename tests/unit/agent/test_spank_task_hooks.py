@@ -4,18 +4,17 @@ recorded by root in the node's spool (the helper's only evidence for a requeue) 
 Needs a C compiler and Slurm's headers (skipped otherwise)."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
 import subprocess
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from slurm_plugin.agent.unisolated import UnisolatedSpool
+from tests.unit.agent.scripted_agent import ScriptedAgent
 
 ROOT = Path(__file__).resolve().parents[3]
 BATCH = 4294967291
@@ -30,39 +29,6 @@ def harness(tmp_path_factory):
     subprocess.run(["cc", "-std=gnu99", "-Wall", "-Wextra", "-Werror", "-I", str(ROOT / "spank"), "-o", str(exe),
                     str(Path(__file__).parent / "data" / "spank_task_harness.c")], check=True)
     return exe
-
-
-class ScriptedAgent:
-    """A Unix socket that records each request (one line) and answers with ``answer`` bytes (a list:
-    one per request in turn, the last one repeated)."""
-
-    def __init__(self, path: Path, answer: bytes | list[bytes]):
-        self.path, self.requests = path, []
-        self.answers = list(answer) if isinstance(answer, list) else [answer]
-        self.sock = socket.socket(socket.AF_UNIX)
-        self.sock.bind(str(path))
-        self.sock.listen(8)
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                data = b""
-                while b"\n" not in data:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
-                self.requests.append(json.loads(data.split(b"\n", 1)[0]))
-                conn.sendall(self.answers[min(len(self.requests), len(self.answers)) - 1])
-
-    def close(self):
-        self.sock.close()
 
 
 @pytest.fixture
@@ -196,6 +162,27 @@ def test_a_hold_is_taken_only_framed(harness, node_dir):
         assert f"held={held}" in out.stdout, (answer, out.stdout)
 
 
+def test_a_step_end_the_agent_is_slow_to_judge_is_still_held(harness, node_dir):
+    """task_exit: the first ask (where the agent reads the output and judges the end) gets the plugin's
+    whole budget, not a poll's 1 s: an agent busy reshaping a GPU under its lock answers late."""
+    agent = ScriptedAgent(node_dir / "agent-node1.sock", [b"OK hold\nEND\n", b"OK done\nEND\n"], first_after_s=1.5)
+    try:
+        out = run(harness, node_dir, hook="exit", extra=("timeout_ms=3000",))
+    finally:
+        agent.close()
+    assert "held=1" in out.stdout and "did not take its end" not in out.stdout, out.stdout
+    assert [r["op"] for r in agent.requests] == ["task_exit", "task_exit"]
+
+
+def test_an_agent_that_never_answers_the_end_is_said_in_slurmds_log(harness, node_dir):
+    agent = ScriptedAgent(node_dir / "agent-node1.sock", b"OK hold\nEND\n", first_after_s=2.0)
+    try:
+        out = run(harness, node_dir, hook="exit")  # timeout_ms=400
+    finally:
+        agent.close()
+    assert "held=0" in out.stdout and "the node agent did not take its end (exit 1)" in out.stdout, out.stdout
+
+
 def test_a_refusal_the_step_itself_caused_leaves_no_record(harness, node_dir):
     """A step whose own variables disagree with Slurm's record (ERR-STEP) fails, but the helper gets
     no record: the job's own doing earns neither a requeue nor a lift above jobs that waited."""
@@ -251,3 +238,46 @@ def test_a_connect_to_a_full_backlog_fails_within_the_budget(harness, node_dir, 
         assert "backlog is full" in rec["reason"] and "within 400 ms" in rec["reason"]
     else:
         assert "held=0" in out.stdout
+
+
+# -- the opt-in out-of-memory observer for Python jobs: a folder in front of the job's PYTHONPATH ----
+SITE_DIR = "/opt/gpupack/python_site"
+
+
+@pytest.mark.parametrize("own, expected", [("/home/u/lib:/srv/x", f"{SITE_DIR}:/home/u/lib:/srv/x"),
+                                           (None, SITE_DIR), ("", SITE_DIR)])
+def test_a_prepend_line_puts_the_folder_in_front_of_the_jobs_own_pythonpath(harness, node_dir, own, expected):
+    answer = FULL.replace(b"\nEND\n", f"\nPREPEND PYTHONPATH={SITE_DIR}\nEND\n".encode())
+    agent = ScriptedAgent(node_dir / "agent-node1.sock", answer)
+    try:
+        out = run(harness, node_dir, job_env=None if own is None else {"PYTHONPATH": own})
+    finally:
+        agent.close()
+    assert out.returncode == 0 and "rc=0" in out.stdout, out.stdout
+    assert f"setenv PYTHONPATH={expected}\n" in out.stdout and "setenv CUDA_VISIBLE_DEVICES=MIG-abc" in out.stdout
+    assert "(3 variables set" in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize("line", ["PREPEND LD_PRELOAD=/opt/x.so", "PREPEND PYTHONPATH=relative/dir",
+                                  "PREPEND PYTHONPATH=/a:/b", "PREPEND PYTHONPATHX=/a", "PREPEND PYTHONPATH"])
+def test_any_other_prepend_is_ignored_and_said(harness, node_dir, line):
+    answer = FULL.replace(b"\nEND\n", f"\n{line}\nEND\n".encode())
+    agent = ScriptedAgent(node_dir / "agent-node1.sock", answer)
+    try:
+        out = run(harness, node_dir, job_env={"PYTHONPATH": "/home/u/lib"})
+    finally:
+        agent.close()
+    assert out.returncode == 0 and "rc=0" in out.stdout, out.stdout  # the step runs, isolated as answered
+    assert "setenv PYTHONPATH" not in out.stdout and "setenv LD_PRELOAD" not in out.stdout
+    assert "error: gpupack: job 7 step" in out.stdout and "ignoring 'PREPEND" in out.stdout, out.stdout
+
+
+def test_a_pythonpath_too_long_to_read_whole_is_left_as_it_is(harness, node_dir):
+    answer = FULL.replace(b"\nEND\n", f"\nPREPEND PYTHONPATH={SITE_DIR}\nEND\n".encode())
+    agent = ScriptedAgent(node_dir / "agent-node1.sock", answer)
+    try:
+        out = run(harness, node_dir, job_env={"PYTHONPATH": "/x" * 20000})
+    finally:
+        agent.close()
+    assert out.returncode == 0 and "rc=0" in out.stdout and "setenv PYTHONPATH" not in out.stdout, out.stdout
+    assert "cannot be read whole" in out.stdout

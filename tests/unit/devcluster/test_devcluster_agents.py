@@ -42,3 +42,11 @@ def test_status_names_the_backend_from_the_command_line():
 def test_agent_help_documents_the_library_option():
     out = CliRunner().invoke(agent, ["--help"]).output
     assert "--nvml-library" in out and "simulated:DIR" in out and "GPUPACK_NVML_LIBRARY" in out
+
+
+def test_the_clusters_daemons_run_this_checkout_first():
+    from slurm_plugin.devcluster.manager import CODE, daemon_pythonpath
+
+    assert (CODE / "slurm_plugin" / "devcluster" / "manager.py").is_file()
+    assert daemon_pythonpath({}) == str(CODE)
+    assert daemon_pythonpath({"PYTHONPATH": f"/elsewhere:{CODE}:"}) == f"{CODE}:/elsewhere"

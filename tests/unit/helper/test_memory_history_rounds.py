@@ -54,3 +54,13 @@ def test_an_earlier_run_that_ran_out_of_memory_in_this_share_warns_though_its_cu
     fake, helper, samples, monitor = make(tmp_path, memory_horizon_s=120)
     _store_earlier_run(helper, fp="kv", peak_gib=9.8, end_state="OUT_OF_MEMORY", shards=1)
     assert _first_memory_event(fake, helper, samples, monitor) == 0
+
+
+def test_an_earlier_run_whose_allocator_needed_less_than_nvml_saw_warns_on_its_need_only(tmp_path):
+    from store.db import RunRecord
+
+    fake, helper, samples, monitor = make(tmp_path, memory_horizon_s=120)
+    _store_earlier_run(helper, fp="kv", peak_gib=14)  # NVML saw 14 GiB: the allocator's cache
+    helper.store.record_run(RunRecord(job_id=5, fingerprint="kv", peak_mem_bytes=14 * GIB, need_bytes=5 * GIB,
+                                      started_at=FAKE_EPOCH - 1000, ended_at=FAKE_EPOCH - 900))
+    assert _first_memory_event(fake, helper, samples, monitor) is None  # it needed 5 GiB: 10 GiB holds it

@@ -345,7 +345,20 @@ def test_a_completed_run_whose_samples_stop_before_its_end_is_a_lower_bound(tmp_
     assert not helper.store.estimate("hist").measured
 
 
-def test_a_completed_run_with_no_memory_measured_is_not_history(tmp_path):
+def test_a_completed_run_with_no_memory_measured_is_not_history_unless_seen_from_its_start(tmp_path):
+    fake, helper, samples, monitor = make(tmp_path)
+    running(fake, 9, fp="hist")
+    for t in range(3):  # first seen 60 s into the run: it may have used its GPU before
+        samples.put(9, FAKE_EPOCH + 60 + t, mem=0, util=0.0, started_at=FAKE_EPOCH)
+        monitor.tick()
+    fake.jobs[9].state = "COMPLETED"
+    samples.now.clear()
+    monitor.tick()
+    assert helper.store.runs("hist") == [] and helper.store.estimate("hist") is None
+    assert not [e for e in helper.store.events() if e.kind == "history"]
+
+
+def test_a_completed_run_seen_from_its_start_without_touching_its_gpu_is_a_zero_byte_run(tmp_path):
     fake, helper, samples, monitor = make(tmp_path)
     running(fake, 9, fp="hist")
     for t in range(3):
@@ -354,8 +367,8 @@ def test_a_completed_run_with_no_memory_measured_is_not_history(tmp_path):
     fake.jobs[9].state = "COMPLETED"
     samples.now.clear()
     monitor.tick()
-    assert helper.store.runs("hist") == [] and helper.store.estimate("hist") is None
-    assert not [e for e in helper.store.events() if e.kind == "history"]
+    (run,) = helper.store.runs("hist")
+    assert (run.untouched, run.peak_mem_bytes, run.mean_util_pct, run.lower_bound) == (True, 0, 0.0, False)
 
 
 def test_a_requeued_job_gets_one_row_for_the_run_that_completed(tmp_path):

@@ -1,5 +1,5 @@
 """The replay gives the same answers as at caba947 (before the incremental decisions of
-issue 37): a fixed slice of the shipped Philly trace replayed under every policy, with the
+issue 37) under the settings they were recorded with (`--settings replay-legacy`): a fixed slice of the shipped Philly trace replayed under every policy, with the
 shipped pair table and with a `simulate stress-pairs` table that has pairs that cannot run
 together (speed 0), compared field by field with golden `--json` outputs recorded at that
 commit (the wall time left out).
@@ -22,8 +22,10 @@ GOLDEN = Path(__file__).resolve().parents[2] / "data" / "replay_golden"
 REGEN = os.environ.get("GPUPACK_REGEN_GOLDENS") == "1"
 WALL_FIELDS = ("sim_wall_s",)  # the only fields that depend on the machine
 
-# the first 1,500 jobs on 40 H100s: a queue hours long, packs, requeues, pair failures
-BASE = ["--gpu-model", "H100-80GB", "--gpus", "40", "--jobs", "1500", "--json"]
+# the first 1,500 jobs on 40 H100s: a queue hours long, packs, requeues, pair failures; under
+# the settings the goldens were recorded with (the replay's own, before issue 34: `gpupack
+# simulate` decides by the shipped etc/gpupack.toml unless told this preset)
+BASE = ["--gpu-model", "H100-80GB", "--gpus", "40", "--jobs", "1500", "--json", "--settings", "replay-legacy"]
 
 # (name, extra flags, tables): every policy with the predictor, with both tables; colocate's
 # other pair knowledge with both; colocate without the predictor and with three jobs a GPU

@@ -86,3 +86,47 @@ def test_the_draw_is_per_job_and_fixed_and_bad_shares_are_refused():
     for bad in ((0.7, 0.4), (-0.1, 0.0), (0.0, 1.5)):
         with pytest.raises(ValueError):
             oom_seen(0, 1, *bad)
+
+
+# -- a retry on the job's word goes back at its own place (SimConfig.oom_word_own_place) -----------
+
+def test_a_requeue_at_its_own_place_goes_back_by_arrival_behind_older_waiting_jobs():
+    from simulator.events import EventLoop
+    from simulator.scheduling import Scheduler
+    from simulator.state import Job
+
+    jobs = {i: Job(job(i, float(i), 100.0), PROFILES[0]) for i in range(6)}
+    sched = Scheduler(cfg=SimConfig(policy="colocate", gpus=1), loop=EventLoop(), idle={}, releases=None,
+                      shares=None)  # a queue only: no pass runs here
+    for i in (0, 1, 3, 5):  # 2 and 4 were backfilled and run
+        sched.arrive(jobs[i], float(i))
+    sched.requeue(jobs[2], 50.0, at_head=False)  # its word: not eligible before Slurm's requeue delay
+    assert [j.id for j in sched.waiting()] == [0, 1, 3, 5]
+    sched.eligible(jobs[2], 51.0)
+    sched.requeue(jobs[4], 52.0)  # measured: at the head
+    sched.eligible(jobs[4], 53.0)
+    assert [j.id for j in sched.waiting()] == [4, 0, 1, 2, 3, 5]
+    assert sched.own_place == set()
+
+
+def test_own_place_changes_only_the_jobs_word_and_keeps_fast_and_slow_passes_identical():
+    from simulator.workload import TraceJob
+
+    trace = [TraceJob(float(i * 30), 3_000.0 + (i % 7) * 700, 1 + (i % 9 == 0)) for i in range(120)]
+    specs = build_jobs(trace, PROFILES, seed=5, growing_fraction=0.5, jump_fraction=0.7)
+    cfg = dict(policy="colocate", gpus=4, known_history=True, oom_output_share=0.5)
+    base = simulate(SimConfig(**cfg), specs, PROFILES, PAIRS)
+    runs = {fast: simulate(SimConfig(**cfg, oom_word_own_place=True, fast=fast), specs, PROFILES, PAIRS)
+            for fast in (True, False)}
+    meta = {"sim_wall_s": 0, "sim_passes": 0, "sim_passes_skipped": 0}
+    assert summary(runs[True]) | meta == summary(runs[False]) | meta  # the fast path's skips hold here too
+    assert [(j.id, j.start, j.end) for j in runs[True].jobs] == [(j.id, j.start, j.end) for j in runs[False].jobs]
+    own, plain = summary(runs[True]), summary(base)
+    assert own["oom_jobs_retried"] > 0 and plain["oom_jobs_retried"] > 0 and own["jobs"] == plain["jobs"]
+    assert [(j.id, j.start) for j in runs[True].jobs] != [(j.id, j.start) for j in base.jobs]  # it took effect
+    # where every retry rests on a measurement at the share's limit (no job's word), nothing changes
+    unseen = {**cfg, "oom_output_share": 0.0, "oom_unseen_share": 1.0}
+    a = simulate(SimConfig(**unseen), specs, PROFILES, PAIRS)
+    b = simulate(SimConfig(**unseen, oom_word_own_place=True), specs, PROFILES, PAIRS)
+    assert summary(a)["oom_jobs_retried"] > 0
+    assert [(j.id, j.start, j.end) for j in a.jobs] == [(j.id, j.start, j.end) for j in b.jobs]

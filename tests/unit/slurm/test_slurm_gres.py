@@ -141,3 +141,13 @@ def test_allocated_gpus_is_slurms_record_per_node():
     assert allocated_gpus(modern) == {"node1": (1,)}
     # an entry that did not parse: which node is whose is unknown, nothing is claimed
     assert allocated_gpus(Job(7, nodes="node[1-2]", gres_detail=(parse_gres_item("gpu:h100:1(IDX:0)"),))) == {}
+
+
+def test_allocated_shards_is_slurms_record_per_node():
+    from slurm_plugin.slurm.gres import allocated_shards, parse_gres_item
+    from slurm_plugin.slurm.model import Job
+
+    job = Job(5, nodes="node[1-2]", gres_detail=(parse_gres_item("shard:h100:3(IDX:1)"),
+                                                 parse_gres_item("gpu:h100:1(IDX:0)")))
+    assert allocated_shards(job) == {"node1": 3, "node2": 0}
+    assert allocated_shards(Job(6, nodes="node[1-2]", gres_detail=(parse_gres_item("gpu:1(IDX:0)"),))) == {}

@@ -13,7 +13,8 @@ ADDED_IN = {
         "alter table runs drop column end_state"),
     6: ("drop table slice_journal",),
     7: ("drop table head_lifts",),
-    8: ("drop table workload_keys", "drop table level_guesses"),
+    8: ("alter table runs drop column need_bytes", "alter table runs drop column untouched"),
+    9: ("drop table workload_keys", "drop table level_guesses"),
 }
 
 

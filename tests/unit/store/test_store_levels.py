@@ -56,13 +56,13 @@ def test_a_hostile_users_variants_are_bounded_and_the_evictions_counted():
         LevelStore(store, per_user=0)
 
 
-def test_a_schema_7_database_gets_the_level_tables(tmp_path):
+def test_a_schema_8_database_gets_the_level_tables(tmp_path):
     path = tmp_path / "db.sqlite"
     old = Store(path)
     old.record_run(run(1, "fp", 3))
-    as_schema(old, 7)
+    as_schema(old, 8)
     old.close()
     store = Store(path)
-    assert store.db.execute("PRAGMA user_version").fetchone()[0] == 8
+    assert store.db.execute("PRAGMA user_version").fetchone()[0] == 9
     LevelStore(store).remember_keys(WorkloadKeys("fp", "v", "c"), "ann")
     assert store.runs("fp")[0].peak_mem_bytes == 3 * GIB

@@ -30,6 +30,7 @@ spank_err_t spank_get_item(spank_t sp, spank_item_t item, ...)
 }
 spank_err_t spank_getenv(spank_t sp, const char *var, char *buf, int len) { (void)sp; (void)var; (void)buf; (void)len; return ESPANK_ENV_NOEXIST; }
 spank_err_t spank_setenv(spank_t sp, const char *var, const char *val, int o) { (void)sp; (void)var; (void)val; (void)o; return ESPANK_SUCCESS; }
+const char *spank_strerror(spank_err_t e) { return e == ESPANK_NOSPACE ? "no space" : "error"; }
 int spank_remote(spank_t sp) { (void)sp; return 1; }
 spank_context_t spank_context(void) { return S_CTX_SLURMD; }
 static void say(const char *level, const char *fmt, va_list ap) { printf("%s: ", level); vprintf(fmt, ap); printf("\n"); }

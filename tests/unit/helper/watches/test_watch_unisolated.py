@@ -131,3 +131,32 @@ def test_judge_is_pure():
     assert judge({"job_id": "x"}, "node1", packed).act == "drop"
     pending = Job(5, state="PENDING", gres=(GresItem("shard", None, 2, None),))
     assert judge(_record(5), "node1", pending).act == "lift"
+
+
+def test_a_record_waits_while_slurm_does_not_answer_and_a_forgotten_job_is_said_lost(tmp_path):
+    """slurmctld busy: no verdict, the record stays on the node (before: dropped and acknowledged, so
+    the job was never requeued). Slurm forgot the job (the agent was down past MinJobAge): it cannot be
+    requeued; the record is dropped and an event tells why the job failed."""
+    from slurm_plugin.helper.watches.unisolated import LOST_KIND
+    from slurm_plugin.slurm.errors import SlurmTimeoutError
+
+    fake, helper, samples, monitor, acked = _world(tmp_path, release="23.11.10")
+    listing = monitor.runner.jobs_in_play  # 23.11+: the listing has no finished job, each is asked for
+    monitor.runner.jobs_in_play = lambda also=(): [j for j in listing(also) if j.state != "FAILED"]
+    _failed_packed(fake, 5)
+    samples.unisolated = {"node1": (_record(5), _record(8))}  # Slurm never had (or forgot) job 8
+    asked = monitor.runner.job
+
+    def busy(job_id):
+        raise SlurmTimeoutError(["scontrol", "show", "job", str(job_id)], None)
+
+    monitor.runner.job = busy
+    monitor.tick()
+    assert acked == [] and _events(helper, 5) == [] and fake.jobs[5].state == "FAILED"
+    monitor.runner.job = asked
+    monitor.tick()
+    assert len(_events(helper, 5)) == 1 and fake.jobs[5].state == "PENDING"
+    assert sorted(acked[0][1]) == sorted(r["key"] for r in samples.unisolated["node1"])
+    (lost,) = [e for e in helper.store.events(job_id=8) if e.kind == LOST_KIND]
+    assert "no longer knows the job" in lost.detail and lost.data["node"] == "node1"
+    assert not [e for e in helper.store.events(job_id=5) if e.kind == LOST_KIND]
