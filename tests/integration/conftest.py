@@ -179,7 +179,12 @@ def start_cluster(spec: ClusterSpec, workdir: Path) -> Cluster:
     spec.state_dir.mkdir(parents=True, exist_ok=True)
     (spec.state_dir / "spec.json").write_text(json.dumps(spec.to_json(), indent=1))
     dev.up()
-    return Cluster(dev=dev, workdir=workdir, env={**os.environ, **dev.env()})
+    # the jobs the tests submit inherit sbatch's environment: their `python3 -m slurm_plugin`
+    # is this checkout's, not whichever clone the editable install points at
+    here = str(Path(__file__).resolve().parents[2])
+    inherited = os.environ.get("PYTHONPATH")
+    pythonpath = here + (f":{inherited}" if inherited else "")
+    return Cluster(dev=dev, workdir=workdir, env={**os.environ, **dev.env(), "PYTHONPATH": pythonpath})
 
 
 #: The clusters this run started, taken down at its end however it ends (pytest's teardown,
