@@ -8,7 +8,9 @@ is answered under one lock by its collaborators,
 - :class:`.mps_shares.MpsShares` MPS shares and their control daemons (through the isolator);
 - :class:`.sampler.Sampler` the jobs' samples (memory, utilisation counters);
 - :class:`.reconcile.Reconciler` agreement with the GPU and with Slurm;
-- :mod:`.finals` the summary a job leaves behind.
+- :mod:`.finals` the summary a job leaves behind;
+- :class:`.report_desk.ReportDesk` what a job says about itself, :class:`.oom_desk.OomDesk` its
+  out-of-memory ends.
 
 Which profile and where it goes are decided by :mod:`slurm_plugin.agent.isolation` and
 :mod:`mig.policies`; the GPU is reached only through a :class:`mig.backend.GpuBackend`
@@ -40,10 +42,10 @@ from slurm_plugin.agent.oom_ends import OomEnds
 from slurm_plugin.agent.paths import AgentError, AgentPaths, StepRefused, final_path, socket_path
 from slurm_plugin.agent.plans import Generations, MpsPlanFile
 from slurm_plugin.agent.reconcile import RECONCILE_GRACE_S, JobLister, Reconciler
+from slurm_plugin.agent.report_desk import ReportDesk
 from slurm_plugin.agent.restore import restore_slices
 from slurm_plugin.agent.sampler import SAMPLES_KEPT, Sampler
 from slurm_plugin.agent.state import BATCH_STEP, EXTERN_STEP, Assignment, StateFile, write_json_atomic
-from slurm_plugin.agent.trust import Peer, ReportGuard, ReportRejected, check_reporter
 from slurm_plugin.agent.unisolated import UnisolatedSpool
 
 log = logging.getLogger(__name__)
@@ -76,12 +78,10 @@ class NodeAgent:
         self.python_site = python_site
         self.driver = DriverFiles.for_node(sim_dir, node)  # the MIG capability files (the fence)
         self.clock = clock
-        self.guard = ReportGuard()
         self.store = StateFile(self.paths.home)
         self.journal = SliceJournal(self.paths.home)
         self.lock = threading.RLock()
         self.jobs: dict[int, Assignment] = self.store.load()
-        self._dirty = False
         self.mig = MigManager(backend, policy, lambda: self.jobs.values(), journal=self.journal,
                               shares_per_gpu=shares_per_gpu)
         self.isolator = Isolator(self.paths, backend, self.mig, mode=isolation_mode,
@@ -97,6 +97,7 @@ class NodeAgent:
         self.sampled_at: float | None = None  # the agent's time of its last sampling round
         self.oom_ends = OomEnds(node, clock)  # packed jobs' out-of-memory ends, until the helper answers
         self.oom = OomDesk(self)  # what the SPANK plugin, the job and the helper say of those ends
+        self.reports = ReportDesk(self)  # what a job says about itself (`gpupack report`)
         # packed steps the SPANK plugin did not let start, as root recorded them (until the helper reads them)
         self.unisolated = UnisolatedSpool(self.paths.unisolated, node, clock)
         self.unisolated.ensure()
@@ -124,7 +125,6 @@ class NodeAgent:
 
     def _save(self) -> None:
         self.store.save(self.jobs)
-        self._dirty = False
 
     def _running_jobs(self) -> set[int] | None:
         return self.list_running_jobs() if self.list_running_jobs else None
@@ -240,39 +240,7 @@ class NodeAgent:
     def summary(self, a: Assignment, reason: str) -> dict:
         return job_summary(a, self.node, self.clock(), reason)
 
-    # -- reports and samples --------------------------------------------------------------
-    def report(self, job_id: int, peer: Peer, body: dict) -> dict:
-        """A job's report about itself; answers with its GPU neighbours' workloads."""
-        with self.lock:
-            a = self.jobs.get(job_id)
-            if a is None:
-                raise ReportRejected(f"job {job_id} is not isolated on {self.node}")
-            check_reporter(job_id, str(body.get("token", "")), a.token, peer)
-            now = self.clock()
-            try:
-                ok = self.guard.check(body, a.iterations, a.last_report_at, a.started_at, now)
-            except ReportRejected:
-                a.rejected_reports += 1
-                raise
-            a.iterations, a.last_report_at = ok.iterations, now
-            a.throughput = ok.throughput if ok.throughput is not None else a.throughput
-            a.util_pct = ok.util_pct if ok.util_pct is not None else a.util_pct
-            a.workload = ok.workload or a.workload
-            if ok.checkpoint:
-                a.last_checkpoint_at = now
-                a.checkpoints += 1
-            if ok.checkpoint_every_s is not None:
-                a.checkpoint_every_s = ok.checkpoint_every_s
-            if ok.alloc_peak_bytes is not None:
-                a.alloc_peak_bytes = max(a.alloc_peak_bytes or 0, ok.alloc_peak_bytes)
-            a.reports += 1
-            self._dirty = True
-            return {"status": "ok", "neighbours": self.neighbours(a)}
-
-    def neighbours(self, a: Assignment) -> list[str]:
-        return [b.workload or "unknown" for b in self.jobs.values()
-                if b.job_id != a.job_id and b.gpu_index == a.gpu_index and b.gpu_index >= 0]
-
+    # -- samples ---------------------------------------------------------------------------
     def tick(self) -> None:
         """Sample every job once."""
         with self.lock:

@@ -127,7 +127,7 @@ def _adoption(agent: NodeAgent, body: dict, peer: Peer) -> dict:
 
 
 def _report(agent: NodeAgent, body: dict, peer: Peer) -> dict:
-    return agent.report(_int(body, "job_id"), peer, body)
+    return agent.reports.report(_int(body, "job_id"), peer, body)
 
 
 def _layout(agent: NodeAgent, body: dict, peer: Peer) -> dict:

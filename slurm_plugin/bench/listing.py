@@ -5,7 +5,8 @@ needs only the jobs in play (pending, running, …) plus the few it follows; whe
 `squeue --json` honours filters (23.11+) that is all it asks for, and on 22.05 it must read
 every record. This submits N held jobs of its own and cancels them (finished records, as
 many as a busy site keeps, without running N jobs on this machine), then times both
-listings, interleaved, and reports their medians. No other job is touched.
+listings and the formatted one the watcher reads since (issue 36), interleaved, and reports
+their medians. No other job is touched.
 """
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ class ListingBench:
     jobs_in_controller: int
     in_play: int
     rounds: int
-    in_play_median_ms: float  # what the watcher runs each round
-    everything_median_ms: float  # the whole listing (22.05's only choice)
+    in_play_median_ms: float  # the JSON of the jobs in play (what the watcher read each round before issue 36)
+    everything_median_ms: float  # the whole listing (22.05's only JSON choice)
+    formatted_median_ms: float  # the jobs in play as formatted text (the watcher's per-round read since)
 
 
 def _fill(cluster: DevCluster, count: int) -> None:
@@ -58,9 +60,11 @@ def run_listing_bench(cluster: DevCluster, *, finished: int, rounds: int, timeou
     total, in_play = len(runner.jobs()), len(runner.jobs_in_play())
     watched: list[float] = []
     everything: list[float] = []
-    for i in range(rounds):  # interleaved, so a slow moment of the machine falls on both
-        pair = [(watched, runner.jobs_in_play), (everything, runner.jobs)]
-        for times, call in (pair if i % 2 == 0 else pair[::-1]):
+    formatted: list[float] = []
+    for i in range(rounds):  # interleaved, so a slow moment of the machine falls on each
+        kinds = [(watched, runner.jobs_in_play), (everything, runner.jobs), (formatted, runner.formatted_jobs)]
+        for times, call in (kinds if i % 2 == 0 else kinds[::-1]):
             times.append(_timed(call))
     return ListingBench(str(runner.version()), total, in_play, rounds,
-                        round(statistics.median(watched), 2), round(statistics.median(everything), 2))
+                        round(statistics.median(watched), 2), round(statistics.median(everything), 2),
+                        round(statistics.median(formatted), 2))

@@ -10,7 +10,8 @@ shim line in slurmctld's log, a block with it must leave one per job.
 Reported: the rate ratio over all jobs (the goal is judged on it), the ratio of median
 `sbatch` times, and the ratio of each ABBA pair of blocks with a 95 % interval over the
 pairs, which says how much of the figure is noise. The shim's own latency comes from the
-`elapsed_ms=` it logs for every job it handles.
+`elapsed_ms=` it logs for every job it handles; of it, `ask_ms=` is the exchange with the
+helper (socket and decision) and the rest the shim's own Lua work (`lua_*`).
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ BENCH_NAME = "gpupack-bench"
 BLOCK_JOBS = 25  # timed submissions per block
 WARMUP_JOBS = 3  # untimed submissions after each switch (the shim connects afresh)
 _ELAPSED_RE = re.compile(r"lua: gpupack: .* elapsed_ms=([0-9.]+)")
+_ASK_RE = re.compile(r"lua: gpupack: .* ask_ms=([0-9.]+).* elapsed_ms=([0-9.]+)")
 _PLUGIN_LINE = "JobSubmitPlugins=lua\n"
 
 
@@ -50,6 +52,10 @@ class SubmitBench:
     pair_ratio_mean: float = float("nan")
     pair_ratio_ci95: list[float] = field(default_factory=list)  # 95 % t-interval of the mean over pairs
     pair_ratios: list[float] = field(default_factory=list)  # each ABBA pair of blocks' own ratio
+    ask_p50_ms: float = float("nan")  # the shim's exchange with the helper (its decision and the socket)
+    ask_p99_ms: float = float("nan")
+    lua_p50_ms: float = float("nan")  # the shim's own work: elapsed_ms less ask_ms
+    lua_p99_ms: float = float("nan")
 
 
 class BenchError(RuntimeError):
@@ -164,12 +170,26 @@ class _LogTail:
     def skip(self) -> None:
         self.offset = self.path.stat().st_size
 
-    def latencies(self) -> list[float]:
+    def parts(self) -> list[tuple[float, float | None]]:
+        """(elapsed_ms, ask_ms) per shim line since the last look (ask_ms None: a shim that
+        does not log it)."""
         with open(self.path, "rb") as fh:
             fh.seek(self.offset)
             text = fh.read().decode(errors="replace")
             self.offset = fh.tell()
-        return [float(m) for m in _ELAPSED_RE.findall(text)]
+        return shim_parts(text)
+
+
+def shim_parts(text: str) -> list[tuple[float, float | None]]:
+    """(elapsed_ms, ask_ms) of each shim line in slurmctld's log ``text``."""
+    out: list[tuple[float, float | None]] = []
+    for line in text.splitlines():
+        elapsed = _ELAPSED_RE.search(line)
+        if elapsed is None:
+            continue
+        ask = _ASK_RE.search(line)
+        out.append((float(elapsed.group(1)), float(ask.group(1)) if ask else None))
+    return out
 
 
 def run_submit_bench(cluster: DevCluster, jobs: int = 500, block: int = BLOCK_JOBS) -> SubmitBench:
@@ -179,7 +199,7 @@ def run_submit_bench(cluster: DevCluster, jobs: int = 500, block: int = BLOCK_JO
     switch = _Switch(cluster)
     log = _LogTail(cluster.spec.log / "slurmctld.log")
     per_job: dict[bool, list[float]] = {True: [], False: []}
-    latencies: list[float] = []
+    latencies: list[tuple[float, float | None]] = []
     block_seconds: list[tuple[bool, float]] = []
     try:
         for with_shim in block_order(blocks):
@@ -187,7 +207,7 @@ def run_submit_bench(cluster: DevCluster, jobs: int = 500, block: int = BLOCK_JO
             _submit_block(env, WARMUP_JOBS, [])
             log.skip()
             block_seconds.append((with_shim, _submit_block(env, block, per_job[with_shim])))
-            seen = log.latencies()
+            seen = log.parts()
             if with_shim and len(seen) < block:
                 raise BenchError(f"the shim logged {len(seen)} of {block} jobs: did reconfigure load it?")
             if not with_shim and seen:
@@ -203,14 +223,17 @@ def run_submit_bench(cluster: DevCluster, jobs: int = 500, block: int = BLOCK_JO
     med_with, med_without = statistics.median(per_job[True]), statistics.median(per_job[False])
     pairs = pair_ratios(block_seconds)
     mean, low, high = mean_interval(pairs)
+    asks = [a for _e, a in latencies if a is not None]
+    lua = [e - a for e, a in latencies if a is not None]
+    elapsed = [e for e, _a in latencies]
     return SubmitBench(
         jobs=total,
         with_shim_rate_per_s=round(with_rate, 2),
         without_shim_rate_per_s=round(without_rate, 2),
         ratio=round(with_rate / without_rate, 3),
-        shim_p50_ms=round(statistics.median(latencies), 3),
-        shim_p99_ms=round(_percentile(latencies, 0.99), 3),
-        shim_max_ms=round(max(latencies), 3),
+        shim_p50_ms=round(statistics.median(elapsed), 3),
+        shim_p99_ms=round(_percentile(elapsed, 0.99), 3),
+        shim_max_ms=round(max(elapsed), 3),
         shim_samples=len(latencies),
         blocks=blocks,
         slurm_version=cluster._slurm("scontrol", "--version").stdout.strip(),
@@ -220,6 +243,10 @@ def run_submit_bench(cluster: DevCluster, jobs: int = 500, block: int = BLOCK_JO
         pair_ratio_mean=round(mean, 3),
         pair_ratio_ci95=[round(low, 3), round(high, 3)],
         pair_ratios=pairs,
+        ask_p50_ms=round(statistics.median(asks), 3) if asks else math.nan,
+        ask_p99_ms=round(_percentile(asks, 0.99), 3) if asks else math.nan,
+        lua_p50_ms=round(statistics.median(lua), 3) if lua else math.nan,
+        lua_p99_ms=round(_percentile(lua, 0.99), 3) if lua else math.nan,
     )
 
 

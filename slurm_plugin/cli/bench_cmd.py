@@ -52,6 +52,52 @@ def submit(jobs: int, block: int, as_json: bool, state_dir: Path) -> None:
 
 @bench.command(context_settings=CTX)
 @slurm_option
+@click.option("--nodes", default=2000, show_default=True, type=click.IntRange(0),
+              help="Nodes defined State=FUTURE beside the three real ones (no slurmd).")
+@click.option("--gpus-per-node", default=8, show_default=True, type=click.IntRange(1, 64))
+@click.option("--jobs", default=50000, show_default=True, type=click.IntRange(0),
+              help="Pending GPU jobs queued through the shim.")
+@click.option("--window", "window_s", default=600.0, show_default=True, type=click.FloatRange(10),
+              help="Seconds of each window (without the suite, then with it).")
+@click.option("--probe", "probe_s", default=2.0, show_default=True, type=click.FloatRange(0.1),
+              help="Seconds between a user's sbatch / scontrol show job / squeue.")
+@click.option("--workers", default=8, show_default=True, type=click.IntRange(1, 32),
+              help="sbatch at a time while the queue fills.")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("scale-bench"), show_default=True,
+              help="Folder for scale.json, scale.md (the table) and scale.png (the plot, with matplotlib).")
+@click.option("--keep", is_flag=True, help="Keep the cluster's state folder (logs) after the run.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def scale(nodes: int, gpus_per_node: int, jobs: int, window_s: float, probe_s: float, workers: int, out: Path,
+          keep: bool, as_json: bool) -> None:
+    """What the suite costs slurmctld at a site's size, on a cluster of its own.
+
+    NODES x GPUS-PER-NODE defined without slurmd, the dev cluster's three nodes busy, JOBS
+    pending jobs queued through the shim; then a window without the suite and one with it:
+    slurmctld's RPCs (sdiag), a user's sbatch/squeue/scontrol latency, the watcher's rounds,
+    the submit path's p50/p99, the helper's memory and the store's size. Run as root.
+    """
+    from dataclasses import asdict
+
+    from slurm_plugin.bench.scale import ScalePlan, run_scale_bench, table, write_outputs
+    from slurm_plugin.bench.submit import BenchError
+    from slurm_plugin.devcluster.errors import DevClusterError
+
+    plan = ScalePlan(nodes=nodes, gpus_per_node=gpus_per_node, jobs=jobs, window_s=window_s, probe_s=probe_s,
+                     workers=workers)
+    try:
+        result = asdict(run_scale_bench(plan, keep=keep))
+    except (BenchError, DevClusterError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    written = write_outputs(result, out)
+    if as_json:
+        click.echo(json.dumps(result, indent=1))
+    else:
+        click.echo(table(result))
+        click.echo("written: " + ", ".join(str(p) for p in written))
+
+
+@bench.command(context_settings=CTX)
+@slurm_option
 @click.option("--finished", default=3000, show_default=True, type=click.IntRange(0),
               help="Held jobs of its own to submit and cancel first: finished records stay MinJobAge.")
 @click.option("--rounds", default=30, show_default=True, type=click.IntRange(1), help="Timed listings of each kind.")
@@ -201,6 +247,45 @@ def flood(target: str, node: str, from_node: str | None, connections: int, hold_
         for key, value in result.items():
             if key not in ("samples", "open_timeline"):
                 click.echo(f"{key:26} {value}")
+
+
+@bench.command("view-reads", context_settings=CTX)
+@click.option("--nodes", default=2000, show_default=True, type=click.IntRange(1))
+@click.option("--gpus-per-node", default=8, show_default=True, type=click.IntRange(1, 64))
+@click.option("--running", default=16000, show_default=True, type=click.IntRange(0), help="Running jobs in the view.")
+@click.option("--seconds", default=20.0, show_default=True, type=click.FloatRange(1))
+@click.option("--loader/--no-loader", default=True, show_default=True,
+              help="The view read by the submit side's loader thread, or by the requests themselves (as before).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def view_reads(nodes: int, gpus_per_node: int, running: int, seconds: float, loader: bool, as_json: bool) -> None:
+    """A submission's time on a site-sized cluster view (p50/p99/max) while it is republished
+    every second, as the watcher does."""
+    import tempfile
+    from dataclasses import asdict
+
+    from slurm_plugin.bench.submit_profile import time_view_reads
+
+    with tempfile.TemporaryDirectory() as folder:
+        result = time_view_reads(Path(folder), nodes, gpus_per_node, running, seconds, loader)
+    _print(asdict(result), as_json)
+
+
+@bench.command("submit-profile", context_settings=CTX)
+@click.option("--requests", default=300, show_default=True, type=click.IntRange(1))
+@click.option("--lines", default=30, show_default=True, type=click.IntRange(1), help="pstats lines to print.")
+@click.option("--state-dir", type=click.Path(path_type=Path), default=DEFAULT_STATE_DIR, show_default=True,
+              help="The cluster whose gpupack.toml, store and published view the decisions read (it must be up).")
+def submit_profile(requests: int, lines: int, state_dir: Path) -> None:
+    """cProfile of the helper's submit handler on a running cluster's store and view (no socket)."""
+    from slurm_plugin.bench.submit_profile import profile_submit
+    from slurm_plugin.devcluster.files import slurm_release
+    from slurm_plugin.devcluster.spec import ClusterSpec
+
+    dialect = "gres:" if slurm_release()[:2] < (23, 11) else "gres/"
+    got = profile_submit(ClusterSpec(state_dir=state_dir).gpupack_toml, requests, dialect, lines)
+    click.echo(got.top)
+    for key in ("requests", "p50_ms", "p99_ms", "unprofiled_p50_ms", "unprofiled_p99_ms", "verdicts"):
+        click.echo(f"{key:20} {getattr(got, key)}")
 
 
 def _print(result: dict, as_json: bool) -> None:

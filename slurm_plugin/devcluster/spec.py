@@ -46,8 +46,13 @@ class ClusterSpec:
     # how long a requeued job waits before it may start again (slurm.conf's cred_expire);
     # None: Slurm's default (120 s, so 121 s), as on a real site
     cred_expire_s: int | None = CRED_EXPIRE_S
+    # slurm.conf lines of a benchmark's own (`gpupack bench scale`): a `Key=value` replaces the
+    # written line of that key (SchedulerParameters, MaxJobCount), a NodeName= line adds nodes
+    # that run no slurmd (State=FUTURE); the partition takes them all
+    extra_slurm_conf: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "extra_slurm_conf", tuple(self.extra_slurm_conf))  # spec.json holds a list
         topo.check_topology(self.topology)
         if self.priority not in PRIORITY_TYPES:
             raise ValueError(f"--priority must be one of {', '.join(PRIORITY_TYPES)}, got {self.priority!r}")
@@ -202,8 +207,23 @@ def slurm_conf(spec: ClusterSpec, hostname: str, slurm_user: str, epilog: Path, 
     else:
         lines.append("JobAcctGatherType=jobacct_gather/none")
     lines += node_lines(s, hostname, shards)
+    lines = with_extra_lines(lines, s.extra_slurm_conf)
     lines.append("PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
+
+
+def with_extra_lines(lines: list[str], extra: tuple[str, ...] | list[str]) -> list[str]:
+    """``lines`` with each of ``extra``: a NodeName= line added, any other `Key=value` in place
+    of the line of that key (added when there is none)."""
+    out = list(lines)
+    for line in extra:
+        key = line.split("=", 1)[0]
+        at = next((i for i, old in enumerate(out) if old.split("=", 1)[0] == key), None)
+        if key == "NodeName" or at is None:
+            out.append(line)
+        else:
+            out[at] = line
+    return out
 
 
 def node_lines(s: ClusterSpec, hostname: str, shards: int) -> list[str]:

@@ -122,6 +122,9 @@ class Helper:
         gc.collect()
         gc.freeze()
         self.metrics_endpoint = serve(self.metrics_address, self.metrics.registry, "submit side")
+        # the view is read, and what the stages need of it built, off the request path
+        self.view.on_new_snapshot(self.service.prepare_view)
+        self.view.start_loader()
         self.server.serve_in_thread()
         log.info("helper listening on %s (mode=%s)", self.paths.socket, self.config().mode)
         while not self._done.wait(1.0):
@@ -130,6 +133,7 @@ class Helper:
         log.info("helper stopping")
         self.server.shutdown()
         self.server.server_close()
+        self.view.stop_loader()
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.stop()
         if self.watcher is not None:

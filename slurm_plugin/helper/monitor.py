@@ -43,8 +43,9 @@ each watch of `Monitor.watches`, in this order:
     `watches/round.py`'s `KeepsJobs`);
 19. **metrics** (`watches/metrics.py`): metrics.prom written (the Watcher serves the registry).
 
-While the kill switch file exists (`[paths] kill_switch`, `kill_switch.py`) only the watches
-that observe or keep jobs safe run: no requeue, restart, grow, regroup, steering, priority
+While the kill switch file exists (`[paths] kill_switch`, `kill_switch.py`), and in a round whose
+queue listing is older than `[monitor] max_view_age_s` when the watches start (slurmctld slow),
+only the watches that observe or keep jobs safe run: no requeue, restart, grow, regroup, steering, priority
 or layout change.
 
 Each round also pushes every node's job list to its agent and takes its samples over the
@@ -76,6 +77,8 @@ from slurm_plugin.config.whole import load_agent_settings
 from slurm_plugin.helper.agreement import Agreement, expected_from, log_agreement_events
 from slurm_plugin.helper.kill_switch import RUN_WHILE_HALTED, KillSwitch
 from slurm_plugin.helper.monitor_settings import MonitorSettings, load_monitor_settings
+from slurm_plugin.helper.queue_read import QueueReader
+from slurm_plugin.helper.round_load import RoundLoad
 from slurm_plugin.helper.retention import JobMemory, RetentionWatch
 from slurm_plugin.helper.sample_source import AgentSamples, SampleSource, job_outputs_by_node
 from slurm_plugin.helper.watches.actions import Actions
@@ -155,6 +158,7 @@ class Monitor:
         # the head-of-queue lifts are kept in the store: after a restart they still end (store.lifts)
         self.state = WatchState(heading=HeadLifts(lambda: self.actions.store))
         self.actions = Actions(runner, helper.store, self.state, self.config, modes=self.settings.actions)
+        self.actions.max_view_age_s, self.actions.clock = self.settings.max_view_age_s, clock
         # [paths] kill_switch: while it exists, the rounds only observe (slurm_plugin.helper.kill_switch)
         self.kill_switch = KillSwitch(getattr(paths, "kill_switch", None))
         if settings_file is not None:  # a refused edit of gpupack.toml is an event too
@@ -195,6 +199,10 @@ class Monitor:
         self.last_error: str | None = None
         self.cycle_s: float | None = None  # the last round plus its pause (None before the first)
         self.round_laps = RoundLaps()  # where the last round's time went
+        # the queue, read as a big site can bear (formatted, what changed, JSON only where needed)
+        self.queue_reader = QueueReader(lambda: self.actions.runner, reconcile_s=self.settings.queue_reconcile_s,
+                                        refresh_s=self.settings.queue_refresh_s, clock=self.clock)
+        self.load = RoundLoad(self.settings.interval_s)  # round and Slurm times, stretched episodes
 
     def job_maps(self) -> list:
         """Every map and set keyed by a job id (or a tuple starting with one) that the watches
@@ -289,12 +297,12 @@ class Monitor:
 
     def pause_after(self, round_s: float, why: str = "") -> float:
         """Seconds to wait after a round that took `round_s`: the interval, stretched so
-        rounds take at most `max_duty` of the time (`why`: where its time went, for the log)."""
+        rounds take at most `max_duty` of the time (`why`: where its time went). A run of
+        stretched rounds is one episode: said once when it starts and once when it ends."""
         duty = self.settings.max_duty
         stretched = round_s * (1 - duty) / duty
         pause = max(0.05, self.settings.interval_s - round_s, stretched)
-        if stretched > self.settings.interval_s and round_s > 2 * self.settings.interval_s:
-            log.info("a monitor round took %.1f s (%s); next round in %.1f s", round_s, why or "long queue?", pause)
+        self.load.round_ended(round_s, round_s + pause, why)
         return pause
 
     # ------------------------------------------------------------------ one round
@@ -303,7 +311,12 @@ class Monitor:
         lap = self.round_laps = RoundLaps()
         if self.action_modes is not None:
             self.actions.modes = self.action_modes()
-        listing = self.runner.jobs_in_play(also=self.state.tracks.keys())
+        query_before = getattr(self.runner, "query_s", None)
+        read = self.queue_reader.read(also=self.followed_jobs())
+        listing = read.jobs
+        now = read.taken_at  # the view's time: when Slurm was asked (or confirmed nothing changed)
+        self.actions.view_taken_at = now
+        self.load.queue_read(read)
         lap("listing")
         jobs_by_node: dict[str, list[int]] = {}
         gpus_by_node: dict[str, dict[int, tuple[int, ...]]] = {}  # Slurm's record of each job's GPUs there
@@ -336,11 +349,30 @@ class Monitor:
             lap("view")
         ctx = self._context(now, listing, samples)
         halted = self.actions.halted = self.kill_switch.check(self.actions.log_event)
+        # a listing slurmctld gave too late: this round only observes (as with the kill switch), so
+        # no decision is made, and spent, on it; `Actions` refuses too, should a round outlast it
+        old_view = self.actions.view_too_old("the round's actions", None)
         for watch in self.watches:
-            if halted and watch.name not in RUN_WHILE_HALTED:
+            if (halted or old_view) and watch.name not in RUN_WHILE_HALTED:
                 continue
             watch.round(ctx)
             lap(watch.name)
+        query_after = getattr(self.runner, "query_s", None)
+        if query_before is not None and query_after is not None:
+            self.load.slurm_s = query_after - query_before  # every Slurm command of the round
+
+    def followed_jobs(self) -> set[int]:
+        """Jobs listed whatever their state (how they ended matters): the tracked runs and the
+        jobs of the action ledger's open decisions (the jobs they moved and those they shielded)."""
+        followed = set(self.state.tracks)
+        try:
+            for row in self.actions.ledger.open():
+                followed.add(row.job_id)
+                followed.update(int(h["job_id"]) for h in row.data.get("hurt", []) if isinstance(h, dict)
+                                and isinstance(h.get("job_id"), int))
+        except Exception:  # noqa: BLE001 - a store hiccup: the tracked runs still are followed
+            log.exception("the action ledger could not be read; following the tracked runs only")
+        return followed
 
     def _context(self, now: float, listing: list[Job], samples: list) -> RoundContext:
         config = self.config()

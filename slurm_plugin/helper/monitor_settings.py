@@ -20,6 +20,16 @@ class MonitorSettings:
     # at most this share of the time spent in rounds: a long queue (seconds of squeue JSON)
     # stretches the interval instead of keeping the controller machine busy
     max_duty: float = setting(0.25, gt=0, le=1)
+    # reading the queue (slurm_plugin/helper/queue_read.py): the whole queue as JSON (every field,
+    # finished jobs the rules follow) at least this often, to reconcile the formatted reads with
+    queue_reconcile_s: float = setting(300.0, gt=0)
+    # where slurmctld answers "did any job change state" cheaply (23.11+, --only-job-state): the
+    # formatted queue is read again after a change, after the watcher's own actions, and at
+    # least this often (what a field's change that is no state change waits at most)
+    queue_refresh_s: float = setting(10.0, gt=0)
+    # no run-time action on a view of the queue older than this (slurmctld slow: the rounds
+    # stretch; a decision on what Slurm said that long ago is not taken)
+    max_view_age_s: float = setting(30.0, gt=0)
     # contention: a newcomer that slows a senior is requeued
     contention_threshold: float = setting(0.10, gt=0, lt=1)  # a senior losing more than this share of its throughput
     settle_s: float = setting(2.0, ge=0)  # samples this soon after the newcomer started are not compared

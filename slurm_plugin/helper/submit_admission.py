@@ -59,6 +59,7 @@ class _Residents:
     left: dict[str, float]
     fingerprints: frozenset[str]
     pairs: PairPredictor[str]
+    rules: SuiteRules | None = None  # what they were built with (a reloaded config builds them again)
 
 
 def _unit(speed: float) -> float:
@@ -97,7 +98,7 @@ def _residents(store: Store, snapshot: Snapshot, rules: SuiteRules, now: float) 
             left[str(j.job_id)] = math.inf if j.left_s is None else j.left_s
         loads.append(GpuLoad(g.gpu_id, capacity, tuple(jobs)))
     pairs = pair_predictor_of(store, rules, fps, config.history_since(now))
-    return _Residents(snapshot.taken_at, kinds_of(loads), left, frozenset(fps), pairs)
+    return _Residents(snapshot.taken_at, kinds_of(loads), left, frozenset(fps), pairs, rules)
 
 
 class LoadAwareAdmission:
@@ -109,6 +110,18 @@ class LoadAwareAdmission:
     def __init__(self) -> None:
         self._residents: _Residents | None = None
         self._idle: tuple[float, int] = (-1.0, 0)  # (view taken at, whole GPUs idle in it)
+
+    def prepare(self, snapshot: Snapshot, store: Store, rules: SuiteRules, now: float) -> None:
+        """Build what this stage reads of ``snapshot`` (its idle GPUs, the residents and their
+        pair model) before a submission asks: the view's loader calls it off the request path
+        on each new view. A submission finding none for its view builds them itself."""
+        if snapshot.queue is None or rules.admission != "load-aware":
+            return
+        idle = idle_gpus(snapshot)
+        residents = _residents(store, snapshot, rules, now) if idle == 0 else None
+        self._idle = (snapshot.taken_at, idle)
+        if residents is not None:
+            self._residents = residents
 
     def judge(self, decision: Decision, ctx: SubmitContext) -> PackJudgement | None:
         """The rule's judgement of packing ``decision``'s job now; None when there is nothing
@@ -124,7 +137,7 @@ class LoadAwareAdmission:
             return None
         queue, fp, rules, store, now = snapshot.queue, decision.fingerprint, ctx.rules, ctx.store, ctx.now
         res = self._residents
-        if res is None or res.taken_at != snapshot.taken_at:
+        if res is None or res.taken_at != snapshot.taken_at or res.rules is not rules:
             res = self._residents = _residents(store, snapshot, rules, now)
         est = decision.estimate
         newcomer = Newcomer("new", fp, int((decision.shards or 1) * rules.config.share_bytes),

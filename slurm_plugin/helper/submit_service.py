@@ -22,6 +22,7 @@ from packer.decision import Decision, packed_type
 from packer.request import Candidate, JobFacts, classify, shard_request
 from packer.rules import SuiteRules
 from store.db import Store
+from slurm_plugin.helper.cluster_view import Snapshot
 from slurm_plugin.helper.submit_context import SubmitContext, SubmitView
 from slurm_plugin.helper.submit_pipeline import Stage, run_stages, submit_stages
 from slurm_plugin.metrics.submit import SubmitMetrics
@@ -167,6 +168,18 @@ class SubmitService:
         # None: the defaults
         self._make_rules = rules or (lambda config: SuiteRules(config=config))
         self.stages: tuple[Stage, ...] = submit_stages()
+        self._prepare_store: Store | None = None  # the view loader's connection (prepare_view)
+
+    def prepare_view(self, snapshot: Snapshot) -> None:
+        """What the stages read of a new view, built off the request path (the view's loader
+        calls this before requests see ``snapshot``), with a store connection of its own."""
+        if self._prepare_store is None:
+            self._prepare_store = Store(self.store.path) if self.store.path != ":memory:" else self.store
+        rules = self._rules_for(self._config())
+        for stage in self.stages:
+            prepare = getattr(stage.run, "prepare", None)
+            if prepare is not None:
+                prepare(snapshot, self._prepare_store, rules, time.time())
 
     def _rules_for(self, config: PackerConfig) -> SuiteRules:
         """The decisions (`packer.rules.SuiteRules`, the monitor's and the simulator's) with

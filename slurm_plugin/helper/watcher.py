@@ -74,7 +74,8 @@ class Watcher:
         from slurm_plugin.helper.slurm_poll import snapshot_from
 
         stale = self.monitor.stale_nodes if self.monitor is not None else {}
-        publish(self.view_file, snapshot_from(self.runner.nodes(), jobs, taken_at, stale))
+        load = self.monitor.load.to_doc() if self.monitor is not None else None
+        publish(self.view_file, snapshot_from(self.runner.nodes(), jobs, taken_at, stale), load)
 
     def run(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self._done.set())

@@ -158,8 +158,33 @@ class MonitorCollector(Collector):
             for why in reasons:
                 disagree.add_metric([node, why], 1)
         yield disagree
+        yield from _load_families(getattr(m, "load", None))
         yield GaugeMetricFamily("gpupack_actions_halted", "1 while the kill switch file exists: the watcher "
                                 "does nothing to jobs but keep packed jobs isolated.", value=int(m.kill_switch.on))
+
+
+def _load_families(load) -> Iterator[Metric]:
+    """The rounds' cost (`helper.round_load.RoundLoad`): what a site and `gpupack bench scale` read."""
+    if load is None:
+        return
+    for name, value, text in (
+            ("round_seconds", load.round_s, "The last watcher round's own time."),
+            ("cycle_seconds", load.cycle_s, "The last round plus its pause: how often rounds come."),
+            ("slurm_query_seconds", load.slurm_s, "The last round's time in Slurm commands (queue, nodes, actions)."),
+            ("queue_read_seconds", load.queue_s, "The last queue read's time in Slurm commands.")):
+        if value is not None:
+            yield GaugeMetricFamily(f"gpupack_watcher_{name}", text, value=value)
+    yield GaugeMetricFamily("gpupack_watcher_stretched", "1 while rounds come slower than [monitor] interval_s "
+                            "(slurmctld slow or a long queue).", value=int(load.stretched))
+    yield CounterMetricFamily("gpupack_watcher_stretched_episodes", "Runs of stretched rounds since the start.",
+                              value=load.episodes)
+    reads = CounterMetricFamily("gpupack_watcher_queue_reads", "Queue reads by kind: json (the whole queue), "
+                                "formatted, unchanged (slurmctld's job states showed no change).", labels=["kind"])
+    for kind in ("json", "formatted", "unchanged"):
+        reads.add_metric([kind], load.reads.get(kind, 0))
+    yield reads
+    yield CounterMetricFamily("gpupack_watcher_queue_records_skipped", "Queue records refused (unreadable "
+                              "or hostile text) and left out.", value=load.skipped_records)
 
 
 class WatcherMetrics:

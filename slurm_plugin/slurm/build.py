@@ -83,6 +83,23 @@ def jobs_by_id_args(job_ids: Iterable[int]) -> list[str]:
     return ["squeue", "--json", "--all", "--states=all", f"--jobs={_job_ids(job_ids)}"]
 
 
+def formatted_jobs_args(spec: str, job_ids: Iterable[int] | None = None) -> list[str]:
+    """The queue as formatted text (`formatted.format_spec`): the jobs not finished yet (squeue's
+    default states), or the jobs in ``job_ids`` in whatever state. Formatted output honours the
+    filters on every release (22.05's JSON does not); run it with TZ=UTC (`formatted`)."""
+    args = ["squeue", "--noheader", "--all", f"--Format={spec}"]
+    if job_ids is not None:
+        args += ["--states=all", f"--jobs={_job_ids(job_ids)}"]
+    return args
+
+
+def job_states_args() -> list[str]:
+    """`squeue --only-job-state` (23.11+): every job's id and state from slurmctld's job-state
+    cache (RPC REQUEST_JOB_STATE, no job lock, no records packed), one `ID STATE` a line. Only
+    job, state, cluster and printing options go with it (`--all` is refused: "only works alone")."""
+    return ["squeue", "--only-job-state", "--noheader", "--format=%A %T"]
+
+
 HOLDING_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING")
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from slurm_plugin.slurm import fake_formatted
 from slurm_plugin.slurm.fake_jobs import FakeJobCommands
 from slurm_plugin.slurm.fake_json import FakeJson
 from slurm_plugin.slurm.fake_records import FAKE_EPOCH, FakeJob, FakeNode, UnsupportedCommand
@@ -31,6 +32,7 @@ class FakeSlurm:
         major, minor, _ = (int(p) for p in release.split("."))
         self.modern = (major, minor) >= (23, 11)
         self.scontrol_json = (major, minor) >= (23, 2)
+        self.job_state_query = (major, minor) >= (23, 11)  # squeue --only-job-state
         self.accounting = accounting
         self.jobs: dict[int, FakeJob] = {}
         self.nodes: dict[str, FakeNode] = {"node1": FakeNode("node1"), "node2": FakeNode("node2")}
@@ -88,6 +90,16 @@ class FakeSlurm:
             if job is None:
                 return 1, "", "slurm_load_jobs error: Invalid job id specified\n"
             return 0, f"{job.nice}\n", ""
+        if command == "squeue" and rest[:2] == ["--noheader", "--all"] and rest[2].startswith("--Format="):
+            return self._squeue_formatted(rest)
+        if command == "squeue" and rest[:1] == ["--only-job-state"]:
+            if not self.job_state_query:
+                return 1, "", "squeue: unrecognized option '--only-job-state'\n"
+            if rest != ["--only-job-state", "--noheader", "--format=%A %T"]:  # 26.05 refuses --all with it
+                return 1, "", ("squeue: fatal: Option --only-job-state only works alone, with -j (--jobs) and/or -t "
+                               "(--states) parameters, parameters for cluster/federation selection, and the printing "
+                               "options.\n")
+            return 0, fake_formatted.job_states(list(self.jobs.values())), ""
         if command == "squeue" and "--json" in rest:
             return 0, self._json.jobs(list(self.jobs.values())), ""
         if command == "sinfo" and rest == ["--json"]:
@@ -144,6 +156,18 @@ class FakeSlurm:
         states = {x.upper() for x in rest[rest.index("--states") + 1].split(",")}
         ids = [j.job_id for j in self.jobs.values() if j.state in states and node in expand_hostlist(j.nodes)]
         return 0, "".join(f"{i}\n" for i in ids), ""
+
+    def _squeue_formatted(self, rest: list[str]) -> tuple[int, str, str]:
+        """`squeue --noheader --all --Format=SPEC [--states=all --jobs=IDS]` (`fake_formatted`)."""
+        spec = rest[2].removeprefix("--Format=")
+        ids = None
+        if rest[3:]:
+            if rest[3] != "--states=all" or not rest[4].startswith("--jobs=") or len(rest) != 5:
+                raise UnsupportedCommand(f"FakeSlurm does not model squeue {rest!r}")
+            ids = {int(i) for i in rest[4].removeprefix("--jobs=").split(",")}
+            if len(ids) == 1 and not ids & set(self.jobs):
+                return 1, "", "slurm_load_jobs error: Invalid job id specified\n"
+        return 0, fake_formatted.formatted(list(self.jobs.values()), spec, ids), ""
 
     def _show_json(self, rest: list[str]) -> tuple[int, str, str]:
         if rest[:2] == ["show", "node"]:

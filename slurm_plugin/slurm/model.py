@@ -73,6 +73,12 @@ class SlurmVersion:
         return (self.major, self.minor) >= (23, 11)
 
     @property
+    def has_job_state_query(self) -> bool:
+        """`squeue --only-job-state` (RPC REQUEST_JOB_STATE) exists from 23.11 on (src/squeue and
+        src/slurmctld/proc_req.c of slurm-23.11; not in 23.02)."""
+        return (self.major, self.minor) >= (23, 11)
+
+    @property
     def double_books_shared_gpus(self) -> bool:
         """22.05 gives a whole GPU to one job while another holds shards of it (fixed in
         23.11.5, per its NEWS; 24.11 keeps such a job pending with Reason=Resources, seen)."""

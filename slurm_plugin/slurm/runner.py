@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from slurm_plugin.slurm.build import (
-    active_jobs_args, batch_script_args, hold_args, jobs_by_id_args, nice_args, node_jobs_args,
+    active_jobs_args, batch_script_args, formatted_jobs_args, job_states_args, hold_args, jobs_by_id_args, nice_args, node_jobs_args,
     release_args, requeue_args, sacct_args, show_job_args, show_nodes_args, signal_args, squeue_args,
     top_args, update_job_args, version_args,
 )
@@ -29,6 +29,7 @@ from slurm_plugin.slurm.errors import (
     SlurmCommandError,
     SlurmTimeoutError,
 )
+from slurm_plugin.slurm.formatted import FormattedListing, Markers, fields_for, format_spec, parse_formatted
 from slurm_plugin.slurm.model import Job, JobsDocument, Node, NodesDocument, SlurmVersion
 from slurm_plugin.slurm.parse import loads, parse_jobs_document, parse_nodes_document, parse_version_output
 
@@ -48,6 +49,9 @@ _UNREACHABLE = (
 )
 _INVALID_JOB = ("Invalid job id specified",)
 _Document = TypeVar("_Document", JobsDocument, NodesDocument)
+#: commands that change jobs (`SlurmRunner.changes` counts them: a cached view is then out of date)
+_CHANGING = {("scontrol", "update"), ("scontrol", "requeue"), ("scontrol", "requeuehold"), ("scontrol", "hold"),
+             ("scontrol", "release"), ("scontrol", "top"), ("scancel", None)}
 
 
 def _says_invalid_job(stderr: str) -> bool:
@@ -137,14 +141,23 @@ class SlurmRunner:
         self.timeout = timeout
         self.executor: Executor = executor or subprocess_executor
         self._version = version
+        self.changes = 0  # commands run that change jobs (`_CHANGING`)
+        self.query_s = 0.0  # seconds spent in commands, all told (the watcher reads the growth per round)
 
     # ---------------------------------------------------------------- running
 
-    def run(self, args: Sequence[str], *, timeout: float | None = None) -> CommandResult:
-        """Run one command; SlurmCommandError when it fails or does not finish."""
+    def run(self, args: Sequence[str], *, timeout: float | None = None,
+            env: Mapping[str, str] | None = None) -> CommandResult:
+        """Run one command (``env`` laid over the runner's); SlurmCommandError when it fails or
+        does not finish."""
         limit = self.timeout if timeout is None else timeout
         started = time.monotonic()
-        result = self.executor(args, self.env, limit)
+        if (args[0], args[1] if len(args) > 1 else None) in _CHANGING or (args[0], None) in _CHANGING:
+            self.changes += 1
+        try:
+            result = self.executor(args, {**self.env, **env} if env else self.env, limit)
+        finally:
+            self.query_s += time.monotonic() - started
         log.debug(
             "%s -> exit %s in %.3fs", " ".join(args), result.returncode, time.monotonic() - started
         )
@@ -233,6 +246,55 @@ class SlurmRunner:
                 if not _says_invalid_job(exc.stderr):
                     raise
         return listing
+
+    def formatted_jobs(self, job_ids: Iterable[int] | None = None) -> FormattedListing:
+        """The jobs not finished yet (or those in ``job_ids``, whatever their state) from
+        formatted `squeue` output: every field `formatted.FIELDS` names, not `gres_detail`."""
+        markers = Markers.new()
+        fields = fields_for(self.version())
+        ids = None if job_ids is None else sorted(set(job_ids))
+        if ids == []:
+            return FormattedListing(())
+        args = formatted_jobs_args(format_spec(fields, markers), ids)
+        try:
+            result = self.run(args, env={"TZ": "UTC"})
+        except SlurmCommandError as exc:
+            if ids is not None and _says_invalid_job(exc.stderr):  # every one gone from the controller
+                return FormattedListing(())
+            raise
+        listing = parse_formatted(result.stdout, markers, fields)
+        for why in listing.skipped[:3]:  # counted and said once per change by the watcher (round_load)
+            log.debug("squeue: a record refused: %s", why)
+        return listing
+
+    def job_states(self) -> dict[int, str]:
+        """Every job's state, from slurmctld's job-state cache (`squeue --only-job-state`,
+        23.11+): the cheap "did anything change" read."""
+        args = job_states_args()
+        states: dict[int, str] = {}
+        for line in self.run(args).stdout.splitlines():
+            job, _, state = line.strip().partition(" ")
+            if not job:
+                continue
+            if not (job.isascii() and job.isdigit()) or not state.strip().isalpha():
+                raise SlurmCommandError(args, 0, f"unexpected squeue line {line!r}")
+            states[int(job)] = state.strip()
+        return states
+
+    def jobs_json(self, job_ids: Iterable[int]) -> list[Job]:
+        """These jobs as JSON (with `gres_detail`): only those where `squeue --json` honours
+        filters (23.11+), every job slurmctld knows on older releases (22.05 ignores them)."""
+        ids = sorted(set(job_ids))
+        if not ids:
+            return []
+        if not self.version().filters_json:
+            return list(self.jobs())
+        try:
+            return list(self._jobs_from(jobs_by_id_args(ids)).jobs)
+        except SlurmCommandError as exc:
+            if _says_invalid_job(exc.stderr):
+                return []
+            raise
 
     def job(self, job_id: int) -> Job:
         """One job; JobNotFoundError when slurmctld does not know it."""

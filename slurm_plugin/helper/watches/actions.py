@@ -10,10 +10,16 @@ when the job starts (the keep-at-head watch). Nothing is ever cancelled.
 
 No run-time action is taken on a job whose node's agent figures are stale (`stale_nodes`,
 set by the monitor each round): the action is skipped and an event `<kind>-stale` says so.
+
+Nor on a stale view of the queue: when what Slurm said is older than `max_view_age_s` (the
+round's listing was asked for at `view_taken_at`; slurmctld slow), no requeue and no job change
+is made (`view_too_old`), with one event `stale-view` and one log line per episode; releasing a
+job this watcher left held still goes ahead (it only undoes a hold).
 """
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 from packer import comment as comment_mod
@@ -53,6 +59,31 @@ class Actions:
         self._ledger: ActionLedger | None = None
         self.stale_nodes: dict[str, str] = {}  # node -> why its agent's figures are stale (the monitor's)
         self._told_stale: set[tuple[int, str]] = set()  # (job, kind) whose skip was logged
+        self.view_taken_at: float | None = None  # when the round's queue listing was asked for
+        self.max_view_age_s = 30.0  # [monitor] max_view_age_s
+        self.clock: Callable[[], float] = time.time
+        self.refused_old_view = 0  # actions not taken on a stale view, all told
+        self._old_view_told = False  # this episode of stale views was said
+
+    def view_too_old(self, kind: str, job_id: int | None) -> bool:
+        """True (counted; an event and a log line once per episode) when the round's view of the
+        queue is older than `max_view_age_s`: nothing acts on it."""
+        if self.view_taken_at is None:
+            return False
+        age = self.clock() - self.view_taken_at
+        if age <= self.max_view_age_s:
+            if self._old_view_told:
+                log.warning("the queue view is fresh again (%.0f s old): actions resume", age)
+            self._old_view_told = False
+            return False
+        self.refused_old_view += 1
+        if not self._old_view_told:
+            self._old_view_told = True
+            detail = (f"the queue view is {age:.0f} s old (limit {self.max_view_age_s:.0f} s; slurmctld slow?): "
+                      f"no action on it until a fresh one (first held back: {kind})")
+            self.store.log_event("stale-view", detail, job_id, action=kind, age_s=round(age, 1))
+            log.warning("%s", detail)
+        return True
 
     @property
     def ledger(self) -> ActionLedger:
@@ -88,6 +119,8 @@ class Actions:
     def update_job(self, job_id: int, **changes: object) -> None:
         if self.halted:  # the watches that change jobs do not run; this is the last line
             log.warning("job %d: kill switch on, change %s not made", job_id, changes)
+            return
+        if self.view_too_old("update", job_id):
             return
         self.runner.update_job(job_id, **changes)
 
@@ -131,7 +164,7 @@ class Actions:
         `at_head` False: released with the priority Slurm gives it, no lift (a retry earned by
         the job's own word, issue 33: never above jobs that waited longer)."""
         mode = mode or ActionMode("enforce" if self.enforcing else "shadow", self.config().mode)
-        if self._refused_by_kill_switch(kind, job.job_id):
+        if self._refused_by_kill_switch(kind, job.job_id) or self.view_too_old(kind, job.job_id):
             return False
         if kind not in SLURM_ONLY_KINDS | NODE_RECORD_KINDS and self.on_stale_node(job, kind, reason):
             return False
@@ -246,7 +279,8 @@ class Actions:
         keep-at-head watch keep it there (and end the lift when it starts); its priority.
         Raises SlurmError."""
         self.runner.release(job_id)  # Slurm computes its priority again
-        jobs = self.runner.jobs_in_play(also=(job_id,))
+        formatted = getattr(self.runner, "formatted_jobs", None)  # the queue as text: no JSON of every job
+        jobs = list(formatted().jobs) if formatted is not None else self.runner.jobs_in_play(also=(job_id,))
         me = next((j for j in jobs if j.job_id == job_id), None)
         if me is None:
             raise SlurmError(f"job {job_id} is not listed after its release")

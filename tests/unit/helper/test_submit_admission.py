@@ -163,3 +163,31 @@ def test_an_unmeasured_pair_is_judged_by_the_pair_model_fitted_on_the_stores_pai
                 store.record_pair_speed(a, b, 0.2 if int(a[1:]) % 2 == 0 and int(b[1:]) % 2 == 0 else 0.95)
     refused = answer(store, lambda: snapshot(release_s=1e9))
     assert (refused.verdict, refused.reason) == ("exclusive", "below-min-speed")
+
+
+def test_the_view_loader_prepares_what_the_stage_reads_so_a_submission_builds_nothing(monkeypatch):
+    import slurm_plugin.helper.submit_admission as adm
+
+    store = store_with()
+    store.record_pair_speed(NEW_FP, "aaaa", 0.6)
+    store.record_pair_speed("aaaa", NEW_FP, 0.6)
+    snap = snapshot(release_s=600.0)
+    monkeypatch.setattr(time_module(), "time", lambda: NOW)
+    svc = service(store, lambda: snap)
+    svc.prepare_view(snap)  # what the loader runs on each new view, before requests see it
+
+    def built_on_the_request_path(*_a):
+        raise AssertionError("the residents were built on the request path")
+
+    monkeypatch.setattr(adm, "_residents", built_on_the_request_path)
+    got = svc.answer(FIELDS)
+    assert (got.verdict, got.reason) == ("exclusive", "pack-does-not-pay")  # judged on the prepared residents
+    # a reloaded [packer] table makes new rules: what was prepared with the old ones is not used
+    svc._rules = None
+    assert svc.answer(FIELDS).verdict == "packed"  # the stage failed open on the rebuild it then tried
+
+
+def time_module():
+    import time
+
+    return time

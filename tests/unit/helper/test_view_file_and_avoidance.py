@@ -128,8 +128,11 @@ def test_service_decides_without_avoidance_when_the_lookup_breaks():
 def test_monitor_rounds_stretch_with_a_long_queue():
     from slurm_plugin.helper.monitor import Monitor
 
+    from slurm_plugin.helper.round_load import RoundLoad
+
     monitor = Monitor.__new__(Monitor)
     monitor.settings = MonitorSettings(interval_s=1.0, max_duty=0.25)
+    monitor.load = RoundLoad(1.0)
     assert monitor.pause_after(0.2) == 0.8
     assert monitor.pause_after(3.0) == 9.0  # 3 s of squeue: rounds take a quarter of the time
     assert monitor.pause_after(1.5) == 4.5
@@ -147,11 +150,15 @@ def test_a_slow_round_says_where_its_time_went(caplog):
     laps("memory")  # a part counted twice adds up
     assert laps.slowest() == "listing 4.1 s, memory 0.9 s, steer 0.3 s"
     assert RoundLaps(clock=lambda: 0.0).slowest() == ""
+    from slurm_plugin.helper.round_load import RoundLoad
+
     monitor = Monitor.__new__(Monitor)
     monitor.settings = MonitorSettings(interval_s=1.0, max_duty=0.25)
-    with caplog.at_level("INFO", logger="slurm_plugin.helper.monitor"):
+    monitor.load = RoundLoad(1.0)
+    with caplog.at_level("INFO", logger="slurm_plugin.helper.round_load"):
         monitor.pause_after(5.0, laps.slowest())
-    assert "a monitor round took 5.0 s (listing 4.1 s, memory 0.9 s, steer 0.3 s); next round in 15.0 s" in caplog.text
+    assert ("a round took 5.0 s (listing 4.1 s, memory 0.9 s, steer 0.3 s; Slurm 0.0 s of it), one round every "
+            "20.0 s instead of 1.0 s") in caplog.text
 
 
 def test_a_stale_node_is_kept_off_packed_jobs_and_all_stale_keeps_them_whole():
@@ -170,3 +177,26 @@ def test_a_stale_node_is_kept_off_packed_jobs_and_all_stale_keeps_them_whole():
     view = snapshot_from([Node("n1", ("IDLE",)), Node("n2", ("IDLE",))], [], 1.0, {"n2": "agent down"})
     assert [STALE in n.states for n in snapshot_from_doc(json.loads(json.dumps(snapshot_to_doc(view)))).nodes] \
         == [False, True]
+
+
+def test_with_the_loader_requests_take_the_prepared_snapshot_and_never_read_the_file(tmp_path):
+    path = tmp_path / "cluster-view.json"
+    clock = Clock(100.0)
+    view = PublishedView(path, max_age_s=30, clock=clock)
+    prepared: list[float] = []
+    view.on_new_snapshot(lambda s: prepared.append(s.taken_at))
+    view.on_new_snapshot(lambda s: 1 / 0)  # a failing preparation is logged; the snapshot still goes through
+    publish(path, snap(100.0))
+    view.start_loader(every_s=0.01)
+    assert prepared == [100.0] and view.view().idle_gpus == 4  # the first one read before any request
+    publish(path, snap(101.0, busy=2))
+    for _ in range(500):  # the loader picks the new file up (a round counter, not a timed wait)
+        if view.loads >= 2:
+            break
+        view._stop.wait(0.01)
+    assert prepared == [100.0, 101.0] and view.view().idle_gpus == 2
+    view.stop_loader()
+    publish(path, snap(102.0))  # no loader left: a request still does not read the file
+    assert view.view().idle_gpus == 2 and view.taken_at() == 101.0
+    clock.now = 140.0  # and the age is checked on every request
+    assert view.snapshot() is None and view.view().idle_gpus == 1

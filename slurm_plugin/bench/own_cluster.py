@@ -1,0 +1,61 @@
+"""A cluster of a benchmark's own: a claimed block of ports, a fresh state folder, taken down
+at the end however the benchmark ends (the dev cluster's fixed ports are other sessions')."""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+from slurm_plugin.devcluster.manager import DevCluster
+from slurm_plugin.devcluster.ports import claim_block
+from slurm_plugin.devcluster.spec import ClusterSpec
+
+log = logging.getLogger(__name__)
+
+
+@contextmanager
+def own_cluster(spec: ClusterSpec = ClusterSpec(), keep: bool = False) -> Iterator[DevCluster]:
+    """Bring up ``spec`` (its port and state folder replaced by a claimed block and a fresh
+    folder under /var/tmp); down and removed on exit (the folder kept with ``keep``)."""
+    claim = claim_block()
+    state = Path(tempfile.mkdtemp(prefix=f"gpupack-bench-{claim.base}-", dir="/var/tmp"))
+    spec = replace(spec, state_dir=state, port=claim.base)
+    cluster = DevCluster(spec)
+    try:
+        (state / "spec.json").write_text(json.dumps(spec.to_json(), indent=1))
+        log.info("bench cluster in %s on ports %d-", state, claim.base)
+        cluster.up()
+        yield cluster
+    finally:
+        try:
+            try:
+                _end_jobs(cluster)
+            except (OSError, subprocess.SubprocessError) as exc:  # the cluster goes down all the same
+                log.warning("ending the bench cluster's jobs failed: %s", exc)
+            cluster.down()
+        finally:
+            claim.release()
+            if not keep:
+                shutil.rmtree(state, ignore_errors=True)
+
+
+def _end_jobs(cluster: DevCluster, timeout_s: float = 60.0) -> None:
+    """Cancel the running jobs of the bench's cluster (all are its own) and wait for them to
+    end, so no job script outlives its slurmd (pending ones go with slurmctld)."""
+    if ("slurmctld", "slurmctld") not in cluster.registry.running():
+        return
+    cluster._slurm("scancel", "--full", "--state=RUNNING", timeout=60)
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        left = cluster._slurm("squeue", "-h", "-t", "RUNNING,COMPLETING", "-o", "%i", timeout=60).stdout.split()
+        if not left:
+            return
+        time.sleep(1)
+    log.warning("jobs still running on the bench cluster after %.0f s: %s", timeout_s, " ".join(left[:10]))

@@ -1,0 +1,171 @@
+"""How the watcher reads the queue each round without loading slurmctld (issue 36).
+
+Every `REQUEST_JOB_INFO` makes slurmctld pack every job it knows under its job read lock,
+whatever the client filters afterwards, and `squeue --json` then costs the client seconds on a
+long queue. So a round reads:
+
+1. on releases with `squeue --only-job-state` (23.11+: 24.11, 26.05), first every job's state
+   from slurmctld's job-state cache (`REQUEST_JOB_STATE`: no job lock, no records packed); when
+   no job changed state, the watcher did not change a job since, and the last full read is
+   younger than `[monitor] queue_refresh_s`, the last listing stands (``kind="unchanged"``);
+2. else the jobs not finished yet as formatted text (`squeue -h -O`, `slurm.formatted`), plus
+   the jobs the watcher follows that have left that list (by id, formatted, whatever their
+   state); 22.05 takes this path every round: its CLI has no cheaper one (its libslurm's
+   `slurm_load_jobs(update_time)` answers "no change", but only `squeue --iterate` uses it);
+3. what the formatted text cannot carry (`gres_detail`, the GPUs a running job holds; and on
+   22.05-23.11 the excluded nodes, which their `-O` lacks) from the JSON of only the jobs that
+   need it and whose record the reader does not hold yet: running jobs that asked for GPUs or
+   shards (kept while the same run lasts), and pending packed (shard) jobs, the ones the
+   watches steer (22.05-23.11, kept while their AdminComment and restart count stay; a user's
+   own `scontrol update ExcNodeList` of such a job is then seen at the next reconciliation). 23.11+ asks
+   for those jobs by id; 22.05, whose `--json` ignores filters, lists them all, at most once
+   per `queue_refresh_s`;
+4. every `[monitor] queue_reconcile_s`, the whole queue as JSON (`kind="json"`), as before:
+   every field, every cached record refreshed.
+
+`QueueRead.taken_at` is when the listing was asked for (for an unchanged one: when the state
+read confirmed it), so the view's age holds however the listing was made.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from slurm_plugin.slurm.formatted import carries_excluded, with_detail
+from slurm_plugin.slurm.model import Job
+
+log = logging.getLogger(__name__)
+
+ACTIVE = ("RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED", "RESIZING")
+
+
+@dataclass(frozen=True)
+class QueueRead:
+    """One round's listing and what it cost."""
+
+    jobs: list[Job]
+    taken_at: float  # when Slurm was asked (wall clock)
+    kind: str  # "json" (the whole queue), "formatted", "unchanged" (the state read saw no change)
+    query_s: float  # seconds spent in Slurm's commands for it
+    commands: int  # Slurm commands run for it
+    skipped: int = 0  # records refused (hostile or unreadable text), counted and left out
+    detail_jobs: int = 0  # jobs whose JSON detail was read this time
+
+
+def _wants_gpus(job: Job) -> bool:
+    return any(item.name in ("gpu", "shard") for item in job.gres)
+
+
+def _detail_key(job: Job, excluded: bool) -> tuple | None:
+    """What keeps a job's JSON detail valid (None: the job needs none): a running GPU job's run
+    (its GPUs stay while it runs); a pending job with the suite's record, where the listing
+    lacks the excluded nodes: a pending packed job (shards), the one the watches steer (its
+    excluded nodes change with the suite's record or a requeue)."""
+    if job.state in ACTIVE and _wants_gpus(job):
+        return ("run", job.start_time, job.nodes, job.restart_cnt)
+    if not excluded and job.state == "PENDING" and any(item.name == "shard" for item in job.gres):
+        return ("pending", job.admin_comment, job.restart_cnt)
+    return None
+
+
+class QueueReader:
+    """Reads the queue for the watcher (`read`); `runner`: a `SlurmRunner` (a runner without
+    `formatted_jobs`, e.g. a test's fake, is read with `jobs_in_play` every round)."""
+
+    def __init__(self, runner_of: Callable[[], object], *, reconcile_s: float = 300.0, refresh_s: float = 10.0,
+                 clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic):
+        self._runner_of = runner_of
+        self.reconcile_s = reconcile_s
+        self.refresh_s = refresh_s
+        self.clock = clock
+        self.monotonic = monotonic
+        self._details: dict[int, tuple[tuple, Job]] = {}  # job -> (key, its JSON record)
+        self._last: QueueRead | None = None
+        self._last_full = float("-inf")  # monotonic time of the last formatted or JSON read
+        self._last_json = float("-inf")
+        self._last_detail_all = float("-inf")  # 22.05: the last whole JSON listing for details
+        self._states: dict[int, str] | None = None  # the state read the last listing matches
+        self._changes = -1  # the runner's change count at the last full read
+
+    def read(self, also: Iterable[int] = ()) -> QueueRead:
+        """The jobs not finished yet, and those of ``also`` whatever their state."""
+        runner = self._runner_of()
+        also = set(also)
+        started, query_before = self.monotonic(), getattr(runner, "query_s", 0.0)
+        taken_at = self.clock()
+        if not hasattr(runner, "formatted_jobs"):
+            return self._json(runner, also, taken_at, started, query_before)
+        now = self.monotonic()
+        if now - self._last_json >= self.reconcile_s:
+            return self._json(runner, also, taken_at, started, query_before)
+        commands = 0
+        version = runner.version()
+        states = None
+        if version.has_job_state_query:
+            states = runner.job_states()
+            commands += 1
+            if (self._last is not None and states == self._states and getattr(runner, "changes", 0) == self._changes
+                    and now - self._last_full < self.refresh_s and also <= {j.job_id for j in self._last.jobs}):
+                return self._done(QueueRead(self._last.jobs, taken_at, "unchanged", 0.0, commands),
+                                  runner, started, query_before, full=False)
+        listing = runner.formatted_jobs()
+        commands += 1
+        jobs, skipped = list(listing.jobs), len(listing.skipped)
+        missing = also - {j.job_id for j in jobs}
+        if missing:
+            extra = runner.formatted_jobs(missing)
+            commands += 1
+            jobs += [j for j in extra.jobs if j.job_id in missing]
+            skipped += len(extra.skipped)
+        jobs, fetched, detail_commands = self._with_details(runner, jobs, carries_excluded(version))
+        read = QueueRead(jobs, taken_at, "formatted", 0.0, commands + detail_commands, skipped, fetched)
+        self._states = states
+        return self._done(read, runner, started, query_before, full=True)
+
+    def _json(self, runner, also: set[int], taken_at: float, started: float, query_before: float) -> QueueRead:
+        jobs = list(runner.jobs_in_play(also=also))
+        self._details = {}
+        excluded = False
+        for job in jobs:
+            key = _detail_key(job, excluded)
+            if key is not None:
+                self._details[job.job_id] = (key, job)
+        self._last_json = self._last_detail_all = self.monotonic()
+        self._states = None  # the next round reads formatted
+        return self._done(QueueRead(jobs, taken_at, "json", 0.0, 1), runner, started, query_before, full=True)
+
+    def _with_details(self, runner, jobs: list[Job], excluded: bool) -> tuple[list[Job], int, int]:
+        """``jobs`` with their JSON detail where they need it; (jobs, details read, commands)."""
+        keys = {j.job_id: _detail_key(j, excluded) for j in jobs}
+        self._details = {i: d for i, d in self._details.items() if keys.get(i) is not None}
+        need = [i for i, k in keys.items() if k is not None and self._details.get(i, (None,))[0] != k]
+        commands = 0
+        if need:
+            whole = not runner.version().filters_json
+            if not whole or self.monotonic() - self._last_detail_all >= self.refresh_s:
+                fetched = {j.job_id: j for j in runner.jobs_json(need)}
+                commands = 1
+                if whole:
+                    self._last_detail_all = self.monotonic()
+                for job_id in need:
+                    if job_id in fetched:
+                        self._details[job_id] = (keys[job_id], fetched[job_id])
+            else:
+                log.debug("%d jobs wait for their JSON detail (22.05: one whole listing per %.0f s)",
+                          len(need), self.refresh_s)
+        out = [with_detail(j, self._details[j.job_id][1] if keys[j.job_id] is not None
+                           and self._details.get(j.job_id, (None,))[0] == keys[j.job_id] else None, excluded=not excluded)
+               for j in jobs]
+        return out, len(need) if commands else 0, commands
+
+    def _done(self, read: QueueRead, runner, started: float, query_before: float, *, full: bool) -> QueueRead:
+        query_s = getattr(runner, "query_s", None)
+        spent = (query_s - query_before) if query_s is not None else self.monotonic() - started
+        read = QueueRead(read.jobs, read.taken_at, read.kind, spent, read.commands, read.skipped, read.detail_jobs)
+        if full:
+            self._last_full = self.monotonic()
+            self._changes = getattr(runner, "changes", 0)
+        self._last = read
+        return read

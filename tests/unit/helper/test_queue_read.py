@@ -1,0 +1,155 @@
+"""How the watcher reads the queue (slurm_plugin/helper/queue_read.py) on the stateful Slurm fake:
+which commands each round runs per release, what it reuses, and that the jobs come out as the
+JSON would give them."""
+from __future__ import annotations
+
+from slurm_plugin.helper.queue_read import QueueReader
+from slurm_plugin.slurm.fake import FakeSlurm
+from slurm_plugin.slurm.runner import SlurmRunner
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def world(release: str, **reader):
+    fake = FakeSlurm(release)
+    fake.submit(state="RUNNING", nodes="node1", gres="gres:shard:2", gres_detail=["shard:2(IDX:0)"])
+    fake.submit(gres="gres:shard:4", admin_comment="gpupack: packed shard:4", excluded_nodes="node2")
+    fake.submit(gres="gres:gpu:1", name="whole")
+    runner = SlurmRunner(executor=fake)
+    runner.version()
+    mono = Clock()
+    return fake, runner, mono, QueueReader(lambda: runner, clock=Clock(5.0), monotonic=mono, **reader)
+
+
+def calls(fake, since: int) -> list[str]:
+    """The Slurm commands run since call number ``since``, by their kind."""
+    def kind(argv: list[str]) -> str:
+        if "--json" in argv:
+            return "json-ids" if any(a.startswith("--jobs=") for a in argv) else "json-all"
+        if "--only-job-state" in argv:
+            return "states"
+        if any(a.startswith("--Format=") for a in argv):
+            return "formatted-ids" if any(a.startswith("--jobs=") for a in argv) else "formatted"
+        return " ".join(argv[:2])
+    return [kind(a) for a in fake.calls[since:]]
+
+
+def test_2205_reads_formatted_and_the_json_only_for_new_gpu_runs():
+    fake, runner, mono, reader = world("22.05.8")
+    first = reader.read()
+    assert first.kind == "json" and calls(fake, 1) == ["json-all"]  # the first read reconciles
+    n = len(fake.calls)
+    mono.t += 1
+    second = reader.read()
+    assert second.kind == "formatted" and calls(fake, n) == ["formatted"]  # details held from the JSON
+    assert {j.job_id: j for j in second.jobs}[1].gres_detail == {j.job_id: j for j in first.jobs}[1].gres_detail != ()
+    assert {j.job_id: j for j in second.jobs}[2].excluded_nodes == ("node2",)  # 22.05's -O lacks it
+    fake.submit(job_id=4, state="RUNNING", nodes="node2", gres="gres:gpu:1", gres_detail=["gpu:1(IDX:1)"])
+    n = len(fake.calls)
+    mono.t += 10  # queue_refresh_s after the last whole listing
+    third = reader.read()
+    assert calls(fake, n) == ["formatted", "json-all"]  # 22.05's JSON ignores --jobs: the whole listing
+    assert {j.job_id: j for j in third.jobs}[4].gres_detail[0].indexes == (1,)
+    assert third.detail_jobs == 1 and third.commands == 2
+    fake.submit(job_id=5, state="RUNNING", nodes="node2", gres="gres:gpu:1", gres_detail=["gpu:1(IDX:0)"])
+    n = len(fake.calls)
+    mono.t += 1  # within queue_refresh_s of the last whole listing: job 5 waits for its detail
+    fourth = reader.read()
+    assert calls(fake, n) == ["formatted"] and {j.job_id: j for j in fourth.jobs}[5].gres_detail == ()
+    mono.t += 10
+    n = len(fake.calls)
+    assert {j.job_id: j for j in reader.read().jobs}[5].gres_detail != () and calls(fake, n) == ["formatted", "json-all"]
+
+
+def test_2311_asks_for_the_detail_of_only_the_jobs_that_need_it():
+    fake, runner, mono, reader = world("23.11.4")
+    reader.read()
+    fake.submit(job_id=4, state="RUNNING", nodes="node2", gres="gres:gpu:1", gres_detail=["gpu:1(IDX:1)"])
+    fake.submit(job_id=5, gres="gres:shard:2", admin_comment="gpupack: packed shard:2", excluded_nodes="node1")
+    n = len(fake.calls)
+    mono.t += 1
+    read = {j.job_id: j for j in reader.read().jobs}
+    assert calls(fake, n) == ["states", "formatted", "json-ids"]
+    assert "--jobs=4,5" in fake.calls[-1]  # the new run and the new pending packed job (no ExcNodes in -O)
+    assert read[4].gres_detail[0].indexes == (1,) and read[5].excluded_nodes == ("node1",)
+    assert read[2].excluded_nodes == ("node2",)  # held from the first listing
+    n = len(fake.calls)
+    mono.t += 1
+    reader.read()
+    assert calls(fake, n) == ["states"]  # nothing changed: the listing and its details stand
+
+
+def test_2411_reuses_the_listing_while_no_job_changed_state():
+    fake, runner, mono, reader = world("24.11.5", refresh_s=10.0)
+    reader.read()
+    mono.t += 1
+    n = len(fake.calls)
+    formatted = reader.read()
+    assert calls(fake, n) == ["states", "formatted"] and formatted.kind == "formatted"
+    mono.t += 1
+    n = len(fake.calls)
+    same = reader.read()
+    assert calls(fake, n) == ["states"] and same.kind == "unchanged" and same.jobs == formatted.jobs
+    assert same.taken_at == 5.0 and same.commands == 1
+    runner.update_job(3, Priority=5)  # the watcher changed a job: read again
+    mono.t += 1
+    n = len(fake.calls)
+    assert reader.read().kind == "formatted" and calls(fake, n) == ["states", "formatted"]
+    fake.jobs[3].state = "RUNNING"  # a state changed
+    fake.jobs[3].nodes = "node2"
+    mono.t += 1
+    assert reader.read().kind == "formatted"
+    mono.t += 1
+    assert reader.read().kind == "unchanged"
+    mono.t += 10  # queue_refresh_s without a full read
+    assert reader.read().kind == "formatted"
+
+
+def test_followed_jobs_are_listed_in_whatever_state_and_the_whole_json_comes_back_to_reconcile():
+    fake, runner, mono, reader = world("24.11.5", reconcile_s=60.0)
+    reader.read()
+    fake.jobs[1].state = "COMPLETED"
+    mono.t += 1
+    n = len(fake.calls)
+    read = reader.read(also={1})
+    assert calls(fake, n) == ["states", "formatted", "formatted-ids"]
+    assert {j.job_id: j.state for j in read.jobs}[1] == "COMPLETED"
+    mono.t += 1
+    assert reader.read(also={1}).kind == "unchanged"  # job 1 is in the listing it keeps
+    assert reader.read(also={1, 99}).kind == "formatted"  # a newly followed job: read
+    mono.t += 60
+    n = len(fake.calls)
+    assert reader.read().kind == "json" and calls(fake, n) == ["json-all"]
+
+
+def test_a_runner_without_the_formatted_read_is_read_as_before():
+    from slurm_plugin.slurm.model import Job
+
+    class Plain:
+        def jobs_in_play(self, also=()):
+            return [Job(job_id=j, state="COMPLETED") for j in sorted(also)]
+
+    reader = QueueReader(lambda: Plain(), clock=Clock(7.0))
+    for _ in range(2):
+        read = reader.read(also={3})
+        assert [j.job_id for j in read.jobs] == [3] and read.kind == "json" and read.taken_at == 7.0
+
+
+def test_query_time_is_what_the_slurm_commands_took(monkeypatch):
+    fake, runner, mono, reader = world("22.05.8")
+    slow = Clock(0.0)
+
+    def executor(args, env, timeout):
+        slow.t += 2.5  # slurmctld takes 2.5 s a command
+        return fake(args, env, timeout)
+
+    runner.executor = executor
+    monkeypatch.setattr("slurm_plugin.slurm.runner.time.monotonic", slow)  # the runner times commands by it
+    read = reader.read()
+    assert read.query_s == 2.5 and read.commands == 1
