@@ -25,6 +25,19 @@ class PackerConfig:
     # Headroom added to the estimated peak: a fraction, but at least min_headroom_gib.
     headroom_fraction: float = setting(0.10, ge=0, le=1)
     min_headroom_gib: float = setting(0.5, ge=0)
+    # History that survives real edits (packer.workload_identity): with no run of the exact
+    # script, the nearest looser level with history sizes the job, with more headroom:
+    # "variant" (numbers and paths abstracted, scheduling-only #SBATCH lines aside), then
+    # "command" (same user, job name and commands). The loosest level used ("exact": only
+    # the exact script, as before). "variant" by default: the command level also matches
+    # unrelated workloads that share a launcher (every job submitted on stdin is named "sbatch";
+    # every `python -m pkg ...` of a user runs the same command), so it is a site's choice.
+    loosest_history_level: str = setting("variant", choices=("exact", "variant", "command"))
+    variant_headroom_fraction: float = setting(0.25, ge=0, le=1)
+    command_headroom_fraction: float = setting(0.50, ge=0, le=1)
+    # A looser level stops being used for a workload once it guessed wrong (a restart-oom or
+    # a memory-forecast restart of a job it sized) this many times, and more often than right.
+    level_wrong_guesses: int = setting(2, ge=1)
     # Never give a packed job more than this fraction of the GPU.
     max_gpu_fraction: float = setting(0.95, gt=0, le=1)
     # Jobs busier than this (mean GPU utilisation, %) are not worth packing.
@@ -68,6 +81,15 @@ class PackerConfig:
         """The share counts a packed job may be asked for, ascending (the last: a whole GPU)."""
         ladder = self.ladder
         return ladder.rungs if ladder is not None else tuple(range(1, self.shares_per_gpu + 1))
+
+    def headroom_for(self, level: str) -> float:
+        """The headroom fraction of history found at ``level``: never less than a nearer level's."""
+        fractions = {"exact": self.headroom_fraction,
+                     "variant": max(self.headroom_fraction, self.variant_headroom_fraction)}
+        fractions["command"] = max(fractions["variant"], self.command_headroom_fraction)
+        if level not in fractions:
+            raise ValueError(f"unknown history level {level!r}")
+        return fractions[level]
 
     def history_since(self, now: float) -> float:
         """The oldest end time a run may have to count (0: every run)."""

@@ -28,6 +28,9 @@ class Estimate:
     runs: int
     source: str = "history"
     lower_bound_bytes: int = 0  # a recent lower bound above every measured peak (0: none)
+    # the workload identity level whose history this is (packer.workload_identity): the
+    # looser the match, the more headroom (PackerConfig.headroom_for)
+    level: str = "exact"
 
     @property
     def source_label(self) -> str:
@@ -66,6 +69,8 @@ class Decision:
             if est.mean_util_pct is not None:
                 extra["util"] = f"{est.mean_util_pct:.0f}%"
             extra["src"] = est.source_label
+            if est.runs and est.measured:
+                extra["lvl"] = est.level
         extra["fp"] = self.fingerprint
         if self.avoid_nodes:
             extra["avoid"] = ",".join(self.avoid_nodes)
@@ -84,9 +89,10 @@ def on_ladder(shares: int, config: PackerConfig) -> int:
     return next((k for k in config.rungs if k >= shares), shares)
 
 
-def shards_needed(peak_mem_bytes: int, config: PackerConfig) -> int:
-    """Shares of the GPU that hold the peak plus headroom, on the ladder."""
-    headroom = max(peak_mem_bytes * config.headroom_fraction, config.min_headroom_gib * GIB)
+def shards_needed(peak_mem_bytes: int, config: PackerConfig, level: str = "exact") -> int:
+    """Shares of the GPU that hold the peak plus the headroom of the history's ``level``, on
+    the ladder."""
+    headroom = max(peak_mem_bytes * config.headroom_for(level), config.min_headroom_gib * GIB)
     return on_ladder(max(1, math.ceil((peak_mem_bytes + headroom) / config.share_bytes)), config)
 
 
@@ -125,7 +131,8 @@ def decide(
                             lower_bound_bytes=bound)
     if estimate.mean_util_pct is not None and estimate.mean_util_pct > config.max_util_pct:
         return Decision("exclusive", "high-util", estimate=estimate, fingerprint=fingerprint)
-    k = on_ladder(max(shards_needed(estimate.peak_mem_bytes, config), remembered_shards or 0), config)
+    k = on_ladder(max(shards_needed(estimate.peak_mem_bytes, config, estimate.level), remembered_shards or 0),
+                  config)
     if k > max_shards(config):
         return Decision("exclusive", "too-large", estimate=estimate, fingerprint=fingerprint)
     if config.pack_only_when_no_idle_gpu and cluster.idle_gpus > 0:

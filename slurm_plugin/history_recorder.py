@@ -22,6 +22,7 @@ from packer.fingerprint import fingerprint
 from packer.need import need_bytes
 from packer.run_truth import RunEnd, judge
 from store.db import RunRecord, Store, UnmeasuredRun
+from slurm_plugin.helper.level_guesses import note_run
 from slurm_plugin.slurm.errors import JobNotFoundError
 from slurm_plugin.slurm.model import FINISHED_JOB_STATES, Job
 from slurm_plugin.slurm.runner import SlurmRunner
@@ -156,6 +157,10 @@ class HistoryRecorder:
             new = self.store.record_run(run, ("history", detail, data))
         except UnmeasuredRun:
             return UNMEASURED
+        try:  # the looser levels' keys, and a right guess of the level that sized it
+            note_run(self.store, self.runner, job, fp[0], fp[1], measured=not verdict.lower_bound, new=new)
+        except Exception:  # a refinement of the history: the run itself is recorded
+            log.exception("job %d: the levels of its workload were not noted", figures.job_id)
         log.info("job %d: %s %s", figures.job_id, detail, "" if new else "(merged into the run recorded already)")
         return RECORDED if new else MERGED
 

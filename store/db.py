@@ -23,7 +23,7 @@ from packer.decision import LOWER_BOUND_SOURCE, Estimate
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 @dataclass(frozen=True)
@@ -165,8 +165,24 @@ def _migrate_to_8(db: sqlite_utils.Database) -> None:
     db["runs"].add_column("untouched", int, not_null_default=0)
 
 
+def _migrate_to_9(db: sqlite_utils.Database) -> None:
+    """The looser levels' keys of each recorded workload and each level's guesses
+    (`store.levels`: history that survives real edits). Idempotent (``if_not_exists``), so it
+    is safe under whichever schema number it lands."""
+    db["workload_keys"].create({"fingerprint": str, "user": str, "variant_key": str, "command_key": str,
+                                "seen_at": float}, pk="fingerprint", not_null={"user", "seen_at"},
+                               if_not_exists=True)
+    db["workload_keys"].create_index(["variant_key"], if_not_exists=True)
+    db["workload_keys"].create_index(["command_key"], if_not_exists=True)
+    db["workload_keys"].create_index(["user", "seen_at"], if_not_exists=True)
+    db["level_guesses"].create({"level": str, "key": str, "user": str, "wrong": int, "right": int,
+                                "updated_at": float}, pk=("level", "key"),
+                               not_null={"user", "wrong", "right", "updated_at"}, if_not_exists=True)
+    db["level_guesses"].create_index(["user", "updated_at"], if_not_exists=True)
+
+
 MIGRATIONS = {1: _migrate_to_1, 2: _migrate_to_2, 3: _migrate_to_3, 4: _migrate_to_4, 5: _migrate_to_5,
-              6: _migrate_to_6, 7: _migrate_to_7, 8: _migrate_to_8}
+              6: _migrate_to_6, 7: _migrate_to_7, 8: _migrate_to_8, 9: _migrate_to_9}
 
 RUN_COLUMNS = tuple(RunRecord.__dataclass_fields__)
 

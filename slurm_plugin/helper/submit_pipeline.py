@@ -7,6 +7,10 @@ The stages (docs/architecture.md, "2. Decide", names them in this order):
 
 - ``admit``: exclusive or packed, and how many shares (``SuiteRules.admit``:
   ``packer.decision.decide``);
+- ``history-levels``: a candidate with no measured run of its exact script decided again from
+  the nearest looser level of its identity with history (``submit_levels.history_levels``);
+- ``util-cap``: a pack refused where every shared GPU with room would pass the cap on a GPU's
+  summed utilisation (``submit_levels.UtilCap``);
 - ``load-aware``: a pack only where it pays given the queue
   (``submit_admission.LoadAwareAdmission``, the replay's rule);
 - ``avoid-partners``: a pack kept off the nodes of jobs it must never share a GPU with and of
@@ -27,6 +31,7 @@ from packer.decision import Decision
 from slurm_plugin.helper.cluster_view import packing_exclusion
 from slurm_plugin.helper.submit_admission import LoadAwareAdmission
 from slurm_plugin.helper.submit_context import SubmitContext
+from slurm_plugin.helper.submit_levels import UtilCap, history_levels
 from slurm_plugin.slurm.gres import expand_hostlist
 
 log = logging.getLogger(__name__)
@@ -76,10 +81,12 @@ def comment_writable(decision: Decision, ctx: SubmitContext) -> Decision:
 
 
 def submit_stages() -> tuple[Stage, ...]:
-    """The stages of one submission, in the order they run (a fresh ``load-aware`` stage:
-    it keeps the view's residents between submissions)."""
+    """The stages of one submission, in the order they run (fresh ``util-cap`` and
+    ``load-aware`` stages: they keep the view's residents between submissions)."""
     return (
         Stage("admit", admit),
+        Stage("history-levels", history_levels),
+        Stage("util-cap", UtilCap()),
         Stage("load-aware", LoadAwareAdmission()),
         Stage("avoid-partners", avoid_partners),
         Stage("comment-writable", comment_writable),

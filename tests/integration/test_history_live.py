@@ -1,7 +1,7 @@
 """History on the controller, on the real cluster: a run's
 figures reach the controller's store from the agents through the helper (its monitor, the
-controller's epilog, its sweep); only a completed run whose samples cover it is a
-measurement; a cancelled run, and a run that ended while its agent was down, are lower bounds."""
+controller's epilog, its sweep), and a script that differs from it only in an argument value
+is packed from it; only a completed run whose samples cover it is a measurement; a cancelled run, and a run that ended while its agent was down, are lower bounds."""
 from __future__ import annotations
 
 import json
@@ -14,6 +14,7 @@ from e2e_support import simgpu_script, wait_for
 
 from packer.comment import parse
 from store.db import RunRecord, Store
+from store.levels import LevelStore
 from slurm_plugin.agent import client
 
 pytestmark = pytest.mark.integration
@@ -33,6 +34,14 @@ def history_events(cluster, job_id: int) -> list:
     store = Store(cluster.spec.database)
     try:
         return [e for e in store.events(limit=500, job_id=job_id) if e.kind == "history"]
+    finally:
+        store.close()
+
+
+def variant_guesses(cluster) -> list[dict]:
+    store = Store(cluster.spec.database)
+    try:
+        return [g for g in LevelStore(store).guesses() if g["level"] == "variant" and g["right"] == 1]
     finally:
         store.close()
 
@@ -77,6 +86,15 @@ def test_a_packed_jobs_peak_lands_in_the_controllers_store_and_its_next_run_is_p
     # the controller's epilog told the helper (as SlurmUser, over its local socket)
     log = (cluster.state_dir / "log" / "ctld-epilog.log").read_text()
     assert f"job {second} on " in log and "told the helper" in log, log[-2000:]
+
+    # the same script with another argument value has no run of its own: it is packed from its
+    # variant's runs (issue 34), its AdminComment naming the level, and counts as a right guess
+    edited = cluster.submit(args, body.replace(b"--iters 40", b"--iters 30"))
+    assert cluster.wait(edited, DONE, 90) == "COMPLETED"
+    record = record_of(cluster, edited)
+    assert record.verdict == "packed" and record.fields.get("lvl") == "variant", record
+    assert record.fields.get("src") == "history(2)" and record.fingerprint != packed.fingerprint, record
+    wait_for(lambda: variant_guesses(cluster), 60, "the variant level's right guess in the controller's store")
 
     third = cluster.submit(args, body)
     cluster.wait(third, {"RUNNING", *DONE}, 60)

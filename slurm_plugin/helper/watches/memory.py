@@ -13,6 +13,7 @@ from packer import comment as comment_mod
 from packer.decision import max_shards
 from packer.request import gres_text
 from predictor.forecast import Forecaster
+from slurm_plugin.helper.level_guesses import note_wrong_guess
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.helper.watches.run_curves import history_prior
 from slurm_plugin.helper.watches.tracks import Track, capacity_of, job_gpu_type
@@ -129,6 +130,8 @@ class MemoryWatch:
                       comment_mod.render("packed", shards=size.shards, reason="memory-restart", fp=t.fingerprint))
             if not actions.first_report(t.job_id, t.started_at):
                 continue
+            if mode.acts:  # the size it was given was wrong (once per run)
+                note_wrong_guess(actions.store, actions.runner, job, t.fingerprint, KIND)
             evidence = {"capacity_bytes": capacity, "from_shards": t.shards, "to": gres, "node": t.node,
                         "gpu": t.gpu_index, "observed_peak_bytes": forecast.observed_peak_bytes,
                         "predicted_peak_bytes": forecast.predicted_peak_bytes, "upper_bytes": forecast.upper_bytes}

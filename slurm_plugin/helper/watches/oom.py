@@ -28,6 +28,7 @@ from packer.decision import max_shards
 from packer.oom_restart import (KIND, MEASURED, REPORTED, OomDecision, OomEvidence, OomRetryLimits,
                                 decide_oom_restart)
 from packer.request import gres_text
+from slurm_plugin.helper.level_guesses import note_wrong_guess
 from slurm_plugin.helper.watches.memory import _shard_job_may_become_gpu_job
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.helper.watches.tracks import job_gpu_type
@@ -97,6 +98,7 @@ class OomWatch:
                 "asked_bytes": evidence.asked_bytes, "need_bytes": decision.need_bytes,
                 "lower_bound_bytes": decision.lower_bound_bytes, "fingerprint": fp, "slurm_state": job.state,
                 "evidence_kind": decision.evidence, "seen_in": end.get("seen_in"), "said_line": end.get("said_line")}
+        note_wrong_guess(actions.store, actions.runner, job, fp, KIND)  # it ran out: its size was wrong
         if not decision.requeue:
             return self._leave(ctx, job, decision, data)
         if fp and mode.acts:  # the size is remembered; the failed run's peak is only a bound

@@ -43,7 +43,8 @@ def documented_stages() -> list[str]:
 
 def test_the_stages_are_the_ones_the_docs_name_in_their_order():
     names = [s.name for s in submit_stages()]
-    assert names == documented_stages() == ["admit", "load-aware", "avoid-partners", "comment-writable"]
+    assert names == documented_stages() == ["admit", "history-levels", "util-cap", "load-aware", "avoid-partners",
+                                            "comment-writable"]
     assert len(set(names)) == len(names)
     assert all(f"``{n}``" in submit_pipeline.__doc__ for n in names)  # the module's own list too
 
@@ -123,7 +124,8 @@ def test_each_stage_gets_the_decision_the_one_before_returned(monkeypatch):
     assert seen[0][1] == submit_pipeline.UNDECIDED
     assert all(seen[i][1] is seen[i - 1][2] for i in range(1, len(seen)))
     assert (answer.verdict, answer.exclude) == ("packed", "n1")  # kept off its partner's node
-    assert seen[1][2].avoid_nodes == () and seen[2][2].avoid_nodes == ("n1",)
+    out = {name: after for name, _, after in seen}
+    assert out["load-aware"].avoid_nodes == () and out["avoid-partners"].avoid_nodes == ("n1",)
 
 
 def test_what_the_store_says_of_a_packed_job_is_read_once(monkeypatch):

@@ -57,9 +57,10 @@ def test_not_candidates_are_untouched():
 def test_comment_round_trips():
     d = decide(CAND, est(7.6, util=35, runs=5), BUSY, CFG, "1a2b3c4d5e6f7a8b")
     line = d.comment()
-    assert line == "gpupack: packed shard:1 est=7.6GiB util=35% src=history(5) fp=1a2b3c4d5e6f7a8b"
+    assert line == "gpupack: packed shard:1 est=7.6GiB util=35% src=history(5) lvl=exact fp=1a2b3c4d5e6f7a8b"
     rec = parse(line)
-    assert rec == CommentRecord("packed", False, 1, {"est": "7.6GiB", "util": "35%", "src": "history(5)", "fp": "1a2b3c4d5e6f7a8b"})
+    assert rec == CommentRecord("packed", False, 1, {"est": "7.6GiB", "util": "35%", "src": "history(5)", "lvl": "exact",
+                                                "fp": "1a2b3c4d5e6f7a8b"})
     advised = parse(d.comment(advised=True))
     assert advised.advised and advised.applied_verdict == "untouched"
     assert parse("gpupack: exclusive reason=no-history fp=ab").reason == "no-history"

@@ -14,6 +14,7 @@ ADDED_IN = {
     6: ("drop table slice_journal",),
     7: ("drop table head_lifts",),
     8: ("alter table runs drop column need_bytes", "alter table runs drop column untouched"),
+    9: ("drop table workload_keys", "drop table level_guesses"),
 }
 
 
