@@ -48,11 +48,9 @@ def build(series: str, rebuild: bool) -> None:
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(series: str, command: tuple[str, ...]) -> None:
     """Run COMMAND (after `--`) in this checkout, on that release. The host's: run as is."""
-    import subprocess
-
     r = _root(series)
     if r is None:
-        sys.exit(subprocess.run(list(command)).returncode)
+        sys.exit(roots.run_forwarding(list(command)))
     try:
         roots.ensure(r)
     except roots.RootError as exc:

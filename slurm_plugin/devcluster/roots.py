@@ -20,8 +20,10 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -417,7 +419,36 @@ def status(series: str) -> dict:
 
 
 def exec_in(root: SlurmRoot, argv: list[str], env: dict[str, str] | None = None) -> int:
-    """Run ``argv`` in ``root`` with this process's terminal; returns its exit code."""
+    """Run ``argv`` in ``root`` with this process's terminal; returns its exit code. An
+    interrupt or SIGTERM sent to this process is passed on and its end waited for (a test run
+    takes its clusters down), never answered by killing it."""
     sys.stdout.flush()
-    return run_in(root, argv, env=env).returncode
+    mount(root)
+    inner = ["/bin/sh", "-c", 'cd "$0" && exec "$@"', str(REPO), *argv]
+    return run_forwarding(["chroot", str(root.path), *inner], env=root_env(root, env))
+
+
+def run_forwarding(argv: list[str], env: dict[str, str] | None = None) -> int:
+    """Run ``argv`` and wait for it, passing SIGINT, SIGTERM and SIGHUP on to it.
+
+    `subprocess.run` answers an interrupt by killing its child (SIGKILL): a test run inside
+    a root then leaves its clusters up. Here the child gets the signal and ends as it would
+    alone; this process goes on waiting for it (from the main thread only, where Python
+    can take signals)."""
+    proc = subprocess.Popen(argv, env=env)
+    if threading.current_thread() is not threading.main_thread():
+        return proc.wait()
+
+    def forward(signum: int, _frame) -> None:
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    kept = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        return proc.wait()
+    finally:
+        for sig, handler in kept.items():
+            signal.signal(sig, handler)
 

@@ -195,12 +195,14 @@ _FAILED = False
 
 
 def _down_all() -> None:
+    global _FAILED
     while _STARTED:
         dev = _STARTED.pop()
         try:
             dev.down()
         except Exception as exc:  # noqa: BLE001 - the next cluster still goes down
             print(f"gpupack tests: taking down the cluster in {dev.spec.state_dir} failed: {exc}")
+            _FAILED = True  # its state stays: `gpupack devcluster down --state-dir` needs it
     if not REUSE_STATE and run_state_dir.cache_info().currsize:
         state = run_state_dir()
         if _FAILED:
