@@ -157,6 +157,8 @@ class PublishedView:
             except Exception:  # a preparation is an optimisation: its reader builds what it lacks
                 log.exception("preparing the cluster view failed")
         with self._lock:
+            if self._snapshot is not None and snapshot.taken_at < self._snapshot.taken_at:
+                return  # a request and the loader read at once: the newer one stands
             self._stamp = stamp
             self._snapshot = snapshot
             self._free = free
@@ -171,8 +173,18 @@ class PublishedView:
             return self._fresh()
 
     def _read_here(self) -> None:
-        """Without the loader, a request reads a changed file itself (before taking the lock)."""
+        """A request reads a changed file itself (before taking the lock) without the loader,
+        and with it when the loader has not yet read the newest one (one `stat`): a job is
+        never decided on a view older than the one published before it came (e.g. a node
+        that went stale just before, left out of its exclusions)."""
         if self._loader is None:
+            self._refresh()
+            return
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return
+        if (st.st_ino, st.st_mtime_ns, st.st_size) != self._stamp:
             self._refresh()
 
     def _fresh(self) -> Snapshot | None:

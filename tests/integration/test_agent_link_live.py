@@ -23,6 +23,17 @@ def agent_pid(cluster, node: str) -> int:
     return next(p["pid"] for p in procs if p["role"] == "agent" and p["name"] == node)
 
 
+def stop_agent(cluster, node: str) -> None:
+    """SIGTERM to ``node``'s agent, and its end waited for: `DevCluster.up()` starts again only
+    the daemons that no longer run, and an agent still closing its servers counts as running
+    (seen in CI: up() then waited 60 s for an agent that had ended meanwhile)."""
+    from slurm_plugin.devcluster.processes import alive_with
+
+    pid = agent_pid(cluster, node)
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not alive_with(pid, str(cluster.state_dir)), 30, f"{node}'s agent ended")
+
+
 def stale_in_view(cluster, node: str) -> bool:
     from slurm_plugin.helper.cluster_view import STALE
     from slurm_plugin.helper.view_file import snapshot_from_doc, view_path
@@ -56,8 +67,7 @@ def test_a_killed_agent_makes_its_node_stale_nothing_is_packed_there_and_it_reco
     seed_history(cluster, "link-stale", body)
     try:
         wait_for(lambda: not stale_in_view(cluster, "node2"), 30, "node2 fresh at the start")
-        pid = agent_pid(cluster, "node2")
-        os.kill(pid, signal.SIGTERM)
+        stop_agent(cluster, "node2")
         wait_for(lambda: stale_in_view(cluster, "node2"), 30, "node2 stale in the published cluster view")
         job = cluster.submit(["-J", "link-stale", "--hold", "--gres=gpu:1"], body)
         record = record_of(cluster, job)
@@ -162,7 +172,7 @@ def test_a_restarted_agent_refuses_a_job_list_older_than_it_took_before(cluster)
     kept = cluster.node_path("node3", AgentPaths(cluster.state_dir, "node3").generations)
     before = wait_for(lambda: kept.exists() and json.loads(kept.read_text()).get("jobs"), 30,
                       "the helper's job lists taken by node3's agent")
-    os.kill(agent_pid(cluster, "node3"), signal.SIGTERM)
+    stop_agent(cluster, "node3")
     wait_for(lambda: stale_in_view(cluster, "node3"), 30, "node3 stale while its agent is down")
     cluster.dev.up()  # the agent of node3 again
     cluster.reset_options()  # up() wrote the settings afresh
@@ -204,7 +214,7 @@ def test_an_agent_that_lost_its_state_and_journal_gets_its_slice_back_from_the_c
         assert held.startswith("MIG-")
         wait_for(lambda: [h for h in SliceMirror(store).held("node1") if h.job_id == job and h.uuid == held],
                  90, "the controller's copy of node1's journal holding the job's slice")
-        os.kill(agent_pid(cluster, "node1"), signal.SIGTERM)
+        stop_agent(cluster, "node1")
         wait_for(lambda: stale_in_view(cluster, "node1"), 30, "node1's agent down")
         (home / "state.json").unlink()
         (home / "slices.jsonl").unlink()

@@ -179,7 +179,7 @@ def test_a_stale_node_is_kept_off_packed_jobs_and_all_stale_keeps_them_whole():
         == [False, True]
 
 
-def test_with_the_loader_requests_take_the_prepared_snapshot_and_never_read_the_file(tmp_path):
+def test_with_the_loader_requests_take_the_prepared_snapshot_and_read_only_a_file_it_has_not(tmp_path):
     path = tmp_path / "cluster-view.json"
     clock = Clock(100.0)
     view = PublishedView(path, max_age_s=30, clock=clock)
@@ -195,8 +195,12 @@ def test_with_the_loader_requests_take_the_prepared_snapshot_and_never_read_the_
             break
         view._stop.wait(0.01)
     assert prepared == [100.0, 101.0] and view.view().idle_gpus == 2
+    loads = view.loads
+    for _ in range(20):  # the file unchanged: requests take what the loader prepared, never read it
+        assert view.view().idle_gpus == 2
+    assert view.loads == loads
     view.stop_loader()
-    publish(path, snap(102.0))  # no loader left: a request still does not read the file
-    assert view.view().idle_gpus == 2 and view.taken_at() == 101.0
+    publish(path, snap(102.0, busy=1))  # the loader behind (here: gone): the request reads the newer file
+    assert view.view().idle_gpus == 3 and view.taken_at() == 102.0 and prepared[-1] == 102.0
     clock.now = 140.0  # and the age is checked on every request
     assert view.snapshot() is None and view.view().idle_gpus == 1
