@@ -152,13 +152,13 @@ def mps_agent(cluster, node: str, isolation: tuple[str, ...] = ("--isolation", "
 
     from slurm_plugin.agent import client
     from slurm_plugin.devcluster import node_side
+    from slurm_plugin.devcluster.processes import alive_with
 
     procs = json.loads((cluster.state_dir / "run" / "processes.json").read_text())
     pid = next(p["pid"] for p in procs if p["role"] == "agent" and p["name"] == node)
     os.kill(pid, signal.SIGTERM)
-    deadline = time.time() + 15
-    while time.time() < deadline and os.path.exists(f"/proc/{pid}"):
-        time.sleep(0.1)
+    # ended: gone, or a zombie this process has not reaped yet (its command line is empty)
+    wait_for(lambda: not alive_with(pid, str(cluster.state_dir)), 30, f"{node}'s agent ended")
     (_, _, args), = [p for p in node_side.processes(cluster.spec) if p[1] == node]
     args = [*args[: args.index("--isolation")], *isolation]
     log = open(cluster.workdir / f"mps-agent-{node}.log", "ab")

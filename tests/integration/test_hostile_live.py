@@ -155,7 +155,12 @@ def test_a_flood_by_nobody_holds_the_agent_within_its_caps(idle_cluster):
         job = cluster.submit(["-J", "hostile-flood", "-w", node, "--gres=shard:1"],
                              f"#!/bin/sh\necho \"$GPUPACK_ISOLATION\" > {seen}\n".encode())
         assert cluster.wait(job, DONE, 120) == "COMPLETED"
-        assert client.status(cluster.link, node)["status"] == "ok"  # root's new link connection gets through
+        # root's new link connection gets through. The flood comes from root's own address here
+        # (the controller's): its connections and root's share that address's unauthenticated
+        # pool, oldest evicted first, so a new one of root's may be evicted before it has sent its
+        # request (seen in CI, at 3 legs at once): a link failure, which the helper retries at its
+        # next call. Once authenticated, a connection is kept apart from the flood.
+        wait_for(lambda: _link_answers(cluster, node), 60, "root's link request answered during the flood")
     finally:
         summaries = [flood.stop() for flood in floods]
     assert int(cluster.job(job)["Restarts"]) == 0 and seen.read_text().strip().startswith("mig:")
@@ -167,6 +172,13 @@ def test_a_flood_by_nobody_holds_the_agent_within_its_caps(idle_cluster):
     # the link; not read from the code, which is what is under test), and a margin for the job's own
     # requests and the evicted connections' threads ending. Seen: 10 before, 55 during; uncapped, 612.
     assert during <= before + AGENT_SOCKET_PER_UID + LINK_UNAUTHENTICATED + 16, (before, during, summaries)
+
+
+def _link_answers(cluster, node: str) -> bool:
+    try:
+        return client.status(cluster.link, node)["status"] == "ok"
+    except AgentUnavailable:
+        return False
 
 
 def test_an_unsigned_or_stale_link_answer_is_a_link_failure(cluster):
