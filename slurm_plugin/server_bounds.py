@@ -138,21 +138,41 @@ class AuthenticatedPools:
 
     def admit(self, key: Hashable, sock: socket.socket) -> tuple[int, list[socket.socket]]:
         """A ticket for a new connection, and the sockets evicted to make room for it (their
-        tickets are gone): ``key``'s oldest when it holds its share, else the oldest of all when
-        the pool is full."""
+        tickets are gone): ``key``'s oldest when it holds its share, else, when the pool is full,
+        the oldest of the key that holds the most."""
         b = self.bounds
         evicted: list[socket.socket] = []
         with self._lock:
             if self._unauthenticated(key) >= b.max_unauthenticated_per_key:
                 self._evict(evicted, key)
             if self._unauthenticated() >= b.max_unauthenticated:
-                self._evict(evicted)
+                self._evict_from_busiest(evicted)
             ticket = next(self._ids)
             self._conns[ticket] = _Pooled(key, sock)
             return ticket, evicted
 
     def _unauthenticated(self, key: Hashable | None = None) -> int:
         return sum(1 for c in self._conns.values() if c.state != AUTHENTICATED and (key is None or c.key == key))
+
+    def _evict_from_busiest(self, into: list[socket.socket]) -> None:
+        """The pool is full: drop a connection of the key holding the most unauthenticated ones
+        (its oldest NEW, else its oldest VERIFYING; among keys holding as many, the oldest NEW of
+        all first). A flood from other addresses evicts its own connections, never a lone new one
+        of the helper's before it has sent its head."""
+        counts: dict[Hashable, int] = {}
+        for conn in self._conns.values():
+            if conn.state != AUTHENTICATED:
+                counts[conn.key] = counts.get(conn.key, 0) + 1
+        if not counts:
+            return
+        most = max(counts.values())
+        busiest = {key for key, n in counts.items() if n == most}
+        for state in (NEW, VERIFYING):
+            for ticket, conn in self._conns.items():
+                if conn.state == state and conn.key in busiest:
+                    del self._conns[ticket]
+                    into.append(conn.sock)
+                    return
 
     def _evict(self, into: list[socket.socket], key: Hashable | None = None) -> None:
         """Drop the oldest NEW connection (of ``key`` when given), else the oldest VERIFYING one."""

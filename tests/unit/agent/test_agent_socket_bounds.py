@@ -57,18 +57,28 @@ def test_pools_evict_the_oldest_unauthenticated_connection_never_an_authenticate
     b2, evicted = pools.admit("b", socks[5])
     assert evicted == [socks[3]]  # the oldest NEW one (a4), not a3, never the authenticated a1
     assert pools.verifying(b1) and pools.verifying(b2)
-    c1, evicted = pools.admit("c", socks[6])  # all being verified: the oldest of them goes
-    assert evicted == [socks[2]] and not pools.authenticated(a3)
-    assert not pools.authenticated(b1)  # the authenticated pool (1) is full: b1 is served, not kept
+    c1, evicted = pools.admit("c", socks[6])  # all being verified: b holds the most, its oldest goes
+    assert evicted == [socks[4]] and not pools.verifying(b1) and pools.verifying(a3)
+    assert not pools.authenticated(a3)  # the authenticated pool (1) is full: a3 is served, not kept
     pools.refused(b2)  # refused: evicted first again
-    _, evicted = pools.admit("c", socks[7])
+    _, evicted = pools.admit("c", socks[7])  # a, b and c hold one each: the oldest NEW one of all (b2)
     assert evicted == [socks[5]]
     pools.release(a1)
-    assert pools.count(AUTHENTICATED) == 0 and pools.authenticated(b1)
+    assert pools.count(AUTHENTICATED) == 0 and pools.authenticated(a3)
     pools.release(a2)  # evicted long ago: nothing changes
-    assert pools.count() == 3 and pools.count(AUTHENTICATED) == 1  # b1; c1 and the last one
+    assert pools.count() == 3 and pools.count(AUTHENTICATED) == 1  # a3; c1 and the last one
 
 
+def test_a_full_pool_evicts_from_the_address_holding_the_most_never_a_lone_newcomer():
+    pools = AuthenticatedPools(PoolBounds(max_unauthenticated=4, max_unauthenticated_per_key=3, max_authenticated=1,
+                                          head_s=1.0, request_s=1.0, idle_s=1.0))
+    helper, _ = pools.admit("helper", "helper-conn")  # the helper's new connection, its head not read yet
+    for i in range(3):
+        pools.admit("flood-1" if i % 2 else "flood-2", f"flood-{i}")
+    for i in range(3, 40):  # a flood from two other addresses, each new one evicting an older one
+        _, evicted = pools.admit("flood-1" if i % 2 else "flood-2", f"flood-{i}")
+        assert evicted and all(str(s).startswith("flood-") for s in evicted), evicted
+    assert pools.verifying(helper) and pools.authenticated(helper)  # never evicted: served
 def test_a_deadline_ends_a_blocked_read():
     a, b = socket.socketpair()
     watch = DeadlineWatch("test")
