@@ -72,9 +72,13 @@ def test_preallocating_caching_and_untouched_jobs_are_profiled_at_their_need_and
     assert (idle_run.untouched, idle_run.peak_mem_bytes, idle_run.lower_bound, idle_run.mean_util_pct) == (
         True, 0, False, 0.0), idle_run
 
-    second = {k: cluster.submit(args, body) for k, (args, body) in jobs.items()}
-    for key, job in second.items():
+    # one after the other: submitted together, one may be judged beside the others and kept whole
+    # for the pair's predicted speed (`below-min-speed`, seen on 24.11), which is not what this tests
+    second = {}
+    for key, (args, body) in jobs.items():
+        second[key] = job = cluster.submit(args, body)
         assert cluster.wait(job, DONE, 120) == "COMPLETED", (key, output(cluster, job))
+    for key, job in second.items():
         record = record_of(cluster, job)
         # each fits the smallest share (16 GiB of an 80 GiB H100 cut in 5): need + headroom
         assert (record.verdict, record.shards, record.fields.get("src")) == ("packed", 1, "history(1)"), (key, record)
