@@ -48,9 +48,13 @@ def own_cluster(spec: ClusterSpec = ClusterSpec(), keep: bool = False) -> Iterat
 
 def _end_jobs(cluster: DevCluster, timeout_s: float = 60.0) -> None:
     """Cancel the running jobs of the bench's cluster (all are its own) and wait for them to
-    end, so no job script outlives its slurmd (pending ones go with slurmctld)."""
+    end, so no job script outlives its slurmd (pending ones go with slurmctld). Its partitions
+    are set DOWN first: else the queued jobs start on the GPUs the cancelled ones free, after
+    the listing below, and outlive the cluster (seen with a queue of 20,000)."""
     if ("slurmctld", "slurmctld") not in cluster.registry.running():
         return
+    for name in _partitions(cluster):
+        cluster._slurm("scontrol", "update", f"PartitionName={name}", "State=DOWN", timeout=60)
     cluster._slurm("scancel", "--full", "--state=RUNNING", timeout=60)
     deadline = time.time() + timeout_s
     while time.time() < deadline:
@@ -59,3 +63,9 @@ def _end_jobs(cluster: DevCluster, timeout_s: float = 60.0) -> None:
             return
         time.sleep(1)
     log.warning("jobs still running on the bench cluster after %.0f s: %s", timeout_s, " ".join(left[:10]))
+
+
+def _partitions(cluster: DevCluster) -> list[str]:
+    """The partitions slurmctld knows (`sinfo -h -o %R`)."""
+    done = cluster._slurm("sinfo", "-h", "-o", "%R", timeout=60)
+    return sorted({line.strip() for line in done.stdout.splitlines() if line.strip()})

@@ -136,3 +136,29 @@ def test_shim_parts_reads_the_exchange_apart_and_old_lines_without_it():
            "elapsed_ms=1.500\n"
            "[2026-12-02T03:33:01.003] sched: Allocate JobId=5\n")
     assert shim_parts(log) == [(0.8, 0.7), (1.5, None)]
+
+
+def test_own_cluster_stops_its_partitions_before_cancelling_the_running_jobs():
+    """Cancelled running jobs free GPUs; the queued jobs must not start on them and outlive
+    the cluster (seen at 20,000 queued jobs before the partitions were set DOWN first)."""
+    import subprocess
+
+    from slurm_plugin.bench.own_cluster import _end_jobs
+
+    class Cluster:
+        def __init__(self):
+            self.calls: list[tuple[str, ...]] = []
+            self.registry = type("R", (), {"running": staticmethod(lambda: {("slurmctld", "slurmctld"): 1})})()
+
+        def _slurm(self, *args: str, timeout: float = 15.0) -> subprocess.CompletedProcess:
+            self.calls.append(args)
+            out = "gpu\ndebug\ngpu\n" if args[0] == "sinfo" else ""
+            return subprocess.CompletedProcess(args, 0, out, "")
+
+    cluster = Cluster()
+    _end_jobs(cluster, timeout_s=5)
+    verbs = [c[:3] if c[0] == "scontrol" else c[:1] for c in cluster.calls]
+    assert verbs[:4] == [("sinfo",), ("scontrol", "update", "PartitionName=debug"),
+                         ("scontrol", "update", "PartitionName=gpu"), ("scancel",)]
+    assert all(c[-1] == "State=DOWN" for c in cluster.calls if c[0] == "scontrol")
+    assert cluster.calls[-1][0] == "squeue"  # then waits for the running ones to end
