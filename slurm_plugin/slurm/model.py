@@ -113,7 +113,7 @@ class Dialect:
         return self.parser not in ("v0.0.37", "v0.0.38", "v0.0.39", "unknown")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Job:
     """One Slurm job, as squeue/scontrol/sacct describe it."""
 
