@@ -1,0 +1,59 @@
+"""What the watcher keeps per job of a site's queue (issue 36: the helper under 300 MiB at 50,000
+queued jobs): job records without a per-instance dict, a listing's memory bounded per job, and
+the JSON detail kept only for the jobs that need it (running GPU jobs), never for the queue."""
+from __future__ import annotations
+
+import gc
+import tracemalloc
+
+from slurm_plugin.helper.queue_read import QueueReader
+from slurm_plugin.slurm.fake import FakeSlurm
+from slurm_plugin.slurm.model import Job
+from slurm_plugin.slurm.runner import SlurmRunner
+
+PENDING, RUNNING = 600, 12
+#: what one pending job of a listing may hold, all told (its record, its GRES, its strings);
+#: 980 with slotted records, 2,280 with a __dict__ per record (Python 3.11)
+BYTES_PER_JOB = 1200
+
+
+def test_job_records_have_no_per_instance_dict():
+    job = Job(job_id=1, name="x", state="PENDING")
+    assert not hasattr(job, "__dict__")
+
+
+def _site_queue() -> tuple[FakeSlurm, SlurmRunner]:
+    fake = FakeSlurm("22.05.8")
+    for j in range(RUNNING):
+        fake.submit(state="RUNNING", nodes=f"node{j % 2 + 1}", gres="gres:gpu:1", gres_detail=[f"gpu:1(IDX:{j % 2})"],
+                    time_limit_min=60)
+    for j in range(PENDING):
+        fake.submit(gres="gres:gpu:1", name=f"gpupack-scale-{j % 50}", time_limit_min=1)
+    runner = SlurmRunner(executor=fake)
+    runner.version()
+    return fake, runner
+
+
+def test_a_formatted_listing_holds_a_bounded_size_per_job():
+    fake, runner = _site_queue()
+    reader = QueueReader(lambda: runner)
+    first = reader.read()  # the first round: the whole JSON (reconcile), kept so its freeing is not counted
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        read = reader.read()  # formatted
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert first.kind == "json" and read.kind == "formatted" and len(read.jobs) == PENDING + RUNNING
+    assert held / len(read.jobs) < BYTES_PER_JOB, f"{held / len(read.jobs):.0f} bytes a job"
+
+
+def test_json_detail_is_kept_for_the_running_gpu_jobs_only():
+    fake, runner = _site_queue()
+    reader = QueueReader(lambda: runner)
+    for _ in range(3):
+        reader.read()
+    assert len(reader._details) == RUNNING
