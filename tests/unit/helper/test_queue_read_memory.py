@@ -57,3 +57,14 @@ def test_json_detail_is_kept_for_the_running_gpu_jobs_only():
     for _ in range(3):
         reader.read()
     assert len(reader._details) == RUNNING
+
+
+def test_freed_memory_is_given_back_after_each_whole_json_listing_only():
+    fake, runner = _site_queue()
+    reader = QueueReader(lambda: runner, reconcile_s=300.0)
+    trims: list[str] = []
+    reader.trim = lambda: trims.append("trim")
+    kinds = [reader.read().kind for _ in range(3)]
+    assert kinds == ["json", "formatted", "formatted"]
+    assert trims == ["trim"]  # the running jobs' detail came with the whole listing
+
