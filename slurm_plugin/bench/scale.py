@@ -39,9 +39,11 @@ class ScalePlan:
     window_s: float = 600.0
     probe_s: float = 2.0  # a user's sbatch, scontrol show job and squeue, this often
     workers: int = 8  # sbatch at a time while the queue fills
+    fill_max_s: float = 0.0  # > 0: no submission started after this long (the queue is what got in)
 
     def check(self) -> None:
-        if self.window_s < 10 or self.probe_s <= 0 or self.nodes < 0 or self.jobs < 0 or self.workers < 1:
+        if (self.window_s < 10 or self.probe_s <= 0 or self.nodes < 0 or self.jobs < 0 or self.workers < 1
+                or self.fill_max_s < 0):
             raise BenchError(f"a window of at least 10 s, a positive probe interval, nodes, jobs and "
                              f"workers not below 0 (1 for workers): got {self}")
 
@@ -143,7 +145,10 @@ def run_scale_bench(plan: ScalePlan, keep: bool = False) -> ScaleResult:
         log.info("%d jobs running on the real nodes; queueing %d through the shim", running, plan.jobs)
         log_path = cluster.spec.log / "slurmctld.log"
         offset = log_path.stat().st_size
-        fill = fill_queue(env, plan.jobs, plan.workers)
+        fill = fill_queue(env, plan.jobs, plan.workers, max_s=plan.fill_max_s)
+        if fill.not_started:
+            log.warning("the fill's %.0f s were up: %d jobs queued, %d not submitted", plan.fill_max_s, fill.jobs,
+                        fill.not_started)
         if fill.failed:
             log.warning("%d submissions failed (first: %s)", fill.failed, fill.first_error)
         from slurm_plugin.bench.submit import shim_parts
@@ -168,6 +173,8 @@ def run_scale_bench(plan: ScalePlan, keep: bool = False) -> ScaleResult:
             suite.switch.restore()
         result = summarise(plan, without, with_suite, fill_ms, fill, running, store_bytes(cluster.spec.database),
                            version, loads)
+        if fill.not_started:
+            result.notes.append(f"the fill stopped after {plan.fill_max_s:.0f} s: {fill.jobs} of {plan.jobs} jobs queued")
         if ready < 2:
             result.notes.append(f"the restarted watcher had made {ready:.0f} rounds when the window began")
         return result

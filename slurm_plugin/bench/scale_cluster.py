@@ -119,6 +119,7 @@ class Fill:
     seconds: float
     failed: int
     first_error: str = ""
+    not_started: int = 0  # left out when the fill's time was up
 
     @property
     def rate_per_s(self) -> float:
@@ -144,28 +145,35 @@ def start_running_jobs(cluster: DevCluster, env: dict[str, str], timeout_s: floa
     return running
 
 
-def fill_queue(env: dict[str, str], jobs: int, workers: int = 4, progress_every: int = 5000) -> Fill:
+def fill_queue(env: dict[str, str], jobs: int, workers: int = 4, progress_every: int = 5000,
+               max_s: float = 0.0) -> Fill:
     """Submit ``jobs`` pending GPU jobs (not held, no begin time) through the shim, ``workers``
-    sbatch at a time."""
+    sbatch at a time; with ``max_s`` > 0, none is started after that many seconds (the queue is
+    then what was submitted by then: `Fill.jobs`, and `Fill.not_started` says how many were left)."""
     failed = 0
+    not_started = 0
     first_error = ""
     started = time.perf_counter()
 
-    def one(i: int) -> str:
+    def one(i: int) -> str | None:
+        if max_s > 0 and time.perf_counter() - started >= max_s:
+            return None
         _took, job, err = sbatch(env, ["--gres=gpu:1", "-J", f"{QUEUED_NAME}-{i % WORKLOADS}", "-t", "60"])
         return "" if job is not None else err or "sbatch failed"
 
     pool = ThreadPoolExecutor(max_workers=workers)
     try:
         for i, err in enumerate(pool.map(one, range(jobs)), start=1):
-            if err:
+            if err is None:
+                not_started += 1
+            elif err:
                 failed += 1
                 first_error = first_error or err
             if i % progress_every == 0:
                 log.info("queued %d of %d jobs (%.0f/s)", i, jobs, i / (time.perf_counter() - started))
     finally:  # interrupted: the submissions not yet started are dropped, not waited for
         pool.shutdown(wait=True, cancel_futures=True)
-    return Fill(jobs - failed, time.perf_counter() - started, failed, first_error)
+    return Fill(jobs - failed - not_started, time.perf_counter() - started, failed, first_error, not_started)
 
 
 def store_bytes(database: Path) -> int:

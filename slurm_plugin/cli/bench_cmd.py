@@ -63,12 +63,14 @@ def submit(jobs: int, block: int, as_json: bool, state_dir: Path) -> None:
               help="Seconds between a user's sbatch / scontrol show job / squeue.")
 @click.option("--workers", default=8, show_default=True, type=click.IntRange(1, 32),
               help="sbatch at a time while the queue fills.")
+@click.option("--fill-max", "fill_max_s", default=0.0, show_default=True, type=click.FloatRange(0),
+              help="Seconds the fill may take (0: no limit); the queue is then what was submitted by then.")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("scale-bench"), show_default=True,
               help="Folder for scale.json, scale.md (the table) and scale.png (the plot, with matplotlib).")
 @click.option("--keep", is_flag=True, help="Keep the cluster's state folder (logs) after the run.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def scale(nodes: int, gpus_per_node: int, jobs: int, window_s: float, probe_s: float, workers: int, out: Path,
-          keep: bool, as_json: bool) -> None:
+def scale(nodes: int, gpus_per_node: int, jobs: int, window_s: float, probe_s: float, workers: int,
+          fill_max_s: float, out: Path, keep: bool, as_json: bool) -> None:
     """What the suite costs slurmctld at a site's size, on a cluster of its own.
 
     NODES x GPUS-PER-NODE defined without slurmd, the dev cluster's three nodes busy, JOBS
@@ -83,7 +85,7 @@ def scale(nodes: int, gpus_per_node: int, jobs: int, window_s: float, probe_s: f
     from slurm_plugin.devcluster.errors import DevClusterError
 
     plan = ScalePlan(nodes=nodes, gpus_per_node=gpus_per_node, jobs=jobs, window_s=window_s, probe_s=probe_s,
-                     workers=workers)
+                     workers=workers, fill_max_s=fill_max_s)
     try:
         result = asdict(run_scale_bench(plan, keep=keep))
     except (BenchError, DevClusterError) as exc:

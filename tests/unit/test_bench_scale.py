@@ -162,3 +162,17 @@ def test_own_cluster_stops_its_partitions_before_cancelling_the_running_jobs():
                          ("scontrol", "update", "PartitionName=gpu"), ("scancel",)]
     assert all(c[-1] == "State=DOWN" for c in cluster.calls if c[0] == "scontrol")
     assert cluster.calls[-1][0] == "squeue"  # then waits for the running ones to end
+
+
+def test_fill_stops_starting_submissions_when_its_time_is_up(monkeypatch):
+    from slurm_plugin.bench import scale_cluster
+
+    clock = iter(range(0, 10_000, 10))  # each look at the clock: 10 s later
+    monkeypatch.setattr(scale_cluster.time, "perf_counter", lambda: float(next(clock)))
+    submitted = []
+    monkeypatch.setattr(scale_cluster, "sbatch", lambda env, args, script=b"": (submitted.append(args) or 0.01, 7, ""))
+    fill = scale_cluster.fill_queue({}, jobs=20, workers=1, max_s=45)
+    assert fill.jobs == len(submitted) and 0 < fill.jobs < 20
+    assert fill.jobs + fill.not_started == 20 and fill.failed == 0
+    unlimited = scale_cluster.fill_queue({}, jobs=5, workers=1)
+    assert unlimited.jobs == 5 and unlimited.not_started == 0
