@@ -28,6 +28,12 @@ tree is handed back to the system (`give_back_freed_memory`): at 50,000 jobs on 
 is about 130 MB and its tree twice that, and glibc keeps most of it resident otherwise (measured:
 348 MiB resident after the parse, 212 MiB after the trim, the 50,000 records still held).
 
+A whole JSON listing that fails (on 22.05 at 24,000 queued jobs, under load, `squeue --json`
+ran past the watcher's 10 s command timeout, so every round failed and none was made) does not
+cost the round: the round reads formatted, said once per failure, and the next whole listing is
+tried a `queue_reconcile_s` later (22.05's listing for details, a `queue_refresh_s` later; the
+jobs wait for their detail meanwhile, as they do between two such listings).
+
 `QueueRead.taken_at` is when the listing was asked for (for an unchanged one: when the state
 read confirmed it), so the view's age holds however the listing was made.
 """
@@ -43,6 +49,7 @@ from dataclasses import dataclass
 
 from slurm_plugin.slurm.formatted import carries_excluded, with_detail
 from slurm_plugin.slurm.model import Job
+from slurm_plugin.slurm.errors import SlurmCommandError
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +127,12 @@ class QueueReader:
             return self._json(runner, also, taken_at, started, query_before)
         now = self.monotonic()
         if now - self._last_json >= self.reconcile_s:
-            return self._json(runner, also, taken_at, started, query_before)
+            try:
+                return self._json(runner, also, taken_at, started, query_before)
+            except SlurmCommandError as exc:
+                self._last_json = now  # tried again a queue_reconcile_s later
+                log.warning("the whole JSON listing failed (%s); this round reads the queue formatted, the "
+                            "next whole listing in %.0f s", exc, self.reconcile_s)
         commands = 0
         version = runner.version()
         states = None
@@ -168,8 +180,15 @@ class QueueReader:
             whole = not runner.version().filters_json
             if not whole or self.monotonic() - self._last_detail_all >= self.refresh_s:
                 wanted = set(need)  # 22.05 lists every job: only those are kept
-                fetched = {j.job_id: j for j in runner.jobs_json(need) if j.job_id in wanted}
                 commands = 1
+                try:
+                    fetched = {j.job_id: j for j in runner.jobs_json(need) if j.job_id in wanted}
+                except SlurmCommandError as exc:
+                    if not whole:
+                        raise
+                    fetched = {}
+                    log.warning("the whole JSON listing for %d jobs' detail failed (%s); they wait for it, "
+                                "tried again in %.0f s", len(need), exc, self.refresh_s)
                 if whole:
                     self._last_detail_all = self.monotonic()
                     self.trim()

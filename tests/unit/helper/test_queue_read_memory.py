@@ -68,3 +68,33 @@ def test_freed_memory_is_given_back_after_each_whole_json_listing_only():
     assert kinds == ["json", "formatted", "formatted"]
     assert trims == ["trim"]  # the running jobs' detail came with the whole listing
 
+
+
+def test_a_whole_json_listing_that_fails_costs_no_round():
+    """22.05 at 24,000 queued jobs under load: `squeue --json` ran past the watcher's timeout,
+    and every round failed. The round reads formatted instead and the whole listing waits."""
+    from slurm_plugin.slurm.errors import SlurmCommandError
+    from slurm_plugin.slurm.runner import CommandResult
+
+    fake, _ = _site_queue()
+    json_fails = [True]
+
+    def executor(args, env, timeout):
+        if "--json" in args and json_fails[0]:
+            raise SlurmCommandError(list(args), -1, "did not finish")
+        return fake(args, env, timeout)
+
+    runner = SlurmRunner(executor=executor)
+    runner.version()
+    now = [0.0]
+    reader = QueueReader(lambda: runner, reconcile_s=300.0, refresh_s=10.0, monotonic=lambda: now[0])
+    first = reader.read()
+    assert first.kind == "formatted" and len(first.jobs) == PENDING + RUNNING
+    assert not reader._details  # the running jobs wait for their detail
+    now[0] = 5.0
+    assert reader.read().kind == "formatted"  # neither listing tried again so soon
+    json_fails[0] = False
+    now[0] = 20.0
+    assert reader.read().kind == "formatted" and len(reader._details) == RUNNING  # detail after refresh_s
+    now[0] = 301.0
+    assert reader.read().kind == "json"  # the reconcile a queue_reconcile_s after the failed one
