@@ -339,9 +339,11 @@ def _cannot_tell(node: str, why: str, as_json: bool) -> None:
 @_backend_options
 @click.option("--node-state-dir", type=click.Path(file_okay=False), default=DEFAULT_NODE_STATE_DIR,
               show_default=True, help="The node agent's state folder (its agent/<node>/mig-desired.json).")
+@click.option("--nvml-library", default=None, envvar="GPUPACK_NVML_LIBRARY", metavar="PATH|simulated:DIR",
+              help="The libnvidia-ml NVML calls, as the node agent's --nvml-library (implies --backend nvml).")
 @json_option
 def assert_(backend: str, state_dir: str | None, node: str | None, sim_gpus: str | None,
-            node_state_dir: str, as_json: bool) -> None:
+            node_state_dir: str, nvml_library: str | None, as_json: bool) -> None:
     """Say whether this node's GPUs match the MIG layout its agent last decided, changing
     nothing: exit 0 when every GPU matches, 1 when one differs (each difference printed), 2
     when it cannot tell (no desired layout recorded, the GPUs cannot be read)."""
@@ -363,8 +365,13 @@ def assert_(backend: str, state_dir: str | None, node: str | None, sim_gpus: str
         _cannot_tell(node, f"cannot read {path}: {exc}", as_json)
         return
     try:
+        if nvml_library:
+            from slurm_plugin.agent.backends import load_nvml_library
+
+            load_nvml_library(nvml_library, node, [], mig_enabled=True)
+            backend = "nvml"
         actual = _actual_layouts(_open_backend(backend, state_dir, node, sim_gpus))
-    except (MigError, OSError) as exc:
+    except (MigError, OSError, ImportError, RuntimeError) as exc:
         _cannot_tell(node, f"cannot read the GPUs: {exc}", as_json)
         return
     diffs = compare(desired, actual)
