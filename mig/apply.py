@@ -40,6 +40,11 @@ class ApplyResult:
     gpu_index: int
     status: str  # "unchanged" | "planned" | "success" | "failed"
     steps: list[ApplyStep] = field(default_factory=list)
+    created: list[MigInstance] = field(default_factory=list)  # the instances the steps made
+
+    def made(self, where: Placement) -> MigInstance | None:
+        """The instance a create step made at ``where`` (None: none was made there)."""
+        return next((i for i in self.created if (i.profile, i.start) == (where.profile, where.start)), None)
 
     @property
     def error(self) -> str | None:
@@ -57,11 +62,13 @@ class ApplyResult:
 
 
 def plan_apply(backend: GpuBackend, gpu_index: int, desired: Sequence[Placement],
-               held: Collection[int] = (), owners: Mapping[Placement, str] | None = None) -> list[ApplyStep]:
+               held: Collection[int] = (), owners: Mapping[Placement, str] | None = None,
+               current: Sequence[MigInstance] | None = None) -> list[ApplyStep]:
     """The destroy/create steps that turn the GPU's instances into ``desired``.
 
     ``held``: GPU instance ids the caller knows in use (busy, as the backend's own busy
-    ones); ``owners``: the owner to create a desired placement with (default: idle)."""
+    ones); ``owners``: the owner to create a desired placement with (default: idle);
+    ``current``: the GPU's instances as the caller has just listed them (default: listed here)."""
     if not backend.mig_mode(gpu_index):
         raise MigDisabledError(
             f"GPU {gpu_index}: MIG mode is off; enable it (`nvidia-smi -i {gpu_index} -mig 1` "
@@ -69,7 +76,7 @@ def plan_apply(backend: GpuBackend, gpu_index: int, desired: Sequence[Placement]
     catalog = backend.catalog(gpu_index)
     PartitionState.from_placements(get_space(catalog), desired)  # refuses an invalid layout
     want = set(desired)
-    current: list[MigInstance] = backend.list_instances(gpu_index)
+    current = backend.list_instances(gpu_index) if current is None else current
     have = {Placement(i.profile, i.start): i for i in current}
     in_the_way = [i for p, i in have.items() if p not in want and (i.busy or i.gi_id in held)]
     if in_the_way:
@@ -89,10 +96,11 @@ def plan_apply(backend: GpuBackend, gpu_index: int, desired: Sequence[Placement]
 
 def apply_layout(backend: GpuBackend, gpu_index: int, desired: Sequence[Placement],
                  dry_run: bool = False, held: Collection[int] = (),
-                 owners: Mapping[Placement, str] | None = None) -> ApplyResult:
+                 owners: Mapping[Placement, str] | None = None,
+                 current: Sequence[MigInstance] | None = None) -> ApplyResult:
     """Plan and (unless ``dry_run``) run the steps; a failure marks the rest skipped.
-    ``held``, ``owners``: as :func:`plan_apply`."""
-    steps = plan_apply(backend, gpu_index, desired, held, owners)
+    ``held``, ``owners``, ``current``: as :func:`plan_apply`."""
+    steps = plan_apply(backend, gpu_index, desired, held, owners, current)
     if not steps:
         return ApplyResult(gpu_index, "unchanged", [])
     if dry_run:
@@ -103,7 +111,9 @@ def apply_layout(backend: GpuBackend, gpu_index: int, desired: Sequence[Placemen
             if step.action == "destroy":
                 backend.destroy_instance(gpu_index, step.gi_id)  # type: ignore[arg-type]
             else:
-                step.gi_id = backend.create_instance(gpu_index, step.profile, step.start, owner=step.owner).gi_id
+                made = backend.create_instance(gpu_index, step.profile, step.start, owner=step.owner)
+                result.created.append(made)
+                step.gi_id = made.gi_id
             step.status = "done"
         except MigError as exc:
             step.status, step.error = "failed", str(exc)

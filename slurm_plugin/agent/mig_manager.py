@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from mig.apply import ApplyResult, apply_layout
-from mig.backend import MigInstance
+from mig.backend import MigInstance, partition_state_of
 from mig.desired import GpuLayout, after_changes
 from mig.errors import MigError
 from mig.fsm import Placement
@@ -72,29 +72,30 @@ class MigManager:
 
     # -- the one way to change a GPU's layout -------------------------------------------------
     def reach(self, gpu_index: int, placements: Sequence[Placement], why: str,
-              owners: Mapping[Placement, str] | None = None, releasing: int | None = None) -> ApplyResult:
+              owners: Mapping[Placement, str] | None = None, releasing: int | None = None,
+              insts: list[MigInstance] | None = None) -> ApplyResult:
         """Make ``placements`` the GPU's desired layout and apply it (:func:`mig.apply.apply_layout`).
 
         Every instance that is not idle is held (``releasing``: the GI id of the instance of a
         job that just ended, which is not). A layout that would destroy a held instance, or that
         is not valid, raises MigError and changes nothing (the desired layout stays as it was);
-        a step the GPU refuses leaves the new desired layout recorded with its error."""
-        held = self._not_idle(gpu_index) - {releasing}
-        result = apply_layout(self.backend, gpu_index, placements, held=held, owners=owners)
+        a step the GPU refuses leaves the new desired layout recorded with its error. ``insts``:
+        the GPU's instances as just listed (default: listed here)."""
+        insts = self.backend.list_instances(gpu_index) if insts is None else insts
+        held = self._not_idle(gpu_index, insts) - {releasing}
+        result = apply_layout(self.backend, gpu_index, placements, held=held, owners=owners, current=insts)
         self.reconfigurations += result.done
         self.desired.set(GpuLayout(gpu_index, True, tuple(placements), why, result.error))
         if result.status == "failed":
             log.error("GPU %d: the layout for %s was not reached: %s", gpu_index, why, result.error)
         return result
 
-    def _placements(self, gpu_index: int) -> tuple[Placement, ...]:
-        return tuple(_at(i) for i in self.backend.list_instances(gpu_index))
-
-    def _instance_at(self, gpu_index: int, where: Placement) -> MigInstance:
-        for inst in self.backend.list_instances(gpu_index):
-            if _at(inst) == where:
-                return inst
-        raise AgentError(f"GPU {gpu_index}: {where} was made but the GPU does not list it")
+    @staticmethod
+    def _made(result: ApplyResult, gpu_index: int, where: Placement) -> MigInstance:
+        made = result.made(where)
+        if made is None:
+            raise AgentError(f"GPU {gpu_index}: the layout was reached but {where} was not made")
+        return made
 
     def assignments(self) -> list[Assignment]:
         """Every job this agent isolates now (on any GPU)."""
@@ -112,10 +113,10 @@ class MigManager:
                 self.backend.set_mig_mode(a.gpu_index, True)
             except MigError as exc:
                 raise AgentError(f"GPU {a.gpu_index} is not in MIG mode and cannot switch: {exc}") from exc
-            self.desired.set(GpuLayout(a.gpu_index, True, self._placements(a.gpu_index),
-                                       f"MIG on for job {a.job_id}"))
-        idle = {_at(i): i for i in self.idle(a.gpu_index)}
-        plan = self.rules.mig_slice(self.backend.partition_state(a.gpu_index), profile.name, tuple(idle))
+            self.desired.set(GpuLayout(a.gpu_index, True, (), f"MIG on for job {a.job_id}"))
+        insts = self.backend.list_instances(a.gpu_index)
+        idle = {_at(i): i for i in self.idle(a.gpu_index, insts)}
+        plan = self.rules.mig_slice(partition_state_of(cat, insts), profile.name, tuple(idle))
         if plan.reuse:  # a slice the layout prepared for this size: no reconfiguration
             inst = idle[Placement(plan.profile, plan.start)]
             if hasattr(self.backend, "set_owner"):
@@ -123,29 +124,29 @@ class MigManager:
             a.notes.append(f"took the idle {inst.profile}@{inst.start} the layout had ready")
             return inst
         if not plan.feasible:
-            raise AgentError(f"no room for {profile.name} on GPU {a.gpu_index} (instances: {self._held_text(a.gpu_index)})")
+            held = ", ".join(f"{i.profile}@{i.start}(job {i.owner})" for i in insts) or "none"
+            raise AgentError(f"no room for {profile.name} on GPU {a.gpu_index} (instances: {held})")
         mine = Placement(profile.name, plan.start)
-        want = after_changes(self._placements(a.gpu_index), plan.destroy, [mine])
+        want = after_changes(map(_at, insts), plan.destroy, [mine])
         try:
-            result = self.reach(a.gpu_index, want, f"job {a.job_id}'s {mine}", owners={mine: a.owner})
+            result = self.reach(a.gpu_index, want, f"job {a.job_id}'s {mine}", owners={mine: a.owner}, insts=insts)
         except MigError as exc:
             raise AgentError(f"no room for {profile.name} on GPU {a.gpu_index}: {exc}") from exc
         if result.status == "failed":
             raise AgentError(f"GPU {a.gpu_index}: job {a.job_id}'s {mine} was not made: {result.error}")
-        return self._instance_at(a.gpu_index, mine)
+        return self._made(result, a.gpu_index, mine)
 
     def whole_slice(self, a: Assignment, full_profile: str) -> MigInstance:
         """The full-size instance of a MIG-mode GPU for a whole-GPU job; idle slices a layout
         prepared go (MigError when a job holds one, and then nothing changes)."""
         mine = Placement(full_profile, 0)
-        held = [_at(i) for i in self.backend.list_instances(a.gpu_index) if i.gi_id in self._not_idle(a.gpu_index)]
-        result = self.reach(a.gpu_index, (*held, mine), f"job {a.job_id}'s whole GPU", owners={mine: a.owner})
+        insts = self.backend.list_instances(a.gpu_index)
+        held = self._not_idle(a.gpu_index, insts)
+        result = self.reach(a.gpu_index, (*(_at(i) for i in insts if i.gi_id in held), mine),
+                            f"job {a.job_id}'s whole GPU", owners={mine: a.owner}, insts=insts)
         if result.status == "failed":
             raise MigError(result.error or f"{mine} was not made")
-        return self._instance_at(a.gpu_index, mine)
-
-    def _held_text(self, gpu_index: int) -> str:
-        return ", ".join(f"{i.profile}@{i.start}(job {i.owner})" for i in self.backend.list_instances(gpu_index)) or "none"
+        return self._made(result, a.gpu_index, mine)
 
     def leave_mig_mode(self, gpu_index: int) -> None:
         """Switch a GPU out of MIG mode for an MPS share (idle slices go; held ones refuse)."""
@@ -174,9 +175,10 @@ class MigManager:
             if hasattr(self.backend, "set_owner"):
                 self.backend.set_owner(a.gpu_index, a.gi_id, None)
             if not keep:
-                mine = [_at(i) for i in self.backend.list_instances(a.gpu_index) if i.gi_id == a.gi_id]
-                self.reach(a.gpu_index, after_changes(self._placements(a.gpu_index), mine),
-                           f"job {a.job_id} ended", releasing=a.gi_id)
+                insts = self.backend.list_instances(a.gpu_index)
+                mine = [_at(i) for i in insts if i.gi_id == a.gi_id]
+                self.reach(a.gpu_index, after_changes(map(_at, insts), mine), f"job {a.job_id} ended",
+                           releasing=a.gi_id, insts=insts)
         except MigError as exc:
             log.error("job %d: could not free its %s on GPU %d: %s", a.job_id, a.profile, a.gpu_index, exc)
         return keep
@@ -186,8 +188,9 @@ class MigManager:
         MigError when the GPU refuses."""
         if hasattr(self.backend, "set_owner"):
             self.backend.set_owner(gpu_index, inst.gi_id, None)
-        result = self.reach(gpu_index, after_changes(self._placements(gpu_index), [_at(inst)]), why,
-                            releasing=inst.gi_id)
+        insts = self.backend.list_instances(gpu_index)
+        result = self.reach(gpu_index, after_changes(map(_at, insts), [_at(inst)]), why,
+                            releasing=inst.gi_id, insts=insts)
         if result.status == "failed":
             raise MigError(result.error or f"{_at(inst)} was not destroyed")
 
@@ -196,26 +199,27 @@ class MigManager:
         mine = [a for a in self._assignments() if a.gpu_index == gpu_index and a.gi_id is not None]
         return {a.gi_id for a in mine}, {a.device_uuid for a in mine if a.device_uuid}
 
-    def idle(self, gpu_index: int) -> list[MigInstance]:
+    def idle(self, gpu_index: int, insts: list[MigInstance] | None = None) -> list[MigInstance]:
         """Instances no job holds: not owned, no process on them, in no assignment of ours,
-        and not one we are unsure of."""
+        and not one we are unsure of. ``insts``: the GPU's instances as just listed."""
         gi_ids, uuids = self._held(gpu_index)
-        return [i for i in self.backend.list_instances(gpu_index)
+        return [i for i in (self.backend.list_instances(gpu_index) if insts is None else insts)
                 if not i.busy and not i.owner and i.gi_id not in gi_ids and i.uuid not in uuids
                 and i.uuid not in self.unsure]
 
-    def _not_idle(self, gpu_index: int) -> set[int]:
-        """GI ids of the instances a job holds or may hold (every one that is not idle)."""
-        idle = {i.gi_id for i in self.idle(gpu_index)}
-        return {i.gi_id for i in self.backend.list_instances(gpu_index) if i.gi_id not in idle}
+    def _not_idle(self, gpu_index: int, insts: list[MigInstance]) -> set[int]:
+        """GI ids of the instances a job holds or may hold (every one of ``insts`` not idle)."""
+        idle = {i.gi_id for i in self.idle(gpu_index, insts)}
+        return {i.gi_id for i in insts if i.gi_id not in idle}
 
     def destroy_idle(self, gpu_index: int) -> None:
         """Remove every instance no job holds (left by a crash or a layout) to make room."""
-        idle = [_at(i) for i in self.idle(gpu_index)]
+        insts = self.backend.list_instances(gpu_index)
+        idle = [_at(i) for i in self.idle(gpu_index, insts)]
         if not idle:
             return
         try:
-            self.reach(gpu_index, after_changes(self._placements(gpu_index), idle), "to make room")
+            self.reach(gpu_index, after_changes(map(_at, insts), idle), "to make room", insts=insts)
         except MigError as exc:
             log.warning("GPU %d: could not destroy the idle slices: %s", gpu_index, exc)
 
@@ -240,23 +244,24 @@ class MigManager:
         cat = self.backend.catalog(gpu_index)
         profiles = [p.name for p in (self.rules.mig_profile(cat, s, self.shares_per_gpu) for s in pending_shards)
                     if p is not None]
-        idle = {_at(i) for i in self.idle(gpu_index)}
-        state = self.backend.partition_state(gpu_index)
+        insts = self.backend.list_instances(gpu_index)
+        idle = {_at(i) for i in self.idle(gpu_index, insts)}
+        state = partition_state_of(cat, insts)
         busy = [p for p in state.placements if p not in idle]
         step = layout_step(state, busy, profiles, policy)
         if not step.changes:
             return []
         try:
-            result = self.reach(gpu_index, after_changes(state.placements, step.destroy, step.create), step.reason)
+            result = self.reach(gpu_index, after_changes(state.placements, step.destroy, step.create), step.reason,
+                                insts=insts)
         except MigError as exc:
             log.warning("GPU %d: the layout for the queue (%s) was refused: %s", gpu_index, step.reason, exc)
             return []
         made = [s for s in result.steps if s.status == "done"]
         if self.journal is not None:
-            uuids = {i.gi_id: i.uuid for i in self.backend.list_instances(gpu_index)}
-            for s in made:
-                if s.action == "create" and uuids.get(s.gi_id):
-                    self.journal.idle(uuids[s.gi_id])
+            for inst in result.created:
+                if inst.uuid:
+                    self.journal.idle(inst.uuid)
         changes = [{"gpu": gpu_index, "op": s.action, "profile": s.profile, "start": s.start} for s in made]
         if changes:
             log.info("GPU %d layout (%s): %s", gpu_index, step.reason,
