@@ -29,8 +29,10 @@ def node(tmp_path):
     return make, backend, tmp_path
 
 
-def assert_cli(tmp_path, *extra):
-    res = CliRunner().invoke(mig, ["assert", "--backend", "sim", "--state-dir", str(tmp_path / "sim"), "--node",
+def assert_cli(tmp_path, *extra, sim=None):
+    """`gpupack mig assert` of the agent whose state folder is ``tmp_path`` (GPUs in ``sim``,
+    default ``tmp_path/sim``)."""
+    res = CliRunner().invoke(mig, ["assert", "--backend", "sim", "--state-dir", str(sim or tmp_path / "sim"), "--node",
                                    "node1", "--node-state-dir", str(tmp_path), *extra], catch_exceptions=False)
     return res.exit_code, res.output
 
@@ -143,3 +145,17 @@ def test_assert_cannot_tell_without_a_readable_record_or_gpus(node, tmp_path):
     res = CliRunner().invoke(mig, ["assert", "--backend", "sim", "--state-dir", str(tmp / "elsewhere"), "--node",
                                    "node1", "--node-state-dir", str(tmp)])
     assert res.exit_code == 2 and "cannot read the GPUs" in res.output
+
+
+def test_an_mps_share_records_mig_off_and_a_mig_job_records_it_on_again(node):
+    make, backend, tmp = node
+    NodeAgent("node1", tmp / "mps", backend, isolation_mode="mps").isolate(
+        31, BATCH_STEP, 0, {**SHARD, "SLURM_SHARDS_ON_NODE": "2"})
+    assert not backend.mig_mode(0)
+    mps_record = read_desired(tmp / "mps" / "agent" / "node1" / "mig-desired.json").gpus[0]
+    assert (mps_record.mig_enabled, mps_record.placements) == (False, ())
+    code, out = assert_cli(tmp / "mps", sim=tmp / "sim")
+    assert code == 0 and "GPU 0: matches (MIG off)" in out
+    backend.set_mig_mode(0, True)  # by hand: the MPS agent wanted it off
+    code, out = assert_cli(tmp / "mps", sim=tmp / "sim")
+    assert code == 1 and "GPU 0: differs: MIG off wanted, on now" in out
