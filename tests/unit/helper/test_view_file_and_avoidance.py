@@ -10,7 +10,7 @@ from packer.fingerprint import fingerprint
 from packer.placement import Running, submit_exclusion
 from store.db import RunRecord, Store
 from slurm_plugin.helper.cluster_view import NodeGpus, Snapshot
-from slurm_plugin.helper.monitor import submit_time_exclusion
+from slurm_plugin.helper.watches.tracks import submit_time_exclusion
 from slurm_plugin.helper.monitor_settings import MonitorSettings
 from slurm_plugin.helper.submit_service import SubmitService
 from fixed_view import FixedView
