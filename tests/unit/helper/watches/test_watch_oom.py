@@ -1,8 +1,7 @@
 """The out-of-memory watch on its own: an end a node agent holds for a packed job is decided once
 (requeued on a size that holds it, remembered for its workload) and the agent is answered each
 round it still lists the end; an end the watch cannot read is passed over, the others still
-decided; shadow mode records
-what it would do and leaves the job as it is."""
+decided; shadow mode records what it would do and leaves the job as it is."""
 from __future__ import annotations
 
 from packer.oom_restart import KIND
