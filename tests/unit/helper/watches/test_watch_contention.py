@@ -7,7 +7,7 @@ from __future__ import annotations
 from slurm_plugin.helper.watches.contention import KIND, ContentionWatch
 from slurm_plugin.slurm.fake import FAKE_EPOCH
 from tests.unit.helper.rounds_support import make, running
-from tests.unit.helper.watches.watch_support import context, events, tracked
+from tests.unit.helper.watches.watch_support import context, events, round_of, tracked
 
 E = float(FAKE_EPOCH)
 
@@ -29,8 +29,7 @@ def pack(tmp_path, senior_after: float, **settings):
 
 def test_a_newcomer_that_slows_its_senior_past_the_threshold_is_requeued_and_the_pair_kept_apart(tmp_path):
     fake, helper, monitor = pack(tmp_path, senior_after=15.0)
-    ctx = context(monitor, E + 16)
-    ContentionWatch().round(ctx)
+    ctx = round_of(ContentionWatch(), monitor, E + 16)
     assert ctx.acted == {2}
     assert fake.jobs[2].state == "PENDING" and "node1" in fake.jobs[2].excluded_nodes
     assert fake.jobs[1].state == "RUNNING"  # the senior is never touched

@@ -6,7 +6,7 @@ from __future__ import annotations
 from slurm_plugin.helper.watches.memory import KIND, MemoryWatch
 from slurm_plugin.slurm.fake import FAKE_EPOCH
 from tests.unit.helper.rounds_support import GIB, make, running
-from tests.unit.helper.watches.watch_support import context, events, tracked
+from tests.unit.helper.watches.watch_support import context, events, round_of, tracked
 
 E = float(FAKE_EPOCH)
 
@@ -24,8 +24,7 @@ def growing(tmp_path, per_s: float, mode="enforce", seconds=24):
 
 def test_a_job_certain_to_outgrow_its_share_is_restarted_larger_and_its_size_remembered(tmp_path):
     fake, helper, monitor = growing(tmp_path, per_s=0.3)
-    ctx = context(monitor, E + 24)
-    MemoryWatch().round(ctx)
+    ctx = round_of(MemoryWatch(), monitor, E + 24)
     job = fake.jobs[7]
     assert ctx.acted == {7} and job.state == "PENDING"
     shards = int(job.tres_per_node.rsplit(":", 1)[1])
@@ -36,8 +35,7 @@ def test_a_job_certain_to_outgrow_its_share_is_restarted_larger_and_its_size_rem
 
 def test_a_job_well_inside_its_share_keeps_running(tmp_path):
     fake, helper, monitor = growing(tmp_path, per_s=0.0)
-    ctx = context(monitor, E + 24)
-    MemoryWatch().round(ctx)
+    ctx = round_of(MemoryWatch(), monitor, E + 24)
     assert ctx.acted == set() and fake.jobs[7].state == "RUNNING" and events(helper, KIND) == []
 
 

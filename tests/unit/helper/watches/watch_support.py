@@ -44,3 +44,10 @@ class RecordingLink:
             raise AgentUnavailable("connection refused")
         self.calls.append((node, op, request or {}))
         return self.answer
+
+
+def round_of(watch, monitor, now: float = float(FAKE_EPOCH)) -> RoundContext:
+    """``watch``'s round at ``now`` on its own; the context it ran on (what it `acted` on)."""
+    ctx = context(monitor, now)
+    watch.round(ctx)
+    return ctx
