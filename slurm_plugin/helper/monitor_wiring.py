@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from slurm_plugin.agent.client import helper_link, node_facts
 from slurm_plugin.config.bounds import RetentionSettings
@@ -36,9 +36,6 @@ from slurm_plugin.helper.watches.run_curves import keep_curve
 from slurm_plugin.helper.watches.steering import SteerWatch
 from slurm_plugin.helper.watches.track_watch import TrackWatch
 from slurm_plugin.helper.watches.unisolated import UnisolatedWatch
-
-if TYPE_CHECKING:
-    from slurm_plugin.helper.monitor import Monitor
 
 
 def default_runner(paths: Any) -> Any:
@@ -82,9 +79,9 @@ def retention_settings(settings_file: Any) -> RetentionSettings:
     return settings_file().retention if settings_file is not None else RetentionSettings()
 
 
-def build_watches(monitor: "Monitor", retention: RetentionSettings) -> list[Watch]:
-    """The watches of a round, in its order. The ones others reach by name are kept on
-    `monitor` too (`quirk_guard_watch`, `mps_watch`, `metrics_watch`, `unisolated_watch`,
+def build_watches(monitor: Any, retention: RetentionSettings) -> list[Watch]:
+    """The watches of a round, in its order. `monitor`: the `Monitor` being built (not imported
+    here: the monitor imports this module). The ones others reach by name are kept on it too (`quirk_guard_watch`, `mps_watch`, `metrics_watch`, `unisolated_watch`,
     `retention_watch`); the retention watch forgets, in every watch's own per-job maps
     (`monitor.job_maps`), the jobs Slurm no longer lists."""
     monitor.quirk_guard_watch = QuirkGuardWatch()
