@@ -49,8 +49,10 @@ def keys_of(levels: LevelStore, runner, job: Job, fingerprint: str) -> WorkloadK
     return WorkloadKeys(fingerprint, keys.variant, keys.command)  # the exact key is the one it travels with
 
 
-def note_run(store: Store, runner, job: Job | None, fingerprint: str, user: str, measured: bool, new: bool) -> None:
-    """Keep the recorded run's levels' keys; count a right guess of the level that sized it."""
+def note_run(store: Store, runner, job: Job | None, fingerprint: str, user: str, measured: bool, new: bool,
+             level: str | None = None) -> None:
+    """Keep the recorded run's levels' keys; count a right guess of the level that sized it
+    (``level``: the one its identity carries, `store.identities`; None: read from ``job``)."""
     if job is None:
         return
     levels = LevelStore(store)
@@ -58,7 +60,7 @@ def note_run(store: Store, runner, job: Job | None, fingerprint: str, user: str,
     if keys is None:
         return
     levels.remember_keys(keys, user)
-    level = deciding_level(job)
+    level = (level if level in LOOSER else None) if level is not None else deciding_level(job)
     key = keys.key(level) if level is not None else None
     if key is not None and measured and new:
         levels.count_guess(level, key, user, wrong=False)
