@@ -19,6 +19,7 @@ the watcher never saw (it ran and ended while the helper was down) is identified
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from dataclasses import dataclass
 
@@ -28,7 +29,7 @@ from packer.need import need_bytes
 from packer.run_truth import RunEnd, judge
 from store.db import RunRecord, Store, UnmeasuredRun
 from store.identities import JobIdentities, JobIdentity
-from slurm_plugin.helper.level_guesses import note_run
+from slurm_plugin.helper.level_guesses import note_keys, note_run
 from slurm_plugin.slurm.errors import JobNotFoundError
 from slurm_plugin.slurm.model import FINISHED_JOB_STATES, Job
 from slurm_plugin.slurm.runner import SlurmRunner
@@ -100,6 +101,10 @@ def note_identity(store: Store, runner: SlurmRunner, job: Job) -> JobIdentity:
         return known
     identity = job_identity(runner, job.job_id, job)
     identities.note(identity)
+    try:  # its looser levels' keys too, from its script read now: the end reads them in the store
+        note_keys(store, runner, job, identity.fingerprint, identity.user)
+    except sqlite3.Error as exc:  # a refinement: the end works them out if they are missing
+        log.info("job %d: its levels' keys were not kept now: %s", job.job_id, exc)
     return identity
 
 

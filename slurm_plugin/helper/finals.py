@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 SWEEP_S = 30.0  # the watcher's sweep of every node's unacknowledged summaries
 KEEP_S = 86400.0  # the local source looks at summaries written in the last day
 EPILOG_WAIT_S = 15.0  # the collector looks this long for a summary the epilog announced
+SPOOL_MAX_BYTES = 1 << 20  # the ended-jobs file: ~50,000 jobs between two takes (one a second)
 
 
 class FinalsSource(Protocol):
@@ -184,32 +185,49 @@ class EndedSpool:
     """The jobs the controller's epilog named, handed from the submit side to the watcher: one
     line each (`<job> <hostlist>`) appended to a file beside the helper's socket (a write of a
     few bytes on the submit path, no Slurm call, no SQLite), taken by the watcher's collector.
-    Lost lines (a crash) are found by the sweep."""
+    The file holds at most `max_bytes`: past it a job is refused (`SpoolFull`, logged by the
+    caller) and its run waits on its agent for the sweep, as does a line lost in a crash. A
+    job named twice before a take is taken once."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, max_bytes: int = SPOOL_MAX_BYTES):
         self.path = Path(path)
+        self.max_bytes = max_bytes
 
     def append(self, job_id: int, nodes: str) -> None:
+        line = f"{int(job_id)} {nodes}\n".encode()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            os.write(fd, f"{int(job_id)} {nodes}\n".encode())
+            if os.fstat(fd).st_size + len(line) > self.max_bytes:
+                raise SpoolFull(f"{self.path} holds {self.max_bytes} bytes already (is the watcher taking them?)")
+            os.write(fd, line)
         finally:
             os.close(fd)
 
     def take(self) -> list[tuple[int, tuple[str, ...]]]:
-        """The jobs appended since the last call (the file is renamed away, then read)."""
+        """The jobs appended since the last call, each once (the file is renamed away, then read;
+        a line that is not `<job> <hostlist>` is skipped and counted in the log)."""
         taking = self.path.with_name(self.path.name + ".taking")
         try:
             os.replace(self.path, taking)
         except FileNotFoundError:
             return []
-        out = []
+        out: dict[int, tuple[str, ...]] = {}
+        skipped = 0
         for line in taking.read_text(errors="replace").splitlines():
             job, _, hostlist = line.partition(" ")
-            if job.isdigit() and expand_hostlist(hostlist):
-                out.append((int(job), expand_hostlist(hostlist)))
+            nodes = expand_hostlist(hostlist) if job.isdigit() else ()
+            if not nodes:
+                skipped += 1
+                continue
+            out[int(job)] = nodes
         taking.unlink(missing_ok=True)
-        return out
+        if skipped:
+            log.warning("%d line(s) of %s were not a job and its nodes: skipped", skipped, self.path)
+        return list(out.items())
+
+
+class SpoolFull(OSError):
+    """The ended-jobs file is at its bound: the job's run waits on its agent for the sweep."""
 
 
 def spool_path(socket: Path) -> Path:

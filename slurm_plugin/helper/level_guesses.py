@@ -49,6 +49,17 @@ def keys_of(levels: LevelStore, runner, job: Job, fingerprint: str) -> WorkloadK
     return WorkloadKeys(fingerprint, keys.variant, keys.command)  # the exact key is the one it travels with
 
 
+def note_keys(store: Store, runner, job: Job, fingerprint: str, user: str) -> None:
+    """Keep the looser levels' keys of ``fingerprint`` (its batch script read from Slurm only
+    when the store has none for it yet)."""
+    levels = LevelStore(store)
+    if levels.keys_of(fingerprint) is not None:
+        return
+    keys = keys_of(levels, runner, job, fingerprint)
+    if keys is not None:
+        levels.remember_keys(keys, user)
+
+
 def note_run(store: Store, runner, job: Job | None, fingerprint: str, user: str, measured: bool, new: bool,
              level: str | None = None) -> None:
     """Keep the recorded run's levels' keys; count a right guess of the level that sized it
