@@ -1,4 +1,4 @@
-"""The agents' final summaries, brought to the controller's history.
+"""The agents' final summaries, brought to the controller's history by its one writer.
 
 A node agent keeps each finished job's summary until the helper acknowledges it
 (`FinalsSource`). Two controller-side paths collect them, both through `HistoryRecorder`,
@@ -14,7 +14,8 @@ so a run seen by several is still one row and one event:
 
 The same sweep mirrors each node's slice journal into the store (`journal_mirror`).
 
-The monitor records each run it tracked from its own samples; the summaries merge into it.
+The monitor hands each run it tracked, from its own samples, to the same thread
+(`history_recorder.RunInbox`); the summaries merge into its row.
 
 A summary is acknowledged once its run is settled (recorded, merged, or with no memory to
 record); a run whose job Slurm still shows finishing is left for a later pass, and one whose
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Protocol
 
 from store.db import Store
-from slurm_plugin.history_recorder import NOT_FINISHED, UNATTRIBUTED, HistoryRecorder, RunFigures
+from slurm_plugin.history_recorder import NOT_FINISHED, UNATTRIBUTED, HistoryRecorder, RunFigures, RunInbox
 from slurm_plugin.slurm.errors import SlurmError
 from slurm_plugin.slurm.gres import expand_hostlist
 
@@ -235,14 +236,18 @@ def spool_path(socket: Path) -> Path:
 
 
 class FinalsCollector:
-    """A thread of the watcher process that records the agents' summaries, off every
-    latency-sensitive path: every `tick_s`, the jobs the controller's epilog named (`spool`),
-    whose summaries it waits for up to `wait_s`; every `sweep_s`, every GPU node's."""
+    """The one writer of the history: a thread of the watcher process, off every
+    latency-sensitive path. Every `tick_s` it writes the runs the monitor saw end
+    (`monitored`) and the agents' summaries of the jobs the controller's epilog named
+    (`spool`), waiting up to `wait_s` for them; every `sweep_s`, every GPU node's."""
 
     def __init__(self, make_sweep: Callable[[], FinalsSweep], spool: EndedSpool | None = None,
                  wait_s: float = EPILOG_WAIT_S, sweep_s: float = SWEEP_S, tick_s: float = 1.0,
-                 journals: Callable[[FinalsSweep], Callable[[list[str]], object]] | None = None):
+                 journals: Callable[[FinalsSweep], Callable[[list[str]], object]] | None = None,
+                 monitored: Callable[[], RunInbox] | None = None):
         self._make_sweep = make_sweep  # built in the thread: its own store connection
+        # the runs the monitor saw end (`history_recorder.RunInbox`): written here, every tick
+        self._monitored = monitored
         # each sweep also mirrors the nodes' slice journals (`journal_mirror.JournalMirror`),
         # made in the thread from the sweep (its store connection)
         self._journals = journals
@@ -268,6 +273,8 @@ class FinalsCollector:
         pending: dict[int, tuple[tuple[str, ...], float]] = {}  # job -> (its nodes, until when)
         next_sweep = time.monotonic()
         while True:
+            if self._monitored is not None:
+                self._guarded(lambda: self._monitored().write(sweep.recorder), "writing the monitor's runs")
             if self.spool is not None:
                 for job_id, nodes in self._guarded(self.spool.take, "reading the ended jobs") or []:
                     pending[job_id] = (nodes, time.monotonic() + self.wait_s)

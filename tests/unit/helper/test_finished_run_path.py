@@ -171,3 +171,51 @@ def test_the_ended_jobs_spool_is_bounded_and_skips_what_is_not_a_job(tmp_path, c
     assert "2 line(s)" in caplog.text
     spool.append(7, "node1")  # taken: room again
     assert spool.take() == [(7, ("node1",))]
+
+
+
+def test_a_round_writes_no_history_the_finals_thread_writes_what_it_saw(tmp_path):
+    """The monitor hands the run it saw end to the one writer; a round alone writes nothing,
+    and the watcher's finals thread writes it as one row (source `monitor`)."""
+    import time
+
+    from slurm_plugin.helper.finals import FinalsCollector
+    from slurm_plugin.helper.monitor import Monitor
+    from slurm_plugin.helper.monitor_settings import MonitorSettings
+    from tests.unit.helper.rounds_support import FakeHelper, Samples
+    from slurm_plugin.slurm.fake import FakeSlurm
+
+    fake, helper, samples = FakeSlurm("22.05.8"), FakeHelper(tmp_path, "enforce"), Samples()
+    monitor = Monitor(helper, runner=SlurmRunner(executor=fake), samples=samples,
+                      settings=MonitorSettings(skip_requeue_delay=False), clock=lambda: samples.clock)
+    running(fake, 9, fp="hist")
+    for t in range(3):
+        samples.put(9, START + t, mem=(1 + t) * GIB, started_at=START)
+        monitor.tick()
+    fake.jobs[9].state, fake.jobs[9].end_time = "COMPLETED", int(START) + 3
+    samples.clock = START + 4
+    monitor.tick()
+    assert helper.store.runs() == []  # the round wrote nothing
+    sweep = FinalsSweep(LocalFinals(tmp_path), HistoryRecorder(helper.store, SlurmRunner(executor=fake), "sweep"))
+    collector = FinalsCollector(lambda: sweep, sweep_s=3600, tick_s=0.05,
+                                monitored=lambda: monitor.actions.finished_runs)
+    collector.start()
+    try:
+        deadline = time.time() + 10
+        while time.time() < deadline and not helper.store.runs():
+            time.sleep(0.05)
+    finally:
+        collector.stop()
+    (run,) = helper.store.runs("hist")
+    assert run.source == "monitor" and run.peak_mem_bytes == 3 * GIB
+    assert monitor.actions.finished_runs.take() == []
+
+
+def test_the_monitors_inbox_is_bounded_and_counts_what_it_drops():
+    from packer.run_truth import RunEnd
+    from slurm_plugin.history_recorder import RunInbox, SeenRun
+
+    inbox = RunInbox(max_runs=2)
+    for job_id in (1, 2, 3):
+        inbox.put(SeenRun(RunFigures(job_id, "node1", START, GIB), None, ("fp", "u", "n"), RunEnd("COMPLETED")))
+    assert [s.figures.job_id for s in inbox.take()] == [2, 3] and inbox.dropped == 1
