@@ -6,6 +6,10 @@
 # package with its test extras. Safe to run again; skips what is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# One install at a time on a machine: two `make test` started together would otherwise run
+# apt-get and pip over each other (pip removes and rewrites the same entry-point scripts).
+exec 9>"${GPUPACK_DEPS_LOCK:-/tmp/gpupack-install-deps.lock}"
+flock 9
 
 PKGS=(slurmctld slurmd slurm-client munge libmunge2 libslurm-dev lua-socket liblua5.1-0 lua5.1 gcc make libc6-dev chromium chromium-driver)
 missing=()
