@@ -102,7 +102,8 @@ def note_identity(store: Store, runner: SlurmRunner, job: Job) -> JobIdentity:
     if known is not None:
         return known
     identity = job_identity(runner, job.job_id, job)
-    identities.note(identity)
+    if not identities.note(identity):  # another thread noted it first: its identity stands
+        return identities.of(job.job_id) or identity
     try:  # its looser levels' keys too, from its script read now: the end reads them in the store
         note_keys(store, runner, job, identity.fingerprint, identity.user)
     except sqlite3.Error as exc:  # a refinement: the end works them out if they are missing
