@@ -15,7 +15,7 @@ so a run seen by several is still one row and one event:
 The same sweep mirrors each node's slice journal into the store (`journal_mirror`).
 
 The monitor hands each run it tracked, from its own samples, to the same thread
-(`history_recorder.RunInbox`); the summaries merge into its row.
+(`helper.run_inbox.RunInbox`); the summaries merge into its row.
 
 A summary is acknowledged once its run is settled (recorded, merged, or with no memory to
 record); a run whose job Slurm still shows finishing is left for a later pass, and one whose
@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Protocol
 
 from store.db import Store
-from slurm_plugin.history_recorder import NOT_FINISHED, UNATTRIBUTED, HistoryRecorder, RunFigures, RunInbox
+from slurm_plugin.helper.run_inbox import RunInbox
+from slurm_plugin.history_recorder import NOT_FINISHED, UNATTRIBUTED, HistoryRecorder, RunFigures
 from slurm_plugin.slurm.errors import SlurmError
 from slurm_plugin.slurm.gres import expand_hostlist
 
@@ -246,7 +247,7 @@ class FinalsCollector:
                  journals: Callable[[FinalsSweep], Callable[[list[str]], object]] | None = None,
                  monitored: Callable[[], RunInbox] | None = None):
         self._make_sweep = make_sweep  # built in the thread: its own store connection
-        # the runs the monitor saw end (`history_recorder.RunInbox`): written here, every tick
+        # the runs the monitor saw end (`helper.run_inbox.RunInbox`): written here, every tick
         self._monitored = monitored
         # each sweep also mirrors the nodes' slice journals (`journal_mirror.JournalMirror`),
         # made in the thread from the sweep (its store connection)

@@ -32,7 +32,7 @@ from store.db import Store
 from slurm_plugin.helper.kill_switch import ACTIONS_WHILE_HALTED
 from slurm_plugin.helper.watches.head_lift import lift, lift_of
 from slurm_plugin.helper.watches.state import WatchState
-from slurm_plugin.history_recorder import RunInbox
+from slurm_plugin.helper.run_inbox import RunInbox
 from slurm_plugin.slurm.constraints import cluster_facts, job_facts
 from slurm_plugin.slurm.errors import SlurmError
 from slurm_plugin.slurm.gres import expand_hostlist

@@ -213,7 +213,7 @@ def test_a_round_writes_no_history_the_finals_thread_writes_what_it_saw(tmp_path
 
 def test_the_monitors_inbox_is_bounded_and_counts_what_it_drops():
     from packer.run_truth import RunEnd
-    from slurm_plugin.history_recorder import RunInbox, SeenRun
+    from slurm_plugin.helper.run_inbox import RunInbox, SeenRun
 
     inbox = RunInbox(max_runs=2)
     for job_id in (1, 2, 3):
