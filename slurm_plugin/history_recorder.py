@@ -8,7 +8,7 @@ through `record_job`): the run is judged here (`packer.run_truth`) against what 
 the job (only a completed latest run without gaps in its samples is a measurement) and written
 with `Store.record_run`, which merges what several sources saw of one run (job, fingerprint,
 start) into one row and one event. No other module writes the `runs` table
-(tests/unit/store/test_one_history_writer.py).
+(tests/unit/helper/test_finished_run_path.py).
 
 The identity (fingerprint, user, name, the level that sized it) travels with the job: the
 watcher notes it by job id the first time it sees the job (`note_identity`, `store.identities`:
@@ -109,12 +109,6 @@ def note_identity(store: Store, runner: SlurmRunner, job: Job) -> JobIdentity:
     return identity
 
 
-def job_fingerprint(runner: SlurmRunner, job_id: int, job: Job | None = None) -> tuple[str, str, str]:
-    """(fingerprint, user, name) of a job Slurm still knows (`job_identity`); for the CLI."""
-    identity = job_identity(runner, job_id, job)
-    return identity.fingerprint, identity.user, identity.name
-
-
 def run_end(job: Job, started_at: float, ended_by: str = "") -> RunEnd | None:
     """How the run that began at `started_at` (agent's clock) ended, from Slurm's view of its
     job now; None while it has not ended (the job still runs that run)."""
@@ -169,8 +163,9 @@ class HistoryRecorder:
         util = None if util is None else min(100.0, max(0.0, float(util)))
         need = need_bytes(figures.peak_mem_bytes, figures.alloc_peak_bytes)
         run = RunRecord(
-            job_id=figures.job_id, fingerprint=identity.fingerprint, peak_mem_bytes=int(figures.peak_mem_bytes), mean_util_pct=util,
-            throughput=figures.throughput, user=identity.user, name=identity.name, ended_at=figures.ended_at or time.time(),
+            job_id=figures.job_id, fingerprint=identity.fingerprint, peak_mem_bytes=int(figures.peak_mem_bytes),
+            mean_util_pct=util, throughput=figures.throughput, user=identity.user, name=identity.name,
+            ended_at=figures.ended_at or time.time(),
             source=source or self.source, started_at=figures.started_at, lower_bound=verdict.lower_bound,
             end_state="completed untouched" if untouched else verdict.why, need_bytes=need, untouched=untouched,
         )

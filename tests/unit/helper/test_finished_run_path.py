@@ -46,8 +46,8 @@ def test_one_function_writes_the_history_table():
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                         and node.func.attr == "record_run":
                     callers.append((rel, func.name))
-        if re.search(r"(insert\s+(or\s+\w+\s+)?into|update|replace\s+into)\s+runs\b|\[\"runs\"\]\.(insert|upsert|update)",
-                     text, re.IGNORECASE):
+        if re.search(r"(insert\s+(or\s+\w+\s+)?into|update|replace\s+into)\s+runs\b"
+                     r"|\[\"runs\"\]\.(insert|upsert|update)", text, re.IGNORECASE):
             sql_writers.append(rel)
     assert callers == [("slurm_plugin/history_recorder.py", "write_run")]
     assert sql_writers == ["store/db.py"]
