@@ -5,8 +5,8 @@ returns), so the identity travels in the job's AdminComment (`fp=`, `lvl=`: writ
 shim from the helper's answer; only an administrator or SlurmUser can set it). The watcher
 reads it once, the first time it sees the job, and keeps it here; the end of every run of the
 job (a requeued job keeps its id and its row) reads it here, never the AdminComment or the
-batch script again. A row not noted again within the retention horizon is deleted
-(`JobIdentities.prune`), so the table holds the jobs of that horizon, not every job ever.
+batch script again. Rows older than the retention horizon, or beyond its newest rows, are
+deleted (`JobIdentities.prune`): the table holds recent jobs, not every job ever.
 """
 from __future__ import annotations
 
@@ -53,7 +53,13 @@ class JobIdentities:
                                     [job_id]).fetchone()
         return JobIdentity(row[0], row[1], row[2], row[3], row[4] or "") if row else None
 
-    def prune(self, before: float) -> int:
-        """Delete the identities noted before ``before``; rows deleted."""
+    def prune(self, before: float, max_rows: int | None = None) -> int:
+        """Delete the identities noted before ``before``, and beyond the newest ``max_rows``;
+        rows deleted."""
         with self.store.db.conn:
-            return self.store.db.execute(f"delete from {TABLE} where noted_at < ?", [before]).rowcount
+            deleted = self.store.db.execute(f"delete from {TABLE} where noted_at < ?", [before]).rowcount
+            if max_rows is not None:
+                deleted += self.store.db.execute(
+                    f"delete from {TABLE} where job_id in (select job_id from {TABLE} "
+                    "order by noted_at desc, job_id desc limit -1 offset ?)", [max_rows]).rowcount
+        return deleted

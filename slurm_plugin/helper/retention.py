@@ -4,7 +4,7 @@
   newest `runs_per_fingerprint`), memory curves with their runs, judged action-ledger rows by
   age (and open ones twice as long), pair speeds, avoided pairs and remembered sizes not renewed
   for their time, the slice journals' copy (released rows, and those of nodes not heard from),
-  the jobs' identities (`store.identities`) noted before the events' horizon;
+  the jobs' identities (`store.identities`) by the events' age and count;
 - the watcher's per-job memory (`JobMemory`): every map and set keyed by a job id forgets a
   job Slurm has not listed for `forget_jobs_after_s` (the head-of-queue lifts' rows in the
   store, `head_lifts`, with them: they also go when their job starts or ends).
@@ -42,7 +42,7 @@ def prune_store(store: Store, r: RetentionSettings, now: float) -> dict[str, int
         now - r.action_ledger_days * DAY_S, now - 2 * r.action_ledger_days * DAY_S)
     deleted["slice_journal"] = SliceMirror(store).prune(now - r.slice_journal_days * DAY_S)
     # a job's identity is read at the end of each of its runs: kept as long as its events
-    deleted["job_identities"] = JobIdentities(store).prune(now - r.events_days * DAY_S)
+    deleted["job_identities"] = JobIdentities(store).prune(now - r.events_days * DAY_S, r.events_max_rows)
     return {t: n for t, n in deleted.items() if n}
 
 

@@ -122,6 +122,10 @@ def test_the_first_identity_noted_wins_and_a_job_needs_a_fingerprint(tmp_path):
     with pytest.raises(ValueError):
         identities.note(JobIdentity(7, ""))
     assert identities.prune(before=0.0) == 0
+    identities.note(JobIdentity(8, "fp8"), at=50.0)
+    identities.note(JobIdentity(9, "fp9"), at=60.0)
+    assert identities.prune(before=10.0, max_rows=2) == 1 and identities.of(8) is None  # the oldest beyond 2
+    assert identities.prune(before=65.0) == 1 and identities.of(9) is None and identities.of(5) is not None
 
 
 def test_a_job_ending_while_the_helper_is_down_is_written_once_when_it_comes_back(seen, tmp_path):
