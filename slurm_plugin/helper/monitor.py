@@ -164,7 +164,7 @@ class Monitor:
         if settings_file is not None:  # a refused edit of gpupack.toml is an event too
             settings_file.on_refused(lambda why: self.actions.log_event(
                 "config-refused", f"{settings_file.path}: edit refused, the settings in force are kept: {why}"))
-        self.fingerprint_of = Fingerprints(lambda: self.actions.runner)
+        self.fingerprint_of = Fingerprints(lambda: self.actions.runner, lambda: self.actions.store)
         self.quirk_guard_watch = QuirkGuardWatch()
         self.mps_watch = MpsWatch()
         self.metrics_watch = MetricsWatch(self)
