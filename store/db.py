@@ -23,7 +23,7 @@ from store.pairs import PairTables
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 
 @dataclass(frozen=True)
@@ -170,8 +170,18 @@ def _migrate_to_9(db: sqlite_utils.Database) -> None:
     db["level_guesses"].create_index(["user", "updated_at"], if_not_exists=True)
 
 
+def _migrate_to_10(db: sqlite_utils.Database) -> None:
+    """Each job's workload identity, kept by job id from the first time the watcher sees the job
+    (`store.identities`): the end of its runs reads it here, never its AdminComment or its batch
+    script again; a requeued job keeps its row. Idempotent (``if_not_exists``)."""
+    db["job_identities"].create({"job_id": int, "fingerprint": str, "user": str, "name": str, "level": str,
+                                 "noted_at": float}, pk="job_id",
+                                not_null={"fingerprint", "user", "name", "noted_at"}, if_not_exists=True)
+    db["job_identities"].create_index(["noted_at"], if_not_exists=True)
+
+
 MIGRATIONS = {1: _migrate_to_1, 2: _migrate_to_2, 3: _migrate_to_3, 4: _migrate_to_4, 5: _migrate_to_5,
-              6: _migrate_to_6, 7: _migrate_to_7, 8: _migrate_to_8, 9: _migrate_to_9}
+              6: _migrate_to_6, 7: _migrate_to_7, 8: _migrate_to_8, 9: _migrate_to_9, 10: _migrate_to_10}
 
 RUN_COLUMNS = tuple(RunRecord.__dataclass_fields__)
 

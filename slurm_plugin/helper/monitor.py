@@ -128,7 +128,7 @@ class Monitor:
         if settings_file is not None:  # a refused edit of gpupack.toml is an event too
             settings_file.on_refused(lambda why: self.actions.log_event(
                 "config-refused", f"{settings_file.path}: edit refused, the settings in force are kept: {why}"))
-        self.fingerprint_of = Fingerprints(lambda: self.actions.runner)
+        self.fingerprint_of = Fingerprints(lambda: self.actions.runner, lambda: self.actions.store)
         # the order of a round, explicit (monitor_wiring); [retention]: the store's tables and the watches' maps
         self.watches: list[Watch] = build_watches(self, retention or retention_settings(settings_file))
         self._stop = threading.Event()

@@ -59,7 +59,7 @@ def test_a_schema_3_database_gets_the_curves_table_and_keeps_its_rows(tmp_path):
     as_schema(old, 3)
     old.close()
     store = Store(path)
-    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
+    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 10
     (run,) = store.runs("fp")
     assert (run.job_id, run.peak_mem_bytes, run.started_at) == (1, 3 * GIB, 10.0)
     assert store.pairs.must_avoid("a", "b") and math.isclose(store.pairs.pair_speeds()[("a", "b")].speed, 0.8)

@@ -135,7 +135,7 @@ def test_a_schema_2_database_gets_the_pair_speeds_table_and_keeps_its_pairs(tmp_
     as_schema(old, 2)
     old.close()
     store = Store(path)
-    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
+    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 10
     assert store.pairs.must_avoid("a", "b")
     store.pairs.record_pair_speed("a", "b", 0.5)
     assert store.pairs.pair_speeds()[("a", "b")].speed == 0.5
