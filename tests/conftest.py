@@ -1,11 +1,7 @@
 """Session-wide: name the Slurm release the tests run on in pytest's header."""
 from __future__ import annotations
 
-import getpass
-import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,48 +12,6 @@ from hypothesis import HealthCheck, settings
 # which would fail a test that has nothing wrong. Their number of examples stays the default.
 settings.register_profile("gpupack", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("gpupack")
-
-
-#: A test run's own temporary root, ``RUN_PREFIX<pid>``: pytest's default ``pytest-N`` folders are
-#: shared by every run on the machine, and a run removes the oldest but three at its start, so a
-#: second `make test` beside a running one deleted folders the first one's tests were standing in
-#: (seen: getcwd() failing, a sitecustomize that could not start).
-RUN_PREFIX = "gpupack-run-"
-KEEP_ENDED_RUNS = 3  # ended runs' folders kept for a look after a failure, the newest first
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def own_basetemp(root: Path, pid: int) -> Path:
-    """``root/RUN_PREFIX<pid>``, after removing the folders of ended runs but the newest few
-    (a run whose process still lives keeps its folder)."""
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    ended = []
-    for entry in root.glob(RUN_PREFIX + "*"):
-        owner = entry.name[len(RUN_PREFIX):]
-        if owner.isdigit() and int(owner) != pid and not _alive(int(owner)):
-            ended.append(entry)
-    ended.sort(key=lambda e: e.stat().st_mtime, reverse=True)
-    for entry in ended[KEEP_ENDED_RUNS:]:
-        shutil.rmtree(entry, ignore_errors=True)
-    return root / f"{RUN_PREFIX}{pid}"
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_configure(config) -> None:
-    """Each run its own temporary root, unless ``--basetemp`` names one (xdist's workers get
-    folders under the controller's)."""
-    if config.option.basetemp is None and not hasattr(config, "workerinput"):
-        root = Path(tempfile.gettempdir()) / f"pytest-of-{getpass.getuser()}"
-        config.option.basetemp = str(own_basetemp(root, os.getpid()))
 
 
 def pytest_report_header(config) -> list[str]:

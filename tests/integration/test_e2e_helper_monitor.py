@@ -75,7 +75,7 @@ def test_newcomer_that_slows_its_neighbour_is_requeued_next_to_start_and_never_p
         fp_new, fp_senior = event.data["fingerprint"], event.data["avoided"][0]
         store = Store(cluster.spec.database)
         try:
-            assert store.must_avoid(fp_new, fp_senior)
+            assert store.pairs.must_avoid(fp_new, fp_senior)
         finally:
             store.close()
 
