@@ -3,7 +3,12 @@
 #   make test   run every test (unit and real-cluster integration)
 # Both take SLURM=V (22.05, 24.11, 26.05) to run on that release instead of the host's own:
 # from a Debian root the project builds and keeps (`gpupack root build --slurm V`).
-PYTHON ?= python3
+# The suite and its test tools go into a virtual environment of the checkout's own (`make deps`
+# makes it with `python3 -m venv`), never into the system's Python: a job's plain `python3` on a
+# node must not find the suite's modules (packer, predictor, simulator ... are PyPI projects' names
+# too). `. .venv/bin/activate` puts its `gpupack` first in PATH.
+VENV ?= .venv
+PYTHON ?= $(VENV)/bin/python3
 GPUPACK = $(PYTHON) -m slurm_plugin
 SLURM ?=
 ON_SLURM = $(if $(SLURM),--slurm $(SLURM))
@@ -13,7 +18,7 @@ IN_SLURM = $(if $(SLURM),$(GPUPACK) root run --slurm $(SLURM) -- python3,$(PYTHO
 .PHONY: deps demo test unit down bench
 
 deps:
-	PYTHON=$(PYTHON) ./scripts/install-deps.sh
+	VENV=$(VENV) PYTHON=$(PYTHON) ./scripts/install-deps.sh
 
 demo: deps
 	$(GPUPACK) devcluster up $(ON_SLURM)

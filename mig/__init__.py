@@ -17,7 +17,10 @@ Public API (pure code unless noted)::
     mig.planner.plan_merge_split(state, profile, busy=()) -> MergeSplitPlan
     mig.layout.by_size(jobs, catalog, profiles=None) / in_order(...) -> LayoutResult
     mig.simulate.parse_events(text) / run_events(space, events, policy) -> SimulationResult
-    mig.apply.apply_layout(backend, gpu_index, placements, dry_run=False) -> ApplyResult
+    mig.apply.plan_apply(backend, gpu_index, placements, held=(), owners=None) -> list[ApplyStep]
+    mig.apply.apply_layout(backend, gpu_index, placements, dry_run=False, held=(), owners=None) -> ApplyResult
+    mig.desired.GpuLayout / NodeDesired                  # a node's desired layouts (the agent records them)
+    mig.desired.compare(desired, actual) -> list[GpuDiff]; verdict(diffs) -> 0 | 1 | 2
     mig.backend.GpuBackend                               # the backend Protocol
     gpus.sim.backend.SimGpuBackend(state_dir=None, node="node0", gpus=None)
     gpus.nvml.backend.NvmlBackend()                       # NVML (gpus/nvml/*.py: the only modules using pynvml)

@@ -84,12 +84,6 @@ class PackCase:
     def min_speed(self) -> float:
         return min(self.newcomer_speed, *(r.speed for r in self.residents))
 
-    def overlap_s(self) -> float:
-        """How long they run together: until the first of them ends."""
-        ends = [self.newcomer_s / self.newcomer_speed,
-                *(r.remaining_s / r.speed for r in self.residents)]
-        return min(ends)
-
 
 def pack_gain(case: PackCase, queue: QueueView) -> float:
     """Seconds of completion time the pack saves, summed over the jobs (negative: it costs).

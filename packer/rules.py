@@ -108,21 +108,7 @@ class SuiteRules:
     mig_policy: str = "fsm"
 
     def __post_init__(self) -> None:
-        if self.admission not in ADMISSIONS:
-            raise ValueError(f"admission {self.admission!r} is not one of {', '.join(ADMISSIONS)}")
-        AdmissionRule(self.min_speed)  # validates it
-        if self.corunner_rule not in CORUNNER_RULES:
-            raise ValueError(f"corunner rule {self.corunner_rule!r} is not one of {', '.join(CORUNNER_RULES)}")
-        if self.max_jobs_per_gpu < 1:
-            raise ValueError("max_jobs_per_gpu must be at least 1")
-        if not 0 < self.contention_threshold <= 1:  # 1: nothing is ever requeued (the replay's "off")
-            raise ValueError(f"contention_threshold must be a fraction in (0, 1], got {self.contention_threshold}")
-        if self.restart_cost_s < 0 or self.oom_penalty_s < 0:
-            raise ValueError("restart_cost_s and oom_penalty_s must be >= 0 (seconds)")
-        if self.regroup_moves_per_plan < 0 or self.regroup_moves_per_hour < 0:
-            raise ValueError("regroup move limits must be 0 or more")
-        if self.mig_policy not in MIG_POLICIES:
-            raise ValueError(f"MIG placement policy {self.mig_policy!r} is not one of {', '.join(MIG_POLICIES)}")
+        refuse_bad_settings(self)
 
     def with_overrides(self, **overrides: object) -> "SuiteRules":
         return replace(self, **overrides)
@@ -324,3 +310,23 @@ class SuiteRules:
         topology: ``allow_idle_targets`` off); None: these rules' own."""
         return plan_regroup(cluster, head, now, settings or self.regroup_settings, budget,
                             max_moves=self.regroup_moves_per_plan, pair_speed=pair_speed)
+
+
+def refuse_bad_settings(rules: SuiteRules) -> None:
+    """Raise ValueError, naming the setting, when one of ``rules``' settings is out of its range
+    or names no known rule (an admin's gpupack.toml, a replay's config): never coerced."""
+    if rules.admission not in ADMISSIONS:
+        raise ValueError(f"admission {rules.admission!r} is not one of {', '.join(ADMISSIONS)}")
+    AdmissionRule(rules.min_speed)  # validates it
+    if rules.corunner_rule not in CORUNNER_RULES:
+        raise ValueError(f"corunner rule {rules.corunner_rule!r} is not one of {', '.join(CORUNNER_RULES)}")
+    if rules.max_jobs_per_gpu < 1:
+        raise ValueError("max_jobs_per_gpu must be at least 1")
+    if not 0 < rules.contention_threshold <= 1:  # 1: nothing is ever requeued (the replay's "off")
+        raise ValueError(f"contention_threshold must be a fraction in (0, 1], got {rules.contention_threshold}")
+    if rules.restart_cost_s < 0 or rules.oom_penalty_s < 0:
+        raise ValueError("restart_cost_s and oom_penalty_s must be >= 0 (seconds)")
+    if rules.regroup_moves_per_plan < 0 or rules.regroup_moves_per_hour < 0:
+        raise ValueError("regroup move limits must be 0 or more")
+    if rules.mig_policy not in MIG_POLICIES:
+        raise ValueError(f"MIG placement policy {rules.mig_policy!r} is not one of {', '.join(MIG_POLICIES)}")

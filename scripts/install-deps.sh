@@ -3,7 +3,9 @@
 # Lua 5.1 + luasocket for the submit shim, a C toolchain for the SPANK plugin, headless
 # Chromium and its driver for the web view's browser tests (Selenium drives Debian's own
 # /usr/bin/chromium and /usr/bin/chromedriver; nothing downloads a browser), and the Python
-# package with its test extras. Safe to run again; skips what is there.
+# package with its test extras into a virtual environment (VENV, default .venv in the checkout,
+# made with `python3 -m venv`; PYTHON, default $VENV/bin/python3), never the system's Python: a
+# job's plain `python3` must not find the suite's modules. Safe to run again; skips what is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # One install at a time on a machine: two `make test` started together would otherwise run
@@ -12,6 +14,7 @@ exec 9>"${GPUPACK_DEPS_LOCK:-/tmp/gpupack-install-deps.lock}"
 flock 9
 
 PKGS=(slurmctld slurmd slurm-client munge libmunge2 libslurm-dev lua-socket liblua5.1-0 lua5.1 gcc make libc6-dev chromium chromium-driver)
+PKGS+=(python3-venv)  # `python3 -m venv` (Debian's python3 has no ensurepip without it)
 missing=()
 PKGS+=(iproute2 util-linux)  # ip, unshare, nsenter: the multi-host dev cluster's hosts and bridge
 PKGS+=(mariadb-server slurmdbd)  # `devcluster up --accounting` and the fair-share test (docs/accounting.md)
@@ -34,5 +37,9 @@ for svc in slurmctld slurmd munge slurmdbd mariadb; do
   fi
 done
 
-PY=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+PY=${PYTHON:-$VENV/bin/python3}
+if [ "$PY" = "$VENV/bin/python3" ] && [ ! -x "$PY" ]; then
+  python3 -m venv "$VENV"
+fi
 "$PY" -m pip install -q --disable-pip-version-check -e '.[test,plots]'

@@ -1,13 +1,14 @@
 """The controller's epilog (slurm.conf `EpilogSlurmctld`): tell the helper that a job ended.
 
-slurmctld runs it as SlurmUser, for every job, on the controller host: it must start fast and
-need nothing but the Python standard library (SlurmUser's `/usr/bin/python3` has none of the
-suite's dependencies), so it reads gpupack.toml with `tomllib` and speaks the helper's wire
-format (`slurm_plugin.helper.server.ask`, standard library only) over the helper's local socket.
+slurmctld runs it as SlurmUser, for every job, on the controller host: it must start fast, so
+it needs nothing but the Python standard library (no click, numpy ... to import): it reads
+gpupack.toml with `tomllib` and speaks the helper's wire format
+(`slurm_plugin.helper.server.ask`, standard library only) over the helper's local socket.
 It never fails: a failing EpilogSlurmctld would hold the job in COMPLETING, and a job the
-helper is not told about is found by its sweep of the agents' final summaries.
+helper is not told about is found by its sweep of the agents' final summaries. The installed
+suite runs it from its venv (etc/gpupack-ctld-epilog.sh):
 
-    python3 -m slurm_plugin.ctld_epilog --config /etc/slurm/gpupack.toml
+    /opt/gpupack/venv/bin/python3 -m slurm_plugin.ctld_epilog --config /etc/slurm/gpupack.toml
 """
 from __future__ import annotations
 

@@ -1,19 +1,25 @@
-"""Record a finished run under its job's fingerprint, as a measurement or a lower bound.
+"""The one writer of the history: a finished run, under its job's workload identity, as a
+measurement or a lower bound.
 
-Only the controller helper writes the history (the monitor, the sweep of the agents' final
-summaries, and the collector the controller's epilog wakes): each hands this module what
-it saw of one run (`RunFigures`), and the run is judged here (`packer.run_truth`) against
-what Slurm says of the job: only a completed latest run without gaps in its samples is a
-measurement. Every path may see the same run: the store merges them into one row, with
-one event (`Store.record_run`).
+Every fact about a run comes here (`RunFigures`: the node agent's final summary, brought by the
+controller's epilog or by the sweep, and the monitor's own samples of a run it tracked) and is
+written by one function, `HistoryRecorder.record` (an admin's `gpupack history record` too,
+through `record_job`): the run is judged here (`packer.run_truth`) against what Slurm says of
+the job (only a completed latest run without gaps in its samples is a measurement) and written
+with `Store.record_run`, which merges what several sources saw of one run (job, fingerprint,
+start) into one row and one event. No other module writes the `runs` table
+(tests/unit/helper/test_finished_run_path.py).
 
-The fingerprint is the one the submit path wrote into the job's AdminComment (`fp=`); for a
-job that has none (observe mode, or submitted before the suite was installed) it is
-computed again from the job's user, name and batch script.
+The identity (fingerprint, user, name, the level that sized it) travels with the job: the
+watcher notes it by job id the first time it sees the job (`note_identity`, `store.identities`:
+from the `fp=`/`lvl=` the shim wrote into its AdminComment, or, for a job without one such as
+in observe mode, from its user, name and batch script), and the end reads it there; only a job
+the watcher never saw (it ran and ended while the helper was down) is identified at its end.
 """
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from dataclasses import dataclass
 
@@ -22,7 +28,8 @@ from packer.fingerprint import fingerprint
 from packer.need import need_bytes
 from packer.run_truth import RunEnd, judge
 from store.db import RunRecord, Store, UnmeasuredRun
-from slurm_plugin.helper.level_guesses import note_run
+from store.identities import JobIdentities, JobIdentity
+from slurm_plugin.helper.level_guesses import note_keys, note_run
 from slurm_plugin.slurm.errors import JobNotFoundError
 from slurm_plugin.slurm.model import FINISHED_JOB_STATES, Job
 from slurm_plugin.slurm.runner import SlurmRunner
@@ -73,16 +80,33 @@ def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def job_fingerprint(runner: SlurmRunner, job_id: int, job: Job | None = None) -> tuple[str, str, str]:
-    """(fingerprint, user, name) of a job Slurm still knows: the one the submit path wrote in
-    its record (`fp=`), else worked out from its batch script (`packer.fingerprint`). The
-    monitor's tracks and the history both ask here."""
+def job_identity(runner: SlurmRunner, job_id: int, job: Job | None = None) -> JobIdentity:
+    """A job's identity, worked out from what Slurm says of it now: the `fp=` (and `lvl=`) the
+    submit path wrote in its AdminComment, else its batch script (`packer.fingerprint`)."""
     job = job or runner.job(job_id)
+    user, name = job.user or "", job.name or ""
     record = parse(job.admin_comment)
     if record is not None and record.fingerprint:
-        return record.fingerprint, job.user or "", job.name or ""
+        return JobIdentity(job_id, record.fingerprint, user, name, str(record.fields.get("lvl") or ""))
     script = runner.batch_script(job_id)
-    return fingerprint(job.user or "", job.name or "", script.encode("utf-8", "surrogateescape")), job.user or "", job.name or ""
+    return JobIdentity(job_id, fingerprint(user, name, script.encode("utf-8", "surrogateescape")), user, name)
+
+
+def note_identity(store: Store, runner: SlurmRunner, job: Job) -> JobIdentity:
+    """The identity of ``job``: the one kept by job id, else worked out now (`job_identity`)
+    and kept, so every later run of the job (a requeue) is recorded under it."""
+    identities = JobIdentities(store)
+    known = identities.of(job.job_id)
+    if known is not None:
+        return known
+    identity = job_identity(runner, job.job_id, job)
+    if not identities.note(identity):  # another thread noted it first: its identity stands
+        return identities.of(job.job_id) or identity
+    try:  # its looser levels' keys too, from its script read now: the end reads them in the store
+        note_keys(store, runner, job, identity.fingerprint, identity.user)
+    except sqlite3.Error as exc:  # a refinement: the end works them out if they are missing
+        log.info("job %d: its levels' keys were not kept now: %s", job.job_id, exc)
+    return identity
 
 
 def run_end(job: Job, started_at: float, ended_by: str = "") -> RunEnd | None:
@@ -115,14 +139,14 @@ class HistoryRecorder:
         if figures.peak_mem_bytes < 0 or (figures.peak_mem_bytes == 0 and not figures.covered):
             log.debug("job %d: no GPU memory measured: not history", figures.job_id)
             return UNMEASURED
-        known = self.store.run_of(figures.job_id, figures.started_at) if fp is None and figures.started_at else None
-        if known is not None:  # recorded already by another path: its workload, without asking Slurm
-            fp = (known.fingerprint, known.user, known.name)
+        identity = self._known_identity(figures, fp)
         try:
             job = job or self.runner.job(figures.job_id)
-            fp = fp or job_fingerprint(self.runner, figures.job_id, job)
+            if identity is None:  # the watcher never saw the job: identified at its end, kept for its next run
+                identity = note_identity(self.store, self.runner, job)
+                log.info("job %d: identified at its end (the watcher never saw it run)", figures.job_id)
         except JobNotFoundError:
-            if fp is None:
+            if identity is None:
                 log.warning("job %d is gone from Slurm: its run (peak %.2f GiB) cannot be attributed to a "
                             "workload", figures.job_id, figures.peak_mem_bytes / GIB)
                 return UNATTRIBUTED
@@ -139,8 +163,9 @@ class HistoryRecorder:
         util = None if util is None else min(100.0, max(0.0, float(util)))
         need = need_bytes(figures.peak_mem_bytes, figures.alloc_peak_bytes)
         run = RunRecord(
-            job_id=figures.job_id, fingerprint=fp[0], peak_mem_bytes=int(figures.peak_mem_bytes), mean_util_pct=util,
-            throughput=figures.throughput, user=fp[1], name=fp[2], ended_at=figures.ended_at or time.time(),
+            job_id=figures.job_id, fingerprint=identity.fingerprint, peak_mem_bytes=int(figures.peak_mem_bytes),
+            mean_util_pct=util, throughput=figures.throughput, user=identity.user, name=identity.name,
+            ended_at=figures.ended_at or time.time(),
             source=source or self.source, started_at=figures.started_at, lower_bound=verdict.lower_bound,
             end_state="completed untouched" if untouched else verdict.why, need_bytes=need, untouched=untouched,
         )
@@ -150,19 +175,40 @@ class HistoryRecorder:
         detail = (f"recorded {kind} {run.peak_mem_bytes / GIB:.2f}GiB ({verdict.why}) util "
                   f"{util if util is None else round(util)}% throughput "
                   f"{run.throughput if run.throughput is None else round(run.throughput, 2)}/s")
-        data = {"fingerprint": fp[0], "peak_mem_bytes": run.peak_mem_bytes, "mean_util_pct": util,
+        data = {"fingerprint": identity.fingerprint, "peak_mem_bytes": run.peak_mem_bytes, "mean_util_pct": util,
                 "throughput": run.throughput, "lower_bound": verdict.lower_bound, "why": verdict.why,
                 "source": source or self.source, "node": figures.node, "need_bytes": need, "untouched": untouched}
         try:
-            new = self.store.record_run(run, ("history", detail, data))
+            new = write_run(self.store, run, ("history", detail, data))
         except UnmeasuredRun:
             return UNMEASURED
         try:  # the looser levels' keys, and a right guess of the level that sized it
-            note_run(self.store, self.runner, job, fp[0], fp[1], measured=not verdict.lower_bound, new=new)
+            note_run(self.store, self.runner, job, identity.fingerprint, identity.user,
+                     measured=not verdict.lower_bound, new=new, level=identity.level)
         except Exception:  # a refinement of the history: the run itself is recorded
             log.exception("job %d: the levels of its workload were not noted", figures.job_id)
         log.info("job %d: %s %s", figures.job_id, detail, "" if new else "(merged into the run recorded already)")
         return RECORDED if new else MERGED
+
+    def _known_identity(self, figures: RunFigures, fp: tuple[str, str, str] | None) -> JobIdentity | None:
+        """The run's identity without asking Slurm: the one its source gives (the monitor's
+        track), else the one kept by job id (`note_identity`), else that of a row another
+        source wrote of the same run."""
+        kept = JobIdentities(self.store).of(figures.job_id)
+        if fp is not None:
+            return JobIdentity(figures.job_id, fp[0], fp[1], fp[2], kept.level if kept is not None else None)
+        if kept is not None:
+            return kept
+        known = self.store.run_of(figures.job_id, figures.started_at) if figures.started_at else None
+        if known is None:
+            return None
+        return JobIdentity(figures.job_id, known.fingerprint, known.user, known.name, None)
+
+
+def write_run(store: Store, run: RunRecord, event: tuple[str, str, dict]) -> bool:
+    """The one write of a history row (`Store.record_run`: a run seen by several sources merges
+    into one row, its event logged once); True when the run is new."""
+    return store.record_run(run, event)
 
 
 def record_job(store: Store, runner: SlurmRunner, job_id: int, peak_mem_bytes: int, mean_util_pct: float | None,
@@ -171,12 +217,13 @@ def record_job(store: Store, runner: SlurmRunner, job_id: int, peak_mem_bytes: i
     Slurm says of the job. Raises `UnmeasuredRun` for a run with no GPU memory measured."""
     if peak_mem_bytes <= 0:
         raise UnmeasuredRun(f"job {job_id}: no GPU memory measured; a run without a peak is not history")
-    fp, user, name = job_fingerprint(runner, job_id)
+    identity = note_identity(store, runner, runner.job(job_id))
+    fp, user, name = identity.fingerprint, identity.user, identity.name
     run = RunRecord(
         job_id=job_id, fingerprint=fp, peak_mem_bytes=int(peak_mem_bytes), mean_util_pct=mean_util_pct,
         throughput=throughput, user=user, name=name, ended_at=time.time(), source=source, started_at=started_at,
         end_state="recorded by hand",
     )
-    store.record_run(run, ("history", f"recorded peak {peak_mem_bytes / GIB:.2f}GiB util {mean_util_pct} by hand",
+    write_run(store, run, ("history", f"recorded peak {peak_mem_bytes / GIB:.2f}GiB util {mean_util_pct} by hand",
                            {"fingerprint": fp}))
     return run

@@ -282,11 +282,6 @@ class RequestVerifier:
         self.clock = clock
         self.nonces = NonceCache(2 * max_age_s)
 
-    def verify(self, header: str | None, method: str, path: str, body: bytes) -> tuple[Decoded, Claim]:
-        decoded, claim = self.verify_credential(header, method, path)
-        self.check_body(claim, body)
-        return decoded, claim
-
     def verify_credential(self, header: str | None, method: str, path: str) -> tuple[Decoded, Claim]:
         """Every check that needs no body: the agent makes them before it reads a byte of it."""
         decoded = _decode(self.munge, header, "the request")

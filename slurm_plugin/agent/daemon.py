@@ -4,7 +4,8 @@ It is an adapter and the coordinator of the socket protocol (:mod:`.server`): ea
 is answered under one lock by its collaborators,
 
 - :class:`.isolator.Isolator` makes a job's isolation (whole GPU, MIG slice, MPS share);
-- :class:`.mig_manager.MigManager` the MIG instances (placement, idle slices, layouts);
+- :class:`.mig_manager.MigManager` the MIG instances (placement, idle slices, layouts), as
+  each GPU's desired layout reached through :mod:`mig.apply`;
 - :class:`.mps_shares.MpsShares` MPS shares and their control daemons (through the isolator);
 - :class:`.sampler.Sampler` the jobs' samples (memory, utilisation counters);
 - :class:`.reconcile.Reconciler` agreement with the GPU and with Slurm;
@@ -36,6 +37,7 @@ from slurm_plugin.agent.fence import Fence, fence_for, prune_device_cgroups
 from slurm_plugin.agent.finals import KeptFinals, free_memory_of, job_summary
 from slurm_plugin.agent.isolator import Isolator
 from slurm_plugin.agent.journal import SliceJournal
+from slurm_plugin.agent.mig_desired import DesiredRecord
 from slurm_plugin.agent.mig_manager import MigManager
 from slurm_plugin.agent.oom_desk import OomDesk
 from slurm_plugin.agent.oom_ends import OomEnds
@@ -83,7 +85,8 @@ class NodeAgent:
         self.lock = threading.RLock()
         self.jobs: dict[int, Assignment] = self.store.load()
         self.mig = MigManager(backend, policy, lambda: self.jobs.values(), journal=self.journal,
-                              shares_per_gpu=shares_per_gpu)
+                              shares_per_gpu=shares_per_gpu,
+                              desired=DesiredRecord(self.paths.mig_desired, node, clock))
         self.isolator = Isolator(self.paths, backend, self.mig, mode=isolation_mode,
                                  shares_per_gpu=shares_per_gpu, sim_dir=sim_dir, clock=clock,
                                  mps_control=mps_control, mps_in_mig_shares=mps_in_mig_shares)
@@ -102,7 +105,7 @@ class NodeAgent:
         self.unisolated = UnisolatedSpool(self.paths.unisolated, node, clock)
         self.unisolated.ensure()
         self.reconciler = Reconciler(node, backend, self._running_jobs, self._finish, clock,
-                                     journal=self.journal, unsure=self.mig.unsure,
+                                     journal=self.journal, unsure=self.mig.unsure, drop_slice=self.mig.drop,
                                      lists_taken=self._lists_taken if hasattr(list_running_jobs, "lists") else None)
 
     # -- what the collaborators hold ------------------------------------------------------

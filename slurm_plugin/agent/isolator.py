@@ -102,9 +102,8 @@ class Isolator:
             a.device_uuid = g.uuid
             return a
         full = iso.full_gpu_profile(self.backend.catalog(a.gpu_index))
-        self.mig.destroy_idle(a.gpu_index)  # slices a layout prepared: the whole GPU is this job's
-        try:
-            inst = self.backend.create_instance(a.gpu_index, full.name, 0, owner=a.owner)
+        try:  # slices a layout prepared go: the whole GPU is this job's
+            inst = self.mig.whole_slice(a, full.name)
         except MigError as exc:
             a.notes.append(f"whole GPU is in MIG mode and partly used: {exc}")
             log.warning("job %d: whole GPU %d is in MIG mode and partly used (%s); the job may "

@@ -51,10 +51,6 @@ BOUNDS = PoolBounds(max_unauthenticated=32, max_unauthenticated_per_key=24, max_
 LISTEN_BACKLOG = 128
 
 
-class _HeadLimit(http.client.HTTPException):
-    pass
-
-
 class _CappedReader:
     """The connection's reader, counting what a request reads before it is authenticated."""
 

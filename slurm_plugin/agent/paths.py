@@ -54,6 +54,11 @@ class AgentPaths:
         return self.home / "unisolated"
 
     @property
+    def mig_desired(self) -> Path:
+        """Each GPU's desired MIG layout as the agent last decided it (``gpupack mig assert``)."""
+        return self.home / "mig-desired.json"
+
+    @property
     def generations(self) -> Path:
         """The newest generation of each per-node plan the helper sent (``{kind: generation}``)."""
         return self.home / "generations.json"

@@ -42,6 +42,7 @@ LISTS_TO_TRUST = 2  # lists taken since an assignment was first seen before one 
 JobLister = Callable[[], "set[int] | None"]  # running job ids on this node; None = Slurm unreachable
 ListCount = Callable[[], int]  # how many job lists the lister has taken (slurm_jobs.PushedJobs.lists)
 Finisher = Callable[[Assignment, str], object]  # frees a job's isolation and forgets it
+SliceDropper = Callable[[int, MigInstance, str], None]  # destroys an ended job's instance (GPU, instance, why)
 
 
 class Reconciler:
@@ -49,7 +50,10 @@ class Reconciler:
 
     def __init__(self, node: str, backend, running_jobs: JobLister, finish: Finisher,
                  clock: Callable[[], float], journal: SliceJournal | None = None,
-                 unsure: set[str] | None = None, lists_taken: ListCount | None = None):
+                 unsure: set[str] | None = None, lists_taken: ListCount | None = None, *,
+                 drop_slice: SliceDropper):
+        """``drop_slice``: destroys a MIG instance whose job ended while the agent was down
+        (the MIG manager's, through the GPU's desired layout)."""
         self.node = node
         self.backend = backend
         self.running_jobs = running_jobs
@@ -58,6 +62,7 @@ class Reconciler:
         self.journal = journal
         self.unsure = unsure if unsure is not None else set()
         self.lists_taken = lists_taken  # None: a lister without a count; the grace alone
+        self.drop_slice = drop_slice
         self._first_seen: dict[tuple[int, float], int | None] = {}  # run -> lists taken when first seen
 
     def run(self, jobs: dict[int, Assignment], at_start: bool = False) -> list[str]:
@@ -221,8 +226,7 @@ class Reconciler:
                     done.append(f"job {job_id}: adopted its {inst.profile}@{inst.start} on GPU {g.index}")
                 else:
                     free_memory_of(self.backend, inst.owner)
-                    self.backend.set_owner(g.index, inst.gi_id, None)
-                    self.backend.destroy_instance(g.index, inst.gi_id)
+                    self.drop_slice(g.index, inst, f"job {job_id} ended while the agent was down")
                     done.append(f"job {job_id}: ended while the agent was down; destroyed its "
                                 f"{inst.profile}@{inst.start} on GPU {g.index}")
         return done

@@ -28,6 +28,7 @@ from slurm_plugin.helper.daemon import Helper
 from slurm_plugin.helper.monitor import Monitor
 from slurm_plugin.helper.server import ask
 from slurm_plugin.helper.view_file import publish, view_path
+from slurm_plugin.history_recorder import HistoryRecorder
 from slurm_plugin.slurm.fake import FAKE_EPOCH, FakeNode, FakeSlurm
 from slurm_plugin.slurm.runner import SlurmRunner
 
@@ -158,6 +159,8 @@ def _round(fake, samples, monitor, running, finished, now, w) -> None:
                 "peak_mem_bytes": (2 + w % 5) * GIB, "mean_util_pct": 30.0, "mean_throughput": None,
                 "samples": RUN_ROUNDS, "started_at": started, "ended_at": now, "end_reason": "completed"})
     monitor.tick()
+    # then what the watcher's finals thread does: it writes the runs the round saw end (the one writer)
+    monitor.actions.finished_runs.write(HistoryRecorder(monitor.actions.store, monitor.actions.runner, "sweep"))
     fake.calls.clear()  # the fake's own record of the commands it ran (a test aid, not the helper's)
     fake.envs.clear()
     for job_id in list(finished):

@@ -37,8 +37,8 @@ config_option = click.option(
 def ctld_epilog(config: Path, job_id: int | None, nodes: str | None) -> None:
     """Run from slurm.conf's EpilogSlurmctld: tell the controller helper that a job ended.
 
-    slurm.conf may run `python3 -m slurm_plugin.ctld_epilog` instead: the same, with the
-    standard library only (for a SlurmUser whose Python lacks the suite's dependencies)."""
+    etc/gpupack-ctld-epilog.sh runs `python3 -m slurm_plugin.ctld_epilog` of the suite's venv
+    instead: the same, importing the standard library only (it starts faster, for every job)."""
     from slurm_plugin.ctld_epilog import run
 
     job_id = job_id or _int(os.environ.get("SLURM_JOB_ID"))

@@ -309,6 +309,82 @@ def apply(backend: str, state_dir: str | None, node: str | None, sim_gpus: str |
         sys.exit(1)
 
 
+DEFAULT_NODE_STATE_DIR = "/var/lib/gpupack"
+
+
+def _actual_layouts(be) -> dict:
+    """Each GPU's (MIG on, placements) as the backend shows it now, or the error reading it."""
+    from mig.errors import MigError
+    from mig.fsm import Placement
+
+    out: dict = {}
+    for g in be.list_gpus():
+        try:
+            insts = be.list_instances(g.index) if g.mig_enabled else []
+            out[g.index] = (g.mig_enabled, [Placement(i.profile, i.start) for i in insts])
+        except MigError as exc:
+            out[g.index] = str(exc)
+    return out
+
+
+def _cannot_tell(node: str, why: str, as_json: bool) -> None:
+    if as_json:
+        _emit({"node": node, "match": False, "verdict": "unknown", "problem": why, "gpus": []})
+    else:
+        click.echo(f"Error: cannot tell whether {node} matches its desired MIG layout: {why}", err=True)
+    sys.exit(2)
+
+
+@mig.command("assert", context_settings=CTX)
+@_backend_options
+@click.option("--node-state-dir", type=click.Path(file_okay=False), default=DEFAULT_NODE_STATE_DIR,
+              show_default=True, help="The node agent's state folder (its agent/<node>/mig-desired.json).")
+@click.option("--nvml-library", default=None, envvar="GPUPACK_NVML_LIBRARY", metavar="PATH|simulated:DIR",
+              help="The libnvidia-ml NVML calls, as the node agent's --nvml-library (implies --backend nvml).")
+@json_option
+def assert_(backend: str, state_dir: str | None, node: str | None, sim_gpus: str | None,
+            node_state_dir: str, nvml_library: str | None, as_json: bool) -> None:
+    """Say whether this node's GPUs match the MIG layout its agent last decided, changing
+    nothing: exit 0 when every GPU matches, 1 when one differs (each difference printed), 2
+    when it cannot tell (no desired layout recorded, the GPUs cannot be read)."""
+    from pathlib import Path
+
+    from mig.desired import UNKNOWN, compare, verdict
+    from mig.errors import MigError
+    from slurm_plugin.agent.mig_desired import desired_path, read_desired
+
+    node = node or socket.gethostname().split(".")[0]
+    path = desired_path(Path(node_state_dir), node)
+    try:
+        desired = read_desired(path)
+    except FileNotFoundError:
+        _cannot_tell(node, f"no desired layout at {path}; is the node agent of {node} running with "
+                           f"--state-dir {node_state_dir}?", as_json)
+        return
+    except (OSError, ValueError) as exc:
+        _cannot_tell(node, f"cannot read {path}: {exc}", as_json)
+        return
+    try:
+        if nvml_library:
+            from slurm_plugin.agent.backends import load_nvml_library
+
+            load_nvml_library(nvml_library, node, [], mig_enabled=True)
+            backend = "nvml"
+        actual = _actual_layouts(_open_backend(backend, state_dir, node, sim_gpus))
+    except (MigError, OSError, ImportError, RuntimeError) as exc:
+        _cannot_tell(node, f"cannot read the GPUs: {exc}", as_json)
+        return
+    diffs = compare(desired, actual)
+    status = verdict(diffs)
+    if as_json:
+        _emit({"node": node, "match": status == 0, "verdict": ("match", "differs", "unknown")[status],
+               "desired_at": desired.written_at, "gpus": [d.to_dict() for d in diffs]})
+    else:
+        for d in diffs:
+            click.echo(d.describe(), err=d.verdict == UNKNOWN)
+    sys.exit(status)
+
+
 @mig.command(context_settings=CTX)
 @click.option("--gpu", "gpu", metavar="MODEL", default="H100-80GB", show_default=True,
               help="GPU model of the fragmentation and latency runs.")

@@ -32,12 +32,12 @@ TABLE_KEYS = ("policy", "predictor", "jobs", "makespan_s", "avg_jct_s", "p95_jct
               "run_slowdown_max", "pair_bound_ok", "pair_bound_worst")
 
 
-def workload_options(fn):
-    opts = [
+def _trace_options() -> list:
+    """The trace replayed and the cluster it runs on."""
+    return [
         click.option("--trace", default="philly", show_default=True, metavar="SPEC",
                      help="philly (shared/data), philly:FILE.csv, or sacct:FILE (a `sacct -P` "
-                          "export with Submit, Elapsed or Start/End, AllocTRES; see docs).")
-        ,
+                          "export with Submit, Elapsed or Start/End, AllocTRES; see docs)."),
         click.option("--gpus", type=click.IntRange(min=1), default=1000, show_default=True,
                      help="GPUs in the simulated cluster."),
         click.option("--gpu-model", default="A100-80GB", show_default=True, metavar="MODEL",
@@ -49,6 +49,12 @@ def workload_options(fn):
                           "most 1000)."),
         click.option("--seed", type=int, default=0, show_default=True,
                      help="Seed of the profile draw (same seed, same workload)."),
+    ]
+
+
+def _failure_options() -> list:
+    """How the replayed jobs outgrow their memory and how their out-of-memory ends are seen."""
+    return [
         click.option("--growing-fraction", type=click.FloatRange(0, 1), default=0.1,
                      show_default=True,
                      help="Share of one-GPU jobs whose memory grows past their estimate."),
@@ -69,6 +75,12 @@ def workload_options(fn):
                      help="A retry on the job's word (its report or its output, not a measurement at "
                           "its share's limit) goes back at its own place in the queue (by arrival), as "
                           "live; without it, at the head like every requeue."),
+    ]
+
+
+def _input_options() -> list:
+    """Where the trace's tables come from and what is done with a row that cannot be read."""
+    return [
         click.option("--data-dir", type=click.Path(file_okay=False), default=None,
                      help="Folder with philly_jobs.csv, workload_profiles.csv, "
                           "colocation_pairs.csv (default: $GPUPACK_DATA_DIR or shared/data/traces)."),
@@ -88,6 +100,12 @@ def workload_options(fn):
                      help="A trace row that cannot be read (negative or NaN duration, GPUs "
                           "not a number, a short row, ...): refuse the trace, naming its line "
                           "and column, or skip it and count it in the summary."),
+    ]
+
+
+def _policy_options() -> list:
+    """The packing policies' knobs (backfill, co-runner choice, MIG)."""
+    return [
         click.option("--bf-depth", type=click.IntRange(min=0), default=100, show_default=True,
                      help="Queued jobs the backfill pass looks at (Slurm's bf_max_job_test)."),
         click.option("--corunner", "corunner_rule",
@@ -124,14 +142,24 @@ def workload_options(fn):
                      show_default=True,
                      help="mig-static: share of GPUs partitioned (the rest stay whole)."),
     ]
+
+
+def _stacked(opts: list, fn):
+    """``fn`` with each click option of ``opts``, in that order in --help."""
     for opt in reversed(opts):
         fn = opt(fn)
     return fn
 
 
+def workload_options(fn):
+    """The options of every command that replays a trace: the trace and cluster, the jobs'
+    memory failures, the trace's inputs and the policies' knobs."""
+    return _stacked([*_trace_options(), *_failure_options(), *_input_options(), *_policy_options()], fn)
+
+
 def action_options(fn):
     """Knobs of the run-time actions (grow by preemption, regrouping), for every command."""
-    opts = [
+    return _stacked([
         click.option("--movable-fraction", type=click.FloatRange(0, 1), default=0.3,
                      show_default=True,
                      help="Regrouping: share of jobs that declare they can be moved (--requeue "
@@ -142,10 +170,7 @@ def action_options(fn):
         click.option("--regroup-moves-per-hour", type=click.IntRange(min=0), default=12,
                      show_default=True,
                      help="Regrouping: most jobs moved in any hour of simulated time."),
-    ]
-    for opt in reversed(opts):
-        fn = opt(fn)
-    return fn
+    ], fn)
 
 
 def _actions(movable_fraction, regroup_moves_per_plan, regroup_moves_per_hour) -> dict:

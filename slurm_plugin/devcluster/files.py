@@ -16,9 +16,10 @@ from slurm_plugin.devcluster import spec as specmod
 from slurm_plugin.devcluster.errors import DevClusterError
 from slurm_plugin.devcluster.spec import ClusterSpec
 
-__all__ = ["plugstack_conf", "slurm_release", "slurm_user", "write_files"]
+__all__ = ["ctld_python", "plugstack_conf", "slurm_release", "slurm_user", "write_files"]
 
-CTLD_PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+#: the controller epilog's interpreter where SlurmUser may not run the cluster's own (under /root)
+SYSTEM_PYTHON = "/usr/bin/python3"
 
 
 def write_files(s: ClusterSpec) -> bool:
@@ -27,10 +28,13 @@ def write_files(s: ClusterSpec) -> bool:
     _make_dirs(s, user)
     shares, mem_gib = _shares_and_memory(s)
     epilog = s.etc / "epilog.sh"
+    # the interpreter the cluster was brought up with (the checkout's venv under `make`), as
+    # the installed suite's scripts run its venv's (etc/gpupack-epilog.sh)
     _write(epilog, _epilog_script(s, "epilog", f'"{sys.executable}" -m slurm_plugin epilog'), mode=0o755)
-    # slurmctld runs it as SlurmUser, whose Python is the system's: the standard-library module
-    _write(s.etc / "ctld-epilog.sh", _epilog_script(s, "ctld-epilog", f'"{CTLD_PYTHON}" -m slurm_plugin.ctld_epilog'),
-           mode=0o755)
+    # slurmctld runs it as SlurmUser: the standard-library module, on that interpreter too where
+    # SlurmUser may run it
+    _write(s.etc / "ctld-epilog.sh",
+           _epilog_script(s, "ctld-epilog", f'"{ctld_python(user)}" -m slurm_plugin.ctld_epilog'), mode=0o755)
     changed = _write(
         s.slurm_conf, specmod.slurm_conf(s, socket.gethostname(), user, epilog, shares)
     )
@@ -48,6 +52,28 @@ def write_files(s: ClusterSpec) -> bool:
 
         Accounting(s, user).write_files()
     return changed
+
+
+def ctld_python(user: str, python: str | None = None) -> str:
+    """The interpreter of the controller epilog, which slurmctld runs as ``user``: ``python``
+    (default: this one, ``sys.executable``) when ``user`` may run it, i.e. root, or every folder
+    on its way and the file itself open to others; else the system's, with the checkout on
+    PYTHONPATH (the module needs the standard library only)."""
+    python = python or sys.executable
+    if user == "root" or _open_to_others(Path(python)):
+        return python
+    return SYSTEM_PYTHON if os.access(SYSTEM_PYTHON, os.X_OK) else python
+
+
+def _open_to_others(path: Path) -> bool:
+    """Whether a user other than the owner may run ``path``: the file its symlinks lead to, and
+    every folder on the way to it and to the link itself, open to others."""
+    real = path.resolve()
+    try:
+        folders = {*path.absolute().parents, *real.parents}
+        return bool(os.stat(real).st_mode & stat.S_IXOTH) and all(os.stat(f).st_mode & stat.S_IXOTH for f in folders)
+    except OSError:
+        return False
 
 
 def slurm_user() -> str:

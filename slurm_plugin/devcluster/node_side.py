@@ -11,7 +11,12 @@ from pathlib import Path
 from slurm_plugin.devcluster.spec import ClusterSpec
 
 SPANK_SRC = Path(__file__).resolve().parents[2] / "spank"
-AGENT_TIMEOUT_MS = 3000
+# How long a step start waits for its node's agent. The plugin's own default (3000 ms) is for a
+# real node, whose agent answers in milliseconds. The dev cluster runs every node's agent, the
+# GPU stand-ins and their MPS daemons on one machine, often beside other test runs: a MIG step
+# whose isolation starts an MPS daemon took over 3 s there at load 10 to 30, and was requeued
+# unisolated (fail closed) although nothing was wrong.
+AGENT_TIMEOUT_MS = 15000
 ISOLATION = "mig"  # the dev cluster's nodes isolate packed jobs with MIG instances
 BACKEND = "nvml"  # as on a real node; NVML reaches the simulated GPU
 

@@ -1,4 +1,4 @@
-"""The agents' final summaries, brought to the controller's history.
+"""The agents' final summaries, brought to the controller's history by its one writer.
 
 A node agent keeps each finished job's summary until the helper acknowledges it
 (`FinalsSource`). Two controller-side paths collect them, both through `HistoryRecorder`,
@@ -14,7 +14,8 @@ so a run seen by several is still one row and one event:
 
 The same sweep mirrors each node's slice journal into the store (`journal_mirror`).
 
-The monitor records each run it tracked from its own samples; the summaries merge into it.
+The monitor hands each run it tracked, from its own samples, to the same thread
+(`helper.run_inbox.RunInbox`); the summaries merge into its row.
 
 A summary is acknowledged once its run is settled (recorded, merged, or with no memory to
 record); a run whose job Slurm still shows finishing is left for a later pass, and one whose
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Protocol
 
 from store.db import Store
+from slurm_plugin.helper.run_inbox import RunInbox
 from slurm_plugin.history_recorder import NOT_FINISHED, UNATTRIBUTED, HistoryRecorder, RunFigures
 from slurm_plugin.slurm.errors import SlurmError
 from slurm_plugin.slurm.gres import expand_hostlist
@@ -41,6 +43,7 @@ log = logging.getLogger(__name__)
 SWEEP_S = 30.0  # the watcher's sweep of every node's unacknowledged summaries
 KEEP_S = 86400.0  # the local source looks at summaries written in the last day
 EPILOG_WAIT_S = 15.0  # the collector looks this long for a summary the epilog announced
+SPOOL_MAX_BYTES = 1 << 20  # the ended-jobs file: ~50,000 jobs between two takes (one a second)
 
 
 class FinalsSource(Protocol):
@@ -184,32 +187,49 @@ class EndedSpool:
     """The jobs the controller's epilog named, handed from the submit side to the watcher: one
     line each (`<job> <hostlist>`) appended to a file beside the helper's socket (a write of a
     few bytes on the submit path, no Slurm call, no SQLite), taken by the watcher's collector.
-    Lost lines (a crash) are found by the sweep."""
+    The file holds at most `max_bytes`: past it a job is refused (`SpoolFull`, logged by the
+    caller) and its run waits on its agent for the sweep, as does a line lost in a crash. A
+    job named twice before a take is taken once."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, max_bytes: int = SPOOL_MAX_BYTES):
         self.path = Path(path)
+        self.max_bytes = max_bytes
 
     def append(self, job_id: int, nodes: str) -> None:
+        line = f"{int(job_id)} {nodes}\n".encode()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            os.write(fd, f"{int(job_id)} {nodes}\n".encode())
+            if os.fstat(fd).st_size + len(line) > self.max_bytes:
+                raise SpoolFull(f"{self.path} holds {self.max_bytes} bytes already (is the watcher taking them?)")
+            os.write(fd, line)
         finally:
             os.close(fd)
 
     def take(self) -> list[tuple[int, tuple[str, ...]]]:
-        """The jobs appended since the last call (the file is renamed away, then read)."""
+        """The jobs appended since the last call, each once (the file is renamed away, then read;
+        a line that is not `<job> <hostlist>` is skipped and counted in the log)."""
         taking = self.path.with_name(self.path.name + ".taking")
         try:
             os.replace(self.path, taking)
         except FileNotFoundError:
             return []
-        out = []
+        out: dict[int, tuple[str, ...]] = {}
+        skipped = 0
         for line in taking.read_text(errors="replace").splitlines():
             job, _, hostlist = line.partition(" ")
-            if job.isdigit() and expand_hostlist(hostlist):
-                out.append((int(job), expand_hostlist(hostlist)))
+            nodes = expand_hostlist(hostlist) if job.isdigit() else ()
+            if not nodes:
+                skipped += 1
+                continue
+            out[int(job)] = nodes
         taking.unlink(missing_ok=True)
-        return out
+        if skipped:
+            log.warning("%d line(s) of %s were not a job and its nodes: skipped", skipped, self.path)
+        return list(out.items())
+
+
+class SpoolFull(OSError):
+    """The ended-jobs file is at its bound: the job's run waits on its agent for the sweep."""
 
 
 def spool_path(socket: Path) -> Path:
@@ -217,14 +237,18 @@ def spool_path(socket: Path) -> Path:
 
 
 class FinalsCollector:
-    """A thread of the watcher process that records the agents' summaries, off every
-    latency-sensitive path: every `tick_s`, the jobs the controller's epilog named (`spool`),
-    whose summaries it waits for up to `wait_s`; every `sweep_s`, every GPU node's."""
+    """The one writer of the history: a thread of the watcher process, off every
+    latency-sensitive path. Every `tick_s` it writes the runs the monitor saw end
+    (`monitored`) and the agents' summaries of the jobs the controller's epilog named
+    (`spool`), waiting up to `wait_s` for them; every `sweep_s`, every GPU node's."""
 
     def __init__(self, make_sweep: Callable[[], FinalsSweep], spool: EndedSpool | None = None,
                  wait_s: float = EPILOG_WAIT_S, sweep_s: float = SWEEP_S, tick_s: float = 1.0,
-                 journals: Callable[[FinalsSweep], Callable[[list[str]], object]] | None = None):
+                 journals: Callable[[FinalsSweep], Callable[[list[str]], object]] | None = None,
+                 monitored: Callable[[], RunInbox] | None = None):
         self._make_sweep = make_sweep  # built in the thread: its own store connection
+        # the runs the monitor saw end (`helper.run_inbox.RunInbox`): written here, every tick
+        self._monitored = monitored
         # each sweep also mirrors the nodes' slice journals (`journal_mirror.JournalMirror`),
         # made in the thread from the sweep (its store connection)
         self._journals = journals
@@ -250,6 +274,8 @@ class FinalsCollector:
         pending: dict[int, tuple[tuple[str, ...], float]] = {}  # job -> (its nodes, until when)
         next_sweep = time.monotonic()
         while True:
+            if self._monitored is not None:
+                self._guarded(lambda: self._monitored().write(sweep.recorder), "writing the monitor's runs")
             if self.spool is not None:
                 for job_id, nodes in self._guarded(self.spool.take, "reading the ended jobs") or []:
                     pending[job_id] = (nodes, time.monotonic() + self.wait_s)

@@ -49,8 +49,21 @@ def keys_of(levels: LevelStore, runner, job: Job, fingerprint: str) -> WorkloadK
     return WorkloadKeys(fingerprint, keys.variant, keys.command)  # the exact key is the one it travels with
 
 
-def note_run(store: Store, runner, job: Job | None, fingerprint: str, user: str, measured: bool, new: bool) -> None:
-    """Keep the recorded run's levels' keys; count a right guess of the level that sized it."""
+def note_keys(store: Store, runner, job: Job, fingerprint: str, user: str) -> None:
+    """Keep the looser levels' keys of ``fingerprint`` (its batch script read from Slurm only
+    when the store has none for it yet)."""
+    levels = LevelStore(store)
+    if levels.keys_of(fingerprint) is not None:
+        return
+    keys = keys_of(levels, runner, job, fingerprint)
+    if keys is not None:
+        levels.remember_keys(keys, user)
+
+
+def note_run(store: Store, runner, job: Job | None, fingerprint: str, user: str, measured: bool, new: bool,
+             level: str | None = None) -> None:
+    """Keep the recorded run's levels' keys; count a right guess of the level that sized it
+    (``level``: the one its identity carries, `store.identities`; None: read from ``job``)."""
     if job is None:
         return
     levels = LevelStore(store)
@@ -58,7 +71,7 @@ def note_run(store: Store, runner, job: Job | None, fingerprint: str, user: str,
     if keys is None:
         return
     levels.remember_keys(keys, user)
-    level = deciding_level(job)
+    level = (level if level in LOOSER else None) if level is not None else deciding_level(job)
     key = keys.key(level) if level is not None else None
     if key is not None and measured and new:
         levels.count_guess(level, key, user, wrong=False)

@@ -2,7 +2,7 @@
 
 One thread, one round every `[monitor] interval_s`: read every job from Slurm (the adapter)
 and the newest sample of each running job from the node agents (`SampleSource`), then run
-each watch of `Monitor.watches`, in this order:
+each watch of `Monitor.watches` (built by `monitor_wiring.build_watches`), in this order:
 
 1. **tracks** (`watches/track_watch.py`, `watches/tracks.py`): the samples of each running job;
 2. **outcomes** (`watches/outcomes.py`): open decisions of the action ledger are judged from
@@ -64,57 +64,32 @@ cancelled. Slurm hiccups are logged and the round is skipped.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from packer.rules import SuiteRules
-from slurm_plugin.agent.client import helper_link, node_facts
 from slurm_plugin.config.bounds import RetentionSettings
-from slurm_plugin.config.whole import load_agent_settings
-from slurm_plugin.helper.agreement import Agreement, expected_from, log_agreement_events
+from slurm_plugin.helper.agreement import log_agreement_events
 from slurm_plugin.helper.kill_switch import RUN_WHILE_HALTED, KillSwitch
 from slurm_plugin.helper.monitor_settings import MonitorSettings, load_monitor_settings
+from slurm_plugin.helper.monitor_wiring import (
+    agent_state_dir, build_watches, default_runner, retention_settings, wire_agents,
+)
 from slurm_plugin.helper.queue_read import QueueReader
 from slurm_plugin.helper.round_load import RoundLoad
-from slurm_plugin.helper.retention import JobMemory, RetentionWatch
-from slurm_plugin.helper.sample_source import AgentSamples, SampleSource, job_outputs_by_node
+from slurm_plugin.helper.sample_source import SampleSource, job_outputs_by_node
 from slurm_plugin.helper.watches.actions import Actions
-from slurm_plugin.helper.watches.at_head import KeepAtHeadWatch
 from slurm_plugin.helper.watches.head_lift import Lift
-from slurm_plugin.helper.watches.contention import ContentionWatch
-from slurm_plugin.helper.watches.grow import GrowWatch
-from slurm_plugin.helper.watches.grow_release import GrowReleaseWatch
-from slurm_plugin.helper.watches.regroup import RegroupWatch
-from slurm_plugin.helper.watches.history import HistoryWatch
-from slurm_plugin.helper.watches.layouts import LAYOUT_REFRESH_S, QueueLayoutWatch  # noqa: F401
-from slurm_plugin.helper.watches.memory import MemoryWatch
-from slurm_plugin.helper.watches.metrics import MetricsWatch
-from slurm_plugin.helper.watches.mps import MpsWatch
-from slurm_plugin.helper.watches.oom import OomWatch
-from slurm_plugin.helper.watches.outcomes import OutcomeWatch
-from slurm_plugin.helper.watches.quirk_guard import QuirkGuardWatch
 from slurm_plugin.helper.watches.round import KeepsJobs, RoundContext, Watch
 from slurm_plugin.helper.watches.state import WatchState
-from slurm_plugin.helper.watches.track_watch import TrackWatch
-from slurm_plugin.helper.watches.dispatch import DispatchWatch
-from slurm_plugin.helper.watches.dispatch_pack import PackAtDispatchWatch
-from slurm_plugin.helper.watches.run_curves import keep_curve
-from slurm_plugin.helper.watches.steering import SteerWatch
-from slurm_plugin.helper.watches.unisolated import UnisolatedWatch
-from slurm_plugin.helper.watches.tracks import (  # noqa: F401  (the names other code imports from here)
-    ACTIVE, SAMPLES_KEPT, Fingerprints, Track, job_shards, submit_time_exclusion, wants_whole_gpu,
-)
+from slurm_plugin.helper.watches.tracks import ACTIVE, Fingerprints, Track
 from slurm_plugin.slurm.errors import SlurmError
 from slurm_plugin.slurm.gres import allocated_gpus, allocated_shards, expand_hostlist
 from slurm_plugin.slurm.model import Job
 from store.lifts import HeadLifts
 
 log = logging.getLogger(__name__)
-
-GIB = 1024**3
 
 
 class Monitor:
@@ -137,22 +112,11 @@ class Monitor:
         # [monitor.actions] follows edits of the file, as [packer] does (settings given: fixed)
         self.action_modes = ((lambda: settings_file().monitor.actions)
                              if settings is None and settings_file is not None else None)
-        if runner is None:
-            from slurm_plugin.slurm.runner import SlurmRunner
-
-            runner = SlurmRunner(slurm_conf=str(paths.slurm_conf) if paths.slurm_conf else None, timeout=10)
-        # node-local files of the agents, where a tool still reads them ([paths] agent_dir, else
-        # the database's folder; GPUPACK_AGENT_STATE_DIR overrides both)
-        self.agent_state_dir = Path(os.environ.get("GPUPACK_AGENT_STATE_DIR") or getattr(paths, "agent_dir", None)
-                                    or Path(paths.database).parent)
-        # every agent is reached over the MUNGE-authenticated link ([agent], [agents] of gpupack.toml)
-        self.agents = helper_link(config_path, paths, lambda: self.actions.runner)
-        agent_settings = settings_file().agent if settings_file is not None else load_agent_settings(config_path)
-        # shares per GPU, GPU type and versions checked with each agent (nodes that disagree: stale)
-        self.agreement = Agreement(lambda node: node_facts(self.agents, node),
-                                   lambda: expected_from(self.config()))
-        self.samples_source: SampleSource = samples or AgentSamples(self.agents, agent_settings.stale_after_s,
-                                                                    agreement=self.agreement)
+        runner = runner or default_runner(paths)
+        self.agent_state_dir = agent_state_dir(paths)
+        wiring = wire_agents(config_path, paths, settings_file, self.config, lambda: self.actions.runner, samples)
+        self.agents, self.agreement = wiring.agents, wiring.agreement
+        self.samples_source: SampleSource = wiring.samples
         self.clock = clock
         self.on_jobs = on_jobs  # called with each round's job listing and when it was asked for
         # the head-of-queue lifts are kept in the store: after a restart they still end (store.lifts)
@@ -164,36 +128,9 @@ class Monitor:
         if settings_file is not None:  # a refused edit of gpupack.toml is an event too
             settings_file.on_refused(lambda why: self.actions.log_event(
                 "config-refused", f"{settings_file.path}: edit refused, the settings in force are kept: {why}"))
-        self.fingerprint_of = Fingerprints(lambda: self.actions.runner)
-        self.quirk_guard_watch = QuirkGuardWatch()
-        self.mps_watch = MpsWatch()
-        self.metrics_watch = MetricsWatch(self)
-        self.unisolated_watch = UnisolatedWatch(lambda: getattr(self.samples_source, "unisolated", {}))
-        # [retention]: the store's tables, and every per-job map of the watches
-        retention = retention or (settings_file().retention if settings_file is not None else RetentionSettings())
-        self.retention_watch = RetentionWatch(retention, JobMemory(self.job_maps, retention.forget_jobs_after_s))
-        # the order of a round, explicit
-        self.watches: list[Watch] = [
-            TrackWatch(on_run_ended=keep_curve),
-            OutcomeWatch(),
-            HistoryWatch(),
-            self.quirk_guard_watch,
-            OomWatch(lambda: getattr(self.samples_source, "oom_ends", {})),
-            ContentionWatch(),
-            GrowReleaseWatch(),
-            GrowWatch(),
-            MemoryWatch(),
-            RegroupWatch(),
-            self.unisolated_watch,
-            KeepAtHeadWatch(),
-            DispatchWatch(),
-            PackAtDispatchWatch(),
-            SteerWatch(),
-            self.mps_watch,
-            QueueLayoutWatch(),
-            self.retention_watch,
-            self.metrics_watch,
-        ]
+        self.fingerprint_of = Fingerprints(lambda: self.actions.runner, lambda: self.actions.store)
+        # the order of a round, explicit (monitor_wiring); [retention]: the store's tables and the watches' maps
+        self.watches: list[Watch] = build_watches(self, retention or retention_settings(settings_file))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None

@@ -3,7 +3,8 @@
 - the store (`prune_store`): events by age and by count, runs by age and per workload (the
   newest `runs_per_fingerprint`), memory curves with their runs, judged action-ledger rows by
   age (and open ones twice as long), pair speeds, avoided pairs and remembered sizes not renewed
-  for their time, the slice journals' copy (released rows, and those of nodes not heard from);
+  for their time, the slice journals' copy (released rows, and those of nodes not heard from),
+  the jobs' identities (`store.identities`) by the events' age and count;
 - the watcher's per-job memory (`JobMemory`): every map and set keyed by a job id forgets a
   job Slurm has not listed for `forget_jobs_after_s` (the head-of-queue lifts' rows in the
   store, `head_lifts`, with them: they also go when their job starts or ends).
@@ -18,6 +19,7 @@ from typing import Any
 
 from store.curves import RunCurves
 from store.db import Store
+from store.identities import JobIdentities
 from store.ledger import ActionLedger
 from store.retention import StoreRetention
 from store.slices import SliceMirror
@@ -39,6 +41,8 @@ def prune_store(store: Store, r: RetentionSettings, now: float) -> dict[str, int
     deleted["action_ledger"] = ActionLedger(store, create=False).prune(
         now - r.action_ledger_days * DAY_S, now - 2 * r.action_ledger_days * DAY_S)
     deleted["slice_journal"] = SliceMirror(store).prune(now - r.slice_journal_days * DAY_S)
+    # a job's identity is read at the end of each of its runs: kept as long as its events
+    deleted["job_identities"] = JobIdentities(store).prune(now - r.events_days * DAY_S, r.events_max_rows)
     return {t: n for t, n in deleted.items() if n}
 
 

@@ -76,7 +76,7 @@ def counters(estimate) -> AloneCounters | None:
 def pair_predictor_of(store: Store, rules: SuiteRules, fps: set[str], since: float) -> PairPredictor[str]:
     """The pair model of the store (the submit path's, per view, and the steering's, per
     round): every measured pair, fitted on its workloads' counters; `fps` have counters too."""
-    measured = {k: _unit(p.speed) for k, p in store.pair_speeds().items()}
+    measured = {k: _unit(p.speed) for k, p in store.pairs.pair_speeds().items()}
     keys = fps | {f for pair in measured for f in pair}
     solo = {f: c for f, e in store.estimates(keys, rules.config.history_window, since=since).items()
             if (c := counters(e)) is not None}
@@ -142,7 +142,7 @@ class LoadAwareAdmission:
         est = decision.estimate
         newcomer = Newcomer("new", fp, int((decision.shards or 1) * rules.config.share_bytes),
                             est.mean_util_pct if est is not None else None)
-        observed = {k: _unit(v) for k, v in store.pair_speeds_with(fp, res.fingerprints).items()}
+        observed = {k: _unit(v) for k, v in store.pairs.pair_speeds_with(fp, res.fingerprints).items()}
         pairs = res.pairs.including(fp, counters(est), observed)
         partners = ctx.partners
         wait = max(0.0, release_wait(queue.releases_s, queue.waiting) - max(0.0, now - snapshot.taken_at))

@@ -68,7 +68,7 @@ class SubmitContext:
     @cached_property
     def partners(self) -> set[str]:
         """The workloads this job must never share a GPU with (pairs learned in the store)."""
-        return self.store.avoided_with(self.fingerprint) if self.fingerprint else set()
+        return self.store.pairs.avoided_with(self.fingerprint) if self.fingerprint else set()
 
     @cached_property
     def mean_run_s(self) -> float | None:

@@ -65,7 +65,9 @@ class Watcher:
         self.finals = FinalsCollector(lambda: open_sweep(self.paths.database, LinkFinals(finals_link),
                                                          self.paths.slurm_conf, "sweep"),
                                       EndedSpool(spool_path(self.paths.socket)),
-                                      journals=lambda sweep: JournalMirror(finals_link, sweep.recorder.store))
+                                      journals=lambda sweep: JournalMirror(finals_link, sweep.recorder.store),
+                                      # the one writer also writes the runs the monitor saw end
+                                      monitored=lambda: self.monitor.actions.finished_runs)
         # the monitor's one job listing per round also feeds the view (one squeue a round)
         self.monitor = _load_monitor(self)
 

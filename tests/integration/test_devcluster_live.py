@@ -91,3 +91,32 @@ def test_daemons_are_followed_through_reconfigure_and_down_stops_exactly_them(cl
         assert _daemon_pids(marker) == {}  # nothing of ours left, re-executed ones included
     finally:
         cluster.dev.up()
+
+
+#: the environment a user's job gets on a Debian node without the suite's: Debian's default PATH
+#: (/etc/profile, /etc/login.defs), no PYTHONPATH, none of the suite's interpreters
+NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PLAIN_PYTHON_JOB = b"""#!/bin/sh
+echo "python3: $(command -v python3)"
+echo "prefix: $(python3 -c 'import sys; print(sys.prefix)' 2>&1)"
+echo "predictor: $(python3 -c 'import predictor; print(predictor.__file__)' 2>&1 | tail -n 1)"
+echo "slurm_plugin: $(python3 -c 'import importlib.util as u; print(u.find_spec("slurm_plugin"))' 2>&1 | tail -n 1)"
+"""
+
+
+def test_a_jobs_plain_python3_does_not_load_the_suites_modules(cluster):
+    """The suite lives in its own interpreter (a venv), not the node's python3: a user's job that
+    runs `python3 -c "import predictor"` gets no module of ours (ModuleNotFoundError, or another
+    distribution's elsewhere)."""
+    checkout = str(Path(__file__).resolve().parents[2])
+    out = cluster.workdir / "plain-python3.out"
+    job = cluster.submit(["-J", "plain-python3", "-o", str(out), f"--export=PATH={NODE_PATH}"], PLAIN_PYTHON_JOB)
+    assert cluster.wait(job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"}, 60) == "COMPLETED"
+    lines = dict(line.split(": ", 1) for line in out.read_text().splitlines() if ": " in line)
+    assert set(lines) >= {"python3", "prefix", "predictor", "slurm_plugin"}, out.read_text()
+    # another Python installation than the suite's (a venv shares its base's binary: compare prefixes)
+    assert lines["python3"] and not lines["python3"].startswith(checkout), lines
+    assert lines["prefix"].startswith("/") and lines["prefix"] != sys.prefix, (lines, sys.prefix)
+    assert lines["slurm_plugin"] == "None", lines  # no installation of the suite on its path
+    found = lines["predictor"]
+    assert found == "ModuleNotFoundError: No module named 'predictor'" or not found.startswith(checkout), lines

@@ -45,10 +45,6 @@ def agent_pid(cluster, node: str) -> int:
     return next(p["pid"] for p in procs if p["role"] == "agent" and p["name"] == node)
 
 
-def node_of(cluster, job_id: int) -> str:
-    return cluster.job(job_id)["NodeList"]
-
-
 def test_packed_step_shows_the_mig_device_the_agent_chose(cluster):
     job = cluster.submit(["--gres=shard:2", "-J", "e2e-agent-mig"],
                          script(cluster.workdir, "--mem-start 2GiB --mem-growth 10MiB --iters 20 --iter-ms 150 "

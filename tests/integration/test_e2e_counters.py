@@ -67,7 +67,7 @@ def test_silent_newcomer_that_slows_a_silent_neighbour_is_requeued_at_the_head(c
                       "requeued newcomer above the older waiting job")
         store = Store(cluster.spec.database)
         try:
-            assert store.must_avoid(event.data["fingerprint"], event.data["avoided"][0])
+            assert store.pairs.must_avoid(event.data["fingerprint"], event.data["avoided"][0])
         finally:
             store.close()
         time.sleep(3)

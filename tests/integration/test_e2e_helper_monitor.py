@@ -6,11 +6,13 @@ H100s, helper + node agents + SPANK plugin, enforce mode).
 """
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 
 import pytest
 
-from e2e_support import SLEEP, events, fill_all_but_one_gpu, simgpu_script, wait_for, within_rounds
+from e2e_support import PY, SLEEP, events, fill_all_but_one_gpu, simgpu_script, wait_for, within_rounds
 from store.db import Store
 from slurm_plugin.agent import client
 
@@ -73,7 +75,7 @@ def test_newcomer_that_slows_its_neighbour_is_requeued_next_to_start_and_never_p
         fp_new, fp_senior = event.data["fingerprint"], event.data["avoided"][0]
         store = Store(cluster.spec.database)
         try:
-            assert store.must_avoid(fp_new, fp_senior)
+            assert store.pairs.must_avoid(fp_new, fp_senior)
         finally:
             store.close()
 
@@ -165,5 +167,16 @@ def test_idle_mig_slices_follow_the_pending_queue(cluster):
         assert [where(i) for i in seen if i.uuid == device] == [where(held)], seen
         assert holder_device() == device and cluster.state(holder) == "RUNNING"
         wait_for(changes, 20, "a mig-reconfigure event for node1's new layout")
+        # on node1's host, `gpupack mig assert` finds its GPUs as its agent last decided them
+        # (read through NVML, as the agent reads them)
+        asserted = subprocess.run(
+            [*cluster.on_node("node1"), PY, "-m", "slurm_plugin", "mig", "assert", "--node", "node1",
+             "--node-state-dir", str(cluster.state_dir), "--nvml-library", f"simulated:{cluster.spec.simgpu_dir}",
+             "--json"], env=cluster.env, capture_output=True, text=True, timeout=60)
+        assert asserted.returncode == 0, (asserted.stdout, asserted.stderr)
+        report = json.loads(asserted.stdout)
+        assert report["match"] and [g["gpu_index"] for g in report["gpus"]] == [0, 1]
+        placements = [p for g in report["gpus"] for p in g["actual"]["placements"]]
+        assert f"{held.profile}@{held.start}" in placements and sum(p.startswith("1g.10gb@") for p in placements) >= 3
     finally:
         cluster.cancel_all()

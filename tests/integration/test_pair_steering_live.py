@@ -3,7 +3,7 @@ whose busy GPUs all run jobs measured to slow down beside its workload.
 
 Uses the session fixture `cluster` (3 nodes x 2 simulated H100s, 5 shares a GPU, helper in
 enforce mode). The measured pairs are seeded in the helper's store, as the contention watch
-records them (`Store.record_pair_speed`: the senior's speed beside the newcomer).
+records them (`Store.pairs.record_pair_speed`: the senior's speed beside the newcomer).
 """
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ def test_a_pending_job_is_kept_off_the_node_where_it_would_slow_every_packed_job
 
     store = Store(cluster.spec.database)
     try:
-        store.record_pair_speed(fps[0], fp_new, 0.6)  # senior 1 kept 60 % of its speed beside it
-        store.record_pair_speed(fps[1], fp_new, 0.7)
+        store.pairs.record_pair_speed(fps[0], fp_new, 0.6)  # senior 1 kept 60 % of its speed beside it
+        store.pairs.record_pair_speed(fps[1], fp_new, 0.7)
     finally:
         store.close()
 

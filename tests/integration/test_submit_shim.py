@@ -245,7 +245,7 @@ def test_pairs_to_avoid_are_kept_apart_at_submit_time(packing):
     fp_a = seed_history(packing, "pair-a", body_a)
     fp_b = seed_history(packing, "pair-b", body_b)
     store = Store(packing.spec.database)
-    store.avoid_pair(fp_a, fp_b, "test: measured contention")
+    store.pairs.avoid_pair(fp_a, fp_b, "test: measured contention")
     store.close()
     senior = _submit_decided(packing, ["-J", "pair-a", "-w", "node1", "--gres=gpu:1"], body_a)
     assert record_of(packing, senior).verdict == "packed"

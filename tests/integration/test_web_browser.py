@@ -82,6 +82,17 @@ def test_status_lists_the_web_view_with_its_url(cluster, web):
     assert st["url"] == web and st["healthy"] and st["alive"], st
 
 
+def stored_curve(cluster, job: int):
+    """The newest stored memory curve of ``job``'s runs (None before one is stored)."""
+    from store.curves import RunCurves
+
+    store = Store(cluster.spec.database)
+    try:
+        return RunCurves(store).of_job(job)
+    finally:
+        store.close()
+
+
 def test_nodes_a_packed_job_in_its_slice_a_live_requeue_event_and_the_job_plot(cluster, web, browser):
     cluster.set_option("pack_only_when_no_idle_gpu", "false")
     body = (f"#!/bin/sh\n: 'gpupack web test {RUN}'\nexec {sys.executable} -m slurm_plugin simgpu run "
@@ -144,16 +155,8 @@ def test_nodes_a_packed_job_in_its_slice_a_live_requeue_event_and_the_job_plot(c
         assert "live" in browser.find_element("id", "live-status").text
 
         # the restarted run left its curve: an admin sees later why it was restarted
-        from store.curves import RunCurves
-
-        def restarted_curve(_d):
-            store = Store(cluster.spec.database)
-            try:
-                return RunCurves(store).of_job(job)
-            finally:
-                store.close()
-
-        curve = wait_until(browser, "the restarted run's stored curve", restarted_curve, timeout=30)
+        curve = wait_until(browser, "the restarted run's stored curve", lambda _d: stored_curve(cluster, job),
+                           timeout=30)
         assert curve.how_it_ended == "requeued by restart-memory"
         assert curve.capacity_label == "MIG 1g.10gb" and curve.peak_bytes > 6 * GIB
         browser.get(web + f"job/{job}")  # its page, running again or waiting: that run's curve is on it

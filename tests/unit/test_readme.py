@@ -1,7 +1,7 @@
 """The README's promises: every command it shows exists as shown, every page it links exists.
 
 A command line is any code span or code-block line that starts `gpupack ...` or
-`python3 -m slurm_plugin ...`: its words must walk the click tree to a real command, each
+`python3 -m slurm_plugin ...` (also as a venv's `/opt/gpupack/venv/bin/gpupack ...`): its words must walk the click tree to a real command, each
 option it names must be one that command (or a group above it) takes, and that command's
 `--help` must answer. Links: every relative Markdown link in README.md and docs/*.md, and
 every `docs/NAME.md` the README, docs/ and etc/ name (systemd `Documentation=` too), is a
@@ -27,8 +27,9 @@ MAX_README_LINES = 300
 _FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 _SPAN = re.compile(r"`([^`\n]+)`")
 # where a command starts inside a code text: not part of a longer word or path
-_START = re.compile(r"(?<![\w/.-])(gpupack|python3 -m slurm_plugin)(?=[ \n]|$)")
-_MODULE = re.compile(r"(?<![\w/.-])python3 -m (slurm_plugin\.[\w.]+)")
+_VENV_BIN = r"(?:/[\w./-]*/bin/)?"  # the installed suite's interpreter and commands: a venv's bin/
+_START = re.compile(rf"(?<![\w/.-]){_VENV_BIN}(gpupack|python3 -m slurm_plugin)(?=[ \n]|$)")
+_MODULE = re.compile(rf"(?<![\w/.-]){_VENV_BIN}python3 -m (slurm_plugin\.[\w.]+)")
 _SHELL_END = re.compile(r"\s(?:#|\||;|&&|\|\|)|[)\"]")
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _DOCS_NAME = re.compile(r"(?<![\w/.-])(docs/[\w./-]+\.md)")
@@ -167,6 +168,33 @@ def test_every_docs_page_the_docs_and_etc_name_exists():
 def test_readme_stays_a_front_door():
     lines = README.read_text().count("\n")
     assert lines <= MAX_README_LINES, f"README.md has {lines} lines; move details to docs/"
+
+
+def _install_steps() -> str:
+    text = README.read_text()
+    start = text.index("## Install on a real cluster")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def test_readme_installs_into_a_venv_never_the_system_python():
+    """The install steps make a venv with `python3 -m venv` and pip-install into it; the suite's
+    commands there (epilogs, the PAM line) run that venv's interpreter, never a bare python3/pip."""
+    steps = _install_steps()
+    assert "`python3 -m venv /opt/gpupack/venv && /opt/gpupack/venv/bin/pip install .`" in steps
+    runs = [text for text in code_texts(steps) if _START.search(text) or "pip install" in text]
+    assert len(runs) >= 4, runs  # pip, two epilogs, the PAM line, config check
+    for text in runs:
+        for found in re.finditer(r"(?<![\w/.-])(python3 -m slurm_plugin|pip install)", text):
+            assert False, f"{text!r} runs the system's {found.group(1).split()[0]}, not /opt/gpupack/venv/bin/"
+    for name in ("gpupack agent adopt-check", "python3 -m slurm_plugin.ctld_epilog", "python3 -m slurm_plugin epilog"):
+        assert f"/opt/gpupack/venv/bin/{name}" in steps, name
+
+
+def test_the_venv_commands_are_checked_as_commands():
+    """A command behind a venv's bin/ is still a command the checks above walk."""
+    assert command_lines("`/opt/gpupack/venv/bin/gpupack agent adopt-check`") == [["agent", "adopt-check"]]
+    assert _MODULE.findall("`/opt/gpupack/venv/bin/python3 -m slurm_plugin.ctld_epilog`") == ["slurm_plugin.ctld_epilog"]
+    assert command_lines("`python3 -m venv /opt/gpupack/venv`") == []
 
 
 def test_resolve_catches_a_wrong_command_and_option():

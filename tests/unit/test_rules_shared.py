@@ -208,7 +208,7 @@ def _live_steering(tmp_path, rules: Recorded) -> str:
     """Both GPUs of node1 run workload aaaa, measured at 60 % of its speed beside bbbb; a
     packed bbbb job waits: the nodes it is kept off."""
     fake, helper, _, monitor = _monitor(tmp_path, rules)
-    helper.store.record_pair_speed("aaaa", "bbbb", 0.6)
+    helper.store.pairs.record_pair_speed("aaaa", "bbbb", 0.6)
     for job_id, gpu in ((1, 0), (2, 1)):
         fake.submit(job_id=job_id, state="RUNNING", nodes="node1", gres="gres:shard:2",
                     gres_detail=[f"shard:h100:2(IDX:{gpu})"], start_time=FAKE_EPOCH,

@@ -32,6 +32,7 @@ from store.db import Store
 from slurm_plugin.helper.kill_switch import ACTIONS_WHILE_HALTED
 from slurm_plugin.helper.watches.head_lift import lift, lift_of
 from slurm_plugin.helper.watches.state import WatchState
+from slurm_plugin.helper.run_inbox import RunInbox
 from slurm_plugin.slurm.constraints import cluster_facts, job_facts
 from slurm_plugin.slurm.errors import SlurmError
 from slurm_plugin.slurm.gres import expand_hostlist
@@ -55,6 +56,7 @@ class Actions:
         self.state = state
         self.config = config
         self.modes = modes or {}  # [monitor.actions]
+        self.finished_runs = RunInbox()  # the runs the history watch saw end, for the one writer
         self.halted = False  # the kill switch is on: only ACTIONS_WHILE_HALTED are carried out
         self._ledger: ActionLedger | None = None
         self.stale_nodes: dict[str, str] = {}  # node -> why its agent's figures are stale (the monitor's)

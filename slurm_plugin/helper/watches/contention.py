@@ -92,7 +92,7 @@ class ContentionWatch:
                 if key in done or not m.fingerprint:
                     continue
                 done.add(key)
-                row = ctx.actions.store.record_pair_speed(m.fingerprint, new.fingerprint, m.speed)
+                row = ctx.actions.store.pairs.record_pair_speed(m.fingerprint, new.fingerprint, m.speed)
                 log.info("job %d (%s) runs at %.2f of its %s beside job %d (%s); pair mean %.2f over %d",
                          m.job_id, m.fingerprint, m.speed, m.signal, new.job_id, new.fingerprint,
                          row.speed, row.samples)
@@ -117,7 +117,7 @@ class ContentionWatch:
                 # two copies of one workload that slow each other are a pair too (fp, fp): without
                 # it, each next copy lands beside the running one and is requeued again
                 if mode.acts and verdict.newcomer_fingerprint and hurt.fingerprint:
-                    actions.store.avoid_pair(verdict.newcomer_fingerprint, hurt.fingerprint, verdict.reason)
+                    actions.store.pairs.avoid_pair(verdict.newcomer_fingerprint, hurt.fingerprint, verdict.reason)
             hurt_nodes = frozenset(n for h in verdict.hurt for n in expand_hostlist(jobs[h.job_id].nodes))
             evidence = {
                 "node": node, "gpu": gpu, "threshold": rules.contention_threshold, "settle_s": rules.settle_s,

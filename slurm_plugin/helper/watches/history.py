@@ -3,10 +3,11 @@
 out of memory, was requeued by Slurm or by one of the suite's actions, or its samples have a
 gap: its agent was down), by `slurm_plugin.history_recorder` (`packer.run_truth`).
 
-This watch records what the monitor's own samples saw of the run (their gaps: its agent was
-away); the agents' final summaries of the same run merge into its row (one row per run:
-job, fingerprint, the agent's start), brought by the controller's epilog and by the sweep,
-threads of their own (`helper/finals.py`), never in a round. A run with no GPU memory
+This watch hands what the monitor's own samples saw of the run (their gaps: its agent was
+away) to the one writer (`helper.run_inbox.RunInbox`, written by the watcher's finals thread,
+`helper/finals.py`, never in a round); the agents' final summaries of the same run, brought by
+the controller's epilog and by the sweep, merge into the same row (one row per run: job,
+fingerprint, the agent's start). A run with no GPU memory
 measured is left out (it would teach the packer a 0-byte job), unless it completed and its
 samples cover it from start to end on a GPU: it held a GPU and never touched it, a
 measurement of 0 bytes and 0 % that packs its workload at the smallest share. Every run that ends
@@ -19,8 +20,8 @@ from packer.run_truth import GAP_TOLERANCE_S, RunEnd, sample_gaps
 from slurm_plugin.helper.watches.round import RoundContext
 from slurm_plugin.helper.watches.run_curves import keep_curve
 from slurm_plugin.helper.watches.tracks import ACTIVE, Track
-from slurm_plugin.history_recorder import HistoryRecorder, RunFigures, run_end
-from slurm_plugin.slurm.errors import SlurmError
+from slurm_plugin.helper.run_inbox import SeenRun
+from slurm_plugin.history_recorder import RunFigures, run_end
 from slurm_plugin.slurm.model import Job
 
 log = logging.getLogger(__name__)
@@ -64,11 +65,8 @@ class HistoryWatch:
             end = RunEnd("GONE", ended_by=ended_by)
         if end is None:
             end = RunEnd(job.base_state or "GONE", ended_by=ended_by)  # a track ends only when its run did
-        try:
-            HistoryRecorder(ctx.actions.store, ctx.actions.runner, "monitor").record(
-                figures, job, (track.fingerprint, track.user, track.name), end)
-        except (SlurmError, ValueError) as exc:
-            log.warning("job %d: history not recorded: %s", track.job_id, exc)
+        # written by the one writer, off the round (`helper.run_inbox.RunInbox`)
+        ctx.actions.finished_runs.put(SeenRun(figures, job, (track.fingerprint, track.user, track.name), end))
         return figures.started_at
 
 

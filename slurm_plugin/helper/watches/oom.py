@@ -49,7 +49,7 @@ class OomWatch:
         self._answered: dict[tuple[int, float], str] = {}  # (job, end time) -> outcome told
 
     def round(self, ctx: RoundContext) -> None:
-        listed = {(int(e.get("job_id", -1)), float(e.get("at", 0))) for ends in self._ends().values() for e in ends}
+        listed = {key for ends in self._ends().values() for e in ends if (key := _end_key(e)) is not None}
         self._answered = {k: v for k, v in self._answered.items() if k in listed}  # the agents forgot the rest
         for node, ends in list(self._ends().items()):
             for end in ends:
@@ -155,3 +155,12 @@ class OomWatch:
         except (AgentUnavailable, AgentRefused, OSError, ValueError) as exc:
             log.warning("job %d: could not answer %s's agent (%s); its step ends when its hold runs out",
                         job_id, node, exc)
+
+
+def _end_key(end: object) -> tuple[int, float] | None:
+    """(job, end time) of an out-of-memory end as an agent lists it; None for one that cannot be
+    read (the round passes it over with a warning, and goes on with the others)."""
+    try:
+        return int(end["job_id"]), float(end["at"])  # type: ignore[index]
+    except (KeyError, TypeError, ValueError):
+        return None

@@ -57,7 +57,7 @@ class SteerWatch:
         pending_packed = [j for j in jobs.values()
                           if j.state == "PENDING" and job_shards(j) is not None and ctx.fingerprint_of(j)]
         # one query for the partners of every pending packed job, not one per job
-        partners_of = store.avoided_with_each(ctx.fingerprint_of(j) or "" for j in pending_packed)
+        partners_of = store.pairs.avoided_with_each(ctx.fingerprint_of(j) or "" for j in pending_packed)
         predicted = self._predicted_off(ctx, pending_packed)
         stale = set(ctx.stale_nodes)
         every_node = _known_nodes(ctx) if stale else set()

@@ -11,7 +11,7 @@ from mig.errors import MigError
 from packer import comment as comment_mod
 from packer.curves import partition_capacity
 from packer.gres import count_of, type_of
-from slurm_plugin.history_recorder import job_fingerprint
+from slurm_plugin.history_recorder import job_identity, note_identity
 from slurm_plugin.slurm.errors import SlurmError
 from slurm_plugin.slurm.model import Job
 
@@ -101,11 +101,13 @@ def wants_whole_gpu(job: Job) -> bool:
 
 
 class Fingerprints:
-    """A job's fingerprint (`slurm_plugin.history_recorder.job_fingerprint`), cached; None
-    when Slurm cannot give its batch script."""
+    """A job's fingerprint, cached: its identity kept by job id in the store the first time the
+    watcher sees the job (`history_recorder.note_identity`), so the end of each of its runs
+    reads it there; None when Slurm cannot give its batch script (a job without `fp=`)."""
 
-    def __init__(self, runner: Callable[[], object]):
+    def __init__(self, runner: Callable[[], object], store: Callable[[], object] | None = None):
         self._runner = runner  # the monitor's runner of the moment (tests swap it)
+        self._store = store  # the monitor's store of the moment
         self._cache: dict[int, str | None] = {}
 
     def job_maps(self) -> list:
@@ -115,7 +117,10 @@ class Fingerprints:
         if job.job_id in self._cache:
             return self._cache[job.job_id]
         try:
-            fp: str | None = job_fingerprint(self._runner(), job.job_id, job)[0]
+            if self._store is None:
+                fp: str | None = job_identity(self._runner(), job.job_id, job).fingerprint
+            else:
+                fp = note_identity(self._store(), self._runner(), job).fingerprint
         except SlurmError as exc:
             log.info("job %d: no fingerprint (%s)", job.job_id, exc)
             fp = None

@@ -69,7 +69,22 @@ def make(tmp_path, mode="enforce", *, fixed_clock=False, release="22.05.8", prio
     clock = (lambda: float(FAKE_EPOCH)) if fixed_clock else (lambda: samples.clock)
     monitor = Monitor(helper, runner=SlurmRunner(executor=fake), samples=samples,
                       settings=MonitorSettings(skip_requeue_delay=False, **settings), clock=clock)
+    writes_history(monitor, helper.store)
     return fake, helper, samples, monitor
+
+
+def writes_history(monitor, store) -> None:
+    """Each `monitor.tick()` is followed by what the watcher's finals thread does next: it
+    writes the runs the round saw end (`history_recorder.RunInbox`, the one writer)."""
+    from slurm_plugin.history_recorder import HistoryRecorder
+
+    tick = monitor.tick
+
+    def tick_then_write() -> None:
+        tick()
+        monitor.actions.finished_runs.write(HistoryRecorder(store, monitor.actions.runner, "monitor"))
+
+    monitor.tick = tick_then_write
 
 
 def running(fake, job_id, *, fp, shards=2, start=FAKE_EPOCH, node="node1", gpu=0):

@@ -72,7 +72,7 @@ def test_shadow_contention_is_wrong_when_the_neighbour_stays_slow(tmp_path):
 def test_an_action_in_shadow_while_the_helper_enforces_leaves_the_job_and_the_pairs_alone(tmp_path):
     fake, helper, samples, monitor = make(tmp_path, mode="enforce", actions={"requeue-contention": "shadow"})
     slow_neighbour(fake, samples, monitor)
-    assert fake.jobs[2].state == "RUNNING" and not helper.store.must_avoid("aaaa", "bbbb")
+    assert fake.jobs[2].state == "RUNNING" and not helper.store.pairs.must_avoid("aaaa", "bbbb")
     (event,) = [e for e in helper.store.events() if e.kind == "requeue-contention"]
     assert event.detail.startswith("would requeue (shadow mode)")
 

@@ -64,7 +64,7 @@ def test_the_youngest_neighbour_is_evicted_and_the_grower_restarts_pinned_to_its
     assert "restart-memory" not in events  # the memory watch left it to the grow watch
     evict = next(e for e in helper.store.events() if e.kind == "grow-evict")
     assert evict.job_id == 9 and "pair not recorded" in evict.detail and evict.data["grower"] == 7
-    assert not helper.store.avoided_with("young") and not helper.store.avoided_with("grow")
+    assert not helper.store.pairs.avoided_with("young") and not helper.store.pairs.avoided_with("grow")
     (row,) = ActionLedger(helper.store).rows("grow-preempt")
     assert row.mode == "enforce" and row.data["evicted"] == [9]
 

@@ -65,7 +65,7 @@ def test_the_switch_takes_effect_at_the_next_round_and_its_removal_too(tmp_path)
 def test_no_restart_no_steering_no_priority_change_with_the_switch_on(tmp_path):
     fake, helper, samples, monitor = make(tmp_path, memory_horizon_s=60)
     helper.paths.kill_switch.touch()
-    helper.store.avoid_pair("aaaa", "bbbb", "test")
+    helper.store.pairs.avoid_pair("aaaa", "bbbb", "test")
     running(fake, 1, fp="aaaa", node="node2")
     fake.submit(job_id=3, state="PENDING", gres="gres:shard:2", admin_comment="gpupack: packed shard:2 fp=bbbb")
     running(fake, 7, fp="grow", shards=1)  # outgrows its one share (10 GiB) at t = 27

@@ -35,7 +35,7 @@ def test_newcomer_that_slows_its_neighbour_is_requeued_at_head_and_the_pair_avoi
     assert job.priority > fake.jobs[5].priority  # the next job to start
     assert "node1" in job.excluded_nodes
     assert fake.jobs[1].state == "RUNNING"  # the senior is never touched
-    assert helper.store.must_avoid("aaaa", "bbbb")
+    assert helper.store.pairs.must_avoid("aaaa", "bbbb")
     (event,) = [e for e in helper.store.events() if e.kind == "requeue-contention"]
     assert event.job_id == 2 and "lost 25%" in event.detail
     verbs = [c[1] for c in fake.calls if c[0] == "scontrol" and c[1] != "--version"]
@@ -55,7 +55,7 @@ def test_no_action_is_taken_on_a_stale_nodes_figures_and_the_event_says_so(tmp_p
         samples.put(1, FAKE_EPOCH + t, throughput=15.0, started_at=FAKE_EPOCH)
         samples.put(2, FAKE_EPOCH + t, throughput=30.0, started_at=FAKE_EPOCH + 10)
         monitor.tick()
-    assert fake.jobs[2].state == "RUNNING" and not helper.store.must_avoid("aaaa", "bbbb")
+    assert fake.jobs[2].state == "RUNNING" and not helper.store.pairs.must_avoid("aaaa", "bbbb")
     (event,) = [e for e in helper.store.events() if e.kind == "requeue-contention-stale"]  # once, not per round
     assert event.job_id == 2 and "stale" in event.detail and "connection refused" in event.detail
     assert not [e for e in helper.store.events() if e.kind == "requeue-contention"]
@@ -75,7 +75,7 @@ def test_two_copies_of_one_workload_that_slow_each_other_are_kept_apart(tmp_path
         samples.put(2, FAKE_EPOCH + t, throughput=15.0, started_at=FAKE_EPOCH + 10)
         monitor.tick()
     assert fake.jobs[2].state == "PENDING" and fake.jobs[1].state == "RUNNING"
-    assert helper.store.must_avoid("same", "same")
+    assert helper.store.pairs.must_avoid("same", "same")
     fake.submit(job_id=3, state="PENDING", gres="gres:shard:2", admin_comment="gpupack: packed shard:2 fp=same")
     samples.put(1, FAKE_EPOCH + 16, throughput=20.0, started_at=FAKE_EPOCH)
     monitor.tick()
@@ -104,7 +104,7 @@ def test_newcomer_that_slows_a_silent_neighbour_is_seen_in_the_gpu_counters_and_
     assert fake.jobs[2].state == "PENDING" and fake.jobs[1].state == "RUNNING"
     (event,) = [e for e in helper.store.events() if e.kind == "requeue-contention"]
     assert event.job_id == 2 and event.data["signals"] == ["utilisation"] and "GPU utilisation" in event.detail
-    assert helper.store.must_avoid("aaaa", "bbbb")
+    assert helper.store.pairs.must_avoid("aaaa", "bbbb")
 
 
 def test_a_reported_utilisation_is_not_taken_for_a_counter(tmp_path):
@@ -143,7 +143,7 @@ def test_no_contention_action_on_a_guess_where_the_counters_are_unavailable_and_
 
 def test_pending_packed_job_is_kept_off_the_node_of_an_avoided_partner(tmp_path):
     fake, helper, samples, monitor = make(tmp_path)
-    helper.store.avoid_pair("aaaa", "bbbb", "test")
+    helper.store.pairs.avoid_pair("aaaa", "bbbb", "test")
     running(fake, 1, fp="aaaa", node="node2")
     fake.submit(job_id=3, state="PENDING", gres="gres:shard:2", admin_comment="gpupack: packed shard:2 fp=bbbb",
                 excluded_nodes="node9")
@@ -184,9 +184,9 @@ def test_pending_packed_job_is_kept_off_a_stale_node_until_it_is_fresh(tmp_path)
 
 def test_pending_packed_jobs_partners_are_read_in_one_query_per_round(tmp_path):
     fake, helper, samples, monitor = make(tmp_path)
-    helper.store.avoid_pair("aaaa", "bbbb", "test")
-    helper.store.avoid_pair("cccc", "bbbb", "test")
-    helper.store.avoid_pair("dddd", "eeee", "test")
+    helper.store.pairs.avoid_pair("aaaa", "bbbb", "test")
+    helper.store.pairs.avoid_pair("cccc", "bbbb", "test")
+    helper.store.pairs.avoid_pair("dddd", "eeee", "test")
     running(fake, 1, fp="aaaa", node="node2")
     running(fake, 2, fp="cccc", node="node3")
     running(fake, 3, fp="eeee", node="node4")
@@ -610,7 +610,7 @@ def test_each_measured_senior_is_recorded_once_as_its_speed_beside_the_newcomer(
         samples.put(3, FAKE_EPOCH + t, throughput=10.0, started_at=FAKE_EPOCH, gpu=1)
         samples.put(4, FAKE_EPOCH + t, throughput=5.0, started_at=FAKE_EPOCH + 10, gpu=1)
         monitor.tick()
-    speeds = helper.store.pair_speeds()
+    speeds = helper.store.pairs.pair_speeds()
     assert set(speeds) == {("aaaa", "bbbb"), ("cccc", "dddd")}
     assert speeds[("aaaa", "bbbb")].speed == pytest.approx(0.75)
     assert speeds[("cccc", "dddd")].speed == pytest.approx(1.0)

@@ -116,7 +116,7 @@ def test_contention_never_strands_a_pinned_newcomer(tmp_path):
     assert fake.jobs[2].state == "RUNNING" and fake.jobs[2].state_reason != "BadConstraints"
     (event,) = [e for e in helper.store.events() if e.kind == "requeue-contention-skipped"]
     assert event.job_id == 2 and "pinned to node1" in event.detail
-    assert helper.store.must_avoid("aaaa", "bbbb")  # the pair is still learnt
+    assert helper.store.pairs.must_avoid("aaaa", "bbbb")  # the pair is still learnt
 
 
 def test_pure_rules():

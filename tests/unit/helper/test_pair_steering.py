@@ -24,7 +24,7 @@ def steer_events(helper, job_id):
 
 def test_a_measured_bad_pair_keeps_the_node_off_and_says_why(tmp_path):
     fake, helper, _, monitor = make(tmp_path)
-    helper.store.record_pair_speed("aaaa", "bbbb", 0.6)  # aaaa kept 60 % of its speed beside bbbb
+    helper.store.pairs.record_pair_speed("aaaa", "bbbb", 0.6)  # aaaa kept 60 % of its speed beside bbbb
     running(fake, 1, fp="aaaa", gpu=0)
     running(fake, 2, fp="aaaa", gpu=1)  # node1: both GPUs busy with aaaa; node2 idle
     pending(fake, 3, "bbbb")
@@ -37,7 +37,7 @@ def test_a_measured_bad_pair_keeps_the_node_off_and_says_why(tmp_path):
 
 def test_a_good_pair_does_not_keep_the_node_off(tmp_path):
     fake, helper, _, monitor = make(tmp_path)
-    helper.store.record_pair_speed("aaaa", "bbbb", 0.95)
+    helper.store.pairs.record_pair_speed("aaaa", "bbbb", 0.95)
     running(fake, 1, fp="aaaa", gpu=0)
     running(fake, 2, fp="aaaa", gpu=1)
     pending(fake, 3, "bbbb")
@@ -47,7 +47,7 @@ def test_a_good_pair_does_not_keep_the_node_off(tmp_path):
 
 def test_a_free_gpu_keeps_the_node_allowed(tmp_path):
     fake, helper, _, monitor = make(tmp_path)
-    helper.store.record_pair_speed("aaaa", "bbbb", 0.6)
+    helper.store.pairs.record_pair_speed("aaaa", "bbbb", 0.6)
     running(fake, 1, fp="aaaa", gpu=0)  # GPU 1 of node1 is free
     pending(fake, 3, "bbbb")
     monitor.tick()
@@ -56,8 +56,8 @@ def test_a_free_gpu_keeps_the_node_allowed(tmp_path):
 
 def test_a_qualifying_gpu_keeps_the_node_allowed(tmp_path):
     fake, helper, _, monitor = make(tmp_path)
-    helper.store.record_pair_speed("aaaa", "bbbb", 0.6)
-    helper.store.record_pair_speed("cccc", "bbbb", 0.97)
+    helper.store.pairs.record_pair_speed("aaaa", "bbbb", 0.6)
+    helper.store.pairs.record_pair_speed("cccc", "bbbb", 0.97)
     running(fake, 1, fp="aaaa", gpu=0)
     running(fake, 2, fp="cccc", gpu=1)
     pending(fake, 3, "bbbb")
@@ -88,7 +88,7 @@ def test_an_unseen_pair_the_model_is_sure_of_is_predicted_from_both_jobs_history
     names = sorted(utils)
     for i, a in enumerate(names):
         for b in names[i + 1:i + 3]:
-            helper.store.record_pair_speed(a, b, min(1.0, 100.0 / (utils[a] + utils[b])))
+            helper.store.pairs.record_pair_speed(a, b, min(1.0, 100.0 / (utils[a] + utils[b])))
     _busy_unseen_pairs(fake)
     monitor.tick()
     assert fake.jobs[3].excluded_nodes == "node1"
@@ -110,7 +110,7 @@ def test_an_unseen_pair_is_tried_while_the_model_has_nothing_fitted(tmp_path):
 
 def test_pair_predict_off_steers_by_avoided_pairs_alone(tmp_path):
     fake, helper, _, monitor = make(tmp_path, pair_predict=False)
-    helper.store.record_pair_speed("aaaa", "bbbb", 0.6)
+    helper.store.pairs.record_pair_speed("aaaa", "bbbb", 0.6)
     running(fake, 1, fp="aaaa", gpu=0)
     running(fake, 2, fp="aaaa", gpu=1)
     pending(fake, 3, "bbbb")
@@ -120,7 +120,7 @@ def test_pair_predict_off_steers_by_avoided_pairs_alone(tmp_path):
 
 def test_every_gpu_node_slow_is_not_excluded_and_the_exclusion_lifts_when_a_gpu_frees(tmp_path):
     fake, helper, _, monitor = make(tmp_path)
-    helper.store.record_pair_speed("aaaa", "bbbb", 0.6)
+    helper.store.pairs.record_pair_speed("aaaa", "bbbb", 0.6)
     for job_id, node, gpu in ((1, "node1", 0), (2, "node1", 1), (6, "node2", 0), (7, "node2", 1)):
         running(fake, job_id, fp="aaaa", node=node, gpu=gpu)
     pending(fake, 3, "bbbb")
@@ -136,7 +136,7 @@ def test_every_gpu_node_slow_is_not_excluded_and_the_exclusion_lifts_when_a_gpu_
 
 def test_a_job_pinned_with_w_is_not_steered_by_prediction(tmp_path):
     fake, helper, _, monitor = make(tmp_path)
-    helper.store.record_pair_speed("aaaa", "bbbb", 0.6)
+    helper.store.pairs.record_pair_speed("aaaa", "bbbb", 0.6)
     running(fake, 1, fp="aaaa", gpu=0)
     running(fake, 2, fp="aaaa", gpu=1)
     fake.submit(job_id=3, state="PENDING", gres="gres:shard:2", required_nodes="node1",
@@ -149,7 +149,7 @@ def test_exclusions_change_in_the_order_slurm_would_start_the_jobs(tmp_path):
     """Lifting an exclusion can start the job at once (Slurm schedules on an update): the
     job with the higher priority gets its node back first, whatever the job ids."""
     fake, helper, _, monitor = make(tmp_path)
-    helper.store.record_pair_speed("aaaa", "bbbb", 0.6)
+    helper.store.pairs.record_pair_speed("aaaa", "bbbb", 0.6)
     running(fake, 1, fp="aaaa", gpu=0)
     running(fake, 2, fp="aaaa", gpu=1)
     pending(fake, 3, "bbbb")

@@ -25,14 +25,14 @@ def test_the_store_keeps_what_the_rules_say(tmp_path):
     store.record_run(_run(100, "old", now - 400 * DAY_S))
     for i in range(1200):
         store.log_event("decision", f"e{i}")
-    store.avoid_pair("a", "b", "test")
+    store.pairs.avoid_pair("a", "b", "test")
     store.db.execute("update avoid_pairs set created_at = ?", [now - 400 * DAY_S])
     store.db.execute("update events set at = ? where id <= 10", [now - 100 * DAY_S])
     rules = RetentionSettings(runs_per_fingerprint=5, events_max_rows=1000)
     deleted = prune_store(store, rules, now)
     assert deleted == {"runs": 7 + 1, "events": 10 + 190, "avoid_pairs": 1}
     assert [r.job_id for r in store.runs("fp")] == [0, 1, 2, 3, 4]  # the newest five
-    assert store.db["events"].count == 1000 and not store.must_avoid("a", "b")
+    assert store.db["events"].count == 1000 and not store.pairs.must_avoid("a", "b")
     assert prune_store(store, rules, now) == {}  # nothing more to do
 
 

@@ -92,8 +92,8 @@ def answer(store, snap, **kw):
 
 def test_a_pack_that_pays_is_kept_and_one_that_does_not_keeps_its_gpu():
     store = store_with()
-    store.record_pair_speed(NEW_FP, "aaaa", 0.6)
-    store.record_pair_speed("aaaa", NEW_FP, 0.6)
+    store.pairs.record_pair_speed(NEW_FP, "aaaa", 0.6)
+    store.pairs.record_pair_speed("aaaa", NEW_FP, 0.6)
     # the newcomer's runs last an hour: together at 0.6 they lose 2 x 0.4 x 6000 s = 4800 s
     late = answer(store, lambda: snapshot(release_s=20000.0))
     assert (late.verdict, late.rewrite) == ("packed", "gres:shard:1")
@@ -107,11 +107,11 @@ def test_a_pack_that_pays_is_kept_and_one_that_does_not_keeps_its_gpu():
 
 def test_a_pair_learned_to_fail_is_kept_apart_and_the_floor_holds():
     store = store_with()
-    store.avoid_pair(NEW_FP, "aaaa", "failed together")
+    store.pairs.avoid_pair(NEW_FP, "aaaa", "failed together")
     kept_off = answer(store, lambda: snapshot(release_s=1e9))  # never beside it: kept off its node
     assert (kept_off.verdict, kept_off.exclude) == ("packed", "n1")
     store = store_with()
-    store.record_pair_speed(NEW_FP, "aaaa", 0.3)  # below an equal share of the GPU
+    store.pairs.record_pair_speed(NEW_FP, "aaaa", 0.3)  # below an equal share of the GPU
     assert answer(store, lambda: snapshot(release_s=1e9)).reason == "below-min-speed"
     idle = Snapshot(nodes=(NodeGpus("n1", frozenset({"MIXED"}), 2, frozenset({0})),), pending_whole_gpu_jobs=0,
                     taken_at=NOW, queue=snapshot(1e9).queue)
@@ -122,7 +122,7 @@ def test_a_pair_learned_to_fail_is_kept_apart_and_the_floor_holds():
 
 def test_it_fails_open():
     store = store_with()
-    store.record_pair_speed(NEW_FP, "aaaa", 0.3)
+    store.pairs.record_pair_speed(NEW_FP, "aaaa", 0.3)
     assert answer(store, lambda: None).verdict == "packed"  # no fresh view
     assert answer(store, lambda: snapshot(1.0, queue=False)).verdict == "packed"  # an older watcher
 
@@ -160,7 +160,7 @@ def test_an_unmeasured_pair_is_judged_by_the_pair_model_fitted_on_the_stores_pai
     for a in others:
         for b in others:
             if a != b:
-                store.record_pair_speed(a, b, 0.2 if int(a[1:]) % 2 == 0 and int(b[1:]) % 2 == 0 else 0.95)
+                store.pairs.record_pair_speed(a, b, 0.2 if int(a[1:]) % 2 == 0 and int(b[1:]) % 2 == 0 else 0.95)
     refused = answer(store, lambda: snapshot(release_s=1e9))
     assert (refused.verdict, refused.reason) == ("exclusive", "below-min-speed")
 
@@ -169,8 +169,8 @@ def test_the_view_loader_prepares_what_the_stage_reads_so_a_submission_builds_no
     import slurm_plugin.helper.submit_admission as adm
 
     store = store_with()
-    store.record_pair_speed(NEW_FP, "aaaa", 0.6)
-    store.record_pair_speed("aaaa", NEW_FP, 0.6)
+    store.pairs.record_pair_speed(NEW_FP, "aaaa", 0.6)
+    store.pairs.record_pair_speed("aaaa", NEW_FP, 0.6)
     snap = snapshot(release_s=600.0)
     monkeypatch.setattr(time_module(), "time", lambda: NOW)
     svc = service(store, lambda: snap)

@@ -89,7 +89,7 @@ def _store() -> Store:
     store = Store()
     store.record_run(RunRecord(1, NEW_FP, int(7.6 * GIB), 60.0, started_at=NOW - 7200, ended_at=NOW - 3600))
     store.record_run(RunRecord(2, "aaaa", 10 * GIB, 60.0, started_at=NOW - 9000, ended_at=NOW - 100))
-    store.avoid_pair(NEW_FP, "aaaa", "failed together")
+    store.pairs.avoid_pair(NEW_FP, "aaaa", "failed together")
     return store
 
 
@@ -134,15 +134,16 @@ def test_what_the_store_says_of_a_packed_job_is_read_once(monkeypatch):
     monkeypatch.setattr(time, "time", lambda: NOW)
     store = _store()
     counts: dict[str, int] = {}
-    for name, _ in inspect.getmembers(Store, inspect.isfunction):
-        if name.startswith("_"):
-            continue
+    for tables in (store, store.pairs):
+        for name, _ in inspect.getmembers(type(tables), inspect.isfunction):
+            if name.startswith("_"):
+                continue
 
-        def counted(*args, _name=name, _real=getattr(store, name), **kw):
-            counts[_name] = counts.get(_name, 0) + 1
-            return _real(*args, **kw)
+            def counted(*args, _name=name, _real=getattr(tables, name), **kw):
+                counts[_name] = counts.get(_name, 0) + 1
+                return _real(*args, **kw)
 
-        setattr(store, name, counted)
+            setattr(tables, name, counted)
     service = _service(store)
     assert service.answer(FIELDS).verdict == "packed"
     counts.clear()

@@ -10,7 +10,7 @@ from packer.fingerprint import fingerprint
 from packer.placement import Running, submit_exclusion
 from store.db import RunRecord, Store
 from slurm_plugin.helper.cluster_view import NodeGpus, Snapshot
-from slurm_plugin.helper.monitor import submit_time_exclusion
+from slurm_plugin.helper.watches.tracks import submit_time_exclusion
 from slurm_plugin.helper.monitor_settings import MonitorSettings
 from slurm_plugin.helper.submit_service import SubmitService
 from fixed_view import FixedView
@@ -86,7 +86,7 @@ def packed_service(partners, partner_nodes=("n1", "n3")):
     body = b"#!/bin/sh\ntrain\n"
     fp = fingerprint("alice", "t", body)
     store.record_run(RunRecord(1, fp, int(7.6 * GIB), 35.0))
-    store.avoided_with = partners  # the store's lookup, as the test scripts it
+    store.pairs.avoided_with = partners  # the store's lookup, as the test scripts it
     cfg = PackerConfig(mode="enforce", pack_only_when_no_idle_gpu=False)
     from packer.decision import ClusterView
 

@@ -161,7 +161,7 @@ def test_agent_reports_shares_and_slices_per_gpu(tmp_path):
     assert value(f, "gpupack_node_jobs", node="node1", isolation="mig") == 1
     assert value(f, "gpupack_node_jobs", node="node1", isolation="whole") == 1
     before = value(f, "gpupack_mig_reconfigurations", "_total", node="node1")
-    assert before == 1  # the 1g.20gb made for job 7
+    assert before == 2  # the 1g.20gb made for job 7, the 7g.80gb for whole-GPU job 8 (every instance made counts)
     changes = agent.follow_queue("in-order", [2, 2])  # idle slices made ready for the queue
     f = parse(generate_latest(agent_registry(agent)).decode())
     assert changes and value(f, "gpupack_gpu_mig_slices_idle", node="node1", gpu="0") > 0

@@ -26,7 +26,7 @@ def test_every_command_has_help_text(run):
         assert cmd.help, name
         res = run(name, "-h")
         assert res.exit_code == 0 and "Usage:" in res.output
-    assert set(mig.commands) == {"catalog", "ladder", "configs", "plan", "simulate", "show", "apply", "bench"}
+    assert set(mig.commands) == {"catalog", "ladder", "configs", "plan", "simulate", "show", "apply", "assert", "bench"}
 
 
 def test_catalog(run):

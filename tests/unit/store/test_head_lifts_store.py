@@ -42,6 +42,6 @@ def test_a_schema_6_database_gets_the_lifts_table(tmp_path):
     as_schema(old, 6)
     old.close()
     store = Store(path)
-    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
+    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 10
     HeadLifts(lambda: store)[3] = Lift(0, -1, 1)
     assert dict(HeadLifts(lambda: store)) == {3: Lift(0, -1, 1)}

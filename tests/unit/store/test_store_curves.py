@@ -53,16 +53,16 @@ def test_a_schema_3_database_gets_the_curves_table_and_keeps_its_rows(tmp_path):
     path = tmp_path / "db.sqlite"
     old = Store(path)
     old.record_run(RunRecord(job_id=1, fingerprint="fp", peak_mem_bytes=3 * GIB, mean_util_pct=40.0, started_at=10.0))
-    old.avoid_pair("a", "b", "contention")
-    old.record_pair_speed("a", "b", 0.8)
+    old.pairs.avoid_pair("a", "b", "contention")
+    old.pairs.record_pair_speed("a", "b", 0.8)
     old.log_event("history", "recorded", 1)
     as_schema(old, 3)
     old.close()
     store = Store(path)
-    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
+    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 10
     (run,) = store.runs("fp")
     assert (run.job_id, run.peak_mem_bytes, run.started_at) == (1, 3 * GIB, 10.0)
-    assert store.must_avoid("a", "b") and math.isclose(store.pair_speeds()[("a", "b")].speed, 0.8)
+    assert store.pairs.must_avoid("a", "b") and math.isclose(store.pairs.pair_speeds()[("a", "b")].speed, 0.8)
     assert [e.kind for e in store.events()] == ["history"]
     RunCurves(store).save(curve(1, "fp", 1000.0, started_at=10.0))
     assert RunCurves(store).of_job(1).started_at == run.started_at  # keyed like the run

@@ -90,21 +90,21 @@ def test_bad_observations_are_refused():
 def test_partners_of_many_fingerprints_are_those_of_each():
     store = Store()
     for a, b in (("a", "b"), ("c", "a"), ("d", "d"), ("e", "f")):
-        store.avoid_pair(a, b, "contention")
+        store.pairs.avoid_pair(a, b, "contention")
     fps = ["a", "b", "d", "f", "z", "a"]
-    assert store.avoided_with_each(fps) == {fp: store.avoided_with(fp) for fp in fps}
-    assert store.avoided_with_each([]) == {}
+    assert store.pairs.avoided_with_each(fps) == {fp: store.pairs.avoided_with(fp) for fp in fps}
+    assert store.pairs.avoided_with_each([]) == {}
 
 
 def test_pairs_sizes_and_events_persist(tmp_path):
     path = tmp_path / "db.sqlite"
     store = Store(path)
-    store.avoid_pair("b", "a", "contention")
+    store.pairs.avoid_pair("b", "a", "contention")
     store.remember_size("a", 4, "oom-restart")
     store.log_event("decision", "packed", 12, shards=2)
     store.close()
     again = Store(path)
-    assert again.must_avoid("a", "b") and again.avoided_with("a") == {"b"} and not again.must_avoid("a", "c")
+    assert again.pairs.must_avoid("a", "b") and again.pairs.avoided_with("a") == {"b"} and not again.pairs.must_avoid("a", "c")
     assert again.remembered_size("a") == 4 and again.remembered_size("z") is None
     (event,) = again.events()
     assert (event.job_id, event.kind, event.data) == (12, "decision", {"shards": 2})
@@ -115,30 +115,30 @@ def test_pairs_sizes_and_events_persist(tmp_path):
 def test_pair_speeds_keep_the_mean_of_each_ordered_pair(tmp_path):
     path = tmp_path / "db.sqlite"
     store = Store(path)
-    assert store.pair_speeds() == {}
-    store.record_pair_speed("a", "b", 0.6)
-    row = store.record_pair_speed("a", "b", 0.8)
+    assert store.pairs.pair_speeds() == {}
+    store.pairs.record_pair_speed("a", "b", 0.6)
+    row = store.pairs.record_pair_speed("a", "b", 0.8)
     assert (row.speed, row.samples) == (pytest.approx(0.7), 2)
-    store.record_pair_speed("b", "a", 1.0)  # ordered: b beside a is a pair of its own
+    store.pairs.record_pair_speed("b", "a", 1.0)  # ordered: b beside a is a pair of its own
     store.close()
-    speeds = Store(path).pair_speeds()
+    speeds = Store(path).pairs.pair_speeds()
     assert set(speeds) == {("a", "b"), ("b", "a")}
     assert speeds[("a", "b")].speed == pytest.approx(0.7) and speeds[("b", "a")].samples == 1
     with pytest.raises(ValueError, match="finite ratio"):
-        store.record_pair_speed("a", "b", float("nan"))
+        store.pairs.record_pair_speed("a", "b", float("nan"))
 
 
 def test_a_schema_2_database_gets_the_pair_speeds_table_and_keeps_its_pairs(tmp_path):
     path = tmp_path / "db.sqlite"
     old = Store(path)
-    old.avoid_pair("a", "b", "contention")
+    old.pairs.avoid_pair("a", "b", "contention")
     as_schema(old, 2)
     old.close()
     store = Store(path)
-    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
-    assert store.must_avoid("a", "b")
-    store.record_pair_speed("a", "b", 0.5)
-    assert store.pair_speeds()[("a", "b")].speed == 0.5
+    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 10
+    assert store.pairs.must_avoid("a", "b")
+    store.pairs.record_pair_speed("a", "b", 0.5)
+    assert store.pairs.pair_speeds()[("a", "b")].speed == 0.5
 
 
 def test_estimates_of_many_fingerprints_are_each_ones_estimate():

@@ -2,7 +2,7 @@
 counted per level and key, growth bounded per user (evictions counted)."""
 import pytest
 
-from store.db import RunRecord, Store
+from store.db import SCHEMA_VERSION, RunRecord, Store
 from store.levels import EVICTED_EVENT, LevelStore
 from packer.workload_identity import WorkloadKeys
 from tests.unit.store.old_schemas import as_schema
@@ -63,6 +63,6 @@ def test_a_schema_8_database_gets_the_level_tables(tmp_path):
     as_schema(old, 8)
     old.close()
     store = Store(path)
-    assert store.db.execute("PRAGMA user_version").fetchone()[0] == 9
+    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     LevelStore(store).remember_keys(WorkloadKeys("fp", "v", "c"), "ann")
     assert store.runs("fp")[0].peak_mem_bytes == 3 * GIB

@@ -68,6 +68,6 @@ def test_a_schema_7_database_gets_the_columns_and_keeps_its_runs(tmp_path):
     as_schema(store, 7)
     store.close()
     again = Store(tmp_path / "db.sqlite")
-    assert again.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
+    assert again.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 10
     (old,) = again.runs("fp")
     assert (old.peak_mem_bytes, old.need_bytes, old.untouched) == (3 * GIB, None, False)
