@@ -159,3 +159,15 @@ def test_an_mps_share_records_mig_off_and_a_mig_job_records_it_on_again(node):
     backend.set_mig_mode(0, True)  # by hand: the MPS agent wanted it off
     code, out = assert_cli(tmp / "mps", sim=tmp / "sim")
     assert code == 1 and "GPU 0: differs: MIG off wanted, on now" in out
+
+
+def test_a_whole_gpu_job_takes_the_idle_full_size_instance_already_there(tmp_path):
+    """A MIG-mode GPU whose full-size instance an earlier job left idle: the layout is reached
+    with nothing to change, and the job gets that instance (seen in CI: a whole-GPU job
+    refused "the layout was reached but 7g.80gb@0 was not made")."""
+    backend = SimGpuBackend(tmp_path / "sim", "node1", gpus=["H100-80GB", "H100-80GB"], mig_enabled=True)
+    left = backend.create_instance(1, "7g.80gb", 0)
+    agent = NodeAgent("node1", tmp_path, backend, list_running_jobs=lambda: set(), sim_dir=tmp_path / "sim")
+    a = agent.isolate(5, BATCH_STEP, 1, {"SLURM_JOB_GPUS": "1", "CUDA_VISIBLE_DEVICES": "1"})
+    assert (a.profile, a.start, a.gi_id, a.device_uuid) == ("7g.80gb", 0, left.gi_id, left.uuid)
+    assert layout(backend, 1) == [("7g.80gb", 0)]
