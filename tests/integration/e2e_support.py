@@ -166,8 +166,13 @@ def mps_agent(cluster, node: str, isolation: tuple[str, ...] = ("--isolation", "
                              stdout=log, stderr=subprocess.STDOUT)
     try:
         sock = cluster.node_view(node) / "run" / f"agent-{node}.sock"
-        wait_for(lambda: sock.exists() and client.ask(sock, {"op": "ping"}).get("status") == "ok", 20,
-                 f"{node}'s MPS agent answers")
+        def answers() -> bool:  # the old agent's socket file may still be there, refusing: not yet
+            try:
+                return sock.exists() and client.ask(sock, {"op": "ping"}).get("status") == "ok"
+            except OSError:
+                return False
+
+        wait_for(answers, 60, f"{node}'s MPS agent answers")
         yield agent
     finally:
         agent.terminate()
