@@ -90,21 +90,6 @@ class MigManager:
             log.error("GPU %d: the layout for %s was not reached: %s", gpu_index, why, result.error)
         return result
 
-    def _made(self, result: ApplyResult, gpu_index: int, where: Placement, owner: str) -> MigInstance:
-        """The instance at ``where`` for ``owner``: the one the apply made, or an idle one that was
-        there already (the layout held it, e.g. a whole-GPU instance an earlier job left idle);
-        never one another job holds."""
-        made = result.made(where)
-        if made is not None:
-            return made
-        insts = self.backend.list_instances(gpu_index)
-        there = next((i for i in insts if _at(i) == where), None)
-        if there is None or there.gi_id in self._not_idle(gpu_index, insts):
-            raise AgentError(f"GPU {gpu_index}: the layout was reached but no idle {where} is there for this job")
-        if hasattr(self.backend, "set_owner"):
-            self.backend.set_owner(gpu_index, there.gi_id, owner)
-        return there
-
     def assignments(self) -> list[Assignment]:
         """Every job this agent isolates now (on any GPU)."""
         return list(self._assignments())
@@ -142,7 +127,8 @@ class MigManager:
             raise AgentError(f"no room for {profile.name} on GPU {a.gpu_index}: {exc}") from exc
         if result.status == "failed":
             raise AgentError(f"GPU {a.gpu_index}: job {a.job_id}'s {mine} was not made: {result.error}")
-        return self._made(result, a.gpu_index, mine, a.owner)
+        insts = self.backend.list_instances(a.gpu_index)
+        return made_or_idle(self.backend, result, mine, a.owner, insts, self._not_idle(a.gpu_index, insts))
 
     def whole_slice(self, a: Assignment, full_profile: str) -> MigInstance:
         """The full-size instance of a MIG-mode GPU for a whole-GPU job; idle slices a layout
@@ -154,7 +140,8 @@ class MigManager:
                             f"job {a.job_id}'s whole GPU", owners={mine: a.owner}, insts=insts)
         if result.status == "failed":
             raise MigError(result.error or f"{mine} was not made")
-        return self._made(result, a.gpu_index, mine, a.owner)
+        insts = self.backend.list_instances(a.gpu_index)
+        return made_or_idle(self.backend, result, mine, a.owner, insts, self._not_idle(a.gpu_index, insts))
 
     def leave_mig_mode(self, gpu_index: int) -> None:
         """Switch a GPU out of MIG mode for an MPS share (idle slices go; held ones refuse)."""
@@ -287,3 +274,19 @@ class MigManager:
         except MigError as exc:
             log.info("cannot list MIG instances for status: %s", exc)
         return out
+
+
+def made_or_idle(backend, result: ApplyResult, where: Placement, owner: str, insts: list[MigInstance],
+                 held: set[int]) -> MigInstance:
+    """The instance at ``where`` for ``owner``: the one the apply made, or an idle one that was
+    there already (the layout kept it, e.g. a full-size instance an earlier job left idle);
+    never one another job holds (``held``: GI ids; ``insts``: the GPU's instances now)."""
+    made = result.made(where)
+    if made is not None:
+        return made
+    there = next((i for i in insts if (i.profile, i.start) == (where.profile, where.start)), None)
+    if there is None or there.gi_id in held:
+        raise AgentError(f"GPU {result.gpu_index}: the layout was reached but no idle {where} is there for this job")
+    if hasattr(backend, "set_owner"):
+        backend.set_owner(result.gpu_index, there.gi_id, owner)
+    return there
