@@ -127,8 +127,8 @@ class MigManager:
             raise AgentError(f"no room for {profile.name} on GPU {a.gpu_index}: {exc}") from exc
         if result.status == "failed":
             raise AgentError(f"GPU {a.gpu_index}: job {a.job_id}'s {mine} was not made: {result.error}")
-        insts = self.backend.list_instances(a.gpu_index)
-        return made_or_idle(self.backend, result, mine, a.owner, insts, self._not_idle(a.gpu_index, insts))
+        return made_or_idle(self.backend, result, mine, a.owner,
+                            lambda: self.idle(a.gpu_index, self.backend.list_instances(a.gpu_index)))
 
     def whole_slice(self, a: Assignment, full_profile: str) -> MigInstance:
         """The full-size instance of a MIG-mode GPU for a whole-GPU job; idle slices a layout
@@ -140,8 +140,8 @@ class MigManager:
                             f"job {a.job_id}'s whole GPU", owners={mine: a.owner}, insts=insts)
         if result.status == "failed":
             raise MigError(result.error or f"{mine} was not made")
-        insts = self.backend.list_instances(a.gpu_index)
-        return made_or_idle(self.backend, result, mine, a.owner, insts, self._not_idle(a.gpu_index, insts))
+        return made_or_idle(self.backend, result, mine, a.owner,
+                            lambda: self.idle(a.gpu_index, self.backend.list_instances(a.gpu_index)))
 
     def leave_mig_mode(self, gpu_index: int) -> None:
         """Switch a GPU out of MIG mode for an MPS share (idle slices go; held ones refuse)."""
@@ -276,16 +276,17 @@ class MigManager:
         return out
 
 
-def made_or_idle(backend, result: ApplyResult, where: Placement, owner: str, insts: list[MigInstance],
-                 held: set[int]) -> MigInstance:
+def made_or_idle(backend, result: ApplyResult, where: Placement, owner: str,
+                 idle_now: Callable[[], list[MigInstance]]) -> MigInstance:
     """The instance at ``where`` for ``owner``: the one the apply made, or an idle one that was
     there already (the layout kept it, e.g. a full-size instance an earlier job left idle);
-    never one another job holds (``held``: GI ids; ``insts``: the GPU's instances now)."""
+    never one another job holds. ``idle_now``: the GPU's idle instances, listed only when the
+    apply made nothing there."""
     made = result.made(where)
     if made is not None:
         return made
-    there = next((i for i in insts if (i.profile, i.start) == (where.profile, where.start)), None)
-    if there is None or there.gi_id in held:
+    there = next((i for i in idle_now() if (i.profile, i.start) == (where.profile, where.start)), None)
+    if there is None:
         raise AgentError(f"GPU {result.gpu_index}: the layout was reached but no idle {where} is there for this job")
     if hasattr(backend, "set_owner"):
         backend.set_owner(result.gpu_index, there.gi_id, owner)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import gc
 import logging
 import time
@@ -69,15 +70,23 @@ class QueueRead:
     detail_jobs: int = 0  # jobs whose JSON detail was read this time
 
 
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's `malloc_trim`, loaded once (None where the C library has none)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
 def give_back_freed_memory() -> bool:
     """Collect cycles and ask glibc to return its free heap pages to the system
     (`malloc_trim(0)`); False where the C library has no such call (not glibc)."""
     gc.collect()
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):
+    trim = _malloc_trim()
+    if trim is None:
         return False
+    trim(0)
     return True
 
 
