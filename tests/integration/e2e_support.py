@@ -60,12 +60,12 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.5, explai
 
 
 def within_rounds(cluster, predicate, what: str, rounds: int = 2, after_s: float = 0.0, timeout: float = 240.0,
-                  interval: float = 0.5):
+                  interval: float = 0.5, explain=None):
     """Poll `predicate` until it returns something true (returned); fail once `after_s` seconds
     have passed (the time the test allowed before: what the jobs and the cluster need first)
     and the helper's watcher has then ended `rounds` whole rounds without it. A round's cycle
     stretches with the round (its duty cap), up to 20 s seen on a loaded machine, so no fixed
-    time fits what a round does. (`timeout`: a watcher that stopped.)"""
+    time fits what a round does. (`timeout`: a watcher that stopped; `explain`: as for wait_for.)"""
     ended = watcher_rounds(cluster)
     # the round under way may have begun before the count: the one after it began after
     began, start, done = time.time(), None, 0.0
@@ -81,7 +81,8 @@ def within_rounds(cluster, predicate, what: str, rounds: int = 2, after_s: float
             return value
         if (start is not None and done >= rounds) or time.time() - began > timeout:
             raise AssertionError(f"{what}: not true after {time.time() - began:.0f}s, the last {done:.0f} "
-                                 f"rounds of the watcher included (last: {value!r})")
+                                 f"rounds of the watcher included (last: {value!r})"
+                                 + (f"; {explain()}" if explain is not None else ""))
         time.sleep(interval)
 
 
