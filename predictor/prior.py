@@ -17,8 +17,9 @@ horizon as
 
 the height the earlier run still reached, raised by how far this run is above it now
 (``level_r(t)`` is the highest the earlier run had been by ``t``, one sampling interval
-allowed for the alignment: memory that wanders out of phase with its earlier run, or a
-load ramp a little ahead of it, is no rise above it). A run that is
+of this run and the earlier run's own sampling gap at ``t`` allowed for the alignment: memory
+that wanders out of phase with its earlier run, or a load ramp a little ahead of it, is no
+rise above it). A run that is
 *below* its earlier runs is still forecast to reach their peak: that is what the workload did.
 An earlier run known to have gone *past* a share (it ran out of memory there, or was
 restarted for it: ``PriorRun.exceeded``) has a peak above that share, whatever its curve
@@ -138,9 +139,14 @@ class HistoryPrior:
 
 
 def _level_near(xs: np.ndarray, ys: np.ndarray, at: float, tol: float) -> float:
-    """The highest the earlier run had been by ``at`` (its samples up to ``at + tol``, and its
-    interpolated value at ``at``): this run rises above it only by going higher than it had
-    gone by then, so a wandering level out of phase with its earlier run is no rise."""
+    """The highest the earlier run had been by ``at`` (its samples up to ``at + tol``, the
+    first of its samples at or after ``at``, and its interpolated value at ``at``): this run
+    rises above it only by going higher than it had gone by then, so a wandering level out of
+    phase with its earlier run is no rise. Between two of its samples the earlier run may
+    have reached the later one's level at any time: a load it took within one of its
+    sampling gaps (0 at 0.25 s, 6 GiB at 1.9 s) is no rise above it when this run shows the
+    same load earlier in that gap (6 GiB at 0.8 s)."""
     value = float(np.interp(at, xs, ys))
-    seen = ys[xs <= at + tol]
+    known = max(int(np.searchsorted(xs, at + tol, side="right")), int(np.searchsorted(xs, at, side="left")) + 1)
+    seen = ys[:known]
     return max(value, float(seen.max())) if seen.size else value

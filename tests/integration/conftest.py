@@ -170,6 +170,27 @@ class Cluster:
                 return
             time.sleep(0.25)
 
+    def emptied(self, timeout: float = 60.0) -> None:
+        """No job in the cluster, and the submit side deciding from a view of it: the jobs an
+        earlier test cancelled a moment ago are gone from the cluster view the watcher
+        publishes each round (cluster-view.json), not only from squeue (a job submitted at once
+        was judged beside them: a load-aware refusal on 24.11)."""
+        self.cancel_all()
+        since, path = time.time(), self.spec.helper_socket.parent / "cluster-view.json"
+        deadline, taken = since + timeout, None
+        while time.time() < deadline:
+            try:
+                doc = json.loads(path.read_bytes())
+                taken = doc["taken_at"]
+                empty = not doc["running"] and not any(n["busy"] for n in doc["nodes"])
+            except (OSError, ValueError, KeyError, TypeError):
+                taken, empty = None, False
+            if taken is not None and (taken >= since or empty):
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"the watcher published no cluster view in the {timeout:.0f} s after the queue emptied "
+                             f"(the last taken at {taken})")
+
 
 def start_cluster(spec: ClusterSpec, workdir: Path) -> Cluster:
     """Bring the cluster of ``spec`` up (its spec saved, as `devcluster up` does, so the

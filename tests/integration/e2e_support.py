@@ -136,8 +136,9 @@ def events(cluster, kind: str, job_id: int):
 @pytest.fixture
 def idle_cluster(cluster):
     """The session's cluster with no job in it, before the test and after it (conftest.py
-    imports it, so any test of this folder may ask for it)."""
-    cluster.cancel_all()
+    imports it, so any test of this folder may ask for it). It starts once the submit side's
+    cluster view no longer holds the jobs an earlier test left."""
+    cluster.emptied()
     try:
         yield cluster
     finally:

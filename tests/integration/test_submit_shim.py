@@ -35,7 +35,9 @@ def seed_history(cluster, name: str, body: bytes, peak_gib: float = 7.6, util: f
 
 @pytest.fixture
 def packing(cluster):
-    """Pack even when a GPU is idle, so each test need not fill the cluster first."""
+    """Pack even when a GPU is idle, so each test need not fill the cluster first; from a
+    cluster view with no job of an earlier test in it."""
+    cluster.emptied()
     cluster.set_option("pack_only_when_no_idle_gpu", "false")
     time.sleep(0.1)
     yield cluster

@@ -55,6 +55,21 @@ def test_a_run_rising_above_its_earlier_runs_is_warned_when_that_carries_them_pa
     assert next(i for i in range(200) if own.update(i, (2 + 0.05 * i) * GIB).warn) < 40  # had it stayed)
 
 
+def test_a_load_taken_earlier_within_the_earlier_runs_sampling_gap_is_no_rise():
+    """Seen live (a JAX-like job, 6 GiB loaded at once, on a 9.75 GiB share): its earlier run
+    was sampled at 0.25 s (nothing yet) and 1.91 s (6 GiB); this run showed its 6 GiB at
+    0.81 s. Read at 0.81 s the earlier run had 2 GiB (interpolated), and a lift of 4 GiB
+    forecast 10 GiB: a restart the run did not need (it ended at 6 GiB)."""
+    share = 9.75 * GIB
+    earlier = PriorRun((0.25, 1.91, 2.93), (0.0, 6 * GIB, 8 * GIB))
+    f = Forecaster(share, 3600, prior=HistoryPrior([earlier]))
+    fc = f.update(0.81, 6 * GIB)
+    assert not fc.warn and fc.upper_bytes == 8 * GIB  # what the earlier run reached, no lift
+    # above what the earlier run reached within that gap is still a rise: its 8 GiB lifted by 2
+    f = Forecaster(share, 3600, prior=HistoryPrior([earlier]))
+    assert f.update(0.81, 8 * GIB).lower_bytes == 10 * GIB > share
+
+
 def test_a_run_above_its_earlier_runs_but_under_the_share_is_not_warned():
     earlier = PriorRun(*ramp(200, 2, 0.05, cap=6))
     f = Forecaster(10 * GIB, 199, prior=HistoryPrior([earlier]))
