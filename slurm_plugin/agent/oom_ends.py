@@ -58,11 +58,6 @@ class OomEnd:
     said_line: str | None = None  # the output's line (cut), for the operator
     said_oom: bool = False  # its output named an out-of-memory failure
 
-    @property
-    def oom_evidence(self) -> OomEvidence:
-        return OomEvidence(self.exit_code, self.limit_bytes, self.peak_bytes, self.asked_bytes, self.held_bytes,
-                           self.said_oom)
-
     def to_dict(self) -> dict:
         return asdict(self)
 
