@@ -198,10 +198,14 @@ def push_jobs(link: AgentLink, node: str, job_ids: list[int], generation: int,
     link.call(node, "jobs", body)
 
 
-def send_layout(link: AgentLink, node: str, policy: str, pending_shards: list[int], generation: int) -> list[dict]:
-    """The pending queue's needs for the agent's idle MIG slices; the changes it made."""
-    answer = link.call(node, "layout", {"policy": policy, "pending_shards": pending_shards,
-                                        "generation": int(generation)})
+def send_layout(link: AgentLink, node: str, policy: str, pending_shards: list[int], generation: int,
+                pending_jobs: list[int] | None = None) -> list[dict]:
+    """The pending queue's needs for the agent's idle MIG slices (``pending_jobs``: whose, in
+    the same order: the agent skips those it already runs); the changes it made."""
+    body: dict = {"policy": policy, "pending_shards": pending_shards, "generation": int(generation)}
+    if pending_jobs is not None:
+        body["pending_jobs"] = [int(j) for j in pending_jobs]
+    answer = link.call(node, "layout", body)
     return list(answer.get("changes") or [])
 
 

@@ -192,11 +192,16 @@ class NodeAgent:
         with self.lock:
             return fence_for(self.driver, self.backend, a)
 
-    def follow_queue(self, policy: str, pending_shards: list[int]) -> list[dict]:
+    def follow_queue(self, policy: str, pending_shards: list[int], pending_jobs: list[int] | None = None) -> list[dict]:
         """Prepare idle MIG slices for the pending jobs (the helper's layout policy).
 
-        Only idle instances are destroyed; returns the changes made, one dict each."""
+        ``pending_jobs``: the jobs of ``pending_shards``, in the same order, when the helper
+        names them: one this agent already runs started since the helper read the queue, and
+        no slice is laid out for it (it holds its own). Only idle instances are destroyed;
+        returns the changes made, one dict each."""
         with self.lock:
+            if pending_jobs:
+                pending_shards = [s for s, j in zip(pending_shards, pending_jobs) if j not in self.jobs]
             return self.mig.follow_queue(policy, self.mode, pending_shards)
 
     # -- end --------------------------------------------------------------------------------

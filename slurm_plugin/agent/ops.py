@@ -131,10 +131,12 @@ def _report(agent: NodeAgent, body: dict, peer: Peer) -> dict:
 
 
 def _layout(agent: NodeAgent, body: dict, peer: Peer) -> dict:
-    shards = _ints(body, "pending_shards")
+    shards, jobs = _ints(body, "pending_shards"), _ints(body, "pending_jobs")
+    if jobs and len(jobs) != len(shards):
+        raise ValueError(f"pending_jobs names {len(jobs)} jobs for {len(shards)} pending_shards: one each, in order")
     if "generation" in body:
         agent.generations.take("layout", _int(body, "generation"))
-    changes = agent.follow_queue(str(body.get("policy", "off")), shards)
+    changes = agent.follow_queue(str(body.get("policy", "off")), shards, jobs or None)
     return {"status": "ok", "node": agent.node, "changes": changes}
 
 

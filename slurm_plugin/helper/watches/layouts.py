@@ -32,26 +32,28 @@ class QueueLayoutWatch:
             (j for j in ctx.jobs.values() if j.state == "PENDING" and not j.held and job_shards(j)),
             key=lambda j: (-(j.priority or 0), j.submit_time.timestamp() if j.submit_time else 0.0, j.job_id),
         )
-        shards = [job_shards(j) for j in pending][:32]
+        pending = pending[:32]
+        shards, ids = [job_shards(j) for j in pending], [j.job_id for j in pending]
         if ctx.agents is None:
             return
         now = ctx.now
         for node in self._nodes(ctx):
             pushed = self._layout_pushed.get(node)
-            if pushed is not None and pushed[0] == (policy, tuple(shards)) and now - pushed[1] < LAYOUT_REFRESH_S:
+            if pushed is not None and pushed[0] == (policy, tuple(shards), tuple(ids)) and now - pushed[1] < LAYOUT_REFRESH_S:
                 continue
             if node in ctx.stale_nodes:
                 continue  # its agent is down or behind: the layout waits until it answers
             try:
-                changes = send_layout(ctx.agents, node, policy, shards, int(now * 1000))
+                # the jobs named: one that started on the node since this queue was read gets no slice
+                changes = send_layout(ctx.agents, node, policy, shards, int(now * 1000), ids)
             except AgentUnavailable as exc:
                 log.debug("layout not sent to %s: %s", node, exc)
                 continue
             except AgentRefused as exc:
-                self._layout_pushed[node] = ((policy, tuple(shards)), now)
+                self._layout_pushed[node] = ((policy, tuple(shards), tuple(ids)), now)
                 log.info("agent of %s refused the layout: %s", node, exc)
                 continue
-            self._layout_pushed[node] = ((policy, tuple(shards)), now)
+            self._layout_pushed[node] = ((policy, tuple(shards), tuple(ids)), now)
             if changes:
                 text = ", ".join(f"GPU {c['gpu']} {c['op']} {c['profile']}@{c['start']}" for c in changes)
                 ctx.actions.log_event("mig-reconfigure", f"{node} ({policy}, {len(shards)} pending packed): {text}",

@@ -97,6 +97,28 @@ def test_agent_prepares_slices_and_a_job_takes_one_without_reconfiguring(agent):
     assert len(backend.list_instances(0)) == 3 and all(i.owner is None for i in backend.list_instances(0))
 
 
+def test_a_pending_job_the_agent_already_runs_gets_no_slice(agent):
+    """The helper read the queue while job 5 waited; by the time its layout came, job 5 had
+    started here on its own slice: the layout serves the others only (seen live: a 3g.40gb
+    slice laid out for a job that held one already, in place of the 1g.10gb the rest of the
+    queue needed)."""
+    agent, backend = agent
+    agent.isolate(5, BATCH_STEP, 0, shard_env(0, 4))
+    changes = agent.follow_queue("in-order", [4, 1, 1], [5, 6, 7])
+    assert [(c["op"], c["profile"]) for c in changes] == [("create", "1g.10gb")] * 2
+    # unnamed (an older helper), every entry is pending
+    made = agent.follow_queue("in-order", [4])
+    assert [c["profile"] for c in made if c["op"] == "create"] == ["3g.40gb"]
+
+
+def test_a_layout_naming_other_than_one_job_per_entry_is_refused(agent):
+    from slurm_plugin.agent.ops import dispatch
+
+    agent, _ = agent
+    with pytest.raises(ValueError, match="one each"):
+        dispatch(agent, "layout", {"policy": "in-order", "pending_shards": [1, 1], "pending_jobs": [6]}, None)
+
+
 def test_layout_never_destroys_a_slice_a_job_holds(agent):
     agent, backend = agent
     a = agent.isolate(6, BATCH_STEP, 0, shard_env(0, 4))  # 3g.40gb (4 memory slices)

@@ -30,6 +30,7 @@ def test_each_agent_is_told_the_queues_shares_head_first_and_a_change_is_an_even
     watch.round(ctx)
     assert [(node, op) for node, op, _ in link.calls] == [("node1", "layout"), ("node2", "layout")]
     assert all(req["pending_shards"] == [3, 2] and req["policy"] == "by-size" for _, _, req in link.calls)
+    assert all(req["pending_jobs"] == [6, 5] for _, _, req in link.calls)  # whose, in the same order
     said = events(helper, "mig-reconfigure")  # newest first
     assert sorted(e.data["node"] for e in said) == ["node1", "node2"]
     assert all("GPU 0 create 2g.20gb@0" in e.detail for e in said)
