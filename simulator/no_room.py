@@ -62,13 +62,15 @@ class NoRoomMemo:
         """True when ``place`` would surely find no room for ``job`` again."""
         if self.idle:
             return False
-        seen = self._seen.get((job.profile, job.remembered, self.guess(job)))
+        key = (job.profile, job.remembered, self.guess(job))
+        seen = self._seen.get(key)
         if seen is None:
             return False
         know = self.know  # _state, inline (called millions of times)
         if seen[0] != len(self.avoid) + len(self.history) + self.guess_version() + (
                 know.version if self.shares.multi_on
                 else know.model_version + know.profile_version[job.profile]):
+            del self._seen[key]  # its counts only grow: that state never comes back
             return False
         qualifies = seen[2]
         if qualifies is None:
