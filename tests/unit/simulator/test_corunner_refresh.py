@@ -204,3 +204,25 @@ def test_the_memo_kept_on_a_queued_job_follows_what_it_rests_on(workload):
     assert job.kinds_at[1] == 60 << 30  # decided again for that size
     sim.idle[0] = None
     assert policy._kinds_for(job) is None  # a GPU idle: nothing kept
+
+
+def test_no_room_lets_place_judge_once_a_kind_that_may_qualify_is_there():
+    from simulator.no_room import NoRoomMemo
+    from simulator.sharing import ShareIndex
+
+    know = SimpleNamespace(version=0, model_version=0, profile_version=[0, 0, 0, 0])
+    shares = ShareIndex(1 << 30, 2, multi_on=False)
+    memo = NoRoomMemo(know=know, avoid=set(), history=set(), shares=shares, idle={})
+    job = SimpleNamespace(profile=0, remembered=0)
+    qualifies = {(2, 1 << 30): False, (3, 1 << 30): True}  # kind (3, 1 GiB) would qualify
+    memo.found_none(job, qualifies)
+    g2, g3 = Gpu(0), Gpu(1)
+    g2.jobs = [SimpleNamespace(gpus=1, profile=2, shards=1, mem0=0)]
+    g3.jobs = [SimpleNamespace(gpus=1, profile=3, shards=1, mem0=0)]
+    shares.add(g2)
+    assert memo.still_none(job)  # a kind that does not qualify: still no room
+    shares.add(g3)
+    assert not memo.still_none(job)  # one that does: place must judge
+    shares.remove(g3)
+    g3.jobs = []
+    assert not memo.still_none(job)  # the entry went: place judges until it records none again
