@@ -110,11 +110,17 @@ UNREAD = {  # what changes no refused choice by itself (the co-runner memo's ver
 }
 
 
+def _kept(bf):
+    """A refused try of job 7 on GPU 4 (with ``bf`` to honour) kept in a fresh memo."""
+    memo, s = _memo()
+    job = SimpleNamespace(id=7, token=0, remembered=0)
+    memo.keep(job, _refusal(memo, job, bf, {4: None}, SimpleNamespace(id=4), s.kinds))
+    return memo, s, job
+
+
 @pytest.mark.parametrize("change", UNREAD, ids=list(UNREAD))
 def test_a_refusal_stands_while_its_co_runner_memo_does(change):
-    memo, s = _memo()
-    job, gpu = SimpleNamespace(id=7, token=0, remembered=0), SimpleNamespace(id=4)
-    memo.keep(job, _refusal(memo, job, None, {4: None}, gpu, s.kinds))
+    memo, s, job = _kept(None)
     UNREAD[change](s)
     assert memo.take(job, memo.state(job, s.kinds), None) is not None
 
@@ -137,9 +143,8 @@ def test_no_state_without_a_co_runner_memo():
 
 @pytest.mark.parametrize("change", TIME_TESTS, ids=list(TIME_TESTS))
 def test_a_try_that_honoured_a_reservation_is_forgotten_when_a_release_changes(change):
-    memo, s = _memo()
-    job, gpu = SimpleNamespace(id=7, token=0, remembered=0), SimpleNamespace(id=4)
-    memo.keep(job, _refusal(memo, job, STRICT, {4: None}, gpu, s.kinds))
+    memo, s, job = _kept(STRICT)
+    gpu = SimpleNamespace(id=4)
     TIME_TESTS[change](s)
     assert memo.take(job, memo.state(job, s.kinds), STRICT) is None
     # with nothing to honour the choice is the kind's first GPU, whatever the releases
