@@ -194,6 +194,11 @@ class SuiteRules:
             return self._admission_rule.pays_values(newcomer_s, newcomer_speed, residents, waiting, gpus, wait_s)
         return min(newcomer_speed, *(s for _, s in residents)) > 0.0
 
+    def pack_pays_values_fn(self) -> Callable[[float, float, Sequence[tuple[float, float]], int, int, float], bool]:
+        """:meth:`pack_pays_values` as one callable, bound once (the load-aware rule's own
+        ``pays_values`` when it judges): for a caller that judges millions of packs."""
+        return self._admission_rule.pays_values if self.admission == "load-aware" else self.pack_pays_values
+
     @functools.cached_property
     def _admission_rule(self) -> AdmissionRule:
         return AdmissionRule(self.min_speed)

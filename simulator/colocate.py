@@ -116,7 +116,7 @@ class ColocatePolicy(Policy):
         with an idle GPU usable: packed first where the pack pays with no wait to save
         (the idle GPU then serves the next job in a long queue), else alone."""
         sched = self.sched
-        state = self.refusals.state(job)  # None: a GPU is idle
+        state = self.refusals.state(job, self._kinds_for(job))  # None: a GPU is idle
         self._try = (state, bf)
         self._timed = False
         hit = self.refusals.take(job, state, bf)  # refused before, the same choice now (taken out)
@@ -138,6 +138,29 @@ class ColocatePolicy(Policy):
             return self.full.found_none(job, None)
         return self._pack(job, now, bf, d, idle=False)
 
+    def _kinds_for(self, job: Job) -> NewcomerMemo | None:
+        """The co-runner rule's memo for ``job`` brought up to date (its qualifying kinds, their
+        rank), when no GPU is idle and the packer would pack it (else None): what a refused
+        try's choice rests on besides the job (:meth:`RefusedPacks.state`). Which memo (the
+        packer's decision, :meth:`CorunnerKinds.newcomer`) is kept on the job while none of
+        what they read changed: the workloads with a history, the pairs to avoid, the pair
+        knowledge (``PairKnowledge.version``: any pair learned, any refit), the identity
+        levels in use (each count only grows, so their sum moves whenever one does), and the
+        job's remembered size."""
+        if self.idle:
+            return None
+        epoch = len(self.history) + len(self.avoid) + self.know.version + self._guess_version()
+        at = job.kinds_at
+        if at is not None and at[0] == epoch and at[1] == job.remembered:
+            memo = at[2]
+        else:
+            d = self._decide(job, 0)
+            memo = self.kinds.newcomer(job, d.shards * int(self.share_bytes)) if d.verdict == "packed" else None
+            job.kinds_at = (epoch, job.remembered, memo)
+        if memo is not None and memo.kinds_version != self.shares.version:
+            self.kinds.qualifying(memo)
+        return memo
+
     def _pack(self, job: Job, now: float, bf: Backfill | None, d, idle: bool) -> bool:
         """Start ``job`` beside the co-runner the rule picks, if the pack pays (``idle``: a
         whole GPU is there for it, so packing saves it no wait)."""
@@ -145,19 +168,9 @@ class ColocatePolicy(Policy):
         memo = self.kinds.newcomer(job, need)
         if not self.shares.single and not self.shares.multi:
             return self.full.found_none(job, memo.qualifies)
-        cands = self.kinds.qualifying(memo)
-        if not cands:
+        if not self.kinds.qualifying(memo):
             return self.full.found_none(job, memo.qualifies)
-        free_pack = bf is None or bf.pack_ok
-        if free_pack and memo.chosen_version == self.shares.version:
-            # nothing to veto and the same kinds of GPU: the rule picks the same kind again
-            g = self.gpus[next(iter(self.kinds.group(memo.chosen_kind)))]
-            if not self.pays(job, g, memo.qualifies[memo.chosen_kind], now, idle):
-                return False
-            self.sched.denied = False
-            self._start_beside(job, g, now, need, d.shards)
-            return True
-        chosen = self._choose(job, now, bf if not free_pack else None, memo, cands)
+        chosen = self._choose(job, now, None if bf is None or bf.pack_ok else bf, memo)
         if chosen is None:
             return False
         gid, ranked = chosen
@@ -167,16 +180,13 @@ class ColocatePolicy(Policy):
         self._start_beside(job, self.gpus[gid], now, need, d.shards)
         return True
 
-    def _choose(self, job: Job, now: float, bf: Backfill | None, memo: NewcomerMemo,
-                cands: list[tuple]) -> int | None:
-        """choose_corunner's choice: the GPU of the best kind the reservation ``bf`` lets
-        through (None: nothing to honour, the best kind), or None when it lets none."""
-        ranked = self.kinds.ranked(memo, cands)
+    def _choose(self, job: Job, now: float, bf: Backfill | None, memo: NewcomerMemo) -> tuple | None:
+        """choose_corunner's choice, (GPU, its ``Ranked``): the GPU of the best kind the
+        reservation ``bf`` lets through (None: nothing to honour, the best kind's first GPU,
+        :meth:`NewcomerMemo.best`), or None when it lets none."""
         if bf is None:
-            best = self.kinds.kind_of(ranked[0].gpu.gpu_id)
-            memo.chosen_version, memo.chosen_kind = self.shares.version, best
-            return next(iter(self.kinds.group(best))), ranked[0]
-        for r in ranked:  # the first kind the reservation lets through (each refusal
+            return next(iter(self.kinds.group(memo.order[0][1]))), memo.best()
+        for r in self.kinds.ranked(memo):  # the first kind the reservation lets through (each refusal
             gid = self._in_time(job, now, bf, r.gpu, r.mine, r.theirs)  # marks the pass denied)
             if gid is not None:
                 # choose_corunner would ask the kinds after it too, to no effect: the job
@@ -209,7 +219,8 @@ class ColocatePolicy(Policy):
         if not idle and state is not None and not self._timed:  # kept for its next try
             shadow = self.refusals.shadow_of(bf)
             self.refusals.keep(job, Refusal(state, shadow, None if shadow is None else self.refusals.strict(),
-                                            self.kinds.group(self.kinds.kind_of(ranked.gpu.gpu_id)), g, mine, theirs))
+                                            self.kinds.group(self.kinds.kind_of(ranked.gpu.gpu_id)), g, mine, theirs,
+                                            ranked, state[2].live_version))
         return False
 
     def _in_time(self, job: Job, now: float, bf: Backfill, gl: GpuLoad, mine: float,

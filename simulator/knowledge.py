@@ -101,6 +101,7 @@ class PairKnowledge:
         self.version = 0  # any prediction changed
         self.model_version = 0  # the feature model was refitted
         self.profile_version = [0] * n  # a pair of this profile became known
+        self.learned: list[tuple[int, int]] = []  # the pairs that became known, in order (each bumped version)
         self.error = PredictionError()
 
     # ---------------------------------------------------------------- prediction
@@ -161,6 +162,7 @@ class PairKnowledge:
             self.version += 1
             self.profile_version[a] += 1
             self.profile_version[b] += 1
+            self.learned.append((a, b))  # only speed(a, b) changed (what the memos read)
         if self.pairs.refit_due():
             self._fit()
 

@@ -62,13 +62,15 @@ class NoRoomMemo:
         """True when ``place`` would surely find no room for ``job`` again."""
         if self.idle:
             return False
-        seen = self._seen.get((job.profile, job.remembered, self.guess(job)))
+        key_ = (job.profile, job.remembered, self.guess(job))
+        seen = self._seen.get(key_)
         if seen is None:
             return False
         know = self.know  # _state, inline (called millions of times)
         if seen[0] != len(self.avoid) + len(self.history) + self.guess_version() + (
                 know.version if self.shares.multi_on
                 else know.model_version + know.profile_version[job.profile]):
+            del self._seen[key_]  # its counts only grow: that state never comes back
             return False
         qualifies = seen[2]
         if qualifies is None:
@@ -83,7 +85,10 @@ class NoRoomMemo:
                 ok = qualifies.get(key)
                 if ok is None or (ok and key in (shares.multi if isinstance(key[0], tuple)
                                                  else shares.single)):
-                    return False  # a kind that may qualify is there: let place judge
+                    # a kind that may qualify is there: let place judge (and record the shape
+                    # again if it finds no room), not this walk again at every try
+                    del self._seen[key_]
+                    return False
             seen[1] = n
         self.skips += 1
         return True

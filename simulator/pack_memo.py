@@ -12,12 +12,16 @@ predicted there, with :meth:`RefusedPacks.state` (what the choice rests on), and
 try of the same job in the same state judges the admission again on them at once.
 
 The state is explicit (:meth:`RefusedPacks.state`, :meth:`RefusedPacks.take`): the job's
-attempt and remembered size, the kinds of busy GPU (``ShareIndex.version``), the pair
-predictions (``PairKnowledge.version``), the pairs to avoid, the workloads with a history,
-and no idle GPU. With nothing to honour (the head, or a pass whose head is a one-GPU job of
-a packing policy) the rule takes the first GPU of the kind it ranks best: the memo holds
-while that GPU is still its kind's first. With a reservation to honour, its time tests read
-every release: the memo holds while nothing starts, ends, stops or changes speed
+attempt and remembered size, the co-runner rule's memo for the job
+(:class:`~simulator.corunner_kinds.NewcomerMemo`, brought up to date first: a new memo when
+the model is refitted), the workloads with a history, and no idle GPU. With nothing to honour
+(the head, or a pass whose head is a one-GPU job of a packing policy) the rule takes the
+first GPU of the kind it ranks best: the memo holds while that kind is still ranked first
+with the same answer (``NewcomerMemo.best``: a kind that does not qualify, or ranks below it,
+appearing or going leaves it standing) and that GPU is still its kind's first. With a
+reservation to honour, its time tests read every release and every kind ranked before the
+chosen one: the memo holds while the qualifying kinds and their answers stand
+(``NewcomerMemo.live_version``), nothing starts, ends, stops or changes speed
 (``ReleaseIndex.stamp``), no group of busy GPUs changes (``ShareIndex.changes``) and the
 reservation is the same; a choice that a time test made only because the newcomer itself
 ends before the reservation (which stops being true as time passes) is not kept
@@ -39,6 +43,7 @@ from simulator.state import Gpu, Job
 
 if TYPE_CHECKING:
     from packer.rules import SuiteRules
+    from simulator.corunner_kinds import NewcomerMemo
     from simulator.scheduling import Backfill, Scheduler
 
 log = logging.getLogger(__name__)
@@ -59,6 +64,8 @@ class Refusal:
     gpu: Gpu
     mine: float
     theirs: tuple[float, ...]
+    ranked: object = None  # the ``Ranked`` of the kind chosen (the co-runner memo's answer)
+    live: int = 0  # the co-runner memo's ``live_version`` then
 
 
 class RefusedPacks:
@@ -75,19 +82,21 @@ class RefusedPacks:
         self.avoid, self.history, self.idle = avoid, history, idle
         self.guess_version = guess_version
         self._by_job: dict[int, Refusal] = {}
+        self._pays = None  # SuiteRules.pack_pays_values, bound on first use
         self.hits = self.misses = self.kept = 0
 
     def __len__(self) -> int:
         return len(self._by_job)
 
-    def state(self, job: Job) -> tuple | None:
+    def state(self, job: Job, kinds: "NewcomerMemo | None") -> tuple | None:
         """What the rule's choice for ``job`` rests on in any case: the job's attempt and
-        remembered size, the kinds of busy GPU, the pair predictions, the pairs to avoid, the
-        workloads with a history (and the identity levels in use); None when a GPU is idle (not kept)."""
-        if self.idle:
+        remembered size, the co-runner rule's memo for it (``kinds``, up to date: a new one when
+        the model is refitted or the job's decision changes), the workloads with a history
+        (and the identity levels in use); None when a GPU is idle or the packer would not pack
+        it (``kinds`` None: not kept). Which kind the memo ranks now is :meth:`take`'s test."""
+        if self.idle or kinds is None:
             return None
-        return (job.token, job.remembered, self.shares.version, self.know.version, len(self.avoid),
-                len(self.history), self.guess_version())
+        return (job.token, job.remembered, kinds, len(self.history), self.guess_version())
 
     def strict(self) -> tuple:
         """What the reservation's time tests read besides it: every release, every group."""
@@ -110,9 +119,12 @@ class RefusedPacks:
 
     def _same_choice(self, hit: Refusal, bf: "Backfill | None") -> bool:
         free = bf is None or bf.pack_ok
-        if hit.shadow is None:  # nothing to honour: the first GPU of the kind, as then
-            return free and bool(hit.group) and next(iter(hit.group)) == hit.gpu.id
-        return not free and hit.strict == self.strict() and bf.shadow == hit.shadow
+        kinds = hit.state[2]  # the job's co-runner memo, up to date (the same one: the same state)
+        if hit.shadow is None:  # nothing to honour: the first GPU of the kind ranked first, as then
+            return free and kinds.best() is hit.ranked and bool(hit.group) and next(iter(hit.group)) == hit.gpu.id
+        # a reservation: the kinds ranked before the chosen one were refused by time tests
+        return (not free and kinds.live_version == hit.live and hit.strict == self.strict()
+                and bf.shadow == hit.shadow)
 
     def keep(self, job: Job, refusal: Refusal) -> None:
         self.kept += 1
@@ -131,8 +143,11 @@ class RefusedPacks:
         rel = self.releases.sorted
         wait = 0.0 if idle else max(0.0, rel[min(ahead, len(rel) - 1)][0] - now) if rel else math.inf
         residents = [(x.left(now), s) for x, s in zip(g.jobs, theirs)]
-        return self.rules.pack_pays_values(max(0.0, job.duration - job.done), mine, residents,
-                                           max(0, len(sched.front) + len(sched.queue) - 1 - ahead), self.gpus, wait)
+        pays = self._pays
+        if pays is None:
+            pays = self._pays = self.rules.pack_pays_values_fn()
+        return pays(max(0.0, job.duration - job.done), mine, residents,
+                    max(0, len(sched.front) + len(sched.queue) - 1 - ahead), self.gpus, wait)
 
     @staticmethod
     def shadow_of(bf: "Backfill | None") -> float | None:

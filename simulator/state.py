@@ -16,7 +16,7 @@ class Job:
         "gpu_ids", "cap", "shards", "inst", "remembered", "min_rate", "oom_restarts",
         "pred_restarts", "preemptions", "lost_work", "warn_work", "warn_next", "shared_with",
         "unmeasured", "max_pair_slow", "packed_at", "t_end", "room", "pack_pred", "pack_base",
-        "moves", "fail_at", "pair_failures", "jump_at", "oom_failed", "guess",
+        "moves", "fail_at", "pair_failures", "jump_at", "oom_failed", "guess", "kinds_at",
     )
 
     def __init__(self, spec: SimJobSpec, prof: WorkloadProfile):
@@ -64,6 +64,8 @@ class Job:
         self.jump_at = spec.jump_at  # its memory jumps mem0 -> mem1 at this fraction of its work
         self.oom_failed = False  # left FAILED out of memory (retries spent: packer.oom_restart)
         self.guess = (0, 0)  # identity level of its history and error draw (simulator.recurrence)
+        # colocate's co-runner memo for it while queued, and what that rests on (ColocatePolicy._kinds_for)
+        self.kinds_at: tuple | None = None
 
     def left(self, now: float) -> float:
         """The work a running job has left, in seconds alone."""

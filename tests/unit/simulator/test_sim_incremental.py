@@ -40,21 +40,38 @@ def test_late_scan_keeps_a_kinds_answer_until_a_release_or_group_changes():
     assert scan.scans == 5
 
 
+class _Kinds:
+    """The job's co-runner memo (NewcomerMemo) as a refusal reads it: itself (by identity), the
+    answer of the kind it ranks first and the version of its qualifying kinds."""
+
+    def __init__(self) -> None:
+        self.live_version = 0
+        self.top = object()
+
+    def best(self) -> object:
+        return self.top
+
+
+def _new_first(s, job) -> None:
+    s.kinds.top = object()
+    s.kinds.live_version += 1
+
+
 def _memo():
     know = SimpleNamespace(version=0)
     releases, shares = ReleaseIndex(), ShareIndex(1 << 30, 2, multi_on=False)
     avoid, history, idle = set(), set(), {}
     memo = RefusedPacks(rules=None, sched=None, gpus=4, releases=releases, shares=shares, know=know,
                         avoid=avoid, history=history, idle=idle)
+    kinds = _Kinds()
     return memo, SimpleNamespace(releases=releases, shares=shares, know=know, avoid=avoid, history=history,
-                                 idle=idle)
+                                 idle=idle, kinds=kinds)
 
 
 STRICT = SimpleNamespace(pack_ok=False, shadow=1000.0)  # a reservation to honour
 CHANGES = {  # what any refused try rests on
-    "a kind of busy GPU appeared or went": lambda s, job: setattr(s.shares, "version", s.shares.version + 1),
-    "a pair learned or the knowledge refitted": lambda s, job: setattr(s.know, "version", s.know.version + 1),
-    "a pair to avoid": lambda s, job: s.avoid.add(("a", "b")),
+    "another kind ranked first, or a new answer for it (a pair learned or avoided)": _new_first,
+    "a new co-runner memo (a refit, another decision)": lambda s, job: setattr(s, "kinds", _Kinds()),
     "a workload with a history": lambda s, job: s.history.add(3),
     "the job restarted": lambda s, job: setattr(job, "token", job.token + 1),
     "the job remembers a bigger size": lambda s, job: setattr(job, "remembered", 1 << 30),
@@ -66,9 +83,10 @@ TIME_TESTS = {  # what a try that honoured a reservation rests on besides
 }
 
 
-def _refusal(memo, job, bf, group, gpu):
+def _refusal(memo, job, bf, group, gpu, kinds):
     shadow = memo.shadow_of(bf)
-    return Refusal(memo.state(job), shadow, None if shadow is None else memo.strict(), group, gpu, 0.9, (0.8,))
+    return Refusal(memo.state(job, kinds), shadow, None if shadow is None else memo.strict(), group, gpu, 0.9, (0.8,),
+                   kinds.best(), kinds.live_version)
 
 
 @pytest.mark.parametrize("bf", [None, STRICT], ids=["nothing to honour", "a reservation"])
@@ -77,35 +95,72 @@ def test_a_refused_try_is_forgotten_when_what_it_rests_on_changes(change, bf):
     memo, s = _memo()
     job, gpu = SimpleNamespace(id=7, token=0, remembered=0), SimpleNamespace(id=4)
     group = {4: None, 5: None}
-    memo.keep(job, _refusal(memo, job, bf, group, gpu))
-    assert memo.take(job, memo.state(job), bf) is not None  # the same state: the same choice
-    memo.keep(job, _refusal(memo, job, bf, group, gpu))
+    memo.keep(job, _refusal(memo, job, bf, group, gpu, s.kinds))
+    assert memo.take(job, memo.state(job, s.kinds), bf) is not None  # the same state: the same choice
+    memo.keep(job, _refusal(memo, job, bf, group, gpu, s.kinds))
     CHANGES[change](s, job)
-    assert memo.take(job, memo.state(job), bf) is None
+    assert memo.take(job, memo.state(job, s.kinds), bf) is None
     assert len(memo) == 0  # taken out either way
+
+
+UNREAD = {  # what changes no refused choice by itself (the co-runner memo's version says when it does)
+    "a kind of busy GPU appeared or went": lambda s: setattr(s.shares, "version", s.shares.version + 1),
+    "a pair learned elsewhere": lambda s: setattr(s.know, "version", s.know.version + 1),
+    "a pair to avoid elsewhere": lambda s: s.avoid.add(("a", "b")),
+}
+
+
+def _kept(bf):
+    """A refused try of job 7 on GPU 4 (with ``bf`` to honour) kept in a fresh memo."""
+    memo, s = _memo()
+    job = SimpleNamespace(id=7, token=0, remembered=0)
+    memo.keep(job, _refusal(memo, job, bf, {4: None}, SimpleNamespace(id=4), s.kinds))
+    return memo, s, job
+
+
+@pytest.mark.parametrize("change", UNREAD, ids=list(UNREAD))
+def test_a_refusal_stands_while_its_co_runner_memo_does(change):
+    memo, s, job = _kept(None)
+    UNREAD[change](s)
+    assert memo.take(job, memo.state(job, s.kinds), None) is not None
+
+
+def test_a_kind_ranked_after_the_chosen_one_matters_only_to_a_reservation():
+    """With nothing to honour the rule takes the kind ranked first; with a reservation it walked
+    the ranking, so any change to the qualifying kinds (``live_version``) may change its choice."""
+    memo, s = _memo()
+    job, gpu = SimpleNamespace(id=7, token=0, remembered=0), SimpleNamespace(id=4)
+    for bf, stands in ((None, True), (STRICT, False)):
+        memo.keep(job, _refusal(memo, job, bf, {4: None}, gpu, s.kinds))
+        s.kinds.live_version += 1  # a kind that qualifies appeared below the first, or went
+        assert (memo.take(job, memo.state(job, s.kinds), bf) is not None) == stands
+
+
+def test_no_state_without_a_co_runner_memo():
+    memo, s = _memo()
+    assert memo.state(SimpleNamespace(id=7, token=0, remembered=0), None) is None  # not packed: nothing kept
 
 
 @pytest.mark.parametrize("change", TIME_TESTS, ids=list(TIME_TESTS))
 def test_a_try_that_honoured_a_reservation_is_forgotten_when_a_release_changes(change):
-    memo, s = _memo()
-    job, gpu = SimpleNamespace(id=7, token=0, remembered=0), SimpleNamespace(id=4)
-    memo.keep(job, _refusal(memo, job, STRICT, {4: None}, gpu))
+    memo, s, job = _kept(STRICT)
+    gpu = SimpleNamespace(id=4)
     TIME_TESTS[change](s)
-    assert memo.take(job, memo.state(job), STRICT) is None
+    assert memo.take(job, memo.state(job, s.kinds), STRICT) is None
     # with nothing to honour the choice is the kind's first GPU, whatever the releases
-    memo.keep(job, _refusal(memo, job, None, {4: None}, gpu))
+    memo.keep(job, _refusal(memo, job, None, {4: None}, gpu, s.kinds))
     TIME_TESTS[change](s)
-    assert memo.take(job, memo.state(job), None) is not None
+    assert memo.take(job, memo.state(job, s.kinds), None) is not None
 
 
 def test_the_choice_with_nothing_to_honour_is_the_kinds_first_gpu():
     memo, s = _memo()
     job, gpu = SimpleNamespace(id=7, token=0, remembered=0), SimpleNamespace(id=4)
     group = {4: None, 5: None}
-    memo.keep(job, _refusal(memo, job, None, group, gpu))
+    memo.keep(job, _refusal(memo, job, None, group, gpu, s.kinds))
     del group[4]  # GPU 4 left the kind (its job ended): the rule would choose GPU 5
     group[4] = None
-    assert memo.take(job, memo.state(job), None) is None
+    assert memo.take(job, memo.state(job, s.kinds), None) is None
 
 
 def test_the_same_reservation_only():
@@ -114,8 +169,8 @@ def test_the_same_reservation_only():
     for then, now, same in ((STRICT, SimpleNamespace(pack_ok=False, shadow=999.0), False),
                             (STRICT, None, False), (STRICT, SimpleNamespace(pack_ok=True, shadow=1000.0), False),
                             (None, SimpleNamespace(pack_ok=True, shadow=5.0), True), (None, STRICT, False)):
-        memo.keep(job, _refusal(memo, job, then, {4: None}, gpu))
-        assert (memo.take(job, memo.state(job), now) is not None) == same
+        memo.keep(job, _refusal(memo, job, then, {4: None}, gpu, s.kinds))
+        assert (memo.take(job, memo.state(job, s.kinds), now) is not None) == same
 
 
 def test_the_replay_gives_the_same_answers_without_the_memos(monkeypatch, tmp_path):
