@@ -196,10 +196,14 @@ def test_a_finished_packed_jobs_page_shows_the_curve_stored_at_its_end(cluster, 
         assert not css(browser, "svg.memplot g.forecast")
         points = int(css(browser, "svg.memplot polyline.mem")[0].get_attribute("data-points"))
 
-        store = Store(cluster.spec.database)
-        curve = RunCurves(store).of_job(job)
-        (run,) = [r for r in store.runs(fp) if r.job_id == job]
-        store.close()
+        def stored_run():  # the run's record comes by its own path (the one writer), after its curve
+            store = Store(cluster.spec.database)
+            try:
+                return [(RunCurves(store).of_job(job), r) for r in store.runs(fp) if r.job_id == job]
+            finally:
+                store.close()
+
+        ((curve, run),) = wait_until(browser, "the finished run's record in the store", lambda _d: stored_run())
         assert curve is not None and curve.started_at == run.started_at and curve.end_state == "COMPLETED"
         assert points == len(curve.points) >= 3 and curve.peak_bytes >= 2 * GIB
         out = subprocess.run([sys.executable, "-m", "slurm_plugin", "history", "show", fp, "--config",
