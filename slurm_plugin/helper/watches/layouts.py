@@ -34,12 +34,13 @@ class QueueLayoutWatch:
         )
         pending = pending[:32]
         shards, ids = [job_shards(j) for j in pending], [j.job_id for j in pending]
+        what = (policy, tuple(shards), tuple(ids))  # what a node was last sent
         if ctx.agents is None:
             return
         now = ctx.now
         for node in self._nodes(ctx):
             pushed = self._layout_pushed.get(node)
-            if pushed is not None and pushed[0] == (policy, tuple(shards), tuple(ids)) and now - pushed[1] < LAYOUT_REFRESH_S:
+            if pushed is not None and pushed[0] == what and now - pushed[1] < LAYOUT_REFRESH_S:
                 continue
             if node in ctx.stale_nodes:
                 continue  # its agent is down or behind: the layout waits until it answers
@@ -50,10 +51,10 @@ class QueueLayoutWatch:
                 log.debug("layout not sent to %s: %s", node, exc)
                 continue
             except AgentRefused as exc:
-                self._layout_pushed[node] = ((policy, tuple(shards), tuple(ids)), now)
+                self._layout_pushed[node] = (what, now)
                 log.info("agent of %s refused the layout: %s", node, exc)
                 continue
-            self._layout_pushed[node] = ((policy, tuple(shards), tuple(ids)), now)
+            self._layout_pushed[node] = (what, now)
             if changes:
                 text = ", ".join(f"GPU {c['gpu']} {c['op']} {c['profile']}@{c['start']}" for c in changes)
                 ctx.actions.log_event("mig-reconfigure", f"{node} ({policy}, {len(shards)} pending packed): {text}",
