@@ -20,9 +20,34 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
     return pid, uid, gid
 
 
+class SocketInUse(OSError):
+    """Another process serves the socket path a server was to bind."""
+
+
+def _answers(path: Path) -> bool:
+    """Whether a process listens at the socket `path` now (a stale file refuses connections)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(0.5)
+    try:
+        probe.connect(str(path))
+        return True
+    except (ConnectionRefusedError, FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:  # a full backlog or a slow peer: someone is there
+        return True
+    finally:
+        probe.close()
+
+
 def clear_socket_path(path: Path) -> None:
-    """Make room for a socket at `path`: its folder exists, a stale socket is gone."""
+    """Make room for a socket at `path`: its folder exists, a stale socket is gone.
+
+    A socket some process still serves is left alone (`SocketInUse`): replacing it would cut
+    that server off from every new client (a second helper, or a tool built on a live
+    cluster's settings, would take slurmctld's shim away from the running one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_socket() and _answers(path):
+        raise SocketInUse(f"{path} is served by a running process; stop it first (or use another path)")
     if path.exists() or path.is_socket():
         path.unlink()
 

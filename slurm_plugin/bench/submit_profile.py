@@ -44,7 +44,7 @@ def shim_fields(index: int, user: str = "root", dialect: str = "gres:") -> dict[
 def profile_submit(config: Path, requests: int = 300, dialect: str = "gres:", lines: int = 30) -> SubmitProfile:
     from slurm_plugin.helper.daemon import Helper
 
-    helper = Helper(config, spawn_watcher=False)
+    helper = Helper(config, spawn_watcher=False, listen=False)  # the cluster's helper keeps its socket
     service = helper.service
     verdicts: dict[str, int] = {}
 

@@ -45,7 +45,9 @@ class Helper:
     """The submit side: answers the shim from the published cluster view and the history."""
 
     def __init__(self, config_path: Path, paths: Paths | None = None, poll_interval: float = 2.0,
-                 spawn_watcher: bool = True, metrics: MetricsOverride | None = None):
+                 spawn_watcher: bool = True, metrics: MetricsOverride | None = None, listen: bool = True):
+        """``listen=False``: no socket is bound (a tool deciding in its own process, beside a
+        running helper whose socket it must not take)."""
         self.config_path = Path(config_path)
         self.config = ReloadingConfig(config_path)  # the whole file, checked: a bad one stops the start
         self.paths = paths or self.config.file.settings.paths
@@ -68,7 +70,7 @@ class Helper:
         # collects its runs from its nodes' agents (no Slurm call, no SQLite on this side)
         self.ended_jobs = EndedSpool(spool_path(self.paths.socket))
         limits = self.config.file.settings.limits
-        self.server = HelperServer(
+        self.server = None if not listen else HelperServer(
             self.paths.socket,
             {"submit": self._submit, "ping": lambda _f: {"status": "ok", "reason": "pong"},
              "job-ended": self._job_ended},
@@ -106,6 +108,8 @@ class Helper:
         return Reply({"status": "ok", "reason": "queued"}, after=hand_over)
 
     def run(self) -> None:
+        if self.server is None:
+            raise RuntimeError("this helper was built without its socket (listen=False)")
         signal.signal(signal.SIGTERM, lambda *_: self._done.set())
         signal.signal(signal.SIGINT, lambda *_: self._done.set())
         # slurmctld waits on this process under its locks: on a busy controller it must not

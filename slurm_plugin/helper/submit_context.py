@@ -16,7 +16,9 @@ from typing import Protocol
 from packer.config import PackerConfig
 from packer.decision import ClusterView, Estimate
 from packer.fingerprint import fingerprint
+from packer.identity_memo import Identity, IdentityMemo
 from packer.request import Candidate, JobFacts, NotCandidate
+from packer.workload_identity import WorkloadKeys, workload_keys
 from packer.rules import SuiteRules
 from store.db import Store
 from slurm_plugin.helper.cluster_view import Snapshot
@@ -48,17 +50,30 @@ class SubmitContext:
     fingerprint: str | None = None
     estimate: Estimate | None = None
     remembered_shards: int | None = None
+    identity: Identity | None = field(default=None, repr=False)  # a candidate's, from the memo
 
     @classmethod
     def read(cls, facts: JobFacts, request: Candidate | NotCandidate, text: dict[str, str],
-             config: PackerConfig, rules: SuiteRules, store: Store, source: SubmitView) -> "SubmitContext":
-        """The context of one submission: a candidate's fingerprint and history read now."""
+             config: PackerConfig, rules: SuiteRules, store: Store, source: SubmitView,
+             memo: IdentityMemo | None = None) -> "SubmitContext":
+        """The context of one submission: a candidate's fingerprint and history read now
+        (``memo``: the identities of scripts seen lately, kept between submissions)."""
         now = time.time()
-        fp = estimate = remembered = None
+        fp = estimate = remembered = identity = None
         if isinstance(request, Candidate):
-            fp = fingerprint(facts.user, facts.name, facts.script)
+            identity = (memo.of(facts.user, facts.name, facts.script) if memo is not None
+                        else Identity(facts.user, facts.name, fingerprint(facts.user, facts.name, facts.script)))
+            fp = identity.fingerprint
             estimate, remembered = store.history(fp, config.history_window, since=config.history_since(now))
-        return cls(facts, request, text, config, rules, source.view(), now, store, source, fp, estimate, remembered)
+        return cls(facts, request, text, config, rules, source.view(), now, store, source, fp, estimate, remembered,
+                   identity)
+
+    @cached_property
+    def workload_keys(self) -> WorkloadKeys:
+        """The keys of each level of this job's identity (``packer.workload_identity``)."""
+        if self.identity is not None:
+            return self.identity.keys(self.facts.script)
+        return workload_keys(self.facts.user, self.facts.name, self.facts.script)
 
     @cached_property
     def snapshot(self) -> Snapshot | None:

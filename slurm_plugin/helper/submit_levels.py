@@ -24,7 +24,7 @@ from packer.history_levels import LevelRecord, levels_in_use, nearest_level
 from packer.request import Candidate, JobFacts, NotCandidate
 from packer.rules import SuiteRules
 from packer.util_cap import NO_CAP, within_util_cap
-from packer.workload_identity import EXACT, workload_keys
+from packer.workload_identity import EXACT, WorkloadKeys
 from store.db import Store
 from store.levels import LevelStore
 from slurm_plugin.helper.cluster_view import Snapshot
@@ -51,6 +51,9 @@ class StageContext(Protocol):
     @property
     def snapshot(self) -> Snapshot | None: ...
 
+    @property
+    def workload_keys(self) -> WorkloadKeys: ...
+
 
 def history_levels(decision: Decision, ctx: StageContext) -> Decision:
     """The decision from the nearest looser level with history, for a candidate whose exact
@@ -59,7 +62,7 @@ def history_levels(decision: Decision, ctx: StageContext) -> Decision:
     if (not isinstance(ctx.request, Candidate) or config.loosest_history_level == EXACT
             or (ctx.estimate is not None and ctx.estimate.measured)):
         return decision
-    keys = workload_keys(ctx.facts.user, ctx.facts.name, ctx.facts.script)
+    keys = ctx.workload_keys
     records = LevelStore(ctx.store).records(keys, levels_in_use(config), config.history_window,
                                             since=config.history_since(ctx.now))
     choice = nearest_level([LevelRecord(EXACT, keys.exact, ctx.estimate), *records], config)

@@ -19,6 +19,7 @@ from typing import Callable
 from packer.comment import merge
 from packer.config import PackerConfig
 from packer.decision import Decision, packed_type
+from packer.identity_memo import IdentityMemo
 from packer.request import Candidate, JobFacts, classify, shard_request
 from packer.rules import SuiteRules
 from store.db import Store
@@ -169,6 +170,7 @@ class SubmitService:
         self._make_rules = rules or (lambda config: SuiteRules(config=config))
         self.stages: tuple[Stage, ...] = submit_stages()
         self._prepare_store: Store | None = None  # the view loader's connection (prepare_view)
+        self.identities = IdentityMemo()  # fingerprints of scripts seen lately (packer.identity_memo)
 
     def prepare_view(self, snapshot: Snapshot) -> None:
         """What the stages read of a new view, built off the request path (the view's loader
@@ -207,7 +209,8 @@ class SubmitService:
         text = _decoded(fields)
         facts = job_facts(fields, text)
         request = classify(facts, self._requeue_by_default)
-        ctx = SubmitContext.read(facts, request, text, config, self._rules_for(config), self.store, self._view)
+        ctx = SubmitContext.read(facts, request, text, config, self._rules_for(config), self.store, self._view,
+                                 self.identities)
         decision = run_stages(self.stages, ctx)
         answer = SubmitAnswer(decision.verdict, decision.reason, config.mode, fingerprint=ctx.fingerprint or "")
         if config.mode != "observe" and decision.reason != "no-gpu" and ctx.comment_writable:

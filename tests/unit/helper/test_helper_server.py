@@ -215,3 +215,35 @@ def test_the_rate_limit_counts_each_submitter_not_slurmctlds_one_uid(tmp_path):
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_a_second_server_does_not_take_a_live_servers_socket(serving, tmp_path):
+    """Binding where a running helper listens is refused: replacing the file would cut the
+    running one off from slurmctld's shim (a tool built on a live cluster's settings did)."""
+    from slurm_plugin.unix_socket import SocketInUse
+
+    srv, path, _ = serving
+    with pytest.raises(SocketInUse, match="stop it first"):
+        HelperServer(path, {}, {os.getuid()})
+    sock = _connect(path)  # the running server still answers at its path
+    sock.sendall(encode_request({"op": "echo", "n": "1"}))
+    assert _read_line(sock) == {"status": "ok", "n": "1"}
+    sock.close()
+
+
+def test_a_stale_socket_file_is_replaced(tmp_path):
+    path = tmp_path / "stale.sock"
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(path))  # bound, never listening, then gone: the file of a killed server
+    dead.close()
+    assert path.is_socket()
+    srv = HelperServer(path, {"echo": lambda f: {"status": "ok"}}, {os.getuid()})
+    srv.serve_in_thread()
+    try:
+        sock = _connect(path)
+        sock.sendall(encode_request({"op": "echo"}))
+        assert _read_line(sock) == {"status": "ok"}
+        sock.close()
+    finally:
+        srv.shutdown()
+        srv.server_close()

@@ -40,7 +40,11 @@ class Ctx:
 
     @property
     def fingerprint(self) -> str:
-        return workload_keys(self.facts.user, self.facts.name, self.facts.script).exact
+        return self.workload_keys.exact
+
+    @property
+    def workload_keys(self):
+        return workload_keys(self.facts.user, self.facts.name, self.facts.script)
 
     def admit(self) -> Decision:
         history, self.remembered_shards = self.store.history(self.fingerprint, self.config.history_window)
