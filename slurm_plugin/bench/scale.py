@@ -40,6 +40,7 @@ class ScalePlan:
     probe_s: float = 2.0  # a user's sbatch, scontrol show job and squeue, this often
     workers: int = 8  # sbatch at a time while the queue fills
     fill_max_s: float = 0.0  # > 0: no submission started after this long (the queue is what got in)
+    lua_alone: bool = False  # a third window: job_submit/lua on with a script that does nothing
 
     def check(self) -> None:
         if (self.window_s < 10 or self.probe_s <= 0 or self.nodes < 0 or self.jobs < 0 or self.workers < 1
@@ -79,6 +80,12 @@ class ScaleResult:
     latency_ms: dict[str, dict[str, float]] = field(default_factory=dict)
     rpcs: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # with ``lua_alone``: Slurm's Lua plugin by itself (a script that does nothing) against
+    # without any plugin, and the suite against that
+    lua_alone_sbatch_ratio: float | None = None
+    lua_alone_share_pct: float | None = None
+    sbatch_over_lua_alone_ratio: float | None = None
+    share_over_lua_alone_pct: float | None = None
 
 
 def _ms(values: list[float]) -> dict[str, float]:
@@ -92,6 +99,19 @@ def _load() -> float:
 
 def _rounded(x: float, digits: int = 3) -> float:
     return round(x, digits) if math.isfinite(x) else x
+
+
+def lua_alone_figures(without: Window, alone: Window, with_suite: Window) -> dict[str, float]:
+    """What job_submit/lua costs by itself (``alone``: its window with a script that does
+    nothing), and what the suite adds to that."""
+    window_s = (without.seconds + alone.seconds + with_suite.seconds) / 3
+    without_s, alone_s, with_s = (fig.median(w.sbatch_s) for w in (without, alone, with_suite))
+    return {
+        "lua_alone_sbatch_ratio": _rounded(fig.ratio(alone_s, without_s)),
+        "lua_alone_share_pct": _rounded(fig.share_pct(alone.rpcs, without.rpcs, window_s)),
+        "sbatch_over_lua_alone_ratio": _rounded(fig.ratio(with_s, alone_s)),
+        "share_over_lua_alone_pct": _rounded(fig.share_pct(with_suite.rpcs, alone.rpcs, window_s)),
+    }
 
 
 def summarise(plan: ScalePlan, without: Window, with_suite: Window, fill_ms: list[float], fill, running: int,
@@ -164,15 +184,27 @@ def run_scale_bench(plan: ScalePlan, keep: bool = False) -> ScaleResult:
             time.sleep(5)  # the last rounds' RPCs and the reconfigure done before the reset
             loads.append(_load())
             without = run_window(cluster, None, env, plan.window_s, plan.probe_s)
+            alone = None
+            if plan.lua_alone:
+                log.info("window with job_submit/lua alone (a script that does nothing)")
+                suite.plugin_alone()
+                time.sleep(5)
+                loads.append(_load())
+                alone = run_window(cluster, None, env, plan.window_s, plan.probe_s)
             suite.on()
             ready = wait_for_rounds(watcher_url(cluster), 2, timeout_s=max(600.0, plan.window_s))
             log.info("window with the suite")
             loads.append(_load())
             with_suite = run_window(cluster, suite, env, plan.window_s, plan.probe_s)
         finally:
-            suite.switch.restore()
+            suite.restore()
         result = summarise(plan, without, with_suite, fill_ms, fill, running, store_bytes(cluster.spec.database),
                            version, loads)
+        if alone is not None:
+            for key, value in lua_alone_figures(without, alone, with_suite).items():
+                setattr(result, key, value)
+            result.latency_ms.update({f"{what}_lua_alone": _ms(getattr(alone, f"{what}_s"))
+                                      for what in ("sbatch", "squeue", "scontrol")})
         if fill.not_started:
             result.notes.append(f"the fill stopped after {plan.fill_max_s:.0f} s: {fill.jobs} of {plan.jobs} jobs queued")
         if ready < 2:
@@ -187,9 +219,13 @@ HEADLINE = ("nodes", "gpus", "queued_jobs", "running_jobs", "window_s", "slurmct
             "fill_s", "fill_rate_per_s", "fill_submit_p50_ms", "fill_submit_p99_ms", "slurm_version", "load_avg_1m")
 
 
+LUA_ALONE = ("lua_alone_sbatch_ratio", "lua_alone_share_pct", "sbatch_over_lua_alone_ratio", "share_over_lua_alone_pct")
+
+
 def table(result: dict) -> str:
     """The figures, a user's latencies and the RPCs by type, as Markdown."""
     lines = ["| figure | value |", "|---|---|"] + [f"| {k} | {result[k]} |" for k in HEADLINE]
+    lines += [f"| {k} | {result[k]} |" for k in LUA_ALONE if result.get(k) is not None]
     lines += ["", "| a user's command | p50 ms | p99 ms | runs |", "|---|---|---|---|"]
     for key, v in result["latency_ms"].items():
         lines.append(f"| {key} | {v['p50']} | {v['p99']} | {v['n']} |")

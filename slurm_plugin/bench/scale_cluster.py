@@ -53,6 +53,14 @@ def shares_per_gpu(model: str) -> int:
     return model_ladder(model).shares_per_gpu
 
 
+#: job_submit/lua with nothing to do: what Slurm's Lua plugin costs a submission by itself. On
+#: every submission after any job changed, the plugin rebuilds the `slurm.jobs` table (one Lua
+#: table per job slurmctld holds) before it calls the script, whatever the script does
+INERT_LUA = ("-- gpupack bench scale: the plugin's own cost (this script does nothing)\n"
+             "function slurm_job_submit(job_desc, part_list, submit_uid) return slurm.SUCCESS end\n"
+             "function slurm_job_modify(job_desc, job_rec, part_list, modify_uid) return slurm.SUCCESS end\n")
+
+
 class Suite:
     """Switches the suite on a running bench cluster: the shim (JobSubmitPlugins) and the helper
     (submit side and watcher) with the web view."""
@@ -60,6 +68,20 @@ class Suite:
     def __init__(self, cluster: DevCluster):
         self.cluster = cluster
         self.switch = _Switch(cluster)
+        self.script = cluster.spec.etc / "job_submit.lua"
+        self.shim = self.script.read_text()
+
+    def plugin_alone(self) -> None:
+        """job_submit/lua on with a script that does nothing (the suite's processes stay as
+        they are: stopped, after ``off``)."""
+        self.script.write_text(INERT_LUA)
+        self.switch.set(with_shim=True)
+
+    def restore(self) -> None:
+        """The shim's own script and JobSubmitPlugins as the cluster had them."""
+        if self.script.read_text() != self.shim:
+            self.script.write_text(self.shim)
+        self.switch.restore()
 
     def off(self) -> None:
         self.switch.set(with_shim=False)
@@ -75,6 +97,8 @@ class Suite:
         registry.save(kept)
 
     def on(self) -> None:
+        if self.script.read_text() != self.shim:
+            self.script.write_text(self.shim)
         self.switch.set(with_shim=True)
         running = self.cluster.registry.running()
         procs = list(running.values())

@@ -67,10 +67,13 @@ def submit(jobs: int, block: int, as_json: bool, state_dir: Path) -> None:
               help="Seconds the fill may take (0: no limit); the queue is then what was submitted by then.")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("scale-bench"), show_default=True,
               help="Folder for scale.json, scale.md (the table) and scale.png (the plot, with matplotlib).")
+@click.option("--lua-alone", is_flag=True,
+              help="A third window between the two: job_submit/lua on with a script that does nothing "
+                   "(what Slurm's Lua plugin costs by itself, before the suite's shim does anything).")
 @click.option("--keep", is_flag=True, help="Keep the cluster's state folder (logs) after the run.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def scale(nodes: int, gpus_per_node: int, jobs: int, window_s: float, probe_s: float, workers: int,
-          fill_max_s: float, out: Path, keep: bool, as_json: bool) -> None:
+          fill_max_s: float, lua_alone: bool, out: Path, keep: bool, as_json: bool) -> None:
     """What the suite costs slurmctld at a site's size, on a cluster of its own.
 
     NODES x GPUS-PER-NODE defined without slurmd, the dev cluster's three nodes busy, JOBS
@@ -85,7 +88,7 @@ def scale(nodes: int, gpus_per_node: int, jobs: int, window_s: float, probe_s: f
     from slurm_plugin.devcluster.errors import DevClusterError
 
     plan = ScalePlan(nodes=nodes, gpus_per_node=gpus_per_node, jobs=jobs, window_s=window_s, probe_s=probe_s,
-                     workers=workers, fill_max_s=fill_max_s)
+                     workers=workers, fill_max_s=fill_max_s, lua_alone=lua_alone)
     try:
         result = asdict(run_scale_bench(plan, keep=keep))
     except (BenchError, DevClusterError) as exc:

@@ -217,25 +217,52 @@ def _job(values: list[str], fields: tuple[Field, ...]) -> Job:
                **attrs)  # type: ignore[arg-type]
 
 
-def parse_formatted(text: str, markers: Markers, fields: tuple[Field, ...]) -> FormattedListing:
+class RecordMemo:
+    """The jobs of the last listing, each with a hash of its record's values: a record printed
+    the same again (most of a long queue, round after round) is not read again, its `Job` (a
+    frozen record) is taken as it was. Only the last listing's records are held."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[int, Job]] = {}  # the job id's text -> (hash of the values, job)
+        self.fields: tuple[Field, ...] | None = None
+        self.reused = 0  # records taken from the memo, over its life
+        self.read = 0  # records read afresh
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+
+def parse_formatted(text: str, markers: Markers, fields: tuple[Field, ...],
+                    memo: RecordMemo | None = None) -> FormattedListing:
     """The records of `squeue -h -O format_spec(fields, markers)`; a record that does not split
-    into exactly its fields, or whose values do not read, is refused and said why."""
+    into exactly its fields, or whose values do not read, is refused and said why. ``memo``:
+    the records of the listing before (of the same fields), kept for the next one."""
     jobs: list[Job] = []
     skipped: list[str] = []
     chunks = text.split(markers.record_end)
     tail = chunks.pop()  # after the last record: its newline only
     seen: set[int] = set()
+    held = memo._held if memo is not None and memo.fields == fields else {}
+    kept: dict[str, tuple[int, Job]] = {}
+    reused = 0
     for chunk in chunks:
         chunk = chunk[1:] if chunk.startswith("\n") else chunk  # the newline squeue ends a record with
         values = chunk.split(markers.field_end)
         if len(values) != len(fields):
             skipped.append(f"a record of {len(values)} fields, {len(fields)} expected: {chunk[:60]!r}")
             continue
-        try:
-            job = _job(values, fields)
-        except ValueError as exc:
-            skipped.append(f"record {values[0][:20]!r}: {exc}")
-            continue
+        digest = hash(tuple(values))  # SipHash, keyed per process: a user cannot aim a record at another's
+        before = held.get(values[0])
+        if before is not None and before[0] == digest:
+            job = before[1]
+            reused += 1
+        else:
+            try:
+                job = _job(values, fields)
+            except ValueError as exc:
+                skipped.append(f"record {values[0][:20]!r}: {exc}")
+                continue
+        kept[values[0]] = (digest, job)
         if job.job_id in seen:
             skipped.append(f"job {job.job_id} listed twice")
             continue
@@ -243,6 +270,10 @@ def parse_formatted(text: str, markers: Markers, fields: tuple[Field, ...]) -> F
         jobs.append(job)
     if tail.strip():
         skipped.append(f"text after the last record: {tail[:60]!r}")
+    if memo is not None:
+        memo.reused += reused
+        memo.read += len(kept) - reused
+        memo._held, memo.fields = kept, fields
     return FormattedListing(tuple(jobs), tuple(skipped))
 
 

@@ -29,7 +29,8 @@ from slurm_plugin.slurm.errors import (
     SlurmCommandError,
     SlurmTimeoutError,
 )
-from slurm_plugin.slurm.formatted import FormattedListing, Markers, fields_for, format_spec, parse_formatted
+from slurm_plugin.slurm.formatted import (FormattedListing, Markers, RecordMemo, fields_for, format_spec,
+                                         parse_formatted)
 from slurm_plugin.slurm.model import Job, JobsDocument, Node, NodesDocument, SlurmVersion
 from slurm_plugin.slurm.parse import loads, parse_jobs_document, parse_nodes_document, parse_version_output
 
@@ -143,6 +144,7 @@ class SlurmRunner:
         self._version = version
         self.changes = 0  # commands run that change jobs (`_CHANGING`)
         self.query_s = 0.0  # seconds spent in commands, all told (the watcher reads the growth per round)
+        self.formatted_memo = RecordMemo()  # the last whole formatted listing's records (parse_formatted)
 
     # ---------------------------------------------------------------- running
 
@@ -262,7 +264,8 @@ class SlurmRunner:
             if ids is not None and _says_invalid_job(exc.stderr):  # every one gone from the controller
                 return FormattedListing(())
             raise
-        listing = parse_formatted(result.stdout, markers, fields)
+        memo = self.formatted_memo if ids is None else None  # a listing by id would leave it only its few
+        listing = parse_formatted(result.stdout, markers, fields, memo)
         for why in listing.skipped[:3]:  # counted and said once per change by the watcher (round_load)
             log.debug("squeue: a record refused: %s", why)
         return listing

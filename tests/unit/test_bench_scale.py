@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from slurm_plugin.bench import scale_figures as fig
-from slurm_plugin.bench.scale import ScalePlan, summarise, table
+from slurm_plugin.bench.scale import ScalePlan, lua_alone_figures, summarise, table
 from slurm_plugin.bench.scale_cluster import Fill, scale_spec
 from slurm_plugin.bench.scale_window import Window
 from slurm_plugin.bench.submit import BenchError, shim_parts
@@ -105,6 +105,23 @@ def test_without_a_round_time_series_the_round_is_the_mean_cycle_and_says_so():
     got = summarise(ScalePlan(window_s=100), without, with_suite, [], Fill(0, 1.0, 0), 0, 0, "v", [])
     assert got.watcher_round_s == pytest.approx(10.0)
     assert any("round and pause" in n for n in got.notes)
+
+
+def test_the_lua_plugin_alone_is_told_apart_from_the_suite():
+    """A third window with job_submit/lua on and a script that does nothing: what Slurm's plugin
+    costs by itself, and what the suite adds on top of it."""
+    without = _window(False, {"REQUEST_SUBMIT_BATCH_JOB": (50, 1_000_000)}, 0.010, 0.3)
+    alone = _window(False, {"REQUEST_SUBMIT_BATCH_JOB": (50, 4_000_000)}, 0.040, 0.3)
+    with_suite = _window(True, {"REQUEST_SUBMIT_BATCH_JOB": (50, 4_500_000)}, 0.044, 0.3)
+    got = lua_alone_figures(without, alone, with_suite)
+    assert got["lua_alone_sbatch_ratio"] == pytest.approx(4.0)
+    assert got["lua_alone_share_pct"] == pytest.approx(3.0)  # 3 s more over 100 s
+    assert got["sbatch_over_lua_alone_ratio"] == pytest.approx(1.1)
+    assert got["share_over_lua_alone_pct"] == pytest.approx(0.5)
+    result = summarise(ScalePlan(window_s=100), without, with_suite, [], Fill(0, 1.0, 0), 0, 0, "v", []).__dict__
+    assert "lua_alone" not in table(result)
+    result.update(got)
+    assert "| lua_alone_sbatch_ratio | 4.0 |" in table(result)
 
 
 def test_plan_refuses_what_cannot_be_measured():

@@ -10,7 +10,7 @@ import pytest
 
 from slurm_plugin.slurm.fake import FakeSlurm
 from slurm_plugin.slurm.formatted import (
-    FIELDS, Markers, carries_excluded, fields_for, format_spec, parse_formatted,
+    FIELDS, Markers, RecordMemo, carries_excluded, fields_for, format_spec, parse_formatted,
 )
 from slurm_plugin.slurm.model import SlurmVersion
 from slurm_plugin.slurm.parse import loads, parse_jobs_document
@@ -146,3 +146,35 @@ def test_the_fake_prints_what_its_json_says(release):
             attr = "gres" if attr.startswith("tres_per_") else attr
             if attr not in NOT_COMPARED | {"exit_code", "user_id", "work_dir"}:
                 assert getattr(job, attr) == getattr(json_jobs[job.job_id], attr), (release, job.job_id, attr)
+
+
+def test_a_record_printed_the_same_again_is_taken_from_the_memo_and_a_changed_one_read_afresh():
+    """The records memo: the same values (under the next call's new markers) give the very `Job`
+    of the listing before; a changed value, a job gone, or a bad record are never served stale."""
+    memo = RecordMemo()
+    first, second = Markers("eeeeeeeeeeeeeeee"), Markers("ffffffffffffffff")
+    before = parse_formatted(_line(_values("21", "a"), first) + _line(_values("22", "b"), first)
+                             + _line(_values("23", "c"), first), first, FIELDS, memo)
+    assert (memo.read, memo.reused, len(memo)) == (3, 0, 3)
+    after = parse_formatted(_line(_values("21", "a"), second)  # the same
+                            + _line(_values("22", "b", State="RUNNING"), second)  # changed
+                            + _line(_values("24", "d"), second)  # new; 23 is gone
+                            + _line(_values("25", "e", PriorityLong="lots"), second), second, FIELDS, memo)
+    by_id = {j.job_id: j for j in after.jobs}
+    assert by_id[21] is before.jobs[0]
+    assert by_id[22] is not before.jobs[1] and by_id[22].state == "RUNNING"
+    assert set(by_id) == {21, 22, 24} and len(after.skipped) == 1
+    assert (memo.read, memo.reused, len(memo)) == (5, 1, 3)
+    fresh = parse_formatted(_line(_values("21", "a"), second), second, FIELDS)  # no memo: the same reading
+    assert fresh.jobs[0] == by_id[21]
+
+
+def test_the_memo_of_other_fields_is_not_used():
+    memo = RecordMemo()
+    m = Markers("9999999999999999")
+    parse_formatted(_line(_values("31", "a"), m), m, FIELDS, memo)
+    excluded = fields_for(SlurmVersion(24, 11, 5))
+    values = _values("31", "a")
+    values.insert(len(values) - 1, "(null)")  # ExcNodes, printed before the name
+    job = parse_formatted(_line(values, m), m, excluded, memo).jobs[0]
+    assert memo.reused == 0 and job.excluded_nodes == ()
