@@ -246,6 +246,9 @@ class Monitor:
     def tick(self) -> None:
         now = self.clock()
         lap = self.round_laps = RoundLaps()
+        begin_round = getattr(self.runner, "begin_round", None)
+        if begin_round is not None:  # one node listing serves the round (`slurm.round_nodes`)
+            begin_round()
         if self.action_modes is not None:
             self.actions.modes = self.action_modes()
         query_before = getattr(self.runner, "query_s", None)

@@ -31,8 +31,9 @@ from slurm_plugin.slurm.errors import (
 )
 from slurm_plugin.slurm.formatted import (FormattedListing, Markers, RecordMemo, fields_for, format_spec,
                                          parse_formatted)
-from slurm_plugin.slurm.model import Job, JobsDocument, Node, NodesDocument, SlurmVersion
+from slurm_plugin.slurm.model import Job, JobsDocument, NodesDocument, SlurmVersion
 from slurm_plugin.slurm.parse import loads, parse_jobs_document, parse_nodes_document, parse_version_output
+from slurm_plugin.slurm.round_nodes import RoundNodes
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ def _hint(stderr: str, env: Mapping[str, str]) -> str | None:
     return None
 
 
-class SlurmRunner:
+class SlurmRunner(RoundNodes):
     """Runs squeue, sinfo, sacct and scontrol and returns parsed results.
 
     `env` and `slurm_conf` are laid over the current environment (SLURM_CONF passes
@@ -324,10 +325,6 @@ class SlurmRunner:
 
     def nodes_document(self) -> NodesDocument:
         return self._document(show_nodes_args(self.version()), parse_nodes_document, lambda d: d.nodes)
-
-    def nodes(self) -> list[Node]:
-        """Every node with its GRES configured and in use."""
-        return list(self.nodes_document().nodes)
 
     def accounting(
         self, job_ids: Iterable[int] | None = None, *, since: datetime | str | None = None
