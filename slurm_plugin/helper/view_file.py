@@ -128,10 +128,13 @@ class PublishedView:
             except Exception:  # the loader must outlive a surprise; requests see the age grow
                 log.exception("reading the cluster view failed")
 
-    def _complain(self, text: str) -> None:
-        if text != self._complained:
+    def _complain(self, text: str, kind: str | None = None) -> None:
+        """Log ``text`` once while the trouble lasts (``kind``: what stays the same while it
+        does, where the text changes, e.g. the view's age)."""
+        key = kind or text
+        if key != self._complained:
             log.warning("%s; decisions keep jobs exclusive until a fresh view arrives", text)
-            self._complained = text
+            self._complained = key
 
     def _refresh(self) -> None:
         """Read the file when it changed, prepare it, and hand it over (under the lock only
@@ -193,7 +196,7 @@ class PublishedView:
             return None
         age = self._clock() - snap.taken_at
         if age > self.max_age_s:
-            self._complain(f"the cluster view is {age:.0f} s old (limit {self.max_age_s:.0f} s)")
+            self._complain(f"the cluster view is {age:.0f} s old (limit {self.max_age_s:.0f} s)", "stale")
             return None
         self._complained = None
         return snap

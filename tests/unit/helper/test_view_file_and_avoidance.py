@@ -70,6 +70,26 @@ def test_stale_or_broken_view_is_not_trusted(tmp_path):
     assert view.view().idle_gpus == 4
 
 
+def test_a_view_going_staler_is_said_once_until_a_fresh_one_comes(tmp_path, caplog):
+    """Every decision reads the view: a stale one is warned about once, not once a decision (the
+    age in the text changes each second), and again after a fresh view went stale anew."""
+    path = tmp_path / "cluster-view.json"
+    clock = Clock(100.0)
+    view = PublishedView(path, max_age_s=30, clock=clock)
+    publish(path, snap(100.0))
+    caplog.set_level("WARNING", logger="slurm_plugin.helper.view_file")
+    for now in (131.0, 132.0, 140.0, 200.0):
+        clock.now = now
+        assert view.snapshot() is None
+    stale = [r for r in caplog.records if "s old (limit" in r.getMessage()]
+    assert len(stale) == 1 and "31 s old" in stale[0].getMessage()
+    publish(path, snap(200.0))
+    assert view.snapshot() is not None
+    clock.now = 240.0
+    assert view.snapshot() is None
+    assert len([r for r in caplog.records if "s old (limit" in r.getMessage()]) == 2
+
+
 def test_submit_exclusion_keeps_one_gpu_node_or_gives_up():
     running = [Running(1, "a", ("n1",), True), Running(2, "a", ("n2",), False), Running(3, "b", ("n3",), True)]
     avoid = lambda x, y: {x, y} == {"a", "new"}  # noqa: E731
