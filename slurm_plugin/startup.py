@@ -9,6 +9,9 @@ is missing and how to install it.
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
+import sys
 from collections.abc import Iterable
 
 #: what the helper's watcher loads: the monitor and its watches, the memory forecasts (and
@@ -43,3 +46,28 @@ def require(daemon: str, modules: Iterable[str]) -> None:
             raise MissingDependency(
                 f"{daemon} cannot start: {missing!r} cannot be imported (needed by {module}: {exc}); "
                 f"{INSTALL_HINT}") from exc
+
+
+_CHILD_CHECK = ("import sys\n"
+                "from slurm_plugin.startup import MissingDependency, require\n"
+                "try:\n"
+                "    require(sys.argv[1], sys.argv[2:])\n"
+                "except MissingDependency as exc:\n"
+                "    print(exc, file=sys.stderr)\n"
+                "    sys.exit(3)\n")
+
+
+def require_in_child(daemon: str, modules: Iterable[str], timeout_s: float = 300.0) -> None:
+    """`require`, in a Python process of its own: what another process will load (the watcher's
+    statsmodels and scipy, about 70 MiB) is checked without being kept in this one (the submit
+    side, which never uses it)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocess.run([sys.executable, "-c", _CHILD_CHECK, daemon, *modules], capture_output=True, text=True,
+                          env=env, timeout=timeout_s)
+    if done.returncode == 0:
+        return
+    said = done.stderr.strip()
+    if done.returncode == 3:
+        raise MissingDependency(said)
+    raise MissingDependency(f"{daemon} cannot start: checking what it loads failed (exit {done.returncode}): "
+                            f"{said[-500:]}; {INSTALL_HINT}")

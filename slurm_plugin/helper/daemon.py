@@ -32,7 +32,7 @@ from slurm_plugin.metrics.submit import SubmitMetrics
 from slurm_plugin.slurm.conf_file import job_requeue_of
 from slurm_plugin.slurm.gres import expand_hostlist
 from slurm_plugin.refusals import RefusalLog, UserLimits
-from slurm_plugin.startup import WATCHER_MODULES, require
+from slurm_plugin.startup import WATCHER_MODULES, require, require_in_child
 
 log = logging.getLogger(__name__)
 
@@ -189,8 +189,10 @@ class WatcherSupervisor:
 def run_role(role: str, config_path: Path, poll_interval: float, metrics: MetricsOverride | None = None) -> None:
     """Run one side (or both); `MissingDependency` before anything starts when a part of the
     watcher cannot be loaded (role all checks for the watcher process it starts)."""
-    if role in ("all", "watch"):
+    if role == "watch":
         require(f"gpupack helper --role {role}", WATCHER_MODULES)
+    elif role == "all":  # checked in a child: the submit side keeps none of the watcher's libraries
+        require_in_child(f"gpupack helper --role {role}", WATCHER_MODULES)
     if role == "watch":
         from slurm_plugin.helper.watcher import Watcher, die_with_parent
 

@@ -34,14 +34,29 @@ def test_the_helper_refuses_to_start_without_statsmodels(tmp_path, role):
     config = tmp_path / "gpupack.toml"
     config.write_text(f'[paths]\ndatabase = "{tmp_path}/db"\nsocket = "{tmp_path}/helper.sock"\n'
                       f'[metrics]\nsubmit_port = 0\nwatch_port = 0\n')
-    code = ("import sys; sys.modules['statsmodels'] = None\n"
-            "from slurm_plugin.cli import main\n"
+    stub = tmp_path / "stub" / "statsmodels"  # first on the path: this process and any it starts
+    stub.mkdir(parents=True)
+    (stub / "__init__.py").write_text("raise ImportError('no statsmodels here', name='statsmodels')\n")
+    code = ("from slurm_plugin.cli import main\n"
             f"main(['helper', '--role', '{role}', '--config', '{config}'], prog_name='gpupack')\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(stub.parent), str(REPO)])}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1, done.stderr
     assert "Error: gpupack helper --role " + role + " cannot start: 'statsmodels" in done.stderr
     assert not (tmp_path / "helper.sock").exists()
+
+
+def test_the_submit_side_checks_the_watchers_libraries_without_keeping_them():
+    """Role `all` checks what its watcher will load in a child process: the submit side, which
+    answers slurmctld, stays free of statsmodels and scipy (about 70 MiB)."""
+    code = ("import sys\n"
+            "from slurm_plugin.startup import WATCHER_MODULES, require_in_child\n"
+            "require_in_child('the check', WATCHER_MODULES)\n"
+            "print(sorted(m for m in ('statsmodels', 'scipy', 'slurm_plugin.helper.monitor') if m in sys.modules))\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
 
 
 def test_a_mig_profile_the_catalogue_does_not_hold_is_logged_once_and_shares_are_used(caplog):
