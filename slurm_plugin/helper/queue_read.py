@@ -5,9 +5,13 @@ whatever the client filters afterwards, and `squeue --json` then costs the clien
 long queue. So a round reads:
 
 1. on releases with `squeue --only-job-state` (23.11+: 24.11, 26.05), first every job's state
-   from slurmctld's job-state cache (`REQUEST_JOB_STATE`: no job lock, no records packed); when
-   no job changed state, the watcher did not change a job since, and the last full read is
-   younger than `[monitor] queue_refresh_s`, the last listing stands (``kind="unchanged"``);
+   from slurmctld's job-state cache (`REQUEST_JOB_STATE`: no job lock, no records packed); while
+   the watcher did not change a job since the last full read and that read is younger than
+   `[monitor] queue_refresh_s`: when no job changed state, the last listing stands
+   (``kind="unchanged"``); when some did (a job came, started, ended or went), only those are
+   read, by id, and merged into the last listing (``kind="changes"``; a full read instead when
+   more than a tenth of the queue changed). A field that changes without the state (a priority,
+   a reason, an admin's update) is seen at the next full read, at most `queue_refresh_s` later;
 2. else the jobs not finished yet as formatted text (`squeue -h -O`, `slurm.formatted`), plus
    the jobs the watcher follows that have left that list (by id, formatted, whatever their
    state); 22.05 takes this path every round: its CLI has no cheaper one (its libslurm's
@@ -55,6 +59,7 @@ from slurm_plugin.slurm.errors import SlurmCommandError
 log = logging.getLogger(__name__)
 
 ACTIVE = ("RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED", "RESIZING")
+MERGE_AT_MOST = 500  # jobs read by id and merged (or a tenth of the queue, if more); else a full read
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,8 @@ class QueueRead:
 
     jobs: list[Job]
     taken_at: float  # when Slurm was asked (wall clock)
-    kind: str  # "json" (the whole queue), "formatted", "unchanged" (the state read saw no change)
+    kind: str  # "json" (the whole queue), "formatted", "unchanged" (the state read saw no change),
+    #            "changes" (the jobs whose state changed, read by id, merged into the last listing)
     query_s: float  # seconds spent in Slurm's commands for it
     commands: int  # Slurm commands run for it
     skipped: int = 0  # records refused (hostile or unreadable text), counted and left out
@@ -124,6 +130,9 @@ class QueueReader:
         self._last_detail_all = float("-inf")  # 22.05: the last whole JSON listing for details
         self._states: dict[int, str] | None = None  # the state read the last listing matches
         self._changes = -1  # the runner's change count at the last full read
+        self._full_skipped = 0  # records the last full read refused (still left out of merged listings)
+        self._listed: set[int] = set()  # the last listing's jobs
+        self._finished: set[int] = set()  # of them, those finished (listed while followed)
         self.trim: Callable[[], object] = give_back_freed_memory  # after each whole JSON listing
 
     def read(self, also: Iterable[int] = ()) -> QueueRead:
@@ -148,10 +157,16 @@ class QueueReader:
         if version.has_job_state_query:
             states = runner.job_states()
             commands += 1
-            if (self._last is not None and states == self._states and getattr(runner, "changes", 0) == self._changes
-                    and now - self._last_full < self.refresh_s and also <= {j.job_id for j in self._last.jobs}):
-                return self._done(QueueRead(self._last.jobs, taken_at, "unchanged", 0.0, commands),
-                                  runner, started, query_before, full=False)
+            if (self._last is not None and self._states is not None and getattr(runner, "changes", 0) == self._changes
+                    and now - self._last_full < self.refresh_s):
+                listed = self._listed
+                if states == self._states and also <= listed and self._finished <= also:
+                    return self._done(QueueRead(self._last.jobs, taken_at, "unchanged", 0.0, commands),
+                                      runner, started, query_before, full=False)
+                wanted = self._changed(states, also, listed)
+                if wanted is not None:
+                    read = self._merged(runner, wanted, states, also, taken_at, commands)
+                    return self._done(read, runner, started, query_before, full=False)
         listing = runner.formatted_jobs()
         commands += 1
         jobs, skipped = list(listing.jobs), len(listing.skipped)
@@ -163,8 +178,35 @@ class QueueReader:
             skipped += len(extra.skipped)
         jobs, fetched, detail_commands = self._with_details(runner, jobs, carries_excluded(version))
         read = QueueRead(jobs, taken_at, "formatted", 0.0, commands + detail_commands, skipped, fetched)
-        self._states = states
+        self._states, self._full_skipped = states, skipped
         return self._done(read, runner, started, query_before, full=True)
+
+    def _changed(self, states: dict[int, str], also: set[int], listed: set[int]) -> set[int] | None:
+        """The jobs to read by id: those whose state changed since the last listing's state read,
+        those gone from slurmctld, and followed jobs not listed; None when they are too many
+        to merge (a full read is cheaper)."""
+        before = self._states or {}
+        wanted = {j for j, state in states.items() if before.get(j) != state}
+        wanted |= before.keys() - states.keys()
+        wanted |= also - listed
+        if len(wanted) > max(MERGE_AT_MOST, len(states) // 10):
+            return None
+        return wanted
+
+    def _merged(self, runner, wanted: set[int], states: dict[int, str], also: set[int], taken_at: float,
+                commands: int) -> QueueRead:
+        """The last listing with ``wanted`` read again by id: as a full read would list them (the
+        jobs not finished yet, and the followed ones in whatever state)."""
+        assert self._last is not None
+        fresh = runner.formatted_jobs(wanted) if wanted else None
+        commands += 1 if wanted else 0
+        kept = [j for j in self._last.jobs if j.job_id not in wanted and (not j.is_finished or j.job_id in also)]
+        added = sorted((j for j in (fresh.jobs if fresh else ()) if j.job_id in wanted
+                        and (not j.is_finished or j.job_id in also)), key=lambda j: j.job_id)
+        jobs, fetched, detail_commands = self._with_details(runner, kept + added, carries_excluded(runner.version()))
+        self._states = states
+        skipped = self._full_skipped + (len(fresh.skipped) if fresh else 0)
+        return QueueRead(jobs, taken_at, "changes", 0.0, commands + detail_commands, skipped, fetched)
 
     def _json(self, runner, also: set[int], taken_at: float, started: float, query_before: float) -> QueueRead:
         jobs = list(runner.jobs_in_play(also=also))
@@ -219,5 +261,9 @@ class QueueReader:
         if full:
             self._last_full = self.monotonic()
             self._changes = getattr(runner, "changes", 0)
+        states_read = hasattr(runner, "formatted_jobs") and runner.version().has_job_state_query
+        if read.kind != "unchanged" and states_read:  # what the next state read is checked against
+            self._listed = {j.job_id for j in read.jobs}
+            self._finished = {j.job_id for j in read.jobs if j.is_finished}
         self._last = read
         return read

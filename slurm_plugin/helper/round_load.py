@@ -20,7 +20,7 @@ class RoundLoad:
     cycle_s: float | None = None  # the last round plus its pause
     slurm_s: float | None = None  # the last round's time in Slurm commands (queue, nodes, actions)
     queue_s: float | None = None  # the last queue read's time in Slurm commands
-    queue_kind: str | None = None  # "json", "formatted", "unchanged"
+    queue_kind: str | None = None  # "json", "formatted", "changes", "unchanged"
     queue_commands: int = 0
     stretched: bool = False  # the rounds now come slower than the interval
     episodes: int = 0  # stretched episodes since the start

@@ -179,8 +179,9 @@ def _load_families(load) -> Iterator[Metric]:
     yield CounterMetricFamily("gpupack_watcher_stretched_episodes", "Runs of stretched rounds since the start.",
                               value=load.episodes)
     reads = CounterMetricFamily("gpupack_watcher_queue_reads", "Queue reads by kind: json (the whole queue), "
-                                "formatted, unchanged (slurmctld's job states showed no change).", labels=["kind"])
-    for kind in ("json", "formatted", "unchanged"):
+                                "formatted, changes (the jobs whose state changed, read by id), unchanged (slurmctld's job "
+                                "states showed no change).", labels=["kind"])
+    for kind in ("json", "formatted", "changes", "unchanged"):
         reads.add_metric([kind], load.reads.get(kind, 0))
     yield reads
     yield CounterMetricFamily("gpupack_watcher_queue_records_skipped", "Queue records refused (unreadable "

@@ -3,6 +3,8 @@ which commands each round runs per release, what it reuses, and that the jobs co
 JSON would give them."""
 from __future__ import annotations
 
+import pytest
+
 from slurm_plugin.helper.queue_read import QueueReader
 from slurm_plugin.slurm.fake import FakeSlurm
 from slurm_plugin.slurm.runner import SlurmRunner
@@ -101,10 +103,14 @@ def test_2411_reuses_the_listing_while_no_job_changed_state():
     mono.t += 1
     n = len(fake.calls)
     assert reader.read().kind == "formatted" and calls(fake, n) == ["states", "formatted"]
-    fake.jobs[3].state = "RUNNING"  # a state changed
+    fake.jobs[3].state = "RUNNING"  # a state changed: that job alone is read again, by id
     fake.jobs[3].nodes = "node2"
     mono.t += 1
-    assert reader.read().kind == "formatted"
+    n = len(fake.calls)
+    changed = reader.read()
+    assert changed.kind == "changes" and calls(fake, n) == ["states", "formatted-ids", "json-ids"]
+    assert "--jobs=3" in fake.calls[-2] and "--jobs=3" in fake.calls[-1]  # and its GPUs, now it runs
+    assert {j.job_id: (j.state, j.nodes) for j in changed.jobs}[3] == ("RUNNING", "node2")
     mono.t += 1
     assert reader.read().kind == "unchanged"
     mono.t += 10  # queue_refresh_s without a full read
@@ -118,11 +124,14 @@ def test_followed_jobs_are_listed_in_whatever_state_and_the_whole_json_comes_bac
     mono.t += 1
     n = len(fake.calls)
     read = reader.read(also={1})
-    assert calls(fake, n) == ["states", "formatted", "formatted-ids"]
+    assert calls(fake, n) == ["states", "formatted", "formatted-ids"]  # the first after the JSON: in full
     assert {j.job_id: j.state for j in read.jobs}[1] == "COMPLETED"
     mono.t += 1
     assert reader.read(also={1}).kind == "unchanged"  # job 1 is in the listing it keeps
-    assert reader.read(also={1, 99}).kind == "formatted"  # a newly followed job: read
+    n = len(fake.calls)
+    assert reader.read(also={1, 99}).kind == "changes"  # a newly followed job: read by id
+    assert calls(fake, n) == ["states", "formatted-ids"]
+    assert 1 not in {j.job_id for j in reader.read().jobs}  # followed no more, finished: left out
     mono.t += 60
     n = len(fake.calls)
     assert reader.read().kind == "json" and calls(fake, n) == ["json-all"]
@@ -153,3 +162,55 @@ def test_query_time_is_what_the_slurm_commands_took(monkeypatch):
     monkeypatch.setattr("slurm_plugin.slurm.runner.time.monotonic", slow)  # the runner times commands by it
     read = reader.read()
     assert read.query_s == 2.5 and read.commands == 1
+
+
+def _listed(jobs) -> dict[int, tuple]:
+    return {j.job_id: (j.state, j.nodes, j.gres, j.name, j.admin_comment) for j in jobs}
+
+
+@pytest.mark.parametrize("seed", [7, 8, 9])
+def test_merged_listings_are_what_a_full_read_would_give_round_after_round(seed):
+    """Jobs come, start, end, are purged and followed, a few each round: each merged listing
+    holds the jobs, and their states, a full formatted read of the same moment gives."""
+    import random
+
+    rng = random.Random(seed)
+    fake, runner, mono, reader = world("24.11.5", refresh_s=1e9, reconcile_s=1e9)
+    reader.read()
+    kinds = set()
+    for step in range(60):
+        for _ in range(rng.randint(0, 3)):
+            action = rng.choice(["submit", "start", "end", "purge"])
+            pending = [j for j in fake.jobs.values() if j.state == "PENDING"]
+            running = [j for j in fake.jobs.values() if j.state == "RUNNING"]
+            ended = [j for j in fake.jobs.values() if j.state == "COMPLETED"]
+            if action == "submit":
+                fake.submit(gres=rng.choice(["gres:gpu:1", "gres:shard:2"]), name=f"j{step}")
+            elif action == "start" and pending:
+                job = rng.choice(pending)
+                job.state, job.nodes = "RUNNING", "node1"
+            elif action == "end" and running:
+                rng.choice(running).state = "COMPLETED"
+            elif action == "purge" and ended:
+                del fake.jobs[rng.choice(ended).job_id]
+        also = {j for j in fake.jobs if rng.random() < 0.1}
+        mono.t += 1
+        merged = reader.read(also=also)
+        kinds.add(merged.kind)
+        fresh = list(runner.formatted_jobs().jobs)  # a full read of the same moment
+        extra = also - {j.job_id for j in fresh}
+        fresh += list(runner.formatted_jobs(extra).jobs) if extra else []
+        assert _listed(merged.jobs) == _listed(fresh), step
+    assert "changes" in kinds
+
+
+def test_many_changes_at_once_are_read_in_full():
+    fake, runner, mono, reader = world("24.11.5")
+    reader.read()
+    mono.t += 1
+    reader.read()
+    for i in range(600):
+        fake.submit(gres="gres:gpu:1", name=f"burst{i}")
+    mono.t += 1
+    n = len(fake.calls)
+    assert reader.read().kind == "formatted" and calls(fake, n) == ["states", "formatted"]
