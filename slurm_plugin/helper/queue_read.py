@@ -35,8 +35,11 @@ is about 130 MB and its tree twice that, and glibc keeps most of it resident oth
 A whole JSON listing that fails (on 22.05 at 24,000 queued jobs, under load, `squeue --json`
 ran past the watcher's 10 s command timeout, so every round failed and none was made) does not
 cost the round: the round reads formatted, said once per failure, and the next whole listing is
-tried a `queue_reconcile_s` later (22.05's listing for details, a `queue_refresh_s` later; the
-jobs wait for their detail meanwhile, as they do between two such listings).
+tried a `queue_reconcile_s` later. 22.05's listing for details is tried again a
+`queue_refresh_s` later, and twice as long after each failure in a row, up to
+`queue_reconcile_s` (on a queue too long for it to finish in time, every try costs the round
+the whole timeout: at 50,000 jobs that was 10 s of each round); the jobs wait for their detail
+meanwhile, as they do between two such listings.
 
 `QueueRead.taken_at` is when the listing was asked for (for an unchanged one: when the state
 read confirmed it), so the view's age holds however the listing was made.
@@ -128,6 +131,7 @@ class QueueReader:
         self._last_full = float("-inf")  # monotonic time of the last formatted or JSON read
         self._last_json = float("-inf")
         self._last_detail_all = float("-inf")  # 22.05: the last whole JSON listing for details
+        self._detail_wait = refresh_s  # 22.05: before the next one (doubled after each failure)
         self._states: dict[int, str] | None = None  # the state read the last listing matches
         self._changes = -1  # the runner's change count at the last full read
         self._full_skipped = 0  # records the last full read refused (still left out of merged listings)
@@ -217,6 +221,7 @@ class QueueReader:
             if key is not None:
                 self._details[job.job_id] = (key, job)
         self._last_json = self._last_detail_all = self.monotonic()
+        self._detail_wait = self.refresh_s
         self._states = None  # the next round reads formatted
         self.trim()
         return self._done(QueueRead(jobs, taken_at, "json", 0.0, 1), runner, started, query_before, full=True)
@@ -229,17 +234,19 @@ class QueueReader:
         commands = 0
         if need:
             whole = not runner.version().filters_json
-            if not whole or self.monotonic() - self._last_detail_all >= self.refresh_s:
+            if not whole or self.monotonic() - self._last_detail_all >= self._detail_wait:
                 wanted = set(need)  # 22.05 lists every job: only those are kept
                 commands = 1
                 try:
                     fetched = {j.job_id: j for j in runner.jobs_json(need) if j.job_id in wanted}
+                    self._detail_wait = self.refresh_s
                 except SlurmCommandError as exc:
                     if not whole:
                         raise
                     fetched = {}
+                    self._detail_wait = min(2 * self._detail_wait, max(self.reconcile_s, self.refresh_s))
                     log.warning("the whole JSON listing for %d jobs' detail failed (%s); they wait for it, "
-                                "tried again in %.0f s", len(need), exc, self.refresh_s)
+                                "tried again in %.0f s", len(need), exc, self._detail_wait)
                 if whole:
                     self._last_detail_all = self.monotonic()
                     self.trim()

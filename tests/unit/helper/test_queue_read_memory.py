@@ -93,8 +93,22 @@ def test_a_whole_json_listing_that_fails_costs_no_round():
     assert not reader._details  # the running jobs wait for their detail
     now[0] = 5.0
     assert reader.read().kind == "formatted"  # neither listing tried again so soon
+    calls = len(fake.calls)
+    now[0] = 11.0
+    reader.read()  # the wait doubled to 20 s after the failure
+    assert not any("--json" in a for a in fake.calls[calls:])
+    now[0] = 21.0
+    assert reader.read().kind == "formatted" and not reader._details  # tried, failed again: 40 s now
+    calls = len(fake.calls)
+    now[0] = 45.0
+    reader.read()
+    assert not any("--json" in a for a in fake.calls[calls:])
     json_fails[0] = False
-    now[0] = 20.0
-    assert reader.read().kind == "formatted" and len(reader._details) == RUNNING  # detail after refresh_s
+    now[0] = 61.5
+    assert reader.read().kind == "formatted" and len(reader._details) == RUNNING  # detail, 40 s after
+    fake.submit(state="RUNNING", nodes="node1", gres="gres:gpu:1", gres_detail=["gpu:1(IDX:1)"])
+    now[0] = 72.0
+    reader.read()
+    assert len(reader._details) == RUNNING + 1  # a success brought the wait back to refresh_s
     now[0] = 301.0
     assert reader.read().kind == "json"  # the reconcile a queue_reconcile_s after the failed one
