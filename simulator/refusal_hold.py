@@ -10,19 +10,19 @@ refusal surely stands. A refusal kept in ``RefusedPacks`` is noted here
 (:meth:`RefusalHolds.note`) with that time and every other input its replay reads, each
 explicit (:class:`Hold`), checked in :meth:`RefusalHolds.still_refused`:
 
-- the versions the choice rests on (``versions``): the pair knowledge
-  (``PairKnowledge.version``: pairs learned, refits), the pairs to avoid, the workloads with a
-  history, the identity levels in use (each only grows; with the job's attempt and remembered
-  size: the same co-runner memo), and the kinds of busy GPU (``ShareIndex.version``: the
-  memo's ranking); with a reservation honoured, also every start, end, stop and change of
-  speed and every GPU filed or taken out (``ReleaseIndex.stamp``, ``ShareIndex.changes``:
+- what the job's co-runner memo rests on (:meth:`RefusalHolds.epoch`: the pair knowledge,
+  pairs learned and refits, the pairs to avoid, the workloads with a history, the identity
+  levels in use; with the job's attempt and remembered size, the same memo);
+- with none honoured (the head a one-GPU job): the memo, brought up to date with the kinds
+  of busy GPU first (as the try's first step does), ranking the same kind first, and the
+  GPU still its kind's first (``group``); with a reservation honoured: every start, end,
+  stop and change of speed and every GPU filed or taken out (:meth:`RefusalHolds.strict`:
   the time tests read them all), and the same reservation, read where the try reads it;
-- with none honoured (the head a one-GPU job): the GPU still its kind's first (``group``);
-- the GPU's jobs (``residents``: each one's id and attempt, which moves at every change of
-  its speed: the same work left, falling at the same rate);
+- the GPU's jobs (``residents``, ``tokens``: an attempt moves at every change of the job's
+  speed: the same work left, falling at the same rate);
 - no idle GPU;
-- the release the wait ends at no later than then (a shorter wait only lowers the gain);
-- the jobs waiting behind it within the queue the bound allows.
+- the release the wait ends at no later than the bound allows;
+- the jobs waiting behind it within the queues the bound allows.
 
 While all of them hold and the clock is before the time found, :meth:`still_refused`
 answers for the try: refused again, with the same marks on the pass (``dirty``, ``refused``)
