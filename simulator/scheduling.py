@@ -30,17 +30,31 @@ from collections import deque
 from itertools import chain, islice
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Iterator, Protocol
+from typing import Iterator, Protocol
 
 from simulator.events import ELIGIBLE, EventLoop
 from simulator.releases import ReleaseIndex
 from simulator.sharing import ShareIndex
 from simulator.config import SimConfig
 from simulator.state import Gpu, Job
-from simulator.steady_pass import SteadyPass
 
-if TYPE_CHECKING:
-    from simulator.refusal_hold import RefusalHolds
+class Holds(Protocol):
+    """The refused packs known to stay refused a while (``simulator.refusal_hold.RefusalHolds``)."""
+
+    def still_refused(self, job: Job, now: float, bf: "Backfill | None") -> bool: ...
+
+
+class PassNote(Protocol):
+    """The passes that would only refuse held packs again (``simulator.steady_pass.SteadyPass``)."""
+
+    def holds_now(self, now: float) -> bool: ...
+
+    def begin(self) -> None: ...
+
+    def refused(self, job: Job) -> None: ...
+
+    def end(self, started: bool, bf: "Backfill", now: float) -> None: ...
+
 
 class StartRule(Protocol):
     """What a pass asks of the policy (``simulator.policy.Policy``)."""
@@ -56,7 +70,7 @@ class StartRule(Protocol):
 
     def no_room(self, job: Job) -> bool: ...
 
-    holds: "RefusalHolds | None"
+    holds: Holds | None
 
     def order(self, cand: list[Job]) -> list[Job]: ...
 
@@ -124,13 +138,12 @@ class Scheduler:
         self.passes = self.passes_skipped = 0
         self.late_skips = 0  # jobs not tried: ending after the reservation, as one refused
         self.edits = 0  # bumped at every change to the queue where a pass looks (its window)
-        self.steady: SteadyPass | None = None  # with the policy's holds: passes answered unwalked
+        self.steady: PassNote | None = None  # with the policy's holds: passes answered unwalked
 
     def attach(self, policy: StartRule, start_whole: Callable[[Job, list[int], float], None],
-               regrouper: HeadMover | None) -> None:
-        self.policy, self.start_whole, self.regrouper = policy, start_whole, regrouper
-        if policy.holds is not None and regrouper is None:
-            self.steady = SteadyPass(self, policy.holds)
+               regrouper: HeadMover | None, steady: PassNote | None = None) -> None:
+        """``steady``: the policy's passes answered unwalked (with its holds, no regrouping)."""
+        self.policy, self.start_whole, self.regrouper, self.steady = policy, start_whole, regrouper, steady
 
     # ----------------------------------------------------------------- queue
     def arrive(self, job: Job, now: float) -> None:
@@ -236,7 +249,7 @@ class Scheduler:
         if steady is not None:
             steady.end(started or started_bf, bf, now)
 
-    def _backfill(self, head: Job, now: float, fast: bool, steady: SteadyPass | None) -> tuple[Backfill, bool]:
+    def _backfill(self, head: Job, now: float, fast: bool, steady: PassNote | None) -> tuple[Backfill, bool]:
         """The backfill walk after the head; (its reservation, whether it started a job)."""
         policy = self.policy
         bf = Backfill(self, head, now, head.gpus == 1 and policy.packs)
