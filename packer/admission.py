@@ -188,3 +188,93 @@ def expected_gain(newcomer_s: float, newcomer: "Prediction", residents: "Sequenc
         case = PackCase(newcomer_s, speeds[0], tuple(ResidentWork(left, s) for (left, _), s in zip(residents, speeds[1:])))
         total += weight * pack_gain(case, queue)
     return total
+
+
+# what a refusal's bound keeps clear of zero: float rounding of the gain, its inputs (the
+# clock, the work left) and the bound's own arithmetic stay far below it
+_HOLD_MARGIN_S = 1e-3
+_HOLD_MARGIN_REL = 1e-9
+
+
+@dataclass(frozen=True)
+class RefusalHold:
+    """How far a refused pack surely stays refused (:func:`refusal_holds`): for ``seconds``
+    of clock, with ``fewest`` to ``most`` jobs waiting behind the newcomer and the wait for a
+    whole GPU ending up to ``later_s`` later than it did."""
+
+    seconds: float
+    fewest: int
+    most: int
+    later_s: float
+
+
+def refusal_holds(newcomer_s: float, newcomer_speed: float, residents: Sequence[tuple[float, float, float]],
+                  waiting: int, gpus: int, wait_s: float, min_speed: float) -> RefusalHold:
+    """How long, for which queues and how much later a whole GPU, a pack the load-aware rule
+    refuses (:meth:`AdmissionRule.pays_values` False on these numbers) surely stays refused
+    while the clock moves (the speeds and the newcomer's work as they are). The gain rises
+    one for one with the wait, and moves one way with the queue (a pack that frees GPU-time
+    gains with a longer queue; on the other side any longer queue holds): a third of the
+    gain's distance from zero is spent on a later release, a third on more queue, and the
+    seconds are those of the worst case allowed (:func:`refusal_holds_s`)."""
+    speeds = [newcomer_speed, *(s for _, s, _ in residents)]
+    if min(speeds) < min_speed:
+        return RefusalHold(math.inf, 0, _ANY, math.inf)  # the fairness floor reads neither
+    if math.isinf(wait_s):
+        return RefusalHold(0.0, waiting, waiting, 0.0)  # it pays (no release known): nothing to hold
+    pairs = [(rem, s) for rem, s, _ in residents]
+    gain = gain_of(newcomer_s, newcomer_speed, pairs, waiting, gpus, wait_s)
+    if not gain < 0.0:
+        return RefusalHold(0.0, waiting, waiting, 0.0)
+    share = -gain / 3.0
+    freed = sum(speeds) - len(residents)
+    fewest, most = waiting, _ANY
+    if freed > 0.0:
+        overlap = min([newcomer_s / newcomer_speed, *(rem / s for rem, s in pairs)])
+        more = int(min(share / (overlap * freed) * gpus, _ANY - waiting)) if overlap > 0.0 else _ANY - waiting
+        fewest, most = 0, waiting + more
+    worst = most if freed > 0.0 else waiting
+    return RefusalHold(refusal_holds_s(newcomer_s, newcomer_speed, residents, worst, gpus, wait_s + share, min_speed),
+                       fewest, most, share)
+
+
+_ANY = 1 << 40  # no bound on the queue
+
+
+def refusal_holds_s(newcomer_s: float, newcomer_speed: float, residents: Sequence[tuple[float, float, float]],
+                    waiting: int, gpus: int, wait_s: float, min_speed: float) -> float:
+    """Seconds of clock for which a pack the load-aware rule refuses (:meth:`AdmissionRule.pays_values`
+    False on these numbers) surely stays refused while only the clock moves: the wait for a
+    whole GPU falls one second a second (down to 0), each resident's work left falls at its
+    drain rate now (``residents``: (work left, speed beside the newcomer, work done per second
+    of clock)); the speeds, the newcomer's work and the queue stay. 0: too close to call (judge
+    it again); ``math.inf``: refused for good (below the fairness floor, or a gain that only
+    falls as time passes).
+
+    The gain is ``wait + T * slope`` (:func:`gain_of`, ``slope = q * (s_B + sum s_i - k) -
+    (1 - s_B) - sum (1 - s_i)``) with ``wait`` and the overlap ``T`` never rising: with ``slope
+    >= 0`` it never rises; else it rises at most ``-slope`` per second the overlap shrinks, and
+    ``T`` shrinks at most ``max rate_i / s_i`` a second. A margin keeps the bound clear of
+    the arithmetic's rounding."""
+    speeds = [newcomer_speed, *(s for _, s, _ in residents)]
+    if min(speeds) < min_speed:
+        return math.inf  # the fairness floor reads no clock
+    if math.isinf(wait_s):
+        return 0.0  # it pays (no release known): nothing to hold
+    pairs = [(rem, s) for rem, s, _ in residents]
+    gain = gain_of(newcomer_s, newcomer_speed, pairs, waiting, gpus, wait_s)
+    q = waiting / gpus
+    overlap = min([newcomer_s / newcomer_speed, *(rem / s for rem, s in pairs)])
+    cost = sum(1.0 - s for s in speeds)
+    freed = sum(speeds) - len(residents)
+    slope = q * freed - cost
+    margin = _HOLD_MARGIN_S * (1.0 + q) + _HOLD_MARGIN_REL * (
+        wait_s + newcomer_s + sum(rem for rem, _ in pairs) + overlap * (cost + q * abs(freed)))
+    if not gain < -margin:
+        return 0.0
+    if slope >= 0.0:
+        return math.inf
+    fall = max(rate / s for _, s, rate in residents)
+    if fall <= 0.0:
+        return math.inf
+    return (-gain - margin) / (-slope * fall)

@@ -27,6 +27,7 @@ from simulator.late_scan import LateScan
 from simulator.no_room import NoRoomMemo
 from simulator.pack_memo import Refusal, RefusedPacks
 from simulator.policy import Policy, PolicyHandles
+from simulator.refusal_hold import RefusalHolds
 
 from simulator.scheduling import Backfill
 from simulator.state import Gpu, Job
@@ -63,6 +64,10 @@ class ColocatePolicy(Policy):
             rules=self.rules, sched=self.sched, gpus=self.cfg.gpus, releases=self.releases, shares=self.shares,
             know=self.know, avoid=self.avoid, history=self.history, idle=self.idle,
             guess_version=self._guess_version)
+        self.holds = RefusalHolds(  # those refusals that surely stand a while: the backfill skips them
+            rules=self.rules, sched=self.sched, gpus=self.cfg.gpus, releases=self.releases, shares=self.shares,
+            know=self.know, avoid=self.avoid, history=self.history, idle=self.idle, refusals=self.refusals,
+            refresh=self.kinds.qualifying, guess_version=self._guess_version)
         self._try: tuple = (None, None)  # the state and reservation of the try under way
         self._timed = False  # the try's choice rested on the newcomer ending before the reservation
 
@@ -116,6 +121,8 @@ class ColocatePolicy(Policy):
         with an idle GPU usable: packed first where the pack pays with no wait to save
         (the idle GPU then serves the next job in a long queue), else alone."""
         sched = self.sched
+        if bf is None:
+            self.holds.forget(job)  # the head's try (a backfill's is answered by still_refused first)
         state = self.refusals.state(job, self._kinds_for(job))  # None: a GPU is idle
         self._try = (state, bf)
         self._timed = False
@@ -123,6 +130,7 @@ class ColocatePolicy(Policy):
         if hit is not None:  # judge the admission again
             if not self.refusals.admits(job, hit.gpu, hit.mine, hit.theirs, now, False):
                 self.refusals.keep(job, hit)
+                self.holds.note(job, hit, now, bf)
                 sched.dirty = sched.refused = True  # as pays(): refused again
                 return False
             # it pays now: the try below makes the same choice and starts it
@@ -218,9 +226,11 @@ class ColocatePolicy(Policy):
         state, bf = self._try
         if not idle and state is not None and not self._timed:  # kept for its next try
             shadow = self.refusals.shadow_of(bf)
-            self.refusals.keep(job, Refusal(state, shadow, None if shadow is None else self.refusals.strict(),
-                                            self.kinds.group(self.kinds.kind_of(ranked.gpu.gpu_id)), g, mine, theirs,
-                                            ranked, state[2].live_version))
+            refusal = Refusal(state, shadow, None if shadow is None else self.refusals.strict(),
+                              self.kinds.group(self.kinds.kind_of(ranked.gpu.gpu_id)), g, mine, theirs,
+                              ranked, state[2].live_version)
+            self.refusals.keep(job, refusal)
+            self.holds.note(job, refusal, now, bf)
         return False
 
     def _in_time(self, job: Job, now: float, bf: Backfill, gl: GpuLoad, mine: float,

@@ -55,6 +55,7 @@ from simulator.registry import policy_type
 from simulator.releases import ReleaseIndex
 from simulator.result import SimResult
 from simulator.scheduling import Scheduler
+from simulator.steady_pass import SteadyPass
 from simulator.settings import LegacyReplay, legacy_packer
 from simulator.sharing import ShareIndex
 from simulator.state import Gpu, Job
@@ -139,7 +140,9 @@ class Simulator:
             hands=RegroupHands(start_whole=self.cluster.start_whole, start_shared=self.cluster.start_shared,
                                release=self.cluster.release, reschedule=self.progress.reschedule),
         ) if cfg.regroup else None
-        self.sched.attach(self.policy, self.cluster.start_whole, self.regrouper)
+        holds = self.policy.holds  # colocate's held refusals: the passes that would only refuse them again
+        steady = SteadyPass(self.sched, holds) if holds is not None and self.regrouper is None else None
+        self.sched.attach(self.policy, self.cluster.start_whole, self.regrouper, steady)
 
     # ----------------------------------------------------------------- run
     def run(self) -> SimResult:

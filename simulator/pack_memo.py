@@ -26,7 +26,8 @@ chosen one: the memo holds while the qualifying kinds and their answers stand
 reservation is the same; a choice that a time test made only because the newcomer itself
 ends before the reservation (which stops being true as time passes) is not kept
 (``timed``). The admission is judged again at each try on the GPU's jobs as they are then,
-the queue's length and the clock (:meth:`RefusedPacks.admits`).
+the queue's length and the clock (:meth:`RefusedPacks.admits`), unless the refusal is held
+(:mod:`simulator.refusal_hold`: it surely stands until a time the admission's inputs give).
 """
 from __future__ import annotations
 

@@ -11,6 +11,10 @@ idle GPUs for every policy, and asks the policy for everything about one-GPU job
 - :meth:`Policy.no_room`: a cheap test, would :meth:`Policy.place` fail for want of room as
   it did for a job of this shape, nothing it reads having changed since (the fast path skips
   the job);
+- :attr:`Policy.holds`: None, or the refused packs known to stay refused a while
+  (colocate's :class:`~simulator.refusal_hold.RefusalHolds`): the fast path counts such a
+  job as tried and refused, and answers a pass that would only refuse them again
+  (:class:`~simulator.steady_pass.SteadyPass`);
 - :meth:`Policy.order`: the order a backfill pass tries its candidates in;
 - :meth:`Policy.joined` / :meth:`Policy.left`: a job joined a GPU shared with others, a job
   left a GPU where others still run (the policy's own indexes, its watches);
@@ -22,7 +26,7 @@ The implementations are chosen by name in :mod:`~simulator.registry`.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from mig.catalog import Catalog
 from packer.rules import SuiteRules
@@ -38,6 +42,9 @@ from simulator.scheduling import Backfill, Scheduler
 from simulator.sharing import ShareIndex
 from simulator.state import Gpu, Job
 from simulator.workload import WorkloadProfile
+
+if TYPE_CHECKING:
+    from simulator.refusal_hold import RefusalHolds
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,8 @@ class Policy:
     packs: ClassVar[bool] = False  # puts one-GPU jobs beside others without isolation or MIG
     uses_mig: ClassVar[bool] = False  # one-GPU jobs run on MIG instances
     learns_pairs: ClassVar[bool] = False  # keeps apart the pairs to avoid (``avoid``)
+    # the refused packs that surely stay refused a while (None: every job is tried)
+    holds: "RefusalHolds | None" = None
 
     def __init__(self, h: PolicyHandles):
         for f in fields(h):  # each handle an attribute of its own: self.gpus, self.sched, ...

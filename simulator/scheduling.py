@@ -16,8 +16,10 @@ pass that started nothing (``dirty``); within a pass a job is not tried when one
 same shape no longer than it failed since the last start that opened room, when a time
 test refused one of its shape that ended after the head's reservation and it does too
 (every time test is ``now + duration x (1 or more) <= reservation``, or does not read the
-duration), or when the policy knows its shape found no room in the same state
-(:meth:`~simulator.policy.Policy.no_room`).
+duration), when the policy knows its shape found no room in the same state
+(:meth:`~simulator.policy.Policy.no_room`), or when it knows its pack would be refused again
+(:attr:`~simulator.policy.Policy.holds`); a pass that would only refuse the same packs again
+is answered without the walk (:class:`~simulator.steady_pass.SteadyPass`).
 ``SimConfig(fast=False)`` runs every pass and tries every job, with identical results
 (tested).
 """
@@ -36,6 +38,24 @@ from simulator.sharing import ShareIndex
 from simulator.config import SimConfig
 from simulator.state import Gpu, Job
 
+class Holds(Protocol):
+    """The refused packs known to stay refused a while (``simulator.refusal_hold.RefusalHolds``)."""
+
+    def still_refused(self, job: Job, now: float, bf: "Backfill | None") -> bool: ...
+
+
+class PassNote(Protocol):
+    """The passes that would only refuse held packs again (``simulator.steady_pass.SteadyPass``)."""
+
+    def holds_now(self, now: float) -> bool: ...
+
+    def begin(self) -> None: ...
+
+    def refused(self, job: Job) -> None: ...
+
+    def end(self, started: bool, bf: "Backfill", now: float) -> None: ...
+
+
 class StartRule(Protocol):
     """What a pass asks of the policy (``simulator.policy.Policy``)."""
 
@@ -49,6 +69,8 @@ class StartRule(Protocol):
     def shape(self, job: Job) -> tuple: ...
 
     def no_room(self, job: Job) -> bool: ...
+
+    holds: Holds | None
 
     def order(self, cand: list[Job]) -> list[Job]: ...
 
@@ -72,6 +94,11 @@ class Backfill:
 
     def _compute(self) -> None:
         self._shadow, self._extra = self.sched.reservation(self.head, self.now)
+
+    @property
+    def computed(self) -> bool:
+        """Whether the reservation was read."""
+        return self._shadow is not None
 
     @property
     def shadow(self) -> float:
@@ -110,15 +137,19 @@ class Scheduler:
         self.position = 0  # the place in the queue of the job being tried (0: the head)
         self.passes = self.passes_skipped = 0
         self.late_skips = 0  # jobs not tried: ending after the reservation, as one refused
+        self.edits = 0  # bumped at every change to the queue where a pass looks (its window)
+        self.steady: PassNote | None = None  # with the policy's holds: passes answered unwalked
 
     def attach(self, policy: StartRule, start_whole: Callable[[Job, list[int], float], None],
-               regrouper: HeadMover | None) -> None:
-        self.policy, self.start_whole, self.regrouper = policy, start_whole, regrouper
+               regrouper: HeadMover | None, steady: PassNote | None = None) -> None:
+        """``steady``: the policy's passes answered unwalked (with its holds, no regrouping)."""
+        self.policy, self.start_whole, self.regrouper, self.steady = policy, start_whole, regrouper, steady
 
     # ----------------------------------------------------------------- queue
     def arrive(self, job: Job, now: float) -> None:
         if len(self.front) + len(self.queue) <= self.cfg.bf_depth:
             self.dirty = True  # it lands where a pass looks
+            self.edits += 1
         self.queue[job.id] = job
 
     def requeue(self, job: Job, now: float, at_head: bool = True) -> None:
@@ -142,6 +173,7 @@ class Scheduler:
         else:
             self.front.appendleft(job)
         self.dirty = True
+        self.edits += 1
 
     def _back_in_line(self, job: Job) -> None:
         """Put ``job`` into the arrival-ordered queue where its arrival places it."""
@@ -157,6 +189,7 @@ class Scheduler:
         return chain(self.front, self.queue.values())
 
     def _remove(self, job: Job) -> None:
+        self.edits += 1
         if self.front and self.front[0] is job:
             self.front.popleft()
         elif job.id in self.queue:
@@ -185,21 +218,39 @@ class Scheduler:
             self.passes_skipped += 1
             return
         self.passes += 1
+        steady = self.steady if fast else None
+        if steady is not None:
+            if steady.holds_now(now):  # it would refuse the same packs again, start nothing
+                self.dirty = True  # as those refusals mark it
+                return
+            steady.begin()
         self.dirty = False
         head = None
         regroup = self.regrouper
+        held = self.policy.holds.still_refused if steady is not None else None
+        started = False
         while self.front or self.queue:
             head = self.front[0] if self.front else next(iter(self.queue.values()))
             self.position = 0
-            if not self.try_start(head, now, None) and not (regroup and regroup.try_head(head, now)):
-                break
-            self._remove(head)
-            head = None
+            self.refused = False
+            if held is not None and head.gpus == 1 and held(head, now, None):
+                pass  # its pack refused again (the pass marked so)
+            elif self.try_start(head, now, None) or (regroup and regroup.try_head(head, now)):
+                self._remove(head)
+                head = None
+                started = True
+                continue
+            if steady is not None and self.refused:
+                steady.refused(head)
+            break
         if head is None or self.cfg.bf_depth == 0:
             return
-        self._backfill(head, now, fast)
+        bf, started_bf = self._backfill(head, now, fast, steady)
+        if steady is not None:
+            steady.end(started or started_bf, bf, now)
 
-    def _backfill(self, head: Job, now: float, fast: bool) -> None:
+    def _backfill(self, head: Job, now: float, fast: bool, steady: PassNote | None) -> tuple[Backfill, bool]:
+        """The backfill walk after the head; (its reservation, whether it started a job)."""
         policy = self.policy
         bf = Backfill(self, head, now, head.gpus == 1 and policy.packs)
         failed: dict = {}  # shape -> shortest duration that failed since the last start
@@ -209,6 +260,8 @@ class Scheduler:
         inf = math.inf
         can1 = self._can_try_one()
         shape, no_room = policy.shape, policy.no_room
+        held = policy.holds.still_refused if fast and policy.holds is not None else None
+        started = False
         for pos, job in enumerate(cand, 1):
             self.position = pos
             if not (can1 if job.gpus == 1 else len(self.idle) >= job.gpus):
@@ -223,15 +276,23 @@ class Scheduler:
                 if job.gpus == 1 and no_room(job):
                     failed[key] = -inf  # as if tried: it found no room in this same state
                     continue
+                if held is not None and job.gpus == 1 and held(job, now, bf):
+                    if steady is not None:
+                        steady.refused(job)
+                    continue  # as if tried: its pack refused again (the pass marked so)
             self.denied = self.refused = False
             opened = self.shares.opened
             if self.try_start(job, now, bf):
+                started = True
                 self._remove(job)
                 can1 = self._can_try_one()
                 if failed and (self.shares.opened != opened or policy.uses_mig):
                     failed.clear()  # the start opened room a shape that failed may use
                     late.clear()
-            elif fast and not self.refused:  # a refused pack says nothing of the next job
+            elif self.refused:
+                if steady is not None:
+                    steady.refused(job)
+            elif fast:
                 if self.denied:  # refused by a backfill time test: a shorter job may pass
                     failed[key] = min(job.duration, failed.get(key, inf))
                     if now + job.duration > bf.shadow:
@@ -239,6 +300,7 @@ class Scheduler:
                 else:
                     failed[key] = -inf
         self.position = 0  # a job placed outside a pass is read as the head
+        return bf, started
 
     def _can_try_one(self) -> bool:
         """Cheap test: could anything start a one-GPU job now?"""
