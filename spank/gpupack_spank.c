@@ -90,7 +90,7 @@ SPANK_PLUGIN(gpupack, 1);
 #define VAL_MAX 1024
 #define PATHLIST_MAX 32768 /* the job's PYTHONPATH, read whole or not used */
 #define HOLD_POLL_MS 500
-#define HOLD_MAX_MS 30000 /* never hold a step's end longer, whatever the agent says */
+#define HOLD_MAX_MS 90000 /* never hold a step's end longer, whatever the agent says (its own: 20-80 s) */
 #define FENCE_MAX 8 /* capability nodes one job may be given */
 
 static char socket_tmpl[512] = "/run/gpupack/agent-%n.sock";

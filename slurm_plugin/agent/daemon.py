@@ -98,7 +98,8 @@ class NodeAgent:
         self.generations = Generations(self.paths.generations)
         self.mps_plan = MpsPlanFile(self.paths.mps_plan)
         self.sampled_at: float | None = None  # the agent's time of its last sampling round
-        self.oom_ends = OomEnds(node, clock)  # packed jobs' out-of-memory ends, until the helper answers
+        # packed jobs' out-of-memory ends, until the helper answers (held longer when its cycle is)
+        self.oom_ends = OomEnds(node, clock, pace=getattr(list_running_jobs, "pace_s", None))
         self.oom = OomDesk(self)  # what the SPANK plugin, the job and the helper say of those ends
         self.reports = ReportDesk(self)  # what a job says about itself (`gpupack report`)
         # packed steps the SPANK plugin did not let start, as root recorded them (until the helper reads them)

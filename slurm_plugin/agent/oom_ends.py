@@ -12,14 +12,18 @@ memory at the share's limit, the helper requeues it at the head; reported: only 
 a retry at its own place in the queue).
 
 An OOM end **holds** the step's end: the plugin asks again every half second until the helper
-settles it (it requeued the job, or decided not to) or `HOLD_S` passes, so the helper can
+settles it (it requeued the job, or decided not to) or the hold passes, so the helper can
 requeue the job while Slurm still has it RUNNING and `afternotok` dependents never see a
-failure. An end the helper did not settle in time stays listed for `KEEP_S`: the helper
-then requeues the FAILED job while slurmctld still holds it.
+failure. The hold (`hold_limit`) is `HOLD_S`, or `HOLD_ROUNDS` of the helper's cycles where its
+lists come slower (a slow slurmctld stretches the helper's rounds: seen, 20 s cycles on a
+loaded controller, where a fixed 20 s let an OOM end fail a round before the helper's answer),
+never more than `HOLD_MAX_S`. An end the helper did not settle in time stays listed for
+`KEEP_S`: the helper then requeues the FAILED job while slurmctld still holds it.
 """
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -29,7 +33,9 @@ from slurm_plugin.agent.state import Assignment
 
 log = logging.getLogger(__name__)
 
-HOLD_S = 20.0  # the longest a step's end waits for the helper
+HOLD_S = 20.0  # the least a step's end may wait for the helper
+HOLD_ROUNDS = 2.5  # ... or this many of the helper's cycles, as the agent measured them
+HOLD_MAX_S = 80.0  # and never longer (the SPANK plugin's own ceiling, HOLD_MAX_MS, is 90 s)
 KEEP_S = 600.0  # an unsettled end stays listed this long (the helper may still requeue it)
 HOLD, DONE = "hold", "done"
 
@@ -62,16 +68,31 @@ class OomEnd:
         return asdict(self)
 
 
+def hold_limit(least_s: float, pace_s: float | None) -> float:
+    """How long a step's end waits for the helper: ``least_s``, or :data:`HOLD_ROUNDS` of the
+    helper's measured cycle ``pace_s`` where that is longer, at most :data:`HOLD_MAX_S`."""
+    if pace_s is None or not math.isfinite(pace_s) or pace_s <= 0:
+        return least_s
+    return min(HOLD_MAX_S, max(least_s, HOLD_ROUNDS * pace_s))
+
+
 class OomEnds:
     """The node's OOM ends (in memory: an agent restart loses them, and the job is then
     recorded FAILED like any other; its run is a lower bound all the same)."""
 
-    def __init__(self, node: str, clock: Callable[[], float], hold_s: float = HOLD_S):
+    def __init__(self, node: str, clock: Callable[[], float], hold_s: float = HOLD_S,
+                 pace: Callable[[], float | None] | None = None):
         self.node = node
         self.clock = clock
-        self.hold_s = hold_s
+        self.least_hold_s = hold_s
+        self.pace = pace  # the helper's measured cycle (`slurm_jobs.PushedJobs.pace_s`), where lists come
         self.ends: dict[int, OomEnd] = {}
         self.failed_allocs: dict[int, tuple[int, int]] = {}  # job -> (asked, held) it reported
+
+    @property
+    def hold_s(self) -> float:
+        """How long an end waits for the helper now (:func:`hold_limit`)."""
+        return hold_limit(self.least_hold_s, self.pace() if self.pace is not None else None)
 
     def alloc_failed(self, job_id: int, asked: int, held: int) -> None:
         self.failed_allocs[job_id] = (asked, held)

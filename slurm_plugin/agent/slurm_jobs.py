@@ -9,17 +9,22 @@ frees nothing until a list comes again.
 The list in hand may have been made before a job the agent isolated since: the helper lists
 once a round, and a round's cycle stretches with the round (seen: 20 s cycles on a loaded
 machine). ``lists`` counts the lists taken, so the reconciler (:mod:`.reconcile`) judges a
-job only by a list made after it first saw the job.
+job only by a list made after it first saw the job; ``pace_s`` is the helper's measured cycle
+(the median gap between its last lists), which the holds of a step's end stretch with
+(:mod:`.oom_ends`).
 """
 from __future__ import annotations
 
+import statistics
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 PUSHED_JOBS_MAX_AGE_S = 60.0
 MAX_OUTPUTS = 10000  # jobs whose output paths one list may carry
+PACE_LISTS = 5  # the gaps between this many newer lists make the helper's measured pace
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,8 @@ class PushedJobs:
         self._gpus: dict[int, tuple[int, ...]] = {}  # job -> the GPU indexes Slurm's record gives it here
         self._shards: dict[int, int] = {}  # job -> the shards Slurm's record gives it here (0: whole GPUs)
         self._at = 0.0
+        self._gaps: deque[float] = deque(maxlen=PACE_LISTS)  # seconds between newer lists
+        self._newer_at: float | None = None  # when the last newer list came (a retry does not move it)
         self._lock = threading.Lock()
 
     def take_outputs(self, outputs: dict[int, JobOutput]) -> None:
@@ -83,14 +90,24 @@ class PushedJobs:
         with self._lock:
             if generation < self.generation:
                 return False
+            now = self.clock()
             if generation > self.generation:  # the same list again (a retry) is not a newer one
+                if self._newer_at is not None:
+                    self._gaps.append(max(0.0, now - self._newer_at))
+                self._newer_at = now
                 self.lists += 1
             self.generation = generation
             self._jobs = set(job_ids)
             self._gpus = dict(gpus or {})
             self._shards = dict(shards or {})
-            self._at = self.clock()
+            self._at = now
             return True
+
+    def pace_s(self) -> float | None:
+        """The helper's cycle as this agent sees it: the median gap between its last
+        :data:`PACE_LISTS` newer lists (None before two lists came)."""
+        with self._lock:
+            return statistics.median(self._gaps) if self._gaps else None
 
     def gpus_of(self, job_id: int) -> tuple[int, ...] | None:
         """The GPUs Slurm's record gives ``job_id`` on this node, from a list not older than

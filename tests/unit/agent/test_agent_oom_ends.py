@@ -6,7 +6,7 @@ import pytest
 from gpus.sim.backend import SimGpuBackend
 from slurm_plugin.agent import ops
 from slurm_plugin.agent.daemon import NodeAgent
-from slurm_plugin.agent.oom_ends import HOLD_S, KEEP_S
+from slurm_plugin.agent.oom_ends import HOLD_MAX_S, HOLD_ROUNDS, HOLD_S, KEEP_S, hold_limit
 from slurm_plugin.agent.state import BATCH_STEP
 from slurm_plugin.agent.trust import Peer
 
@@ -213,17 +213,76 @@ def test_an_end_before_any_list_waits_for_the_list_that_brings_its_output(pushed
     assert agent.oom.task_exit(7, BATCH_STEP, 1) == "done" and agent.oom.awaited == {}
 
 
+def helper_lists(agent, clock, every_s: float, count: int, first_generation: int = 1) -> int:
+    """``count`` lists that do not name job 7, one every ``every_s`` seconds; the next generation."""
+    for g in range(first_generation, first_generation + count):
+        ops.dispatch(agent, "jobs", {"job_ids": [3], "generation": g}, ROOT)
+        clock.t += every_s
+    return first_generation + count
+
+
 def test_a_list_without_the_job_keeps_it_waiting_and_the_hold_still_ends_it(pushed, tmp_path):
     agent, backend, clock = pushed
-    ops.dispatch(agent, "jobs", {"job_ids": [3], "generation": 1}, ROOT)  # a list made before it started
+    generation = helper_lists(agent, clock, 1.0, 3)  # the helper's cycle: 1 s, lists made before it started
     run_at(agent, backend, 7, 5 * GIB)
     assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"
-    clock.t += HOLD_S / 2
-    ops.dispatch(agent, "jobs", {"job_ids": [3], "generation": 2}, ROOT)  # still not naming it
+    helper_lists(agent, clock, 1.0, 2, generation)  # still not naming it
     assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"
-    clock.t += HOLD_S / 2
+    clock.t += HOLD_S - 2
     assert agent.oom.task_exit(7, BATCH_STEP, 1) == "done"  # no list in time: judged without its output
     assert agent.oom_ends.waiting() == [] and agent.oom.awaited == {}
+
+
+def test_a_slow_helpers_cycle_stretches_the_wait_for_its_list(pushed, tmp_path):
+    """slurmctld answering in 5 s stretched the helper's cycle to 20.6 s: a fixed 20 s hold let the
+    job's end go one list too early (seen in CI on 24.11), and its OOM end failed the job."""
+    agent, backend, clock = pushed
+    generation = helper_lists(agent, clock, 20.6, 4)
+    assert agent.list_running_jobs.pace_s() == pytest.approx(20.6)
+    run_at(agent, backend, 7, 5 * GIB)
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"
+    clock.t += 20.5  # past the old fixed hold, within 2.5 cycles
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"
+    push_output(agent, tmp_path, TORCH_TEXT, generation=generation)  # the list that names it
+    (end,) = agent.oom_ends.waiting()
+    assert end["seen_in"] == "output:pytorch:torch-native"
+    clock.t += 20.0  # the helper's next round answers it: still held (40.5 s after the end)
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"
+    ops.dispatch(agent, "oom_settle", {"job_id": 7, "outcome": "requeued"}, ROOT)
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "done"
+
+
+def test_the_stretched_hold_still_ends(pushed, tmp_path):
+    agent, backend, clock = pushed
+    helper_lists(agent, clock, 1000.0, 3)  # a helper that lists once in a long while
+    run_at(agent, backend, 7, 5 * GIB)
+    agent.oom_ends.alloc_failed(7, 10 * GIB, 5 * GIB)
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"
+    clock.t += HOLD_MAX_S - 0.5
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"
+    clock.t += 0.5
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "done"
+    assert [e["job_id"] for e in agent.oom_ends.waiting()] == [7]  # the helper may still requeue it
+
+
+@pytest.mark.parametrize("pace, limit", [(None, HOLD_S), (1.0, HOLD_S), (8.0, HOLD_S), (10.0, 10.0 * HOLD_ROUNDS),
+                                         (20.6, 20.6 * HOLD_ROUNDS), (500.0, HOLD_MAX_S), (float("nan"), HOLD_S),
+                                         (float("inf"), HOLD_S), (-3.0, HOLD_S), (0.0, HOLD_S)])
+def test_the_hold_follows_the_helpers_pace_within_bounds(pace, limit):
+    assert hold_limit(HOLD_S, pace) == pytest.approx(limit)
+
+
+def test_the_pace_is_the_median_gap_of_newer_lists_only():
+    from slurm_plugin.agent.slurm_jobs import PushedJobs
+
+    clock = Clock()
+    jobs = PushedJobs(clock=clock)
+    assert jobs.pace_s() is None
+    for generation, gap in [(1, 1.0), (2, 30.0), (2, 2.0), (3, 3.0), (4, 0.0)]:  # generation 2 again: a retry
+        assert jobs.update([1], generation)
+        clock.t += gap
+    assert not jobs.update([1], 1)  # an older list is refused and not timed
+    assert jobs.pace_s() == pytest.approx(3.0)  # gaps 1, 32 (the retry is not a new list), 3
 
 
 def test_a_list_that_names_the_job_without_text_lets_it_end(pushed, tmp_path):
