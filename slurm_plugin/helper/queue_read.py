@@ -127,6 +127,9 @@ class QueueReader:
         self.clock = clock
         self.monotonic = monotonic
         self._details: dict[int, tuple[tuple, Job]] = {}  # job -> (key, its JSON record)
+        # job -> (its formatted record, its detail, the two joined): a record the listing gave again
+        # (`formatted.RecordMemo`) with the same detail is not joined again
+        self._joined: dict[int, tuple[Job, Job, Job]] = {}
         self._last: QueueRead | None = None
         self._last_full = float("-inf")  # monotonic time of the last formatted or JSON read
         self._last_json = float("-inf")
@@ -256,9 +259,22 @@ class QueueReader:
             else:
                 log.debug("%d jobs wait for their JSON detail (22.05: one whole listing per %.0f s)",
                           len(need), self.refresh_s)
-        out = [with_detail(j, self._details[j.job_id][1] if keys[j.job_id] is not None
-                           and self._details.get(j.job_id, (None,))[0] == keys[j.job_id] else None, excluded=not excluded)
-               for j in jobs]
+        out = []
+        joined: dict[int, tuple[Job, Job, Job]] = {}
+        for j in jobs:
+            kept = self._details.get(j.job_id) if keys[j.job_id] is not None else None
+            detail = kept[1] if kept is not None and kept[0] == keys[j.job_id] else None
+            if detail is None:
+                out.append(j)
+                continue
+            last = self._joined.get(j.job_id)
+            if last is not None and last[0] is j and last[1] is detail:
+                both = last[2]  # the same record and the same detail as last round: the same join
+            else:
+                both = with_detail(j, detail, excluded=not excluded)
+            joined[j.job_id] = (j, detail, both)
+            out.append(both)
+        self._joined = joined
         return out, len(need) if commands else 0, commands
 
     def _done(self, read: QueueRead, runner, started: float, query_before: float, *, full: bool) -> QueueRead:

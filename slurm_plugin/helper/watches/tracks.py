@@ -83,8 +83,13 @@ def capacity_of(track: Track, share_bytes: float, gpu_model: str) -> float | Non
 
 
 def job_shards(job: Job) -> int | None:
-    """Shards a job holds or asks for (per node); None when it holds none."""
-    return count_of((*job.gres_detail, *job.gres), "shard")
+    """Shards a job holds or asks for (per node); None when it holds none. (Each watch asks it of
+    every job each round: the two lists are walked in place, no tuple built.)"""
+    for items in (job.gres_detail, job.gres):
+        for item in items:
+            if item.name == "shard":
+                return item.count
+    return None
 
 
 def job_gpu_type(job: Job) -> str | None:

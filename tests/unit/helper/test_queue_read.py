@@ -214,3 +214,20 @@ def test_many_changes_at_once_are_read_in_full():
     mono.t += 1
     n = len(fake.calls)
     assert reader.read().kind == "formatted" and calls(fake, n) == ["states", "formatted"]
+
+
+def test_a_record_listed_again_with_the_same_detail_is_not_joined_again():
+    fake, runner, mono, reader = world("22.05.8")
+    reader.read()
+    mono.t += 1
+    second = {j.job_id: j for j in reader.read().jobs}
+    mono.t += 1
+    third = {j.job_id: j for j in reader.read().jobs}
+    assert third[1] is second[1] and third[2] is second[2]  # the same record, the same detail: one join
+    assert third[1].gres_detail != () and third[2].excluded_nodes == ("node2",)
+    fake.jobs[2].admin_comment = "gpupack: packed shard:4 avoid=node3"  # its record moves: joined anew
+    fake.jobs[2].excluded_nodes = "node3"
+    mono.t += 10
+    fourth = {j.job_id: j for j in reader.read().jobs}
+    assert fourth[1] is third[1]
+    assert fourth[2] is not third[2] and fourth[2].excluded_nodes == ("node3",)
