@@ -22,8 +22,10 @@ long queue. So a round reads:
    shards (kept while the same run lasts), and pending packed (shard) jobs, the ones the
    watches steer (22.05-23.11, kept while their AdminComment and restart count stay; a user's
    own `scontrol update ExcNodeList` of such a job is then seen at the next reconciliation). 23.11+ asks
-   for those jobs by id; 22.05, whose `--json` ignores filters, lists them all, at most once
-   per `queue_refresh_s`;
+   for those jobs by id; 22.05, whose `--json` ignores filters, reads a running job's by id as
+   text (`scontrol -d show job ID`, at most 20 a round: `detail_by_id`) and lists them all as
+   JSON, at most once per `queue_refresh_s`, only for the pending packed jobs and the records
+   the text read refused;
 4. every `[monitor] queue_reconcile_s`, the whole queue as JSON (`kind="json"`), as before:
    every field, every cached record refreshed.
 
@@ -55,6 +57,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from slurm_plugin.helper.detail_by_id import DetailsById
 from slurm_plugin.slurm.formatted import carries_excluded, with_detail
 from slurm_plugin.slurm.model import Job
 from slurm_plugin.slurm.errors import SlurmCommandError
@@ -141,6 +144,7 @@ class QueueReader:
         self._listed: set[int] = set()  # the last listing's jobs
         self._finished: set[int] = set()  # of them, those finished (listed while followed)
         self.trim: Callable[[], object] = give_back_freed_memory  # after each whole JSON listing
+        self.by_id = DetailsById()  # 22.05: running jobs' detail, one `scontrol -d show job` each
 
     def read(self, also: Iterable[int] = ()) -> QueueRead:
         """The jobs not finished yet, and those of ``also`` whatever their state."""
@@ -234,12 +238,22 @@ class QueueReader:
         keys = {j.job_id: _detail_key(j, excluded) for j in jobs}
         self._details = {i: d for i, d in self._details.items() if keys.get(i) is not None}
         need = [i for i, k in keys.items() if k is not None and self._details.get(i, (None,))[0] != k]
-        commands = 0
+        commands = read_by_id = 0
+        whole = bool(need) and not runner.version().filters_json
+        if whole and callable(getattr(runner, "run", None)):  # 22.05: running jobs one by one (`detail_by_id`)
+            by_id, commands = self.by_id.read(runner, {j.job_id: j for j in jobs}, need, keys)
+            for job_id, detail in by_id.items():
+                self._details[job_id] = (keys[job_id], detail)
+            read_by_id = len(by_id)
+            # left for the whole listing: pending jobs (their excluded nodes) and refused records; the
+            # other running jobs are read by id in the next rounds
+            need = [i for i in need if i not in by_id and (keys[i][0] == "pending" or i in self.by_id.refused)]
+        listed = False
         if need:
-            whole = not runner.version().filters_json
             if not whole or self.monotonic() - self._last_detail_all >= self._detail_wait:
                 wanted = set(need)  # 22.05 lists every job: only those are kept
-                commands = 1
+                commands += 1
+                listed = True
                 try:
                     fetched = {j.job_id: j for j in runner.jobs_json(need) if j.job_id in wanted}
                     self._detail_wait = self.refresh_s
@@ -275,7 +289,7 @@ class QueueReader:
             joined[j.job_id] = (j, detail, both)
             out.append(both)
         self._joined = joined
-        return out, len(need) if commands else 0, commands
+        return out, read_by_id + (len(need) if listed else 0), commands
 
     def _done(self, read: QueueRead, runner, started: float, query_before: float, *, full: bool) -> QueueRead:
         query_s = getattr(runner, "query_s", None)

@@ -129,6 +129,12 @@ def show_job_args(job_id: int | None, version: SlurmVersion | None) -> list[str]
     return squeue_args()
 
 
+def show_job_detail_args(job_id: int) -> list[str]:
+    """One job as text with its allocation's lines (`scontrol -d show job ID`: 22.05's read
+    by id of a running job's GPU indexes, `show_job_text`)."""
+    return ["scontrol", "-d", "show", "job", _job_id(job_id)]
+
+
 def show_nodes_args(version: SlurmVersion | None) -> list[str]:
     """Nodes as JSON: `scontrol --json show node` from 23.02, `sinfo --json` on 22.05."""
     if version is not None and version.has_scontrol_json:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from slurm_plugin.slurm import fake_formatted
+from slurm_plugin.slurm import fake_formatted, fake_show_text
 from slurm_plugin.slurm.fake_jobs import FakeJobCommands
 from slurm_plugin.slurm.fake_json import FakeJson
 from slurm_plugin.slurm.fake_records import FAKE_EPOCH, FakeJob, FakeNode, UnsupportedCommand
@@ -127,6 +127,11 @@ class FakeSlurm:
                 return 1, "", "scontrol: unrecognized option '--json'\nTry \"scontrol --help\" for more information\n"
             return self._show_json(rest[1:])
         verb = rest[0] if rest else ""
+        if rest[:3] == ["-d", "show", "job"] and len(rest) == 4:
+            job = self._commands.find(rest[3])
+            if job is None:
+                return 1, "", "slurm_load_jobs error: Invalid job id specified\n"
+            return 0, fake_show_text.show_job_detail(job), ""
         if rest[:2] == ["show", "reservation"] and len(rest) == 4 and rest[3] == "--oneliner":
             if rest[2] not in self.reservations:
                 return 1, "", f"Reservation {rest[2]} not found\n"

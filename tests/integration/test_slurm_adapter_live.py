@@ -202,3 +202,25 @@ def test_formatted_listing_reads_as_the_json(cluster, runner: SlurmRunner, held)
     assert formatted[ids[-1]].time_limit_s == 93780
     if runner.version().tuple >= (24, 5):  # ExcNodes in -O from 24.05; 22.05 reads it from the JSON
         assert formatted[ids[-1]].excluded_nodes == ("node3",)
+
+
+def test_a_running_jobs_allocation_by_id_reads_as_the_json(cluster, runner: SlurmRunner) -> None:
+    """`scontrol -d show job ID` (22.05's read by id of a running job's GPUs, `show_job_text`)
+    gives the JSON's `gres_detail`; a job whose name prints a line of its own is refused."""
+    from slurm_plugin.slurm.gres import parse_gres_item
+    from slurm_plugin.slurm.show_job_text import ShowJobTextError, job_allocation
+
+    if runner.version().filters_json:
+        pytest.skip("22.05's path only: 23.11 and later read a running job's detail as JSON, by id")
+    plain = cluster.submit(["-J", TAG, "--gres=shard:1", "--wrap", "sleep 20"])
+    forged = cluster.submit(["-J", "evil\n     Nodes=node1 CPU_IDs=0 Mem=0 GRES=shard:8(IDX:0)",
+                             "--gres=shard:1", "--wrap", "sleep 20"])
+    for job_id in (plain, forged):
+        wait_for(lambda: runner.job(job_id).state == "RUNNING", what=f"job {job_id} to run")
+    shown = job_allocation(runner, plain)
+    json_job = {j.job_id: j for j in runner.jobs_json([plain])}[plain]
+    assert shown is not None and list(shown.hosts) == [json_job.nodes]
+    assert tuple(map(parse_gres_item, shown.gres)) == json_job.gres_detail != ()
+    with pytest.raises(ShowJobTextError):
+        job_allocation(runner, forged)
+    assert job_allocation(runner, 99_999_999) is None

@@ -42,7 +42,7 @@ def calls(fake, since: int) -> list[str]:
     return [kind(a) for a in fake.calls[since:]]
 
 
-def test_2205_reads_formatted_and_the_json_only_for_new_gpu_runs():
+def test_2205_reads_formatted_a_new_runs_detail_by_id_and_the_json_only_for_pending_packed_jobs():
     fake, runner, mono, reader = world("22.05.8")
     first = reader.read()
     assert first.kind == "json" and calls(fake, 1) == ["json-all"]  # the first read reconciles
@@ -52,21 +52,63 @@ def test_2205_reads_formatted_and_the_json_only_for_new_gpu_runs():
     assert second.kind == "formatted" and calls(fake, n) == ["formatted"]  # details held from the JSON
     assert {j.job_id: j for j in second.jobs}[1].gres_detail == {j.job_id: j for j in first.jobs}[1].gres_detail != ()
     assert {j.job_id: j for j in second.jobs}[2].excluded_nodes == ("node2",)  # 22.05's -O lacks it
-    fake.submit(job_id=4, state="RUNNING", nodes="node2", gres="gres:gpu:1", gres_detail=["gpu:1(IDX:1)"])
+    fake.submit(job_id=4, state="RUNNING", nodes="node2", gres="gres:gpu:1", gres_detail=["gpu:1(IDX:1)"],
+                excluded_nodes="node3")
     n = len(fake.calls)
-    mono.t += 10  # queue_refresh_s after the last whole listing
+    mono.t += 1  # within queue_refresh_s: the new run's detail all the same, by id
     third = reader.read()
-    assert calls(fake, n) == ["formatted", "json-all"]  # 22.05's JSON ignores --jobs: the whole listing
+    assert calls(fake, n) == ["formatted", "scontrol -d"]  # `scontrol -d show job 4`, not the whole listing
     assert {j.job_id: j for j in third.jobs}[4].gres_detail[0].indexes == (1,)
+    assert {j.job_id: j for j in third.jobs}[4].excluded_nodes == ("node3",)
     assert third.detail_jobs == 1 and third.commands == 2
-    fake.submit(job_id=5, state="RUNNING", nodes="node2", gres="gres:gpu:1", gres_detail=["gpu:1(IDX:0)"])
+    fake.submit(job_id=5, gres="gres:shard:2", admin_comment="gpupack: packed shard:2", excluded_nodes="node1")
     n = len(fake.calls)
-    mono.t += 1  # within queue_refresh_s of the last whole listing: job 5 waits for its detail
+    mono.t += 1  # within queue_refresh_s of the last whole listing: pending job 5 waits for its detail
     fourth = reader.read()
-    assert calls(fake, n) == ["formatted"] and {j.job_id: j for j in fourth.jobs}[5].gres_detail == ()
+    assert calls(fake, n) == ["formatted"] and {j.job_id: j for j in fourth.jobs}[5].excluded_nodes == ()
     mono.t += 10
     n = len(fake.calls)
-    assert {j.job_id: j for j in reader.read().jobs}[5].gres_detail != () and calls(fake, n) == ["formatted", "json-all"]
+    assert {j.job_id: j for j in reader.read().jobs}[5].excluded_nodes == ("node1",)
+    assert calls(fake, n) == ["formatted", "json-all"]  # 22.05's JSON ignores --jobs: the whole listing
+
+
+@pytest.mark.parametrize("name, comment", [("evil\n     Nodes=node2 CPU_IDs=0 Mem=0 GRES=gpu:2(IDX:0-1)", ""),
+                                           ("x", "a\n   JOB_GRES=gpu:2\n     Nodes=node2 CPU_IDs=0 Mem=0 GRES=gpu:2(IDX:0-1)"),
+                                           ("JobId=9 Socks/Node=*", "")])
+def test_2205_a_running_jobs_record_a_user_could_forge_is_not_read_by_id(name, comment):
+    fake, runner, mono, reader = world("22.05.8")
+    reader.read()
+    fake.submit(job_id=4, state="RUNNING", nodes="node2", gres="gres:gpu:1", gres_detail=["gpu:1(IDX:1)"],
+                name=name, comment=comment)
+    mono.t += 1
+    n = len(fake.calls)
+    read = {j.job_id: j for j in reader.read().jobs}
+    assert calls(fake, n) == ["formatted", "scontrol -d"] and read[4].gres_detail == ()  # refused: it waits
+    assert reader.by_id.refusals == 1
+    mono.t += 1
+    n = len(fake.calls)
+    reader.read()
+    assert calls(fake, n) == ["formatted"]  # not asked again for the same run
+    mono.t += 10
+    n = len(fake.calls)
+    read = {j.job_id: j for j in reader.read().jobs}
+    assert calls(fake, n) == ["formatted", "json-all"] and read[4].gres_detail[0].indexes == (1,)  # the JSON's
+
+
+def test_2205_reads_at_most_a_rounds_share_of_runs_by_id():
+    fake, runner, mono, reader = world("22.05.8")
+    reader.read()
+    for job in range(10, 35):
+        fake.submit(job_id=job, state="RUNNING", nodes="node2", gres="gres:gpu:1", gres_detail=["gpu:1(IDX:0)"])
+    mono.t += 1
+    n = len(fake.calls)
+    read = reader.read()
+    assert calls(fake, n) == ["formatted"] + ["scontrol -d"] * 20 and read.detail_jobs == 20
+    mono.t += 1
+    n = len(fake.calls)
+    read = reader.read()
+    assert calls(fake, n) == ["formatted"] + ["scontrol -d"] * 5
+    assert all(j.gres_detail for j in read.jobs if j.state == "RUNNING")
 
 
 def test_2311_asks_for_the_detail_of_only_the_jobs_that_need_it():

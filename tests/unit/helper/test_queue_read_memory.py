@@ -72,11 +72,13 @@ def test_freed_memory_is_given_back_after_each_whole_json_listing_only():
 
 def test_a_whole_json_listing_that_fails_costs_no_round():
     """22.05 at 24,000 queued jobs under load: `squeue --json` ran past the watcher's timeout,
-    and every round failed. The round reads formatted instead and the whole listing waits."""
+    and every round failed. The round reads formatted instead and the whole listing waits (for
+    the pending packed jobs' excluded nodes); the running jobs' GPUs are read by id meanwhile."""
     from slurm_plugin.slurm.errors import SlurmCommandError
-    from slurm_plugin.slurm.runner import CommandResult
 
     fake, _ = _site_queue()
+    packed = [fake.submit(gres="gres:shard:2", admin_comment="gpupack: packed shard:2", excluded_nodes="node2")
+              for _ in range(3)]
     json_fails = [True]
 
     def executor(args, env, timeout):
@@ -89,8 +91,9 @@ def test_a_whole_json_listing_that_fails_costs_no_round():
     now = [0.0]
     reader = QueueReader(lambda: runner, reconcile_s=300.0, refresh_s=10.0, monotonic=lambda: now[0])
     first = reader.read()
-    assert first.kind == "formatted" and len(first.jobs) == PENDING + RUNNING
-    assert not reader._details  # the running jobs wait for their detail
+    assert first.kind == "formatted" and len(first.jobs) == PENDING + RUNNING + len(packed)
+    assert len(reader._details) == RUNNING  # the running jobs' GPUs by id; the packed ones wait
+    assert sum(1 for a in fake.calls if a[:3] == ["scontrol", "-d", "show"]) == RUNNING
     now[0] = 5.0
     assert reader.read().kind == "formatted"  # neither listing tried again so soon
     calls = len(fake.calls)
@@ -98,17 +101,17 @@ def test_a_whole_json_listing_that_fails_costs_no_round():
     reader.read()  # the wait doubled to 20 s after the failure
     assert not any("--json" in a for a in fake.calls[calls:])
     now[0] = 21.0
-    assert reader.read().kind == "formatted" and not reader._details  # tried, failed again: 40 s now
+    assert reader.read().kind == "formatted" and len(reader._details) == RUNNING  # tried, failed again: 40 s
     calls = len(fake.calls)
     now[0] = 45.0
     reader.read()
     assert not any("--json" in a for a in fake.calls[calls:])
     json_fails[0] = False
     now[0] = 61.5
-    assert reader.read().kind == "formatted" and len(reader._details) == RUNNING  # detail, 40 s after
-    fake.submit(state="RUNNING", nodes="node1", gres="gres:gpu:1", gres_detail=["gpu:1(IDX:1)"])
+    assert reader.read().kind == "formatted" and len(reader._details) == RUNNING + len(packed)  # 40 s after
+    fake.submit(gres="gres:shard:2", admin_comment="gpupack: packed shard:2")
     now[0] = 72.0
     reader.read()
-    assert len(reader._details) == RUNNING + 1  # a success brought the wait back to refresh_s
+    assert len(reader._details) == RUNNING + len(packed) + 1  # a success brought the wait back to refresh_s
     now[0] = 301.0
     assert reader.read().kind == "json"  # the reconcile a queue_reconcile_s after the failed one
