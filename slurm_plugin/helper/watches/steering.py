@@ -54,8 +54,11 @@ class SteerWatch:
             for j in jobs.values() if j.state in ACTIVE
         ]
         active_ids = {j.job_id for j in jobs.values() if j.state in ACTIVE}
-        pending_packed = [j for j in jobs.values()
-                          if j.state == "PENDING" and job_shards(j) is not None and ctx.fingerprint_of(j)]
+        # the pending jobs steered: packed ones, and those a 22.05 collision keeps off a node (each
+        # job's shards read once: at 50,000 queued jobs every walk of the queue shows in the round)
+        steered = [(j, shards) for j, shards in ((j, job_shards(j)) for j in jobs.values() if j.state == "PENDING")
+                   if shards is not None or j.job_id in quirk_excluded]
+        pending_packed = [j for j, shards in steered if shards is not None and ctx.fingerprint_of(j)]
         # one query for the partners of every pending packed job, not one per job
         partners_of = store.pairs.avoided_with_each(ctx.fingerprint_of(j) or "" for j in pending_packed)
         predicted = self._predicted_off(ctx, pending_packed)
@@ -63,19 +66,15 @@ class SteerWatch:
         every_node = _known_nodes(ctx) if stale else set()
         # highest priority first: an update can start a job at once (Slurm schedules on it,
         # 26.05 seen), so a lifted exclusion lands first for the job Slurm would start first
-        for job in sorted(jobs.values(), key=lambda j: (-(j.priority or 0), j.job_id)):
-            if job.state != "PENDING":
-                continue
-            if job_shards(job) is None and job.job_id not in quirk_excluded:
-                continue
+        for job, shards in sorted(steered, key=lambda js: (-(js[0].priority or 0), js[0].job_id)):
             want: set[str] = set(ctx.state.kept_off.get(job.job_id, ()))
             fp = ctx.fingerprint_of(job)
-            if job_shards(job) is not None and fp:
+            if shards is not None and fp:
                 partners = partners_of[fp]
                 want |= avoid_nodes(fp, running, lambda _me, other: other in partners)
             why = predicted.get(job.job_id, {})
             want |= set(why)
-            if stale and job_shards(job) is not None and not job.required_nodes and not every_node <= want | stale:
+            if stale and shards is not None and not job.required_nodes and not every_node <= want | stale:
                 why = {**why, **{n: "(its agent's figures are stale)" for n in sorted(stale - want)}}
                 want |= stale  # nothing is packed where nobody can watch it
             quirk = quirk_excluded.get(job.job_id)
