@@ -71,3 +71,23 @@ def require_in_child(daemon: str, modules: Iterable[str], timeout_s: float = 300
         raise MissingDependency(said)
     raise MissingDependency(f"{daemon} cannot start: checking what it loads failed (exit {done.returncode}): "
                             f"{said[-500:]}; {INSTALL_HINT}")
+
+
+#: what the submit side never uses and a library would load anyway: sqlite-utils imports pandas
+#: whenever it is installed (only to map `pandas.Timestamp` values to TEXT columns), and pandas is
+#: installed for the watcher's statsmodels: about 33 MiB resident in the process that answers
+#: slurmctld's shim
+SUBMIT_SIDE_NEVER = ("pandas",)
+
+
+def keep_out_of_submit_side() -> list[str]:
+    """Mark :data:`SUBMIT_SIDE_NEVER` as not importable in this process (Python's own rule: a
+    module whose `sys.modules` entry is None raises ImportError, which sqlite-utils takes as
+    "not installed"), before the submit side imports anything; the modules marked (one already
+    loaded is left as it is)."""
+    marked = []
+    for name in SUBMIT_SIDE_NEVER:
+        if name not in sys.modules:
+            sys.modules[name] = None  # type: ignore[assignment]
+            marked.append(name)
+    return marked

@@ -29,6 +29,10 @@ def helper(config: Path, poll_interval: float, role: str, metrics_address: str |
     history, MPS plans, metrics)."""
     import logging
 
+    from slurm_plugin.startup import keep_out_of_submit_side
+
+    if role != "watch":  # before the submit side's imports (the watcher is a process of its own)
+        keep_out_of_submit_side()
     from packer.config import ConfigError
     from slurm_plugin.helper.daemon import run_role
     from slurm_plugin.metrics.settings import MetricsOverride
