@@ -304,6 +304,7 @@ class NodeAgent:
                                   "iterations": a.iterations, "peak_mem_bytes": a.peak_mem_bytes}
                          for k, a in sorted(self.jobs.items())},
                 "instances": self.mig.instances(),
+                "desired_layouts": self.mig.desired_layouts(),
                 "unsure_slices": sorted(self.mig.unsure),
             }
 

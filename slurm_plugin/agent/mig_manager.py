@@ -263,6 +263,11 @@ class MigManager:
                      ", ".join(f"{c['op']} {c['profile']}@{c['start']}" for c in changes))
         return changes
 
+    def desired_layouts(self) -> dict[str, dict]:
+        """Each GPU's desired layout as last decided (what ``gpupack mig assert`` checks the GPU
+        against), by GPU index; a GPU the agent decided nothing for is absent."""
+        return {str(i): self.desired.gpus[i].to_dict() for i in sorted(self.desired.gpus)}
+
     def instances(self) -> dict[str, list[dict]]:
         """Every MIG instance on each MIG-mode GPU (idle ones too: laid out for the queue)."""
         out: dict[str, list[dict]] = {}

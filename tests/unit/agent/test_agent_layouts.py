@@ -186,3 +186,17 @@ def test_an_mps_share_turns_mig_off_when_no_job_holds_a_slice(tmp_path):
     with pytest.raises(AgentError, match="MIG mode with instances"):
         mps_agent.isolate(32, BATCH_STEP, 0, shard_env(1, 2))
     assert any(i.owner == "30" for i in backend.list_instances(1))
+
+
+def test_status_gives_each_gpus_desired_layout_with_its_reason(agent):
+    """An admin reads what the agent aims for from `gpupack agent status`, not only from the
+    desired-state file `gpupack mig assert` reads."""
+    agent, _ = agent
+    at_start = agent.status()["desired_layouts"]
+    assert at_start["0"]["placements"] == [] and at_start["0"]["reason"] == "the layout found at agent start"
+    agent.follow_queue("by-size", [1, 1])
+    desired = agent.status()["desired_layouts"]
+    assert list(desired) == ["0"]
+    assert desired["0"]["mig_enabled"] is True
+    assert [p.split("@")[0] for p in desired["0"]["placements"]] == ["1g.10gb", "1g.10gb"]
+    assert desired["0"]["reason"] != at_start["0"]["reason"] and desired["0"]["error"] is None
