@@ -303,8 +303,7 @@ class NodeAgent:
                                   "device": a.device_uuid, "steps": a.steps, "workload": a.workload,
                                   "iterations": a.iterations, "peak_mem_bytes": a.peak_mem_bytes}
                          for k, a in sorted(self.jobs.items())},
-                "instances": self.mig.instances(),
-                "desired_layouts": self.mig.desired_layouts(),
+                "instances": self.mig.instances(), "desired_layouts": self.mig.desired_layouts(),
                 "unsure_slices": sorted(self.mig.unsure),
             }
 
