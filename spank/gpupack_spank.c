@@ -53,8 +53,9 @@
  * When a task exits (slurm_spank_task_exit, slurmstepd, root) it sends its exit code; the
  * agent answers "OK done", or "OK hold" for a packed job that ran out of memory in its share:
  * the plugin then asks again every HOLD_POLL_MS until the agent says done (the helper has
- * requeued the job, or decided not to) or HOLD_MAX_MS passes, so slurmctld hears of the end
- * only after the requeue. At the end of a step (slurm_spank_exit, slurmstepd, root) it tells
+ * requeued the job, or decided not to), HOLD_MAX_MS passes, or the agent has answered no poll
+ * for HOLD_SILENT_MS (a late answer is asked again), so slurmctld hears of the end only after
+ * the requeue. At the end of a step (slurm_spank_exit, slurmstepd, root) it tells
  * the agent, which frees the job's isolation when its batch step ends.
  */
 #define _GNU_SOURCE /* O_PATH, unshare() */
@@ -91,6 +92,7 @@ SPANK_PLUGIN(gpupack, 1);
 #define PATHLIST_MAX 32768 /* the job's PYTHONPATH, read whole or not used */
 #define HOLD_POLL_MS 500
 #define HOLD_MAX_MS 90000 /* never hold a step's end longer, whatever the agent says (its own: 20-80 s) */
+#define HOLD_SILENT_MS 15000 /* a held end whose agent answers no poll this long goes on */
 #define FENCE_MAX 8 /* capability nodes one job may be given */
 
 static char socket_tmpl[512] = "/run/gpupack/agent-%n.sock";
@@ -1041,6 +1043,7 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
     if (json_str(req, sizeof(req), &len, node) < 0 || append(req, sizeof(req), &len, "}\n") < 0)
         return ESPANK_SUCCESS;
     long deadline = now_ms() + HOLD_MAX_MS;
+    long unanswered_since = 0; /* when the agent stopped answering the polls of a held end (0: it answers) */
     int held = 0;
     for (int first = 1;; first = 0) {
         /* The first ask is where the agent does the work (the end judged, the output's tail read): it gets the
@@ -1048,11 +1051,29 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
          * for seconds); each later poll 1 s at most. */
         int budget = first || timeout_ms < 1000 ? timeout_ms : 1000;
         if (ask_agent(path, req, resp, sizeof(resp), budget, 0, why, sizeof(why)) < 0) {
-            if (first)
+            if (first) {
                 slurm_error("gpupack: job %u step %u: the node agent did not take its end (exit %d): %s", job, step,
                             code, why);
-            break;
+                break;
+            }
+            /* A held end: a poll the agent did not answer in time (an agent slowed by a loaded node, its lock
+             * held by a MIG reshape) is asked again; only an agent silent for HOLD_SILENT_MS lets the end go on
+             * (before: the first late poll did, and the job's out-of-memory end became a failure). */
+            long now = now_ms();
+            if (!unanswered_since) {
+                unanswered_since = now;
+                slurm_info("gpupack: job %u step %u: the node agent did not answer a poll of its held end (%s); "
+                           "asking again", job, step, why);
+            }
+            if (now - unanswered_since >= HOLD_SILENT_MS || now >= deadline) {
+                slurm_error("gpupack: job %u step %u: the node agent has not answered for %ld ms: its end goes on "
+                            "(%s)", job, step, now - unanswered_since, why);
+                break;
+            }
+            usleep(HOLD_POLL_MS * 1000);
+            continue;
         }
+        unanswered_since = 0;
         if (!framed(resp, strlen(resp)) || strcmp(resp, "OK hold\n") != 0 || now_ms() >= deadline)
             break;
         if (!held)

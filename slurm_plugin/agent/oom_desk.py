@@ -3,12 +3,13 @@ job's own word that an allocation failed, and the helper's answer (``oom_ends.Oo
 the ends themselves; ``packer.oom_restart`` judges them on the controller).
 
 Where a job writes its output comes from Slurm's record, which the helper pushes with the node's
-job list once a round. A job that ends within a round of starting has no list naming it yet: its
-nonzero end, when nothing else makes it an out-of-memory end (no report, not measured at the
-share's limit) and that the task exited itself or aborted (not killed: a cancel or a time limit
-never waits), **waits for Slurm's record**: the plugin is answered "hold" until a list naming
-the job comes (the job is still RUNNING in Slurm while its end is held, so the helper's next
-round lists it) or the hold's time (`oom_ends.hold_limit`: 20 s, longer where the helper's cycle
+job list once a round. A job that ends within a round of starting may have no list giving its
+paths yet (none named it, or one named it while its record had none): its nonzero end, when
+nothing else makes it an out-of-memory end (no report, not measured at the share's limit) and
+that the task exited itself or aborted (not killed: a cancel or a time limit never waits),
+**waits for Slurm's record**: the plugin is answered "hold" until a list gives the paths, a list
+taken since the step's end names the job without them (the job is still RUNNING in Slurm while
+its end is held, so the helper's next round lists it), or the hold's time (`oom_ends.hold_limit`: 20 s, longer where the helper's cycle
 is, counted from the step's end) passes. The
 list that brings its paths has its output read at once, before the helper's same round asks for
 the node's ends (`outputs_arrived`), so the end costs one round, as for a job listed before.
@@ -61,6 +62,7 @@ class AwaitedEnd:
     exit_code: int
     started_at: float | None  # the run it belongs to (a requeued job's next run is another)
     at: float  # when the step ended (the agent's clock)
+    lists_at: int | None = None  # how many lists the agent had taken then (None: its lister does not count)
 
 
 class OomDesk:
@@ -106,17 +108,23 @@ class OomDesk:
         output_of = getattr(lister, "output_of", None)
         if output_of is None or not callable(lister) or output_of(a.job_id) is not None:
             return False  # no pushed lists here, or its paths are known (its output was read)
-        listed = lister()
-        if listed is not None and a.job_id in listed:
-            return False  # a list named it without paths Slurm's record can tell: none will come
         if self.agent.oom_ends.end_without_words(a, exit_code, limit):
             return False
+        lists = getattr(lister, "lists", None)
+        lists = lists if isinstance(lists, int) else None
         waiting = self.awaited.get(a.job_id)
         if waiting is None or waiting.started_at != a.started_at:
-            waiting = self.awaited[a.job_id] = AwaitedEnd(step_id, exit_code, a.started_at, now)
-            log.info("job %d step %d ended (exit %d) before any job list named it: its end waits up to %.0fs "
-                     "for Slurm's record of where its output is", a.job_id, step_id, exit_code,
-                     self.agent.oom_ends.hold_s)
+            waiting = self.awaited[a.job_id] = AwaitedEnd(step_id, exit_code, a.started_at, now, lists)
+            log.info("job %d step %d ended (exit %d) before a job list said where its output is: its end waits "
+                     "up to %.0fs for Slurm's record", a.job_id, step_id, exit_code, self.agent.oom_ends.hold_s)
+        listed = lister()
+        # a list that named it without paths may have been made before its record had them (a job
+        # listed while starting): a list taken since the step's end decides, where lists are counted
+        came_since = waiting.lists_at is None or lists is None or lists > waiting.lists_at
+        if listed is not None and a.job_id in listed and came_since:
+            log.info("job %d: the job list names it without where its output is (Slurm's record does not tell): "
+                     "its end is judged without its output", a.job_id)
+            return False
         if now - waiting.at >= self.agent.oom_ends.hold_s:
             log.warning("job %d: no job list named it within %.0fs of its step's end: judged without its output",
                         a.job_id, self.agent.oom_ends.hold_s)

@@ -235,9 +235,18 @@ class Monitor:
     def pause_after(self, round_s: float, why: str = "") -> float:
         """Seconds to wait after a round that took `round_s`: the interval, stretched so
         rounds take at most `max_duty` of the time (`why`: where its time went). A run of
-        stretched rounds is one episode: said once when it starts and once when it ends."""
+        stretched rounds is one episode: said once when it starts and once when it ends.
+
+        The stretch follows the shorter of this round and the one before: a long queue or a slow
+        slurmctld slows every round and stretches from the second, while one round held up by a
+        passing stall (a loaded host: single 5-s rounds seen in CI) does not triple the pause
+        after it, which delayed every reaction, an out-of-memory end's requeue among them, by a
+        whole stretched cycle."""
         duty = self.settings.max_duty
-        stretched = round_s * (1 - duty) / duty
+        previous = getattr(self, "_previous_round_s", None)
+        self._previous_round_s = round_s
+        paced = round_s if previous is None else min(round_s, previous)
+        stretched = paced * (1 - duty) / duty
         pause = max(0.05, self.settings.interval_s - round_s, stretched)
         self.load.round_ended(round_s, round_s + pause, why)
         return pause

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from packer.samples import JobSample
+from slurm_plugin.helper.slurm_poll import ACTIVE
 from slurm_plugin.slurm.gres import expand_hostlist
 from slurm_plugin.slurm.model import Job
 from slurm_plugin.slurm.stdio import output_paths
@@ -44,13 +45,15 @@ class SampleSource(Protocol):
 
 
 def job_outputs_by_node(jobs: Iterable[Job]) -> dict[str, dict[int, dict]]:
-    """node -> {job: {"uid", "paths"}}: where Slurm writes each running job's output, by its
-    record (`slurm_plugin.slurm.stdio`), for the agents to read an ended step's tail with the
-    user's rights (`slurm_plugin.agent.output_tail`). Jobs whose user or paths are unknown are left
-    out."""
+    """node -> {job: {"uid", "paths"}}: where Slurm writes the output of each job that holds its
+    nodes, by its record (`slurm_plugin.slurm.stdio`), for the agents to read an ended step's tail
+    with the user's rights (`slurm_plugin.agent.output_tail`). Every state in which the job is
+    named to its agents counts (a job listed while CONFIGURING runs its batch step already): a
+    job named without its paths has its step's end judged without its output. Jobs whose user or
+    paths are unknown are left out."""
     out: dict[str, dict[int, dict]] = {}
     for job in jobs:
-        if job.state != "RUNNING" or job.user_id is None:
+        if job.state not in ACTIVE or job.user_id is None:
             continue
         for node in expand_hostlist(job.nodes):
             paths = output_paths(job, job.batch_host or node)

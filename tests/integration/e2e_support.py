@@ -6,6 +6,7 @@ an emptied cluster.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -86,6 +87,18 @@ def within_rounds(cluster, predicate, what: str, rounds: int = 2, after_s: float
         time.sleep(interval)
 
 
+def watcher_cycle_s(cluster) -> float:
+    """The watcher's last round plus its pause (`gpupack_watcher_cycle_seconds`): how often its
+    rounds come now; 1.0 while it does not serve its metrics."""
+    from test_metrics_live import sample, scrape, status_rows
+
+    url = next(r["metrics_url"] for r in status_rows(cluster) if r["role"] == "watcher")
+    try:
+        return max(1.0, sample(scrape(url), "gpupack_watcher_cycle_seconds"))
+    except (OSError, AssertionError, KeyError):
+        return 1.0
+
+
 def watcher_rounds(cluster):
     """A function that reads how many rounds the helper's watcher has ended (None while it
     does not serve its metrics: (re)starting)."""
@@ -123,6 +136,20 @@ def through_rounds(cluster, check, rounds: int = 2, min_s: float = 0.0, timeout:
         if time.time() - began > timeout:
             raise AssertionError(f"the watcher did not end {rounds} rounds in {timeout:.0f}s")
         time.sleep(interval)
+
+
+def job_log(cluster, job_id: int, limit: int = 60) -> str:
+    """The cluster's log lines (helper, watcher, agents, slurmd, slurmctld) that name ``job_id``,
+    the newest ``limit``, for a failure's message: CI keeps only what pytest prints."""
+    named = re.compile(rf"(?i)\bjob(?:id=| )?{job_id}\b|\[{job_id}\.")
+    lines: list[str] = []
+    for path in sorted(cluster.spec.log.glob("*.log")):
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        lines += [f"{path.stem}: {line[:300]}" for line in text.splitlines() if named.search(line)]
+    return "\n".join(lines[-limit:])
 
 
 def events(cluster, kind: str, job_id: int):

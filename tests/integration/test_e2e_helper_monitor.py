@@ -7,12 +7,14 @@ H100s, helper + node agents + SPANK plugin, enforce mode).
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import time
 
 import pytest
 
-from e2e_support import PY, SLEEP, events, fill_all_but_one_gpu, simgpu_script, wait_for, within_rounds
+from e2e_support import (PY, SLEEP, events, fill_all_but_one_gpu, job_log, simgpu_script, wait_for,
+                          watcher_cycle_s, within_rounds)
 from store.db import Store
 from slurm_plugin.agent import client
 
@@ -92,15 +94,24 @@ def test_newcomer_that_slows_its_neighbour_is_requeued_next_to_start_and_never_p
 def test_job_whose_memory_grows_is_restarted_on_a_larger_partition_before_oom(cluster, tmp_path):
     out = tmp_path / "grow.out"
     try:
-        # one share = one MIG memory slice (~10 GiB); the job would reach 13.7 GiB at its end
-        job = cluster.submit(["-J", "e2e-grow", "-t", "1", "--gres=shard:1", "-o", str(out)],
-                             script("--mem-start 2GiB --mem-growth 30MiB --iters 400 --iter-ms 50"))
-        (event,) = wait_for(lambda: events(cluster, "restart-memory", job), 40, "early restart")
+        # one share = one MIG memory slice (~10 GiB); the job would reach 13.7 GiB at its end, 30 MiB
+        # an iteration. It crosses its slice's size after 273 iterations: at least 14 s, or 5 of the
+        # watcher's cycles as they come now (a loaded machine stretches them: 20 s seen in CI, where
+        # a job that crossed in 14 s ran out of memory before any round had judged its growth)
+        # The time limit, which the forecast runs to, stays near 4 crossing times at most (as at 14 s
+        # in one minute): a longer one reads the same growth as a whole GPU's worth
+        cross_s = max(14.0, 5 * watcher_cycle_s(cluster))
+        iter_ms = round(cross_s * 1000 / 273)
+        limit_min = math.ceil((1.25 * 400 * iter_ms / 1000 + 10) / 60)
+        job = cluster.submit(["-J", "e2e-grow", "-t", str(limit_min), "--gres=shard:1", "-o", str(out)],
+                             script(f"--mem-start 2GiB --mem-growth 30MiB --iters 400 --iter-ms {iter_ms}"))
+        (event,) = within_rounds(cluster, lambda: events(cluster, "restart-memory", job), "early restart",
+                                 after_s=cross_s, explain=lambda: f"iter_ms {iter_ms}; {job_log(cluster, job)}")
         assert event.data["from_shards"] == 1
         assert event.data["observed_peak_bytes"] < 10 * 1024**3  # before it hit its partition's size
         new_shards = int(event.data["to"].split(":")[1])
         assert new_shards > 1
-        assert cluster.wait(job, {"COMPLETED", "FAILED", "OUT_OF_MEMORY"}, 90) == "COMPLETED"
+        assert cluster.wait(job, {"COMPLETED", "FAILED", "OUT_OF_MEMORY"}, 60 + 2 * 400 * iter_ms / 1000) == "COMPLETED"
         info = cluster.job(job)
         assert int(info["Restarts"]) == 1 and info["TresPerNode"].endswith(f"shard:{new_shards}")
         assert "memory-restart" in info["AdminComment"]

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from e2e_support import SLEEP, events, simgpu_script, through_rounds, wait_for
+from e2e_support import SLEEP, events, job_log, simgpu_script, through_rounds, wait_for
 from store.db import Store
 
 pytestmark = pytest.mark.integration
@@ -67,7 +67,7 @@ def test_a_job_out_of_memory_in_its_share_is_requeued_bigger_before_it_fails(idl
 
     wait_for(jumper_done, 120, "the jumping job ends", interval=0.25)
     info = cluster.job(jumper)
-    assert info["JobState"] == "COMPLETED", (info, seen[jumper])
+    assert info["JobState"] == "COMPLETED", (info["JobState"], seen[jumper], job_log(cluster, jumper))
     # sampled states can miss a brief FAILED; the durable witness is the afternotok dependent
     # below, which Slurm would have started on any failure (asserted never to have run)
     assert "FAILED" not in seen[jumper], seen[jumper]

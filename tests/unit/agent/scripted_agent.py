@@ -13,10 +13,12 @@ class ScriptedAgent:
     """A Unix socket that records each request (one line) and answers with ``answer`` bytes (a list:
     one per request in turn, the last one repeated)."""
 
-    def __init__(self, path: Path, answer: bytes | list[bytes], first_after_s: float = 0.0):
-        """``first_after_s``: the first answer comes this late (an agent busy under its lock)."""
+    def __init__(self, path: Path, answer: bytes | list[bytes], first_after_s: float = 0.0,
+                 late_s: dict[int, float] | None = None):
+        """``first_after_s``: the first answer comes this late (an agent busy under its lock);
+        ``late_s``: request number (1: the first) -> how late its answer comes."""
         self.path, self.requests = path, []
-        self.first_after_s = first_after_s
+        self.late_s = {**({1: first_after_s} if first_after_s else {}), **(late_s or {})}
         self.answers = list(answer) if isinstance(answer, list) else [answer]
         self.sock = socket.socket(socket.AF_UNIX)
         self.sock.bind(str(path))
@@ -38,8 +40,8 @@ class ScriptedAgent:
                         break
                     data += chunk
                 self.requests.append(json.loads(data.split(b"\n", 1)[0]))
-                if len(self.requests) == 1 and self.first_after_s:
-                    time.sleep(self.first_after_s)
+                if self.late_s.get(len(self.requests)):
+                    time.sleep(self.late_s[len(self.requests)])
                 try:
                     conn.sendall(self.answers[min(len(self.requests), len(self.answers)) - 1])
                 except OSError:  # the client gave up waiting (its own timeout): what a real agent sees too

@@ -157,20 +157,42 @@ def test_the_same_text_with_the_slice_measured_full_is_measured(pushed, tmp_path
     assert end["evidence"] == "measured"
 
 
-@pytest.mark.parametrize("case", ["no-paths", "other-owner", "exit-0", "no-text", "past-the-gpu", "uid-disagrees"])
+@pytest.mark.parametrize("case", ["other-owner", "exit-0", "no-text", "past-the-gpu", "uid-disagrees"])
 def test_no_word_that_may_be_read_no_hold(pushed, tmp_path, case):
     agent, backend, _ = pushed
     run_at(agent, backend, 7, 5 * GIB)
     text = {"no-text": "loss=nan, giving up\n",
             "past-the-gpu": TORCH_TEXT.replace("10.00 GiB", "900.00 GiB")}.get(case, TORCH_TEXT)
-    if case == "no-paths":  # a list names the job, and Slurm's record gave no path it can tell
-        ops.dispatch(agent, "jobs", {"job_ids": [7], "generation": 1}, ROOT)
-    else:
-        out = push_output(agent, tmp_path, text, uid=4321 if case == "uid-disagrees" else 0)
-        if case == "other-owner":
-            os.chown(out, 4321, 4321)
+    out = push_output(agent, tmp_path, text, uid=4321 if case == "uid-disagrees" else 0)
+    if case == "other-owner":
+        os.chown(out, 4321, 4321)
     assert agent.oom.task_exit(7, BATCH_STEP, 0 if case == "exit-0" else 1) == "done"
     assert agent.oom_ends.waiting() == []
+
+
+def test_a_list_since_the_end_that_names_the_job_without_paths_lets_it_end(pushed):
+    """Slurm's record gave no path the agent can tell (an unknown user, a pattern it cannot expand):
+    once a list taken since the step's end says so, the end is judged without its output."""
+    agent, backend, _ = pushed
+    run_at(agent, backend, 7, 5 * GIB)
+    ops.dispatch(agent, "jobs", {"job_ids": [7], "generation": 1}, ROOT)
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"
+    ops.dispatch(agent, "jobs", {"job_ids": [7], "generation": 2}, ROOT)
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "done"
+    assert agent.oom_ends.waiting() == [] and agent.oom.awaited == {}
+
+
+def test_a_job_named_without_paths_while_it_started_waits_for_the_list_that_brings_them(pushed, tmp_path):
+    """A list made while the job was starting named it without paths (its record did not carry
+    them yet); the step then ended out of memory. Before, that list's word was taken as final: the
+    end was judged without its output and the job FAILED (seen in CI on 24.11, under load)."""
+    agent, backend, _ = pushed
+    run_at(agent, backend, 7, 5 * GIB)
+    ops.dispatch(agent, "jobs", {"job_ids": [7], "generation": 1}, ROOT)  # no outputs for it
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"
+    push_output(agent, tmp_path, TORCH_TEXT, generation=2)  # the next round's list has its record's paths
+    (end,) = agent.oom_ends.waiting()
+    assert end["seen_in"] == "output:pytorch:torch-native" and end["evidence"] == "reported"
 
 
 def test_a_report_comes_before_the_output(pushed, tmp_path):

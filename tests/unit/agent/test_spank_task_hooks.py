@@ -174,6 +174,22 @@ def test_a_step_end_the_agent_is_slow_to_judge_is_still_held(harness, node_dir):
     assert [r["op"] for r in agent.requests] == ["task_exit", "task_exit"]
 
 
+def test_a_held_end_whose_poll_the_agent_answers_late_is_still_held(harness, node_dir):
+    """task_exit: a poll of a held end that the agent answers past its budget (a loaded node) is
+    asked again. Before, the first late poll let the end go on: the out-of-memory end the helper
+    was about to requeue became a failure (seen in CI, under the load of three clusters)."""
+    answers = [b"OK hold\nEND\n", b"OK hold\nEND\n", b"OK hold\nEND\n", b"OK done\nEND\n"]
+    agent = ScriptedAgent(node_dir / "agent-node1.sock", answers, late_s={2: 1.2})
+    try:
+        out = run(harness, node_dir, hook="exit")  # timeout_ms=400: a poll waits 400 ms
+    finally:
+        agent.close()
+    assert "held=1" in out.stdout and "did not answer a poll of its held end" in out.stdout, out.stdout
+    assert "its end goes on" not in out.stdout, out.stdout
+    # asked again until the agent said done
+    assert len(agent.requests) >= 4 and all(r["op"] == "task_exit" for r in agent.requests), agent.requests
+
+
 def test_an_agent_that_never_answers_the_end_is_said_in_slurmds_log(harness, node_dir):
     agent = ScriptedAgent(node_dir / "agent-node1.sock", b"OK hold\nEND\n", first_after_s=2.0)
     try:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from packer.comment import parse
 from packer.config import GIB, PackerConfig
 from packer.fingerprint import fingerprint
@@ -154,8 +156,26 @@ def test_monitor_rounds_stretch_with_a_long_queue():
     monitor.settings = MonitorSettings(interval_s=1.0, max_duty=0.25)
     monitor.load = RoundLoad(1.0)
     assert monitor.pause_after(0.2) == 0.8
-    assert monitor.pause_after(3.0) == 9.0  # 3 s of squeue: rounds take a quarter of the time
+    assert monitor.pause_after(3.0) == pytest.approx(0.6)  # one slow round after a quick one: paced by the quick one
+    assert monitor.pause_after(3.0) == 9.0  # 3 s of squeue again: rounds take a quarter of the time
     assert monitor.pause_after(1.5) == 4.5
+    assert monitor.pause_after(6.0) == 4.5  # follows the shorter of the last two
+    assert monitor.pause_after(0.2) == 0.8  # back at once
+
+
+def test_one_round_held_up_by_a_passing_stall_does_not_stretch_the_pause_after_it():
+    """CI on 24.11: single rounds of 5 s (one Slurm command that waited) among rounds of 0.2 s; each
+    stretched the pause to 15 s, and a job's out-of-memory end, held 20 s for the helper's next
+    list, failed before it came."""
+    from slurm_plugin.helper.monitor import Monitor
+    from slurm_plugin.helper.round_load import RoundLoad
+
+    monitor = Monitor.__new__(Monitor)
+    monitor.settings = MonitorSettings(interval_s=1.0, max_duty=0.25)
+    monitor.load = RoundLoad(1.0)
+    cycles = [r + monitor.pause_after(r) for r in (0.2, 0.2, 5.0, 0.2, 0.2, 5.0, 0.2)]
+    # the slow round's own length and a quick round's pause, not a pause of 15 s after it
+    assert [round(c, 2) for c in cycles] == [1.0, 1.0, 5.6, 1.0, 1.0, 5.6, 1.0]
 
 
 def test_a_slow_round_says_where_its_time_went(caplog):

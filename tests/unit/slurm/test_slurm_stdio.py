@@ -52,3 +52,10 @@ def test_squeue_records_give_the_paths_and_the_expanded_ones_win():
 def test_each_running_jobs_output_goes_to_its_nodes():
     jobs = [job(), job(job_id=43, state="PENDING"), job(job_id=44, user_id=None), job(job_id=45, std_out="%s")]
     assert job_outputs_by_node(jobs) == {"node1": {42: {"uid": 1000, "paths": ["/home/ana/run/slurm-42.out"]}}}
+
+
+def test_a_job_listed_while_it_starts_or_ends_has_its_output_told_too():
+    """The monitor names a CONFIGURING or COMPLETING job to its node's agent: its paths go with it
+    (before: RUNNING only, and an end judged on such a list was judged without its output)."""
+    jobs = [job(state="CONFIGURING"), job(job_id=43, state="COMPLETING"), job(job_id=44, state="SUSPENDED")]
+    assert sorted(job_outputs_by_node(jobs)["node1"]) == [42, 43, 44]
