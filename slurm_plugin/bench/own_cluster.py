@@ -51,7 +51,7 @@ def _end_jobs(cluster: DevCluster, timeout_s: float = 60.0) -> None:
     end, so no job script outlives its slurmd (pending ones go with slurmctld). Its partitions
     are set DOWN first: else the queued jobs start on the GPUs the cancelled ones free, after
     the listing below, and outlive the cluster (seen with a queue of 20,000)."""
-    if ("slurmctld", "slurmctld") not in cluster.registry.running():
+    if not _controller_answers(cluster):
         return
     for name in _partitions(cluster):
         cluster._slurm("scontrol", "update", f"PartitionName={name}", "State=DOWN", timeout=60)
@@ -63,6 +63,23 @@ def _end_jobs(cluster: DevCluster, timeout_s: float = 60.0) -> None:
             return
         time.sleep(1)
     log.warning("jobs still running on the bench cluster after %.0f s: %s", timeout_s, " ".join(left[:10]))
+
+
+def _controller_answers(cluster: DevCluster, timeout_s: float = 30.0) -> bool:
+    """Whether the cluster's slurmctld answers `scontrol ping` within ``timeout_s``. Asked,
+    not read from the process registry: a slurmctld that re-executed on `scontrol reconfigure`
+    runs under a pid its file may not name yet (a teardown that trusted the registry then
+    cancelled nothing, and the running jobs outlived the cluster)."""
+    if not any(p.role == "slurmctld" for p in cluster.registry.load()):
+        return False  # never started
+    deadline = time.time() + timeout_s
+    while True:
+        ping = cluster._slurm("scontrol", "ping", timeout=10)
+        if ping.returncode == 0 and "UP" in ping.stdout:
+            return True
+        if time.time() >= deadline:
+            return False
+        time.sleep(0.5)
 
 
 def _partitions(cluster: DevCluster) -> list[str]:

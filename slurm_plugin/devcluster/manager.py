@@ -25,7 +25,8 @@ from slurm_plugin.devcluster.files import slurm_release, write_files
 from slurm_plugin.devcluster.health import ClusterHealth, ProcessStatus, node_usable, web_ok
 from slurm_plugin.devcluster.hosts import NodeHosts, forward_filter_note
 from slurm_plugin.devcluster.install import install_packages
-from slurm_plugin.devcluster.processes import Process, ProcessRegistry, check_started, started_pid, terminate
+from slurm_plugin.devcluster.processes import (Process, ProcessRegistry, check_started, holding, started_pid,
+                                               terminate)
 from slurm_plugin.devcluster.spec import ClusterSpec
 
 log = logging.getLogger(__name__)
@@ -260,9 +261,23 @@ class DevCluster:
                 terminate(pid, p.marker)
                 stopped.append(f"{p.role}:{p.name}")
         self.registry.save(kept)
+        if not keep:  # a daemon re-executed where its pid file did not follow, a job's script
+            stopped += self._stop_strays()
         if hosts and "host" not in keep:
             stopped += hosts.remove_network()
         return stopped
+
+    def _stop_strays(self) -> list[str]:
+        """Stop what still runs from the cluster's state folder once its processes are stopped
+        (seen: a bench's `scontrol reconfigure` just before its teardown left the re-executed
+        slurmctld and the running jobs' steps alive); said, since none should be left."""
+        strays = holding(self._marker)
+        if strays:
+            log.warning("still running from %s after its processes stopped: pids %s; stopping them",
+                        self.spec.state_dir, " ".join(map(str, strays)))
+        for pid in strays:
+            terminate(pid, self._marker)
+        return [f"stray:{pid}" for pid in strays]
 
 
 def build_node_side(spec: ClusterSpec) -> None:

@@ -15,7 +15,8 @@ from slurm_plugin.devcluster.errors import DevClusterError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Process", "ProcessRegistry", "alive_with", "check_started", "child_with", "started_pid", "terminate"]
+__all__ = ["Process", "ProcessRegistry", "alive_with", "check_started", "child_with", "holding", "started_pid",
+           "terminate"]
 
 
 @dataclass
@@ -81,6 +82,47 @@ def alive_with(pid: int, marker: str) -> bool:
     except OSError:
         return False
     return marker in cmdline
+
+
+def holding(marker: str, proc: Path = Path("/proc")) -> list[int]:
+    """The processes whose command line names a path inside ``marker`` (a cluster's state
+    folder) and that share this process's root: the cluster's daemons, whatever pid a
+    re-executing Slurm daemon took, and its jobs' scripts in its spool. Never this process or
+    its ancestors (a `gpupack devcluster down --state-dir` names the folder itself), never a
+    process of another Debian root (whose own dev cluster may use the same path)."""
+    inside = marker.rstrip("/") + "/"
+    mine = _ancestors(proc)
+    try:
+        root = (proc / "self" / "root").stat()
+    except OSError:
+        return []
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) in mine:
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+            if inside not in cmdline:
+                continue
+            theirs = (entry / "root").stat()
+        except OSError:
+            continue
+        if (theirs.st_dev, theirs.st_ino) == (root.st_dev, root.st_ino):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def _ancestors(proc: Path) -> set[int]:
+    """This process and its parents."""
+    out, pid = set(), os.getpid()
+    while pid > 1 and pid not in out:
+        out.add(pid)
+        try:
+            stat = (proc / str(pid) / "stat").read_text()
+            pid = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return out
 
 
 def pid_in(pidfile: Path) -> int:

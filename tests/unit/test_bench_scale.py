@@ -155,29 +155,50 @@ def test_shim_parts_reads_the_exchange_apart_and_old_lines_without_it():
     assert shim_parts(log) == [(0.8, 0.7), (1.5, None)]
 
 
+class FakeBenchCluster:
+    """The bench cluster's Slurm commands, recorded; its registry names a slurmctld whose pid
+    may no longer be the running one (``running()`` empty: it re-executed on a reconfigure)."""
+
+    def __init__(self, registered: bool = True):
+        import subprocess
+
+        self.subprocess = subprocess
+        self.calls: list[tuple[str, ...]] = []
+        entry = [type("P", (), {"role": "slurmctld"})()] if registered else []
+        self.registry = type("R", (), {"running": staticmethod(lambda: {}), "load": staticmethod(lambda: entry)})()
+
+    def _slurm(self, *args: str, timeout: float = 15.0):
+        self.calls.append(args)
+        out = {"sinfo": "gpu\ndebug\ngpu\n", "scontrol": "Slurmctld(primary) at ctl is UP\n"}.get(args[0], "")
+        return self.subprocess.CompletedProcess(args, 0, out if args[:2] != ("scontrol", "update") else "", "")
+
+
+def test_a_teardown_asks_slurmctld_not_the_registry_whether_it_runs():
+    """`scontrol reconfigure` (a window's switch) makes 23.11+ slurmctld start a new process of
+    itself; a teardown right after found neither pid alive in the registry, cancelled nothing,
+    and the re-executed slurmctld and the running jobs' steps outlived the bench (seen on 26.05)."""
+    from slurm_plugin.bench.own_cluster import _end_jobs
+
+    cluster = FakeBenchCluster()
+    _end_jobs(cluster, timeout_s=5)
+    assert ("scancel", "--full", "--state=RUNNING") in cluster.calls
+    never = FakeBenchCluster(registered=False)  # a cluster whose slurmctld never started: nothing asked
+    _end_jobs(never, timeout_s=5)
+    assert never.calls == []
+
+
 def test_own_cluster_stops_its_partitions_before_cancelling_the_running_jobs():
     """Cancelled running jobs free GPUs; the queued jobs must not start on them and outlive
     the cluster (seen at 20,000 queued jobs before the partitions were set DOWN first)."""
-    import subprocess
-
     from slurm_plugin.bench.own_cluster import _end_jobs
 
-    class Cluster:
-        def __init__(self):
-            self.calls: list[tuple[str, ...]] = []
-            self.registry = type("R", (), {"running": staticmethod(lambda: {("slurmctld", "slurmctld"): 1})})()
-
-        def _slurm(self, *args: str, timeout: float = 15.0) -> subprocess.CompletedProcess:
-            self.calls.append(args)
-            out = "gpu\ndebug\ngpu\n" if args[0] == "sinfo" else ""
-            return subprocess.CompletedProcess(args, 0, out, "")
-
-    cluster = Cluster()
+    cluster = FakeBenchCluster()
     _end_jobs(cluster, timeout_s=5)
-    verbs = [c[:3] if c[0] == "scontrol" else c[:1] for c in cluster.calls]
+    assert cluster.calls[0] == ("scontrol", "ping")
+    verbs = [c[:3] if c[0] == "scontrol" else c[:1] for c in cluster.calls[1:]]
     assert verbs[:4] == [("sinfo",), ("scontrol", "update", "PartitionName=debug"),
                          ("scontrol", "update", "PartitionName=gpu"), ("scancel",)]
-    assert all(c[-1] == "State=DOWN" for c in cluster.calls if c[0] == "scontrol")
+    assert all(c[-1] == "State=DOWN" for c in cluster.calls if c[:2] == ("scontrol", "update"))
     assert cluster.calls[-1][0] == "squeue"  # then waits for the running ones to end
 
 
