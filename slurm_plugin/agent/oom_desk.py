@@ -9,10 +9,10 @@ nothing else makes it an out-of-memory end (no report, not measured at the share
 that the task exited itself or aborted (not killed: a cancel or a time limit never waits),
 **waits for Slurm's record**: the plugin is answered "hold" until a list gives the paths, a list
 taken since the step's end names the job without them (the job is still RUNNING in Slurm while
-its end is held, so the helper's next round lists it), or the hold's time (`oom_ends.hold_limit`: 20 s, longer where the helper's cycle
-is, counted from the step's end) passes. The
-list that brings its paths has its output read at once, before the helper's same round asks for
-the node's ends (`outputs_arrived`), so the end costs one round, as for a job listed before.
+its end is held, so the helper's next round lists it), or the hold's time passes
+(`oom_ends.hold_limit`: 20 s, longer where the helper's cycle is, counted from the step's end).
+The list that brings its paths has its output read at once, before the helper's same round asks
+for the node's ends (`outputs_arrived`), so the end costs one round, as for a job listed before.
 """
 from __future__ import annotations
 

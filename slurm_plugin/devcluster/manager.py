@@ -25,8 +25,8 @@ from slurm_plugin.devcluster.files import slurm_release, write_files
 from slurm_plugin.devcluster.health import ClusterHealth, ProcessStatus, node_usable, web_ok
 from slurm_plugin.devcluster.hosts import NodeHosts, forward_filter_note
 from slurm_plugin.devcluster.install import install_packages
-from slurm_plugin.devcluster.processes import (Process, ProcessRegistry, check_started, holding, started_pid,
-                                               terminate)
+from slurm_plugin.devcluster.processes import (Process, ProcessRegistry, alive_with, check_started, holding,
+                                               started_pid, terminate)
 from slurm_plugin.devcluster.spec import ClusterSpec
 
 log = logging.getLogger(__name__)
@@ -276,7 +276,8 @@ class DevCluster:
             log.warning("still running from %s after its processes stopped: pids %s; stopping them",
                         self.spec.state_dir, " ".join(map(str, strays)))
         for pid in strays:
-            terminate(pid, self._marker)
+            if alive_with(pid, self._marker):  # still the same process (a pid may be reused since)
+                terminate(pid, self._marker)
         return [f"stray:{pid}" for pid in strays]
 
 
