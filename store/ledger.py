@@ -62,9 +62,23 @@ class ActionLedger:
         self.close(row_id, MISSED, detail, at)
         return row_id
 
-    def close(self, row_id: int, outcome: str, detail: str, at: float | None = None) -> None:
-        self._table.update(row_id, {"outcome": outcome, "outcome_detail": detail,
-                                    "outcome_at": at if at is not None else time.time()})
+    def close(self, row_id: int, outcome: str, detail: str, at: float | None = None,
+              event: tuple[str, str, int | None, dict] | None = None) -> None:
+        """Judge a row; ``event`` (kind, detail, job, data) is logged in the same transaction,
+        so a reader that sees the outcome sees its event too (a test that read them one after
+        the other once found the outcome and not yet the event)."""
+        conn = self.store.db.conn
+        conn.execute("begin immediate")
+        try:
+            conn.execute(f"update {TABLE} set outcome = ?, outcome_detail = ?, outcome_at = ? where id = ?",
+                         [outcome, detail, at if at is not None else time.time(), row_id])
+            if event is not None:
+                kind, text, job_id, data = event
+                self.store.log_event(kind, text, job_id, **data)
+            conn.execute("commit")
+        except BaseException:
+            conn.execute("rollback")
+            raise
 
     def note(self, row_id: int, **data: object) -> None:
         """Add to a row's evidence (e.g. when the newcomer left its GPU)."""

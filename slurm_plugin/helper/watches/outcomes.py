@@ -67,9 +67,10 @@ class OutcomeWatch:
 
     # ------------------------------------------------------------------ judging decisions
     def _close(self, ctx: RoundContext, ledger: ActionLedger, row: LedgerRow, judgement: Judgement) -> None:
-        ledger.close(row.id, judgement.outcome, judgement.detail, ctx.now)
-        ctx.actions.log_event("action-outcome", f"{row.action} ({row.mode}) was {judgement.outcome}: {judgement.detail}",
-                              row.job_id, action=row.action, mode=row.mode, outcome=judgement.outcome, decision=row.id)
+        ledger.close(row.id, judgement.outcome, judgement.detail, ctx.now,
+                     event=("action-outcome", f"{row.action} ({row.mode}) was {judgement.outcome}: {judgement.detail}",
+                            row.job_id, {"action": row.action, "mode": row.mode, "outcome": judgement.outcome,
+                                         "decision": row.id}))
 
     def _judge_memory(self, ctx: RoundContext, row: LedgerRow) -> Judgement | None:
         """Shadow: the run left alone; enforce: the next run, on the larger size."""

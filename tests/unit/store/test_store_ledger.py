@@ -62,3 +62,23 @@ def test_prune_keeps_open_rows_longer_than_judged_ones():
     ledger.record("restart-memory", 3, 0.0, "enforce", "r", at=10.0)  # open, older than both cut-offs
     assert ledger.prune(judged_before=150.0, open_before=50.0) == 2
     assert [r.job_id for r in ledger.rows()] == [2]
+
+
+def test_an_outcome_and_its_event_are_written_together(tmp_path):
+    """A reader that sees a row judged sees its `action-outcome` event too (one transaction); a
+    failed event write leaves the row open, to be judged again."""
+    store = Store(tmp_path / "g.db")
+    ledger = ActionLedger(store)
+    row = ledger.record("requeue-contention", 7, 50.0, "shadow", "job 6 lost 25%")
+    ledger.close(row, "right", "recovered", at=60.0, event=("action-outcome", "was right", 7, {"decision": row}))
+    other = Store(tmp_path / "g.db")  # another connection, as the tests and `gpupack actions` read
+    try:
+        assert [r.outcome for r in ActionLedger(other, create=False).rows()] == ["right"]
+        assert [(e.kind, e.data) for e in other.events(job_id=7)] == [("action-outcome", {"decision": row})]
+    finally:
+        other.close()
+    open_row = ledger.record("restart-memory", 8, 70.0, "shadow", "will outgrow shard:1")
+    with pytest.raises(TypeError):  # data that is not JSON: the event cannot be written
+        ledger.close(open_row, "right", "x", event=("action-outcome", "was right", 8, {"bad": object()}))
+    assert [r.id for r in ledger.open()] == [open_row]
+    store.close()
