@@ -84,6 +84,8 @@ class OomDesk:
                 return "done"
             limit = self.memory_limit(a)
             look = ends.may_be_oom(a, exit_code, limit) and not ends.has_end(a)
+        outputs = getattr(self.agent.list_running_jobs, "output_of", None)
+        read_paths = outputs is not None and outputs(job_id) is not None  # known when the tail was read
         said = self.said_in_output(a) if look else None
         with self.agent.lock:
             a = self.agent.jobs.get(job_id)
@@ -92,22 +94,28 @@ class OomDesk:
             now = self.agent.clock()
             if exit_code and a.device_uuid:
                 self.agent.sampler.sample(a, now)  # what it held at the end, from the GPU
-            if look and said is None and limit and self._awaits_record(a, step_id, exit_code, limit, now):
+            if look and said is None and limit and self._awaits_record(a, step_id, exit_code, limit, now, read_paths):
                 return "hold"
             awaited = self.awaited.pop(job_id, None)
             ended_at = awaited.at if awaited is not None and awaited.started_at == a.started_at else None
             return ends.task_exit(a, step_id, exit_code, limit, said, ended_at=ended_at)
 
-    def _awaits_record(self, a: Assignment, step_id: int, exit_code: int, limit: int, now: float) -> bool:
-        """Whether this end waits for a job list naming the job (under the agent's lock)."""
+    def _awaits_record(self, a: Assignment, step_id: int, exit_code: int, limit: int, now: float,
+                       read_paths: bool = True) -> bool:
+        """Whether this end waits for a job list naming the job (under the agent's lock).
+        ``read_paths``: whether its paths were known when its output was read (a list that came
+        between that read and this lock brought them: the next ask reads the output, the end is
+        not judged without it, as it once was on 26.05 in CI)."""
         for job_id in [j for j, w in self.awaited.items() if now - w.at > KEEP_S]:
             del self.awaited[job_id]
         if not (0 < exit_code < 128 or exit_code == ABORTED):
             return False  # killed (a cancel, a time limit: 128 + SIGTERM/SIGKILL): no framework's end
         lister = self.agent.list_running_jobs
         output_of = getattr(lister, "output_of", None)
-        if output_of is None or not callable(lister) or output_of(a.job_id) is not None:
-            return False  # no pushed lists here, or its paths are known (its output was read)
+        if output_of is None or not callable(lister):
+            return False  # no pushed lists here
+        if output_of(a.job_id) is not None:
+            return not read_paths  # its output was read with its paths; else read it at the next ask
         if self.agent.oom_ends.end_without_words(a, exit_code, limit):
             return False
         lists = getattr(lister, "lists", None)

@@ -344,3 +344,24 @@ def test_without_pushed_lists_an_end_never_waits(node):
     agent, backend, _ = node  # another job lister (no output paths at all)
     run_at(agent, backend, 7, 5 * GIB)
     assert agent.oom.task_exit(7, BATCH_STEP, 1) == "done" and agent.oom.awaited == {}
+
+
+def test_a_list_that_comes_while_the_output_is_read_does_not_end_the_wait(pushed, tmp_path, monkeypatch):
+    """The plugin's ask read the output before the paths were known; the list that brought them
+    came before the ask took the agent's lock. Before, the end was then judged without its
+    output, and the job FAILED (seen on 26.05 in CI); now the next ask reads it."""
+    agent, backend, _ = pushed
+    run_at(agent, backend, 7, 5 * GIB)
+    read = agent.oom.said_in_output
+
+    def list_comes_meanwhile(a):
+        said = read(a)  # nothing: no paths yet
+        push_output(agent, tmp_path, TORCH_TEXT, generation=2)
+        return said
+
+    monkeypatch.setattr(agent.oom, "said_in_output", list_comes_meanwhile)
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"
+    monkeypatch.setattr(agent.oom, "said_in_output", read)
+    assert agent.oom.task_exit(7, BATCH_STEP, 1) == "hold"  # the next ask: an OOM end on its word
+    (end,) = agent.oom_ends.waiting()
+    assert end["seen_in"] == "output:pytorch:torch-native"
