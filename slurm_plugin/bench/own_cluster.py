@@ -51,7 +51,7 @@ def _end_jobs(cluster: DevCluster, timeout_s: float = 60.0) -> None:
     end, so no job script outlives its slurmd (pending ones go with slurmctld). Its partitions
     are set DOWN first: else the queued jobs start on the GPUs the cancelled ones free, after
     the listing below, and outlive the cluster (seen with a queue of 20,000)."""
-    if not _controller_answers(cluster):
+    if not controller_answers(cluster):
         return
     for name in _partitions(cluster):
         cluster._slurm("scontrol", "update", f"PartitionName={name}", "State=DOWN", timeout=60)
@@ -65,7 +65,7 @@ def _end_jobs(cluster: DevCluster, timeout_s: float = 60.0) -> None:
     log.warning("jobs still running on the bench cluster after %.0f s: %s", timeout_s, " ".join(left[:10]))
 
 
-def _controller_answers(cluster: DevCluster, timeout_s: float = 30.0) -> bool:
+def controller_answers(cluster: DevCluster, timeout_s: float = 30.0) -> bool:
     """Whether the cluster's slurmctld answers `scontrol ping` within ``timeout_s``. Asked,
     not read from the process registry: a slurmctld that re-executed on `scontrol reconfigure`
     runs under a pid its file may not name yet (a teardown that trusted the registry then

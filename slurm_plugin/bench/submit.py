@@ -116,19 +116,15 @@ class _Switch:
         self._wait_controller()
 
     def _wait_controller(self, timeout_s: float = 60.0) -> None:
-        """Until the cluster's slurmctld runs and answers again: from 23.11 `scontrol reconfigure`
-        makes it start a new process of itself, and a teardown right after one found neither
-        the old pid alive nor the new one in its pid file, and left the new slurmctld and the
-        running jobs behind."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if ("slurmctld", "slurmctld") in self.cluster.registry.running():
-                ping = self.cluster._slurm("scontrol", "ping", timeout=10)
-                if ping.returncode == 0 and "UP" in ping.stdout:
-                    return
-            time.sleep(0.2)
-        raise BenchError(f"slurmctld did not answer within {timeout_s:.0f} s of `scontrol reconfigure`; "
-                         f"logs: {self.cluster.spec.log}")
+        """Until the cluster's slurmctld answers again: from 23.11 `scontrol reconfigure` makes
+        it start a new process of itself, and a teardown right after one found neither the old
+        pid alive nor the new one in its pid file, and left the new slurmctld and the running
+        jobs behind."""
+        from slurm_plugin.bench.own_cluster import controller_answers
+
+        if not controller_answers(self.cluster, timeout_s):
+            raise BenchError(f"slurmctld did not answer within {timeout_s:.0f} s of `scontrol reconfigure`; "
+                             f"logs: {self.cluster.spec.log}")
 
     def restore(self) -> None:
         if self.conf.read_text() != self.original:
